@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds and installs CRIU 4.1.1 (criu binary, criu-plugin.h, and CRIU's own
+# cuda plugin for side-by-side benchmarks) under /usr/local from Debian
+# trixie's source package.
+#
+# Why: bookworm's criu 3.17 fails on current kernels ("Unexpected rt vDSO area
+# bounds") and has no PAUSE_DEVICES / CHECKPOINT_DEVICES hooks.
+#
+# The trixie deb-src entry is derived from the machine's own Debian sources
+# and used through a private apt configuration, so the machine's package
+# lists stay on its own suite. Idempotent: an installed 4.1.1 is kept.
+set -euo pipefail
+
+want=4.1.1
+prefix=${PHOS_CRIU_PREFIX:-/usr/local}
+cache=${PHOS_CRIU_CACHE:-/var/cache/phos-criu}
+
+installed_version() {
+  [ -x "$prefix/sbin/criu" ] || return 0
+  "$prefix/sbin/criu" --version 2>/dev/null | sed -n 's/^Version: *//p'
+}
+
+if [ "$(installed_version)" = "$want" ] && [ -f "$prefix/include/criu/criu-plugin.h" ] \
+   && [ -f "$prefix/lib/criu/cuda_plugin.so" ]; then
+  echo "install-criu: criu $want already installed in $prefix"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-criu: need root to install criu into $prefix" >&2
+  exit 1
+fi
+
+# The mirror of the machine's own Debian sources (deb822 or one-line format).
+debian_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk '/^URIs:/{u=$2} /^Suites:/{for(i=2;i<=NF;i++) if ($i !~ /-/) s=1}
+         /^$/{if(u!="" && s){print u; exit} u=""; s=0}
+         END{if(u!="" && s) print u}' "$f" | grep -v security | head -n1
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk '$1=="deb" && $3 !~ /-/ {print ($2 ~ /^\[/ ? $3 : $2)}' "$f" | grep -v security | head -n1
+  done
+}
+
+mkdir -p "$cache"
+src_tarball=$(ls "$cache"/criu_"$want".orig.tar.* 2>/dev/null | head -n1 || true)
+if [ -z "$src_tarball" ]; then
+  mirror=$(debian_mirror | head -n1)
+  if [ -z "$mirror" ]; then
+    echo "install-criu: cannot find a Debian mirror in /etc/apt sources" >&2
+    exit 1
+  fi
+  aptdir=$(mktemp -d)
+  trap 'rm -rf "$aptdir"' EXIT
+  mkdir -p "$aptdir/lists/partial" "$aptdir/cache/archives/partial"
+  echo "deb-src $mirror trixie main" > "$aptdir/sources.list"
+  apt_private=(-oDir::Etc::SourceList="$aptdir/sources.list" -oDir::Etc::SourceParts=/dev/null
+               -oDir::State::Lists="$aptdir/lists" -oDir::Cache="$aptdir/cache"
+               -oAPT::Get::Only-Source=true)
+  echo "install-criu: fetching trixie's criu source"
+  apt-get "${apt_private[@]}" update -qq
+  version=$(apt-cache "${apt_private[@]}" showsrc criu | sed -n 's/^Version: //p' | grep "^$want" | head -n1 || true)
+  if [ -z "$version" ]; then
+    echo "install-criu: trixie has no criu $want source package" >&2
+    exit 1
+  fi
+  # The .dsc is not needed: the upstream tarball is enough to build criu.
+  (cd "$cache" && apt-get "${apt_private[@]}" source --download-only "criu=$version" >/dev/null 2>&1) || true
+  src_tarball=$(ls "$cache"/criu_"$want".orig.tar.* 2>/dev/null | head -n1 || true)
+  if [ -z "$src_tarball" ]; then
+    echo "install-criu: apt-get source fetched no criu_$want.orig tarball" >&2
+    exit 1
+  fi
+fi
+
+build=$(mktemp -d)
+trap 'rm -rf "$build" "${aptdir:-}"' EXIT
+tar -xf "$src_tarball" -C "$build"
+srcdir=$(find "$build" -mindepth 1 -maxdepth 1 -type d | head -n1)
+echo "install-criu: building criu $want ($(nproc) jobs)"
+make -C "$srcdir" -j"$(nproc)" criu > "$build/build.log" 2>&1 || {
+  tail -n 40 "$build/build.log" >&2; echo "install-criu: build failed" >&2; exit 1; }
+make -C "$srcdir" -j"$(nproc)" cuda_plugin >> "$build/build.log" 2>&1 || {
+  tail -n 40 "$build/build.log" >&2; echo "install-criu: cuda plugin build failed" >&2; exit 1; }
+
+install -D -m 0755 "$srcdir/criu/criu" "$prefix/sbin/criu"
+install -D -m 0644 "$srcdir/criu/include/criu-plugin.h" "$prefix/include/criu/criu-plugin.h"
+install -D -m 0644 "$srcdir/plugins/cuda/cuda_plugin.so" "$prefix/lib/criu/cuda_plugin.so"
+echo "install-criu: installed $("$prefix/sbin/criu" --version | head -n1) in $prefix"

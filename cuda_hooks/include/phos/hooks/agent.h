@@ -1,0 +1,62 @@
+// The agent: a thread inside the application that answers the CRIU plugin
+// (and phosctl) on an abstract unix socket named phos-agent.<pid>.<nonce>.
+// Only root or the process's own uid may talk to it (SO_PEERCRED).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "phos/hooks/agent_backend.h"
+#include "phos/hooks/gate.h"
+#include "phos/images/agent_messages.h"
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::hooks {
+
+inline constexpr const char* kAgentSocketPrefix = "phos-agent.";
+inline constexpr const char* kAgentThreadName = "phos-agent";
+
+struct AgentOptions {
+  int idle_timeout_ms = 30000;  // a silent client is dropped after this long
+};
+
+class Agent {
+ public:
+  Agent(Gate& gate, AgentBackend& backend, AgentOptions options = {});
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  Result<void> start();
+  // Stops the thread and closes the socket.
+  void stop();
+  // After fork(), in the child: the parent's socket is not ours; close it and
+  // start a fresh agent (new pid, new name). Only close() before the restart.
+  Result<void> restart_after_fork();
+
+  const std::string& socket_name() const { return name_; }  // without the leading NUL
+  pid_t thread_id() const { return tid_.load(); }
+
+ private:
+  void run();
+  void serve(int conn);
+  bool peer_allowed(int conn);
+  // Handles one request; false ends the connection (after the reply).
+  bool handle(int conn, wire::ReceivedRequest& req, bool& greeted);
+
+  Gate& gate_;
+  AgentBackend& backend_;
+  AgentOptions options_;
+  std::string name_;
+  UniqueFd listen_fd_;
+  UniqueFd stop_fd_;  // eventfd that wakes run() for stop()
+  std::atomic<int> conn_fd_{-1};
+  std::atomic<pid_t> tid_{0};
+  std::thread thread_;
+};
+
+}  // namespace phos::hooks

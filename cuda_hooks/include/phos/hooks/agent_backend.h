@@ -1,0 +1,62 @@
+// What the agent asks of the process it lives in. The CUDA hooks implement it
+// over their allocation table; NoCudaBackend is a process that has not used
+// CUDA (or the foundation build, before the hooks exist).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::hooks {
+
+struct BackendStatus {
+  bool cuda_initialized = false;
+  uint64_t allocation_count = 0;
+  uint64_t allocated_bytes = 0;
+  uint32_t device_count = 0;
+  std::vector<std::string> unsupported_calls;
+};
+
+struct AllocationInfo {
+  uint64_t id = 0;
+  uint32_t device = 0;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint32_t flags = 0;
+};
+
+class AgentBackend {
+ public:
+  virtual ~AgentBackend() = default;
+  virtual BackendStatus status() = 0;
+  virtual std::vector<AllocationInfo> allocations() = 0;
+  // A new fd for the allocation's physical memory; the caller closes it.
+  virtual Result<UniqueFd> export_allocation(uint64_t id) = 0;
+  // With the gate closed: wait for all submitted GPU work.
+  virtual Result<void> drain(std::chrono::milliseconds timeout) = 0;
+  virtual Result<uint64_t> release_mappings() = 0;
+  // Map allocations back: the same memory when fds is empty, else fds[i] for ids[i].
+  virtual Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) = 0;
+};
+
+class NoCudaBackend final : public AgentBackend {
+ public:
+  BackendStatus status() override { return {}; }
+  std::vector<AllocationInfo> allocations() override { return {}; }
+  Result<UniqueFd> export_allocation(uint64_t id) override {
+    return make_error("no allocation " + std::to_string(id) + ": this process has no device memory", ENOENT);
+  }
+  Result<void> drain(std::chrono::milliseconds) override { return {}; }
+  Result<uint64_t> release_mappings() override { return uint64_t{0}; }
+  Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd>) override {
+    if (!ids.empty()) return make_error("remap of allocations in a process without device memory", ENOENT);
+    return uint64_t{0};
+  }
+};
+
+}  // namespace phos::hooks

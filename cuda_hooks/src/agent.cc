@@ -1,0 +1,265 @@
+#include "phos/hooks/agent.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+namespace phos::hooks {
+namespace {
+
+std::string make_socket_name() {
+  uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != sizeof(nonce))
+    nonce = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s%d.%016llx", kAgentSocketPrefix, int(::getpid()),
+                static_cast<unsigned long long>(nonce));
+  return buf;
+}
+
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+// Sends `msg` as the reply of kind `kind` (stored in `field` of the oneof).
+template <class Msg>
+Result<void> send_reply(int conn, Phos__Agent__Reply__KindCase kind, Msg* Phos__Agent__Reply::*field, Msg& msg,
+                        std::span<const int> fds = {}) {
+  Phos__Agent__Reply reply = PHOS__AGENT__REPLY__INIT;
+  reply.kind_case = kind;
+  reply.*field = &msg;
+  return wire::send_message(conn, reply.base, fds);
+}
+
+}  // namespace
+
+Agent::Agent(Gate& gate, AgentBackend& backend, AgentOptions options)
+    : gate_(gate), backend_(backend), options_(options) {}
+
+Agent::~Agent() { stop(); }
+
+Result<void> Agent::start() {
+  name_ = make_socket_name();
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return errno_error("agent: socket");
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name_.data(), name_.size());  // abstract: leading NUL
+  socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name_.size());
+  if (::bind(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), len) != 0)
+    return errno_error("agent: bind @" + name_);
+  if (::listen(sock.get(), 8) != 0) return errno_error("agent: listen");
+  UniqueFd ev(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!ev.valid()) return errno_error("agent: eventfd");
+  listen_fd_ = std::move(sock);
+  stop_fd_ = std::move(ev);
+  thread_ = std::thread([this] { run(); });
+  return {};
+}
+
+void Agent::stop() {
+  if (!thread_.joinable()) return;
+  uint64_t one = 1;
+  if (::write(stop_fd_.get(), &one, sizeof(one)) < 0) std::perror("phos: agent stop");
+  int conn = conn_fd_.load();
+  if (conn >= 0) ::shutdown(conn, SHUT_RDWR);
+  thread_.join();
+  listen_fd_.reset();
+  stop_fd_.reset();
+}
+
+Result<void> Agent::restart_after_fork() {
+  // The parent's thread does not exist here; its fds do, and must not leak
+  // into a checkpoint of the child.
+  if (thread_.joinable()) thread_.detach();
+  int conn = conn_fd_.exchange(-1);
+  if (conn >= 0) ::close(conn);
+  listen_fd_.reset();
+  stop_fd_.reset();
+  tid_ = 0;
+  return start();
+}
+
+void Agent::run() {
+  // Application signals go to application threads; this thread must also
+  // not be interrupted while a checkpoint talks to it.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  prctl(PR_SET_NAME, kAgentThreadName);
+  tid_ = ::gettid();
+
+  for (;;) {
+    struct pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    int r = ::poll(fds, 2, -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 || (fds[1].revents & POLLIN)) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.valid()) continue;
+    if (!peer_allowed(conn.get())) continue;
+    conn_fd_ = conn.get();
+    serve(conn.get());
+    conn_fd_ = -1;
+  }
+}
+
+bool Agent::peer_allowed(int conn) {
+  struct ucred cred {};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  if (cred.uid == 0 || cred.uid == ::getuid()) return true;
+  (void)wire::send_error_reply(conn, EPERM,
+                               "permission denied: uid " + std::to_string(cred.uid) +
+                                   " is neither root nor the owner of process " + std::to_string(::getpid()));
+  return false;
+}
+
+void Agent::serve(int conn) {
+  bool greeted = false;
+  for (;;) {
+    auto req = wire::recv_request(conn, options_.idle_timeout_ms);
+    if (!req) {
+      // EPROTO: tell the peer what was wrong before hanging up.
+      if (req.error().code == EPROTO) (void)wire::send_error_reply(conn, EPROTO, req.error().message);
+      return;
+    }
+    if (!handle(conn, *req, greeted)) return;
+  }
+}
+
+bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
+  const Phos__Agent__Request& req = *received.request;
+  auto fail = [&](int code, const std::string& msg) {
+    (void)wire::send_error_reply(conn, code, msg);
+    return true;
+  };
+  if (!greeted && req.kind_case != PHOS__AGENT__REQUEST__KIND_HELLO) {
+    (void)wire::send_error_reply(conn, EPROTO, "the first request must be hello");
+    return false;
+  }
+  switch (req.kind_case) {
+    case PHOS__AGENT__REQUEST__KIND_HELLO: {
+      if (req.hello->protocol_version != wire::kAgentProtocolVersion) {
+        (void)wire::send_error_reply(conn, EPROTONOSUPPORT,
+                                     "agent protocol " + std::to_string(req.hello->protocol_version) +
+                                         " not supported; this agent speaks " +
+                                         std::to_string(wire::kAgentProtocolVersion));
+        return false;
+      }
+      greeted = true;
+      Phos__Agent__HelloReply r = PHOS__AGENT__HELLO_REPLY__INIT;
+      r.protocol_version = wire::kAgentProtocolVersion;
+      r.agent_version = const_cast<char*>(PHOS_VERSION);
+      r.pid = ::getpid();
+      r.agent_tid = tid_.load();
+      r.uid = ::getuid();
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_HELLO, &Phos__Agent__Reply::hello, r).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_STATUS: {
+      BackendStatus s = backend_.status();
+      std::vector<char*> calls;
+      for (auto& c : s.unsupported_calls) calls.push_back(c.data());
+      Phos__Agent__StatusReply r = PHOS__AGENT__STATUS_REPLY__INIT;
+      r.gate_open = gate_.is_open();
+      r.cuda_initialized = s.cuda_initialized;
+      r.allocation_count = s.allocation_count;
+      r.allocated_bytes = s.allocated_bytes;
+      r.device_count = s.device_count;
+      r.n_unsupported_calls = calls.size();
+      r.unsupported_calls = calls.data();
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_STATUS, &Phos__Agent__Reply::status, r).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS: {
+      const auto* q = req.list_allocations;
+      auto all = backend_.allocations();
+      uint64_t first = std::min<uint64_t>(q->first_index, all.size());
+      uint64_t count = std::min({uint64_t(q->max_count), uint64_t(all.size() - first), uint64_t(wire::kMaxFdsPerFrame)});
+      std::vector<Phos__Agent__Allocation> msgs(count);
+      std::vector<Phos__Agent__Allocation*> ptrs;
+      std::vector<UniqueFd> owned;
+      std::vector<int> fds;
+      for (uint64_t i = 0; i < count; i++) {
+        const AllocationInfo& a = all[first + i];
+        phos__agent__allocation__init(&msgs[i]);
+        msgs[i].id = a.id;
+        msgs[i].device = a.device;
+        msgs[i].address = a.address;
+        msgs[i].size = a.size;
+        msgs[i].flags = a.flags;
+        ptrs.push_back(&msgs[i]);
+        if (q->with_fds) {
+          auto fd = backend_.export_allocation(a.id);
+          if (!fd) return fail(fd.error().code, fd.error().message);
+          fds.push_back(fd->get());
+          owned.push_back(std::move(*fd));
+        }
+      }
+      Phos__Agent__ListAllocationsReply r = PHOS__AGENT__LIST_ALLOCATIONS_REPLY__INIT;
+      r.n_allocations = ptrs.size();
+      r.allocations = ptrs.data();
+      r.total_count = all.size();
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_LIST_ALLOCATIONS, &Phos__Agent__Reply::list_allocations, r, fds).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_QUIESCE: {
+      uint64_t t0 = now_ns();
+      auto timeout = std::chrono::milliseconds(req.quiesce->timeout_ms);
+      if (!gate_.close(timeout))
+        return fail(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +
+                                   std::to_string(req.quiesce->timeout_ms) + " ms; gate reopened");
+      if (auto d = backend_.drain(timeout); !d) {
+        gate_.open();
+        return fail(d.error().code, "drain: " + d.error().message + "; gate reopened");
+      }
+      Phos__Agent__QuiesceReply r = PHOS__AGENT__QUIESCE_REPLY__INIT;
+      r.drained_ns = now_ns() - t0;
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_QUIESCE, &Phos__Agent__Reply::quiesce, r).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS: {
+      if (gate_.is_open()) return fail(EBUSY, "release mappings needs a quiesced process (gate is open)");
+      auto released = backend_.release_mappings();
+      if (!released) return fail(released.error().code, released.error().message);
+      Phos__Agent__ReleaseMappingsReply r = PHOS__AGENT__RELEASE_MAPPINGS_REPLY__INIT;
+      r.released_bytes = *released;
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS, &Phos__Agent__Reply::release_mappings, r).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_REMAP: {
+      const auto* q = req.remap;
+      if (!received.fds.empty() && received.fds.size() != q->n_allocation_ids)
+        return fail(EINVAL, "remap: " + std::to_string(received.fds.size()) + " fds for " +
+                                std::to_string(q->n_allocation_ids) + " allocations");
+      auto mapped = backend_.remap(std::span<const uint64_t>(q->allocation_ids, q->n_allocation_ids),
+                                   std::move(received.fds));
+      if (!mapped) return fail(mapped.error().code, mapped.error().message);
+      Phos__Agent__RemapReply r = PHOS__AGENT__REMAP_REPLY__INIT;
+      r.mapped_bytes = *mapped;
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_REMAP, &Phos__Agent__Reply::remap, r).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_RESUME: {
+      gate_.open();
+      Phos__Agent__ResumeReply r = PHOS__AGENT__RESUME_REPLY__INIT;
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_RESUME, &Phos__Agent__Reply::resume, r).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_GOODBYE: {
+      Phos__Agent__GoodbyeReply r = PHOS__AGENT__GOODBYE_REPLY__INIT;
+      (void)send_reply(conn, PHOS__AGENT__REPLY__KIND_GOODBYE, &Phos__Agent__Reply::goodbye, r);
+      return false;  // run() closes our end now, before the peer closes its own
+    }
+    default:
+      return fail(EPROTO, "unknown request kind " + std::to_string(int(req.kind_case)));
+  }
+}
+
+}  // namespace phos::hooks

@@ -1,0 +1,42 @@
+// Typed agent-protocol messages (images/proto/agent.proto) on top of the
+// framing: pack/send and receive/unpack, with the protobuf-c structs owned.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agent.pb-c.h"
+#include "phos/images/agent_wire.h"
+#include "phos/images/result.h"
+
+namespace phos::wire {
+
+inline constexpr uint32_t kAgentProtocolVersion = 1;
+
+struct UnpackedDeleter {
+  void operator()(ProtobufCMessage* m) const { protobuf_c_message_free_unpacked(m, nullptr); }
+  void operator()(Phos__Agent__Request* m) const { operator()(&m->base); }
+  void operator()(Phos__Agent__Reply* m) const { operator()(&m->base); }
+};
+using RequestPtr = std::unique_ptr<Phos__Agent__Request, UnpackedDeleter>;
+using ReplyPtr = std::unique_ptr<Phos__Agent__Reply, UnpackedDeleter>;
+
+Result<void> send_message(int sock, const ProtobufCMessage& message, std::span<const int> fds = {});
+
+struct ReceivedRequest {
+  RequestPtr request;
+  std::vector<UniqueFd> fds;
+};
+struct ReceivedReply {
+  ReplyPtr reply;
+  std::vector<UniqueFd> fds;
+};
+Result<ReceivedRequest> recv_request(int sock, int timeout_ms);
+Result<ReceivedReply> recv_reply(int sock, int timeout_ms);
+
+// An Error reply.
+Result<void> send_error_reply(int sock, int code, const std::string& message);
+
+}  // namespace phos::wire

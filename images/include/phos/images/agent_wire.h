@@ -1,0 +1,33 @@
+// Framing of the agent protocol over a unix stream socket: an 8-byte header
+// (magic, payload length) and a protobuf payload; file descriptors ride along
+// with the header's sendmsg as SCM_RIGHTS.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::wire {
+
+inline constexpr uint32_t kFrameMagic = 0x31414850;  // "PHA1", little-endian
+inline constexpr size_t kFrameHeaderSize = 8;
+inline constexpr size_t kMaxFrameBytes = 16u << 20;
+inline constexpr size_t kMaxFdsPerFrame = 253;  // the kernel's SCM_MAX_FD
+
+struct Frame {
+  std::vector<std::byte> payload;
+  std::vector<UniqueFd> fds;
+};
+
+// Errors carry: ECONNRESET when the peer closed mid-frame, ENODATA when it
+// closed cleanly before a frame began, ETIMEDOUT, EPROTO for a malformed or
+// oversized frame (or fds the kernel truncated).
+Result<void> send_frame(int sock, std::span<const std::byte> payload, std::span<const int> fds = {});
+// timeout_ms < 0 waits forever; the timeout applies to each wait for bytes.
+Result<Frame> recv_frame(int sock, int timeout_ms, size_t max_bytes = kMaxFrameBytes);
+
+}  // namespace phos::wire

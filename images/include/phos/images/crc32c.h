@@ -1,0 +1,21 @@
+// CRC-32C (Castagnoli), the per-chunk checksum of GPU images.
+//
+// Written here because Debian has no packaged crc32c library; it uses the
+// SSE4.2 crc32 instruction where the CPU has it and a table otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace phos {
+
+// Continues a CRC: crc32c(crc32c(0, a), b) == crc32c(0, a + b).
+uint32_t crc32c(uint32_t crc, const void* data, size_t size);
+
+inline uint32_t crc32c(std::span<const std::byte> bytes) { return crc32c(0, bytes.data(), bytes.size()); }
+
+// The portable implementation, exposed so tests can check both agree.
+uint32_t crc32c_portable(uint32_t crc, const void* data, size_t size);
+
+}  // namespace phos

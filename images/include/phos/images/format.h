@@ -1,0 +1,52 @@
+// Constants and names of the GPU image format v1 (see images/proto/).
+//
+// Files in CRIU's image directory, for a process whose pid in its own pid
+// namespace is P:
+//   phos-P-manifest.img   framed Manifest (written before the marker)
+//   phos-P-data-N.img     data file N: a header, then chunks at the offsets
+//                         the manifest records
+//   phos-P-complete.img   framed CompletionMarker, written last, atomically
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace phos::image {
+
+inline constexpr uint32_t kManifestFormatVersion = 1;
+inline constexpr uint32_t kDataFormatVersion = 1;
+inline constexpr uint32_t kDefaultChunkSize = 4u << 20;
+inline constexpr uint32_t kMaxChunkSize = 64u << 20;
+// Large enough for a 64 GiB process in 4 MiB chunks, small enough that a
+// corrupted length cannot make a reader allocate without bound.
+inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;
+inline constexpr uint32_t kDataHeaderSize = 4096;  // chunks start aligned for O_DIRECT
+
+// Every framed file (manifest, marker) starts with this header.
+inline constexpr char kManifestMagic[8] = {'P', 'H', 'O', 'S', 'M', 'A', 'N', 'F'};
+inline constexpr char kMarkerMagic[8] = {'P', 'H', 'O', 'S', 'D', 'O', 'N', 'E'};
+inline constexpr char kDataMagic[8] = {'P', 'H', 'O', 'S', 'D', 'A', 'T', 'A'};
+
+// Allocation.flags bits.
+enum AllocationFlag : uint32_t {
+  kAllocPitched = 1u << 0,
+  kAllocAsync = 1u << 1,       // from cudaMallocAsync / a memory pool
+  kAllocUserVmm = 1u << 2,     // the program used the VMM API itself
+  kAllocSlab = 1u << 3,        // a slab that small allocations live in
+};
+
+std::string manifest_file_name(int32_t pid);
+std::string marker_file_name(int32_t pid);
+std::string data_file_name(int32_t pid, uint32_t index);
+
+// The pid of a manifest file name, or nothing for other names.
+std::optional<int32_t> pid_of_manifest_file(std::string_view name);
+
+// A data file name the manifest may refer to: phos-*.img, no path separator.
+bool is_safe_data_file_name(std::string_view name);
+
+std::string_view writer_version();
+
+}  // namespace phos::image

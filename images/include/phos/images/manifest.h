@@ -1,0 +1,120 @@
+// The manifest of one process's GPU image, as C++ values, and its file codec.
+// The schema is images/proto/manifest.proto; this header keeps protobuf-c
+// out of the code that builds and reads images.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phos/images/format.h"
+#include "phos/images/result.h"
+
+namespace phos::image {
+
+enum class Protocol : uint32_t { StopTheWorld = 1, SoftRecopy = 2, SoftCopyOnWrite = 3 };
+enum class Compression : uint32_t { None = 0, Zstd = 1 };
+
+std::string_view protocol_name(Protocol p);
+std::string_view compression_name(Compression c);
+
+struct Device {
+  uint32_t ordinal = 0;
+  std::array<uint8_t, 16> uuid{};
+  std::string name;
+  uint64_t total_memory = 0;
+  uint32_t compute_major = 0;
+  uint32_t compute_minor = 0;
+  bool operator==(const Device&) const = default;
+};
+
+struct Chunk {
+  uint64_t alloc_offset = 0;
+  uint32_t file_index = 0;
+  uint64_t file_offset = 0;
+  uint32_t raw_size = 0;
+  uint32_t stored_size = 0;
+  uint32_t crc32c = 0;
+  Compression compression = Compression::None;
+  bool operator==(const Chunk&) const = default;
+};
+
+struct Allocation {
+  uint64_t id = 0;
+  uint32_t device = 0;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint32_t flags = 0;
+  std::vector<Chunk> chunks;
+  bool operator==(const Allocation&) const = default;
+};
+
+struct DataFile {
+  std::string name;
+  uint64_t size = 0;
+  bool operator==(const DataFile&) const = default;
+};
+
+struct Statistics {
+  uint64_t quiesce_ns = 0;
+  uint64_t copy_ns = 0;
+  uint64_t write_ns = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  uint64_t total_ns = 0;
+  bool operator==(const Statistics&) const = default;
+};
+
+struct LaunchRecord {
+  uint64_t sequence = 0;
+  std::string kernel;
+  std::vector<uint64_t> read_allocations;
+  std::vector<uint64_t> write_allocations;
+  bool operator==(const LaunchRecord&) const = default;
+};
+
+struct Manifest {
+  uint32_t format_version = kManifestFormatVersion;
+  std::string writer_version;
+  int32_t pid = 0;
+  Protocol protocol = Protocol::StopTheWorld;
+  uint32_t chunk_size = kDefaultChunkSize;
+  uint64_t created_unix_ns = 0;
+  std::vector<Device> devices;
+  std::vector<Allocation> allocations;
+  std::vector<DataFile> data_files;
+  Statistics statistics;
+  std::vector<LaunchRecord> launch_log;
+  std::vector<std::string> unsupported_calls;
+  bool operator==(const Manifest&) const = default;
+};
+
+struct CompletionMarker {
+  uint32_t format_version = kManifestFormatVersion;
+  uint64_t manifest_size = 0;
+  uint32_t manifest_crc32c = 0;
+  uint64_t completed_unix_ns = 0;
+  bool operator==(const CompletionMarker&) const = default;
+};
+
+// A manifest file's bytes: the framed header, then the protobuf payload.
+std::vector<std::byte> encode_manifest(const Manifest& m);
+// Checks the frame (magic, version, sizes, checksums), parses, then validates.
+// `name` is the file name that error messages carry.
+Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_view name);
+
+// Structural checks a reader relies on: versions, device references, chunks
+// that cover each allocation exactly, chunk sizes within chunk_size, data file
+// names and extents inside their files.
+Result<void> validate_manifest(const Manifest& m, std::string_view name);
+
+// The marker that completes `manifest_file` (the bytes encode_manifest made).
+CompletionMarker marker_for(std::span<const std::byte> manifest_file, uint64_t completed_unix_ns);
+std::vector<std::byte> encode_marker(const CompletionMarker& marker);
+Result<CompletionMarker> decode_marker(std::span<const std::byte> file, std::string_view name);
+
+}  // namespace phos::image

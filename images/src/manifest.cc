@@ -1,0 +1,322 @@
+#include "phos/images/manifest.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include <zstd.h>
+
+#include "framed_file.h"
+#include "phos/images/crc32c.h"
+#include "manifest.pb-c.h"
+
+namespace phos::image {
+
+std::string_view protocol_name(Protocol p) {
+  switch (p) {
+    case Protocol::StopTheWorld: return "stop-the-world";
+    case Protocol::SoftRecopy: return "soft-recopy";
+    case Protocol::SoftCopyOnWrite: return "soft-copy-on-write";
+  }
+  return "unknown";
+}
+
+std::string_view compression_name(Compression c) {
+  switch (c) {
+    case Compression::None: return "none";
+    case Compression::Zstd: return "zstd";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Owns the protobuf-c structs of one manifest while it is packed: they point
+// into the C++ values and into each other.
+struct PbManifest {
+  Phos__Image__Manifest m = PHOS__IMAGE__MANIFEST__INIT;
+  Phos__Image__Statistics stats = PHOS__IMAGE__STATISTICS__INIT;
+  Phos__Image__LaunchLog log = PHOS__IMAGE__LAUNCH_LOG__INIT;
+  std::vector<Phos__Image__Device> devices;
+  std::vector<Phos__Image__Device*> device_ptrs;
+  std::vector<Phos__Image__Allocation> allocs;
+  std::vector<Phos__Image__Allocation*> alloc_ptrs;
+  std::vector<std::vector<Phos__Image__Chunk>> chunks;
+  std::vector<std::vector<Phos__Image__Chunk*>> chunk_ptrs;
+  std::vector<Phos__Image__DataFile> files;
+  std::vector<Phos__Image__DataFile*> file_ptrs;
+  std::vector<Phos__Image__LaunchRecord> launches;
+  std::vector<Phos__Image__LaunchRecord*> launch_ptrs;
+  std::vector<char*> unsupported;
+
+  explicit PbManifest(const Manifest& in) {
+    m.format_version = in.format_version;
+    m.writer_version = const_cast<char*>(in.writer_version.c_str());
+    m.pid = in.pid;
+    m.protocol = static_cast<Phos__Image__Protocol>(in.protocol);
+    m.chunk_size = in.chunk_size;
+    m.created_unix_ns = in.created_unix_ns;
+
+    devices.resize(in.devices.size());
+    for (size_t i = 0; i < in.devices.size(); i++) {
+      const Device& d = in.devices[i];
+      Phos__Image__Device& o = devices[i];
+      phos__image__device__init(&o);
+      o.ordinal = d.ordinal;
+      o.uuid.len = d.uuid.size();
+      o.uuid.data = const_cast<uint8_t*>(d.uuid.data());
+      o.name = const_cast<char*>(d.name.c_str());
+      o.total_memory = d.total_memory;
+      o.has_compute_major = o.has_compute_minor = 1;
+      o.compute_major = d.compute_major;
+      o.compute_minor = d.compute_minor;
+      device_ptrs.push_back(&o);
+    }
+    m.n_devices = device_ptrs.size();
+    m.devices = device_ptrs.data();
+
+    allocs.resize(in.allocations.size());
+    chunks.resize(in.allocations.size());
+    chunk_ptrs.resize(in.allocations.size());
+    for (size_t i = 0; i < in.allocations.size(); i++) {
+      const Allocation& a = in.allocations[i];
+      Phos__Image__Allocation& o = allocs[i];
+      phos__image__allocation__init(&o);
+      o.id = a.id;
+      o.device = a.device;
+      o.address = a.address;
+      o.size = a.size;
+      o.flags = a.flags;
+      chunks[i].resize(a.chunks.size());
+      for (size_t k = 0; k < a.chunks.size(); k++) {
+        const Chunk& c = a.chunks[k];
+        Phos__Image__Chunk& oc = chunks[i][k];
+        phos__image__chunk__init(&oc);
+        oc.alloc_offset = c.alloc_offset;
+        oc.file_index = c.file_index;
+        oc.file_offset = c.file_offset;
+        oc.raw_size = c.raw_size;
+        oc.stored_size = c.stored_size;
+        oc.crc32c = c.crc32c;
+        oc.compression = static_cast<Phos__Image__Compression>(c.compression);
+        chunk_ptrs[i].push_back(&oc);
+      }
+      o.n_chunks = chunk_ptrs[i].size();
+      o.chunks = chunk_ptrs[i].data();
+      alloc_ptrs.push_back(&o);
+    }
+    m.n_allocations = alloc_ptrs.size();
+    m.allocations = alloc_ptrs.data();
+
+    files.resize(in.data_files.size());
+    for (size_t i = 0; i < in.data_files.size(); i++) {
+      phos__image__data_file__init(&files[i]);
+      files[i].name = const_cast<char*>(in.data_files[i].name.c_str());
+      files[i].size = in.data_files[i].size;
+      file_ptrs.push_back(&files[i]);
+    }
+    m.n_data_files = file_ptrs.size();
+    m.data_files = file_ptrs.data();
+
+    const Statistics& s = in.statistics;
+    stats.has_quiesce_ns = stats.has_copy_ns = stats.has_write_ns = 1;
+    stats.has_raw_bytes = stats.has_stored_bytes = stats.has_total_ns = 1;
+    stats.quiesce_ns = s.quiesce_ns;
+    stats.copy_ns = s.copy_ns;
+    stats.write_ns = s.write_ns;
+    stats.raw_bytes = s.raw_bytes;
+    stats.stored_bytes = s.stored_bytes;
+    stats.total_ns = s.total_ns;
+    m.statistics = &stats;
+
+    launches.resize(in.launch_log.size());
+    for (size_t i = 0; i < in.launch_log.size(); i++) {
+      const LaunchRecord& r = in.launch_log[i];
+      Phos__Image__LaunchRecord& o = launches[i];
+      phos__image__launch_record__init(&o);
+      o.sequence = r.sequence;
+      o.kernel = const_cast<char*>(r.kernel.c_str());
+      o.n_read_allocations = r.read_allocations.size();
+      o.read_allocations = const_cast<uint64_t*>(r.read_allocations.data());
+      o.n_write_allocations = r.write_allocations.size();
+      o.write_allocations = const_cast<uint64_t*>(r.write_allocations.data());
+      launch_ptrs.push_back(&o);
+    }
+    log.n_launches = launch_ptrs.size();
+    log.launches = launch_ptrs.data();
+    m.launch_log = &log;
+
+    for (const auto& u : in.unsupported_calls) unsupported.push_back(const_cast<char*>(u.c_str()));
+    m.n_unsupported_calls = unsupported.size();
+    m.unsupported_calls = unsupported.data();
+  }
+};
+
+Manifest from_pb(const Phos__Image__Manifest& m) {
+  Manifest out;
+  out.format_version = m.format_version;
+  out.writer_version = m.writer_version ? m.writer_version : "";
+  out.pid = m.pid;
+  out.protocol = static_cast<Protocol>(m.protocol);
+  out.chunk_size = m.chunk_size;
+  out.created_unix_ns = m.created_unix_ns;
+  for (size_t i = 0; i < m.n_devices; i++) {
+    const auto& d = *m.devices[i];
+    Device o;
+    o.ordinal = d.ordinal;
+    std::copy_n(d.uuid.data, std::min<size_t>(d.uuid.len, o.uuid.size()), o.uuid.begin());
+    o.name = d.name ? d.name : "";
+    o.total_memory = d.total_memory;
+    o.compute_major = d.has_compute_major ? d.compute_major : 0;
+    o.compute_minor = d.has_compute_minor ? d.compute_minor : 0;
+    out.devices.push_back(std::move(o));
+  }
+  for (size_t i = 0; i < m.n_allocations; i++) {
+    const auto& a = *m.allocations[i];
+    Allocation o{a.id, a.device, a.address, a.size, a.flags, {}};
+    o.chunks.reserve(a.n_chunks);
+    for (size_t k = 0; k < a.n_chunks; k++) {
+      const auto& c = *a.chunks[k];
+      o.chunks.push_back(Chunk{c.alloc_offset, c.file_index, c.file_offset, c.raw_size, c.stored_size, c.crc32c,
+                               static_cast<Compression>(c.compression)});
+    }
+    out.allocations.push_back(std::move(o));
+  }
+  for (size_t i = 0; i < m.n_data_files; i++)
+    out.data_files.push_back(DataFile{m.data_files[i]->name ? m.data_files[i]->name : "", m.data_files[i]->size});
+  if (const auto* s = m.statistics) {
+    out.statistics = Statistics{s->quiesce_ns, s->copy_ns, s->write_ns, s->raw_bytes, s->stored_bytes, s->total_ns};
+  }
+  if (const auto* log = m.launch_log) {
+    for (size_t i = 0; i < log->n_launches; i++) {
+      const auto& r = *log->launches[i];
+      out.launch_log.push_back(LaunchRecord{
+          r.sequence, r.kernel ? r.kernel : "",
+          std::vector<uint64_t>(r.read_allocations, r.read_allocations + r.n_read_allocations),
+          std::vector<uint64_t>(r.write_allocations, r.write_allocations + r.n_write_allocations)});
+    }
+  }
+  for (size_t i = 0; i < m.n_unsupported_calls; i++) out.unsupported_calls.emplace_back(m.unsupported_calls[i]);
+  return out;
+}
+
+template <class Msg>
+std::vector<std::byte> pack(const Msg& msg) {
+  std::vector<std::byte> out(protobuf_c_message_get_packed_size(&msg.base));
+  protobuf_c_message_pack(&msg.base, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::byte> encode_manifest(const Manifest& m) {
+  PbManifest pb(m);
+  return frame_file(kManifestMagic, m.format_version, pack(pb.m));
+}
+
+Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_view name) {
+  auto unframed = unframe_file(file, kManifestMagic, kManifestFormatVersion, name, "manifest");
+  if (!unframed) return unframed.error();
+  auto payload = unframed->payload;
+  Phos__Image__Manifest* pb = phos__image__manifest__unpack(
+      nullptr, payload.size(), reinterpret_cast<const uint8_t*>(payload.data()));
+  if (!pb) return make_error(std::string(name) + ": manifest: protobuf payload does not parse");
+  Manifest m = from_pb(*pb);
+  phos__image__manifest__free_unpacked(pb, nullptr);
+  if (m.format_version != unframed->format_version)
+    return make_error(std::string(name) + ": manifest: header says format version " +
+                      std::to_string(unframed->format_version) + ", payload says " +
+                      std::to_string(m.format_version));
+  PHOS_TRY(validate_manifest(m, name));
+  return m;
+}
+
+Result<void> validate_manifest(const Manifest& m, std::string_view name) {
+  auto fail = [&](const std::string& why) { return make_error(std::string(name) + ": manifest: " + why); };
+  if (m.format_version == 0 || m.format_version > kManifestFormatVersion)
+    return fail("format version " + std::to_string(m.format_version) + " is not supported");
+  if (m.pid <= 0) return fail("invalid pid " + std::to_string(m.pid));
+  if (protocol_name(m.protocol) == "unknown")
+    return fail("unknown protocol " + std::to_string(static_cast<uint32_t>(m.protocol)));
+  if (m.chunk_size < 4096 || m.chunk_size > kMaxChunkSize)
+    return fail("chunk size " + std::to_string(m.chunk_size) + " is outside 4096.." + std::to_string(kMaxChunkSize));
+
+  std::set<uint32_t> ordinals;
+  for (const auto& d : m.devices)
+    if (!ordinals.insert(d.ordinal).second) return fail("device " + std::to_string(d.ordinal) + " listed twice");
+
+  std::set<std::string> file_names;
+  for (const auto& f : m.data_files) {
+    if (!is_safe_data_file_name(f.name)) return fail("data file name '" + f.name + "' is not a phos-*.img name");
+    if (!file_names.insert(f.name).second) return fail("data file " + f.name + " listed twice");
+    if (f.size < kDataHeaderSize) return fail("data file " + f.name + " is smaller than its header");
+  }
+
+  std::set<uint64_t> ids;
+  std::map<uint64_t, uint64_t> ranges;  // address -> end
+  for (const auto& a : m.allocations) {
+    std::string what = "allocation " + std::to_string(a.id);
+    if (!ids.insert(a.id).second) return fail(what + " listed twice");
+    if (!ordinals.count(a.device)) return fail(what + " is on device " + std::to_string(a.device) + ", not listed");
+    if (a.size == 0) return fail(what + " has size 0");
+    if (a.address == 0 || a.address + a.size < a.address) return fail(what + " has an invalid address range");
+    auto [it, inserted] = ranges.emplace(a.address, a.address + a.size);
+    if (!inserted) return fail(what + " overlaps another allocation");
+    if (it != ranges.begin() && std::prev(it)->second > a.address) return fail(what + " overlaps another allocation");
+    if (std::next(it) != ranges.end() && std::next(it)->first < it->second)
+      return fail(what + " overlaps another allocation");
+
+    uint64_t covered = 0;
+    for (size_t k = 0; k < a.chunks.size(); k++) {
+      const Chunk& c = a.chunks[k];
+      std::string cw = what + " chunk " + std::to_string(k);
+      if (c.alloc_offset != covered)
+        return fail(cw + " starts at " + std::to_string(c.alloc_offset) + ", expected " + std::to_string(covered));
+      if (c.raw_size == 0 || c.raw_size > m.chunk_size)
+        return fail(cw + " has " + std::to_string(c.raw_size) + " bytes, chunk size is " + std::to_string(m.chunk_size));
+      if (compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
+      if (c.compression == Compression::None && c.stored_size != c.raw_size)
+        return fail(cw + " is uncompressed but stores " + std::to_string(c.stored_size) + " of " +
+                    std::to_string(c.raw_size) + " bytes");
+      if (c.stored_size == 0 || c.stored_size > ZSTD_compressBound(c.raw_size))
+        return fail(cw + " stored size " + std::to_string(c.stored_size) + " is impossible");
+      if (c.file_index >= m.data_files.size()) return fail(cw + " refers to data file " + std::to_string(c.file_index) + ", not listed");
+      const DataFile& f = m.data_files[c.file_index];
+      if (c.file_offset < kDataHeaderSize || c.file_offset > f.size || f.size - c.file_offset < c.stored_size)
+        return fail(cw + " lies outside " + f.name + " (" + std::to_string(f.size) + " bytes)");
+      covered += c.raw_size;
+      if (covered > a.size) return fail(what + ": chunks hold more than its " + std::to_string(a.size) + " bytes");
+    }
+    if (covered != a.size)
+      return fail(what + ": chunks hold " + std::to_string(covered) + " of its " + std::to_string(a.size) + " bytes");
+  }
+  return {};
+}
+
+CompletionMarker marker_for(std::span<const std::byte> manifest_file, uint64_t completed_unix_ns) {
+  return CompletionMarker{kManifestFormatVersion, manifest_file.size(), crc32c(manifest_file), completed_unix_ns};
+}
+
+std::vector<std::byte> encode_marker(const CompletionMarker& marker) {
+  Phos__Image__CompletionMarker pb = PHOS__IMAGE__COMPLETION_MARKER__INIT;
+  pb.format_version = marker.format_version;
+  pb.manifest_size = marker.manifest_size;
+  pb.manifest_crc32c = marker.manifest_crc32c;
+  pb.completed_unix_ns = marker.completed_unix_ns;
+  return frame_file(kMarkerMagic, marker.format_version, pack(pb));
+}
+
+Result<CompletionMarker> decode_marker(std::span<const std::byte> file, std::string_view name) {
+  auto unframed = unframe_file(file, kMarkerMagic, kManifestFormatVersion, name, "completion marker");
+  if (!unframed) return unframed.error();
+  auto payload = unframed->payload;
+  auto* pb = phos__image__completion_marker__unpack(nullptr, payload.size(),
+                                                    reinterpret_cast<const uint8_t*>(payload.data()));
+  if (!pb) return make_error(std::string(name) + ": completion marker: protobuf payload does not parse");
+  CompletionMarker m{pb->format_version, pb->manifest_size, pb->manifest_crc32c, pb->completed_unix_ns};
+  phos__image__completion_marker__free_unpacked(pb, nullptr);
+  return m;
+}
+
+}  // namespace phos::image

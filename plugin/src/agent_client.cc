@@ -1,0 +1,202 @@
+#include "agent_client.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cstring>
+
+#include "proc.h"
+
+namespace phos::plugin {
+namespace {
+
+// A socket created in the network namespace of `pid` (abstract unix names are
+// per network namespace), connected to `name`.
+Result<UniqueFd> connect_in_netns(pid_t pid, const std::string& name) {
+  std::string target_ns = "/proc/" + std::to_string(pid) + "/ns/net";
+  struct stat self_st {}, target_st {};
+  if (::stat("/proc/self/ns/net", &self_st) != 0) return errno_error("stat /proc/self/ns/net");
+  if (::stat(target_ns.c_str(), &target_st) != 0) return errno_error("stat " + target_ns);
+  bool switch_ns = self_st.st_ino != target_st.st_ino || self_st.st_dev != target_st.st_dev;
+
+  UniqueFd self_fd, target_fd;
+  if (switch_ns) {
+    self_fd.reset(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+    target_fd.reset(::open(target_ns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!self_fd.valid() || !target_fd.valid()) return errno_error("open network namespace of " + std::to_string(pid));
+    if (::setns(target_fd.get(), CLONE_NEWNET) != 0)
+      return errno_error("enter network namespace of " + std::to_string(pid));
+  }
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int socket_errno = errno;
+  if (switch_ns && ::setns(self_fd.get(), CLONE_NEWNET) != 0)
+    return errno_error("return to criu's network namespace");
+  if (!sock.valid()) return errno_error("socket", socket_errno);
+
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof(addr.sun_path)) return make_error("agent socket name too long");
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+  if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), len) != 0)
+    return errno_error("connect to agent @" + name + " of process " + std::to_string(pid));
+  return sock;
+}
+
+}  // namespace
+
+Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms) {
+  auto name = find_listening_socket(pid, kAgentSocketPrefix);
+  if (!name) return name.error();
+  if (!name->has_value()) return make_error("process " + std::to_string(pid) + " has no phos agent", ENOENT);
+  auto sock = connect_in_netns(pid, **name);
+  if (!sock) return sock.error();
+  AgentClient client(std::move(*sock), timeout_ms);
+
+  Phos__Agent__Hello hello = PHOS__AGENT__HELLO__INIT;
+  hello.protocol_version = wire::kAgentProtocolVersion;
+  hello.client_version = const_cast<char*>(PHOS_VERSION);
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_HELLO;
+  req.hello = &hello;
+  auto reply = client.call(req, PHOS__AGENT__REPLY__KIND_HELLO);
+  if (!reply) return reply.error();
+  const auto* h = reply->reply->hello;
+  client.hello_ = AgentHello{h->protocol_version, h->agent_version, h->pid, h->agent_tid, h->uid};
+  return client;
+}
+
+Result<wire::ReceivedReply> AgentClient::call(Phos__Agent__Request& req, Phos__Agent__Reply__KindCase expected,
+                                              std::span<const int> fds) {
+  PHOS_TRY(wire::send_message(sock_.get(), req.base, fds));
+  auto reply = wire::recv_reply(sock_.get(), timeout_ms_);
+  if (!reply) return reply.error();
+  const auto* r = reply->reply.get();
+  if (r->kind_case == PHOS__AGENT__REPLY__KIND_ERROR)
+    return make_error(std::string("agent: ") + (r->error->message ? r->error->message : "error"), r->error->code);
+  if (r->kind_case != expected)
+    return make_error("agent answered with reply kind " + std::to_string(int(r->kind_case)) + ", expected " +
+                          std::to_string(int(expected)),
+                      EPROTO);
+  return reply;
+}
+
+Result<AgentStatus> AgentClient::status() {
+  Phos__Agent__StatusRequest s = PHOS__AGENT__STATUS_REQUEST__INIT;
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_STATUS;
+  req.status = &s;
+  auto reply = call(req, PHOS__AGENT__REPLY__KIND_STATUS);
+  if (!reply) return reply.error();
+  const auto* r = reply->reply->status;
+  AgentStatus out{r->gate_open != 0, r->cuda_initialized != 0, r->allocation_count, r->allocated_bytes, r->device_count, {}};
+  for (size_t i = 0; i < r->n_unsupported_calls; i++) out.unsupported_calls.emplace_back(r->unsupported_calls[i]);
+  return out;
+}
+
+Result<uint64_t> AgentClient::quiesce(uint32_t timeout_ms) {
+  Phos__Agent__QuiesceRequest q = PHOS__AGENT__QUIESCE_REQUEST__INIT;
+  q.timeout_ms = timeout_ms;
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_QUIESCE;
+  req.quiesce = &q;
+  auto reply = call(req, PHOS__AGENT__REPLY__KIND_QUIESCE);
+  if (!reply) return reply.error();
+  return uint64_t(reply->reply->quiesce->drained_ns);
+}
+
+Result<std::vector<AgentAllocation>> AgentClient::list_allocations(bool with_fds, std::vector<UniqueFd>* fds) {
+  std::vector<AgentAllocation> out;
+  for (;;) {
+    Phos__Agent__ListAllocationsRequest q = PHOS__AGENT__LIST_ALLOCATIONS_REQUEST__INIT;
+    q.first_index = out.size();
+    q.max_count = wire::kMaxFdsPerFrame;
+    q.with_fds = with_fds;
+    Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+    req.kind_case = PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS;
+    req.list_allocations = &q;
+    auto reply = call(req, PHOS__AGENT__REPLY__KIND_LIST_ALLOCATIONS);
+    if (!reply) return reply.error();
+    const auto* r = reply->reply->list_allocations;
+    if (with_fds && reply->fds.size() != r->n_allocations)
+      return make_error("agent sent " + std::to_string(reply->fds.size()) + " fds for " +
+                            std::to_string(r->n_allocations) + " allocations",
+                        EPROTO);
+    for (size_t i = 0; i < r->n_allocations; i++) {
+      const auto* a = r->allocations[i];
+      out.push_back(AgentAllocation{a->id, a->device, a->address, a->size, a->flags});
+      if (with_fds && fds) fds->push_back(std::move(reply->fds[i]));
+    }
+    if (out.size() >= r->total_count || r->n_allocations == 0) break;
+  }
+  return out;
+}
+
+Result<uint64_t> AgentClient::release_mappings() {
+  Phos__Agent__ReleaseMappingsRequest q = PHOS__AGENT__RELEASE_MAPPINGS_REQUEST__INIT;
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS;
+  req.release_mappings = &q;
+  auto reply = call(req, PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS);
+  if (!reply) return reply.error();
+  return uint64_t(reply->reply->release_mappings->released_bytes);
+}
+
+Result<uint64_t> AgentClient::remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds) {
+  Phos__Agent__RemapRequest q = PHOS__AGENT__REMAP_REQUEST__INIT;
+  q.n_allocation_ids = ids.size();
+  q.allocation_ids = const_cast<uint64_t*>(ids.data());
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_REMAP;
+  req.remap = &q;
+  auto reply = call(req, PHOS__AGENT__REPLY__KIND_REMAP, fds);
+  if (!reply) return reply.error();
+  return uint64_t(reply->reply->remap->mapped_bytes);
+}
+
+Result<void> AgentClient::resume() {
+  Phos__Agent__ResumeRequest q = PHOS__AGENT__RESUME_REQUEST__INIT;
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_RESUME;
+  req.resume = &q;
+  auto reply = call(req, PHOS__AGENT__REPLY__KIND_RESUME);
+  if (!reply) return reply.error();
+  return {};
+}
+
+Result<void> AgentClient::goodbye() {
+  Phos__Agent__GoodbyeRequest q = PHOS__AGENT__GOODBYE_REQUEST__INIT;
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_GOODBYE;
+  req.goodbye = &q;
+  auto reply = call(req, PHOS__AGENT__REPLY__KIND_GOODBYE);
+  if (!reply) return reply.error();
+  auto eof = wire::recv_frame(sock_.get(), timeout_ms_);
+  if (eof.ok()) return make_error("agent sent a frame after goodbye", EPROTO);
+  if (eof.error().code != ENODATA) return eof.error();
+  sock_.reset();
+  return {};
+}
+
+}  // namespace phos::plugin
+
+#include "stopped_thread.h"
+
+namespace phos::plugin {
+
+Result<void> with_stopped_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn) {
+  auto tid = find_thread(pid, kAgentThreadName);
+  if (!tid) return tid.error();
+  auto run = StoppedThreadRun::start(*tid);
+  if (!run) return run.error();
+  auto client = AgentClient::connect(pid, timeout_ms);
+  if (!client) return client.error();
+  PHOS_TRY(fn(*client));
+  PHOS_TRY(client->goodbye());
+  return run->stop();
+}
+
+}  // namespace phos::plugin

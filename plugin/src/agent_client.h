@@ -1,0 +1,81 @@
+// The plugin's (and phosctl's) side of the agent protocol.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "phos/images/agent_messages.h"
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::plugin {
+
+inline constexpr const char* kAgentSocketPrefix = "phos-agent.";
+inline constexpr const char* kAgentThreadName = "phos-agent";
+
+struct AgentHello {
+  uint32_t protocol_version = 0;
+  std::string agent_version;
+  pid_t pid = 0;        // in the target's pid namespace
+  pid_t agent_tid = 0;  // likewise
+  uint32_t uid = 0;
+};
+
+struct AgentStatus {
+  bool gate_open = false;
+  bool cuda_initialized = false;
+  uint64_t allocation_count = 0;
+  uint64_t allocated_bytes = 0;
+  uint32_t device_count = 0;
+  std::vector<std::string> unsupported_calls;
+};
+
+struct AgentAllocation {
+  uint64_t id = 0;
+  uint32_t device = 0;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint32_t flags = 0;
+};
+
+class AgentClient {
+ public:
+  // Finds the agent of `pid`, connects (in the target's network namespace,
+  // where its abstract socket lives) and says hello. ENOENT: no agent.
+  static Result<AgentClient> connect(pid_t pid, int timeout_ms);
+
+  const AgentHello& hello() const { return hello_; }
+  Result<AgentStatus> status();
+  Result<uint64_t> quiesce(uint32_t timeout_ms);  // drained_ns
+  Result<std::vector<AgentAllocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
+  Result<uint64_t> release_mappings();
+  Result<uint64_t> remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds);
+  Result<void> resume();
+  // Asks the agent to close its end and waits until it has, so that the
+  // target holds no socket to us when CRIU dumps its files.
+  Result<void> goodbye();
+
+ private:
+  AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
+  Result<wire::ReceivedReply> call(Phos__Agent__Request& req, Phos__Agent__Reply__KindCase expected,
+                                   std::span<const int> fds = {});
+
+  UniqueFd sock_;
+  int timeout_ms_;
+  AgentHello hello_;
+};
+
+}  // namespace phos::plugin
+
+#include <functional>
+
+namespace phos::plugin {
+
+// Talks to the agent of `pid` while criu holds the process stopped: lets the
+// agent thread alone run, connects, runs `fn`, says goodbye, stops it again.
+Result<void> with_stopped_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn);
+
+}  // namespace phos::plugin

@@ -1,0 +1,112 @@
+// phos_plugin.so: the CRIU plugin. GPL-2.0-or-later (it builds against
+// CRIU's criu-plugin.h).
+//
+// Only the glue to CRIU lives here: hooks take C arguments, return 0, -ENOTSUP
+// for processes that are not ours (so other plugins, CRIU's cuda plugin too,
+// handle them) or a negative errno; no exception crosses into CRIU.
+// criu-plugin.h is a C header without extern "C" of its own.
+extern "C" {
+#include <criu/criu-plugin.h>
+}
+
+#include <cerrno>
+#include <exception>
+#include <memory>
+
+#include "checkpoint.h"
+#include "log.h"
+#include "options.h"
+#include "restore.h"
+
+namespace {
+
+using phos::plugin::Checkpointer;
+using phos::plugin::PluginOptions;
+using phos::plugin::Restorer;
+
+int g_stage = -1;
+std::unique_ptr<Checkpointer> g_checkpointer;
+std::unique_ptr<Restorer> g_restorer;
+
+template <class Fn>
+int guarded(const char* what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    PHOS_ERR("%s: %s", what, e.what());
+  } catch (...) {
+    PHOS_ERR("%s: unknown exception", what);
+  }
+  return -EINVAL;
+}
+
+int hook_result(const char* what, int pid, const phos::Result<bool>& r) {
+  if (!r) {
+    PHOS_ERR("%s(%d): %s", what, pid, r.error().message.c_str());
+    return r.error().code > 0 ? -r.error().code : -EINVAL;
+  }
+  return *r ? 0 : -ENOTSUP;
+}
+
+int phos_init(int stage) {
+  return guarded("init", [&] {
+    g_stage = stage;
+    PluginOptions options = PluginOptions::from_env();
+    if (stage == CR_PLUGIN_STAGE__DUMP) {
+      g_checkpointer = std::make_unique<Checkpointer>(criu_get_image_dir(), options);
+    } else if (stage == CR_PLUGIN_STAGE__RESTORE) {
+      g_restorer = std::make_unique<Restorer>(criu_get_image_dir(), options);
+      if (auto r = g_restorer->load(); !r) {
+        PHOS_ERR("cannot restore: %s", r.error().message.c_str());
+        return -1;
+      }
+    }
+    PHOS_INFO("phos %s plugin initialized (stage %d)", PHOS_VERSION, stage);
+    return 0;
+  });
+}
+
+void phos_exit(int stage, int ret) {
+  guarded("exit", [&] {
+    if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer) g_checkpointer->finish(ret == 0);
+    g_checkpointer.reset();
+    g_restorer.reset();
+    return 0;
+  });
+}
+
+int phos_pause_devices(int pid) {
+  // A pre-dump leaves the process running; GPU pre-dump is not implemented,
+  // so the process is left alone.
+  if (!g_checkpointer) return -ENOTSUP;
+  return guarded("pause_devices", [&] { return hook_result("pause_devices", pid, g_checkpointer->pause(pid)); });
+}
+
+int phos_checkpoint_devices(int pid) {
+  if (!g_checkpointer) return -ENOTSUP;
+  return guarded("checkpoint_devices",
+                 [&] { return hook_result("checkpoint_devices", pid, g_checkpointer->checkpoint(pid)); });
+}
+
+int phos_resume_devices_late(int pid) {
+  if (!g_restorer) return -ENOTSUP;
+  return guarded("resume_devices_late",
+                 [&] { return hook_result("resume_devices_late", pid, g_restorer->resume_late(pid)); });
+}
+
+}  // namespace
+
+// Like CR_PLUGIN_REGISTER, but max_hooks counts only the hooks phos uses, so
+// the same build loads in every CRIU from 4.0 on (CRIU refuses descriptors
+// with more hooks than it knows).
+extern "C" {
+__attribute__((visibility("default"))) cr_plugin_desc_t CR_PLUGIN_DESC = {
+    "phos", phos_init, phos_exit, CRIU_PLUGIN_VERSION, CR_PLUGIN_HOOK__CHECKPOINT_DEVICES + 1, {},
+};
+}
+
+__attribute__((constructor)) static void phos_register_hooks() {
+  CR_PLUGIN_DESC.hooks[CR_PLUGIN_HOOK__PAUSE_DEVICES] = reinterpret_cast<void*>(phos_pause_devices);
+  CR_PLUGIN_DESC.hooks[CR_PLUGIN_HOOK__CHECKPOINT_DEVICES] = reinterpret_cast<void*>(phos_checkpoint_devices);
+  CR_PLUGIN_DESC.hooks[CR_PLUGIN_HOOK__RESUME_DEVICES_LATE] = reinterpret_cast<void*>(phos_resume_devices_late);
+}

@@ -1,0 +1,16 @@
+// Logging into CRIU's log (print_on_level, which criu exports to plugins),
+// or to stderr in programs that are not criu (phosctl, tests).
+#pragma once
+
+namespace phos::plugin {
+
+enum class LogLevel : unsigned { Error = 1, Warn = 2, Info = 3, Debug = 4 };
+
+void log(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+#define PHOS_ERR(...) ::phos::plugin::log(::phos::plugin::LogLevel::Error, __VA_ARGS__)
+#define PHOS_WARN(...) ::phos::plugin::log(::phos::plugin::LogLevel::Warn, __VA_ARGS__)
+#define PHOS_INFO(...) ::phos::plugin::log(::phos::plugin::LogLevel::Info, __VA_ARGS__)
+#define PHOS_DEBUG(...) ::phos::plugin::log(::phos::plugin::LogLevel::Debug, __VA_ARGS__)
+
+}  // namespace phos::plugin

@@ -1,0 +1,242 @@
+// phosctl: look at GPU images and at running agents.
+//
+//   phosctl show DIR [--json]     what a GPU image holds
+//   phosctl verify DIR            read every chunk and check its checksum
+//   phosctl status PID [--json]   ask a running process's agent
+//   phosctl version
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "agent_client.h"
+#include "phos/images/format.h"
+#include "phos/images/image_dir.h"
+
+namespace {
+
+using nlohmann::json;
+using phos::image::Manifest;
+
+constexpr const char* kUsage =
+    "usage: phosctl show DIR [--json]     print the GPU image in a CRIU image directory\n"
+    "       phosctl verify DIR            read every chunk of it and check its checksum\n"
+    "       phosctl status PID [--json]   ask the phos agent of a running process\n"
+    "       phosctl version\n";
+
+std::string hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
+  return buf;
+}
+
+std::string uuid_text(const std::array<uint8_t, 16>& u) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return buf;
+}
+
+std::string bytes_text(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, u++;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+json image_json(const phos::image::ProcessImage& img) {
+  const Manifest& m = img.manifest;
+  json j = {{"manifest", img.manifest_name},
+            {"complete", img.complete},
+            {"format_version", m.format_version},
+            {"writer_version", m.writer_version},
+            {"pid", m.pid},
+            {"protocol", std::string(phos::image::protocol_name(m.protocol))},
+            {"chunk_size", m.chunk_size},
+            {"created_unix_ns", m.created_unix_ns},
+            {"devices", json::array()},
+            {"allocations", json::array()},
+            {"data_files", json::array()},
+            {"unsupported_calls", m.unsupported_calls},
+            {"launch_log_entries", m.launch_log.size()}};
+  if (!img.complete) j["incomplete_reason"] = img.incomplete_reason;
+  for (const auto& d : m.devices)
+    j["devices"].push_back({{"ordinal", d.ordinal}, {"uuid", uuid_text(d.uuid)}, {"name", d.name},
+                            {"total_memory", d.total_memory},
+                            {"compute_capability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)}});
+  for (const auto& a : m.allocations) {
+    uint64_t stored = 0;
+    for (const auto& c : a.chunks) stored += c.stored_size;
+    j["allocations"].push_back({{"id", a.id}, {"device", a.device}, {"address", hex(a.address)}, {"size", a.size},
+                                {"flags", a.flags}, {"chunks", a.chunks.size()}, {"stored_bytes", stored}});
+  }
+  for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
+  const auto& s = m.statistics;
+  j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
+                     {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"total_ns", s.total_ns}};
+  return j;
+}
+
+void print_image_text(const phos::image::ProcessImage& img) {
+  const Manifest& m = img.manifest;
+  uint64_t total = 0;
+  for (const auto& a : m.allocations) total += a.size;
+  std::printf("%s: process %d, %s, format v%u, written by phos %s\n", img.manifest_name.c_str(), m.pid,
+              std::string(phos::image::protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
+  std::printf("  complete: %s\n", img.complete ? "yes" : ("no (" + img.incomplete_reason + ")").c_str());
+  std::printf("  devices: %zu, allocations: %zu (%s), data files: %zu, chunk size %s\n", m.devices.size(),
+              m.allocations.size(), bytes_text(total).c_str(), m.data_files.size(), bytes_text(m.chunk_size).c_str());
+  for (const auto& d : m.devices)
+    std::printf("  device %u: %s, %s, compute %u.%u, GPU-%s\n", d.ordinal, d.name.c_str(),
+                bytes_text(d.total_memory).c_str(), d.compute_major, d.compute_minor, uuid_text(d.uuid).c_str());
+  if (!m.allocations.empty()) std::printf("  %8s %6s %18s %12s %7s\n", "id", "device", "address", "size", "chunks");
+  for (const auto& a : m.allocations)
+    std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
+                bytes_text(a.size).c_str(), a.chunks.size());
+  const auto& s = m.statistics;
+  std::printf("  statistics: quiesce %.3f ms, copy %.3f ms, write %.3f ms, total %.3f ms, %s raw, %s stored\n",
+              double(s.quiesce_ns) / 1e6, double(s.copy_ns) / 1e6, double(s.write_ns) / 1e6,
+              double(s.total_ns) / 1e6, bytes_text(s.raw_bytes).c_str(), bytes_text(s.stored_bytes).c_str());
+  if (!m.unsupported_calls.empty()) {
+    std::printf("  unsupported calls:");
+    for (const auto& c : m.unsupported_calls) std::printf(" %s", c.c_str());
+    std::printf("\n");
+  }
+}
+
+int open_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) std::fprintf(stderr, "phosctl: %s: %s\n", dir.c_str(), std::strerror(errno));
+  return fd;
+}
+
+int cmd_show(const std::string& dir, bool as_json, bool verify) {
+  phos::UniqueFd dirfd(open_dir(dir));
+  if (!dirfd.valid()) return 1;
+  auto pids = phos::image::list_process_images(dirfd.get());
+  if (!pids) {
+    std::fprintf(stderr, "phosctl: %s: %s\n", dir.c_str(), pids.error().message.c_str());
+    return 1;
+  }
+  json all = {{"directory", dir}, {"images", json::array()}};
+  if (pids->empty()) {
+    if (as_json)
+      std::cout << all.dump(2) << "\n";
+    else
+      std::printf("%s: no phos GPU image here (no phos-*-manifest.img files)\n", dir.c_str());
+    return verify ? 1 : 0;
+  }
+  int rc = 0;
+  for (int32_t pid : *pids) {
+    auto img = phos::image::open_process_image(dirfd.get(), pid, /*require_complete=*/false);
+    if (!img) {
+      std::fprintf(stderr, "phosctl: %s\n", img.error().message.c_str());
+      if (as_json) all["images"].push_back({{"manifest", phos::image::manifest_file_name(pid)}, {"error", img.error().message}});
+      rc = 1;
+      continue;
+    }
+    if (verify) {
+      phos::image::ImageReader reader(dirfd.get(), img->manifest);
+      auto checked = reader.verify_all();
+      if (!checked) {
+        std::fprintf(stderr, "phosctl: %s\n", checked.error().message.c_str());
+        rc = 1;
+      } else if (!img->complete) {
+        std::fprintf(stderr, "phosctl: %s: %s\n", img->manifest_name.c_str(), img->incomplete_reason.c_str());
+        rc = 1;
+      } else {
+        std::printf("%s: ok, %s in %zu allocations checked\n", img->manifest_name.c_str(), bytes_text(*checked).c_str(),
+                    img->manifest.allocations.size());
+      }
+    } else if (as_json) {
+      all["images"].push_back(image_json(*img));
+    } else {
+      print_image_text(*img);
+    }
+  }
+  if (as_json && !verify) std::cout << all.dump(2) << "\n";
+  return rc;
+}
+
+int cmd_status(const std::string& pid_text, bool as_json) {
+  char* end = nullptr;
+  long pid = std::strtol(pid_text.c_str(), &end, 10);
+  if (*end || pid <= 0) {
+    std::fprintf(stderr, "phosctl: '%s' is not a pid\n%s", pid_text.c_str(), kUsage);
+    return 2;
+  }
+  auto client = phos::plugin::AgentClient::connect(pid_t(pid), 5000);
+  if (!client) {
+    std::fprintf(stderr, "phosctl: %s\n", client.error().message.c_str());
+    return 1;
+  }
+  auto status = client->status();
+  if (!status) {
+    std::fprintf(stderr, "phosctl: process %ld: %s\n", pid, status.error().message.c_str());
+    return 1;
+  }
+  (void)client->goodbye();
+  const auto& h = client->hello();
+  if (as_json) {
+    json j = {{"pid", pid},
+              {"agent_version", h.agent_version},
+              {"protocol_version", h.protocol_version},
+              {"pid_in_namespace", h.pid},
+              {"agent_tid", h.agent_tid},
+              {"uid", h.uid},
+              {"gate_open", status->gate_open},
+              {"cuda_initialized", status->cuda_initialized},
+              {"allocation_count", status->allocation_count},
+              {"allocated_bytes", status->allocated_bytes},
+              {"device_count", status->device_count},
+              {"unsupported_calls", status->unsupported_calls}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("process %ld: phos agent %s (protocol %u), uid %u\n", pid, h.agent_version.c_str(), h.protocol_version,
+                h.uid);
+    std::printf("  gate: %s\n  CUDA: %s, %u devices\n  allocations: %" PRIu64 " (%s)\n",
+                status->gate_open ? "open" : "closed", status->cuda_initialized ? "initialized" : "not initialized",
+                status->device_count, status->allocation_count, bytes_text(status->allocated_bytes).c_str());
+    for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  bool as_json = false;
+  std::vector<std::string> pos;
+  for (const auto& a : args) {
+    if (a == "--json")
+      as_json = true;
+    else if (a == "-h" || a == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (a.rfind("--", 0) == 0) {
+      std::fprintf(stderr, "phosctl: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    } else
+      pos.push_back(a);
+  }
+  if (pos.size() == 1 && pos[0] == "version") {
+    std::printf("phosctl %s (image format %u, agent protocol %u)\n", PHOS_VERSION, phos::image::kManifestFormatVersion,
+                phos::wire::kAgentProtocolVersion);
+    return 0;
+  }
+  if (pos.size() == 2 && pos[0] == "show") return cmd_show(pos[1], as_json, false);
+  if (pos.size() == 2 && pos[0] == "verify") return cmd_show(pos[1], false, true);
+  if (pos.size() == 2 && pos[0] == "status") return cmd_status(pos[1], as_json);
+  std::fprintf(stderr, "%s", kUsage);
+  return 2;
+}

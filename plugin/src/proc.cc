@@ -1,0 +1,104 @@
+#include "proc.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace phos::plugin {
+namespace {
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return errno_error("open " + path, errno ? errno : ENOENT);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<std::vector<std::string>> list_dir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return errno_error("open " + path);
+  std::vector<std::string> names;
+  while (struct dirent* de = ::readdir(d)) {
+    if (de->d_name[0] != '.') names.emplace_back(de->d_name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+constexpr unsigned long kSoAcceptCon = 0x10000;  // __SO_ACCEPTCON: listening
+
+}  // namespace
+
+Result<pid_t> ns_pid(pid_t pid) {
+  auto status = read_text("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return status.error();
+  std::istringstream in(*status);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    pid_t v = 0, last = 0;
+    while (fields >> v) last = v;
+    if (last > 0) return last;
+  }
+  return make_error("/proc/" + std::to_string(pid) + "/status has no NSpid line");
+}
+
+Result<pid_t> find_thread(pid_t pid, const std::string& name) {
+  std::string base = "/proc/" + std::to_string(pid) + "/task";
+  auto tids = list_dir(base);
+  if (!tids) return tids.error();
+  for (const auto& t : *tids) {
+    auto comm = read_text(base + "/" + t + "/comm");
+    if (comm && comm->substr(0, comm->find('\n')) == name) return pid_t(std::stoi(t));
+  }
+  return make_error("process " + std::to_string(pid) + " has no thread named " + name, ESRCH);
+}
+
+bool process_alive(pid_t pid) {
+  auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  auto close_paren = stat->rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= stat->size()) return false;
+  char state = (*stat)[close_paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+Result<std::optional<std::string>> find_listening_socket(pid_t pid, const std::string& prefix) {
+  std::string base = "/proc/" + std::to_string(pid);
+  auto fds = list_dir(base + "/fd");
+  if (!fds) return fds.error();
+  std::set<unsigned long> inodes;
+  for (const auto& fd : *fds) {
+    char target[128];
+    ssize_t n = ::readlink((base + "/fd/" + fd).c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    unsigned long ino = 0;
+    if (std::sscanf(target, "socket:[%lu]", &ino) == 1) inodes.insert(ino);
+  }
+  auto table = read_text(base + "/net/unix");
+  if (!table) return table.error();
+  std::istringstream in(*table);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    // Num RefCount Protocol Flags Type St Inode [Path]
+    std::istringstream f(line);
+    std::string num, refs, proto, flags, type, st, path;
+    unsigned long ino = 0;
+    if (!(f >> num >> refs >> proto >> flags >> type >> st >> ino >> path)) continue;
+    if (!inodes.count(ino) || path.size() < 2 || path[0] != '@') continue;
+    if (!(std::stoul(flags, nullptr, 16) & kSoAcceptCon)) continue;
+    std::string name = path.substr(1);
+    if (name.rfind(prefix, 0) == 0) return std::optional<std::string>(name);
+  }
+  return std::optional<std::string>();
+}
+
+}  // namespace phos::plugin

@@ -1,0 +1,26 @@
+// What the plugin reads about a target process from /proc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "phos/images/result.h"
+
+namespace phos::plugin {
+
+// The pid of `pid` in its own (innermost) pid namespace: NSpid's last field.
+Result<pid_t> ns_pid(pid_t pid);
+
+// The thread of `pid` whose name (comm) is `name`.
+Result<pid_t> find_thread(pid_t pid, const std::string& name);
+
+// True while `pid` exists and is not a zombie.
+bool process_alive(pid_t pid);
+
+// The abstract name (no leading NUL) of the listening unix socket of `pid`
+// whose name starts with `prefix`, or nothing when it has none.
+Result<std::optional<std::string>> find_listening_socket(pid_t pid, const std::string& prefix);
+
+}  // namespace phos::plugin
