@@ -28,7 +28,10 @@ std::string join(const std::vector<std::string>& v) {
 Result<bool> Checkpointer::pause(pid_t pid) {
   auto client = AgentClient::connect(pid, options_.agent_timeout_ms);
   if (!client) {
-    if (client.error().code == ENOENT) return false;
+    if (client.error().code == ENOENT) {
+      PHOS_INFO("process %d has no phos agent; left to other plugins", pid);
+      return false;
+    }
     return make_error("process " + std::to_string(pid) + ": " + client.error().message, client.error().code);
   }
   auto vpid = ns_pid(pid);

@@ -61,7 +61,8 @@ int phos_init(int stage) {
         return -1;
       }
     }
-    PHOS_INFO("phos %s plugin initialized (stage %d)", PHOS_VERSION, stage);
+    static const char* const stages[] = {"dump", "pre-dump", "restore"};
+    PHOS_INFO("plugin %s initialized for %s", PHOS_VERSION, stage >= 0 && stage < 3 ? stages[stage] : "?");
     return 0;
   });
 }

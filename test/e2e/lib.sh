@@ -1,0 +1,102 @@
+# Shared by the end-to-end tests: real criu 4.1.1, the real plugin, real
+# processes. Each workload runs as init of its own pid namespace, so a restore
+# never collides with a pid that is still taken ("Can't fork for N: File
+# exists"), and the restored pid inside the namespace is the dumped one.
+set -euo pipefail
+
+BUILD=${PHOS_BUILD:?PHOS_BUILD must name the meson build directory}
+CRIU=${CRIU:-/usr/local/sbin/criu}
+COUNTER=$BUILD/test/e2e/phos-test-counter
+PHOSCTL=$BUILD/plugin/phosctl
+LIBPHOS=$BUILD/cuda_hooks/libphos.so
+TEST_NAME=$(basename "$0" .sh)
+
+say() { echo "[$TEST_NAME] $*"; }
+fail() {
+  say "FAIL: $*"
+  for log in "$WORK"/*.log; do
+    [ -f "$log" ] || continue
+    echo "---- $(basename "$log") (last 25 lines)"
+    tail -n 25 "$log"
+  done
+  exit 1
+}
+
+if [ "$(id -u)" -ne 0 ] || [ ! -x "$CRIU" ]; then
+  if [ -n "${PHOS_REQUIRE_E2E:-}" ]; then
+    echo "[$TEST_NAME] FAIL: needs root and $CRIU (PHOS_REQUIRE_E2E is set)"
+    exit 1
+  fi
+  echo "[$TEST_NAME] SKIP: needs root and $CRIU (contrib/scripts/install-criu.sh)"
+  exit 77
+fi
+
+WORK=$(mktemp -d /tmp/phos-e2e.XXXXXX)
+PLUGIN_DIR=$WORK/plugins   # criu --lib loads every .so in a directory
+IMG=$WORK/img
+mkdir -p "$PLUGIN_DIR" "$IMG"
+ln -s "$BUILD/plugin/phos_plugin.so" "$PLUGIN_DIR/phos_plugin.so"
+
+cleanup() {
+  local p
+  for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# Pids (in our namespace) of this test's workload processes.
+workload_pids() { pgrep -f "^$COUNTER $WORK/state" || true; }
+
+# start_workload [--preload] [--fork]
+start_workload() {
+  local env_args=() counter_args=()
+  for a in "$@"; do
+    case $a in
+      --preload) env_args+=("LD_PRELOAD=$LIBPHOS") ;;
+      --fork) counter_args+=(--fork) ;;
+    esac
+  done
+  # unshare stays outside (and reports its child's SIGKILL at dump time on
+  # its own output); the workload gets /dev/null, which CRIU restores as is.
+  (unshare --pid --fork setsid bash -c 'exec env "$@" </dev/null >/dev/null 2>&1' _ \
+     "${env_args[@]}" "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
+  WORKLOAD_PID=
+  for _ in $(seq 100); do
+    WORKLOAD_PID=$(pgrep -o -f "^$COUNTER $WORK/state" || true)
+    [ -n "$WORKLOAD_PID" ] && [ -s "$WORK/state" ] && break
+    sleep 0.05
+  done
+  [ -n "$WORKLOAD_PID" ] || fail "workload did not start"
+}
+
+state_token() { cut -d' ' -f1 "$WORK/state"; }
+state_counter() { cut -d' ' -f2 "$WORK/state"; }
+state_child_counter() { cut -d' ' -f3 "$WORK/state"; }
+
+# wait_counter_above N: the workload counts past N within 5 s.
+wait_counter_above() {
+  for _ in $(seq 100); do
+    [ "$(state_counter 2>/dev/null || echo 0)" -gt "$1" ] && return 0
+    sleep 0.05
+  done
+  fail "counter stuck at $(state_counter 2>/dev/null) (wanted > $1)"
+}
+
+criu_dump() {
+  "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
+}
+criu_restore() {
+  "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
+}
+# The pid of the restored root process, once it runs.
+restored_pid() {
+  for _ in $(seq 100); do
+    local p
+    p=$(pgrep -o -f "^$COUNTER $WORK/state" || true)
+    [ -n "$p" ] && { echo "$p"; return 0; }
+    sleep 0.05
+  done
+  return 1
+}
+# CRIU copies its log into the image directory; the work dir keeps ours.
+cp_img_logs() { cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true; }
