@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 
 namespace phos::hooks {
 namespace {
@@ -65,7 +66,12 @@ Result<void> Agent::start() {
   if (!ev.valid()) return errno_error("agent: eventfd");
   listen_fd_ = std::move(sock);
   stop_fd_ = std::move(ev);
-  thread_ = std::thread([this] { run(); });
+  // Return only once the thread has its name and tid: the plugin finds the
+  // agent thread by name, and may look right after the program starts.
+  std::promise<void> named;
+  std::future<void> ready = named.get_future();
+  thread_ = std::thread([this, &named] { run(named); });
+  ready.wait();
   return {};
 }
 
@@ -92,7 +98,7 @@ Result<void> Agent::restart_after_fork() {
   return start();
 }
 
-void Agent::run() {
+void Agent::run(std::promise<void>& named) {
   // Application signals go to application threads; this thread must also
   // not be interrupted while a checkpoint talks to it.
   sigset_t all;
@@ -100,6 +106,7 @@ void Agent::run() {
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
   prctl(PR_SET_NAME, kAgentThreadName);
   tid_ = ::gettid();
+  named.set_value();
 
   for (;;) {
     struct pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};

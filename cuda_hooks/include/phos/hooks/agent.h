@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -42,7 +43,7 @@ class Agent {
   pid_t thread_id() const { return tid_.load(); }
 
  private:
-  void run();
+  void run(std::promise<void>& named);
   void serve(int conn);
   bool peer_allowed(int conn);
   // Handles one request; false ends the connection (after the reply).

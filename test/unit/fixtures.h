@@ -1,0 +1,56 @@
+// Shared helpers of the unit tests: a temporary image directory and a
+// manifest with every field set.
+#pragma once
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "phos/images/manifest.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::test {
+
+struct TempDir {
+  std::string path;
+  UniqueFd fd;
+  TempDir() {
+    char tmpl[] = "/tmp/phos-unit.XXXXXX";
+    path = ::mkdtemp(tmpl);
+    fd.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+inline image::Manifest full_manifest() {
+  image::Manifest m;
+  m.writer_version = "test";
+  m.pid = 42;
+  m.protocol = image::Protocol::SoftRecopy;
+  m.chunk_size = 1 << 20;
+  m.created_unix_ns = 1234567890123ull;
+  image::Device d;
+  d.ordinal = 0;
+  for (int i = 0; i < 16; i++) d.uuid[i] = uint8_t(i * 17);
+  d.name = "NVIDIA H200";
+  d.total_memory = 150ull << 30;
+  d.compute_major = 9;
+  d.compute_minor = 0;
+  m.devices.push_back(d);
+  m.data_files.push_back({"phos-42-data-0.img", 4096 + (3 << 20)});
+  image::Allocation a{7, 0, 0x7f0000000000ull, (2 << 20) + 100, image::kAllocAsync, {}};
+  a.chunks.push_back({0, 0, 4096, 1 << 20, 1 << 20, 0x1111, image::Compression::None});
+  a.chunks.push_back({1 << 20, 0, 4096 + (1 << 20), 1 << 20, 1000, 0x2222, image::Compression::Zstd});
+  a.chunks.push_back({2 << 20, 0, 4096 + (1 << 20) + 1000, 100, 100, 0x3333, image::Compression::None});
+  m.allocations.push_back(a);
+  m.statistics = {1, 2, 3, 4, 5, 6};
+  m.launch_log.push_back({1, "gemm_kernel", {7}, {7}});
+  m.unsupported_calls = {"cuIpcOpenMemHandle"};
+  return m;
+}
+
+}  // namespace phos::test

@@ -1,0 +1,355 @@
+// The agent in this process, with a fake backend, driven by the plugin's
+// client and by raw sockets for what a well-behaved client never sends.
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <thread>
+
+#include "../../images/src/bytes.h"
+#include "agent_client.h"
+#include "phos/hooks/agent.h"
+#include "proc.h"
+
+using namespace phos;
+using namespace phos::hooks;
+using phos::plugin::AgentClient;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Allocations whose exported fds are memfds holding their id.
+class FakeBackend final : public AgentBackend {
+ public:
+  explicit FakeBackend(size_t n) {
+    for (size_t i = 0; i < n; i++) allocs_.push_back({i + 1, 0, 0x7f0000000000ull + (i << 21), 1u << 21, 0});
+  }
+  BackendStatus status() override { return {true, allocs_.size(), allocs_.size() << 21, 1, unsupported}; }
+  std::vector<AllocationInfo> allocations() override { return allocs_; }
+  Result<UniqueFd> export_allocation(uint64_t id) override {
+    UniqueFd fd(::memfd_create("fake-alloc", MFD_CLOEXEC));
+    if (::write(fd.get(), &id, sizeof(id)) != sizeof(id)) return errno_error("write memfd");
+    return fd;
+  }
+  Result<void> drain(std::chrono::milliseconds) override { return {}; }
+  Result<uint64_t> release_mappings() override {
+    released = true;
+    return uint64_t(allocs_.size() << 21);
+  }
+  Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) override {
+    remapped_ids.assign(ids.begin(), ids.end());
+    remapped_fds = fds.size();
+    return uint64_t(ids.size() << 21);
+  }
+  std::vector<std::string> unsupported;
+  bool released = false;
+  std::vector<uint64_t> remapped_ids;
+  size_t remapped_fds = 0;
+
+ private:
+  std::vector<AllocationInfo> allocs_;
+};
+
+struct RunningAgent {
+  Gate gate;
+  FakeBackend backend;
+  Agent agent;
+  explicit RunningAgent(size_t allocs = 3, AgentOptions options = {})
+      : backend(allocs), agent(gate, backend, options) {
+    REQUIRE(agent.start().ok());
+  }
+  AgentClient client() {
+    auto c = AgentClient::connect(::getpid(), 2000);
+    REQUIRE(c.ok());
+    return std::move(c.value());
+  }
+  UniqueFd raw_connect() {
+    UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    struct sockaddr_un addr {};
+    addr.sun_family = AF_UNIX;
+    const std::string& name = agent.socket_name();
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+    REQUIRE(::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0);
+    return s;
+  }
+};
+
+wire::ReceivedReply raw_call(int sock, Phos__Agent__Request& req) {
+  REQUIRE(wire::send_message(sock, req.base).ok());
+  auto reply = wire::recv_reply(sock, 2000);
+  REQUIRE(reply.ok());
+  return std::move(reply.value());
+}
+
+}  // namespace
+
+TEST_CASE("agent: hello and status", "[agent]") {
+  RunningAgent a(3);
+  auto c = a.client();
+  CHECK(c.hello().pid == ::getpid());
+  CHECK(c.hello().agent_tid == a.agent.thread_id());
+  CHECK(c.hello().agent_version == PHOS_VERSION);
+  CHECK(c.hello().uid == ::getuid());
+  auto s = c.status();
+  REQUIRE(s.ok());
+  CHECK(s->gate_open);
+  CHECK(s->cuda_initialized);
+  CHECK(s->allocation_count == 3);
+  CHECK(c.goodbye().ok());
+}
+
+TEST_CASE("agent: its socket is found through /proc and its thread is named", "[agent]") {
+  RunningAgent a;
+  auto found = plugin::find_listening_socket(::getpid(), kAgentSocketPrefix);
+  REQUIRE(found.ok());
+  REQUIRE(found->has_value());
+  CHECK(**found == a.agent.socket_name());
+  CHECK(a.agent.socket_name().rfind("phos-agent." + std::to_string(::getpid()) + ".", 0) == 0);
+  auto tid = plugin::find_thread(::getpid(), kAgentThreadName);
+  REQUIRE(tid.ok());
+  CHECK(*tid == a.agent.thread_id());
+}
+
+TEST_CASE("agent: quiesce closes the gate and resume opens it", "[agent][gate]") {
+  RunningAgent a;
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  CHECK_FALSE(a.gate.is_open());
+  auto s = c.status();
+  REQUIRE(s.ok());
+  CHECK_FALSE(s->gate_open);
+  REQUIRE(c.resume().ok());
+  CHECK(a.gate.is_open());
+}
+
+TEST_CASE("agent: quiesce times out while a CUDA call stays inside", "[agent][gate]") {
+  RunningAgent a;
+  a.gate.enter();
+  auto c = a.client();
+  auto q = c.quiesce(50);
+  REQUIRE_FALSE(q.ok());
+  CHECK(q.error().code == ETIMEDOUT);
+  CHECK_THAT(q.error().message, Catch::Contains("1 CUDA calls still running") && Catch::Contains("gate reopened"));
+  CHECK(a.gate.is_open());
+  a.gate.leave();
+}
+
+TEST_CASE("agent: release mappings needs a quiesced process", "[agent]") {
+  RunningAgent a(2);
+  auto c = a.client();
+  auto early = c.release_mappings();
+  REQUIRE_FALSE(early.ok());
+  CHECK(early.error().code == EBUSY);
+  REQUIRE(c.quiesce(1000).ok());
+  auto released = c.release_mappings();
+  REQUIRE(released.ok());
+  CHECK(*released == 2u << 21);
+  CHECK(a.backend.released);
+  REQUIRE(c.resume().ok());
+}
+
+TEST_CASE("agent: allocations and their fds come in pages", "[agent][fds]") {
+  RunningAgent a(300);
+  auto c = a.client();
+  std::vector<UniqueFd> fds;
+  auto list = c.list_allocations(true, &fds);
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 300);
+  REQUIRE(fds.size() == 300);
+  for (size_t i = 0; i < 300; i += 37) {
+    uint64_t id = 0;
+    REQUIRE(::pread(fds[i].get(), &id, sizeof(id), 0) == sizeof(id));
+    CHECK(id == (*list)[i].id);
+  }
+  auto no_fds = c.list_allocations(false, nullptr);
+  REQUIRE(no_fds.ok());
+  CHECK(no_fds->size() == 300);
+}
+
+TEST_CASE("agent: remap with fds", "[agent][fds]") {
+  RunningAgent a;
+  auto c = a.client();
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  auto mapped = c.remap({5, 6}, {p[0], p[1]});
+  ::close(p[0]);
+  ::close(p[1]);
+  REQUIRE(mapped.ok());
+  CHECK(a.backend.remapped_ids == std::vector<uint64_t>{5, 6});
+  CHECK(a.backend.remapped_fds == 2);
+}
+
+TEST_CASE("agent: remap with a wrong number of fds is refused", "[agent][fds]") {
+  RunningAgent a;
+  auto c = a.client();
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  auto mapped = c.remap({5, 6}, {p[0]});
+  ::close(p[0]);
+  ::close(p[1]);
+  REQUIRE_FALSE(mapped.ok());
+  CHECK(mapped.error().code == EINVAL);
+  CHECK_THAT(mapped.error().message, Catch::Contains("1 fds for 2 allocations"));
+}
+
+TEST_CASE("agent: unsupported calls are reported", "[agent]") {
+  RunningAgent a;
+  a.backend.unsupported = {"cuIpcOpenMemHandle", "cudaMallocManaged"};
+  auto s = a.client().status();
+  REQUIRE(s.ok());
+  CHECK(s->unsupported_calls == a.backend.unsupported);
+}
+
+TEST_CASE("agent: the first request must be hello", "[agent][protocol]") {
+  RunningAgent a;
+  UniqueFd s = a.raw_connect();
+  Phos__Agent__StatusRequest st = PHOS__AGENT__STATUS_REQUEST__INIT;
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_STATUS;
+  req.status = &st;
+  auto r = raw_call(s.get(), req);
+  REQUIRE(r.reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
+  CHECK(r.reply->error->code == EPROTO);
+  CHECK(wire::recv_frame(s.get(), 1000).error().code == ENODATA);  // closed
+}
+
+TEST_CASE("agent: an unknown protocol version is refused", "[agent][protocol]") {
+  RunningAgent a;
+  UniqueFd s = a.raw_connect();
+  Phos__Agent__Hello hello = PHOS__AGENT__HELLO__INIT;
+  hello.protocol_version = 99;
+  hello.client_version = const_cast<char*>("future");
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = PHOS__AGENT__REQUEST__KIND_HELLO;
+  req.hello = &hello;
+  auto r = raw_call(s.get(), req);
+  REQUIRE(r.reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
+  CHECK(r.reply->error->code == EPROTONOSUPPORT);
+  CHECK_THAT(r.reply->error->message, Catch::Contains("agent protocol 99 not supported"));
+}
+
+TEST_CASE("agent: a malformed frame is answered and the agent serves on", "[agent][malformed]") {
+  RunningAgent a;
+  {
+    UniqueFd s = a.raw_connect();
+    std::byte junk[8];
+    bytes::put_u32(junk, 0x01020304);
+    bytes::put_u32(junk + 4, 0);
+    REQUIRE(::send(s.get(), junk, 8, MSG_NOSIGNAL) == 8);
+    auto r = wire::recv_reply(s.get(), 2000);
+    REQUIRE(r.ok());
+    REQUIRE(r->reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
+    CHECK(r->reply->error->code == EPROTO);
+  }
+  CHECK(a.client().status().ok());
+}
+
+TEST_CASE("agent: a payload that is not a request is answered", "[agent][malformed]") {
+  RunningAgent a;
+  UniqueFd s = a.raw_connect();
+  std::vector<std::byte> junk(16, std::byte{0xff});
+  REQUIRE(wire::send_frame(s.get(), junk).ok());
+  auto r = wire::recv_reply(s.get(), 2000);
+  REQUIRE(r.ok());
+  REQUIRE(r->reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
+  CHECK_THAT(r->reply->error->message, Catch::Contains("malformed request"));
+}
+
+TEST_CASE("agent: an oversized frame is refused", "[agent][malformed]") {
+  RunningAgent a;
+  UniqueFd s = a.raw_connect();
+  std::byte header[8];
+  bytes::put_u32(header, wire::kFrameMagic);
+  bytes::put_u32(header + 4, 512u << 20);
+  REQUIRE(::send(s.get(), header, 8, MSG_NOSIGNAL) == 8);
+  auto r = wire::recv_reply(s.get(), 2000);
+  REQUIRE(r.ok());
+  CHECK_THAT(r->reply->error->message, Catch::Contains("oversized frame"));
+}
+
+TEST_CASE("agent: a client that disconnects mid-message does not stop it", "[agent][disconnect]") {
+  RunningAgent a;
+  {
+    UniqueFd s = a.raw_connect();
+    std::byte header[8];
+    bytes::put_u32(header, wire::kFrameMagic);
+    bytes::put_u32(header + 4, 1000);
+    REQUIRE(::send(s.get(), header, 8, MSG_NOSIGNAL) == 8);
+    REQUIRE(::send(s.get(), "abc", 3, MSG_NOSIGNAL) == 3);
+  }
+  CHECK(a.client().status().ok());
+}
+
+TEST_CASE("agent: a silent client is dropped after the idle timeout", "[agent][timeout]") {
+  RunningAgent a(1, AgentOptions{100});
+  UniqueFd silent = a.raw_connect();
+  auto start = std::chrono::steady_clock::now();
+  CHECK(a.client().status().ok());
+  CHECK(std::chrono::steady_clock::now() - start >= 90ms);
+}
+
+TEST_CASE("agent: goodbye closes the agent's end first", "[agent]") {
+  RunningAgent a;
+  auto c = a.client();
+  CHECK(c.goodbye().ok());
+  CHECK(a.client().status().ok());  // listening again
+}
+
+TEST_CASE("agent: refuses a peer that is neither root nor its owner", "[agent][security]") {
+  if (::getuid() != 0) {
+    WARN("needs root to connect as another uid; not checked");
+    return;
+  }
+  RunningAgent a;
+  const std::string name = a.agent.socket_name();
+  pid_t child = ::fork();
+  if (child == 0) {
+    // The unprivileged peer: connects as nobody and expects EPERM.
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(10);
+    int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr {};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+    if (::connect(s, reinterpret_cast<sockaddr*>(&addr), len) != 0) _exit(11);
+    auto r = wire::recv_reply(s, 2000);
+    if (!r.ok()) _exit(12);
+    if (r->reply->kind_case != PHOS__AGENT__REPLY__KIND_ERROR || r->reply->error->code != EPERM) _exit(13);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(a.client().status().ok());  // root still gets in
+}
+
+TEST_CASE("agent: restarts under a new name after fork", "[agent][fork]") {
+  RunningAgent a;
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[0]);
+    bool ok = a.agent.restart_after_fork().ok();
+    std::string name = a.agent.socket_name();
+    bool own = name.rfind("phos-agent." + std::to_string(::getpid()) + ".", 0) == 0;
+    auto found = plugin::find_listening_socket(::getpid(), kAgentSocketPrefix);
+    bool only_own = found.ok() && found->has_value() && **found == name;
+    char result = ok && own && only_own ? 'y' : 'n';
+    (void)!::write(p[1], &result, 1);
+    _exit(0);
+  }
+  ::close(p[1]);
+  char result = 0;
+  REQUIRE(::read(p[0], &result, 1) == 1);
+  ::close(p[0]);
+  ::waitpid(child, nullptr, 0);
+  CHECK(result == 'y');
+}

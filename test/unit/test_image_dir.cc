@@ -1,0 +1,269 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "fixtures.h"
+#include "phos/images/data_file.h"
+#include "phos/images/image_dir.h"
+
+using namespace phos::image;
+using phos::test::TempDir;
+
+namespace {
+
+std::vector<std::byte> pattern(size_t n, uint32_t seed, bool compressible) {
+  std::vector<std::byte> v(n);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < n; i++) v[i] = std::byte(compressible ? (i / 64 + seed) & 0xff : rng() & 0xff);
+  return v;
+}
+
+// A complete image of pid 42: one allocation per buffer, 64 KiB chunks.
+Manifest write_image(const TempDir& dir, const std::vector<std::vector<std::byte>>& buffers,
+                     Compression compression) {
+  Manifest m;
+  m.writer_version = "test";
+  m.pid = 42;
+  m.chunk_size = 64 << 10;
+  m.devices.push_back(Device{0, {}, "test gpu", 1ull << 30, 9, 0});
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(42, 0), 42, 0);
+  REQUIRE(writer.ok());
+  uint64_t address = 0x7f0000000000ull;
+  for (size_t i = 0; i < buffers.size(); i++) {
+    Allocation a{i + 1, 0, address, buffers[i].size(), 0, {}};
+    for (uint64_t off = 0; off < buffers[i].size(); off += m.chunk_size) {
+      size_t n = std::min<uint64_t>(m.chunk_size, buffers[i].size() - off);
+      auto c = (*writer)->write_chunk(off, std::span(buffers[i]).subspan(off, n), compression);
+      REQUIRE(c.ok());
+      a.chunks.push_back(*c);
+    }
+    m.allocations.push_back(a);
+    address += 1ull << 30;
+  }
+  auto file = (*writer)->finish();
+  REQUIRE(file.ok());
+  m.data_files.push_back(*file);
+  auto written = write_manifest(dir.fd.get(), m);
+  REQUIRE(written.ok());
+  REQUIRE(write_completion_marker(dir.fd.get(), 42, *written).ok());
+  return m;
+}
+
+std::vector<std::byte> read_allocation(const TempDir& dir, const Manifest& m, size_t index) {
+  ImageReader reader(dir.fd.get(), m);
+  std::vector<std::byte> out(m.allocations[index].size);
+  for (const auto& c : m.allocations[index].chunks) {
+    auto r = reader.read_chunk(c, std::span(out).subspan(c.alloc_offset, c.raw_size));
+    REQUIRE(r.ok());
+  }
+  return out;
+}
+
+void flip_byte(const std::string& path, off_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+std::string open_error(const TempDir& dir) {
+  auto r = open_process_image(dir.fd.get(), 42, true);
+  REQUIRE_FALSE(r.ok());
+  return r.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("image dir: write and read back, uncompressed", "[image]") {
+  TempDir dir;
+  std::vector<std::vector<std::byte>> bufs = {pattern(200000, 1, false), pattern(5, 2, false)};
+  write_image(dir, bufs, Compression::None);
+  auto img = open_process_image(dir.fd.get(), 42, true);
+  REQUIRE(img.ok());
+  CHECK(img->complete);
+  CHECK(read_allocation(dir, img->manifest, 0) == bufs[0]);
+  CHECK(read_allocation(dir, img->manifest, 1) == bufs[1]);
+}
+
+TEST_CASE("image dir: zstd is used where it helps and skipped where it does not", "[image][zstd]") {
+  TempDir dir;
+  std::vector<std::vector<std::byte>> bufs = {pattern(300000, 3, true), pattern(100000, 4, false)};
+  Manifest m = write_image(dir, bufs, Compression::Zstd);
+  CHECK(m.allocations[0].chunks[0].compression == Compression::Zstd);
+  CHECK(m.allocations[0].chunks[0].stored_size < m.allocations[0].chunks[0].raw_size);
+  CHECK(m.allocations[1].chunks[0].compression == Compression::None);
+  auto img = open_process_image(dir.fd.get(), 42, true);
+  REQUIRE(img.ok());
+  CHECK(read_allocation(dir, img->manifest, 0) == bufs[0]);
+  CHECK(read_allocation(dir, img->manifest, 1) == bufs[1]);
+  ImageReader reader(dir.fd.get(), img->manifest);
+  auto total = reader.verify_all();
+  REQUIRE(total.ok());
+  CHECK(*total == 400000);
+}
+
+TEST_CASE("image dir: files are created 0600", "[image]") {
+  TempDir dir;
+  write_image(dir, {pattern(1000, 5, false)}, Compression::None);
+  for (const auto& f : {manifest_file_name(42), marker_file_name(42), data_file_name(42, 0)}) {
+    struct stat st {};
+    REQUIRE(::stat(dir.file(f).c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+  }
+}
+
+TEST_CASE("image dir: several threads write chunks of one data file", "[image][threads]") {
+  TempDir dir;
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(42, 0), 42, 0);
+  REQUIRE(writer.ok());
+  constexpr int kThreads = 4, kChunks = 32;
+  std::vector<std::vector<Chunk>> chunks(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++)
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kChunks; k++) {
+        auto data = pattern(4096 + t * 100 + k, uint32_t(t * 1000 + k), false);
+        auto c = (*writer)->write_chunk(0, data, Compression::None);
+        if (c.ok()) chunks[t].push_back(*c);
+      }
+    });
+  for (auto& th : threads) th.join();
+  auto file = (*writer)->finish();
+  REQUIRE(file.ok());
+  phos::UniqueFd fd(::openat(dir.fd.get(), file->name.c_str(), O_RDONLY));
+  std::vector<std::byte> scratch;
+  for (int t = 0; t < kThreads; t++) {
+    REQUIRE(chunks[t].size() == kChunks);
+    for (int k = 0; k < kChunks; k++) {
+      auto expect = pattern(4096 + t * 100 + k, uint32_t(t * 1000 + k), false);
+      std::vector<std::byte> got(expect.size());
+      REQUIRE(read_chunk(fd.get(), file->name, chunks[t][k], got, scratch).ok());
+      CHECK(got == expect);
+    }
+  }
+}
+
+TEST_CASE("image dir: corrupted chunk is caught by its checksum", "[image][corrupt]") {
+  TempDir dir;
+  Manifest m = write_image(dir, {pattern(200000, 6, false)}, Compression::None);
+  const Chunk& c = m.allocations[0].chunks[1];
+  flip_byte(dir.file(data_file_name(42, 0)), off_t(c.file_offset + 10));
+  ImageReader reader(dir.fd.get(), m);
+  std::vector<std::byte> out(c.raw_size);
+  auto r = reader.read_chunk(c, out);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("phos-42-data-0.img: checksum mismatch in chunk"));
+  CHECK(reader.read_chunk(m.allocations[0].chunks[0], std::span(out).first(m.allocations[0].chunks[0].raw_size)).ok());
+}
+
+TEST_CASE("image dir: corrupted zstd chunk does not decompress or fails its checksum", "[image][corrupt][zstd]") {
+  TempDir dir;
+  Manifest m = write_image(dir, {pattern(100000, 7, true)}, Compression::Zstd);
+  const Chunk& c = m.allocations[0].chunks[0];
+  REQUIRE(c.compression == Compression::Zstd);
+  flip_byte(dir.file(data_file_name(42, 0)), off_t(c.file_offset + c.stored_size / 2));
+  ImageReader reader(dir.fd.get(), m);
+  std::vector<std::byte> out(c.raw_size);
+  auto r = reader.read_chunk(c, out);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("does not decompress") || Catch::Contains("checksum mismatch"));
+}
+
+TEST_CASE("image dir: truncated data file", "[image][corrupt]") {
+  TempDir dir;
+  write_image(dir, {pattern(100000, 8, false)}, Compression::None);
+  REQUIRE(::truncate(dir.file(data_file_name(42, 0)).c_str(), 50000) == 0);
+  CHECK_THAT(open_error(dir), Catch::Contains("phos-42-data-0.img: 50000 bytes, the manifest says") &&
+                                  Catch::Contains("(truncated)"));
+}
+
+TEST_CASE("image dir: missing data file", "[image][corrupt]") {
+  TempDir dir;
+  write_image(dir, {pattern(1000, 9, false)}, Compression::None);
+  REQUIRE(::unlink(dir.file(data_file_name(42, 0)).c_str()) == 0);
+  CHECK_THAT(open_error(dir), Catch::Contains("data file phos-42-data-0.img is missing"));
+}
+
+TEST_CASE("image dir: data file header damaged", "[image][corrupt]") {
+  TempDir dir;
+  write_image(dir, {pattern(1000, 10, false)}, Compression::None);
+  flip_byte(dir.file(data_file_name(42, 0)), 9);
+  CHECK_THAT(open_error(dir), Catch::Contains("phos-42-data-0.img: data file: header checksum mismatch"));
+}
+
+TEST_CASE("image dir: data file of another process", "[image][corrupt]") {
+  TempDir dir;
+  write_image(dir, {pattern(1000, 11, false)}, Compression::None);
+  auto other = DataFileWriter::create(dir.fd.get(), "phos-43-data-0.img", 43, 0);
+  REQUIRE(other.ok());
+  REQUIRE((*other)->write_chunk(0, pattern(1000, 11, false), Compression::None).ok());
+  REQUIRE((*other)->finish().ok());
+  REQUIRE(::rename(dir.file("phos-43-data-0.img").c_str(), dir.file(data_file_name(42, 0)).c_str()) == 0);
+  CHECK_THAT(open_error(dir), Catch::Contains("belongs to process 43"));
+}
+
+TEST_CASE("image dir: missing marker means incomplete", "[image][marker]") {
+  TempDir dir;
+  write_image(dir, {pattern(1000, 12, false)}, Compression::None);
+  REQUIRE(remove_completion_marker(dir.fd.get(), 42).ok());
+  CHECK_THAT(open_error(dir), Catch::Contains("incomplete image: phos-42-complete.img is missing"));
+  auto lenient = open_process_image(dir.fd.get(), 42, false);
+  REQUIRE(lenient.ok());
+  CHECK_FALSE(lenient->complete);
+}
+
+TEST_CASE("image dir: manifest rewritten after the marker means incomplete", "[image][marker]") {
+  TempDir dir;
+  Manifest m = write_image(dir, {pattern(1000, 13, false)}, Compression::None);
+  m.statistics.total_ns = 777;
+  REQUIRE(write_manifest(dir.fd.get(), m).ok());
+  CHECK_THAT(open_error(dir), Catch::Contains("does not match phos-42-manifest.img"));
+}
+
+TEST_CASE("image dir: lists manifests only", "[image]") {
+  TempDir dir;
+  write_image(dir, {pattern(10, 14, false)}, Compression::None);
+  std::ofstream(dir.file("core-1.img")) << "x";
+  std::ofstream(dir.file("phos-x-manifest.img")) << "x";
+  auto pids = list_process_images(dir.fd.get());
+  REQUIRE(pids.ok());
+  CHECK(*pids == std::vector<int32_t>{42});
+}
+
+TEST_CASE("image dir: a directory without a GPU image lists nothing", "[image]") {
+  TempDir dir;
+  auto pids = list_process_images(dir.fd.get());
+  REQUIRE(pids.ok());
+  CHECK(pids->empty());
+}
+
+TEST_CASE("image dir: write_file_atomic leaves no temporary file", "[image]") {
+  TempDir dir;
+  std::vector<std::byte> bytes(100, std::byte{1});
+  REQUIRE(write_file_atomic(dir.fd.get(), "phos-1-x.img", bytes).ok());
+  CHECK_FALSE(std::filesystem::exists(dir.file("phos-1-x.img.tmp")));
+  CHECK(std::filesystem::file_size(dir.file("phos-1-x.img")) == 100);
+}
+
+TEST_CASE("image dir: data writer refuses an existing file and an unsafe name", "[image]") {
+  TempDir dir;
+  std::ofstream(dir.file("phos-1-data-0.img")) << "old";
+  auto again = DataFileWriter::create(dir.fd.get(), "phos-1-data-0.img", 1, 0);
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().code == EEXIST);
+  CHECK_FALSE(DataFileWriter::create(dir.fd.get(), "../phos-1.img", 1, 0).ok());
+}
+
+TEST_CASE("image dir: oversized manifest is refused before it is read", "[image][corrupt]") {
+  TempDir dir;
+  std::ofstream(dir.file(manifest_file_name(42))) << "x";
+  REQUIRE(::truncate(dir.file(manifest_file_name(42)).c_str(), off_t(kMaxManifestBytes + 1)) == 0);
+  CHECK_THAT(open_error(dir), Catch::Contains("more than the"));
+}

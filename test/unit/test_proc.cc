@@ -1,0 +1,53 @@
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "proc.h"
+
+using namespace phos::plugin;
+
+TEST_CASE("proc: ns_pid of a process in this namespace is its pid", "[proc]") {
+  auto p = ns_pid(::getpid());
+  REQUIRE(p.ok());
+  CHECK(*p == ::getpid());
+}
+
+TEST_CASE("proc: finds a thread by name", "[proc]") {
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> stop{false};
+  std::thread t([&] {
+    prctl(PR_SET_NAME, "phos-unit-find");
+    tid = ::gettid();
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!tid) std::this_thread::yield();
+  auto found = find_thread(::getpid(), "phos-unit-find");
+  stop = true;
+  t.join();
+  REQUIRE(found.ok());
+  CHECK(*found == tid);
+  auto missing = find_thread(::getpid(), "no-such-thread");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code == ESRCH);
+}
+
+TEST_CASE("proc: a zombie and a reaped process are not alive", "[proc]") {
+  CHECK(process_alive(::getpid()));
+  pid_t child = ::fork();
+  if (child == 0) _exit(0);
+  for (int i = 0; i < 200 && process_alive(child); i++) ::usleep(5000);
+  CHECK_FALSE(process_alive(child));  // a zombie until reaped
+  ::waitpid(child, nullptr, 0);
+  CHECK_FALSE(process_alive(child));
+}
+
+TEST_CASE("proc: a process without an agent has no agent socket", "[proc]") {
+  auto found = find_listening_socket(::getpid(), "phos-agent.");
+  REQUIRE(found.ok());
+  CHECK_FALSE(found->has_value());
+}
