@@ -55,10 +55,8 @@ Result<void> Agent::start() {
   name_ = make_socket_name();
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return errno_error("agent: socket");
-  struct sockaddr_un addr {};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name_.data(), name_.size());  // abstract: leading NUL
-  socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name_.size());
+  struct sockaddr_un addr;
+  socklen_t len = wire::abstract_socket_address(name_, addr);
   if (::bind(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), len) != 0)
     return errno_error("agent: bind @" + name_);
   if (::listen(sock.get(), 8) != 0) return errno_error("agent: listen");

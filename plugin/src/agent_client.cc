@@ -36,11 +36,9 @@ Result<UniqueFd> connect_in_netns(pid_t pid, const std::string& name) {
     return errno_error("return to criu's network namespace");
   if (!sock.valid()) return errno_error("socket", socket_errno);
 
-  struct sockaddr_un addr {};
-  addr.sun_family = AF_UNIX;
-  if (name.size() + 1 > sizeof(addr.sun_path)) return make_error("agent socket name too long");
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+  struct sockaddr_un addr;
+  socklen_t len = wire::abstract_socket_address(name, addr);
+  if (len == 0) return make_error("agent socket name '" + name + "' is not a valid abstract name");
   if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), len) != 0)
     return errno_error("connect to agent @" + name + " of process " + std::to_string(pid));
   return sock;
@@ -59,18 +57,21 @@ Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms) {
   Phos__Agent__Hello hello = PHOS__AGENT__HELLO__INIT;
   hello.protocol_version = wire::kAgentProtocolVersion;
   hello.client_version = const_cast<char*>(PHOS_VERSION);
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_HELLO;
-  req.hello = &hello;
-  auto reply = client.call(req, PHOS__AGENT__REPLY__KIND_HELLO);
+  auto reply = client.call(PHOS__AGENT__REQUEST__KIND_HELLO, &Phos__Agent__Request::hello, hello,
+                           PHOS__AGENT__REPLY__KIND_HELLO);
   if (!reply) return reply.error();
   const auto* h = reply->reply->hello;
   client.hello_ = AgentHello{h->protocol_version, h->agent_version, h->pid, h->agent_tid, h->uid};
   return client;
 }
 
-Result<wire::ReceivedReply> AgentClient::call(Phos__Agent__Request& req, Phos__Agent__Reply__KindCase expected,
+template <class Msg>
+Result<wire::ReceivedReply> AgentClient::call(Phos__Agent__Request__KindCase kind, Msg* Phos__Agent__Request::*field,
+                                              Msg& msg, Phos__Agent__Reply__KindCase expected,
                                               std::span<const int> fds) {
+  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
+  req.kind_case = kind;
+  req.*field = &msg;
   PHOS_TRY(wire::send_message(sock_.get(), req.base, fds));
   auto reply = wire::recv_reply(sock_.get(), timeout_ms_);
   if (!reply) return reply.error();
@@ -85,14 +86,13 @@ Result<wire::ReceivedReply> AgentClient::call(Phos__Agent__Request& req, Phos__A
 }
 
 Result<AgentStatus> AgentClient::status() {
-  Phos__Agent__StatusRequest s = PHOS__AGENT__STATUS_REQUEST__INIT;
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_STATUS;
-  req.status = &s;
-  auto reply = call(req, PHOS__AGENT__REPLY__KIND_STATUS);
+  Phos__Agent__StatusRequest q = PHOS__AGENT__STATUS_REQUEST__INIT;
+  auto reply = call(PHOS__AGENT__REQUEST__KIND_STATUS, &Phos__Agent__Request::status, q,
+                    PHOS__AGENT__REPLY__KIND_STATUS);
   if (!reply) return reply.error();
   const auto* r = reply->reply->status;
-  AgentStatus out{r->gate_open != 0, r->cuda_initialized != 0, r->allocation_count, r->allocated_bytes, r->device_count, {}};
+  AgentStatus out{r->gate_open != 0, r->cuda_initialized != 0, r->allocation_count, r->allocated_bytes,
+                  r->device_count, {}};
   for (size_t i = 0; i < r->n_unsupported_calls; i++) out.unsupported_calls.emplace_back(r->unsupported_calls[i]);
   return out;
 }
@@ -100,10 +100,8 @@ Result<AgentStatus> AgentClient::status() {
 Result<uint64_t> AgentClient::quiesce(uint32_t timeout_ms) {
   Phos__Agent__QuiesceRequest q = PHOS__AGENT__QUIESCE_REQUEST__INIT;
   q.timeout_ms = timeout_ms;
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_QUIESCE;
-  req.quiesce = &q;
-  auto reply = call(req, PHOS__AGENT__REPLY__KIND_QUIESCE);
+  auto reply = call(PHOS__AGENT__REQUEST__KIND_QUIESCE, &Phos__Agent__Request::quiesce, q,
+                    PHOS__AGENT__REPLY__KIND_QUIESCE);
   if (!reply) return reply.error();
   return uint64_t(reply->reply->quiesce->drained_ns);
 }
@@ -115,10 +113,8 @@ Result<std::vector<AgentAllocation>> AgentClient::list_allocations(bool with_fds
     q.first_index = out.size();
     q.max_count = wire::kMaxFdsPerFrame;
     q.with_fds = with_fds;
-    Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-    req.kind_case = PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS;
-    req.list_allocations = &q;
-    auto reply = call(req, PHOS__AGENT__REPLY__KIND_LIST_ALLOCATIONS);
+    auto reply = call(PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS, &Phos__Agent__Request::list_allocations, q,
+                      PHOS__AGENT__REPLY__KIND_LIST_ALLOCATIONS);
     if (!reply) return reply.error();
     const auto* r = reply->reply->list_allocations;
     if (with_fds && reply->fds.size() != r->n_allocations)
@@ -137,10 +133,8 @@ Result<std::vector<AgentAllocation>> AgentClient::list_allocations(bool with_fds
 
 Result<uint64_t> AgentClient::release_mappings() {
   Phos__Agent__ReleaseMappingsRequest q = PHOS__AGENT__RELEASE_MAPPINGS_REQUEST__INIT;
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS;
-  req.release_mappings = &q;
-  auto reply = call(req, PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS);
+  auto reply = call(PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS, &Phos__Agent__Request::release_mappings, q,
+                    PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS);
   if (!reply) return reply.error();
   return uint64_t(reply->reply->release_mappings->released_bytes);
 }
@@ -149,30 +143,24 @@ Result<uint64_t> AgentClient::remap(const std::vector<uint64_t>& ids, const std:
   Phos__Agent__RemapRequest q = PHOS__AGENT__REMAP_REQUEST__INIT;
   q.n_allocation_ids = ids.size();
   q.allocation_ids = const_cast<uint64_t*>(ids.data());
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_REMAP;
-  req.remap = &q;
-  auto reply = call(req, PHOS__AGENT__REPLY__KIND_REMAP, fds);
+  auto reply = call(PHOS__AGENT__REQUEST__KIND_REMAP, &Phos__Agent__Request::remap, q,
+                    PHOS__AGENT__REPLY__KIND_REMAP, fds);
   if (!reply) return reply.error();
   return uint64_t(reply->reply->remap->mapped_bytes);
 }
 
 Result<void> AgentClient::resume() {
   Phos__Agent__ResumeRequest q = PHOS__AGENT__RESUME_REQUEST__INIT;
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_RESUME;
-  req.resume = &q;
-  auto reply = call(req, PHOS__AGENT__REPLY__KIND_RESUME);
+  auto reply = call(PHOS__AGENT__REQUEST__KIND_RESUME, &Phos__Agent__Request::resume, q,
+                    PHOS__AGENT__REPLY__KIND_RESUME);
   if (!reply) return reply.error();
   return {};
 }
 
 Result<void> AgentClient::goodbye() {
   Phos__Agent__GoodbyeRequest q = PHOS__AGENT__GOODBYE_REQUEST__INIT;
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_GOODBYE;
-  req.goodbye = &q;
-  auto reply = call(req, PHOS__AGENT__REPLY__KIND_GOODBYE);
+  auto reply = call(PHOS__AGENT__REQUEST__KIND_GOODBYE, &Phos__Agent__Request::goodbye, q,
+                    PHOS__AGENT__REPLY__KIND_GOODBYE);
   if (!reply) return reply.error();
   auto eof = wire::recv_frame(sock_.get(), timeout_ms_);
   if (eof.ok()) return make_error("agent sent a frame after goodbye", EPROTO);

@@ -13,8 +13,10 @@
 
 namespace phos::plugin {
 
-inline constexpr const char* kAgentSocketPrefix = "phos-agent.";
-inline constexpr const char* kAgentThreadName = "phos-agent";
+using wire::kAgentSocketPrefix;
+using wire::kAgentThreadName;
+using AgentStatus = wire::AgentStatus;
+using AgentAllocation = wire::AllocationEntry;
 
 struct AgentHello {
   uint32_t protocol_version = 0;
@@ -22,23 +24,6 @@ struct AgentHello {
   pid_t pid = 0;        // in the target's pid namespace
   pid_t agent_tid = 0;  // likewise
   uint32_t uid = 0;
-};
-
-struct AgentStatus {
-  bool gate_open = false;
-  bool cuda_initialized = false;
-  uint64_t allocation_count = 0;
-  uint64_t allocated_bytes = 0;
-  uint32_t device_count = 0;
-  std::vector<std::string> unsupported_calls;
-};
-
-struct AgentAllocation {
-  uint64_t id = 0;
-  uint32_t device = 0;
-  uint64_t address = 0;
-  uint64_t size = 0;
-  uint32_t flags = 0;
 };
 
 class AgentClient {
@@ -60,8 +45,11 @@ class AgentClient {
 
  private:
   AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
-  Result<wire::ReceivedReply> call(Phos__Agent__Request& req, Phos__Agent__Reply__KindCase expected,
-                                   std::span<const int> fds = {});
+  // Sends `msg` as the request of kind `kind` (stored in `field` of the
+  // oneof) and returns the reply, which must be of kind `expected`.
+  template <class Msg>
+  Result<wire::ReceivedReply> call(Phos__Agent__Request__KindCase kind, Msg* Phos__Agent__Request::*field, Msg& msg,
+                                   Phos__Agent__Reply__KindCase expected, std::span<const int> fds = {});
 
   UniqueFd sock_;
   int timeout_ms_;

@@ -29,7 +29,7 @@ class FakeBackend final : public AgentBackend {
   explicit FakeBackend(size_t n) {
     for (size_t i = 0; i < n; i++) allocs_.push_back({i + 1, 0, 0x7f0000000000ull + (i << 21), 1u << 21, 0});
   }
-  BackendStatus status() override { return {true, allocs_.size(), allocs_.size() << 21, 1, unsupported}; }
+  BackendStatus status() override { return {false, true, allocs_.size(), allocs_.size() << 21, 1, unsupported}; }
   std::vector<AllocationInfo> allocations() override { return allocs_; }
   Result<UniqueFd> export_allocation(uint64_t id) override {
     UniqueFd fd(::memfd_create("fake-alloc", MFD_CLOEXEC));
@@ -70,11 +70,8 @@ struct RunningAgent {
   }
   UniqueFd raw_connect() {
     UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    struct sockaddr_un addr {};
-    addr.sun_family = AF_UNIX;
-    const std::string& name = agent.socket_name();
-    std::memcpy(addr.sun_path + 1, name.data(), name.size());
-    socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+    struct sockaddr_un addr;
+    socklen_t len = wire::abstract_socket_address(agent.socket_name(), addr);
     REQUIRE(::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0);
     return s;
   }
@@ -313,10 +310,8 @@ TEST_CASE("agent: refuses a peer that is neither root nor its owner", "[agent][s
     // The unprivileged peer: connects as nobody and expects EPERM.
     if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(10);
     int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un addr {};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path + 1, name.data(), name.size());
-    socklen_t len = socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+    struct sockaddr_un addr;
+    socklen_t len = wire::abstract_socket_address(name, addr);
     if (::connect(s, reinterpret_cast<sockaddr*>(&addr), len) != 0) _exit(11);
     auto r = wire::recv_reply(s, 2000);
     if (!r.ok()) _exit(12);

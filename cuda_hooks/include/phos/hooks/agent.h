@@ -18,8 +18,8 @@
 
 namespace phos::hooks {
 
-inline constexpr const char* kAgentSocketPrefix = "phos-agent.";
-inline constexpr const char* kAgentThreadName = "phos-agent";
+using wire::kAgentSocketPrefix;
+using wire::kAgentThreadName;
 
 struct AgentOptions {
   int idle_timeout_ms = 30000;  // a silent client is dropped after this long

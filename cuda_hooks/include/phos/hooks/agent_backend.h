@@ -9,26 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "phos/images/agent_messages.h"
 #include "phos/images/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::hooks {
 
-struct BackendStatus {
-  bool cuda_initialized = false;
-  uint64_t allocation_count = 0;
-  uint64_t allocated_bytes = 0;
-  uint32_t device_count = 0;
-  std::vector<std::string> unsupported_calls;
-};
-
-struct AllocationInfo {
-  uint64_t id = 0;
-  uint32_t device = 0;
-  uint64_t address = 0;
-  uint64_t size = 0;
-  uint32_t flags = 0;
-};
+// status().gate_open is filled in by the agent, which owns the gate.
+using BackendStatus = wire::AgentStatus;
+using AllocationInfo = wire::AllocationEntry;
 
 class AgentBackend {
  public:

@@ -2,6 +2,10 @@
 // framing: pack/send and receive/unpack, with the protobuf-c structs owned.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,6 +18,30 @@
 namespace phos::wire {
 
 inline constexpr uint32_t kAgentProtocolVersion = 1;
+inline constexpr const char* kAgentSocketPrefix = "phos-agent.";
+inline constexpr const char* kAgentThreadName = "phos-agent";
+
+// The address of the abstract unix socket `name` (no leading NUL); returns
+// the address length to pass to bind/connect, 0 when the name is too long.
+socklen_t abstract_socket_address(const std::string& name, struct sockaddr_un& addr);
+
+// What StatusReply and Allocation carry, as values both sides use.
+struct AgentStatus {
+  bool gate_open = false;
+  bool cuda_initialized = false;
+  uint64_t allocation_count = 0;
+  uint64_t allocated_bytes = 0;
+  uint32_t device_count = 0;
+  std::vector<std::string> unsupported_calls;
+};
+
+struct AllocationEntry {
+  uint64_t id = 0;
+  uint32_t device = 0;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint32_t flags = 0;
+};
 
 struct UnpackedDeleter {
   void operator()(ProtobufCMessage* m) const { protobuf_c_message_free_unpacked(m, nullptr); }
