@@ -171,20 +171,30 @@ Result<void> AgentClient::goodbye() {
 
 }  // namespace phos::plugin
 
+#include <unistd.h>
+
+#include <optional>
+
 #include "stopped_thread.h"
 
 namespace phos::plugin {
 
-Result<void> with_stopped_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn) {
+Result<void> with_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn) {
   auto tid = find_thread(pid, kAgentThreadName);
   if (!tid) return tid.error();
-  auto run = StoppedThreadRun::start(*tid);
-  if (!run) return run.error();
+  auto tracer = tracer_of(pid, *tid);
+  if (!tracer) return tracer.error();
+  std::optional<StoppedThreadRun> run;
+  if (*tracer == ::getpid()) {
+    auto started = StoppedThreadRun::start(*tid);
+    if (!started) return started.error();
+    run.emplace(std::move(*started));
+  }
   auto client = AgentClient::connect(pid, timeout_ms);
   if (!client) return client.error();
   PHOS_TRY(fn(*client));
   PHOS_TRY(client->goodbye());
-  return run->stop();
+  return run ? run->stop() : Result<void>();
 }
 
 }  // namespace phos::plugin

@@ -62,8 +62,9 @@ class AgentClient {
 
 namespace phos::plugin {
 
-// Talks to the agent of `pid` while criu holds the process stopped: lets the
-// agent thread alone run, connects, runs `fn`, says goodbye, stops it again.
-Result<void> with_stopped_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn);
+// Talks to the agent of `pid`, connects, runs `fn` and says goodbye. When
+// criu holds the process stopped under ptrace, the agent thread alone is let
+// run meanwhile and stopped again after.
+Result<void> with_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn);
 
 }  // namespace phos::plugin

@@ -51,22 +51,28 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   auto drained = client->quiesce(options_.quiesce_timeout_ms);
   if (!drained) return make_error("process " + std::to_string(pid) + ": quiesce: " + drained.error().message);
   t.quiesce_ns = *drained;
-  // From here on, a failure must open the gate again.
-  auto opened_again = [&](const Error& e) {
-    if (auto r = client->resume(); !r) PHOS_ERR("process %d: reopening the gate: %s", pid, r.error().message.c_str());
+  // The gate is closed: from here on the process is ours to reopen, whatever
+  // fails, in finish() if not right here.
+  Target& target = targets_[pid] = std::move(t);
+  auto reopen_now = [&](const Error& e) {
+    if (auto r = client->resume(); r.ok())
+      targets_.erase(pid);
+    else
+      PHOS_WARN("process %d: reopening the gate now failed (%s); retrying at the end of the dump", pid,
+                r.error().message.c_str());
     return e;
   };
   auto allocs = client->list_allocations(false, nullptr);
-  if (!allocs) return opened_again(allocs.error());
+  if (!allocs) return reopen_now(allocs.error());
   if (!allocs->empty())
-    return opened_again(make_error("process " + std::to_string(pid) + " has " + std::to_string(allocs->size()) +
-                                   " device allocations; this build of phos cannot checkpoint device memory yet"));
-  t.allocations = std::move(*allocs);
-  if (auto bye = client->goodbye(); !bye) return opened_again(bye.error());
+    return reopen_now(make_error("process " + std::to_string(pid) + " has " + std::to_string(allocs->size()) +
+                                 " device allocations; this build of phos cannot checkpoint device memory yet"));
+  target.allocations = std::move(*allocs);
+  if (auto bye = client->goodbye(); !bye) return bye.error();
 
-  PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations", pid, t.vpid,
-            t.hello.agent_version.c_str(), double(t.quiesce_ns) / 1e6, t.allocations.size());
-  targets_[pid] = std::move(t);
+  PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations", pid,
+            target.vpid, target.hello.agent_version.c_str(), double(target.quiesce_ns) / 1e6,
+            target.allocations.size());
   return true;
 }
 
@@ -89,7 +95,7 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 }
 
 Result<void> Checkpointer::resume(pid_t pid) {
-  return with_stopped_agent(pid, options_.agent_timeout_ms, [](AgentClient& c) { return c.resume(); });
+  return with_agent(pid, options_.agent_timeout_ms, [](AgentClient& c) { return c.resume(); });
 }
 
 void Checkpointer::finish(bool dump_succeeded) {

@@ -49,6 +49,14 @@ Result<pid_t> ns_pid(pid_t pid) {
   return make_error("/proc/" + std::to_string(pid) + "/status has no NSpid line");
 }
 
+Result<pid_t> tracer_of(pid_t pid, pid_t tid) {
+  auto status = read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
+  if (!status) return status.error();
+  auto at = status->find("\nTracerPid:");
+  if (at == std::string::npos) return make_error("no TracerPid in the status of thread " + std::to_string(tid));
+  return pid_t(std::stol(status->substr(at + 11)));
+}
+
 Result<pid_t> find_thread(pid_t pid, const std::string& name) {
   std::string base = "/proc/" + std::to_string(pid) + "/task";
   auto tids = list_dir(base);

@@ -30,7 +30,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
   auto it = images_.find(*vpid);
   if (it == images_.end()) return false;
 
-  auto r = with_stopped_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+  auto r = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
     if (c.hello().pid != *vpid)
       return make_error("agent reports pid " + std::to_string(c.hello().pid) + ", the image is for " +
                         std::to_string(*vpid));
