@@ -185,6 +185,16 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       r.device_count = s.device_count;
       r.n_unsupported_calls = calls.size();
       r.unsupported_calls = calls.data();
+      std::vector<Phos__Agent__Counter> counters(s.counters.size());
+      std::vector<Phos__Agent__Counter*> counter_ptrs;
+      for (size_t i = 0; i < s.counters.size(); i++) {
+        phos__agent__counter__init(&counters[i]);
+        counters[i].name = s.counters[i].first.data();
+        counters[i].value = s.counters[i].second;
+        counter_ptrs.push_back(&counters[i]);
+      }
+      r.n_counters = counter_ptrs.size();
+      r.counters = counter_ptrs.data();
       return send_reply(conn, PHOS__AGENT__REPLY__KIND_STATUS, &Phos__Agent__Reply::status, r).ok();
     }
     case PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS: {
@@ -234,7 +244,7 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
     }
     case PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS: {
       if (gate_.is_open()) return fail(EBUSY, "release mappings needs a quiesced process (gate is open)");
-      auto released = backend_.release_mappings();
+      auto released = backend_.release_mappings(req.release_mappings->release_handles);
       if (!released) return fail(released.error().code, released.error().message);
       Phos__Agent__ReleaseMappingsReply r = PHOS__AGENT__RELEASE_MAPPINGS_REPLY__INIT;
       r.released_bytes = *released;

@@ -1,33 +1,50 @@
 // libphos.so's entry point: started by the dynamic loader in every program
 // that preloads it. It starts the agent and stays out of the program's way:
 // a failure to start is reported once on stderr and the program runs on.
+//
+// PHOS_STATS_FILE=PATH: at exit, the hooks' counters go to PATH as
+// "name value" lines (the GPU suite compares them with ground truth).
 #include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
+#include "cuda_backend.h"
 #include "phos/hooks/agent.h"
-#include "phos/hooks/agent_backend.h"
-#include "phos/hooks/gate.h"
+#include "runtime.h"
 
 namespace phos::hooks {
 namespace {
 
 // Never destroyed: the agent thread may still run while the process exits.
-struct Runtime {
-  Gate gate;
-  NoCudaBackend backend;
-  Agent agent{gate, backend};
+struct Preload {
+  CudaBackend backend;
+  Agent agent{runtime().gate, backend};
 };
-Runtime* g_runtime = nullptr;
+Preload* g_preload = nullptr;
 
 void report(const char* what, const Result<void>& r) {
   if (!r.ok()) std::fprintf(stderr, "phos: %s: %s; running without checkpoint support\n", what, r.error().message.c_str());
 }
 
 void after_fork_in_child() {
-  if (g_runtime) report("agent restart after fork", g_runtime->agent.restart_after_fork());
+  if (g_preload) report("agent restart after fork", g_preload->agent.restart_after_fork());
+}
+
+void write_stats() {
+  const char* path = std::getenv("PHOS_STATS_FILE");
+  if (!path || !*path || !g_preload) return;
+  std::string file = std::string(path);
+  auto at = file.find("%p");
+  if (at != std::string::npos) file.replace(at, 2, std::to_string(::getpid()));
+  FILE* f = std::fopen(file.c_str(), "w");
+  if (!f) return;
+  auto status = g_preload->backend.status();
+  for (const auto& [name, value] : status.counters) std::fprintf(f, "%s %llu\n", name.c_str(), (unsigned long long)value);
+  for (const auto& call : status.unsupported_calls) std::fprintf(f, "unsupported %s\n", call.c_str());
+  std::fclose(f);
 }
 
 }  // namespace
@@ -37,8 +54,9 @@ __attribute__((constructor)) static void phos_preload_init() {
   using namespace phos::hooks;
   const char* disable = std::getenv("PHOS_DISABLE");
   if (disable && *disable && *disable != '0') return;
-  g_runtime = new Runtime();
-  auto started = g_runtime->agent.start();
+  g_preload = new Preload();
+  auto started = g_preload->agent.start();
   report("agent start", started);
   if (started.ok()) pthread_atfork(nullptr, nullptr, after_fork_in_child);
+  std::atexit(write_stats);
 }

@@ -92,8 +92,9 @@ Result<AgentStatus> AgentClient::status() {
   if (!reply) return reply.error();
   const auto* r = reply->reply->status;
   AgentStatus out{r->gate_open != 0, r->cuda_initialized != 0, r->allocation_count, r->allocated_bytes,
-                  r->device_count, {}};
+                  r->device_count, {}, {}};
   for (size_t i = 0; i < r->n_unsupported_calls; i++) out.unsupported_calls.emplace_back(r->unsupported_calls[i]);
+  for (size_t i = 0; i < r->n_counters; i++) out.counters.emplace_back(r->counters[i]->name, r->counters[i]->value);
   return out;
 }
 
@@ -131,8 +132,10 @@ Result<std::vector<AgentAllocation>> AgentClient::list_allocations(bool with_fds
   return out;
 }
 
-Result<uint64_t> AgentClient::release_mappings() {
+Result<uint64_t> AgentClient::release_mappings(bool release_handles) {
   Phos__Agent__ReleaseMappingsRequest q = PHOS__AGENT__RELEASE_MAPPINGS_REQUEST__INIT;
+  q.has_release_handles = 1;
+  q.release_handles = release_handles;
   auto reply = call(PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS, &Phos__Agent__Request::release_mappings, q,
                     PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS);
   if (!reply) return reply.error();

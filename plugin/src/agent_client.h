@@ -36,7 +36,7 @@ class AgentClient {
   Result<AgentStatus> status();
   Result<uint64_t> quiesce(uint32_t timeout_ms);  // drained_ns
   Result<std::vector<AgentAllocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
-  Result<uint64_t> release_mappings();
+  Result<uint64_t> release_mappings(bool release_handles = false);
   Result<uint64_t> remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds);
   Result<void> resume();
   // Asks the agent to close its end and waits until it has, so that the

@@ -198,7 +198,9 @@ int cmd_status(const std::string& pid_text, bool as_json) {
               {"allocation_count", status->allocation_count},
               {"allocated_bytes", status->allocated_bytes},
               {"device_count", status->device_count},
-              {"unsupported_calls", status->unsupported_calls}};
+              {"unsupported_calls", status->unsupported_calls},
+              {"counters", json::object()}};
+    for (const auto& [name, value] : status->counters) j["counters"][name] = value;
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("process %ld: phos agent %s (protocol %u), uid %u\n", pid, h.agent_version.c_str(), h.protocol_version,
@@ -207,6 +209,7 @@ int cmd_status(const std::string& pid_text, bool as_json) {
                 status->gate_open ? "open" : "closed", status->cuda_initialized ? "initialized" : "not initialized",
                 status->device_count, status->allocation_count, bytes_text(status->allocated_bytes).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
+    for (const auto& [name, value] : status->counters) std::printf("  %s: %" PRIu64 "\n", name.c_str(), value);
   }
   return 0;
 }

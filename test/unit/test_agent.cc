@@ -29,7 +29,9 @@ class FakeBackend final : public AgentBackend {
   explicit FakeBackend(size_t n) {
     for (size_t i = 0; i < n; i++) allocs_.push_back({i + 1, 0, 0x7f0000000000ull + (i << 21), 1u << 21, 0});
   }
-  BackendStatus status() override { return {false, true, allocs_.size(), allocs_.size() << 21, 1, unsupported}; }
+  BackendStatus status() override {
+    return {false, true, allocs_.size(), allocs_.size() << 21, 1, unsupported, {{"launches", 42}}};
+  }
   std::vector<AllocationInfo> allocations() override { return allocs_; }
   Result<UniqueFd> export_allocation(uint64_t id) override {
     UniqueFd fd(::memfd_create("fake-alloc", MFD_CLOEXEC));
@@ -37,8 +39,9 @@ class FakeBackend final : public AgentBackend {
     return fd;
   }
   Result<void> drain(std::chrono::milliseconds) override { return {}; }
-  Result<uint64_t> release_mappings() override {
+  Result<uint64_t> release_mappings(bool drop_handles) override {
     released = true;
+    dropped_handles = drop_handles;
     return uint64_t(allocs_.size() << 21);
   }
   Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) override {
@@ -48,6 +51,7 @@ class FakeBackend final : public AgentBackend {
   }
   std::vector<std::string> unsupported;
   bool released = false;
+  bool dropped_handles = false;
   std::vector<uint64_t> remapped_ids;
   size_t remapped_fds = 0;
 
@@ -98,6 +102,8 @@ TEST_CASE("agent: hello and status", "[agent]") {
   CHECK(s->gate_open);
   CHECK(s->cuda_initialized);
   CHECK(s->allocation_count == 3);
+  REQUIRE(s->counters.size() == 1);
+  CHECK(s->counters[0] == std::pair<std::string, uint64_t>{"launches", 42});
   CHECK(c.goodbye().ok());
 }
 
@@ -148,6 +154,9 @@ TEST_CASE("agent: release mappings needs a quiesced process", "[agent]") {
   REQUIRE(released.ok());
   CHECK(*released == 2u << 21);
   CHECK(a.backend.released);
+  CHECK_FALSE(a.backend.dropped_handles);
+  REQUIRE(c.release_mappings(true).ok());
+  CHECK(a.backend.dropped_handles);
   REQUIRE(c.resume().ok());
 }
 

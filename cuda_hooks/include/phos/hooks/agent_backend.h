@@ -28,7 +28,8 @@ class AgentBackend {
   virtual Result<UniqueFd> export_allocation(uint64_t id) = 0;
   // With the gate closed: wait for all submitted GPU work.
   virtual Result<void> drain(std::chrono::milliseconds timeout) = 0;
-  virtual Result<uint64_t> release_mappings() = 0;
+  // drop_handles: the memory itself goes too (see ReleaseMappingsRequest).
+  virtual Result<uint64_t> release_mappings(bool drop_handles) = 0;
   // Map allocations back: the same memory when fds is empty, else fds[i] for ids[i].
   virtual Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) = 0;
 };
@@ -41,7 +42,7 @@ class NoCudaBackend final : public AgentBackend {
     return make_error("no allocation " + std::to_string(id) + ": this process has no device memory", ENOENT);
   }
   Result<void> drain(std::chrono::milliseconds) override { return {}; }
-  Result<uint64_t> release_mappings() override { return uint64_t{0}; }
+  Result<uint64_t> release_mappings(bool) override { return uint64_t{0}; }
   Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd>) override {
     if (!ids.empty()) return make_error("remap of allocations in a process without device memory", ENOENT);
     return uint64_t{0};

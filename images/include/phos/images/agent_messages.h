@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent.pb-c.h"
@@ -33,6 +34,7 @@ struct AgentStatus {
   uint64_t allocated_bytes = 0;
   uint32_t device_count = 0;
   std::vector<std::string> unsupported_calls;
+  std::vector<std::pair<std::string, uint64_t>> counters;
 };
 
 struct AllocationEntry {

@@ -1,0 +1,39 @@
+#include "cuda_backend.h"
+
+#include "driver.h"
+#include "runtime.h"
+
+namespace phos::hooks {
+
+BackendStatus CudaBackend::status() {
+  BackendStatus s;
+  auto m = runtime().memory.stats();
+  s.cuda_initialized = runtime().cuda_used.load() || driver::loaded();
+  s.allocation_count = m.units;
+  s.allocated_bytes = m.physical_bytes;
+  s.device_count = m.devices;
+  s.unsupported_calls = runtime().unsupported();
+  s.counters = runtime().counters();
+  s.counters.emplace_back("live_blocks", m.blocks);
+  s.counters.emplace_back("requested_bytes", m.requested_bytes);
+  s.counters.emplace_back("physical_bytes", m.physical_bytes);
+  return s;
+}
+
+std::vector<AllocationInfo> CudaBackend::allocations() { return runtime().memory.units(); }
+
+Result<UniqueFd> CudaBackend::export_allocation(uint64_t id) { return runtime().memory.export_unit(id); }
+
+// cuCtxSynchronize has no timeout: a kernel that never ends makes the
+// checkpoint wait (the plugin's agent timeout then fails the dump).
+Result<void> CudaBackend::drain(std::chrono::milliseconds) { return runtime().memory.synchronize(); }
+
+Result<uint64_t> CudaBackend::release_mappings(bool drop_handles) {
+  return runtime().memory.release_mappings(drop_handles);
+}
+
+Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) {
+  return runtime().memory.remap(ids, std::move(fds));
+}
+
+}  // namespace phos::hooks

@@ -1,0 +1,18 @@
+// The agent's view of a process that runs with the CUDA hooks.
+#pragma once
+
+#include "phos/hooks/agent_backend.h"
+
+namespace phos::hooks {
+
+class CudaBackend final : public AgentBackend {
+ public:
+  BackendStatus status() override;
+  std::vector<AllocationInfo> allocations() override;
+  Result<UniqueFd> export_allocation(uint64_t id) override;
+  Result<void> drain(std::chrono::milliseconds timeout) override;
+  Result<uint64_t> release_mappings(bool drop_handles) override;
+  Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) override;
+};
+
+}  // namespace phos::hooks

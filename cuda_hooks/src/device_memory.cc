@@ -1,0 +1,321 @@
+#include "device_memory.h"
+
+#include <functional>
+#include <string>
+
+#include "driver.h"
+#include "phos/images/format.h"
+
+namespace phos::hooks {
+namespace {
+
+constexpr uint64_t kSlabBytes = 2u << 20;
+constexpr uint64_t kArenaBytes = 256ull << 30;  // VA reserved at a time, per device
+
+std::string cu_error(const char* what, CUresult r) {
+  const char* name = nullptr;
+  if (PHOS_REAL(cuGetErrorName)) PHOS_REAL(cuGetErrorName)(r, &name);
+  return std::string(what) + ": " + (name ? name : "CUDA error " + std::to_string(int(r)));
+}
+
+CUmemAllocationProp unit_prop(CUdevice dev) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+CUresult map_with_access(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h, CUdevice dev) {
+  CUresult r = PHOS_REAL(cuMemMap)(va, size, 0, h, 0);
+  if (r != CUDA_SUCCESS) return r;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = PHOS_REAL(cuMemSetAccess)(va, size, &access, 1);
+  if (r != CUDA_SUCCESS) PHOS_REAL(cuMemUnmap)(va, size);
+  return r;
+}
+
+}  // namespace
+
+DeviceMemory::Device* DeviceMemory::device_locked(CUdevice dev, CUresult* err) {
+  auto [it, inserted] = devices_.try_emplace(dev);
+  Device& d = it->second;
+  if (inserted) {
+    CUmemAllocationProp prop = unit_prop(dev);
+    *err = PHOS_REAL(cuMemGetAllocationGranularity)(&d.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (*err == CUDA_SUCCESS) *err = PHOS_REAL(cuCtxGetCurrent)(&d.ctx);
+    if (*err != CUDA_SUCCESS) {
+      devices_.erase(it);
+      return nullptr;
+    }
+  }
+  return &d;
+}
+
+CUresult DeviceMemory::grow_arena_locked(CUdevice, Device& d, size_t at_least) {
+  size_t size = std::max<uint64_t>(kArenaBytes, align_up(at_least, d.granularity));
+  CUdeviceptr base = 0;
+  CUresult r = PHOS_REAL(cuMemAddressReserve)(&base, size, 0, 0, 0);
+  if (r == CUDA_SUCCESS) d.va.add_range(base, size);
+  return r;
+}
+
+CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out) {
+  auto va = d.va.allocate(size, d.granularity);
+  if (!va) {
+    if (CUresult r = grow_arena_locked(dev, d, size); r != CUDA_SUCCESS) return r;
+    va = d.va.allocate(size, d.granularity);
+    if (!va) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUmemAllocationProp prop = unit_prop(dev);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
+  if (r == CUDA_SUCCESS) {
+    r = map_with_access(*va, size, h, dev);
+    if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
+  }
+  if (r != CUDA_SUCCESS) {
+    d.va.free(*va, size);
+    return r;
+  }
+  Unit& u = units_[next_id_];
+  u.id = next_id_++;
+  u.device = dev;
+  u.va = *va;
+  u.size = size;
+  u.handle = h;
+  u.mapped = true;
+  u.flags = flags;
+  *out = &u;
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
+  if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  reclaim_deferred();
+  CUdevice dev = 0;
+  CUresult r = PHOS_REAL(cuCtxGetDevice)(&dev);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> lock(mu_);
+  Device* d = device_locked(dev, &r);
+  if (!d) return r;
+
+  if (size <= kSlabMaxRequest) {
+    size_t need = align_up(size, kBlockAlignment);
+    for (auto& [id, u] : units_) {
+      if (!u.slab || u.device != dev) continue;
+      if (auto p = u.slab->allocate(need, kBlockAlignment)) {
+        blocks_.emplace(*p, Block{size, id, need});
+        *out = *p;
+        return CUDA_SUCCESS;
+      }
+    }
+    Unit* slab = nullptr;
+    r = new_unit_locked(dev, *d, align_up(kSlabBytes, d->granularity), flags | image::kAllocSlab, &slab);
+    if (r != CUDA_SUCCESS) return r;
+    slab->slab = std::make_unique<RangeAllocator>();
+    slab->slab->add_range(slab->va, slab->size);
+    auto p = slab->slab->allocate(need, kBlockAlignment);
+    blocks_.emplace(*p, Block{size, slab->id, need});
+    *out = *p;
+    return CUDA_SUCCESS;
+  }
+  Unit* unit = nullptr;
+  r = new_unit_locked(dev, *d, align_up(size, d->granularity), flags, &unit);
+  if (r != CUDA_SUCCESS) return r;
+  blocks_.emplace(unit->va, Block{size, unit->id, unit->size});
+  *out = unit->va;
+  return CUDA_SUCCESS;
+}
+
+void DeviceMemory::drop_unit_locked(Unit& u) {
+  if (u.mapped) PHOS_REAL(cuMemUnmap)(u.va, u.size);
+  if (u.handle) PHOS_REAL(cuMemRelease)(u.handle);
+  devices_[u.device].va.free(u.va, u.size);
+  units_.erase(u.id);
+}
+
+CUresult DeviceMemory::free_locked(std::map<CUdeviceptr, Block>::iterator it) {
+  Block b = it->second;
+  CUdeviceptr ptr = it->first;
+  blocks_.erase(it);
+  auto uit = units_.find(b.unit);
+  if (uit == units_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Unit& u = uit->second;
+  if (!u.slab) {
+    drop_unit_locked(u);
+    return CUDA_SUCCESS;
+  }
+  u.slab->free(ptr, b.reserved);
+  if (!u.slab->unused()) return CUDA_SUCCESS;
+  // Keep one empty slab per device for the next small request.
+  for (auto& [id, other] : units_)
+    if (id != u.id && other.slab && other.device == u.device && other.slab->unused()) {
+      drop_unit_locked(u);
+      break;
+    }
+  return CUDA_SUCCESS;
+}
+
+bool DeviceMemory::free(CUdeviceptr ptr, CUresult* result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = blocks_.find(ptr);
+  if (it == blocks_.end()) return false;
+  *result = free_locked(it);
+  return true;
+}
+
+bool DeviceMemory::free_after(CUdeviceptr ptr, CUstream stream, bool per_thread_stream, CUresult* result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!blocks_.count(ptr)) return false;
+  CUevent ev = nullptr;
+  *result = PHOS_REAL(cuEventCreate)(&ev, CU_EVENT_DISABLE_TIMING);
+  if (*result != CUDA_SUCCESS) return true;
+  *result = per_thread_stream ? PHOS_REAL(cuEventRecord_ptsz)(ev, stream) : PHOS_REAL(cuEventRecord)(ev, stream);
+  if (*result != CUDA_SUCCESS) {
+    PHOS_REAL(cuEventDestroy_v2)(ev);
+    return true;
+  }
+  deferred_.push_back({ptr, ev});
+  return true;
+}
+
+void DeviceMemory::reclaim_deferred() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < deferred_.size();) {
+    if (PHOS_REAL(cuEventQuery)(deferred_[i].done) == CUDA_ERROR_NOT_READY) {
+      i++;
+      continue;
+    }
+    PHOS_REAL(cuEventDestroy_v2)(deferred_[i].done);
+    if (auto it = blocks_.find(deferred_[i].ptr); it != blocks_.end()) free_locked(it);
+    deferred_[i] = deferred_.back();
+    deferred_.pop_back();
+  }
+}
+
+bool DeviceMemory::address_range(CUdeviceptr p, CUdeviceptr* base, size_t* size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = blocks_.upper_bound(p);
+  if (it == blocks_.begin()) return false;
+  --it;
+  if (p >= it->first + it->second.size) return false;
+  if (base) *base = it->first;
+  if (size) *size = it->second.size;
+  return true;
+}
+
+DeviceMemory::Stats DeviceMemory::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s;
+  s.units = units_.size();
+  s.blocks = blocks_.size();
+  for (const auto& [p, b] : blocks_) s.requested_bytes += b.size;
+  for (const auto& [id, u] : units_) s.physical_bytes += u.size;
+  s.devices = uint32_t(devices_.size());
+  return s;
+}
+
+std::vector<AllocationInfo> DeviceMemory::units() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<AllocationInfo> out;
+  for (const auto& [id, u] : units_) out.push_back({id, uint32_t(u.device), u.va, u.size, u.flags});
+  return out;
+}
+
+Result<UniqueFd> DeviceMemory::export_unit(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = units_.find(id);
+  if (it == units_.end()) return make_error("no allocation " + std::to_string(id), ENOENT);
+  if (!it->second.handle) return make_error("allocation " + std::to_string(id) + " has no memory (released)", ENOENT);
+  int fd = -1;
+  CUresult r = PHOS_REAL(cuMemExportToShareableHandle)(&fd, it->second.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) return make_error(cu_error("cuMemExportToShareableHandle", r), EIO);
+  return UniqueFd(fd);
+}
+
+Result<void> DeviceMemory::with_contexts(const std::function<Result<void>(CUdevice, Device&)>& fn) {
+  for (auto& [dev, d] : devices_) {
+    CUresult r = PHOS_REAL(cuCtxPushCurrent_v2)(d.ctx);
+    if (r != CUDA_SUCCESS) return make_error(cu_error("cuCtxPushCurrent", r), EIO);
+    auto result = fn(dev, d);
+    CUcontext popped = nullptr;
+    PHOS_REAL(cuCtxPopCurrent_v2)(&popped);
+    PHOS_TRY(result);
+  }
+  return {};
+}
+
+Result<void> DeviceMemory::synchronize() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PHOS_TRY(with_contexts([](CUdevice dev, Device&) -> Result<void> {
+      CUresult r = PHOS_REAL(cuCtxSynchronize)();
+      if (r != CUDA_SUCCESS) return make_error(cu_error(("device " + std::to_string(dev) + ": cuCtxSynchronize").c_str(), r), EIO);
+      return {};
+    }));
+  }
+  reclaim_deferred();
+  return {};
+}
+
+Result<uint64_t> DeviceMemory::release_mappings(bool drop_handles) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t released = 0;
+  PHOS_TRY(with_contexts([&](CUdevice dev, Device&) -> Result<void> {
+    for (auto& [id, u] : units_) {
+      if (u.device != dev) continue;
+      if (u.mapped) {
+        CUresult r = PHOS_REAL(cuMemUnmap)(u.va, u.size);
+        if (r != CUDA_SUCCESS) return make_error(cu_error(("unmap allocation " + std::to_string(id)).c_str(), r), EIO);
+        u.mapped = false;
+        released += u.size;
+      }
+      if (drop_handles && u.handle) {
+        PHOS_REAL(cuMemRelease)(u.handle);
+        u.handle = 0;
+      }
+    }
+    return {};
+  }));
+  return released;
+}
+
+Result<uint64_t> DeviceMemory::remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!fds.empty() && fds.size() != ids.size())
+    return make_error(std::to_string(fds.size()) + " fds for " + std::to_string(ids.size()) + " allocations");
+  uint64_t mapped = 0;
+  PHOS_TRY(with_contexts([&](CUdevice dev, Device&) -> Result<void> {
+    for (size_t i = 0; i < fds.size(); i++) {
+      auto it = units_.find(ids[i]);
+      if (it == units_.end()) return make_error("remap: no allocation " + std::to_string(ids[i]), ENOENT);
+      Unit& u = it->second;
+      if (u.device != dev) continue;
+      CUmemGenericAllocationHandle h = 0;
+      CUresult r = PHOS_REAL(cuMemImportFromShareableHandle)(
+          &h, reinterpret_cast<void*>(static_cast<intptr_t>(fds[i].get())), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      if (r != CUDA_SUCCESS) return make_error(cu_error(("import allocation " + std::to_string(u.id)).c_str(), r), EIO);
+      if (u.mapped) PHOS_REAL(cuMemUnmap)(u.va, u.size);
+      if (u.handle) PHOS_REAL(cuMemRelease)(u.handle);
+      u.handle = h;
+      u.mapped = false;
+    }
+    for (auto& [id, u] : units_) {
+      if (u.device != dev || u.mapped) continue;
+      if (!u.handle) return make_error("remap: allocation " + std::to_string(id) + " has no memory to map", ENOENT);
+      CUresult r = map_with_access(u.va, u.size, u.handle, dev);
+      if (r != CUDA_SUCCESS) return make_error(cu_error(("map allocation " + std::to_string(id)).c_str(), r), EIO);
+      u.mapped = true;
+      mapped += u.size;
+    }
+    return {};
+  }));
+  return mapped;
+}
+
+}  // namespace phos::hooks

@@ -1,0 +1,95 @@
+// Every device allocation of the program, made by phos: VMM memory created
+// exportable as POSIX fds and mapped in a VA arena phos reserves on each
+// device. Large requests get a physical unit of their own (rounded to the
+// allocation granularity, as the driver rounds them); small ones are
+// sub-allocated from 2 MiB slabs. A unit is what a checkpoint exports, copies
+// and maps back; a block is what the program holds.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "phos/hooks/agent_backend.h"
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+#include "range_allocator.h"
+
+namespace phos::hooks {
+
+class DeviceMemory {
+ public:
+  static constexpr uint64_t kSlabMaxRequest = 512u << 10;  // larger requests get their own unit
+  static constexpr uint64_t kBlockAlignment = 256;         // what cudaMalloc guarantees
+
+  // On the calling thread's current context's device.
+  CUresult allocate(CUdeviceptr* out, size_t size, uint32_t flags);
+  // false: not ours (the caller forwards to the driver).
+  bool free(CUdeviceptr ptr, CUresult* result);
+  // Frees `ptr` once the work queued on `stream` so far is done.
+  bool free_after(CUdeviceptr ptr, CUstream stream, bool per_thread_stream, CUresult* result);
+  void reclaim_deferred();
+  bool address_range(CUdeviceptr p, CUdeviceptr* base, size_t* size);
+
+  struct Stats {
+    uint64_t units = 0, blocks = 0, requested_bytes = 0, physical_bytes = 0;
+    uint32_t devices = 0;
+  };
+  Stats stats() const;
+
+  // For the agent (its own thread; the gate is closed for the operations
+  // that change mappings).
+  std::vector<AllocationInfo> units() const;
+  Result<UniqueFd> export_unit(uint64_t id);
+  Result<void> synchronize();
+  Result<uint64_t> release_mappings(bool drop_handles);
+  Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds);
+
+ private:
+  struct Unit {
+    uint64_t id = 0;
+    CUdevice device = 0;
+    CUdeviceptr va = 0;
+    size_t size = 0;  // mapped bytes
+    CUmemGenericAllocationHandle handle = 0;
+    bool mapped = false;
+    uint32_t flags = 0;
+    std::unique_ptr<RangeAllocator> slab;  // for slabs: the space inside
+  };
+  struct Block {
+    size_t size;
+    uint64_t unit;
+    size_t reserved;  // bytes taken from the slab (aligned)
+  };
+  struct Device {
+    CUcontext ctx = nullptr;
+    size_t granularity = 0;
+    RangeAllocator va;
+  };
+  struct Deferred {
+    CUdeviceptr ptr;
+    CUevent done;
+  };
+
+  Device* device_locked(CUdevice dev, CUresult* err);
+  CUresult grow_arena_locked(CUdevice dev, Device& d, size_t at_least);
+  CUresult new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out);
+  void drop_unit_locked(Unit& u);
+  CUresult free_locked(std::map<CUdeviceptr, Block>::iterator it);
+  Result<void> with_contexts(const std::function<Result<void>(CUdevice, Device&)>& fn);
+
+  mutable std::mutex mu_;
+  std::map<CUdeviceptr, Block> blocks_;
+  std::map<uint64_t, Unit> units_;
+  std::map<CUdevice, Device> devices_;
+  std::vector<Deferred> deferred_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace phos::hooks

@@ -1,0 +1,67 @@
+// The CUDA driver as libphos.so sees it: every entry point of cuda.h (the
+// generated driver_table.inc), the real libcuda functions behind them, and
+// the substitution of libphos's wrappers for real pointers wherever a
+// program obtains one (dlsym, cuGetProcAddress).
+#pragma once
+
+#include <cuda.h>
+
+// cuda.h renames cuGetProcAddress to cuGetProcAddress_v2; libphos.so must
+// define both exported functions under their own names.
+#undef cuGetProcAddress
+
+#include <cstddef>
+#include <cstdint>
+
+// Every driver function, declared: libphos.so defines each (generated
+// wrappers and hand-written hooks); the per-thread-stream variants are not
+// declared by cuda.h in a normal build.
+extern "C" {
+#define PHOS_DRIVER_FN(name, params, args) CUresult name params;
+#define PHOS_DRIVER_HOOKED(name, params, args) CUresult name params;
+#include "driver_table.inc"
+#undef PHOS_DRIVER_FN
+#undef PHOS_DRIVER_HOOKED
+// The 4-argument cuGetProcAddress of CUDA 11.3-12.x, still exported.
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+}
+
+namespace phos::hooks::driver {
+
+enum class Fn : uint16_t {
+#define PHOS_DRIVER_FN(name, params, args) name,
+#define PHOS_DRIVER_HOOKED(name, params, args) name,
+#include "driver_table.inc"
+#undef PHOS_DRIVER_FN
+#undef PHOS_DRIVER_HOOKED
+  kCount
+};
+
+inline constexpr size_t kFunctionCount = size_t(Fn::kCount);
+
+const char* name_of(Fn f);
+
+// The real libcuda function, or null where this driver lacks it. Loads
+// libcuda.so.1 on first use.
+void* real(Fn f);
+template <class F>
+F real_as(Fn f) {
+  return reinterpret_cast<F>(real(f));
+}
+
+// libphos's wrapper for a real libcuda function pointer, or `p` itself.
+void* substitute(void* p);
+
+// True once libcuda is loaded and its entry points resolved.
+bool loaded();
+
+// The glibc dlsym (not ours), for code that must bypass the substitution.
+void* real_dlsym(void* handle, const char* name);
+void* (*glibc_dlsym_pointer())(void*, const char*);
+// libcuda's own 4-argument cuGetProcAddress.
+void* real_gpa_v1();
+
+}  // namespace phos::hooks::driver
+
+// Every real call goes through this: the function's real pointer, typed.
+#define PHOS_REAL(name) (::phos::hooks::driver::real_as<decltype(&::name)>(::phos::hooks::driver::Fn::name))

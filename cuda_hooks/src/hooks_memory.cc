@@ -1,0 +1,138 @@
+// Device allocations: every cuMemAlloc / pitch / async / pool allocation of
+// the program becomes phos VMM memory (device_memory.h). Managed memory and
+// IPC handles still work but make the process impossible to checkpoint;
+// they are recorded so a dump can say so.
+#include "driver.h"
+#include "phos/images/format.h"
+#include "runtime.h"
+
+#define PHOS_EXPORT __attribute__((visibility("default")))
+
+using namespace phos::hooks;
+namespace image = phos::image;
+
+namespace {
+
+constexpr size_t kPitchAlignment = 512;
+
+CUresult allocate(CUdeviceptr* dptr, size_t size, uint32_t flags) {
+  CUresult r = runtime().memory.allocate(dptr, size, flags);
+  if (r == CUDA_SUCCESS) {
+    runtime().count(Counter::kAllocations);
+    if (flags & image::kAllocAsync) runtime().count(Counter::kAsyncAllocations);
+  }
+  return r;
+}
+
+bool capturing(CUstream stream, bool per_thread) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = per_thread ? PHOS_REAL(cuStreamIsCapturing_ptsz)(stream, &status)
+                          : PHOS_REAL(cuStreamIsCapturing)(stream, &status);
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Stream-ordered allocation. phos memory is valid at once, which satisfies
+// the stream order; inside a stream capture the driver's own graph memory
+// nodes are used (and recorded: phos does not checkpoint them yet).
+template <class Real>
+CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_thread, const char* name,
+                        Real&& real) {
+  GatePass pass(runtime().gate);
+  if (capturing(stream, per_thread)) {
+    runtime().note_unsupported(name);
+    return real();
+  }
+  return allocate(dptr, size, image::kAllocAsync);
+}
+
+template <class Real>
+CUresult free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, Real&& real) {
+  GatePass pass(runtime().gate);
+  CUresult r = CUDA_SUCCESS;
+  if (!capturing(stream, per_thread) && runtime().memory.free_after(ptr, stream, per_thread, &r)) {
+    if (r == CUDA_SUCCESS) runtime().count(Counter::kFrees);
+    return r;
+  }
+  runtime().count(Counter::kForeignFrees);
+  return real();
+}
+
+}  // namespace
+
+extern "C" PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  GatePass pass(runtime().gate);
+  if (bytesize == 0) return PHOS_REAL(cuMemAlloc_v2)(dptr, bytesize);
+  return allocate(dptr, bytesize, 0);
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                                   unsigned int element_size) {
+  GatePass pass(runtime().gate);
+  if (!pitch || width == 0 || height == 0 || (element_size != 4 && element_size != 8 && element_size != 16))
+    return PHOS_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
+  size_t p = align_up(width, kPitchAlignment);
+  CUresult r = allocate(dptr, p * height, image::kAllocPitched);
+  if (r == CUDA_SUCCESS) *pitch = p;
+  return r;
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  GatePass pass(runtime().gate);
+  CUresult r = CUDA_SUCCESS;
+  if (runtime().memory.free(ptr, &r)) {
+    if (r == CUDA_SUCCESS) runtime().count(Counter::kFrees);
+    return r;
+  }
+  runtime().count(Counter::kForeignFrees);
+  return PHOS_REAL(cuMemFree_v2)(ptr);
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream stream) {
+  return allocate_async(dptr, size, stream, false, "cuMemAllocAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocAsync)(dptr, size, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream stream) {
+  return allocate_async(dptr, size, stream, true, "cuMemAllocAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocAsync_ptsz)(dptr, size, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                        CUstream stream) {
+  return allocate_async(dptr, size, stream, false, "cuMemAllocFromPoolAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocFromPoolAsync)(dptr, size, pool, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                             CUstream stream) {
+  return allocate_async(dptr, size, stream, true, "cuMemAllocFromPoolAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, size, pool, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
+  return free_async(ptr, stream, false, [&] { return PHOS_REAL(cuMemFreeAsync)(ptr, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream) {
+  return free_async(ptr, stream, true, [&] { return PHOS_REAL(cuMemFreeAsync_ptsz)(ptr, stream); });
+}
+
+// A sub-allocation's own range, not its slab's.
+extern "C" PHOS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  GatePass pass(runtime().gate);
+  if (runtime().memory.address_range(ptr, base, size)) return CUDA_SUCCESS;
+  return PHOS_REAL(cuMemGetAddressRange_v2)(base, size, ptr);
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) {
+  GatePass pass(runtime().gate);
+  runtime().note_unsupported("cuMemAllocManaged");
+  return PHOS_REAL(cuMemAllocManaged)(dptr, size, flags);
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
+  GatePass pass(runtime().gate);
+  runtime().note_unsupported("cuIpcGetMemHandle");
+  return PHOS_REAL(cuIpcGetMemHandle)(handle, ptr);
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
+  GatePass pass(runtime().gate);
+  runtime().note_unsupported("cuIpcOpenMemHandle");
+  return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
+}

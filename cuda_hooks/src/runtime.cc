@@ -1,0 +1,28 @@
+#include "runtime.h"
+
+namespace phos::hooks {
+
+Runtime& runtime() {
+  static Runtime* r = new Runtime();
+  return *r;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Runtime::counters() const {
+  static const char* const kNames[] = {"launches", "allocations", "async_allocations", "frees", "foreign_frees"};
+  static_assert(std::size(kNames) == size_t(Counter::kCount));
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t i = 0; i < size_t(Counter::kCount); i++) out.emplace_back(kNames[i], counters_[i].load());
+  return out;
+}
+
+void Runtime::note_unsupported(const char* call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unsupported_.insert(call);
+}
+
+std::vector<std::string> Runtime::unsupported() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {unsupported_.begin(), unsupported_.end()};
+}
+
+}  // namespace phos::hooks

@@ -1,0 +1,51 @@
+// The state libphos.so keeps for the whole process: the gate, the device
+// memory table, counters and the calls phos cannot checkpoint. Never
+// destroyed: hooks may run while the process exits.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_memory.h"
+#include "phos/hooks/gate.h"
+
+namespace phos::hooks {
+
+enum class Counter : uint32_t {
+  kLaunches,         // cuLaunchKernel / Ex / Cooperative, all variants
+  kAllocations,      // allocations made by phos (sync and async)
+  kAsyncAllocations,
+  kFrees,            // frees of phos allocations (sync and async)
+  kForeignFrees,     // frees of pointers phos did not allocate
+  kCount
+};
+
+class Runtime {
+ public:
+  Gate gate;
+  DeviceMemory memory;
+
+  void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
+  std::vector<std::pair<std::string, uint64_t>> counters() const;
+
+  // A call that makes a checkpoint impossible (managed memory, IPC handles):
+  // the program keeps working; a dump is refused with the call's name.
+  void note_unsupported(const char* call);
+  std::vector<std::string> unsupported() const;
+
+  std::atomic<bool> cuda_used{false};
+
+ private:
+  std::atomic<uint64_t> counters_[size_t(Counter::kCount)]{};
+  mutable std::mutex mu_;
+  std::set<std::string> unsupported_;
+};
+
+Runtime& runtime();
+
+}  // namespace phos::hooks

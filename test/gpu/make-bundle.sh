@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds what the GPU suite runs on a GPU host into bundle/ (listed in
+# .git/info/exclude; the device tool carries it): phos built for release, the
+# criu 4.1.1 binary and CRIU's cuda plugin, probes, and every shared library
+# they need beyond glibc, so the host need not have them (run-on-host.sh
+# puts only the ones the host lacks on LD_LIBRARY_PATH).
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+out=$src/bundle
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ -f "$src/build-gpu/build.ninja" ]; then meson configure "$src/build-gpu" >/dev/null
+else meson setup "$src/build-gpu" "$src" -Dbuildtype=release -Dwerror=true >/dev/null; fi
+ninja -C "$src/build-gpu" >/dev/null
+rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu"
+# Mirror the build tree's layout so scripts take PHOS_BUILD=bundle/build.
+(cd "$src/build-gpu" && cp --parents cuda_hooks/libphos.so plugin/phos_plugin.so plugin/phosctl \
+   test/e2e/phos-test-counter test/unit/phos-unit-tests "$out/build/")
+cp /usr/local/sbin/criu "$out/bin/"
+cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"
+gcc -O2 -I"$cuda/include" -o "$out/bin/probe_driver_entry" "$src/test/gpu/probe_driver_entry.c" -ldl
+gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_dlsym_logger.so" "$src/test/gpu/dlsym_logger.c" -ldl
+for f in "$out/bin/criu" "$out/build/plugin/phosctl" "$out/build/test/unit/phos-unit-tests"; do
+  ldd "$f" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' || true
+done | sort -u | while read -r lib; do cp -L "$lib" "$out/lib-all/"; done
+du -sh "$out" | awk '{print "bundle: " $1}'

@@ -1,0 +1,91 @@
+// Drives a running process's agent the way a checkpoint will, for tests:
+//   phos-agent-tool hold PID MS                      close the gate for MS ms
+//   phos-agent-tool roundtrip PID [--release-handles] close the gate, unmap all
+//       device memory (with --release-handles: drop it too, holding it only
+//       through exported fds), map it back at the same addresses, open the gate
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "agent_client.h"
+
+using phos::plugin::AgentClient;
+
+namespace {
+
+int fail(const char* what, const phos::Error& e) {
+  std::fprintf(stderr, "phos-agent-tool: %s: %s\n", what, e.message.c_str());
+  return 1;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s hold PID MS | roundtrip PID [--release-handles]\n", argv[0]);
+    return 2;
+  }
+  pid_t pid = pid_t(std::atoi(argv[2]));
+  auto client = AgentClient::connect(pid, 30000);
+  if (!client) return fail("connect", client.error());
+  auto t0 = std::chrono::steady_clock::now();
+  auto q = client->quiesce(30000);
+  if (!q) return fail("quiesce", q.error());
+  double quiesce_ms = ms_since(t0);
+
+  if (!std::strcmp(argv[1], "hold") && argc == 4) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[3])));
+  } else if (!std::strcmp(argv[1], "roundtrip")) {
+    bool drop = argc > 3 && !std::strcmp(argv[3], "--release-handles");
+    std::vector<phos::UniqueFd> fds;
+    auto allocs = client->list_allocations(drop, &fds);
+    if (!allocs) return fail("list allocations", allocs.error());
+    auto t1 = std::chrono::steady_clock::now();
+    auto released = client->release_mappings(drop);
+    if (!released) return fail("release mappings", released.error());
+    double release_ms = ms_since(t1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<uint64_t> ids;
+    std::vector<int> raw;
+    for (size_t i = 0; drop && i < allocs->size(); i++) {
+      ids.push_back((*allocs)[i].id);
+      raw.push_back(fds[i].get());
+    }
+    // fds go in frames of at most kMaxFdsPerFrame; one remap per frame.
+    uint64_t mapped = 0;
+    auto t2 = std::chrono::steady_clock::now();
+    if (!drop) {
+      auto m = client->remap({}, {});
+      if (!m) return fail("remap", m.error());
+      mapped = *m;
+    }
+    for (size_t at = 0; drop && at < ids.size(); at += phos::wire::kMaxFdsPerFrame) {
+      size_t n = std::min(ids.size() - at, phos::wire::kMaxFdsPerFrame);
+      auto m = client->remap(std::vector<uint64_t>(ids.begin() + at, ids.begin() + at + n),
+                             std::vector<int>(raw.begin() + at, raw.begin() + at + n));
+      if (!m) return fail("remap", m.error());
+      mapped += *m;
+    }
+    double remap_ms = ms_since(t2);
+    std::printf("roundtrip%s: %zu allocations, %" PRIu64 " bytes released in %.2f ms, %" PRIu64
+                " bytes mapped back in %.2f ms\n",
+                drop ? " (handles released)" : "", allocs->size(), *released, release_ms, mapped, remap_ms);
+  } else {
+    std::fprintf(stderr, "phos-agent-tool: unknown command %s\n", argv[1]);
+    return 2;
+  }
+  auto r = client->resume();
+  if (!r) return fail("resume", r.error());
+  std::printf("gate closed %.2f ms after the request, open again after %.2f ms\n", quiesce_ms, ms_since(t0));
+  (void)client->goodbye();
+  return 0;
+}

@@ -1,0 +1,31 @@
+/* A stand-in libcuda.so.1 for testing the interception without a GPU: a few
+ * driver functions that count their calls, and a cuGetProcAddress that hands
+ * out its own exported functions, as the real one does. */
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long cuuint64_t;
+
+unsigned long long fake_calls;
+
+CUresult cuInit(unsigned flags) { (void)flags; return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+  (void)dst; (void)src; (void)n;
+  __atomic_add_fetch(&fake_calls, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, version, flags, 0);
+}
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status) {
+  (void)version; (void)flags;
+  if (status) *status = 0;
+  if (!strcmp(symbol, "cuMemcpyHtoD")) *pfn = (void *)cuMemcpyHtoD_v2;
+  else if (!strcmp(symbol, "cuGetProcAddress")) *pfn = (void *)cuGetProcAddress_v2;
+  else if (!strcmp(symbol, "cuInit")) *pfn = (void *)cuInit;
+  else { *pfn = 0; if (status) *status = 1; return 500; /* CUDA_ERROR_NOT_FOUND */ }
+  return 0;
+}

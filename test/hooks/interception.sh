@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The interception without a GPU, against a fake libcuda.so.1: whichever way a
+# program reaches the driver (dlsym, cuGetProcAddress, cuGetProcAddress asked
+# for itself, direct linking) it gets libphos.so's wrapper, the call still
+# reaches libcuda, RTLD_NEXT keeps its meaning for other libraries, and a
+# closed gate holds driver calls until it opens.
+set -euo pipefail
+BUILD=${PHOS_BUILD:?}
+dir=$BUILD/test/hooks
+client=$dir/driver_client
+libphos=$BUILD/cuda_hooks/libphos.so
+fail() { echo "[interception] FAIL: $*"; exit 1; }
+
+native=$("$client" where)
+echo "$native" | grep -q "^dlsym libcuda.so.1$" || fail "without libphos.so the fake driver should answer: $native"
+
+out=$(LD_PRELOAD=$libphos "$client" where)
+echo "$out" | sed 's/^/[interception] /'
+for way in "dlsym" "cuGetProcAddress" "cuGetProcAddress(cuMemcpyHtoD)" "cuGetProcAddress(cuGetProcAddress)" \
+           "that(cuMemcpyHtoD)" "direct"; do
+  echo "$out" | grep -qxF "$way libphos.so" || fail "$way does not reach libphos.so"
+done
+echo "$out" | grep -qx "missing none" || fail "a function libcuda lacks must stay missing"
+echo "$out" | grep -qx "calls reached libcuda 4" || fail "calls through the wrappers did not reach libcuda"
+echo "$out" | grep -qx "RTLD_NEXT from a library 2" || fail "dlsym(RTLD_NEXT) from a library found the wrong symbol"
+
+state=$(mktemp)
+trap 'kill -9 $pid 2>/dev/null || true; rm -f "$state"' EXIT
+LD_PRELOAD=$libphos "$client" loop "$state" & pid=$!
+count() { cat "$state" 2>/dev/null || echo 0; }
+for _ in $(seq 100); do [ "$(count)" -gt 10 ] && break; sleep 0.02; done
+[ "$(count)" -gt 10 ] || fail "driver calls do not run"
+"$dir/phos-agent-tool" hold "$pid" 600 > "$state.hold" &
+hold=$!
+sleep 0.2; a=$(count); sleep 0.3; b=$(count)
+wait "$hold" || fail "agent tool failed"
+sleep 0.2; c=$(count)
+[ "$a" = "$b" ] || fail "driver calls ran while the gate was closed ($a -> $b)"
+[ "$c" -gt "$b" ] || fail "driver calls did not resume after the gate opened"
+echo "[interception] gate: calls held at $a while closed, $c after it opened; $(tail -n1 "$state.hold")"
+rm -f "$state.hold"
+echo "[interception] PASS"
