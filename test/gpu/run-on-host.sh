@@ -3,9 +3,19 @@
 # the host lacks go on LD_LIBRARY_PATH. Source it, then run the suite.
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../bundle" && pwd)
 mkdir -p "$bundle/lib"
-for f in "$bundle/bin/criu" "$bundle/build/plugin/phosctl" "$bundle/build/test/unit/phos-unit-tests"; do
-  ldd "$f" | awk '/not found/ {print $1}'
-done | sort -u | while read -r lib; do ln -sf "$bundle/lib-all/$lib" "$bundle/lib/$lib"; done
-export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The host's own CUDA libraries (cuBLAS, CUPTI) come from PyTorch's wheels.
+for lib in libcublas.so.13 libcupti.so.13; do
+  d=$(find /opt /usr/local /usr/lib -name "$lib" -not -path "$bundle/*" 2>/dev/null | head -n1)
+  [ -n "$d" ] && cuda_libs=${cuda_libs:+$cuda_libs:}$(dirname "$d")
+done
+export LD_LIBRARY_PATH=$bundle/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Carry only what the host lacks; repeat until the closure is complete
+# (a carried library's own needs show only once it is found).
+for _ in 1 2 3 4 5; do
+  missing=$(for f in "$bundle/bin/criu" "$bundle/build/plugin/phosctl" "$bundle/build/test/unit/phos-unit-tests" \
+                     "$bundle"/gpu/*; do ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'; done | sort -u)
+  [ -z "$missing" ] && break
+  for lib in $missing; do [ -e "$bundle/lib-all/$lib" ] && ln -sf "$bundle/lib-all/$lib" "$bundle/lib/$lib"; done
+done
 export PHOS_BUILD=$bundle/build CRIU=$bundle/bin/criu PHOS_BUNDLE=$bundle
 echo "host: $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME"), carried libs: $(ls "$bundle/lib" | tr '\n' ' ')"

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The GPU suite, on a GPU host, from bundle/ (test/gpu/make-bundle.sh): every
+# case runs natively and with libphos.so and prints one line
+#   gpu: CASE: PASS|FAIL|SKIP  details
+# Results must be identical with and without phos; phos's counters must match
+# the program's own counts and CUPTI's / the PyTorch profiler's; the agent's
+# round trip (gate closed, device memory unmapped and mapped back, gate open)
+# in the middle of a run must not change any result.
+# usage: suite.sh [CASE...]  (default: all but multi_gpu; logs in $OUT or /tmp)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/run-on-host.sh" >/dev/null
+bin=$PHOS_BUNDLE/gpu
+log=${OUT:-/tmp}/gpu-suite
+mkdir -p "$log"
+libphos=$PHOS_BUILD/cuda_hooks/libphos.so
+tool=$PHOS_BUILD/test/hooks/phos-agent-tool
+export PHOS_PHOSCTL_BIN=$PHOS_BUILD/plugin/phosctl
+passed=0 failed=0
+line() {  # line CASE STATUS DETAILS
+  echo "gpu: $1: $2  $3"
+  case $2 in PASS) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; esac
+}
+stat_of() { awk -v k="$2" '$1 == k {print $2}' "$1"; }
+field() { grep -o "$2=[^ ]*" <<<"$1" | head -n1 | cut -d= -f2; }
+
+# run NAME CMD...: natively, then with libphos.so (stats in $log/NAME.stats)
+run_pair() {
+  local name=$1; shift
+  "$@" > "$log/$name.native" 2>&1; native_rc=$?
+  PHOS_STATS_FILE=$log/$name.stats LD_PRELOAD=$libphos "$@" > "$log/$name.phos" 2>&1; phos_rc=$?
+  native_out=$(cat "$log/$name.native"); phos_out=$(cat "$log/$name.phos")
+}
+
+# roundtrip NAME [--release-handles] CMD...: with libphos.so; once the program
+# says it is ready, the agent round trip runs while it works.
+roundtrip() {
+  local name=$1 mode=$2; shift 2
+  local ready=$log/$name.ready
+  rm -f "$ready"
+  LD_PRELOAD=$libphos "$@" --ready "$ready" > "$log/$name.phos" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do [ -e "$ready" ] && break; sleep 0.1; done
+  "$tool" roundtrip "$pid" $mode > "$log/$name.tool" 2>&1; tool_rc=$?
+  wait "$pid"; phos_rc=$?
+  phos_out=$(cat "$log/$name.phos")
+}
+
+case_cuda_basic() {
+  run_pair cuda_basic "$bin/cuda_basic" 40
+  local s=$log/cuda_basic.stats counts; counts=$(grep '^counts' <<<"$native_out")
+  local own_l own_a own_f cupti
+  own_l=$(field "$counts" launches); own_a=$(field "$counts" allocations); own_f=$(field "$counts" frees)
+  cupti=$(field "$counts" cupti_kernels)
+  local detail="launches own=$own_l phos=$(stat_of "$s" launches) cupti=$cupti; allocations own=$own_a phos=$(stat_of "$s" allocations); frees own=$own_f phos=$(stat_of "$s" frees)"
+  if [ $native_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$native_out")" = "$(grep checksum <<<"$phos_out")" ] &&
+     [ "$own_l" = "$(stat_of "$s" launches)" ] && [ "$own_l" = "$cupti" ] && [ "$own_a" = "$(stat_of "$s" allocations)" ] &&
+     [ "$own_f" = "$(stat_of "$s" frees)" ]; then
+    line cuda_basic PASS "same checksum; $detail"
+  else line cuda_basic FAIL "rc $native_rc/$phos_rc; $detail; native: $(tail -n2 <<<"$native_out" | tr '\n' ' '); phos: $(tail -n2 <<<"$phos_out" | tr '\n' ' ')"; fi
+  reference_cuda=$(grep checksum <<<"$native_out")
+}
+
+case_cuda_roundtrip() {
+  local mode
+  for mode in "" --release-handles; do
+    local name=cuda_roundtrip${mode:+_release}
+    roundtrip "$name" "$mode" "$bin/cuda_basic" 60 --pace-ms 25
+    if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$phos_out")" = "$reference_cuda" ]; then
+      line "$name" PASS "checksum unchanged; $(head -n1 "$log/$name.tool"); $(tail -n1 "$log/$name.tool")"
+    else line "$name" FAIL "tool rc $tool_rc: $(tr '\n' ' ' < "$log/$name.tool"); program rc $phos_rc: $(tail -n3 <<<"$phos_out" | tr '\n' ' ')"; fi
+  done
+}
+
+case_cublas() {
+  run_pair cublas "$bin/cublas_gemm"
+  local cupti phos; cupti=$(field "$(grep '^counts' <<<"$native_out")" cupti_kernels); phos=$(stat_of "$log/cublas.stats" launches)
+  if [ $native_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$native_out")" = "$(grep checksum <<<"$phos_out")" ] && [ "$cupti" = "$phos" ]; then
+    line cublas PASS "same checksum; kernels cupti=$cupti phos=$phos; allocations phos=$(stat_of "$log/cublas.stats" allocations)"
+  else line cublas FAIL "rc $native_rc/$phos_rc; kernels cupti=$cupti phos=$phos; native: $(tail -n2 <<<"$native_out" | tr '\n' ' '); phos: $(tail -n2 <<<"$phos_out" | tr '\n' ' ')"; fi
+}
+
+case_multi_gpu() {
+  run_pair multi_gpu "$bin/multi_gpu"
+  if [ $native_rc -eq 77 ]; then line multi_gpu SKIP "$native_out"; return; fi
+  if [ $native_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$native_out" = "$phos_out" ]; then
+    line multi_gpu PASS "$phos_out; allocations phos=$(stat_of "$log/multi_gpu.stats" allocations)"
+  else line multi_gpu FAIL "rc $native_rc/$phos_rc; native: $native_out; phos: $phos_out"; fi
+}
+
+torch_case() {  # torch_case NAME MODE [ENV=VALUE]
+  local name=$1 mode=$2; shift 2
+  run_pair "$name" env "$@" PHOS_PHOSCTL=$PHOS_PHOSCTL_BIN python3 "$here/torch_workloads.py" "$mode"
+  local nres pres counts; nres=$(grep '^result' <<<"$native_out"); pres=$(grep '^result' <<<"$phos_out")
+  counts=$(grep '^counts' <<<"$phos_out")
+  local pl pk; pl=$(field "$counts" phos_launches); pk=$(field "$counts" profiler_kernels)
+  local detail="kernels profiler=$pk phos=$pl; allocations phos=$(stat_of "$log/$name.stats" allocations); step native $(field "$(grep '^time' <<<"$native_out")" step_ms) ms, phos $(field "$(grep '^time' <<<"$phos_out")" step_ms) ms"
+  if [ $native_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ -n "$nres" ] && [ "$nres" = "$pres" ] && [ -n "$pl" ] && [ "$pl" = "$pk" ]; then
+    line "$name" PASS "identical: $pres; $detail"
+  else line "$name" FAIL "rc $native_rc/$phos_rc; native: $nres; phos: $pres; $detail; $(grep -iE 'error|Traceback' "$log/$name.phos" | head -n3 | tr '\n' ' ')"; fi
+  eval "reference_$mode=\$nres"
+}
+case_torch_mlp() { torch_case torch_mlp mlp; }
+case_torch_expandable() { torch_case torch_mlp_expandable mlp PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
+case_torch_compile() { torch_case torch_compile compile; }
+case_torch_conv() { torch_case torch_conv conv; }
+
+case_torch_roundtrip() {
+  roundtrip torch_roundtrip --release-handles python3 "$here/torch_workloads.py" mlp --steps 80 --pace-ms 20
+  local ref; ref=$(LD_PRELOAD= python3 "$here/torch_workloads.py" mlp --steps 80 2>/dev/null | grep '^result')
+  if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep '^result' <<<"$phos_out")" = "$ref" ]; then
+    line torch_roundtrip PASS "loss curve identical to an uninterrupted run; $(head -n1 "$log/torch_roundtrip.tool")"
+  else line torch_roundtrip FAIL "tool rc $tool_rc: $(tr '\n' ' ' < "$log/torch_roundtrip.tool"); rc $phos_rc; ref: $ref; got: $(grep -E '^result|Error' <<<"$phos_out" | head -n2 | tr '\n' ' ')"; fi
+}
+
+case_bench() {
+  "$bin/bench_hooks" > "$log/bench.native" 2>&1
+  LD_PRELOAD=$libphos "$bin/bench_hooks" > "$log/bench.phos" 2>&1
+  echo "gpu: bench: hooks cost (us), native vs libphos.so:"
+  join <(grep '^bench' "$log/bench.native" | awk '{print $2, $3}' | sort) \
+       <(grep '^bench' "$log/bench.phos" | awk '{print $2, $3}' | sort) |
+    awk '{printf "gpu: bench:   %-26s native %9.3f  phos %9.3f  added %+9.3f\n", $1, $2, $3, $3 - $2}'
+}
+
+cases=${*:-cuda_basic cuda_roundtrip cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip bench}
+reference_cuda=
+for c in $cases; do
+  [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic
+  "case_$c"
+done
+echo "gpu: $passed passed, $failed failed"
