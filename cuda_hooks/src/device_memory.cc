@@ -27,14 +27,19 @@ CUmemAllocationProp unit_prop(CUdevice dev) {
   return prop;
 }
 
-CUresult map_with_access(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h, CUdevice dev) {
-  CUresult r = PHOS_REAL(cuMemMap)(va, size, 0, h, 0);
-  if (r != CUDA_SUCCESS) return r;
+CUmemAccessDesc read_write(CUdevice dev) {
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = dev;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = PHOS_REAL(cuMemSetAccess)(va, size, &access, 1);
+  return access;
+}
+
+CUresult map_with_access(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h,
+                         const std::vector<CUmemAccessDesc>& access) {
+  CUresult r = PHOS_REAL(cuMemMap)(va, size, 0, h, 0);
+  if (r != CUDA_SUCCESS || access.empty()) return r;
+  r = PHOS_REAL(cuMemSetAccess)(va, size, access.data(), access.size());
   if (r != CUDA_SUCCESS) PHOS_REAL(cuMemUnmap)(va, size);
   return r;
 }
@@ -75,7 +80,7 @@ CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uin
   CUmemGenericAllocationHandle h = 0;
   CUresult r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
   if (r == CUDA_SUCCESS) {
-    r = map_with_access(*va, size, h, dev);
+    r = map_with_access(*va, size, h, {read_write(dev)});
     if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
   }
   if (r != CUDA_SUCCESS) {
@@ -90,6 +95,7 @@ CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uin
   u.handle = h;
   u.mapped = true;
   u.flags = flags;
+  u.access = {read_write(dev)};
   *out = &u;
   return CUDA_SUCCESS;
 }
@@ -279,6 +285,13 @@ Result<uint64_t> DeviceMemory::release_mappings(bool drop_handles) {
         PHOS_REAL(cuMemRelease)(u.handle);
         u.handle = 0;
       }
+      // The program's own reference to its VMM memory goes too; remap
+      // hands it a new one behind the same (virtual) handle value.
+      auto uh = u.user_handle ? user_handles_.find(u.user_handle) : user_handles_.end();
+      if (drop_handles && uh != user_handles_.end() && uh->second.held && !uh->second.dropped) {
+        PHOS_REAL(cuMemRelease)(uh->second.real);
+        uh->second.dropped = true;
+      }
     }
     return {};
   }));
@@ -308,14 +321,98 @@ Result<uint64_t> DeviceMemory::remap(std::span<const uint64_t> ids, std::vector<
     for (auto& [id, u] : units_) {
       if (u.device != dev || u.mapped) continue;
       if (!u.handle) return make_error("remap: allocation " + std::to_string(id) + " has no memory to map", ENOENT);
-      CUresult r = map_with_access(u.va, u.size, u.handle, dev);
+      CUresult r = map_with_access(u.va, u.size, u.handle, u.access);
       if (r != CUDA_SUCCESS) return make_error(cu_error(("map allocation " + std::to_string(id)).c_str(), r), EIO);
       u.mapped = true;
       mapped += u.size;
+      auto uh = u.user_handle ? user_handles_.find(u.user_handle) : user_handles_.end();
+      if (uh != user_handles_.end() && uh->second.dropped) {
+        CUmemGenericAllocationHandle program_ref = 0;
+        r = PHOS_REAL(cuMemRetainAllocationHandle)(&program_ref, reinterpret_cast<void*>(u.va));
+        if (r != CUDA_SUCCESS) return make_error(cu_error("retain the program's handle", r), EIO);
+        uh->second.real = program_ref;
+        uh->second.dropped = false;
+      }
     }
     return {};
   }));
   return mapped;
+}
+
+void DeviceMemory::user_created(CUmemGenericAllocationHandle h, size_t size, CUdevice device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  user_handles_[h] = UserHandle{h, size, device, true, false};
+  any_user_handles_ = true;
+}
+
+void DeviceMemory::user_released(CUmemGenericAllocationHandle h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = user_handles_.find(h);
+  if (it == user_handles_.end()) return;
+  it->second.held = false;
+  for (const auto& [id, u] : units_)
+    if (u.user_handle == h) return;  // still mapped: phos's own reference keeps it
+  user_handles_.erase(it);
+}
+
+bool DeviceMemory::user_mapped(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto uh = user_handles_.find(h);
+  if (uh == user_handles_.end()) return true;  // memory phos does not know (imported from elsewhere)
+  if (offset != 0 || size != uh->second.size) return false;
+  CUmemGenericAllocationHandle own = 0;
+  if (PHOS_REAL(cuMemRetainAllocationHandle)(&own, reinterpret_cast<void*>(va)) != CUDA_SUCCESS) return false;
+  Unit& u = units_[next_id_];
+  u.id = next_id_++;
+  u.device = uh->second.device;
+  u.va = va;
+  u.size = size;
+  u.handle = own;
+  u.mapped = true;
+  u.flags = image::kAllocUserVmm;
+  u.user_handle = h;
+  return true;
+}
+
+void DeviceMemory::user_unmapped(CUdeviceptr va, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = units_.begin(); it != units_.end();) {
+    Unit& u = it->second;
+    if (u.user_handle && u.va >= va && u.va + u.size <= va + size) {
+      if (u.handle) PHOS_REAL(cuMemRelease)(u.handle);
+      CUmemGenericAllocationHandle h = u.user_handle;
+      it = units_.erase(it);
+      auto uh = user_handles_.find(h);
+      if (uh != user_handles_.end() && !uh->second.held) {
+        bool mapped_elsewhere = false;
+        for (const auto& [id, other] : units_) mapped_elsewhere |= other.user_handle == h;
+        if (!mapped_elsewhere) user_handles_.erase(uh);
+      }
+    } else {
+      ++it;
+    }
+  }
+}
+
+void DeviceMemory::user_access(CUdeviceptr va, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, u] : units_)
+    if (u.user_handle && u.va >= va && u.va + u.size <= va + size) u.access.assign(desc, desc + count);
+}
+
+CUmemGenericAllocationHandle DeviceMemory::translate(CUmemGenericAllocationHandle h) {
+  if (!any_user_handles_.load(std::memory_order_acquire)) return h;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = user_handles_.find(h);
+  return it == user_handles_.end() ? h : it->second.real;
+}
+
+CUmemGenericAllocationHandle DeviceMemory::virtual_of(CUmemGenericAllocationHandle real) {
+  if (!any_user_handles_.load(std::memory_order_acquire)) return real;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [virt, uh] : user_handles_)
+    if (uh.real == real) return virt;
+  return real;
 }
 
 }  // namespace phos::hooks

@@ -4,10 +4,17 @@
 // allocation granularity, as the driver rounds them); small ones are
 // sub-allocated from 2 MiB slabs. A unit is what a checkpoint exports, copies
 // and maps back; a block is what the program holds.
+//
+// Programs that use the VMM API themselves (PyTorch's expandable segments)
+// keep doing so; each of their mappings becomes a unit too, backed by a
+// handle reference of phos's own. The handle values such a program holds are
+// virtual: equal to the driver's until a remap replaces the memory (after a
+// restore), then translated, so they stay valid.
 #pragma once
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -37,6 +44,17 @@ class DeviceMemory {
   void reclaim_deferred();
   bool address_range(CUdeviceptr p, CUdeviceptr* base, size_t* size);
 
+  // The program's own VMM calls (after the driver call succeeded).
+  void user_created(CUmemGenericAllocationHandle h, size_t size, CUdevice device);
+  void user_released(CUmemGenericAllocationHandle h);
+  // false: this mapping cannot be checkpointed (part of an allocation).
+  bool user_mapped(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h);
+  void user_unmapped(CUdeviceptr va, size_t size);
+  void user_access(CUdeviceptr va, size_t size, const CUmemAccessDesc* desc, size_t count);
+  // The driver's handle for a program's handle value, and back.
+  CUmemGenericAllocationHandle translate(CUmemGenericAllocationHandle h);
+  CUmemGenericAllocationHandle virtual_of(CUmemGenericAllocationHandle real);
+
   struct Stats {
     uint64_t units = 0, blocks = 0, requested_bytes = 0, physical_bytes = 0;
     uint32_t devices = 0;
@@ -61,6 +79,15 @@ class DeviceMemory {
     bool mapped = false;
     uint32_t flags = 0;
     std::unique_ptr<RangeAllocator> slab;  // for slabs: the space inside
+    CUmemGenericAllocationHandle user_handle = 0;  // the program's (virtual) handle, for its mappings
+    std::vector<CUmemAccessDesc> access;            // what the program granted (its mappings)
+  };
+  struct UserHandle {
+    CUmemGenericAllocationHandle real = 0;
+    size_t size = 0;
+    CUdevice device = 0;
+    bool held = true;     // the program has not released it
+    bool dropped = false; // phos released the program's reference for a checkpoint
   };
   struct Block {
     size_t size;
@@ -89,6 +116,8 @@ class DeviceMemory {
   std::map<uint64_t, Unit> units_;
   std::map<CUdevice, Device> devices_;
   std::vector<Deferred> deferred_;
+  std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
+  std::atomic<bool> any_user_handles_{false};
   uint64_t next_id_ = 1;
 };
 

@@ -22,6 +22,7 @@ enum class Counter : uint32_t {
   kAsyncAllocations,
   kFrees,            // frees of phos allocations (sync and async)
   kForeignFrees,     // frees of pointers phos did not allocate
+  kUserVmmCreates,   // cuMemCreate calls of the program itself
   kCount
 };
 

@@ -1,6 +1,10 @@
-// Cost of the hooks, run with and without libphos.so: time per kernel launch
-// (runtime and driver API), per cudaMalloc+cudaFree pair at several sizes.
-// Prints "bench NAME VALUE_US" lines.
+// Cost of the hooks, run with and without libphos.so. Prints
+// "bench NAME MICROSECONDS" lines:
+//   launch_*:        host time to enqueue one kernel, in bursts of 256 into
+//                    an idle stream (so the GPU's queue never pushes back)
+//   driver_call:     one cheap driver call (cuCtxGetDevice): the bare cost of
+//                    the gate wrapper every driver function gets
+//   malloc_free_N:   one cudaMalloc + cudaFree of N bytes
 #include <chrono>
 #include <cstdio>
 
@@ -10,23 +14,30 @@ __global__ void empty_kernel(int) {}
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double us_per(Clock::time_point t0, long n) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(n);
+double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+template <class Launch>
+double per_launch(cudaStream_t s, Launch&& launch) {
+  constexpr int kBurst = 256, kBursts = 400;
+  Clock::duration total{};
+  for (int b = 0; b < kBursts; b++) {
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    auto t0 = Clock::now();
+    for (int i = 0; i < kBurst; i++) launch(i);
+    total += Clock::now() - t0;
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  return us(total) / (kBurst * kBursts);
 }
 }  // namespace
 
 int main() {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreate(&s));
-  constexpr long kLaunches = 200000;
   for (int warm = 0; warm < 1000; warm++) empty_kernel<<<1, 32, 0, s>>>(warm);
   CHECK_CUDA(cudaStreamSynchronize(s));
 
-  auto t0 = Clock::now();
-  for (long i = 0; i < kLaunches; i++) empty_kernel<<<1, 32, 0, s>>>(int(i));
-  double enqueue = us_per(t0, kLaunches);
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  std::printf("bench launch_runtime_us %.4f\n", enqueue);
+  std::printf("bench launch_runtime_us %.4f\n", per_launch(s, [&](int i) { empty_kernel<<<1, 32, 0, s>>>(i); }));
 
   // The driver API entry point, as a program or library gets it.
   using Launch = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -39,11 +50,18 @@ int main() {
   int arg = 0;
   void* params[] = {&arg};
   auto launch = reinterpret_cast<Launch>(fn);
-  t0 = Clock::now();
-  for (long i = 0; i < kLaunches; i++) launch(reinterpret_cast<CUfunction>(rf), 1, 1, 1, 32, 1, 1, 0, s, params, nullptr);
-  double driver = us_per(t0, kLaunches);
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  std::printf("bench launch_driver_us %.4f\n", driver);
+  std::printf("bench launch_driver_us %.4f\n", per_launch(s, [&](int) {
+    launch(reinterpret_cast<CUfunction>(rf), 1, 1, 1, 32, 1, 1, 0, s, params, nullptr);
+  }));
+
+  using GetDevice = CUresult (*)(CUdevice*);
+  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuCtxGetDevice", &fn, 12000, cudaEnableDefault, &q));
+  auto get_device = reinterpret_cast<GetDevice>(fn);
+  CUdevice dev;
+  constexpr long kCalls = 2000000;
+  auto t0 = Clock::now();
+  for (long i = 0; i < kCalls; i++) get_device(&dev);
+  std::printf("bench driver_call_us %.4f\n", us(Clock::now() - t0) / kCalls);
 
   for (size_t size : {size_t(256), size_t(64) << 10, size_t(1) << 20, size_t(64) << 20}) {
     long n = size >= (64u << 20) ? 500 : 5000;
@@ -55,7 +73,7 @@ int main() {
       CHECK_CUDA(cudaMalloc(&p, size));
       CHECK_CUDA(cudaFree(p));
     }
-    std::printf("bench malloc_free_%zu_us %.3f\n", size, us_per(t0, n));
+    std::printf("bench malloc_free_%zu_us %.3f\n", size, us(Clock::now() - t0) / n);
   }
   return 0;
 }

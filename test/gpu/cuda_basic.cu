@@ -82,6 +82,7 @@ unsigned long long worker(int tid, const Options& o, std::atomic<int>& ready_cou
   size_t pitch = 0;
   CHECK_CUDA(cudaMallocPitch(reinterpret_cast<void**>(&pitched), &pitch, 1000 * sizeof(uint32_t), 64));
   g_allocs++;
+  CHECK_CUDA(cudaMemset(pitched, 0, pitch * 64));  // the padding is summed too
   uint32_t* host;
   CHECK_CUDA(cudaMallocHost(&host, kMedium));
   cudaEvent_t ev;

@@ -65,7 +65,7 @@ case_cuda_roundtrip() {
   local mode
   for mode in "" --release-handles; do
     local name=cuda_roundtrip${mode:+_release}
-    roundtrip "$name" "$mode" "$bin/cuda_basic" 60 --pace-ms 25
+    roundtrip "$name" "$mode" "$bin/cuda_basic" 40 --pace-ms 25
     if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$phos_out")" = "$reference_cuda" ]; then
       line "$name" PASS "checksum unchanged; $(head -n1 "$log/$name.tool"); $(tail -n1 "$log/$name.tool")"
     else line "$name" FAIL "tool rc $tool_rc: $(tr '\n' ' ' < "$log/$name.tool"); program rc $phos_rc: $(tail -n3 <<<"$phos_out" | tr '\n' ' ')"; fi
@@ -101,28 +101,46 @@ torch_case() {  # torch_case NAME MODE [ENV=VALUE]
   eval "reference_$mode=\$nres"
 }
 case_torch_mlp() { torch_case torch_mlp mlp; }
-case_torch_expandable() { torch_case torch_mlp_expandable mlp PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
+case_torch_expandable() {
+  torch_case torch_mlp_expandable mlp PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  local creates; creates=$(stat_of "$log/torch_mlp_expandable.stats" user_vmm_creates)
+  if [ "${creates:-0}" -gt 0 ]; then line torch_expandable_owned PASS "PyTorch's own cuMemCreate calls seen and tracked: $creates"
+  else line torch_expandable_owned FAIL "no cuMemCreate of PyTorch was seen (user_vmm_creates=${creates:-none})"; fi
+}
 case_torch_compile() { torch_case torch_compile compile; }
 case_torch_conv() { torch_case torch_conv conv; }
 
-case_torch_roundtrip() {
-  roundtrip torch_roundtrip --release-handles python3 "$here/torch_workloads.py" mlp --steps 80 --pace-ms 20
-  local ref; ref=$(LD_PRELOAD= python3 "$here/torch_workloads.py" mlp --steps 80 2>/dev/null | grep '^result')
-  if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep '^result' <<<"$phos_out")" = "$ref" ]; then
-    line torch_roundtrip PASS "loss curve identical to an uninterrupted run; $(head -n1 "$log/torch_roundtrip.tool")"
-  else line torch_roundtrip FAIL "tool rc $tool_rc: $(tr '\n' ' ' < "$log/torch_roundtrip.tool"); rc $phos_rc; ref: $ref; got: $(grep -E '^result|Error' <<<"$phos_out" | head -n2 | tr '\n' ' ')"; fi
+# torch_roundtrip_case NAME [ENV=VALUE]: the round trip in the middle of
+# training, memory dropped and re-imported from fds; the loss curve must be
+# the one of an uninterrupted native run.
+torch_roundtrip_case() {
+  local name=$1; shift
+  roundtrip "$name" --release-handles env "$@" python3 "$here/torch_workloads.py" mlp --steps 80 --pace-ms 20
+  local ref; ref=$(env "$@" python3 "$here/torch_workloads.py" mlp --steps 80 2>/dev/null | grep '^result')
+  if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ -n "$ref" ] && [ "$(grep '^result' <<<"$phos_out")" = "$ref" ]; then
+    line "$name" PASS "loss curve identical to an uninterrupted run; $(head -n1 "$log/$name.tool")"
+  else line "$name" FAIL "tool rc $tool_rc: $(tr '\n' ' ' < "$log/$name.tool"); rc $phos_rc; ref: $ref; got: $(grep -E '^result|Error' <<<"$phos_out" | head -n2 | tr '\n' ' ')"; fi
+}
+case_torch_roundtrip() { torch_roundtrip_case torch_roundtrip; }
+case_torch_roundtrip_expandable() {
+  torch_roundtrip_case torch_roundtrip_expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 }
 
+# Alternating runs, median of each figure (one run is within noise).
 case_bench() {
-  "$bin/bench_hooks" > "$log/bench.native" 2>&1
-  LD_PRELOAD=$libphos "$bin/bench_hooks" > "$log/bench.phos" 2>&1
-  echo "gpu: bench: hooks cost (us), native vs libphos.so:"
-  join <(grep '^bench' "$log/bench.native" | awk '{print $2, $3}' | sort) \
-       <(grep '^bench' "$log/bench.phos" | awk '{print $2, $3}' | sort) |
-    awk '{printf "gpu: bench:   %-26s native %9.3f  phos %9.3f  added %+9.3f\n", $1, $2, $3, $3 - $2}'
+  local r
+  for r in 1 2 3 4 5; do
+    "$bin/bench_hooks" >> "$log/bench.native" 2>&1
+    LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.phos" 2>&1
+  done
+  median() { grep '^bench' "$1" | awk '{v[$2] = v[$2] " " $3} END {for (k in v) print k, v[k]}' |
+    while read -r k vals; do echo "$k $(tr ' ' '\n' <<<"$vals" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"; done | sort; }
+  echo "gpu: bench: hooks cost in microseconds, median of 5 alternating runs, native vs libphos.so:"
+  join <(median "$log/bench.native") <(median "$log/bench.phos") |
+    awk '{printf "gpu: bench:   %-30s native %9.4f  phos %9.4f  added %+8.4f\n", $1, $2, $3, $3 - $2}'
 }
 
-cases=${*:-cuda_basic cuda_roundtrip cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip bench}
+cases=${*:-cuda_basic cuda_roundtrip cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable bench}
 reference_cuda=
 for c in $cases; do
   [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic
