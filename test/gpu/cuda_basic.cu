@@ -22,7 +22,7 @@ namespace {
 
 std::atomic<long> g_launches{0}, g_allocs{0}, g_frees{0};
 
-__device__ uint32_t mix(uint32_t x) {
+__host__ __device__ uint32_t mix(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352d;
   x ^= x >> 15;
@@ -82,7 +82,9 @@ unsigned long long worker(int tid, const Options& o, std::atomic<int>& ready_cou
   size_t pitch = 0;
   CHECK_CUDA(cudaMallocPitch(reinterpret_cast<void**>(&pitched), &pitch, 1000 * sizeof(uint32_t), 64));
   g_allocs++;
-  CHECK_CUDA(cudaMemset(pitched, 0, pitch * 64));  // the padding is summed too
+  // The padding is summed too. On the worker's stream: the legacy stream is
+  // not ordered with non-blocking streams.
+  CHECK_CUDA(cudaMemsetAsync(pitched, 0, pitch * 64, s));
   uint32_t* host;
   CHECK_CUDA(cudaMallocHost(&host, kMedium));
   cudaEvent_t ev;
@@ -123,7 +125,18 @@ unsigned long long worker(int tid, const Options& o, std::atomic<int>& ready_cou
   }
   LAUNCH(sum, 256, 256, s, persistent, kLarge / 4, acc);
   unsigned long long result = 0;
-  CHECK_CUDA(cudaMemcpy(&result, acc, sizeof(result), cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpyAsync(&result, acc, sizeof(result), cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  // Word by word, the data written before everything else.
+  std::vector<uint32_t> check(kLarge / 4);
+  CHECK_CUDA(cudaMemcpyAsync(check.data(), persistent, kLarge, cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < check.size(); i++)
+    if (check[i] != mix(uint32_t(i) ^ (0xC0FFEE + tid))) {
+      std::fprintf(stderr, "thread %d: persistent buffer %p wrong at word %zu: %08x, expected %08x\n", tid,
+                   static_cast<void*>(persistent), i, check[i], mix(uint32_t(i) ^ (0xC0FFEE + tid)));
+      break;
+    }
 
   for (auto* p : small) release(p);
   release(medium);

@@ -67,7 +67,7 @@ case_cuda_roundtrip() {
     local name=cuda_roundtrip${mode:+_release}
     roundtrip "$name" "$mode" "$bin/cuda_basic" 40 --pace-ms 25
     if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$phos_out")" = "$reference_cuda" ]; then
-      line "$name" PASS "checksum unchanged; $(head -n1 "$log/$name.tool"); $(tail -n1 "$log/$name.tool")"
+      line "$name" PASS "checksum unchanged; $(grep '^roundtrip' "$log/$name.tool"); $(tail -n1 "$log/$name.tool")"
     else line "$name" FAIL "tool rc $tool_rc: $(tr '\n' ' ' < "$log/$name.tool"); program rc $phos_rc: $(tail -n3 <<<"$phos_out" | tr '\n' ' ')"; fi
   done
 }
@@ -118,7 +118,7 @@ torch_roundtrip_case() {
   roundtrip "$name" --release-handles env "$@" python3 "$here/torch_workloads.py" mlp --steps 80 --pace-ms 20
   local ref; ref=$(env "$@" python3 "$here/torch_workloads.py" mlp --steps 80 2>/dev/null | grep '^result')
   if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ -n "$ref" ] && [ "$(grep '^result' <<<"$phos_out")" = "$ref" ]; then
-    line "$name" PASS "loss curve identical to an uninterrupted run; $(head -n1 "$log/$name.tool")"
+    line "$name" PASS "loss curve identical to an uninterrupted run; $(grep '^roundtrip' "$log/$name.tool")"
   else line "$name" FAIL "tool rc $tool_rc: $(tr '\n' ' ' < "$log/$name.tool"); rc $phos_rc; ref: $ref; got: $(grep -E '^result|Error' <<<"$phos_out" | head -n2 | tr '\n' ' ')"; fi
 }
 case_torch_roundtrip() { torch_roundtrip_case torch_roundtrip; }
@@ -133,14 +133,32 @@ case_bench() {
     "$bin/bench_hooks" >> "$log/bench.native" 2>&1
     LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.phos" 2>&1
   done
-  median() { grep '^bench' "$1" | awk '{v[$2] = v[$2] " " $3} END {for (k in v) print k, v[k]}' |
-    while read -r k vals; do echo "$k $(tr ' ' '\n' <<<"$vals" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"; done | sort; }
-  echo "gpu: bench: hooks cost in microseconds, median of 5 alternating runs, native vs libphos.so:"
-  join <(median "$log/bench.native") <(median "$log/bench.phos") |
-    awk '{printf "gpu: bench:   %-30s native %9.4f  phos %9.4f  added %+8.4f\n", $1, $2, $3, $3 - $2}'
+  echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs, native vs libphos.so:"
+  join <(spread "$log/bench.native") <(spread "$log/bench.phos") |
+    awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  added %+8.4f\n", $1, $2, $3, $4, $5, $4 - $2}'
 }
 
-cases=${*:-cuda_basic cuda_roundtrip cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable bench}
+# spread FILE: "name median min-max" for every "bench name value" line.
+spread() {
+  grep '^bench' "$1" | awk '{v[$2] = v[$2] " " $3} END {for (k in v) print k, v[k]}' | while read -r k vals; do
+    echo "$k $(tr ' ' '\n' <<<"$vals" | sort -g | awk '{a[NR]=$1} END {printf "%s %s-%s", a[int((NR+1)/2)], a[1], a[NR]}')"
+  done | sort
+}
+
+# PyTorch MLP training step, alternating native and libphos.so runs.
+case_bench_torch() {
+  local r
+  : > "$log/bench_torch.native"; : > "$log/bench_torch.phos"
+  for r in 1 2 3 4 5; do
+    python3 "$here/torch_workloads.py" mlp --steps 300 | awk '/^time/ {split($2, a, "="); print "bench step_ms", a[2]}' >> "$log/bench_torch.native"
+    LD_PRELOAD=$libphos python3 "$here/torch_workloads.py" mlp --steps 300 | awk '/^time/ {split($2, a, "="); print "bench step_ms", a[2]}' >> "$log/bench_torch.phos"
+  done
+  echo "gpu: bench: PyTorch MLP training step in ms, median [min-max] of 5 alternating runs of 285 steps:"
+  join <(spread "$log/bench_torch.native") <(spread "$log/bench_torch.phos") |
+    awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  slower by %+.2f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100}'
+}
+
+cases=${*:-cuda_basic cuda_roundtrip cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable bench bench_torch}
 reference_cuda=
 for c in $cases; do
   [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic

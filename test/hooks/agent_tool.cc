@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
     auto allocs = client->list_allocations(drop, &fds);
     if (!allocs) return fail("list allocations", allocs.error());
     auto t1 = std::chrono::steady_clock::now();
+    for (const auto& a : *allocs)
+      std::fprintf(stderr, "allocation %" PRIu64 ": device %u, 0x%" PRIx64 ", %" PRIu64 " bytes, flags %u\n", a.id,
+                   a.device, a.address, a.size, a.flags);
     auto released = client->release_mappings(drop);
     if (!released) return fail("release mappings", released.error());
     double release_ms = ms_since(t1);
