@@ -4,6 +4,9 @@
 //
 // PHOS_STATS_FILE=PATH: at exit, the hooks' counters go to PATH as
 // "name value" lines (the GPU suite compares them with ground truth).
+// PHOS_RECORD_LAUNCHES=1: record every launch from the start (the protocols
+// turn recording on themselves); the stats then list each kernel with its
+// launches and parameter layout.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -44,6 +47,14 @@ void write_stats() {
   auto status = g_preload->backend.status();
   for (const auto& [name, value] : status.counters) std::fprintf(f, "%s %llu\n", name.c_str(), (unsigned long long)value);
   for (const auto& call : status.unsupported_calls) std::fprintf(f, "unsupported %s\n", call.c_str());
+  if (runtime().launches.enabled()) {
+    std::fprintf(f, "recorded_launches %llu\n", (unsigned long long)runtime().launches.recorded());
+    for (const auto& k : runtime().launches.kernels()) {
+      std::fprintf(f, "kernel %s %llu params=", k.name.empty() ? "?" : k.name.c_str(), (unsigned long long)k.launches);
+      for (size_t i = 0; i < k.params.size(); i++) std::fprintf(f, "%s%u:%u", i ? "," : "", k.params[i].offset, k.params[i].size);
+      std::fprintf(f, "\n");
+    }
+  }
   std::fclose(f);
 }
 
@@ -55,6 +66,8 @@ __attribute__((constructor)) static void phos_preload_init() {
   const char* disable = std::getenv("PHOS_DISABLE");
   if (disable && *disable && *disable != '0') return;
   g_preload = new Preload();
+  const char* record = std::getenv("PHOS_RECORD_LAUNCHES");
+  if (record && *record && *record != '0') runtime().launches.enable(true);
   auto started = g_preload->agent.start();
   report("agent start", started);
   if (started.ok()) pthread_atfork(nullptr, nullptr, after_fork_in_child);

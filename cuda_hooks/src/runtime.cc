@@ -9,7 +9,7 @@ Runtime& runtime() {
 
 std::vector<std::pair<std::string, uint64_t>> Runtime::counters() const {
   static const char* const kNames[] = {"launches", "allocations", "async_allocations", "frees", "foreign_frees",
-                                       "user_vmm_creates"};
+                                       "user_vmm_creates", "graph_launches", "graph_kernels"};
   static_assert(std::size(kNames) == size_t(Counter::kCount));
   std::vector<std::pair<std::string, uint64_t>> out;
   for (size_t i = 0; i < size_t(Counter::kCount); i++) out.emplace_back(kNames[i], counters_[i].load());

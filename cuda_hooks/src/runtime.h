@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device_memory.h"
+#include "launch_log.h"
 #include "phos/hooks/gate.h"
 
 namespace phos::hooks {
@@ -23,6 +24,8 @@ enum class Counter : uint32_t {
   kFrees,            // frees of phos allocations (sync and async)
   kForeignFrees,     // frees of pointers phos did not allocate
   kUserVmmCreates,   // cuMemCreate calls of the program itself
+  kGraphLaunches,    // cuGraphLaunch
+  kGraphKernels,     // kernel nodes run by those graph launches
   kCount
 };
 
@@ -30,6 +33,7 @@ class Runtime {
  public:
   Gate gate;
   DeviceMemory memory;
+  LaunchLog launches;
 
   void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, uint64_t>> counters() const;

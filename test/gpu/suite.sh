@@ -72,6 +72,40 @@ case_cuda_roundtrip() {
   done
 }
 
+# The launch record: every launch recorded, each kernel with its name and the
+# parameter layout the driver reports (fill(uint32_t*, size_t, uint32_t) is
+# 0:8,8:8,16:4).
+case_launch_record() {
+  PHOS_RECORD_LAUNCHES=1 PHOS_STATS_FILE=$log/record.stats LD_PRELOAD=$libphos "$bin/cuda_basic" 10 > "$log/record.phos" 2>&1
+  local rc=$? s=$log/record.stats
+  local recorded launches summed fill
+  recorded=$(stat_of "$s" recorded_launches); launches=$(stat_of "$s" launches)
+  summed=$(awk '$1 == "kernel" {n += $3} END {print n + 0}' "$s")
+  fill=$(awk '$1 == "kernel" && $2 ~ /fill/ {print $4}' "$s")
+  local kernels; kernels=$(awk '$1 == "kernel" {printf "%s x%s %s; ", $2, $3, $4}' "$s")
+  if [ $rc -eq 0 ] && [ -n "$launches" ] && [ "$recorded" = "$launches" ] && [ "$summed" = "$launches" ] &&
+     [ "$fill" = "params=0:8,8:8,16:4" ]; then
+    line launch_record PASS "$recorded of $launches launches recorded; $kernels"
+  else line launch_record FAIL "rc $rc; recorded=$recorded launches=$launches per-kernel sum=$summed; $kernels"; fi
+}
+
+case_cuda_graph() {
+  run_pair cuda_graph "$bin/cuda_graph" 200
+  local s=$log/cuda_graph.stats counts own cupti phos
+  counts=$(grep '^counts' <<<"$native_out"); own=$(field "$counts" own_kernels); cupti=$(field "$counts" cupti_kernels)
+  phos=$(( $(stat_of "$s" launches) + $(stat_of "$s" graph_kernels) ))
+  local detail="kernels own=$own cupti=$cupti phos=$phos (graph launches $(stat_of "$s" graph_launches))"
+  if [ $native_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$native_out")" = "$(grep checksum <<<"$phos_out")" ] &&
+     [ "$own" = "$cupti" ] && [ "$phos" = "$cupti" ]; then
+    line cuda_graph PASS "same checksum; $detail"
+  else line cuda_graph FAIL "rc $native_rc/$phos_rc; $detail; native: $(tr '\n' ' ' <<<"$native_out"); phos: $(tr '\n' ' ' <<<"$phos_out")"; fi
+  local reference; reference=$(grep checksum <<<"$native_out")
+  roundtrip cuda_graph_roundtrip --release-handles "$bin/cuda_graph" 200 --pace-ms 2
+  if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$phos_out")" = "$reference" ]; then
+    line cuda_graph_roundtrip PASS "graphs replayed across the round trip, checksum unchanged; $(grep '^roundtrip' "$log/cuda_graph_roundtrip.tool")"
+  else line cuda_graph_roundtrip FAIL "tool rc $tool_rc: $(grep -v '^allocation' "$log/cuda_graph_roundtrip.tool" | tr '\n' ' '); rc $phos_rc: $(tr '\n' ' ' <<<"$phos_out")"; fi
+}
+
 case_cublas() {
   run_pair cublas "$bin/cublas_gemm"
   local cupti phos; cupti=$(field "$(grep '^counts' <<<"$native_out")" cupti_kernels); phos=$(stat_of "$log/cublas.stats" launches)
@@ -132,10 +166,12 @@ case_bench() {
   for r in 1 2 3 4 5; do
     "$bin/bench_hooks" >> "$log/bench.native" 2>&1
     LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.phos" 2>&1
+    PHOS_RECORD_LAUNCHES=1 LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.record" 2>&1
   done
-  echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs, native vs libphos.so:"
-  join <(spread "$log/bench.native") <(spread "$log/bench.phos") |
-    awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  added %+8.4f\n", $1, $2, $3, $4, $5, $4 - $2}'
+  echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs:"
+  echo "gpu: bench:   native | libphos.so | libphos.so recording launches"
+  join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
+    awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2}'
 }
 
 # spread FILE: "name median min-max" for every "bench name value" line.
@@ -158,7 +194,7 @@ case_bench_torch() {
     awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  slower by %+.2f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100}'
 }
 
-cases=${*:-cuda_basic cuda_roundtrip cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable bench bench_torch}
+cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable bench bench_torch}
 reference_cuda=
 for c in $cases; do
   [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic
