@@ -9,8 +9,9 @@ using namespace phos::hooks;
 
 namespace {
 
-inline void seen(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                 unsigned shmem, CUstream stream, void** params, void** extra) {
+inline void seen(bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                 unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra) {
+  if (__builtin_expect(stream_capturing(stream, per_thread), 0)) return runtime().count(Counter::kCapturedLaunches);
   runtime().count(Counter::kLaunches);
   if (__builtin_expect(runtime().launches.enabled(), 0)) {
     const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
@@ -18,42 +19,74 @@ inline void seen(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned b
   }
 }
 
-inline void seen_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+inline void seen_ex(bool per_thread, const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   if (!c) return runtime().count(Counter::kLaunches);
-  seen(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->sharedMemBytes,
+  seen(per_thread, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->sharedMemBytes,
        c->hStream, params, extra);
 }
 
 }  // namespace
 
-#define PHOS_LAUNCH_HOOK(name)                                                                                 \
+#define PHOS_LAUNCH_HOOK(name, per_thread)                                                                     \
   extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params, void** extra) {                         \
     GatePass pass(runtime().gate);                                                                             \
-    seen(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                                             \
+    seen(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                                 \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                           \
   }
-PHOS_LAUNCH_HOOK(cuLaunchKernel)
-PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz)
+PHOS_LAUNCH_HOOK(cuLaunchKernel, false)
+PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
-#define PHOS_LAUNCH_EX_HOOK(name)                                                                       \
+#define PHOS_LAUNCH_EX_HOOK(name, per_thread)                                                           \
   extern "C" PHOS_EXPORT CUresult name(const CUlaunchConfig* config, CUfunction f, void** params,     \
                                        void** extra) {                                                  \
     GatePass pass(runtime().gate);                                                                      \
-    seen_ex(config, f, params, extra);                                                                  \
+    seen_ex(per_thread, config, f, params, extra);                                                      \
     return PHOS_REAL(name)(config, f, params, extra);                                                   \
   }
-PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx)
-PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz)
+PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
+PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
 
-#define PHOS_LAUNCH_COOP_HOOK(name)                                                                            \
+#define PHOS_LAUNCH_COOP_HOOK(name, per_thread)                                                                \
   extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params) {                                       \
     GatePass pass(runtime().gate);                                                                             \
-    seen(f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr);                                           \
+    seen(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr);                               \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                                  \
   }
-PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel)
-PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
+PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)
+PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
+
+// Captures: begun and ended, so launches know when to ask about their stream.
+#define PHOS_CAPTURE_BEGIN_HOOK(name, params, args)                                          \
+  extern "C" PHOS_EXPORT CUresult name params {                                              \
+    GatePass pass(runtime().gate);                                                           \
+    CUresult r = PHOS_REAL(name) args;                                                       \
+    if (r == CUDA_SUCCESS) runtime().captures_active.fetch_add(1, std::memory_order_relaxed); \
+    return r;                                                                                \
+  }
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph,
+                        (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
+                         CUstreamCaptureMode mode),
+                        (s, g, deps, data, n, mode))
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph_ptsz,
+                        (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
+                         CUstreamCaptureMode mode),
+                        (s, g, deps, data, n, mode))
+
+// A capture ends with this call whether or not it succeeds.
+#define PHOS_CAPTURE_END_HOOK(name)                                                        \
+  extern "C" PHOS_EXPORT CUresult name(CUstream s, CUgraph* graph) {                       \
+    GatePass pass(runtime().gate);                                                         \
+    CUresult r = PHOS_REAL(name)(s, graph);                                                \
+    int active = runtime().captures_active.load();                                         \
+    while (active > 0 && !runtime().captures_active.compare_exchange_weak(active, active - 1)) { \
+    }                                                                                      \
+    return r;                                                                              \
+  }
+PHOS_CAPTURE_END_HOOK(cuStreamEndCapture)
+PHOS_CAPTURE_END_HOOK(cuStreamEndCapture_ptsz)

@@ -24,13 +24,6 @@ CUresult allocate(CUdeviceptr* dptr, size_t size, uint32_t flags) {
   return r;
 }
 
-bool capturing(CUstream stream, bool per_thread) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r = per_thread ? PHOS_REAL(cuStreamIsCapturing_ptsz)(stream, &status)
-                          : PHOS_REAL(cuStreamIsCapturing)(stream, &status);
-  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 // Stream-ordered allocation. phos memory is valid at once, which satisfies
 // the stream order; inside a stream capture the driver's own graph memory
 // nodes are used (and recorded: phos does not checkpoint them yet).
@@ -38,7 +31,7 @@ template <class Real>
 CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_thread, const char* name,
                         Real&& real) {
   GatePass pass(runtime().gate);
-  if (capturing(stream, per_thread)) {
+  if (stream_capturing(stream, per_thread)) {
     runtime().note_unsupported(name);
     return real();
   }
@@ -49,7 +42,7 @@ template <class Real>
 CUresult free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, Real&& real) {
   GatePass pass(runtime().gate);
   CUresult r = CUDA_SUCCESS;
-  if (!capturing(stream, per_thread) && runtime().memory.free_after(ptr, stream, per_thread, &r)) {
+  if (!stream_capturing(stream, per_thread) && runtime().memory.free_after(ptr, stream, per_thread, &r)) {
     if (r == CUDA_SUCCESS) runtime().count(Counter::kFrees);
     return r;
   }

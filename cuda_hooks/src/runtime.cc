@@ -1,5 +1,7 @@
 #include "runtime.h"
 
+#include "driver.h"
+
 namespace phos::hooks {
 
 Runtime& runtime() {
@@ -9,11 +11,20 @@ Runtime& runtime() {
 
 std::vector<std::pair<std::string, uint64_t>> Runtime::counters() const {
   static const char* const kNames[] = {"launches", "allocations", "async_allocations", "frees", "foreign_frees",
-                                       "user_vmm_creates", "graph_launches", "graph_kernels"};
+                                       "user_vmm_creates", "graph_launches", "graph_kernels",
+                                       "captured_launches"};
   static_assert(std::size(kNames) == size_t(Counter::kCount));
   std::vector<std::pair<std::string, uint64_t>> out;
   for (size_t i = 0; i < size_t(Counter::kCount); i++) out.emplace_back(kNames[i], counters_[i].load());
   return out;
+}
+
+bool stream_capturing(CUstream stream, bool per_thread_stream) {
+  if (runtime().captures_active.load(std::memory_order_relaxed) == 0) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = per_thread_stream ? PHOS_REAL(cuStreamIsCapturing_ptsz)(stream, &status)
+                                 : PHOS_REAL(cuStreamIsCapturing)(stream, &status);
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 void Runtime::note_unsupported(const char* call) {

@@ -26,6 +26,7 @@ enum class Counter : uint32_t {
   kUserVmmCreates,   // cuMemCreate calls of the program itself
   kGraphLaunches,    // cuGraphLaunch
   kGraphKernels,     // kernel nodes run by those graph launches
+  kCapturedLaunches, // launches that went into a graph being captured (run later, counted there)
   kCount
 };
 
@@ -44,6 +45,9 @@ class Runtime {
   std::vector<std::string> unsupported() const;
 
   std::atomic<bool> cuda_used{false};
+  // Stream captures under way anywhere in the process: while none is, no
+  // launch needs to ask the driver whether its stream is being captured.
+  std::atomic<int> captures_active{0};
 
  private:
   std::atomic<uint64_t> counters_[size_t(Counter::kCount)]{};
@@ -52,5 +56,8 @@ class Runtime {
 };
 
 Runtime& runtime();
+
+// Whether work queued on `stream` now goes into a graph being captured.
+bool stream_capturing(CUstream stream, bool per_thread_stream);
 
 }  // namespace phos::hooks

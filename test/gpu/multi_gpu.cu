@@ -1,6 +1,12 @@
 // Several GPUs in one process: buffers and kernels on each device, a peer
 // copy between them, work from one host thread per device.
+// usage: multi_gpu [--ready FILE]: with --ready, the file is written once all
+// devices hold their data, and the program waits 2 s before using it (the
+// round-trip test closes the gate and remaps meanwhile).
+#include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,7 +22,8 @@ __global__ void sum(const uint32_t* p, size_t n, unsigned long long* out) {
   atomicAdd(out, s);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  std::string ready = argc > 2 && !std::strcmp(argv[1], "--ready") ? argv[2] : "";
   int devices = 0;
   CHECK_CUDA(cudaGetDeviceCount(&devices));
   if (devices < 2) {
@@ -37,6 +44,10 @@ int main() {
       CHECK_CUDA(cudaDeviceSynchronize());
     });
   for (auto& t : threads) t.join();
+  if (!ready.empty()) {
+    if (FILE* f = std::fopen(ready.c_str(), "w")) std::fclose(f);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
   // Device 0's data to device 1, summed there.
   CHECK_CUDA(cudaMemcpyPeer(bufs[1], 1, bufs[0], 0, kWords * 4));
   unsigned long long total = 0;

@@ -120,6 +120,11 @@ case_multi_gpu() {
   if [ $native_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$native_out" = "$phos_out" ]; then
     line multi_gpu PASS "$phos_out; allocations phos=$(stat_of "$log/multi_gpu.stats" allocations)"
   else line multi_gpu FAIL "rc $native_rc/$phos_rc; native: $native_out; phos: $phos_out"; fi
+  local reference=$native_out
+  roundtrip multi_gpu_roundtrip --release-handles "$bin/multi_gpu"
+  if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$phos_out" = "$reference" ]; then
+    line multi_gpu_roundtrip PASS "all devices' memory dropped and mapped back, checksum unchanged; $(grep '^roundtrip' "$log/multi_gpu_roundtrip.tool")"
+  else line multi_gpu_roundtrip FAIL "tool rc $tool_rc: $(grep -v '^allocation' "$log/multi_gpu_roundtrip.tool" | tr '\n' ' '); rc $phos_rc: $phos_out"; fi
 }
 
 torch_case() {  # torch_case NAME MODE [ENV=VALUE]
