@@ -13,6 +13,7 @@ BackendStatus CudaBackend::status() {
   s.allocated_bytes = m.physical_bytes;
   s.device_count = m.devices;
   s.unsupported_calls = runtime().unsupported();
+  if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
   s.counters = runtime().counters();
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);

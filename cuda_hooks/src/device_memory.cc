@@ -53,6 +53,10 @@ DeviceMemory::Device* DeviceMemory::device_locked(CUdevice dev, CUresult* err) {
     CUmemAllocationProp prop = unit_prop(dev);
     *err = PHOS_REAL(cuMemGetAllocationGranularity)(&d.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (*err == CUDA_SUCCESS) *err = PHOS_REAL(cuCtxGetCurrent)(&d.ctx);
+    int mps = 0;
+    if (*err == CUDA_SUCCESS &&
+        PHOS_REAL(cuDeviceGetAttribute)(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps)
+      mps_seen_ = true;
     if (*err != CUDA_SUCCESS) {
       devices_.erase(it);
       return nullptr;

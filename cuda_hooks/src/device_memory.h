@@ -118,6 +118,13 @@ class DeviceMemory {
   std::vector<Deferred> deferred_;
   std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
   std::atomic<bool> any_user_handles_{false};
+
+ public:
+  // A device this process uses runs its contexts through MPS.
+  bool mps_seen() const { return mps_seen_.load(); }
+
+ private:
+  std::atomic<bool> mps_seen_{false};
   uint64_t next_id_ = 1;
 };
 

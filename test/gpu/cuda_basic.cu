@@ -21,6 +21,7 @@
 namespace {
 
 std::atomic<long> g_launches{0}, g_allocs{0}, g_frees{0};
+std::atomic<size_t> g_used_after_setup{0};  // device memory in use once both threads allocated
 
 __host__ __device__ uint32_t mix(uint32_t x) {
   x ^= x >> 16;
@@ -94,8 +95,12 @@ unsigned long long worker(int tid, const Options& o, std::atomic<int>& ready_cou
   LAUNCH(fill, 256, 256, s, persistent, kLarge / 4, 0xC0FFEE + tid);
   CHECK_CUDA(cudaMemsetAsync(acc, 0, sizeof(*acc), s));
   CHECK_CUDA(cudaStreamSynchronize(s));
-  if (++ready_count == 2 && !o.ready.empty()) {
-    if (FILE* f = std::fopen(o.ready.c_str(), "w")) std::fclose(f);
+  if (++ready_count == 2) {
+    size_t free_bytes = 0, total = 0;
+    CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+    g_used_after_setup = total - free_bytes;
+    if (!o.ready.empty())
+      if (FILE* f = std::fopen(o.ready.c_str(), "w")) std::fclose(f);
   }
 
   for (int it = 0; it < o.iterations; it++) {
@@ -171,5 +176,6 @@ int main(int argc, char** argv) {
   std::printf("checksum %016llx %016llx\n", results[0], results[1]);
   std::printf("counts launches=%ld allocations=%ld frees=%ld cupti_kernels=%llu\n", g_launches.load(),
               g_allocs.load(), g_frees.load(), kernels);
+  std::printf("memory used_after_setup=%zu\n", g_used_after_setup.load());
   return 0;
 }

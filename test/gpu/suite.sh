@@ -52,7 +52,10 @@ case_cuda_basic() {
   local own_l own_a own_f cupti
   own_l=$(field "$counts" launches); own_a=$(field "$counts" allocations); own_f=$(field "$counts" frees)
   cupti=$(field "$counts" cupti_kernels)
-  local detail="launches own=$own_l phos=$(stat_of "$s" launches) cupti=$cupti; allocations own=$own_a phos=$(stat_of "$s" allocations); frees own=$own_f phos=$(stat_of "$s" frees)"
+  local mem_native mem_phos
+  mem_native=$(field "$(grep '^memory' <<<"$native_out")" used_after_setup)
+  mem_phos=$(field "$(grep '^memory' <<<"$phos_out")" used_after_setup)
+  local detail="launches own=$own_l phos=$(stat_of "$s" launches) cupti=$cupti; allocations own=$own_a phos=$(stat_of "$s" allocations); frees own=$own_f phos=$(stat_of "$s" frees); device memory in use native $((mem_native >> 20)) MiB, phos $((mem_phos >> 20)) MiB ($(awk -v a="$mem_native" -v b="$mem_phos" 'BEGIN {printf "%+.1f%%", (b / a - 1) * 100}'))"
   if [ $native_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$native_out")" = "$(grep checksum <<<"$phos_out")" ] &&
      [ "$own_l" = "$(stat_of "$s" launches)" ] && [ "$own_l" = "$cupti" ] && [ "$own_a" = "$(stat_of "$s" allocations)" ] &&
      [ "$own_f" = "$(stat_of "$s" frees)" ]; then
