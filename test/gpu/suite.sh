@@ -41,7 +41,9 @@ roundtrip() {
   LD_PRELOAD=$libphos "$@" --ready "$ready" > "$log/$name.phos" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do [ -e "$ready" ] && break; sleep 0.1; done
-  "$tool" roundtrip "$pid" $mode > "$log/$name.tool" 2>&1; tool_rc=$?
+  if [ "$name" = "${name#driver_roundtrip}" ]; then "$tool" roundtrip "$pid" $mode > "$log/$name.tool" 2>&1
+  else "$tool" driver-roundtrip "$pid" > "$log/$name.tool" 2>&1; fi
+  tool_rc=$?
   wait "$pid"; phos_rc=$?
   phos_out=$(cat "$log/$name.phos")
 }
@@ -107,6 +109,22 @@ case_cuda_graph() {
   if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$phos_out")" = "$reference" ]; then
     line cuda_graph_roundtrip PASS "graphs replayed across the round trip, checksum unchanged; $(grep '^roundtrip' "$log/cuda_graph_roundtrip.tool")"
   else line cuda_graph_roundtrip FAIL "tool rc $tool_rc: $(grep -v '^allocation' "$log/cuda_graph_roundtrip.tool" | tr '\n' ' '); rc $phos_rc: $(tr '\n' ' ' <<<"$phos_out")"; fi
+}
+
+# The plugin's dump/restore sequence without CRIU or data copies: gate
+# closed, device memory dropped (held as fds), the driver's checkpoint and
+# restore of the process, memory re-imported at the same addresses.
+case_driver_roundtrip() {
+  local cref; cref=$("$bin/cuda_basic" 40 | grep checksum)
+  roundtrip driver_roundtrip_cuda "" "$bin/cuda_basic" 40 --pace-ms 25
+  if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$phos_out")" = "$cref" ]; then
+    line driver_roundtrip_cuda PASS "checksum unchanged; $(grep '^roundtrip' "$log/driver_roundtrip_cuda.tool")"
+  else line driver_roundtrip_cuda FAIL "tool rc $tool_rc: $(grep -v '^allocation' "$log/driver_roundtrip_cuda.tool" | tr '\n' ' '); rc $phos_rc: $(tr '\n' ' ' <<<"$phos_out")"; fi
+  local ref; ref=$(python3 "$here/torch_workloads.py" mlp --steps 80 2>/dev/null | grep '^result')
+  roundtrip driver_roundtrip_torch "" python3 "$here/torch_workloads.py" mlp --steps 80 --pace-ms 20
+  if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ -n "$ref" ] && [ "$(grep '^result' <<<"$phos_out")" = "$ref" ]; then
+    line driver_roundtrip_torch PASS "loss curve identical; $(grep '^roundtrip' "$log/driver_roundtrip_torch.tool")"
+  else line driver_roundtrip_torch FAIL "tool rc $tool_rc: $(grep -v '^allocation' "$log/driver_roundtrip_torch.tool" | tr '\n' ' '); rc $phos_rc; ref $ref; got $(grep -E '^result|Error' <<<"$phos_out" | head -n2 | tr '\n' ' ')"; fi
 }
 
 case_cublas() {

@@ -3,6 +3,12 @@
 //   phos-agent-tool roundtrip PID [--release-handles] close the gate, unmap all
 //       device memory (with --release-handles: drop it too, holding it only
 //       through exported fds), map it back at the same addresses, open the gate
+//   phos-agent-tool driver-roundtrip PID  as roundtrip --release-handles, with
+//       the driver's checkpoint and restore of the process (cuCheckpointProcess*)
+//       while it holds no device memory: the dump/restore sequence of the
+//       plugin, without CRIU and without copying the data
+#include <cuda.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +20,7 @@
 
 #include "agent_client.h"
 
+using phos::make_error;
 using phos::plugin::AgentClient;
 
 namespace {
@@ -27,11 +34,46 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The driver's checkpoint of `pid` and its restore, timed; "" on success.
+std::string driver_checkpoint_restore(pid_t pid, std::string* timings) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) return dlerror();
+  auto sym = [&](const char* n) { return dlsym(lib, n); };
+  auto init = reinterpret_cast<CUresult (*)(unsigned)>(sym("cuInit"));
+  auto lock = reinterpret_cast<CUresult (*)(int, CUcheckpointLockArgs*)>(sym("cuCheckpointProcessLock"));
+  auto ckpt = reinterpret_cast<CUresult (*)(int, CUcheckpointCheckpointArgs*)>(sym("cuCheckpointProcessCheckpoint"));
+  auto rest = reinterpret_cast<CUresult (*)(int, CUcheckpointRestoreArgs*)>(sym("cuCheckpointProcessRestore"));
+  auto unlock = reinterpret_cast<CUresult (*)(int, CUcheckpointUnlockArgs*)>(sym("cuCheckpointProcessUnlock"));
+  if (!init || !lock || !ckpt || !rest || !unlock) return "driver lacks the checkpoint API";
+  if (init(0) != CUDA_SUCCESS) return "cuInit failed";
+  CUcheckpointLockArgs la{};
+  la.timeoutMs = 10000;
+  CUcheckpointCheckpointArgs ca{};
+  CUcheckpointRestoreArgs ra{};
+  CUcheckpointUnlockArgs ua{};
+  char buf[256];
+  auto t = std::chrono::steady_clock::now();
+  if (CUresult r = lock(pid, &la)) return "lock: " + std::to_string(r);
+  double lock_ms = ms_since(t);
+  t = std::chrono::steady_clock::now();
+  if (CUresult r = ckpt(pid, &ca)) return "checkpoint: " + std::to_string(r);
+  double ckpt_ms = ms_since(t);
+  t = std::chrono::steady_clock::now();
+  if (CUresult r = rest(pid, &ra)) return "restore: " + std::to_string(r);
+  double rest_ms = ms_since(t);
+  t = std::chrono::steady_clock::now();
+  if (CUresult r = unlock(pid, &ua)) return "unlock: " + std::to_string(r);
+  std::snprintf(buf, sizeof(buf), "driver lock %.1f ms, checkpoint %.1f ms, restore %.1f ms, unlock %.1f ms", lock_ms,
+                ckpt_ms, rest_ms, ms_since(t));
+  *timings = buf;
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s hold PID MS | roundtrip PID [--release-handles]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s hold PID MS | roundtrip PID [--release-handles] | driver-roundtrip PID\n", argv[0]);
     return 2;
   }
   pid_t pid = pid_t(std::atoi(argv[2]));
@@ -44,8 +86,9 @@ int main(int argc, char** argv) {
 
   if (!std::strcmp(argv[1], "hold") && argc == 4) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[3])));
-  } else if (!std::strcmp(argv[1], "roundtrip")) {
-    bool drop = argc > 3 && !std::strcmp(argv[3], "--release-handles");
+  } else if (!std::strcmp(argv[1], "roundtrip") || !std::strcmp(argv[1], "driver-roundtrip")) {
+    bool with_driver = !std::strcmp(argv[1], "driver-roundtrip");
+    bool drop = with_driver || (argc > 3 && !std::strcmp(argv[3], "--release-handles"));
     std::vector<phos::UniqueFd> fds;
     auto allocs = client->list_allocations(drop, &fds);
     if (!allocs) return fail("list allocations", allocs.error());
@@ -56,7 +99,13 @@ int main(int argc, char** argv) {
     auto released = client->release_mappings(drop);
     if (!released) return fail("release mappings", released.error());
     double release_ms = ms_since(t1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string driver_timings;
+    if (with_driver) {
+      std::string err = driver_checkpoint_restore(pid, &driver_timings);
+      if (!err.empty()) return fail("driver checkpoint/restore", make_error(err));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     std::vector<uint64_t> ids;
     std::vector<int> raw;
     for (size_t i = 0; drop && i < allocs->size(); i++) {
@@ -80,8 +129,10 @@ int main(int argc, char** argv) {
     }
     double remap_ms = ms_since(t2);
     std::printf("roundtrip%s: %zu allocations, %" PRIu64 " bytes released in %.2f ms, %" PRIu64
-                " bytes mapped back in %.2f ms\n",
-                drop ? " (handles released)" : "", allocs->size(), *released, release_ms, mapped, remap_ms);
+                " bytes mapped back in %.2f ms%s%s\n",
+                with_driver ? " (handles released, driver checkpoint+restore)" : drop ? " (handles released)" : "",
+                allocs->size(), *released, release_ms, mapped, remap_ms, with_driver ? "; " : "",
+                driver_timings.c_str());
   } else {
     std::fprintf(stderr, "phos-agent-tool: unknown command %s\n", argv[1]);
     return 2;
