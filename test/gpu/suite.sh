@@ -115,6 +115,7 @@ case_cuda_graph() {
 # closed, device memory dropped (held as fds), the driver's checkpoint and
 # restore of the process, memory re-imported at the same addresses.
 case_driver_roundtrip() {
+  export GPU_CHECK_NO_CUPTI=1
   local cref; cref=$("$bin/cuda_basic" 40 | grep checksum)
   roundtrip driver_roundtrip_cuda "" "$bin/cuda_basic" 40 --pace-ms 25
   if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ "$(grep checksum <<<"$phos_out")" = "$cref" ]; then
@@ -125,6 +126,7 @@ case_driver_roundtrip() {
   if [ $tool_rc -eq 0 ] && [ $phos_rc -eq 0 ] && [ -n "$ref" ] && [ "$(grep '^result' <<<"$phos_out")" = "$ref" ]; then
     line driver_roundtrip_torch PASS "loss curve identical; $(grep '^roundtrip' "$log/driver_roundtrip_torch.tool")"
   else line driver_roundtrip_torch FAIL "tool rc $tool_rc: $(grep -v '^allocation' "$log/driver_roundtrip_torch.tool" | tr '\n' ' '); rc $phos_rc; ref $ref; got $(grep -E '^result|Error' <<<"$phos_out" | head -n2 | tr '\n' ' ')"; fi
+  unset GPU_CHECK_NO_CUPTI
 }
 
 case_cublas() {

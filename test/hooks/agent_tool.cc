@@ -30,6 +30,15 @@ int fail(const char* what, const phos::Error& e) {
   return 1;
 }
 
+// After a failure with the gate closed: map back what can be mapped and
+// reopen the gate, so the program is not left waiting.
+int fail_and_reopen(AgentClient& client, const char* what, const phos::Error& e) {
+  fail(what, e);
+  if (auto r = client.remap({}, {}); !r) fail("remap after failure", r.error());
+  if (auto r = client.resume(); !r) fail("resume after failure", r.error());
+  return 1;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
@@ -91,18 +100,28 @@ int main(int argc, char** argv) {
     bool drop = with_driver || (argc > 3 && !std::strcmp(argv[3], "--release-handles"));
     std::vector<phos::UniqueFd> fds;
     auto allocs = client->list_allocations(drop, &fds);
-    if (!allocs) return fail("list allocations", allocs.error());
+    if (!allocs) return fail_and_reopen(*client, "list allocations", allocs.error());
     auto t1 = std::chrono::steady_clock::now();
     for (const auto& a : *allocs)
       std::fprintf(stderr, "allocation %" PRIu64 ": device %u, 0x%" PRIx64 ", %" PRIu64 " bytes, flags %u\n", a.id,
                    a.device, a.address, a.size, a.flags);
     auto released = client->release_mappings(drop);
-    if (!released) return fail("release mappings", released.error());
+    if (!released) return fail_and_reopen(*client, "release mappings", released.error());
     double release_ms = ms_since(t1);
     std::string driver_timings;
     if (with_driver) {
       std::string err = driver_checkpoint_restore(pid, &driver_timings);
-      if (!err.empty()) return fail("driver checkpoint/restore", make_error(err));
+      if (!err.empty()) {
+        // The memory is held only through our fds: put it back first.
+        std::vector<uint64_t> all_ids;
+        std::vector<int> all_fds;
+        for (size_t i = 0; i < allocs->size(); i++) {
+          all_ids.push_back((*allocs)[i].id);
+          all_fds.push_back(fds[i].get());
+        }
+        (void)client->remap(all_ids, all_fds);
+        return fail_and_reopen(*client, "driver checkpoint/restore", make_error(err));
+      }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -40,8 +40,10 @@ int main(int argc, char **argv) {
   if (argc > 2 && !strcmp(argv[1], "loop")) {
     for (;;) {
       by_gpa_of_gpa ? ((memcpy_t)by_gpa_of_gpa)(0, NULL, 0) : 0;
-      FILE *f = fopen(argv[2], "w");
-      if (f) { fprintf(f, "%llu\n", *calls); fclose(f); }
+      char tmp[4096];
+      snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
+      FILE *f = fopen(tmp, "w");  /* written aside and renamed: readers never see it half written */
+      if (f) { fprintf(f, "%llu\n", *calls); fclose(f); rename(tmp, argv[2]); }
       usleep(1000);
     }
   }

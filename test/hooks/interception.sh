@@ -25,7 +25,7 @@ echo "$out" | grep -qx "calls reached libcuda 4" || fail "calls through the wrap
 echo "$out" | grep -qx "RTLD_NEXT from a library 2" || fail "dlsym(RTLD_NEXT) from a library found the wrong symbol"
 
 state=$(mktemp)
-trap 'kill -9 $pid 2>/dev/null || true; rm -f "$state"' EXIT
+trap 'kill -9 $pid 2>/dev/null || true; wait $pid 2>/dev/null; rm -f "$state" "$state.tmp"' EXIT
 LD_PRELOAD=$libphos "$client" loop "$state" & pid=$!
 count() { cat "$state" 2>/dev/null || echo 0; }
 for _ in $(seq 100); do [ "$(count)" -gt 10 ] && break; sleep 0.02; done
@@ -34,8 +34,8 @@ for _ in $(seq 100); do [ "$(count)" -gt 10 ] && break; sleep 0.02; done
 hold=$!
 sleep 0.2; a=$(count); sleep 0.3; b=$(count)
 wait "$hold" || fail "agent tool failed"
-sleep 0.2; c=$(count)
 [ "$a" = "$b" ] || fail "driver calls ran while the gate was closed ($a -> $b)"
+for _ in $(seq 100); do c=$(count); [ "$c" -gt "$b" ] && break; sleep 0.02; done
 [ "$c" -gt "$b" ] || fail "driver calls did not resume after the gate opened"
 echo "[interception] gate: calls held at $a while closed, $c after it opened; $(tail -n1 "$state.hold")"
 rm -f "$state.hold"
