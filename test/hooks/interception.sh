@@ -9,6 +9,7 @@ BUILD=${PHOS_BUILD:?}
 dir=$BUILD/test/hooks
 client=$dir/driver_client
 libphos=$BUILD/cuda_hooks/libphos.so
+status=1
 fail() { echo "[interception] FAIL: $*"; exit 1; }
 
 native=$("$client" where)
@@ -25,7 +26,7 @@ echo "$out" | grep -qx "calls reached libcuda 4" || fail "calls through the wrap
 echo "$out" | grep -qx "RTLD_NEXT from a library 2" || fail "dlsym(RTLD_NEXT) from a library found the wrong symbol"
 
 state=$(mktemp)
-trap 'kill -9 $pid 2>/dev/null || true; wait $pid 2>/dev/null; rm -f "$state" "$state.tmp"' EXIT
+trap 'kill -9 $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$state" "$state.tmp"; exit $status' EXIT
 LD_PRELOAD=$libphos "$client" loop "$state" & pid=$!
 count() { cat "$state" 2>/dev/null || echo 0; }
 for _ in $(seq 100); do [ "$(count)" -gt 10 ] && break; sleep 0.02; done
@@ -40,3 +41,4 @@ for _ in $(seq 100); do c=$(count); [ "$c" -gt "$b" ] && break; sleep 0.02; done
 echo "[interception] gate: calls held at $a while closed, $c after it opened; $(tail -n1 "$state.hold")"
 rm -f "$state.hold"
 echo "[interception] PASS"
+status=0
