@@ -2,10 +2,10 @@
 
 #include <time.h>
 
+#include "driver_checkpoint.h"
 #include "log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
-#include "phos/images/manifest.h"
 #include "proc.h"
 
 namespace phos::plugin {
@@ -25,6 +25,24 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
+Result<uint64_t> remap_all(AgentClient& client, const std::vector<AgentAllocation>& allocs,
+                           const std::vector<UniqueFd>& fds) {
+  if (allocs.empty()) return client.remap({}, {});
+  uint64_t mapped = 0;
+  for (size_t at = 0; at < allocs.size(); at += wire::kMaxFdsPerFrame) {
+    std::vector<uint64_t> ids;
+    std::vector<int> raw;
+    for (size_t i = at; i < std::min(allocs.size(), at + wire::kMaxFdsPerFrame); i++) {
+      ids.push_back(allocs[i].id);
+      raw.push_back(fds[i].get());
+    }
+    auto m = client.remap(ids, raw);
+    if (!m) return m.error();
+    mapped += *m;
+  }
+  return mapped;
+}
+
 Result<bool> Checkpointer::pause(pid_t pid) {
   auto client = AgentClient::connect(pid, options_.agent_timeout_ms);
   if (!client) {
@@ -36,66 +54,101 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   }
   auto vpid = ns_pid(pid);
   if (!vpid) return vpid.error();
-
-  Target t;
-  t.vpid = *vpid;
-  t.hello = client->hello();
-  t.paused_at_ns = clock_ns(CLOCK_MONOTONIC);
   auto status = client->status();
   if (!status) return status.error();
   if (!status->unsupported_calls.empty())
     return make_error("process " + std::to_string(pid) + " used " + join(status->unsupported_calls) +
                       ", which phos cannot checkpoint");
-  t.status = *status;
 
+  uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto drained = client->quiesce(options_.quiesce_timeout_ms);
   if (!drained) return make_error("process " + std::to_string(pid) + ": quiesce: " + drained.error().message);
-  t.quiesce_ns = *drained;
-  // The gate is closed: from here on the process is ours to reopen, whatever
-  // fails, in finish() if not right here.
-  Target& target = targets_[pid] = std::move(t);
-  auto reopen_now = [&](const Error& e) {
-    if (auto r = client->resume(); r.ok())
-      targets_.erase(pid);
-    else
-      PHOS_WARN("process %d: reopening the gate now failed (%s); retrying at the end of the dump", pid,
-                r.error().message.c_str());
-    return e;
-  };
-  auto allocs = client->list_allocations(false, nullptr);
-  if (!allocs) return reopen_now(allocs.error());
-  if (!allocs->empty())
-    return reopen_now(make_error("process " + std::to_string(pid) + " has " + std::to_string(allocs->size()) +
-                                 " device allocations; this build of phos cannot checkpoint device memory yet"));
-  target.allocations = std::move(*allocs);
-  if (auto bye = client->goodbye(); !bye) return bye.error();
-
-  PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations", pid,
-            target.vpid, target.hello.agent_version.c_str(), double(target.quiesce_ns) / 1e6,
-            target.allocations.size());
+  // The gate is closed: from here on the process is ours to give back,
+  // whatever fails (finish() does it).
+  Target& t = targets_[pid];
+  t.vpid = *vpid;
+  t.hello = client->hello();
+  t.status = *status;
+  t.paused_at_ns = t0;
+  t.manifest.statistics.quiesce_ns = *drained;
+  PHOS_TRY(pause_target(pid, *client, t));
+  PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations%s", pid,
+            t.vpid, t.hello.agent_version.c_str(), double(*drained) / 1e6, t.allocations.size(),
+            t.driver_locked ? ", driver locked" : "");
   return true;
+}
+
+Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
+  auto allocs = client.list_allocations(true, &t.fds);
+  if (!allocs) return allocs.error();
+  t.allocations = std::move(*allocs);
+  if (!t.allocations.empty()) {
+    if (!engine_) {
+      auto engine = Engine::start();
+      if (!engine) return engine.error();
+      engine_ = std::move(*engine);
+    }
+    PHOS_TRY(engine_->save(dirfd_, t.vpid, t.allocations, t.fds, t.manifest));
+    auto released = client.release_mappings(true);
+    if (!released) return released.error();
+    t.released = true;
+  }
+  PHOS_TRY(client.goodbye());
+  if (t.status.cuda_initialized) {
+    auto state = driver_state(pid);
+    if (!state) {
+      PHOS_INFO("process %d: no CUDA state for the driver to checkpoint (%s)", pid, state.error().message.c_str());
+    } else if (*state == CU_PROCESS_STATE_RUNNING) {
+      PHOS_TRY(driver_lock(pid, options_.quiesce_timeout_ms));
+      t.driver_locked = true;
+    }
+  }
+  return {};
 }
 
 Result<bool> Checkpointer::checkpoint(pid_t pid) {
   auto it = targets_.find(pid);
   if (it == targets_.end()) return false;
   Target& t = it->second;
-  image::Manifest m;
+  if (t.driver_locked) {
+    PHOS_TRY(driver_checkpoint(pid));
+    t.driver_checkpointed = true;
+  }
+  image::Manifest& m = t.manifest;
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
   m.protocol = image::Protocol::StopTheWorld;
   m.created_unix_ns = clock_ns(CLOCK_REALTIME);
-  m.statistics.quiesce_ns = t.quiesce_ns;
   m.statistics.total_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
   auto written = image::write_manifest(dirfd_, m);
   if (!written) return written.error();
   t.manifest_file = std::move(*written);
-  PHOS_INFO("process %d: wrote %s", pid, image::manifest_file_name(t.vpid).c_str());
+  PHOS_INFO("process %d: wrote %s (%zu allocations, %.1f MiB)", pid, image::manifest_file_name(t.vpid).c_str(),
+            m.allocations.size(), double(m.statistics.raw_bytes) / (1 << 20));
   return true;
 }
 
-Result<void> Checkpointer::resume(pid_t pid) {
-  return with_agent(pid, options_.agent_timeout_ms, [](AgentClient& c) { return c.resume(); });
+// Gives a process that lives on back what the dump took, in reverse order.
+void Checkpointer::give_back(pid_t pid, Target& t) {
+  uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  if (t.driver_checkpointed) {
+    if (auto r = driver_restore(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
+  }
+  if (t.driver_locked) {
+    if (auto r = driver_unlock(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
+  }
+  auto r = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+    if (t.released) {
+      auto mapped = remap_all(c, t.allocations, t.fds);
+      if (!mapped) return mapped.error();
+    }
+    return c.resume();
+  });
+  if (!r)
+    PHOS_ERR("process %d: could not give back its GPU state: %s", pid, r.error().message.c_str());
+  else
+    PHOS_INFO("process %d: gate reopened (device memory and driver state given back in %.1f ms)", pid,
+              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
 }
 
 void Checkpointer::finish(bool dump_succeeded) {
@@ -106,13 +159,10 @@ void Checkpointer::finish(bool dump_succeeded) {
     } else if (auto r = image::remove_completion_marker(dirfd_, t.vpid); !r) {
       PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
     }
-    // The process may be killed by criu after this; opening its gate first is
-    // harmless and keeps every process that lives on usable.
-    if (!process_alive(pid)) continue;
-    if (auto r = resume(pid); !r)
-      PHOS_ERR("process %d: could not reopen its gate: %s", pid, r.error().message.c_str());
-    else
-      PHOS_INFO("process %d: gate reopened", pid);
+    // Without --leave-running criu kills the process after this; giving its
+    // state back first costs time but is always safe, and the plugin cannot
+    // tell (criu's options are not visible to plugins).
+    if (process_alive(pid)) give_back(pid, t);
   }
   targets_.clear();
 }

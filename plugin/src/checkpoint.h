@@ -1,21 +1,31 @@
 // The dump side of the plugin: one Checkpointer per `criu dump`.
 //
-//   PAUSE_DEVICES(pid)       the process still runs: agent hello, status,
+//   PAUSE_DEVICES(pid)       the process still runs: agent hello and status,
 //                            quiesce (gate closed, work drained), allocations
-//   CHECKPOINT_DEVICES(pid)  the process is frozen: the manifest is written
-//   exit(DUMP, ret)          success: completion markers; then every process
+//                            and their fds; the engine copies device memory
+//                            into the image; the process lets go of its
+//                            device memory; the driver locks the process
+//   CHECKPOINT_DEVICES(pid)  the process is frozen: the driver checkpoints
+//                            it (no device memory left, so this is quick);
+//                            the manifest is written
+//   exit(DUMP, ret)          success: completion markers. Then every process
 //                            that lives on (--leave-running, or a failed dump)
-//                            gets its gate opened again
+//                            gets back exactly what was taken, in reverse:
+//                            driver restore and unlock, its very memory mapped
+//                            again (zero copy), the gate opened
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "agent_client.h"
+#include "engine.h"
 #include "options.h"
+#include "phos/images/manifest.h"
 #include "phos/images/result.h"
 
 namespace phos::plugin {
@@ -36,15 +46,23 @@ class Checkpointer {
     AgentHello hello;
     AgentStatus status;
     std::vector<AgentAllocation> allocations;
-    uint64_t quiesce_ns = 0;
+    std::vector<UniqueFd> fds;  // the device memory, while the process has let go of it
+    image::Manifest manifest;
     uint64_t paused_at_ns = 0;
+    bool released = false, driver_locked = false, driver_checkpointed = false;
     std::vector<std::byte> manifest_file;  // once written
   };
-  Result<void> resume(pid_t pid);
+  Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
+  void give_back(pid_t pid, Target& t);
 
   int dirfd_;
   PluginOptions options_;
+  std::unique_ptr<Engine> engine_;
   std::map<pid_t, Target> targets_;
 };
+
+// Maps `ids` back in the agent with their fds, a frame's worth at a time.
+Result<uint64_t> remap_all(AgentClient& client, const std::vector<AgentAllocation>& allocs,
+                           const std::vector<UniqueFd>& fds);
 
 }  // namespace phos::plugin

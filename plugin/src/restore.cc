@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include "agent_client.h"
+#include "checkpoint.h"
+#include "driver_checkpoint.h"
 #include "log.h"
 #include "proc.h"
 
@@ -14,14 +16,42 @@ Result<void> Restorer::load() {
   for (pid_t vpid : *pids) {
     auto img = image::open_process_image(dirfd_, vpid, /*require_complete=*/true);
     if (!img) return img.error();
-    if (!img->manifest.allocations.empty())
-      return make_error(img->manifest_name + ": has " + std::to_string(img->manifest.allocations.size()) +
-                        " device allocations; this build of phos cannot restore device memory yet");
-    PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", img->manifest_name.c_str(),
-              img->manifest.devices.size(), img->manifest.allocations.size(), img->manifest.writer_version.c_str());
-    images_.emplace(vpid, std::move(*img));
+    Loaded l{std::move(*img), {}};
+    const image::Manifest& m = l.image.manifest;
+    if (!m.devices.empty() || !m.allocations.empty()) {
+      if (!engine_) {
+        auto engine = Engine::start(m.chunk_size);
+        if (!engine) return make_error(l.image.manifest_name + ": " + engine.error().message, engine.error().code);
+        engine_ = std::move(*engine);
+      }
+      PHOS_TRY(engine_->check_devices(m, l.image.manifest_name));
+      auto fds = engine_->load(dirfd_, m);
+      if (!fds) return make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
+      l.fds = std::move(*fds);
+    }
+    PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
+              m.devices.size(), m.allocations.size(), m.writer_version.c_str());
+    images_.emplace(vpid, std::move(l));
   }
   return {};
+}
+
+Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
+  auto state = driver_state(pid);
+  if (state && *state == CU_PROCESS_STATE_CHECKPOINTED) {
+    PHOS_TRY(driver_restore(pid));
+    PHOS_TRY(driver_unlock(pid));
+  }
+  std::vector<AgentAllocation> allocs;
+  for (const auto& a : l.image.manifest.allocations) allocs.push_back({a.id, a.device, a.address, a.size, a.flags});
+  return with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+    if (c.hello().pid != vpid)
+      return make_error("agent reports pid " + std::to_string(c.hello().pid) + ", the image is for " +
+                        std::to_string(vpid));
+    auto mapped = remap_all(c, allocs, l.fds);
+    if (!mapped) return mapped.error();
+    return c.resume();
+  });
 }
 
 Result<bool> Restorer::resume_late(pid_t pid) {
@@ -29,22 +59,14 @@ Result<bool> Restorer::resume_late(pid_t pid) {
   if (!vpid) return vpid.error();
   auto it = images_.find(*vpid);
   if (it == images_.end()) return false;
-
-  auto r = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
-    if (c.hello().pid != *vpid)
-      return make_error("agent reports pid " + std::to_string(c.hello().pid) + ", the image is for " +
-                        std::to_string(*vpid));
-    auto mapped = c.remap({}, {});
-    if (!mapped) return mapped.error();
-    return c.resume();
-  });
-  if (!r) {
+  if (auto r = resume(pid, *vpid, it->second); !r) {
     // CRIU only logs a failing RESUME_DEVICES_LATE and would let the process
     // run on without its GPU state: it must not run at all.
     PHOS_ERR("process %d: restore of GPU state failed: %s; killing it", pid, r.error().message.c_str());
     ::kill(pid, SIGKILL);
     return r.error();
   }
+  it->second.fds.clear();
   PHOS_INFO("process %d (pid %d in its namespace): GPU state restored, gate open", pid, *vpid);
   return true;
 }

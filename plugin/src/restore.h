@@ -1,17 +1,23 @@
 // The restore side of the plugin: one Restorer per `criu restore`.
 //
 //   init(RESTORE)            every GPU image in the directory is read and
-//                            checked; any problem stops the restore before
-//                            CRIU creates a process
-//   RESUME_DEVICES_LATE(pid) the restored process is still stopped: its
-//                            agent remaps and opens the gate; on failure the
-//                            process is killed, never left running
+//                            checked, the GPUs too; device memory is created
+//                            and filled while criu restores the CPU side.
+//                            Any problem stops the restore before CRIU
+//                            creates a process
+//   RESUME_DEVICES_LATE(pid) the restored process is still stopped: the
+//                            driver restores and unlocks it, its agent maps
+//                            the memory at the original addresses and opens
+//                            the gate; on failure the process is killed,
+//                            never left running
 #pragma once
 
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 
+#include "engine.h"
 #include "options.h"
 #include "phos/images/image_dir.h"
 #include "phos/images/result.h"
@@ -28,9 +34,16 @@ class Restorer {
   size_t image_count() const { return images_.size(); }
 
  private:
+  struct Loaded {
+    image::ProcessImage image;
+    std::vector<UniqueFd> fds;  // one per allocation, filled device memory
+  };
+  Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
+
   int dirfd_;
   PluginOptions options_;
-  std::map<pid_t, image::ProcessImage> images_;  // by pid in the process's namespace
+  std::unique_ptr<Engine> engine_;
+  std::map<pid_t, Loaded> images_;  // by pid in the process's namespace
 };
 
 }  // namespace phos::plugin

@@ -1,0 +1,66 @@
+// The CUDA driver as the plugin uses it, loaded at run time (dlopen): criu
+// with the phos plugin must start on hosts without a GPU, and the plugin
+// must not link libcuda into criu.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "phos/images/result.h"
+
+#undef cuGetProcAddress
+
+namespace phos::plugin {
+
+#define PHOS_PLUGIN_CUDA_FUNCTIONS(X)        \
+  X(cuInit)                                  \
+  X(cuGetErrorName)                          \
+  X(cuDeviceGet)                             \
+  X(cuDeviceGetName)                         \
+  X(cuDeviceGetUuid_v2)                      \
+  X(cuDeviceTotalMem_v2)                     \
+  X(cuDeviceGetAttribute)                    \
+  X(cuDevicePrimaryCtxRetain)                \
+  X(cuCtxSetCurrent)                         \
+  X(cuMemGetAllocationGranularity)           \
+  X(cuMemCreate)                             \
+  X(cuMemRelease)                            \
+  X(cuMemImportFromShareableHandle)          \
+  X(cuMemExportToShareableHandle)            \
+  X(cuMemAddressReserve)                     \
+  X(cuMemAddressFree)                        \
+  X(cuMemMap)                                \
+  X(cuMemUnmap)                              \
+  X(cuMemSetAccess)                          \
+  X(cuMemHostAlloc)                          \
+  X(cuMemFreeHost)                           \
+  X(cuMemcpyDtoH_v2)                         \
+  X(cuMemcpyHtoD_v2)                         \
+  X(cuCheckpointProcessGetRestoreThreadId)   \
+  X(cuCheckpointProcessGetState)             \
+  X(cuCheckpointProcessLock)                 \
+  X(cuCheckpointProcessCheckpoint)           \
+  X(cuCheckpointProcessRestore)              \
+  X(cuCheckpointProcessUnlock)
+
+struct CudaApi {
+#define PHOS_PLUGIN_CUDA_MEMBER(name) decltype(&::name) name = nullptr;
+  PHOS_PLUGIN_CUDA_FUNCTIONS(PHOS_PLUGIN_CUDA_MEMBER)
+#undef PHOS_PLUGIN_CUDA_MEMBER
+
+  // Loads libcuda.so.1 and cuInit()s it, once per process.
+  static Result<const CudaApi*> get();
+
+  // "what: CUDA_ERROR_NAME", for messages.
+  std::string error(const char* what, CUresult r) const;
+};
+
+// Turns a CUresult into a Result: PHOS_CU(api, call, "what").
+#define PHOS_CU(api, expr, what)                                                 \
+  do {                                                                           \
+    CUresult phos_cu_r_ = (expr);                                                \
+    if (phos_cu_r_ != CUDA_SUCCESS) return ::phos::make_error((api).error(what, phos_cu_r_), EIO); \
+  } while (0)
+
+}  // namespace phos::plugin

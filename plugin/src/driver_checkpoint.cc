@@ -1,0 +1,76 @@
+#include "driver_checkpoint.h"
+
+#include <unistd.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "cuda_api.h"
+#include "proc.h"
+#include "stopped_thread.h"
+
+namespace phos::plugin {
+namespace {
+
+Result<void> with_restore_thread(pid_t pid, const char* what, const std::function<CUresult(const CudaApi&)>& fn) {
+  auto cu = CudaApi::get();
+  if (!cu) return cu.error();
+  const CudaApi& api = **cu;
+  int tid = 0;
+  PHOS_CU(api, api.cuCheckpointProcessGetRestoreThreadId(pid, &tid),
+          ("process " + std::to_string(pid) + ": restore thread").c_str());
+  std::optional<StoppedThreadRun> run;
+  auto tracer = tracer_of(pid, tid);
+  if (tracer && *tracer == ::getpid()) {
+    auto started = StoppedThreadRun::start(tid);
+    if (!started) return started.error();
+    run.emplace(std::move(*started));
+  }
+  CUresult r = fn(api);
+  if (run) PHOS_TRY(run->stop());
+  if (r != CUDA_SUCCESS) return make_error(api.error(("process " + std::to_string(pid) + ": driver " + what).c_str(), r), EIO);
+  return {};
+}
+
+}  // namespace
+
+Result<CUprocessState> driver_state(pid_t pid) {
+  auto cu = CudaApi::get();
+  if (!cu) return cu.error();
+  CUprocessState state;
+  PHOS_CU(**cu, (*cu)->cuCheckpointProcessGetState(pid, &state), "driver state");
+  return state;
+}
+
+Result<void> driver_lock(pid_t pid, unsigned timeout_ms) {
+  auto cu = CudaApi::get();
+  if (!cu) return cu.error();
+  CUcheckpointLockArgs args{};
+  args.timeoutMs = timeout_ms;
+  PHOS_CU(**cu, (*cu)->cuCheckpointProcessLock(pid, &args), ("process " + std::to_string(pid) + ": driver lock").c_str());
+  return {};
+}
+
+Result<void> driver_checkpoint(pid_t pid) {
+  return with_restore_thread(pid, "checkpoint", [&](const CudaApi& api) {
+    CUcheckpointCheckpointArgs args{};
+    return api.cuCheckpointProcessCheckpoint(pid, &args);
+  });
+}
+
+Result<void> driver_restore(pid_t pid) {
+  return with_restore_thread(pid, "restore", [&](const CudaApi& api) {
+    CUcheckpointRestoreArgs args{};
+    return api.cuCheckpointProcessRestore(pid, &args);
+  });
+}
+
+Result<void> driver_unlock(pid_t pid) {
+  return with_restore_thread(pid, "unlock", [&](const CudaApi& api) {
+    CUcheckpointUnlockArgs args{};
+    return api.cuCheckpointProcessUnlock(pid, &args);
+  });
+}
+
+}  // namespace phos::plugin

@@ -1,0 +1,22 @@
+// The CUDA driver's checkpoint API on a target process. When criu holds the
+// process stopped under ptrace, the driver's restore thread inside it must run
+// for the driver to act: these calls let that thread alone run meanwhile (as
+// CRIU's cuda plugin does).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cuda.h>
+
+#include "phos/images/result.h"
+
+namespace phos::plugin {
+
+// The driver's state of `pid`; an error where the process holds no CUDA state.
+Result<CUprocessState> driver_state(pid_t pid);
+Result<void> driver_lock(pid_t pid, unsigned timeout_ms);
+Result<void> driver_checkpoint(pid_t pid);
+Result<void> driver_restore(pid_t pid);
+Result<void> driver_unlock(pid_t pid);
+
+}  // namespace phos::plugin
