@@ -6,7 +6,9 @@ set -euo pipefail
 
 BUILD=${PHOS_BUILD:?PHOS_BUILD must name the meson build directory}
 CRIU=${CRIU:-/usr/local/sbin/criu}
-COUNTER=$BUILD/test/e2e/phos-test-counter
+# The workload: the CPU counter, or another program with the same contract
+# ("WORKLOAD STATE [ARGS...]", writing "TOKEN COUNTER ..." to STATE).
+COUNTER=${PHOS_WORKLOAD:-$BUILD/test/e2e/phos-test-counter}
 PHOSCTL=$BUILD/plugin/phosctl
 LIBPHOS=$BUILD/cuda_hooks/libphos.so
 TEST_NAME=$(basename "$0" .sh)
@@ -47,13 +49,13 @@ trap cleanup EXIT
 # Pids (in our namespace) of this test's workload processes.
 workload_pids() { pgrep -f "^$COUNTER $WORK/state" || true; }
 
-# start_workload [--preload] [--fork]
+# start_workload [--preload] [WORKLOAD ARGS...]
 start_workload() {
   local env_args=() counter_args=()
   for a in "$@"; do
     case $a in
       --preload) env_args+=("LD_PRELOAD=$LIBPHOS") ;;
-      --fork) counter_args+=(--fork) ;;
+      *) counter_args+=("$a") ;;
     esac
   done
   # unshare stays outside (and reports its child's SIGKILL at dump time on
@@ -61,7 +63,7 @@ start_workload() {
   (unshare --pid --fork setsid bash -c 'exec env "$@" </dev/null >/dev/null 2>&1' _ \
      "${env_args[@]}" "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
   WORKLOAD_PID=
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do
     WORKLOAD_PID=$(pgrep -o -f "^$COUNTER $WORK/state" || true)
     [ -n "$WORKLOAD_PID" ] && [ -s "$WORK/state" ] && break
     sleep 0.05
@@ -72,6 +74,7 @@ start_workload() {
 state_token() { cut -d' ' -f1 "$WORK/state"; }
 state_counter() { cut -d' ' -f2 "$WORK/state"; }
 state_child_counter() { cut -d' ' -f3 "$WORK/state"; }
+state_field() { cut -d' ' -f"$1" "$WORK/state"; }
 
 # wait_counter_above N: the workload counts past N within 5 s.
 wait_counter_above() {

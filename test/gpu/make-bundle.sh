@@ -18,7 +18,7 @@ rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu"
    "$out/build/")
 # The suite's CUDA programs, for Hopper (sm_90), with the toolkit here.
 mkdir -p "$out/gpu"
-for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks; do
+for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
 cp /usr/local/sbin/criu "$out/bin/"

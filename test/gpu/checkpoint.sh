@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# GPU checkpoint and restore through the real criu and the phos plugin, on a
+# GPU host (after test/gpu/run-on-host.sh): a CUDA process holding MIB MiB of
+# device memory
+#   1. dumped with --leave-running: it carries on with its device state;
+#   2. dumped and restored into a new process: token, host and device counters
+#      carry on, every byte of device memory is re-verified;
+#   3. restored from an image with a corrupted chunk: refused, no process left.
+# usage: checkpoint.sh [MIB]
+MIB=${1:-1024}
+PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
+source "$(dirname "$0")/../e2e/lib.sh"
+TEST_NAME=checkpoint_${MIB}MiB
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
+# The device counter equals the host counter and nothing failed verification.
+consistent() {
+  [ "$(state_field 2)" = "$(state_field 3)" ] && [ "$(state_field 4)" = 0 ]
+}
+phos_log() { grep -o "phos: .*" "$1" | grep -vE "initialized|left to other" | sed 's/^/    /'; }
+
+start_workload --preload "$MIB"
+wait_counter_above 5
+token=$(state_token)
+
+t0=$(now); criu_dump --leave-running || fail "criu dump --leave-running failed"; t1=$(now)
+at=$(state_counter)
+wait_counter_above $((at + 20))
+consistent || fail "after the leave-running dump: $(cat "$WORK/state")"
+"$PHOSCTL" verify "$IMG" > "$WORK/verify.txt" || fail "phosctl verify: $(cat "$WORK/verify.txt")"
+say "leave-running dump in $(elapsed "$t0" "$t1") s; the process carries on: $(cat "$WORK/state")"
+phos_log "$WORK/dump.log"
+"$PHOSCTL" show "$IMG" | sed 's/^/    /'
+cat "$WORK/verify.txt" | sed 's/^/    /'
+
+rm -rf "$IMG" && mkdir "$IMG"
+t0=$(now); criu_dump || fail "criu dump failed"; t1=$(now)
+dumped=$(state_counter)
+[ -z "$(workload_pids)" ] || fail "process still running after the dump"
+cp -a "$IMG" "$WORK/pristine"
+t2=$(now); criu_restore || fail "criu restore failed"; t3=$(now)
+pid=$(restored_pid) || fail "no restored process"
+slices=$(( (MIB + 63) / 64 ))
+wait_counter_above $((dumped + slices + 5))
+[ "$(state_token)" = "$token" ] || fail "token changed after restore"
+consistent || fail "after restore: $(cat "$WORK/state")"
+say "dump in $(elapsed "$t0" "$t1") s, restore in $(elapsed "$t2" "$t3") s; restored as pid $pid: counter $dumped -> $(state_counter), device counter in step, all $slices slices re-verified, 0 errors"
+phos_log "$WORK/dump.log"
+phos_log "$WORK/restore.log"
+kill -9 "$pid"; sleep 0.5
+
+rm -rf "$IMG" && cp -a "$WORK/pristine" "$IMG"
+data=$(ls "$IMG"/phos-*-data-0.img | head -n1)
+printf '\xff' | dd of="$data" bs=1 seek=$((4096 + 12345)) conv=notrunc status=none
+if criu_restore; then fail "restore succeeded from a corrupted image"; fi
+grep -q "checksum mismatch" "$WORK/restore.log" || fail "restore log does not name the checksum mismatch"
+sleep 0.3
+[ -z "$(workload_pids)" ] || fail "a process runs after the refused restore"
+say "corrupted chunk: restore refused: $(grep -o "phos: Error: .*" "$WORK/restore.log" | head -n1)"
+say "PASS"

@@ -1,0 +1,77 @@
+// The GPU workload of the checkpoint tests: the CPU workload's contract
+// (a random token, a counter, state written every 10 ms to STATE without a
+// file kept open) plus device state that only a real GPU restore brings back:
+// a counter kept on the device that must stay equal to the host's, and MIB
+// MiB of device memory filled from the token, re-verified a 64 MiB slice per
+// step. STATE: "TOKEN COUNTER DEVICE_COUNTER ERRORS SLICES_VERIFIED".
+//
+// usage: phos-gpu-counter STATE MIB
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "gpu_check.h"
+
+namespace {
+constexpr size_t kSliceWords = (64u << 20) / 8;
+
+__device__ uint64_t pattern(uint64_t token, uint64_t i) { return (token ^ (i * 0x9E3779B97F4A7C15ull)) + i; }
+
+__global__ void fill(uint64_t* p, size_t n, uint64_t token) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = pattern(token, i);
+}
+
+__global__ void step(const uint64_t* p, size_t first, size_t n, uint64_t token, unsigned long long* errors,
+                     unsigned long long* device_counter) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) (*device_counter)++;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    if (p[first + i] != pattern(token, first + i)) atomicAdd(errors, 1ull);
+}
+
+void write_state(const char* path, uint64_t token, uint64_t counter, unsigned long long dev, unsigned long long err,
+                 uint64_t verified) {
+  char tmp[4096], line[256];
+  std::snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  int n = std::snprintf(line, sizeof(line), "%016llx %llu %llu %llu %llu\n", (unsigned long long)token,
+                        (unsigned long long)counter, dev, err, (unsigned long long)verified);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0 || write(fd, line, size_t(n)) != n) std::exit(2);
+  close(fd);
+  if (rename(tmp, path) != 0) std::exit(2);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s STATE MIB\n", argv[0]);
+    return 2;
+  }
+  size_t words = (size_t(std::atoll(argv[2])) << 20) / 8;
+  uint64_t token;
+  if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
+  uint64_t* big;
+  unsigned long long *errors, *device_counter, *host;
+  CHECK_CUDA(cudaMalloc(&big, words * 8));
+  CHECK_CUDA(cudaMalloc(&errors, 8));           // small: in a slab
+  CHECK_CUDA(cudaMalloc(&device_counter, 8));   // small: in a slab
+  CHECK_CUDA(cudaMallocHost(&host, 16));
+  CHECK_CUDA(cudaMemset(errors, 0, 8));
+  CHECK_CUDA(cudaMemset(device_counter, 0, 8));
+  fill<<<1024, 256>>>(big, words, token);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  size_t slices = (words + kSliceWords - 1) / kSliceWords;
+  for (uint64_t counter = 1;; counter++) {
+    size_t first = ((counter - 1) % slices) * kSliceWords;
+    size_t n = first + kSliceWords > words ? words - first : kSliceWords;
+    step<<<256, 256>>>(big, first, n, token, errors, device_counter);
+    CHECK_CUDA(cudaMemcpy(&host[0], errors, 8, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&host[1], device_counter, 8, cudaMemcpyDeviceToHost));
+    write_state(argv[1], token, counter, host[1], host[0], counter);
+    usleep(10000);
+  }
+}
