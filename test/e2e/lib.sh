@@ -60,7 +60,12 @@ start_workload() {
   done
   # unshare stays outside (and reports its child's SIGKILL at dump time on
   # its own output); the workload gets /dev/null, which CRIU restores as is.
-  (unshare --pid --fork setsid bash -c 'exec env "$@" </dev/null >/dev/null 2>&1' _ \
+  # PHOS_NO_PIDNS=1: no pid namespace (the CUDA driver's fd-exportable memory
+  # fails in a pid namespace whose /proc is the host's); the workload is
+  # detached so init reaps it, and restores wait until its pid is free.
+  local ns=(unshare --pid --fork)
+  [ -n "${PHOS_NO_PIDNS:-}" ] && ns=()
+  ("${ns[@]}" setsid bash -c 'exec env "$@" </dev/null >/dev/null 2>&1' _ \
      "${env_args[@]}" "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
   WORKLOAD_PID=
   for _ in $(seq 600); do
@@ -89,6 +94,9 @@ criu_dump() {
   "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
 }
 criu_restore() {
+  if [ -n "${PHOS_NO_PIDNS:-}" ] && [ -n "${WORKLOAD_PID:-}" ]; then
+    for _ in $(seq 100); do [ -e "/proc/$WORKLOAD_PID" ] || break; sleep 0.05; done
+  fi
   "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
 }
 # The pid of the restored root process, once it runs.
