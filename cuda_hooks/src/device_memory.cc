@@ -1,5 +1,7 @@
 #include "device_memory.h"
 
+#include <fcntl.h>
+
 #include <functional>
 #include <string>
 
@@ -241,6 +243,11 @@ Result<UniqueFd> DeviceMemory::export_unit(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = units_.find(id);
   if (it == units_.end()) return make_error("no allocation " + std::to_string(id), ENOENT);
+  if (it->second.source_fd.valid()) {
+    int dup = ::fcntl(it->second.source_fd.get(), F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return errno_error("dup the fd of allocation " + std::to_string(id));
+    return UniqueFd(dup);
+  }
   if (!it->second.handle) return make_error("allocation " + std::to_string(id) + " has no memory (released)", ENOENT);
   int fd = -1;
   CUresult r = PHOS_REAL(cuMemExportToShareableHandle)(&fd, it->second.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
@@ -321,6 +328,7 @@ Result<uint64_t> DeviceMemory::remap(std::span<const uint64_t> ids, std::vector<
       if (u.handle) PHOS_REAL(cuMemRelease)(u.handle);
       u.handle = h;
       u.mapped = false;
+      u.source_fd.reset(::fcntl(fds[i].get(), F_DUPFD_CLOEXEC, 0));
     }
     for (auto& [id, u] : units_) {
       if (u.device != dev || u.mapped) continue;

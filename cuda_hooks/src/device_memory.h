@@ -80,6 +80,9 @@ class DeviceMemory {
     uint32_t flags = 0;
     std::unique_ptr<RangeAllocator> slab;  // for slabs: the space inside
     CUmemGenericAllocationHandle user_handle = 0;  // the program's (virtual) handle, for its mappings
+    // Where the memory came from an fd (after a checkpoint): imported handles
+    // cannot be exported again, so the fd itself is handed out.
+    UniqueFd source_fd;
     std::vector<CUmemAccessDesc> access;            // what the program granted (its mappings)
   };
   struct UserHandle {
