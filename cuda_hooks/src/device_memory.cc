@@ -296,6 +296,9 @@ Result<uint64_t> DeviceMemory::release_mappings(bool drop_handles) {
         PHOS_REAL(cuMemRelease)(u.handle);
         u.handle = 0;
       }
+      // These fds are open files of the driver's device: none may be left
+      // in the process when CRIU dumps it.
+      if (drop_handles) u.source_fd.reset();
       // The program's own reference to its VMM memory goes too; remap
       // hands it a new one behind the same (virtual) handle value.
       auto uh = u.user_handle ? user_handles_.find(u.user_handle) : user_handles_.end();

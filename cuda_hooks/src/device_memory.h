@@ -81,7 +81,8 @@ class DeviceMemory {
     std::unique_ptr<RangeAllocator> slab;  // for slabs: the space inside
     CUmemGenericAllocationHandle user_handle = 0;  // the program's (virtual) handle, for its mappings
     // Where the memory came from an fd (after a checkpoint): imported handles
-    // cannot be exported again, so the fd itself is handed out.
+    // cannot be exported again, so the fd itself is handed out. Dropped with
+    // the memory for a checkpoint (it is an open file of /dev/nvidiactl).
     UniqueFd source_fd;
     std::vector<CUmemAccessDesc> access;            // what the program granted (its mappings)
   };
