@@ -132,9 +132,8 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 void Checkpointer::give_back(pid_t pid, Target& t) {
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   if (t.driver_checkpointed) {
-    if (auto r = driver_restore(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
-  }
-  if (t.driver_locked) {
+    if (auto r = driver_restore_and_unlock(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
+  } else if (t.driver_locked) {
     if (auto r = driver_unlock(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
   }
   auto r = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {

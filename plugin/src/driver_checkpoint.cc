@@ -59,10 +59,13 @@ Result<void> driver_checkpoint(pid_t pid) {
   });
 }
 
-Result<void> driver_restore(pid_t pid) {
+Result<void> driver_restore_and_unlock(pid_t pid) {
   return with_restore_thread(pid, "restore", [&](const CudaApi& api) {
     CUcheckpointRestoreArgs args{};
-    return api.cuCheckpointProcessRestore(pid, &args);
+    CUresult r = api.cuCheckpointProcessRestore(pid, &args);
+    if (r != CUDA_SUCCESS) return r;
+    CUcheckpointUnlockArgs unlock{};
+    return api.cuCheckpointProcessUnlock(pid, &unlock);
   });
 }
 

@@ -16,7 +16,9 @@ namespace phos::plugin {
 Result<CUprocessState> driver_state(pid_t pid);
 Result<void> driver_lock(pid_t pid, unsigned timeout_ms);
 Result<void> driver_checkpoint(pid_t pid);
-Result<void> driver_restore(pid_t pid);
+// Restore and unlock in one window of the driver's restore thread, as
+// CRIU's cuda plugin does (stopping the thread in between can hang).
+Result<void> driver_restore_and_unlock(pid_t pid);
 Result<void> driver_unlock(pid_t pid);
 
 }  // namespace phos::plugin

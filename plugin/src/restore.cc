@@ -39,8 +39,9 @@ Result<void> Restorer::load() {
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   auto state = driver_state(pid);
   if (state && *state == CU_PROCESS_STATE_CHECKPOINTED) {
-    PHOS_TRY(driver_restore(pid));
-    PHOS_TRY(driver_unlock(pid));
+    PHOS_INFO("process %d: driver restore", pid);
+    PHOS_TRY(driver_restore_and_unlock(pid));
+    PHOS_INFO("process %d: driver restored and unlocked", pid);
   }
   std::vector<AgentAllocation> allocs;
   for (const auto& a : l.image.manifest.allocations) allocs.push_back({a.id, a.device, a.address, a.size, a.flags});
@@ -50,6 +51,7 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
                         std::to_string(vpid));
     auto mapped = remap_all(c, allocs, l.fds);
     if (!mapped) return mapped.error();
+    PHOS_INFO("process %d: %.1f MiB mapped at the original addresses", pid, double(*mapped) / (1 << 20));
     return c.resume();
   });
 }

@@ -2,6 +2,7 @@
 
 #include <sys/ptrace.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -34,10 +35,16 @@ Result<void> StoppedThreadRun::stop() {
   running_ = false;
   std::string who = "thread " + std::to_string(tid_);
   if (::ptrace(PTRACE_INTERRUPT, tid_, nullptr, 0) != 0) return errno_error("interrupt " + who);
+  // A thread stuck in the kernel would make a plain wait hang criu: give up
+  // after 30 s with an error instead.
   int status = 0;
-  pid_t r;
-  do r = ::waitpid(tid_, &status, __WALL);
-  while (r < 0 && errno == EINTR);
+  pid_t r = 0;
+  for (int waited_ms = 0; waited_ms < 30000; waited_ms++) {
+    r = ::waitpid(tid_, &status, __WALL | WNOHANG);
+    if (r != 0 && !(r < 0 && errno == EINTR)) break;
+    ::usleep(1000);
+  }
+  if (r == 0) return make_error(who + " did not stop within 30 s of PTRACE_INTERRUPT", ETIMEDOUT);
   if (r != tid_) return errno_error("wait for " + who);
   if (!WIFSTOPPED(status)) return make_error(who + " did not stop (status " + std::to_string(status) + ")", ESRCH);
   if (::ptrace(PTRACE_SETOPTIONS, tid_, nullptr, PTRACE_O_SUSPEND_SECCOMP | PTRACE_O_TRACESYSGOOD) != 0)
