@@ -43,6 +43,12 @@ Result<CUprocessState> driver_state(pid_t pid) {
   return state;
 }
 
+bool has_driver_state(pid_t pid) {
+  auto cu = CudaApi::get();
+  int tid = 0;
+  return cu && (*cu)->cuCheckpointProcessGetRestoreThreadId(pid, &tid) == CUDA_SUCCESS && tid > 0;
+}
+
 Result<void> driver_lock(pid_t pid, unsigned timeout_ms) {
   auto cu = CudaApi::get();
   if (!cu) return cu.error();

@@ -13,7 +13,12 @@
 namespace phos::plugin {
 
 // The driver's state of `pid`; an error where the process holds no CUDA state.
+// Only for a running process: the driver asks the process's restore thread,
+// so the query hangs while criu holds that thread stopped.
 Result<CUprocessState> driver_state(pid_t pid);
+// Whether `pid` has the driver's restore thread, i.e. CUDA state to restore;
+// safe on a stopped process.
+bool has_driver_state(pid_t pid);
 Result<void> driver_lock(pid_t pid, unsigned timeout_ms);
 Result<void> driver_checkpoint(pid_t pid);
 // Restore and unlock in one window of the driver's restore thread, as

@@ -37,8 +37,8 @@ Result<void> Restorer::load() {
 }
 
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
-  auto state = driver_state(pid);
-  if (state && *state == CU_PROCESS_STATE_CHECKPOINTED) {
+  // Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.
+  if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
     PHOS_INFO("process %d: driver restore", pid);
     PHOS_TRY(driver_restore_and_unlock(pid));
     PHOS_INFO("process %d: driver restored and unlocked", pid);
