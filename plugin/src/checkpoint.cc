@@ -84,7 +84,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   t.allocations = std::move(*allocs);
   if (!t.allocations.empty()) {
     if (!engine_) {
-      auto engine = Engine::start();
+      auto engine = Engine::start(image::kDefaultChunkSize, options_.engine_workers);
       if (!engine) return engine.error();
       engine_ = std::move(*engine);
     }

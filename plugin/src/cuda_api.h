@@ -37,6 +37,11 @@ namespace phos::plugin {
   X(cuMemFreeHost)                           \
   X(cuMemcpyDtoH_v2)                         \
   X(cuMemcpyHtoD_v2)                         \
+  X(cuMemcpyDtoHAsync_v2)                    \
+  X(cuMemcpyHtoDAsync_v2)                    \
+  X(cuStreamCreate)                          \
+  X(cuStreamSynchronize)                     \
+  X(cuStreamDestroy_v2)                      \
   X(cuCheckpointProcessGetRestoreThreadId)   \
   X(cuCheckpointProcessGetState)             \
   X(cuCheckpointProcessLock)                 \

@@ -1,15 +1,15 @@
 // The engine: moves device memory between the application's GPU allocations
 // and the image directory, from inside criu. Dump: each allocation, reached
-// through the fd the agent exported, is mapped into criu's own CUDA context
-// and copied device-to-host through a pinned staging buffer, chunk by chunk,
-// into a checksummed data file. Restore: each allocation is created anew on
-// its device, filled from the image, and handed on as an fd for the agent to
-// map at its original address.
-//
-// This first version copies on one stream with one buffer; the pinned ring,
-// several streams and writer threads, and O_DIRECT come next.
+// through the fd the agent exported, is mapped into criu's own CUDA context;
+// worker threads, each with its own stream and pinned buffer, copy it
+// device-to-host chunk by chunk and write the chunks, checksummed, into the
+// data file (whose writer reserves each chunk's extent atomically). Restore:
+// each allocation is created anew on its device and the workers fill it from
+// the image; the memory is handed on as an fd for the agent to map at its
+// original address.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -23,7 +23,8 @@ namespace phos::plugin {
 
 class Engine {
  public:
-  static Result<std::unique_ptr<Engine>> start(uint32_t chunk_size = image::kDefaultChunkSize);
+  // workers 0: one per two cores, at most 8.
+  static Result<std::unique_ptr<Engine>> start(uint32_t chunk_size = image::kDefaultChunkSize, unsigned workers = 0);
   ~Engine();
 
   // Copies every allocation into data file 0 of process `vpid`; fills the
@@ -37,16 +38,30 @@ class Engine {
   Result<std::vector<UniqueFd>> load(int dirfd, const image::Manifest& m);
 
  private:
-  explicit Engine(const CudaApi& cu, uint32_t chunk_size) : cu_(cu), chunk_size_(chunk_size) {}
-  Result<void> use_device(int ordinal);
+  Engine(const CudaApi& cu, uint32_t chunk_size, unsigned workers)
+      : cu_(cu), chunk_size_(chunk_size), workers_(workers) {}
+  CUcontext context(int ordinal, Result<void>& err);
   Result<CUdeviceptr> map(CUmemGenericAllocationHandle h, size_t size, int device);
   void unmap(CUdeviceptr va, size_t size);
   Result<image::Device> describe(int ordinal);
 
+  // A piece of work for the workers: `size` bytes at `offset` of mapping `va`.
+  struct Piece {
+    size_t allocation;  // index in the allocation list
+    size_t chunk;       // index of the chunk in that allocation
+    uint64_t offset;    // in the allocation
+    size_t size;
+    int device;
+  };
+  // Runs fn(piece, pinned staging buffer, stream of the piece's device,
+  // worker index) over all pieces on the workers; the first error stops them.
+  Result<void> run_workers(const std::vector<Piece>& pieces,
+                           const std::function<Result<void>(const Piece&, void*, CUstream, unsigned)>& fn);
+
   const CudaApi& cu_;
   uint32_t chunk_size_;
+  unsigned workers_;
   std::map<int, CUcontext> contexts_;
-  void* staging_ = nullptr;
 };
 
 }  // namespace phos::plugin

@@ -27,6 +27,7 @@ PluginOptions PluginOptions::from_env() {
   PluginOptions o;
   read_env("PHOS_AGENT_TIMEOUT_MS", o.agent_timeout_ms);
   read_env("PHOS_QUIESCE_TIMEOUT_MS", o.quiesce_timeout_ms);
+  read_env("PHOS_ENGINE_WORKERS", o.engine_workers);
   return o;
 }
 

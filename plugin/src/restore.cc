@@ -20,7 +20,7 @@ Result<void> Restorer::load() {
     const image::Manifest& m = l.image.manifest;
     if (!m.devices.empty() || !m.allocations.empty()) {
       if (!engine_) {
-        auto engine = Engine::start(m.chunk_size);
+        auto engine = Engine::start(m.chunk_size, options_.engine_workers);
         if (!engine) return make_error(l.image.manifest_name + ": " + engine.error().message, engine.error().code);
         engine_ = std::move(*engine);
       }
