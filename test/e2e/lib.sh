@@ -81,9 +81,9 @@ state_counter() { cut -d' ' -f2 "$WORK/state"; }
 state_child_counter() { cut -d' ' -f3 "$WORK/state"; }
 state_field() { cut -d' ' -f"$1" "$WORK/state"; }
 
-# wait_counter_above N: the workload counts past N within 5 s.
+# wait_counter_above N [SECONDS]: the workload counts past N in time (5 s).
 wait_counter_above() {
-  for _ in $(seq 100); do
+  for _ in $(seq $((${2:-5} * 20))); do
     [ "$(state_counter 2>/dev/null || echo 0)" -gt "$1" ] && return 0
     sleep 0.05
   done

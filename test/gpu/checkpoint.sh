@@ -44,7 +44,7 @@ cp -a "$IMG" "$WORK/pristine"
 t2=$(now); criu_restore || fail "criu restore failed"; t3=$(now)
 pid=$(restored_pid) || fail "no restored process"
 slices=$(( (MIB + 63) / 64 ))
-wait_counter_above $((dumped + slices + 5))
+wait_counter_above $((dumped + slices + 5)) $((slices / 20 + 10))
 [ "$(state_token)" = "$token" ] || fail "token changed after restore"
 consistent || fail "after restore: $(cat "$WORK/state")"
 say "dump in $(elapsed "$t0" "$t1") s, restore in $(elapsed "$t2" "$t3") s; restored as pid $pid: counter $dumped -> $(state_counter), device counter in step, all $slices slices re-verified, 0 errors"

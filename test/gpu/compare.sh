@@ -30,7 +30,7 @@ run_one() {  # run_one NAME PLUGIN_SO [--preload]
     local dumped size; dumped=$(state_counter); size=$(du -sh "$IMG" | cut -f1)
     t2=$(now); criu_restore || fail "restore failed"; t3=$(now)
     restored_pid >/dev/null || fail "no restored process"
-    wait_counter_above $((dumped + MIB / 64 + 5))
+    wait_counter_above $((dumped + MIB / 64 + 5)) $((MIB / 64 / 20 + 10))
     local ok=no
     [ "$(state_token)" = "$token" ] && [ "$(state_field 2)" = "$(state_field 3)" ] && [ "$(state_field 4)" = 0 ] && ok=yes
     printf "compare: %-18s %6d MiB  dump %7s s  restore %7s s  image %6s  carried on intact: %s\n" \
