@@ -88,7 +88,13 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       if (!engine) return engine.error();
       engine_ = std::move(*engine);
     }
-    PHOS_TRY(engine_->save(dirfd_, t.vpid, t.allocations, t.fds, t.manifest));
+    // Mapped into criu now; copied in the background, off criu's freeze
+    // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
+    // so the process lets go of its own at once.
+    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.manifest);
+    if (!job) return job.error();
+    t.save = std::move(*job);
+    t.copier = std::thread([this, &t] { t.copied = engine_->run_save(*t.save); });
     auto released = client.release_mappings(true);
     if (!released) return released.error();
     t.released = true;
@@ -106,10 +112,17 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   return {};
 }
 
+Result<void> Checkpointer::copy_done(Target& t) {
+  if (t.copier.joinable()) t.copier.join();
+  t.save.reset();
+  return t.copied;
+}
+
 Result<bool> Checkpointer::checkpoint(pid_t pid) {
   auto it = targets_.find(pid);
   if (it == targets_.end()) return false;
   Target& t = it->second;
+  PHOS_TRY(copy_done(t));
   if (t.driver_locked) {
     PHOS_TRY(driver_checkpoint(pid));
     t.driver_checkpointed = true;
@@ -131,6 +144,7 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 // Gives a process that lives on back what the dump took, in reverse order.
 void Checkpointer::give_back(pid_t pid, Target& t) {
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  (void)copy_done(t);  // the engine's mapping goes before the process maps again
   if (t.driver_checkpointed) {
     if (auto r = driver_restore_and_unlock(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
   } else if (t.driver_locked) {
@@ -162,6 +176,7 @@ void Checkpointer::finish(bool dump_succeeded) {
     // state back first costs time but is always safe, and the plugin cannot
     // tell (criu's options are not visible to plugins).
     if (process_alive(pid)) give_back(pid, t);
+    else (void)copy_done(t);
   }
   targets_.clear();
 }

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <thread>
 #include <memory>
 #include <vector>
 
@@ -48,11 +49,16 @@ class Checkpointer {
     std::vector<AgentAllocation> allocations;
     std::vector<UniqueFd> fds;  // the device memory, while the process has let go of it
     image::Manifest manifest;
+    std::unique_ptr<Engine::SaveJob> save;  // the copy, started in PAUSE_DEVICES
+    std::thread copier;
+    Result<void> copied;
     uint64_t paused_at_ns = 0;
     bool released = false, driver_locked = false, driver_checkpointed = false;
     std::vector<std::byte> manifest_file;  // once written
   };
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
+  // Waits for the copy of `t` to end; its result.
+  Result<void> copy_done(Target& t);
   void give_back(pid_t pid, Target& t);
 
   int dirfd_;

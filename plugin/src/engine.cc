@@ -147,9 +147,16 @@ Result<void> Engine::run_workers(const std::vector<Piece>& pieces,
   return {};
 }
 
-Result<void> Engine::save(int dirfd, int32_t vpid, const std::vector<AgentAllocation>& allocs,
-                          const std::vector<UniqueFd>& fds, image::Manifest& m) {
+Engine::SaveJob::~SaveJob() {
+  for (size_t i = 0; i < vas.size(); i++)
+    if (vas[i]) engine->unmap(vas[i], allocs[i].size);
+}
+
+Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t vpid,
+                                                              const std::vector<AgentAllocation>& allocs,
+                                                              const std::vector<UniqueFd>& fds, image::Manifest& m) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
+  std::lock_guard<std::mutex> lock(run_mu_);
   m.chunk_size = chunk_size_;
   std::set<uint32_t> devices;
   for (const auto& a : allocs) devices.insert(a.device);
@@ -158,77 +165,76 @@ Result<void> Engine::save(int dirfd, int32_t vpid, const std::vector<AgentAlloca
     if (!desc) return desc.error();
     m.devices.push_back(*desc);
   }
-  if (allocs.empty()) return {};
+  auto job = std::make_unique<SaveJob>();
+  job->vpid = vpid;
+  job->allocs = allocs;
+  job->vas.assign(allocs.size(), 0);
+  job->chunks.resize(allocs.size());
+  job->manifest = &m;
+  job->engine = this;
+  if (allocs.empty()) return job;
   auto writer = image::DataFileWriter::create(dirfd, image::data_file_name(vpid, 0), vpid, 0);
   if (!writer) return writer.error();
-
-  // Every allocation mapped into criu's context of its device.
-  std::vector<CUdeviceptr> vas(allocs.size(), 0);
-  auto unmap_all = [&] {
-    for (size_t i = 0; i < allocs.size(); i++)
-      if (vas[i]) unmap(vas[i], allocs[i].size);
-  };
-  std::vector<Piece> pieces;
-  std::vector<std::vector<image::Chunk>> chunks(allocs.size());
+  job->writer = std::move(*writer);
   for (size_t i = 0; i < allocs.size(); i++) {
     const AgentAllocation& a = allocs[i];
     Result<void> err;
     CUcontext ctx = context(int(a.device), err);
-    if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
-      unmap_all();
-      return err.ok() ? make_error("cannot use device " + std::to_string(a.device), ENODEV) : err;
-    }
+    if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+      return err.ok() ? make_error("cannot use device " + std::to_string(a.device), ENODEV) : err.error();
     CUmemGenericAllocationHandle h = 0;
-    CUresult r = cu_.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(intptr_t(fds[i].get())),
-                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r != CUDA_SUCCESS) {
-      unmap_all();
-      return make_error(cu_.error(("import allocation " + std::to_string(a.id)).c_str(), r), EIO);
-    }
+    PHOS_CU(cu_, cu_.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(intptr_t(fds[i].get())),
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            ("import allocation " + std::to_string(a.id)).c_str());
     auto va = map(h, a.size, int(a.device));
     cu_.cuMemRelease(h);  // the mapping keeps the memory
-    if (!va) {
-      unmap_all();
-      return va.error();
-    }
-    vas[i] = *va;
+    if (!va) return va.error();
+    job->vas[i] = *va;
     size_t n = size_t((a.size + chunk_size_ - 1) / chunk_size_);
-    chunks[i].resize(n);
+    job->chunks[i].resize(n);
     for (size_t k = 0; k < n; k++) {
       uint64_t off = uint64_t(k) * chunk_size_;
-      pieces.push_back({i, k, off, size_t(std::min<uint64_t>(chunk_size_, a.size - off)), int(a.device)});
+      job->pieces.push_back({i, k, off, size_t(std::min<uint64_t>(chunk_size_, a.size - off)), int(a.device)});
     }
   }
+  return job;
+}
 
+Result<void> Engine::run_save(SaveJob& job) {
+  if (job.allocs.empty()) return {};
+  std::lock_guard<std::mutex> lock(run_mu_);
   uint64_t t0 = now_ns();
-  auto copied = run_workers(pieces, [&](const Piece& p, void* staging, CUstream stream, unsigned) -> Result<void> {
-    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(staging, vas[p.allocation] + p.offset, p.size, stream),
-            ("copy allocation " + std::to_string(allocs[p.allocation].id)).c_str());
+  auto copied = run_workers(job.pieces, [&](const Piece& p, void* staging, CUstream stream, unsigned) -> Result<void> {
+    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(staging, job.vas[p.allocation] + p.offset, p.size, stream),
+            ("copy allocation " + std::to_string(job.allocs[p.allocation].id)).c_str());
     PHOS_CU(cu_, cu_.cuStreamSynchronize(stream), "copy to host");
-    auto chunk = (*writer)->write_chunk(p.offset, std::span(static_cast<const std::byte*>(staging), p.size),
-                                        image::Compression::None);
+    auto chunk = job.writer->write_chunk(p.offset, std::span(static_cast<const std::byte*>(staging), p.size),
+                                         image::Compression::None);
     if (!chunk) return chunk.error();
-    chunks[p.allocation][p.chunk] = *chunk;
+    job.chunks[p.allocation][p.chunk] = *chunk;
     return {};
   });
   uint64_t elapsed = now_ns() - t0;
-  unmap_all();
+  for (size_t i = 0; i < job.vas.size(); i++) {
+    unmap(job.vas[i], job.allocs[i].size);
+    job.vas[i] = 0;
+  }
   PHOS_TRY(copied);
-  auto file = (*writer)->finish();
+  auto file = job.writer->finish();
   if (!file) return file.error();
-
+  image::Manifest& m = *job.manifest;
   uint64_t bytes = 0;
-  for (size_t i = 0; i < allocs.size(); i++) {
-    const AgentAllocation& a = allocs[i];
-    m.allocations.push_back(image::Allocation{a.id, a.device, a.address, a.size, a.flags, std::move(chunks[i])});
+  for (size_t i = 0; i < job.allocs.size(); i++) {
+    const AgentAllocation& a = job.allocs[i];
+    m.allocations.push_back(image::Allocation{a.id, a.device, a.address, a.size, a.flags, std::move(job.chunks[i])});
     bytes += a.size;
   }
   m.data_files.push_back(*file);
   m.statistics.copy_ns = elapsed;
   m.statistics.raw_bytes = bytes;
   m.statistics.stored_bytes = file->size;
-  PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers)", vpid,
-            allocs.size(), double(bytes) / (1 << 20), double(elapsed) / 1e6, double(bytes) / double(elapsed),
+  PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers)", job.vpid,
+            job.allocs.size(), double(bytes) / (1 << 20), double(elapsed) / 1e6, double(bytes) / double(elapsed),
             workers_);
   return {};
 }
@@ -250,6 +256,7 @@ Result<void> Engine::check_devices(const image::Manifest& m, const std::string& 
 }
 
 Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m) {
+  std::lock_guard<std::mutex> lock(run_mu_);
   std::vector<CUmemGenericAllocationHandle> handles(m.allocations.size(), 0);
   std::vector<CUdeviceptr> vas(m.allocations.size(), 0);
   auto release_all = [&] {

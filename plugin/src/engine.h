@@ -11,10 +11,12 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "agent_client.h"
 #include "cuda_api.h"
+#include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
 #include "phos/images/result.h"
 #include "phos/images/unique_fd.h"
@@ -27,10 +29,15 @@ class Engine {
   static Result<std::unique_ptr<Engine>> start(uint32_t chunk_size = image::kDefaultChunkSize, unsigned workers = 0);
   ~Engine();
 
-  // Copies every allocation into data file 0 of process `vpid`; fills the
-  // manifest's devices, allocations, data files and copy statistics.
-  Result<void> save(int dirfd, int32_t vpid, const std::vector<AgentAllocation>& allocs,
-                    const std::vector<UniqueFd>& fds, image::Manifest& m);
+  // A dump of one process's device memory: prepared (every allocation
+  // imported and mapped into criu, so the process may let go of its own)
+  // while criu's freeze timer runs, copied after, off that timer.
+  struct SaveJob;
+  Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<AgentAllocation>& allocs,
+                                                const std::vector<UniqueFd>& fds, image::Manifest& m);
+  // Copies into data file 0 of the process; fills the manifest's allocations,
+  // data files and copy statistics. Unmaps what prepare_save mapped.
+  Result<void> run_save(SaveJob& job);
 
   // Checks that this host has the image's GPU models at the same ordinals.
   Result<void> check_devices(const image::Manifest& m, const std::string& manifest_name);
@@ -62,6 +69,19 @@ class Engine {
   uint32_t chunk_size_;
   unsigned workers_;
   std::map<int, CUcontext> contexts_;
+  std::mutex run_mu_;  // one copy at a time (the workers share the engine's contexts)
+};
+
+struct Engine::SaveJob {
+  int32_t vpid = 0;
+  std::vector<AgentAllocation> allocs;
+  std::vector<CUdeviceptr> vas;
+  std::vector<Piece> pieces;
+  std::vector<std::vector<image::Chunk>> chunks;
+  std::unique_ptr<image::DataFileWriter> writer;
+  image::Manifest* manifest = nullptr;
+  Engine* engine = nullptr;
+  ~SaveJob();  // unmaps what is still mapped
 };
 
 }  // namespace phos::plugin
