@@ -2,10 +2,10 @@
 # The main job (README): sets everything up, then checkpoints and restores a
 # program with real CRIU and the phos plugin.
 #
-# On a GPU host this is meant to checkpoint a sample CUDA program; GPU memory
-# checkpointing lands with the hooks and engine work (issues 3 and 4), so until
-# then it says so and runs the CPU-side demo on every host: a program running
-# with libphos.so is dumped, its GPU image shown, restored, and it carries on.
+# On a GPU host this is meant to checkpoint a sample CUDA program; that sample
+# is test/gpu/checkpoint.sh (from the GPU bundle) for now, and this script says
+# so and runs the CPU-side demo on every host: a program running with
+# libphos.so is dumped, its GPU image shown, restored, and it carries on.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$src"
@@ -16,7 +16,8 @@ echo "phos: built in $src/build"
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "phos: GPU found: $(nvidia-smi -L | head -n1)"
-  echo "phos: this build cannot checkpoint GPU memory yet (issues 3 and 4); running the CPU-side demo"
+  echo "phos: GPU checkpoint and restore of a CUDA program is shown by test/gpu/checkpoint.sh on a GPU host"
+  echo "phos: (from the bundle test/gpu/make-bundle.sh builds); this demo runs the CPU-side one"
 else
   echo "phos: no GPU on this host; running the CPU-side demo"
 fi
