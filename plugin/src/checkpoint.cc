@@ -112,6 +112,10 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   return {};
 }
 
+Checkpointer::~Checkpointer() {
+  for (auto& [pid, t] : targets_) (void)copy_done(t);
+}
+
 Result<void> Checkpointer::copy_done(Target& t) {
   if (t.copier.joinable()) t.copier.join();
   t.save.reset();

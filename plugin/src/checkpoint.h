@@ -34,6 +34,8 @@ namespace phos::plugin {
 class Checkpointer {
  public:
   Checkpointer(int image_dirfd, PluginOptions options) : dirfd_(image_dirfd), options_(options) {}
+  // Waits for copies still running (a joinable thread must not be destroyed).
+  ~Checkpointer();
 
   // false: the process has no phos agent (the hook answers -ENOTSUP).
   Result<bool> pause(pid_t pid);
