@@ -60,6 +60,8 @@ class DeviceMemory {
     uint32_t devices = 0;
   };
   Stats stats() const;
+  // A device this process uses runs its contexts through MPS.
+  bool mps_seen() const { return mps_seen_.load(); }
 
   // For the agent (its own thread; the gate is closed for the operations
   // that change mappings).
@@ -122,12 +124,6 @@ class DeviceMemory {
   std::vector<Deferred> deferred_;
   std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
   std::atomic<bool> any_user_handles_{false};
-
- public:
-  // A device this process uses runs its contexts through MPS.
-  bool mps_seen() const { return mps_seen_.load(); }
-
- private:
   std::atomic<bool> mps_seen_{false};
   uint64_t next_id_ = 1;
 };

@@ -84,11 +84,4 @@ std::vector<KernelSummary> LaunchLog::kernels() {
   return out;
 }
 
-bool LaunchLog::get(uint64_t sequence, LaunchRecord* out) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!ring_ || sequence >= next_.load() || next_.load() - sequence > kRingSize) return false;
-  *out = ring_[sequence % kRingSize];
-  return out->sequence == sequence;
-}
-
 }  // namespace phos::hooks

@@ -52,8 +52,6 @@ class LaunchLog {
               void** params, void** extra);
   uint64_t recorded() const { return next_.load(); }
   std::vector<KernelSummary> kernels();
-  // The record `sequence` if it is still in the ring.
-  bool get(uint64_t sequence, LaunchRecord* out);
 
  private:
   struct Kernel {

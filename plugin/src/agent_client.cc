@@ -152,6 +152,25 @@ Result<uint64_t> AgentClient::remap(const std::vector<uint64_t>& ids, const std:
   return uint64_t(reply->reply->remap->mapped_bytes);
 }
 
+Result<uint64_t> AgentClient::remap_all(const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds) {
+  if (allocs.empty()) return remap({}, {});
+  if (fds.size() != allocs.size())
+    return make_error(std::to_string(fds.size()) + " fds for " + std::to_string(allocs.size()) + " allocations");
+  uint64_t mapped = 0;
+  for (size_t at = 0; at < allocs.size(); at += wire::kMaxFdsPerFrame) {
+    std::vector<uint64_t> ids;
+    std::vector<int> raw;
+    for (size_t i = at; i < std::min(allocs.size(), at + wire::kMaxFdsPerFrame); i++) {
+      ids.push_back(allocs[i].id);
+      raw.push_back(fds[i].get());
+    }
+    auto m = remap(ids, raw);
+    if (!m) return m.error();
+    mapped += *m;
+  }
+  return mapped;
+}
+
 Result<void> AgentClient::resume() {
   Phos__Agent__ResumeRequest q = PHOS__AGENT__RESUME_REQUEST__INIT;
   auto reply = call(PHOS__AGENT__REQUEST__KIND_RESUME, &Phos__Agent__Request::resume, q,

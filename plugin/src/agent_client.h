@@ -38,6 +38,9 @@ class AgentClient {
   Result<std::vector<AgentAllocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
   Result<uint64_t> release_mappings(bool release_handles = false);
   Result<uint64_t> remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds);
+  // Maps `allocs` back with their fds (fds[i] for allocs[i]), a frame's worth
+  // at a time; with no allocations, the same memory as before (no fds).
+  Result<uint64_t> remap_all(const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds);
   Result<void> resume();
   // Asks the agent to close its end and waits until it has, so that the
   // target holds no socket to us when CRIU dumps its files.

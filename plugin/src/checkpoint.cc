@@ -25,24 +25,6 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
-Result<uint64_t> remap_all(AgentClient& client, const std::vector<AgentAllocation>& allocs,
-                           const std::vector<UniqueFd>& fds) {
-  if (allocs.empty()) return client.remap({}, {});
-  uint64_t mapped = 0;
-  for (size_t at = 0; at < allocs.size(); at += wire::kMaxFdsPerFrame) {
-    std::vector<uint64_t> ids;
-    std::vector<int> raw;
-    for (size_t i = at; i < std::min(allocs.size(), at + wire::kMaxFdsPerFrame); i++) {
-      ids.push_back(allocs[i].id);
-      raw.push_back(fds[i].get());
-    }
-    auto m = client.remap(ids, raw);
-    if (!m) return m.error();
-    mapped += *m;
-  }
-  return mapped;
-}
-
 Result<bool> Checkpointer::pause(pid_t pid) {
   auto client = AgentClient::connect(pid, options_.agent_timeout_ms);
   if (!client) {
@@ -156,7 +138,7 @@ void Checkpointer::give_back(pid_t pid, Target& t) {
   }
   auto r = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
     if (t.released) {
-      auto mapped = remap_all(c, t.allocations, t.fds);
+      auto mapped = c.remap_all(t.allocations, t.fds);
       if (!mapped) return mapped.error();
     }
     return c.resume();

@@ -69,8 +69,4 @@ class Checkpointer {
   std::map<pid_t, Target> targets_;
 };
 
-// Maps `ids` back in the agent with their fds, a frame's worth at a time.
-Result<uint64_t> remap_all(AgentClient& client, const std::vector<AgentAllocation>& allocs,
-                           const std::vector<UniqueFd>& fds);
-
 }  // namespace phos::plugin

@@ -3,7 +3,6 @@
 #include <signal.h>
 
 #include "agent_client.h"
-#include "checkpoint.h"
 #include "driver_checkpoint.h"
 #include "log.h"
 #include "proc.h"
@@ -49,7 +48,7 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
     if (c.hello().pid != vpid)
       return make_error("agent reports pid " + std::to_string(c.hello().pid) + ", the image is for " +
                         std::to_string(vpid));
-    auto mapped = remap_all(c, allocs, l.fds);
+    auto mapped = c.remap_all(allocs, l.fds);
     if (!mapped) return mapped.error();
     PHOS_INFO("process %d: %.1f MiB mapped at the original addresses", pid, double(*mapped) / (1 << 20));
     return c.resume();

@@ -31,7 +31,6 @@ class Restorer {
   Result<void> load();
   // false: no GPU image for this process (the hook answers -ENOTSUP).
   Result<bool> resume_late(pid_t pid);
-  size_t image_count() const { return images_.size(); }
 
  private:
   struct Loaded {

@@ -113,44 +113,20 @@ int main(int argc, char** argv) {
       std::string err = driver_checkpoint_restore(pid, &driver_timings);
       if (!err.empty()) {
         // The memory is held only through our fds: put it back first.
-        std::vector<uint64_t> all_ids;
-        std::vector<int> all_fds;
-        for (size_t i = 0; i < allocs->size(); i++) {
-          all_ids.push_back((*allocs)[i].id);
-          all_fds.push_back(fds[i].get());
-        }
-        (void)client->remap(all_ids, all_fds);
+        (void)client->remap_all(*allocs, fds);
         return fail_and_reopen(*client, "driver checkpoint/restore", make_error(err));
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    std::vector<uint64_t> ids;
-    std::vector<int> raw;
-    for (size_t i = 0; drop && i < allocs->size(); i++) {
-      ids.push_back((*allocs)[i].id);
-      raw.push_back(fds[i].get());
-    }
-    // fds go in frames of at most kMaxFdsPerFrame; one remap per frame.
-    uint64_t mapped = 0;
     auto t2 = std::chrono::steady_clock::now();
-    if (!drop) {
-      auto m = client->remap({}, {});
-      if (!m) return fail("remap", m.error());
-      mapped = *m;
-    }
-    for (size_t at = 0; drop && at < ids.size(); at += phos::wire::kMaxFdsPerFrame) {
-      size_t n = std::min(ids.size() - at, phos::wire::kMaxFdsPerFrame);
-      auto m = client->remap(std::vector<uint64_t>(ids.begin() + at, ids.begin() + at + n),
-                             std::vector<int>(raw.begin() + at, raw.begin() + at + n));
-      if (!m) return fail("remap", m.error());
-      mapped += *m;
-    }
+    auto mapped = client->remap_all(drop ? *allocs : std::vector<phos::plugin::AgentAllocation>{}, fds);
+    if (!mapped) return fail("remap", mapped.error());
     double remap_ms = ms_since(t2);
     std::printf("roundtrip%s: %zu allocations, %" PRIu64 " bytes released in %.2f ms, %" PRIu64
                 " bytes mapped back in %.2f ms%s%s\n",
                 with_driver ? " (handles released, driver checkpoint+restore)" : drop ? " (handles released)" : "",
-                allocs->size(), *released, release_ms, mapped, remap_ms, with_driver ? "; " : "",
+                allocs->size(), *released, release_ms, *mapped, remap_ms, with_driver ? "; " : "",
                 driver_timings.c_str());
   } else {
     std::fprintf(stderr, "phos-agent-tool: unknown command %s\n", argv[1]);

@@ -45,8 +45,14 @@ class FakeBackend final : public AgentBackend {
     return uint64_t(allocs_.size() << 21);
   }
   Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) override {
-    remapped_ids.assign(ids.begin(), ids.end());
-    remapped_fds = fds.size();
+    remapped_ids.insert(remapped_ids.end(), ids.begin(), ids.end());
+    remapped_fds += fds.size();
+    remap_calls++;
+    // Each fd must be the one exported for its id (a memfd holding the id).
+    for (size_t i = 0; i < fds.size(); i++) {
+      uint64_t id = 0;
+      if (::pread(fds[i].get(), &id, sizeof(id), 0) != sizeof(id) || id != ids[i]) mismatched_fds++;
+    }
     return uint64_t(ids.size() << 21);
   }
   std::vector<std::string> unsupported;
@@ -54,6 +60,8 @@ class FakeBackend final : public AgentBackend {
   bool dropped_handles = false;
   std::vector<uint64_t> remapped_ids;
   size_t remapped_fds = 0;
+  size_t remap_calls = 0;
+  size_t mismatched_fds = 0;
 
  private:
   std::vector<AllocationInfo> allocs_;
@@ -189,6 +197,31 @@ TEST_CASE("agent: remap with fds", "[agent][fds]") {
   REQUIRE(mapped.ok());
   CHECK(a.backend.remapped_ids == std::vector<uint64_t>{5, 6});
   CHECK(a.backend.remapped_fds == 2);
+}
+
+TEST_CASE("agent: remap_all sends every allocation's fd, a frame at a time", "[agent][fds]") {
+  RunningAgent a(300);
+  auto c = a.client();
+  std::vector<UniqueFd> fds;
+  auto list = c.list_allocations(true, &fds);
+  REQUIRE(list.ok());
+  auto mapped = c.remap_all(*list, fds);
+  REQUIRE(mapped.ok());
+  CHECK(*mapped == 300u << 21);
+  CHECK(a.backend.remap_calls == 2);  // 253 + 47
+  CHECK(a.backend.remapped_fds == 300);
+  CHECK(a.backend.mismatched_fds == 0);
+  REQUIRE(a.backend.remapped_ids.size() == 300);
+  CHECK(a.backend.remapped_ids.front() == 1);
+  CHECK(a.backend.remapped_ids.back() == 300);
+}
+
+TEST_CASE("agent: remap_all without allocations maps the same memory", "[agent]") {
+  RunningAgent a;
+  auto c = a.client();
+  REQUIRE(c.remap_all({}, {}).ok());
+  CHECK(a.backend.remap_calls == 1);
+  CHECK(a.backend.remapped_fds == 0);
 }
 
 TEST_CASE("agent: remap with a wrong number of fds is refused", "[agent][fds]") {

@@ -1,6 +1,5 @@
 // What the agent asks of the process it lives in. The CUDA hooks implement it
-// over their allocation table; NoCudaBackend is a process that has not used
-// CUDA (or the foundation build, before the hooks exist).
+// over their allocation table (cuda_backend.h); tests use fakes.
 #pragma once
 
 #include <chrono>
@@ -32,21 +31,6 @@ class AgentBackend {
   virtual Result<uint64_t> release_mappings(bool drop_handles) = 0;
   // Map allocations back: the same memory when fds is empty, else fds[i] for ids[i].
   virtual Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) = 0;
-};
-
-class NoCudaBackend final : public AgentBackend {
- public:
-  BackendStatus status() override { return {}; }
-  std::vector<AllocationInfo> allocations() override { return {}; }
-  Result<UniqueFd> export_allocation(uint64_t id) override {
-    return make_error("no allocation " + std::to_string(id) + ": this process has no device memory", ENOENT);
-  }
-  Result<void> drain(std::chrono::milliseconds) override { return {}; }
-  Result<uint64_t> release_mappings(bool) override { return uint64_t{0}; }
-  Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd>) override {
-    if (!ids.empty()) return make_error("remap of allocations in a process without device memory", ENOENT);
-    return uint64_t{0};
-  }
 };
 
 }  // namespace phos::hooks
