@@ -2,7 +2,13 @@
 
 #include <time.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
 #include "driver_checkpoint.h"
+#include "give_back.h"
 #include "log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
@@ -15,6 +21,14 @@ uint64_t clock_ns(clockid_t clock) {
   struct timespec ts {};
   clock_gettime(clock, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// Fault injection for tests, in the manner of CRIU's own (CRIU_FAULT):
+// PHOS_FAULT=stall-after-checkpoint holds CHECKPOINT_DEVICES for 60 s, so a
+// test can kill criu mid-dump at a known point.
+bool fault(const char* name) {
+  const char* v = std::getenv("PHOS_FAULT");
+  return v && std::strcmp(v, name) == 0;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -47,7 +61,9 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   if (!drained) return make_error("process " + std::to_string(pid) + ": quiesce: " + drained.error().message);
   // The gate is closed: from here on the process is ours to give back,
   // whatever fails (finish() does it).
+  start_keeper();
   Target& t = targets_[pid];
+  taking(pid, t, kGateClosed);
   t.vpid = *vpid;
   t.hello = client->hello();
   t.status = *status;
@@ -56,7 +72,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   PHOS_TRY(pause_target(pid, *client, t));
   PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations%s", pid,
             t.vpid, t.hello.agent_version.c_str(), double(*drained) / 1e6, t.allocations.size(),
-            t.driver_locked ? ", driver locked" : "");
+            (t.taken & kDriverLocked) ? ", driver locked" : "");
   return true;
 }
 
@@ -64,6 +80,12 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   auto allocs = client.list_allocations(true, &t.fds);
   if (!allocs) return allocs.error();
   t.allocations = std::move(*allocs);
+  if (keeper_) {
+    if (auto held = keeper_->hold(pid, t.allocations, t.fds); !held) {
+      PHOS_WARN("phos-keeper: %s; going on without it", held.error().message.c_str());
+      keeper_.reset();
+    }
+  }
   if (!t.allocations.empty()) {
     if (!engine_) {
       auto engine = Engine::start(image::kDefaultChunkSize, options_.engine_workers);
@@ -77,9 +99,9 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     if (!job) return job.error();
     t.save = std::move(*job);
     t.copier = std::thread([this, &t] { t.copied = engine_->run_save(*t.save); });
+    taking(pid, t, kMappingsReleased);
     auto released = client.release_mappings(true);
     if (!released) return released.error();
-    t.released = true;
   }
   PHOS_TRY(client.goodbye());
   if (t.status.cuda_initialized) {
@@ -87,8 +109,11 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     if (!state) {
       PHOS_INFO("process %d: no CUDA state for the driver to checkpoint (%s)", pid, state.error().message.c_str());
     } else if (*state == CU_PROCESS_STATE_RUNNING) {
-      PHOS_TRY(driver_lock(pid, options_.quiesce_timeout_ms));
-      t.driver_locked = true;
+      taking(pid, t, kDriverLocked);
+      if (auto locked = driver_lock(pid, options_.quiesce_timeout_ms); !locked) {
+        t.taken &= ~uint32_t(kDriverLocked);  // nothing to unlock
+        return locked.error();
+      }
     }
   }
   return {};
@@ -109,9 +134,12 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   if (it == targets_.end()) return false;
   Target& t = it->second;
   PHOS_TRY(copy_done(t));
-  if (t.driver_locked) {
-    PHOS_TRY(driver_checkpoint(pid));
-    t.driver_checkpointed = true;
+  if (t.taken & kDriverLocked) {
+    taking(pid, t, kDriverCheckpointed);
+    if (auto r = driver_checkpoint(pid); !r) {
+      t.taken &= ~uint32_t(kDriverCheckpointed);  // still locked: an unlock gives it back
+      return r.error();
+    }
   }
   image::Manifest& m = t.manifest;
   m.writer_version = std::string(image::writer_version());
@@ -124,6 +152,10 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   t.manifest_file = std::move(*written);
   PHOS_INFO("process %d: wrote %s (%zu allocations, %.1f MiB)", pid, image::manifest_file_name(t.vpid).c_str(),
             m.allocations.size(), double(m.statistics.raw_bytes) / (1 << 20));
+  if (fault("stall-after-checkpoint")) {
+    PHOS_WARN("fault injection (PHOS_FAULT): stalling CHECKPOINT_DEVICES of %d for 60 s", pid);
+    ::sleep(60);
+  }
   return true;
 }
 
@@ -131,23 +163,35 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 void Checkpointer::give_back(pid_t pid, Target& t) {
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   (void)copy_done(t);  // the engine's mapping goes before the process maps again
-  if (t.driver_checkpointed) {
-    if (auto r = driver_restore_and_unlock(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
-  } else if (t.driver_locked) {
-    if (auto r = driver_unlock(pid); !r) PHOS_ERR("%s", r.error().message.c_str());
-  }
-  auto r = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
-    if (t.released) {
-      auto mapped = c.remap_all(t.allocations, t.fds);
-      if (!mapped) return mapped.error();
-    }
-    return c.resume();
-  });
-  if (!r)
+  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms);
+  if (!r) {
     PHOS_ERR("process %d: could not give back its GPU state: %s", pid, r.error().message.c_str());
-  else
-    PHOS_INFO("process %d: gate reopened (device memory and driver state given back in %.1f ms)", pid,
-              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    return;
+  }
+  t.taken = 0;
+  if (keeper_) (void)keeper_->state(pid, 0);
+  PHOS_INFO("process %d: gate reopened (device memory and driver state given back in %.1f ms)", pid,
+            double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+}
+
+void Checkpointer::taking(pid_t pid, Target& t, uint32_t step) {
+  t.taken |= step;
+  if (!keeper_) return;
+  if (auto r = keeper_->state(pid, t.taken); !r) {
+    PHOS_WARN("phos-keeper: %s; going on without it", r.error().message.c_str());
+    keeper_.reset();
+  }
+}
+
+void Checkpointer::start_keeper() {
+  if (keeper_tried_) return;
+  keeper_tried_ = true;
+  auto k = KeeperLink::start(dirfd_, options_.agent_timeout_ms);
+  if (!k) {
+    PHOS_WARN("%s: if criu dies during this dump, paused processes stay paused", k.error().message.c_str());
+    return;
+  }
+  keeper_.emplace(std::move(*k));
 }
 
 void Checkpointer::finish(bool dump_succeeded) {
@@ -165,6 +209,10 @@ void Checkpointer::finish(bool dump_succeeded) {
     else (void)copy_done(t);
   }
   targets_.clear();
+  if (keeper_) {
+    if (auto r = keeper_->done(); !r) PHOS_WARN("phos-keeper: %s", r.error().message.c_str());
+    keeper_.reset();
+  }
 }
 
 }  // namespace phos::plugin

@@ -13,18 +13,24 @@
 //                            gets back exactly what was taken, in reverse:
 //                            driver restore and unlock, its very memory mapped
 //                            again (zero copy), the gate opened
+//
+// phos-keeper (keeper_link.h), started at the first pause, holds a second
+// reference to the memory and learns each step before it is taken, so a
+// criu that dies mid-dump does not leave a process without its GPU state.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <map>
-#include <thread>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "agent_client.h"
 #include "engine.h"
+#include "keeper_link.h"
 #include "options.h"
 #include "phos/images/manifest.h"
 #include "phos/images/result.h"
@@ -55,18 +61,25 @@ class Checkpointer {
     std::thread copier;
     Result<void> copied;
     uint64_t paused_at_ns = 0;
-    bool released = false, driver_locked = false, driver_checkpointed = false;
+    uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::vector<std::byte> manifest_file;  // once written
   };
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
   // Waits for the copy of `t` to end; its result.
   Result<void> copy_done(Target& t);
   void give_back(pid_t pid, Target& t);
+  // Records that the dump is about to take `step` from the process: in the
+  // target, and with the keeper, before it happens.
+  void taking(pid_t pid, Target& t, uint32_t step);
+  // Starts phos-keeper once per dump; a dump goes on without one (warned).
+  void start_keeper();
 
   int dirfd_;
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
   std::map<pid_t, Target> targets_;
+  std::optional<KeeperLink> keeper_;
+  bool keeper_tried_ = false;
 };
 
 }  // namespace phos::plugin

@@ -16,7 +16,11 @@ PrintOnLevel criu_printer() {
   return fn;
 }
 
+LogLevel g_stderr_level = LogLevel::Warn;
+
 }  // namespace
+
+void set_stderr_level(LogLevel level) { g_stderr_level = level; }
 
 void log(LogLevel level, const char* format, ...) {
   char msg[2048];
@@ -27,7 +31,7 @@ void log(LogLevel level, const char* format, ...) {
   const char* tag = level == LogLevel::Error ? "Error: " : level == LogLevel::Warn ? "Warn: " : "";
   if (auto print = criu_printer()) {
     print(static_cast<unsigned>(level), "phos: %s%s\n", tag, msg);
-  } else if (level <= LogLevel::Warn) {
+  } else if (level <= g_stderr_level) {
     std::fprintf(stderr, "phos: %s%s\n", tag, msg);
   }
 }

@@ -7,6 +7,8 @@ namespace phos::plugin {
 enum class LogLevel : unsigned { Error = 1, Warn = 2, Info = 3, Debug = 4 };
 
 void log(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+// Outside criu, messages up to `level` go to stderr (default: warnings).
+void set_stderr_level(LogLevel level);
 
 #define PHOS_ERR(...) ::phos::plugin::log(::phos::plugin::LogLevel::Error, __VA_ARGS__)
 #define PHOS_WARN(...) ::phos::plugin::log(::phos::plugin::LogLevel::Warn, __VA_ARGS__)

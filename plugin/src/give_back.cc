@@ -1,0 +1,37 @@
+#include "give_back.h"
+
+#include "driver_checkpoint.h"
+#include "log.h"
+
+namespace phos::plugin {
+
+Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<AgentAllocation>& allocs,
+                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant) {
+  Result<void> first;
+  auto keep = [&](Result<void> r) {
+    if (!r) PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
+    if (!r && first.ok()) first = r;
+  };
+  if (taken & kDriverCheckpointed) {
+    auto r = driver_restore_and_unlock(pid);
+    if (!r && tolerant && (taken & kDriverLocked)) {
+      PHOS_WARN("process %d: %s; trying an unlock alone", pid, r.error().message.c_str());
+      r = driver_unlock(pid);
+    }
+    keep(r);
+  } else if (taken & kDriverLocked) {
+    keep(driver_unlock(pid));
+  }
+  if (taken & (kGateClosed | kMappingsReleased)) {
+    keep(with_agent(pid, agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+      if (taken & kMappingsReleased) {
+        auto mapped = c.remap_all(allocs, fds);
+        if (!mapped) return mapped.error();
+      }
+      return c.resume();
+    }));
+  }
+  return first;
+}
+
+}  // namespace phos::plugin

@@ -1,0 +1,36 @@
+// Giving a process back what a dump took from its GPU side, in reverse
+// order: the driver's state (restore and unlock, or just unlock), its very
+// device memory mapped again at the same addresses (zero copy), the gate
+// opened. Used by the plugin when a dump ends with the process alive
+// (--leave-running, or a failed dump) and by phos-keeper when criu died
+// mid-dump.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "agent_client.h"
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::plugin {
+
+// What a dump has taken from a process: bits, as in keeper.proto's State.
+enum Taken : uint32_t {
+  kGateClosed = 1,
+  kMappingsReleased = 2,
+  kDriverLocked = 4,
+  kDriverCheckpointed = 8,
+};
+
+// Gives back every step in `taken`; tries them all and returns the first
+// error. fds[i] holds the memory of allocs[i] (used with kMappingsReleased).
+// `tolerant`: the record may claim steps that never happened (the keeper
+// learns of each step just before it is taken), so a driver restore that
+// fails falls back to an unlock.
+Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<AgentAllocation>& allocs,
+                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant = false);
+
+}  // namespace phos::plugin

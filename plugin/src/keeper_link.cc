@@ -1,0 +1,138 @@
+#include "keeper_link.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "keeper.pb-c.h"
+#include "log.h"
+#include "phos/images/agent_messages.h"
+
+extern char** environ;
+
+namespace phos::plugin {
+namespace {
+
+// Where this code was loaded from (the plugin's .so, or a program).
+std::string own_directory() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || !info.dli_fname) return {};
+  char real[PATH_MAX];
+  if (!::realpath(info.dli_fname, real)) return {};
+  std::string path(real);
+  return path.substr(0, path.rfind('/'));
+}
+
+Result<void> send(int sock, Phos__Keeper__Message& msg, std::span<const int> fds = {}) {
+  return wire::send_message(sock, msg.base, fds);
+}
+
+}  // namespace
+
+Result<std::string> KeeperLink::executable() {
+  if (const char* env = std::getenv("PHOS_KEEPER"); env && *env) return std::string(env);
+  std::string dir = own_directory();
+  if (dir.empty()) return make_error("cannot tell where the phos plugin was loaded from", ENOENT);
+  std::string path = dir + "/phos-keeper";
+  if (::access(path.c_str(), X_OK) != 0) return errno_error("phos-keeper not found at " + path);
+  return path;
+}
+
+Result<KeeperLink> KeeperLink::start(int image_dirfd, int agent_timeout_ms) {
+  auto exe = executable();
+  if (!exe) return exe.error();
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return errno_error("socketpair for phos-keeper");
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+
+  // The keeper gets its socket as fd 3 and the image directory as fd 4;
+  // dup2 onto a different number clears close-on-exec.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  UniqueFd sock_high(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
+  UniqueFd dir_high(::fcntl(image_dirfd, F_DUPFD_CLOEXEC, 10));
+  if (!sock_high.valid() || !dir_high.valid()) return errno_error("dup for phos-keeper");
+  posix_spawn_file_actions_adddup2(&actions, sock_high.get(), 3);
+  posix_spawn_file_actions_adddup2(&actions, dir_high.get(), 4);
+  // Its own session: a signal to criu's process group (^C) must not reach it.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  std::string timeout = std::to_string(agent_timeout_ms);
+  char* argv[] = {const_cast<char*>(exe->c_str()), const_cast<char*>("--detach"), const_cast<char*>("--agent-timeout-ms"),
+                  timeout.data(), nullptr};
+  pid_t child = 0;
+  int err = ::posix_spawn(&child, exe->c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0) return errno_error("start " + *exe, err);
+  // With --detach the keeper forks and this child exits at once: the keeper
+  // is no child of criu, which must not reap it or wait for it.
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return make_error(*exe + " did not start (status " + std::to_string(status) + ")");
+  PHOS_INFO("phos-keeper started");
+  return KeeperLink(std::move(ours));
+}
+
+Result<void> KeeperLink::hold(pid_t pid, const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds) {
+  if (allocs.size() != fds.size()) return make_error("keeper: one fd per allocation expected");
+  for (size_t at = 0; at == 0 || at < allocs.size(); at += wire::kMaxFdsPerFrame) {
+    size_t end = std::min(allocs.size(), at + wire::kMaxFdsPerFrame);
+    std::vector<Phos__Agent__Allocation> entries(end - at);
+    std::vector<Phos__Agent__Allocation*> ptrs;
+    std::vector<int> raw;
+    for (size_t i = at; i < end; i++) {
+      Phos__Agent__Allocation& e = entries[i - at];
+      phos__agent__allocation__init(&e);
+      e.id = allocs[i].id;
+      e.device = allocs[i].device;
+      e.address = allocs[i].address;
+      e.size = allocs[i].size;
+      e.flags = allocs[i].flags;
+      ptrs.push_back(&e);
+      raw.push_back(fds[i].get());
+    }
+    Phos__Keeper__Hold h = PHOS__KEEPER__HOLD__INIT;
+    h.pid = pid;
+    h.n_allocations = ptrs.size();
+    h.allocations = ptrs.data();
+    Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+    m.kind_case = PHOS__KEEPER__MESSAGE__KIND_HOLD;
+    m.hold = &h;
+    PHOS_TRY(send(sock_.get(), m, raw));
+    if (allocs.empty()) break;
+  }
+  return {};
+}
+
+Result<void> KeeperLink::state(pid_t pid, uint32_t taken) {
+  Phos__Keeper__State s = PHOS__KEEPER__STATE__INIT;
+  s.pid = pid;
+  s.taken = taken;
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_STATE;
+  m.state = &s;
+  return send(sock_.get(), m);
+}
+
+Result<void> KeeperLink::done() {
+  Phos__Keeper__Done d = PHOS__KEEPER__DONE__INIT;
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_DONE;
+  m.done = &d;
+  auto r = send(sock_.get(), m);
+  sock_.reset();
+  return r;
+}
+
+}  // namespace phos::plugin

@@ -1,0 +1,42 @@
+// The plugin's end of phos-keeper (see images/proto/keeper.proto): the
+// helper is started outside criu (its own session, not criu's child once it
+// runs) at the first process a dump pauses, told each process's device
+// memory (fds) and what the dump takes, step by step, before it is taken,
+// and told Done when every process has what it should. If criu dies before
+// Done, the keeper gives each living process back what was taken.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent_client.h"
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::plugin {
+
+class KeeperLink {
+ public:
+  // Starts the keeper (PHOS_KEEPER, else phos-keeper next to this plugin's
+  // .so), passing it the image directory for its log.
+  static Result<KeeperLink> start(int image_dirfd, int agent_timeout_ms);
+  KeeperLink(KeeperLink&&) = default;
+  KeeperLink& operator=(KeeperLink&&) = default;
+
+  Result<void> hold(pid_t pid, const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds);
+  Result<void> state(pid_t pid, uint32_t taken);
+  // Tells the keeper to let go and exit; closes the link.
+  Result<void> done();
+
+  // The keeper's executable: PHOS_KEEPER, else next to the plugin.
+  static Result<std::string> executable();
+
+ private:
+  explicit KeeperLink(UniqueFd sock) : sock_(std::move(sock)) {}
+  UniqueFd sock_;
+};
+
+}  // namespace phos::plugin
