@@ -1,0 +1,90 @@
+#include "gpu_map.h"
+
+#include <cstdio>
+#include <set>
+
+namespace phos::plugin {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool is_ordinal(std::string_view s) {
+  if (s.empty() || s.size() > 4) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+bool is_uuid(std::string_view s) { return s.size() == 40 && s.substr(0, 4) == "GPU-"; }
+
+}  // namespace
+
+Result<GpuMapSpec> parse_gpu_map(std::string_view spec) {
+  GpuMapSpec out;
+  while (!trim(spec).empty()) {
+    size_t comma = spec.find(',');
+    std::string_view item = trim(spec.substr(0, comma));
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      return make_error("GPU map entry '" + std::string(item) + "': expected OLD=NEW", EINVAL);
+    std::string_view from = trim(item.substr(0, eq)), to = trim(item.substr(eq + 1));
+    for (std::string_view side : {from, to})
+      if (!is_ordinal(side) && !is_uuid(side))
+        return make_error("GPU map entry '" + std::string(item) + "': '" + std::string(side) +
+                              "' is neither an ordinal nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
+                          EINVAL);
+    out.push_back({std::string(from), std::string(to)});
+  }
+  return out;
+}
+
+std::string format_gpu_uuid(const std::array<uint8_t, 16>& u) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return buf;
+}
+
+Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<image::Device>& image_devices,
+                                             const std::vector<HostGpu>& host, const std::string& manifest_name) {
+  auto image_matches = [](const image::Device& d, const std::string& key) {
+    return key == std::to_string(d.ordinal) || key == format_gpu_uuid(d.uuid);
+  };
+  auto find_host = [&](const std::string& key) -> const HostGpu* {
+    for (const auto& h : host)
+      if (key == std::to_string(h.ordinal) || key == format_gpu_uuid(h.uuid)) return &h;
+    return nullptr;
+  };
+  for (const auto& e : spec) {
+    bool known = false;
+    for (const auto& d : image_devices) known = known || image_matches(d, e.from);
+    if (!known && !is_ordinal(e.from))  // an ordinal the image does not use is harmless
+      return make_error(manifest_name + ": GPU map names " + e.from + ", which the image does not have", ENODEV);
+  }
+  std::vector<GpuPlacement> out;
+  std::set<int> taken;
+  for (const auto& d : image_devices) {
+    std::string target = std::to_string(d.ordinal);
+    for (const auto& e : spec)
+      if (image_matches(d, e.from)) target = e.to;
+    const HostGpu* h = find_host(target);
+    std::string which = "device " + std::to_string(d.ordinal) + " (" + d.name + ")";
+    if (!h) return make_error(manifest_name + ": " + which + ": this host has no GPU " + target, ENODEV);
+    if (h->name != d.name)
+      return make_error(manifest_name + ": the image's " + which + " would go to GPU " + std::to_string(h->ordinal) +
+                            " here, a " + h->name + "; restoring needs the same model",
+                        ENODEV);
+    if (!taken.insert(h->ordinal).second)
+      return make_error(manifest_name + ": two of the image's GPUs would go to GPU " + std::to_string(h->ordinal),
+                        EINVAL);
+    out.push_back({d.ordinal, h->ordinal, d.uuid, h->uuid});
+  }
+  return out;
+}
+
+}  // namespace phos::plugin

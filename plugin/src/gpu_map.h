@@ -1,0 +1,50 @@
+// Which GPU of this host each GPU of an image is restored onto. By default
+// the same ordinal; PHOS_GPU_MAP (or gpu_map in phos.conf) moves them:
+// "OLD=NEW[,OLD=NEW...]" where each side is an ordinal ("0=1") or a UUID as
+// nvidia-smi prints it ("GPU-bb919f8b-..."). The old side names a GPU of the
+// image, the new side one of this host. The models must match (the driver
+// restores onto the same chip type only), and no two image GPUs may land on
+// one host GPU.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phos/images/manifest.h"
+#include "phos/images/result.h"
+
+namespace phos::plugin {
+
+struct GpuMapEntry {
+  std::string from, to;  // an ordinal or a GPU UUID each
+};
+using GpuMapSpec = std::vector<GpuMapEntry>;
+
+Result<GpuMapSpec> parse_gpu_map(std::string_view spec);
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints UUIDs.
+std::string format_gpu_uuid(const std::array<uint8_t, 16>& uuid);
+
+struct HostGpu {
+  int ordinal = 0;
+  std::string name;
+  std::array<uint8_t, 16> uuid{};
+};
+
+struct GpuPlacement {
+  uint32_t image_ordinal = 0;
+  int host_ordinal = 0;
+  std::array<uint8_t, 16> image_uuid{}, host_uuid{};
+  bool moved() const { return image_uuid != host_uuid; }
+};
+
+// One placement per image device, in the image's order. Errors name the
+// device, the spec entry or both models.
+Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<image::Device>& image_devices,
+                                             const std::vector<HostGpu>& host, const std::string& manifest_name);
+
+}  // namespace phos::plugin

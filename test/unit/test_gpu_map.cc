@@ -1,0 +1,108 @@
+#include <catch2/catch.hpp>
+
+#include "gpu_map.h"
+
+using namespace phos;
+using namespace phos::plugin;
+
+namespace {
+
+std::array<uint8_t, 16> uuid_of(uint8_t tag) {
+  std::array<uint8_t, 16> u{};
+  u.fill(tag);
+  return u;
+}
+
+image::Device image_device(uint32_t ordinal, uint8_t tag, std::string name = "NVIDIA H200") {
+  image::Device d;
+  d.ordinal = ordinal;
+  d.uuid = uuid_of(tag);
+  d.name = std::move(name);
+  return d;
+}
+
+std::vector<HostGpu> two_h200() { return {{0, "NVIDIA H200", uuid_of(0xaa)}, {1, "NVIDIA H200", uuid_of(0xbb)}}; }
+
+}  // namespace
+
+TEST_CASE("gpu map: empty spec parses to nothing", "[gpu_map]") {
+  auto s = parse_gpu_map("");
+  REQUIRE(s);
+  CHECK(s->empty());
+  CHECK(parse_gpu_map("  ")->empty());
+}
+
+TEST_CASE("gpu map: ordinals and uuids parse", "[gpu_map]") {
+  auto s = parse_gpu_map("0=1, GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb = 0");
+  REQUIRE(s);
+  REQUIRE(s->size() == 2);
+  CHECK((*s)[0].from == "0");
+  CHECK((*s)[0].to == "1");
+  CHECK((*s)[1].from == "GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb");
+}
+
+TEST_CASE("gpu map: malformed entries are refused with the entry named", "[gpu_map]") {
+  auto no_eq = parse_gpu_map("0-1");
+  REQUIRE_FALSE(no_eq);
+  CHECK(no_eq.error().message.find("'0-1': expected OLD=NEW") != std::string::npos);
+  auto bad_side = parse_gpu_map("0=gpu1");
+  REQUIRE_FALSE(bad_side);
+  CHECK(bad_side.error().message.find("'gpu1' is neither an ordinal nor a GPU UUID") != std::string::npos);
+}
+
+TEST_CASE("gpu map: uuid formatting matches nvidia-smi's", "[gpu_map]") {
+  std::array<uint8_t, 16> u{0xbb, 0x91, 0x9f, 0x8b, 0x05, 0x24, 0x4d, 0x60, 0x22, 0xee, 0x86, 0xdd, 0x49, 0x01, 0xab, 0x6b};
+  CHECK(format_gpu_uuid(u) == "GPU-bb919f8b-0524-4d60-22ee-86dd4901ab6b");
+}
+
+TEST_CASE("gpu map: without a spec each GPU stays at its ordinal", "[gpu_map]") {
+  auto p = place_gpus({}, {image_device(0, 0xaa), image_device(1, 0xbb)}, two_h200(), "m");
+  REQUIRE(p);
+  REQUIRE(p->size() == 2);
+  CHECK((*p)[0].host_ordinal == 0);
+  CHECK((*p)[1].host_ordinal == 1);
+  CHECK_FALSE((*p)[0].moved());
+}
+
+TEST_CASE("gpu map: an ordinal spec moves a GPU onto another", "[gpu_map]") {
+  auto p = place_gpus(*parse_gpu_map("0=1"), {image_device(0, 0xaa)}, two_h200(), "m");
+  REQUIRE(p);
+  CHECK((*p)[0].host_ordinal == 1);
+  CHECK((*p)[0].host_uuid == uuid_of(0xbb));
+  CHECK((*p)[0].moved());
+}
+
+TEST_CASE("gpu map: a swap of two GPUs by uuid", "[gpu_map]") {
+  auto spec = parse_gpu_map(format_gpu_uuid(uuid_of(0xaa)) + "=" + format_gpu_uuid(uuid_of(0xbb)) + "," +
+                            format_gpu_uuid(uuid_of(0xbb)) + "=" + format_gpu_uuid(uuid_of(0xaa)));
+  REQUIRE(spec);
+  auto p = place_gpus(*spec, {image_device(0, 0xaa), image_device(1, 0xbb)}, two_h200(), "m");
+  REQUIRE(p);
+  CHECK((*p)[0].host_ordinal == 1);
+  CHECK((*p)[1].host_ordinal == 0);
+}
+
+TEST_CASE("gpu map: a device the host lacks is refused", "[gpu_map]") {
+  auto p = place_gpus({}, {image_device(2, 0xcc)}, two_h200(), "phos-7-manifest.img");
+  REQUIRE_FALSE(p);
+  CHECK(p.error().message == "phos-7-manifest.img: device 2 (NVIDIA H200): this host has no GPU 2");
+}
+
+TEST_CASE("gpu map: another model is refused with both names", "[gpu_map]") {
+  auto p = place_gpus({}, {image_device(0, 0xaa, "NVIDIA A100-SXM4-80GB")}, two_h200(), "m");
+  REQUIRE_FALSE(p);
+  CHECK(p.error().message.find("a NVIDIA H200; restoring needs the same model") != std::string::npos);
+  CHECK(p.error().message.find("NVIDIA A100-SXM4-80GB") != std::string::npos);
+}
+
+TEST_CASE("gpu map: two image GPUs onto one host GPU are refused", "[gpu_map]") {
+  auto p = place_gpus(*parse_gpu_map("1=0"), {image_device(0, 0xaa), image_device(1, 0xbb)}, two_h200(), "m");
+  REQUIRE_FALSE(p);
+  CHECK(p.error().message.find("two of the image's GPUs would go to GPU 0") != std::string::npos);
+}
+
+TEST_CASE("gpu map: a uuid the image does not have is refused", "[gpu_map]") {
+  auto p = place_gpus(*parse_gpu_map(format_gpu_uuid(uuid_of(0x11)) + "=1"), {image_device(0, 0xaa)}, two_h200(), "m");
+  REQUIRE_FALSE(p);
+  CHECK(p.error().message.find("which the image does not have") != std::string::npos);
+}
