@@ -65,9 +65,13 @@ Result<void> driver_checkpoint(pid_t pid) {
   });
 }
 
-Result<void> driver_restore_and_unlock(pid_t pid) {
+Result<void> driver_restore_and_unlock(pid_t pid, const std::vector<CUcheckpointGpuPair>& gpu_pairs) {
   return with_restore_thread(pid, "restore", [&](const CudaApi& api) {
     CUcheckpointRestoreArgs args{};
+    if (!gpu_pairs.empty()) {
+      args.gpuPairs = const_cast<CUcheckpointGpuPair*>(gpu_pairs.data());
+      args.gpuPairsCount = unsigned(gpu_pairs.size());
+    }
     CUresult r = api.cuCheckpointProcessRestore(pid, &args);
     if (r != CUDA_SUCCESS) return r;
     CUcheckpointUnlockArgs unlock{};

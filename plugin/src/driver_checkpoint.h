@@ -8,6 +8,8 @@
 
 #include <cuda.h>
 
+#include <vector>
+
 #include "phos/images/result.h"
 
 namespace phos::plugin {
@@ -23,7 +25,9 @@ Result<void> driver_lock(pid_t pid, unsigned timeout_ms);
 Result<void> driver_checkpoint(pid_t pid);
 // Restore and unlock in one window of the driver's restore thread, as
 // CRIU's cuda plugin does (stopping the thread in between can hang).
-Result<void> driver_restore_and_unlock(pid_t pid);
+// `gpu_pairs` (old UUID -> new UUID, every checkpointed GPU) restores the
+// process onto other GPUs; empty: the same ones.
+Result<void> driver_restore_and_unlock(pid_t pid, const std::vector<CUcheckpointGpuPair>& gpu_pairs = {});
 Result<void> driver_unlock(pid_t pid);
 
 }  // namespace phos::plugin
