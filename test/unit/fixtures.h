@@ -17,9 +17,10 @@ namespace phos::test {
 struct TempDir {
   std::string path;
   UniqueFd fd;
-  TempDir() {
-    char tmpl[] = "/tmp/phos-unit.XXXXXX";
-    path = ::mkdtemp(tmpl);
+  // In `base`: /tmp (a disk here), or /dev/shm for tmpfs.
+  explicit TempDir(const std::string& base = "/tmp") {
+    std::string tmpl = base + "/phos-unit.XXXXXX";
+    path = ::mkdtemp(tmpl.data());
     fd.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   }
   ~TempDir() { std::filesystem::remove_all(path); }
