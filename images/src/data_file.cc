@@ -2,8 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <string>
 
 #include <zstd.h>
@@ -15,6 +19,48 @@ namespace phos::image {
 namespace {
 
 constexpr size_t kHeaderFieldsSize = 24;  // magic, version, pid, file_index, crc
+
+uint64_t now_ns() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// A heap buffer that starts 4 KiB-aligned and whose capacity is a multiple of
+// 4 KiB, as O_DIRECT needs.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t size)
+      : capacity_(align_up(size)), p_(static_cast<std::byte*>(std::aligned_alloc(kExtentAlignment, capacity_))) {
+    if (!p_) throw std::bad_alloc();
+  }
+  std::byte* data() { return p_.get(); }
+  size_t capacity() const { return capacity_; }
+  // Zeroes the bytes from `used` to the next 4 KiB boundary; the padded size.
+  size_t pad(size_t used) {
+    size_t padded = align_up(used);
+    std::memset(p_.get() + used, 0, padded - used);
+    return padded;
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  size_t capacity_ = 0;
+  std::unique_ptr<std::byte, Free> p_;
+};
+
+bool is_aligned_extent(const std::byte* p, size_t n) {
+  return reinterpret_cast<uintptr_t>(p) % kExtentAlignment == 0 && n % kExtentAlignment == 0;
+}
+
+Result<void> disable_direct_io(int fd, const std::string& name) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) != 0) return errno_error("turn off O_DIRECT for " + name);
+  return {};
+}
 
 Result<void> pwrite_all(int fd, const std::byte* p, size_t n, uint64_t off, const std::string& name) {
   while (n) {
@@ -67,17 +113,72 @@ Result<DataHeader> decode_data_header(std::span<const std::byte> b, std::string_
   return h;
 }
 
-DataFileWriter::DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index)
-    : fd_(std::move(fd)), name_(std::move(name)), file_index_(file_index) {}
+Result<void> enable_direct_io(int fd, const std::string& name) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_DIRECT) != 0) return errno_error("turn on O_DIRECT for " + name);
+  return {};
+}
+
+Result<void> pwrite_with_fallback(int fd, const std::byte* p, size_t n, uint64_t off, const std::string& name,
+                                  std::atomic<bool>& direct, std::string* why_buffered) {
+  if (direct) {
+    auto written = pwrite_all(fd, p, n, off, name);
+    if (written.ok() || written.error().code != EINVAL) return written;
+    // Some file systems take O_DIRECT at open and refuse the writes.
+    PHOS_TRY(disable_direct_io(fd, name));
+    if (direct.exchange(false) && why_buffered) *why_buffered = "O_DIRECT write refused (" + written.error().message + ")";
+  }
+  return pwrite_all(fd, p, n, off, name);
+}
+
+DataFileWriter::DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index, bool direct,
+                               std::string why_buffered)
+    : fd_(std::move(fd)),
+      name_(std::move(name)),
+      file_index_(file_index),
+      direct_(direct),
+      why_buffered_(std::move(why_buffered)) {}
 
 Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::string name, int32_t pid,
-                                                               uint32_t file_index) {
+                                                               uint32_t file_index, DirectIo direct_io) {
   if (!is_safe_data_file_name(name)) return make_error("data file name '" + name + "' is not a phos-*.img name");
+  // Created without O_DIRECT and switched over after the header: open(O_CREAT
+  // | O_EXCL | O_DIRECT) on a file system without O_DIRECT creates the file,
+  // then fails, so a retry without it would find the file there.
   UniqueFd fd(::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return errno_error("create " + name);
   auto header = encode_data_header(DataHeader{kDataFormatVersion, pid, file_index});
   PHOS_TRY(pwrite_all(fd.get(), header.data(), header.size(), 0, name));
-  return std::unique_ptr<DataFileWriter>(new DataFileWriter(std::move(fd), std::move(name), file_index));
+  bool direct = false;
+  std::string why_buffered = "direct_io is off";
+  if (direct_io == DirectIo::Auto) {
+    auto enabled = enable_direct_io(fd.get(), name);
+    if (!enabled && enabled.error().code != EINVAL) return enabled.error();
+    direct = enabled.ok();
+    why_buffered = direct ? "" : "the file system refuses O_DIRECT";
+  }
+  return std::unique_ptr<DataFileWriter>(
+      new DataFileWriter(std::move(fd), std::move(name), file_index, direct, std::move(why_buffered)));
+}
+
+std::string DataFileWriter::why_buffered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return why_buffered_;
+}
+
+ChunkTimes DataFileWriter::times() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return times_;
+}
+
+Result<void> DataFileWriter::write_extent(const std::byte* p, size_t n, uint64_t off) {
+  std::string why;
+  auto written = pwrite_with_fallback(fd_.get(), p, n, off, name_, direct_, &why);
+  if (!why.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    why_buffered_ = why;
+  }
+  return written;
 }
 
 Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const std::byte> raw,
@@ -85,52 +186,84 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   if (raw.empty() || raw.size() > kMaxChunkSize)
     return make_error(name_ + ": chunk of " + std::to_string(raw.size()) + " bytes is outside 1.." +
                       std::to_string(kMaxChunkSize));
+  ChunkTimes t;
   Chunk c;
   c.alloc_offset = alloc_offset;
   c.file_index = file_index_;
   c.raw_size = uint32_t(raw.size());
+  uint64_t t0 = now_ns();
   c.crc32c = crc32c(raw);
-  std::span<const std::byte> stored = raw;
-  std::vector<std::byte> packed;
+  t.checksum_ns = now_ns() - t0;
+
+  // What goes to the file: `extent` bytes from `out`, `stored` of them the chunk's.
+  const std::byte* out = raw.data();
+  size_t stored = raw.size(), extent = raw.size();
+  AlignedBuffer aligned;
   if (compression == Compression::Zstd) {
-    packed.resize(ZSTD_compressBound(raw.size()));
-    size_t n = ZSTD_compress(packed.data(), packed.size(), raw.data(), raw.size(), zstd_level);
+    t0 = now_ns();
+    aligned = AlignedBuffer(ZSTD_compressBound(raw.size()));
+    size_t n = ZSTD_compress(aligned.data(), aligned.capacity(), raw.data(), raw.size(), zstd_level);
+    t.compress_ns = now_ns() - t0;
     if (ZSTD_isError(n)) return make_error(name_ + ": zstd: " + ZSTD_getErrorName(n), EIO);
     if (n < raw.size()) {
-      stored = std::span<const std::byte>(packed.data(), n);
       c.compression = Compression::Zstd;
+      out = aligned.data();
+      stored = n;
+      extent = aligned.pad(n);
     }
   }
-  c.stored_size = uint32_t(stored.size());
-  c.file_offset = end_.fetch_add(stored.size());
-  PHOS_TRY(pwrite_all(fd_.get(), stored.data(), stored.size(), c.file_offset, name_));
+  if (c.compression == Compression::None && direct_ && !is_aligned_extent(raw.data(), raw.size())) {
+    aligned = AlignedBuffer(raw.size());
+    std::memcpy(aligned.data(), raw.data(), raw.size());
+    out = aligned.data();
+    extent = aligned.pad(raw.size());
+  }
+  c.stored_size = uint32_t(stored);
+  // Every extent starts aligned, whichever way it is written.
+  c.file_offset = end_.fetch_add(align_up(stored));
+  t0 = now_ns();
+  PHOS_TRY(write_extent(out, extent, c.file_offset));
+  t.io_ns = now_ns() - t0;
+  std::lock_guard<std::mutex> lock(mu_);
+  times_ += t;
   return c;
 }
 
 Result<DataFile> DataFileWriter::finish() {
+  // The last extent's padding may not have been written (buffered writes).
+  if (::ftruncate(fd_.get(), off_t(end_.load())) != 0) return errno_error("set the size of " + name_);
   if (::fsync(fd_.get()) != 0) return errno_error("fsync " + name_);
   fd_.reset();
   return DataFile{name_, end_.load()};
 }
 
 Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, std::span<std::byte> out,
-                        std::vector<std::byte>& scratch) {
+                        std::vector<std::byte>& scratch, ChunkTimes* times) {
+  ChunkTimes t;
+  uint64_t t0 = now_ns();
   if (out.size() != chunk.raw_size)
     return make_error(std::string(file_name) + ": chunk buffer of " + std::to_string(out.size()) +
                       " bytes for a chunk of " + std::to_string(chunk.raw_size));
   if (chunk.compression == Compression::None) {
     PHOS_TRY(pread_all(fd, out.data(), out.size(), chunk.file_offset, file_name));
+    t.io_ns = now_ns() - t0;
   } else if (chunk.compression == Compression::Zstd) {
     scratch.resize(chunk.stored_size);
     PHOS_TRY(pread_all(fd, scratch.data(), scratch.size(), chunk.file_offset, file_name));
+    uint64_t t1 = now_ns();
+    t.io_ns = t1 - t0;
     size_t n = ZSTD_decompress(out.data(), out.size(), scratch.data(), scratch.size());
     if (ZSTD_isError(n) || n != chunk.raw_size)
       return make_error(std::string(file_name) + ": chunk at offset " + std::to_string(chunk.file_offset) +
                         " does not decompress: " + (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
+    t.compress_ns = now_ns() - t1;
   } else {
     return make_error(std::string(file_name) + ": chunk with unknown compression");
   }
+  t0 = now_ns();
   uint32_t crc = crc32c(out);
+  t.checksum_ns = now_ns() - t0;
+  if (times) *times += t;
   if (crc != chunk.crc32c)
     return make_error(std::string(file_name) + ": checksum mismatch in chunk at file offset " +
                       std::to_string(chunk.file_offset) + " (allocation offset " + std::to_string(chunk.alloc_offset) +

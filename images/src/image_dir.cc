@@ -175,7 +175,7 @@ Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> ou
     fd.reset(::openat(dirfd_, name.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return errno_error("open " + name);
   }
-  return image::read_chunk(fd.get(), name, chunk, out, scratch_);
+  return image::read_chunk(fd.get(), name, chunk, out, scratch_, &times_);
 }
 
 Result<uint64_t> ImageReader::verify_all() {

@@ -122,6 +122,13 @@ struct PbManifest {
     const Statistics& s = in.statistics;
     stats.has_quiesce_ns = stats.has_copy_ns = stats.has_write_ns = 1;
     stats.has_raw_bytes = stats.has_stored_bytes = stats.has_total_ns = 1;
+    stats.has_dma_wait_ns = stats.has_checksum_ns = stats.has_compress_ns = 1;
+    stats.has_workers = stats.has_direct_io = 1;
+    stats.dma_wait_ns = s.dma_wait_ns;
+    stats.checksum_ns = s.checksum_ns;
+    stats.compress_ns = s.compress_ns;
+    stats.workers = s.workers;
+    stats.direct_io = s.direct_io;
     stats.quiesce_ns = s.quiesce_ns;
     stats.copy_ns = s.copy_ns;
     stats.write_ns = s.write_ns;
@@ -186,7 +193,18 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
   for (size_t i = 0; i < m.n_data_files; i++)
     out.data_files.push_back(DataFile{m.data_files[i]->name ? m.data_files[i]->name : "", m.data_files[i]->size});
   if (const auto* s = m.statistics) {
-    out.statistics = Statistics{s->quiesce_ns, s->copy_ns, s->write_ns, s->raw_bytes, s->stored_bytes, s->total_ns};
+    Statistics& o = out.statistics;
+    o.quiesce_ns = s->quiesce_ns;
+    o.copy_ns = s->copy_ns;
+    o.write_ns = s->write_ns;
+    o.raw_bytes = s->raw_bytes;
+    o.stored_bytes = s->stored_bytes;
+    o.total_ns = s->total_ns;
+    o.dma_wait_ns = s->dma_wait_ns;
+    o.checksum_ns = s->checksum_ns;
+    o.compress_ns = s->compress_ns;
+    o.workers = s->workers;
+    o.direct_io = s->direct_io;
   }
   if (const auto* log = m.launch_log) {
     for (size_t i = 0; i < log->n_launches; i++) {

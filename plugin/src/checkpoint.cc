@@ -88,7 +88,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   }
   if (!t.allocations.empty()) {
     if (!engine_) {
-      auto engine = Engine::start(image::kDefaultChunkSize, options_.engine_workers);
+      auto engine = Engine::start(EngineSettings::from(options_));
       if (!engine) return engine.error();
       engine_ = std::move(*engine);
     }

@@ -51,7 +51,7 @@ int hook_result(const char* what, int pid, const phos::Result<bool>& r) {
 int phos_init(int stage) {
   return guarded("init", [&] {
     g_stage = stage;
-    PluginOptions options = PluginOptions::from_env();
+    PluginOptions options = PluginOptions::load();
     if (stage == CR_PLUGIN_STAGE__DUMP) {
       g_checkpointer = std::make_unique<Checkpointer>(criu_get_image_dir(), options);
     } else if (stage == CR_PLUGIN_STAGE__RESTORE) {

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "log.h"
 #include "phos/images/data_file.h"
@@ -16,6 +18,10 @@
 
 namespace phos::plugin {
 namespace {
+
+// Slots in each worker's staging ring: with three, two DMAs can be queued
+// while the worker does the CPU work of a third piece.
+constexpr size_t kRingDepth = 3;
 
 uint64_t now_ns() {
   struct timespec ts {};
@@ -33,11 +39,16 @@ CUmemAccessDesc read_write(int device) {
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> Engine::start(uint32_t chunk_size, unsigned workers) {
+EngineSettings EngineSettings::from(const PluginOptions& o) {
+  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io, o.compression, o.zstd_level};
+}
+
+Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
   auto cu = CudaApi::get();
   if (!cu) return cu.error();
-  if (workers == 0) workers = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
-  return std::unique_ptr<Engine>(new Engine(**cu, chunk_size, workers));
+  EngineSettings s = settings;
+  if (s.workers == 0) s.workers = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+  return std::unique_ptr<Engine>(new Engine(**cu, s));
 }
 
 Engine::~Engine() = default;
@@ -100,51 +111,116 @@ Result<image::Device> Engine::describe(int ordinal) {
   return d;
 }
 
-Result<void> Engine::run_workers(const std::vector<Piece>& pieces,
-                                 const std::function<Result<void>(const Piece&, void*, CUstream, unsigned)>& fn) {
+// One slot of a worker's staging ring: a pinned buffer, a stream per device,
+// and the piece whose DMA is in flight in it.
+struct Engine::Slot {
+  void* buffer = nullptr;
+  std::map<int, CUstream> streams;
+  const Piece* piece = nullptr;
+};
+
+// The pieces the workers take, in order, and whether one of them failed.
+struct Engine::Queue {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+};
+
+unsigned Engine::workers_for(size_t pieces) const {
+  return unsigned(std::min<size_t>(settings_.workers, pieces));
+}
+
+Result<void> Engine::run_workers(const std::vector<Piece>& pieces, size_t buffer_size, const PieceWork& work,
+                                 std::vector<uint64_t>& dma_wait_ns) {
   // Contexts first, on this thread: the workers only read the map.
   for (const auto& p : pieces) {
     Result<void> err;
     if (!context(p.device, err)) return err;
   }
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
+  Queue queue;
   std::mutex mu;
   Error first_error;
   auto fail = [&](const Error& e) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!failed.exchange(true)) first_error = e;
+    if (!queue.failed.exchange(true)) first_error = e;
   };
+  unsigned n = workers_for(pieces.size());
+  dma_wait_ns.assign(n, 0);
   std::vector<std::thread> threads;
-  for (unsigned w = 0; w < std::min<size_t>(workers_, pieces.size()); w++) {
+  for (unsigned w = 0; w < n; w++) {
     threads.emplace_back([&, w] {
-      void* staging = nullptr;
-      std::map<int, CUstream> streams;
-      for (size_t i = next++; i < pieces.size() && !failed; i = next++) {
-        const Piece& p = pieces[i];
-        CUresult r = cu_.cuCtxSetCurrent(contexts_.at(p.device));
-        if (r == CUDA_SUCCESS && !staging) r = cu_.cuMemHostAlloc(&staging, chunk_size_, CU_MEMHOSTALLOC_PORTABLE);
-        if (r == CUDA_SUCCESS && !streams.count(p.device)) {
-          CUstream s = nullptr;
-          r = cu_.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
-          if (r == CUDA_SUCCESS) streams[p.device] = s;
-        }
-        if (r != CUDA_SUCCESS) {
-          fail(make_error(cu_.error("engine worker setup", r), EIO));
-          break;
-        }
-        if (auto done = fn(p, staging, streams[p.device], w); !done) fail(done.error());
+      std::vector<Slot> ring(kRingDepth);
+      try {
+        if (auto r = run_worker(w, ring, buffer_size, pieces, queue, work, dma_wait_ns[w]); !r) fail(r.error());
+      } catch (const std::exception& e) {  // bad_alloc: must not end criu
+        fail(make_error(std::string("engine worker: ") + e.what(), ENOMEM));
       }
-      for (auto& [dev, s] : streams) {
-        cu_.cuCtxSetCurrent(contexts_.at(dev));
-        cu_.cuStreamDestroy_v2(s);
-      }
-      if (staging) cu_.cuMemFreeHost(staging);
+      release_ring(ring);
     });
   }
   for (auto& t : threads) t.join();
-  if (failed) return first_error;
+  if (queue.failed) return first_error;
   return {};
+}
+
+// Slot k % depth takes piece k of this worker once the piece before it in
+// that slot is finished; at the end the pieces still in flight are finished,
+// oldest first.
+Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size,
+                                const std::vector<Piece>& pieces, Queue& queue, const PieceWork& work,
+                                uint64_t& dma_wait_ns) {
+  size_t k = 0;
+  for (size_t i = queue.next++; i < pieces.size() && !queue.failed; i = queue.next++, k++) {
+    Slot& slot = ring[k % ring.size()];
+    if (slot.piece) PHOS_TRY(finish_slot(slot, worker, work, dma_wait_ns));
+    const Piece& p = pieces[i];
+    PHOS_TRY(prepare_slot(slot, p.device, buffer_size));
+    PHOS_TRY(work.start(p, slot.buffer, slot.streams.at(p.device), worker));
+    slot.piece = &p;
+  }
+  for (size_t j = 0; j < ring.size() && !queue.failed; j++) {
+    Slot& slot = ring[(k + j) % ring.size()];
+    if (slot.piece) PHOS_TRY(finish_slot(slot, worker, work, dma_wait_ns));
+  }
+  return {};
+}
+
+Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
+  PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(device)), "engine worker: use device context");
+  // Page-aligned, as O_DIRECT writes from it need.
+  if (!slot.buffer)
+    PHOS_CU(cu_, cu_.cuMemHostAlloc(&slot.buffer, buffer_size, CU_MEMHOSTALLOC_PORTABLE),
+            "engine worker: allocate pinned staging buffer");
+  if (!slot.streams.count(device)) {
+    CUstream stream = nullptr;
+    PHOS_CU(cu_, cu_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "engine worker: create stream");
+    slot.streams[device] = stream;
+  }
+  return {};
+}
+
+Result<void> Engine::finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns) {
+  const Piece& p = *std::exchange(slot.piece, nullptr);
+  PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(p.device)), "engine worker: use device context");
+  uint64_t t0 = now_ns();
+  CUresult r = cu_.cuStreamSynchronize(slot.streams.at(p.device));
+  dma_wait_ns += now_ns() - t0;
+  if (r != CUDA_SUCCESS)
+    return make_error(cu_.error(("copy of allocation #" + std::to_string(p.allocation) + " at offset " +
+                                 std::to_string(p.offset) + " on device " + std::to_string(p.device)).c_str(), r),
+                      EIO);
+  return work.done ? work.done(p, slot.buffer, worker) : Result<void>{};
+}
+
+void Engine::release_ring(std::vector<Slot>& ring) {
+  for (Slot& slot : ring) {
+    for (auto& [device, stream] : slot.streams) {
+      cu_.cuCtxSetCurrent(contexts_.at(device));
+      cu_.cuStreamSynchronize(stream);  // after an error a DMA may still use the buffer
+      cu_.cuStreamDestroy_v2(stream);
+    }
+    if (slot.buffer) cu_.cuMemFreeHost(slot.buffer);
+    slot = Slot{};
+  }
 }
 
 Engine::SaveJob::~SaveJob() {
@@ -157,7 +233,8 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
                                                               const std::vector<UniqueFd>& fds, image::Manifest& m) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
   std::lock_guard<std::mutex> lock(run_mu_);
-  m.chunk_size = chunk_size_;
+  const uint32_t chunk_size = settings_.chunk_size;
+  m.chunk_size = chunk_size;
   std::set<uint32_t> devices;
   for (const auto& a : allocs) devices.insert(a.device);
   for (uint32_t d : devices) {
@@ -173,9 +250,6 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   job->manifest = &m;
   job->engine = this;
   if (allocs.empty()) return job;
-  auto writer = image::DataFileWriter::create(dirfd, image::data_file_name(vpid, 0), vpid, 0);
-  if (!writer) return writer.error();
-  job->writer = std::move(*writer);
   for (size_t i = 0; i < allocs.size(); i++) {
     const AgentAllocation& a = allocs[i];
     Result<void> err;
@@ -190,12 +264,17 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
     cu_.cuMemRelease(h);  // the mapping keeps the memory
     if (!va) return va.error();
     job->vas[i] = *va;
-    size_t n = size_t((a.size + chunk_size_ - 1) / chunk_size_);
+    size_t n = size_t((a.size + chunk_size - 1) / chunk_size);
     job->chunks[i].resize(n);
     for (size_t k = 0; k < n; k++) {
-      uint64_t off = uint64_t(k) * chunk_size_;
-      job->pieces.push_back({i, k, off, size_t(std::min<uint64_t>(chunk_size_, a.size - off)), int(a.device)});
+      uint64_t off = uint64_t(k) * chunk_size;
+      job->pieces.push_back({i, k, off, size_t(std::min<uint64_t>(chunk_size, a.size - off)), int(a.device)});
     }
+  }
+  for (uint32_t w = 0; w < workers_for(job->pieces.size()); w++) {
+    auto writer = image::DataFileWriter::create(dirfd, image::data_file_name(vpid, w), vpid, w, settings_.direct_io);
+    if (!writer) return writer.error();
+    job->writers.push_back(std::move(*writer));
   }
   return job;
 }
@@ -203,39 +282,63 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
 Result<void> Engine::run_save(SaveJob& job) {
   if (job.allocs.empty()) return {};
   std::lock_guard<std::mutex> lock(run_mu_);
-  uint64_t t0 = now_ns();
-  auto copied = run_workers(job.pieces, [&](const Piece& p, void* staging, CUstream stream, unsigned) -> Result<void> {
-    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(staging, job.vas[p.allocation] + p.offset, p.size, stream),
-            ("copy allocation " + std::to_string(job.allocs[p.allocation].id)).c_str());
-    PHOS_CU(cu_, cu_.cuStreamSynchronize(stream), "copy to host");
-    auto chunk = job.writer->write_chunk(p.offset, std::span(static_cast<const std::byte*>(staging), p.size),
-                                         image::Compression::None);
+  PieceWork work;
+  work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
+    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, job.vas[p.allocation] + p.offset, p.size, stream),
+            ("copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host").c_str());
+    return {};
+  };
+  work.done = [&](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
+    auto chunk = job.writers[worker]->write_chunk(p.offset, std::span(static_cast<const std::byte*>(buffer), p.size),
+                                                  settings_.compression, settings_.zstd_level);
     if (!chunk) return chunk.error();
     job.chunks[p.allocation][p.chunk] = *chunk;
     return {};
-  });
+  };
+  uint64_t t0 = now_ns();
+  std::vector<uint64_t> dma_wait_ns;
+  auto copied = run_workers(job.pieces, settings_.chunk_size, work, dma_wait_ns);
   uint64_t elapsed = now_ns() - t0;
   for (size_t i = 0; i < job.vas.size(); i++) {
     unmap(job.vas[i], job.allocs[i].size);
     job.vas[i] = 0;
   }
   PHOS_TRY(copied);
-  auto file = job.writer->finish();
-  if (!file) return file.error();
+  return finish_save(job, elapsed, dma_wait_ns);
+}
+
+Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::vector<uint64_t>& dma_wait_ns) {
   image::Manifest& m = *job.manifest;
-  uint64_t bytes = 0;
+  image::Statistics& s = m.statistics;
+  image::ChunkTimes times;
+  std::string why_buffered;
+  s.direct_io = true;
+  for (auto& writer : job.writers) {
+    times += writer->times();
+    if (!writer->direct() && why_buffered.empty()) why_buffered = writer->why_buffered();
+    s.direct_io = s.direct_io && writer->direct();
+    auto file = writer->finish();
+    if (!file) return file.error();
+    s.stored_bytes += file->size;
+    m.data_files.push_back(*file);
+  }
   for (size_t i = 0; i < job.allocs.size(); i++) {
     const AgentAllocation& a = job.allocs[i];
     m.allocations.push_back(image::Allocation{a.id, a.device, a.address, a.size, a.flags, std::move(job.chunks[i])});
-    bytes += a.size;
+    s.raw_bytes += a.size;
   }
-  m.data_files.push_back(*file);
-  m.statistics.copy_ns = elapsed;
-  m.statistics.raw_bytes = bytes;
-  m.statistics.stored_bytes = file->size;
-  PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers)", job.vpid,
-            job.allocs.size(), double(bytes) / (1 << 20), double(elapsed) / 1e6, double(bytes) / double(elapsed),
-            workers_);
+  s.copy_ns = elapsed_ns;
+  s.workers = uint32_t(job.writers.size());
+  for (uint64_t ns : dma_wait_ns) s.dma_wait_ns += ns;
+  s.checksum_ns = times.checksum_ns;
+  s.compress_ns = times.compress_ns;
+  s.write_ns = times.io_ns;
+  PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers, %s); "
+            "summed over workers: waiting for DMA %.1f ms, checksums %.1f ms, compression %.1f ms, writing %.1f ms",
+            job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), double(elapsed_ns) / 1e6,
+            double(s.raw_bytes) / double(elapsed_ns), s.workers,
+            s.direct_io ? "O_DIRECT" : ("buffered I/O: " + why_buffered).c_str(), double(s.dma_wait_ns) / 1e6,
+            double(s.checksum_ns) / 1e6, double(s.compress_ns) / 1e6, double(s.write_ns) / 1e6);
   return {};
 }
 
@@ -299,23 +402,31 @@ Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m) 
       pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, int(a.device)});
   }
 
-  uint64_t t0 = now_ns();
   // Readers keep open files and a scratch buffer: one per worker.
-  std::vector<std::unique_ptr<image::ImageReader>> readers(workers_);
-  auto filled = run_workers(pieces, [&](const Piece& p, void* staging, CUstream stream, unsigned w) -> Result<void> {
-    if (!readers[w]) readers[w] = std::make_unique<image::ImageReader>(dirfd, m);
+  std::vector<std::unique_ptr<image::ImageReader>> readers(workers_for(pieces.size()));
+  PieceWork work;
+  work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned worker) -> Result<void> {
+    if (!readers[worker]) readers[worker] = std::make_unique<image::ImageReader>(dirfd, m);
     const image::Chunk& c = m.allocations[p.allocation].chunks[p.chunk];
-    PHOS_TRY(readers[w]->read_chunk(c, std::span(static_cast<std::byte*>(staging), c.raw_size)));
-    PHOS_CU(cu_, cu_.cuMemcpyHtoDAsync_v2(vas[p.allocation] + c.alloc_offset, staging, c.raw_size, stream),
-            "copy to device");
-    PHOS_CU(cu_, cu_.cuStreamSynchronize(stream), "copy to device");
+    PHOS_TRY(readers[worker]->read_chunk(c, std::span(static_cast<std::byte*>(buffer), c.raw_size)));
+    PHOS_CU(cu_, cu_.cuMemcpyHtoDAsync_v2(vas[p.allocation] + c.alloc_offset, buffer, c.raw_size, stream),
+            ("copy allocation " + std::to_string(m.allocations[p.allocation].id) + " to device").c_str());
     return {};
-  });
+  };
+  uint64_t t0 = now_ns();
+  std::vector<uint64_t> dma_wait_ns;
+  // Chunks hold at most the image's chunk size (validate_manifest checks).
+  auto filled = run_workers(pieces, m.chunk_size, work, dma_wait_ns);
   uint64_t elapsed = now_ns() - t0;
   if (!filled) {
     release_all();
     return filled.error();
   }
+  image::ChunkTimes times;
+  for (const auto& r : readers)
+    if (r) times += r->times();
+  uint64_t dma_wait = 0;
+  for (uint64_t ns : dma_wait_ns) dma_wait += ns;
   std::vector<UniqueFd> fds;
   uint64_t bytes = 0;
   for (size_t i = 0; i < m.allocations.size(); i++) {
@@ -333,9 +444,11 @@ Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m) 
     bytes += m.allocations[i].size;
   }
   if (bytes)
-    PHOS_INFO("process %d: %zu allocations, %.1f MiB restored to device memory in %.1f ms (%.2f GB/s, %u workers)",
+    PHOS_INFO("process %d: %zu allocations, %.1f MiB restored to device memory in %.1f ms (%.2f GB/s, %zu workers); "
+              "summed over workers: reading %.1f ms, decompression %.1f ms, checksums %.1f ms, waiting for DMA %.1f ms",
               m.pid, m.allocations.size(), double(bytes) / (1 << 20), double(elapsed) / 1e6,
-              double(bytes) / double(elapsed), workers_);
+              double(bytes) / double(elapsed), readers.size(), double(times.io_ns) / 1e6,
+              double(times.compress_ns) / 1e6, double(times.checksum_ns) / 1e6, double(dma_wait) / 1e6);
   return fds;
 }
 

@@ -1,12 +1,17 @@
 // The engine: moves device memory between the application's GPU allocations
 // and the image directory, from inside criu. Dump: each allocation, reached
 // through the fd the agent exported, is mapped into criu's own CUDA context;
-// worker threads, each with its own stream and pinned buffer, copy it
-// device-to-host chunk by chunk and write the chunks, checksummed, into the
-// data file (whose writer reserves each chunk's extent atomically). Restore:
-// each allocation is created anew on its device and the workers fill it from
-// the image; the memory is handed on as an fd for the agent to map at its
-// original address.
+// worker threads copy it device-to-host chunk by chunk and write the chunks,
+// checksummed, each worker into its own data file (no two writers share a
+// file's locks). Restore: each allocation is created anew on its device and
+// the workers fill it from the image; the memory is handed on as an fd for
+// the agent to map at its original address.
+//
+// Each worker keeps a staging ring of a few slots (pinned buffer, stream per
+// device) so that DMA and CPU work overlap: at dump the device-to-host copy of
+// the next chunks runs while the worker checksums and writes the previous
+// one; at restore the file read of the next chunk runs while the previous
+// one goes host-to-device.
 #pragma once
 
 #include <functional>
@@ -16,6 +21,7 @@
 
 #include "agent_client.h"
 #include "cuda_api.h"
+#include "options.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
 #include "phos/images/result.h"
@@ -23,10 +29,19 @@
 
 namespace phos::plugin {
 
+struct EngineSettings {
+  uint32_t chunk_size = image::kDefaultChunkSize;  // of a dump; a restore uses the image's
+  unsigned workers = 0;                             // 0: one per two cores, at most 8
+  image::DirectIo direct_io = image::DirectIo::Auto;
+  image::Compression compression = image::Compression::None;
+  int zstd_level = 1;
+
+  static EngineSettings from(const PluginOptions& o);
+};
+
 class Engine {
  public:
-  // workers 0: one per two cores, at most 8.
-  static Result<std::unique_ptr<Engine>> start(uint32_t chunk_size = image::kDefaultChunkSize, unsigned workers = 0);
+  static Result<std::unique_ptr<Engine>> start(const EngineSettings& settings);
   ~Engine();
 
   // A dump of one process's device memory: prepared (every allocation
@@ -35,8 +50,9 @@ class Engine {
   struct SaveJob;
   Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<AgentAllocation>& allocs,
                                                 const std::vector<UniqueFd>& fds, image::Manifest& m);
-  // Copies into data file 0 of the process; fills the manifest's allocations,
-  // data files and copy statistics. Unmaps what prepare_save mapped.
+  // Copies into the process's data files, one per worker; fills the
+  // manifest's allocations, data files and copy statistics. Unmaps what
+  // prepare_save mapped.
   Result<void> run_save(SaveJob& job);
 
   // Checks that this host has the image's GPU models at the same ordinals.
@@ -45,8 +61,7 @@ class Engine {
   Result<std::vector<UniqueFd>> load(int dirfd, const image::Manifest& m);
 
  private:
-  Engine(const CudaApi& cu, uint32_t chunk_size, unsigned workers)
-      : cu_(cu), chunk_size_(chunk_size), workers_(workers) {}
+  Engine(const CudaApi& cu, const EngineSettings& settings) : cu_(cu), settings_(settings) {}
   CUcontext context(int ordinal, Result<void>& err);
   Result<CUdeviceptr> map(CUmemGenericAllocationHandle h, size_t size, int device);
   void unmap(CUdeviceptr va, size_t size);
@@ -60,14 +75,34 @@ class Engine {
     size_t size;
     int device;
   };
-  // Runs fn(piece, pinned staging buffer, stream of the piece's device,
-  // worker index) over all pieces on the workers; the first error stops them.
-  Result<void> run_workers(const std::vector<Piece>& pieces,
-                           const std::function<Result<void>(const Piece&, void*, CUstream, unsigned)>& fn);
+  // What a copy does with each piece, in a slot of a worker's staging ring.
+  struct PieceWork {
+    // Queues the piece's DMA on `stream` (dump: device to host; restore: the
+    // file read into `buffer`, then host to device).
+    std::function<Result<void>(const Piece&, void* buffer, CUstream stream, unsigned worker)> start;
+    // Runs once the DMA is done (dump: checksum and write); may be empty.
+    std::function<Result<void>(const Piece&, void* buffer, unsigned worker)> done;
+  };
+  struct Slot;
+  struct Queue;
+  // The number of workers for `pieces` pieces: each has its own data file.
+  unsigned workers_for(size_t pieces) const;
+  // Runs `work` over all pieces on the workers, each with staging buffers of
+  // `buffer_size` bytes; the first error stops them. dma_wait_ns: per worker,
+  // the time spent waiting for DMA.
+  Result<void> run_workers(const std::vector<Piece>& pieces, size_t buffer_size, const PieceWork& work,
+                           std::vector<uint64_t>& dma_wait_ns);
+  Result<void> run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size,
+                          const std::vector<Piece>& pieces, Queue& queue, const PieceWork& work,
+                          uint64_t& dma_wait_ns);
+  Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size);
+  Result<void> finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns);
+  void release_ring(std::vector<Slot>& ring);
+  // After the copy: data files, allocations and statistics into the manifest.
+  Result<void> finish_save(SaveJob& job, uint64_t elapsed_ns, const std::vector<uint64_t>& dma_wait_ns);
 
   const CudaApi& cu_;
-  uint32_t chunk_size_;
-  unsigned workers_;
+  EngineSettings settings_;
   std::map<int, CUcontext> contexts_;
   std::mutex run_mu_;  // one copy at a time (the workers share the engine's contexts)
 };
@@ -78,7 +113,7 @@ struct Engine::SaveJob {
   std::vector<CUdeviceptr> vas;
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
-  std::unique_ptr<image::DataFileWriter> writer;
+  std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker
   image::Manifest* manifest = nullptr;
   Engine* engine = nullptr;
   ~SaveJob();  // unmaps what is still mapped

@@ -1,34 +1,164 @@
 #include "options.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <string>
 
 #include "log.h"
+#include "phos/images/image_dir.h"
 
 namespace phos::plugin {
 namespace {
 
+// Parses `value` into `out`; "" or what was expected.
+using Setter = std::string (*)(PluginOptions& o, std::string_view value);
+
 template <class T>
-void read_env(const char* name, T& out) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end != '\0' || n == 0 || n > 3600000) {
-    PHOS_WARN("ignoring %s=%s: expected milliseconds in 1..3600000", name, v);
-    return;
-  }
+std::string parse_number(std::string_view value, long long min, long long max, T& out) {
+  long long n = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || n < min || n > max)
+    return "expected a whole number in " + std::to_string(min) + ".." + std::to_string(max);
   out = static_cast<T>(n);
+  return "";
+}
+
+std::string set_agent_timeout(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 1, 3600000, o.agent_timeout_ms);
+}
+std::string set_quiesce_timeout(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 1, 3600000, o.quiesce_timeout_ms);
+}
+std::string set_engine_workers(PluginOptions& o, std::string_view v) {
+  if (v == "auto") {
+    o.engine_workers = 0;
+    return "";
+  }
+  return parse_number(v, 1, 64, o.engine_workers).empty() ? "" : "expected auto or a whole number in 1..64";
+}
+std::string set_direct_io(PluginOptions& o, std::string_view v) {
+  if (v == "auto") o.direct_io = image::DirectIo::Auto;
+  else if (v == "off") o.direct_io = image::DirectIo::Off;
+  else return "expected auto or off";
+  return "";
+}
+std::string set_compression(PluginOptions& o, std::string_view v) {
+  if (v == "none") o.compression = image::Compression::None;
+  else if (v == "zstd") o.compression = image::Compression::Zstd;
+  else return "expected none or zstd";
+  return "";
+}
+std::string set_zstd_level(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 19, o.zstd_level); }
+std::string set_chunk_mib(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 1, image::kMaxChunkSize >> 20, o.chunk_mib);
+}
+
+struct Key {
+  const char* name;  // in the file
+  const char* env;   // its environment variable
+  Setter set;
+};
+
+constexpr Key kKeys[] = {
+    {"agent_timeout_ms", "PHOS_AGENT_TIMEOUT_MS", set_agent_timeout},
+    {"quiesce_timeout_ms", "PHOS_QUIESCE_TIMEOUT_MS", set_quiesce_timeout},
+    {"engine_workers", "PHOS_ENGINE_WORKERS", set_engine_workers},
+    {"direct_io", "PHOS_DIRECT_IO", set_direct_io},
+    {"compression", "PHOS_COMPRESSION", set_compression},
+    {"zstd_level", "PHOS_ZSTD_LEVEL", set_zstd_level},
+    {"chunk_mib", "PHOS_CHUNK_MIB", set_chunk_mib},
+};
+
+const Key* find_key(std::string_view name) {
+  for (const Key& k : kKeys)
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+std::string_view trim(std::string_view s) {
+  const char* space = " \t\r";
+  size_t b = s.find_first_not_of(space);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(space) - b + 1);
+}
+
+// One line of the file; "" or what is wrong with it.
+std::string apply_line(PluginOptions& o, std::string_view line) {
+  line = trim(line.substr(0, line.find('#')));
+  if (line.empty()) return "";
+  size_t eq = line.find('=');
+  if (eq == std::string_view::npos) return "expected key = value";
+  std::string_view name = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+  const Key* key = find_key(name);
+  if (!key) return "unknown key '" + std::string(name) + "'";
+  std::string bad = key->set(o, value);
+  return bad.empty() ? "" : std::string(name) + " = " + std::string(value) + ": " + bad;
+}
+
+void apply_file(PluginOptions& o, std::string_view text, const std::string& name, std::vector<std::string>& warnings) {
+  size_t line_no = 0;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    line_no++;
+    std::string bad = apply_line(o, line);
+    if (!bad.empty()) warnings.push_back(name + ":" + std::to_string(line_no) + ": " + bad + "; ignored");
+  }
+}
+
+void apply_env(PluginOptions& o, const PluginOptions::GetEnv& getenv, std::vector<std::string>& warnings) {
+  for (const Key& k : kKeys) {
+    const char* v = getenv(k.env);
+    if (!v || !*v) continue;
+    PluginOptions candidate = o;  // a bad value leaves the setting as it was
+    std::string bad = k.set(candidate, trim(v));
+    if (bad.empty()) o = candidate;
+    else warnings.push_back(std::string(k.env) + "=" + v + ": " + bad + "; ignored");
+  }
+}
+
+// The file's text; "" for a missing file (a warning for one that cannot be read).
+std::string read_config(const std::string& path, std::vector<std::string>& warnings) {
+  auto bytes = image::read_small_file(AT_FDCWD, path, 1 << 20);
+  if (!bytes) {
+    if (bytes.error().code != ENOENT) warnings.push_back(bytes.error().message + "; ignored");
+    return "";
+  }
+  return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
 }
 
 }  // namespace
 
-PluginOptions PluginOptions::from_env() {
+PluginOptions PluginOptions::parse(std::string_view config_text, const std::string& config_name,
+                                   const GetEnv& getenv, std::vector<std::string>& warnings) {
   PluginOptions o;
-  read_env("PHOS_AGENT_TIMEOUT_MS", o.agent_timeout_ms);
-  read_env("PHOS_QUIESCE_TIMEOUT_MS", o.quiesce_timeout_ms);
-  read_env("PHOS_ENGINE_WORKERS", o.engine_workers);
+  apply_file(o, config_text, config_name, warnings);
+  apply_env(o, getenv, warnings);
   return o;
+}
+
+PluginOptions PluginOptions::load() {
+  const char* named = std::getenv("PHOS_CONFIG");
+  std::string path = named && *named ? named : kDefaultConfigPath;
+  std::vector<std::string> warnings;
+  std::string text = read_config(path, warnings);
+  PluginOptions o = parse(text, path, [](const char* name) { return std::getenv(name); }, warnings);
+  for (const auto& w : warnings) PHOS_WARN("settings: %s", w.c_str());
+  PHOS_INFO("settings (%s, then PHOS_* variables): %s", path.c_str(), o.describe().c_str());
+  return o;
+}
+
+std::string PluginOptions::describe() const {
+  return "agent_timeout_ms=" + std::to_string(agent_timeout_ms) +
+         " quiesce_timeout_ms=" + std::to_string(quiesce_timeout_ms) +
+         " engine_workers=" + (engine_workers ? std::to_string(engine_workers) : std::string("auto")) +
+         " direct_io=" + (direct_io == image::DirectIo::Auto ? "auto" : "off") +
+         " compression=" + std::string(image::compression_name(compression)) +
+         " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib);
 }
 
 }  // namespace phos::plugin

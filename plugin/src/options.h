@@ -1,17 +1,46 @@
 // Plugin settings. CRIU gives plugins no command-line options, so they come
-// from PHOS_* environment variables.
+// from a small configuration file (/etc/phos/phos.conf, or the file PHOS_CONFIG
+// names) of `key = value` lines with # comments, and from PHOS_* environment
+// variables, which override the file. A missing file is fine; unknown keys and
+// bad values are warned about (file and line) and ignored.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phos/images/data_file.h"
+#include "phos/images/manifest.h"
 
 namespace phos::plugin {
 
-struct PluginOptions {
-  int agent_timeout_ms = 10000;         // PHOS_AGENT_TIMEOUT_MS: any one reply
-  uint32_t quiesce_timeout_ms = 10000;  // PHOS_QUIESCE_TIMEOUT_MS: CUDA calls to leave the gate
-  unsigned engine_workers = 0;          // PHOS_ENGINE_WORKERS: copy threads (0: one per two cores, at most 8)
+inline constexpr const char* kDefaultConfigPath = "/etc/phos/phos.conf";
 
-  static PluginOptions from_env();
+struct PluginOptions {
+  int agent_timeout_ms = 10000;         // agent_timeout_ms: any one reply
+  uint32_t quiesce_timeout_ms = 10000;  // quiesce_timeout_ms: CUDA calls to leave the gate
+  unsigned engine_workers = 0;          // engine_workers: copy threads (0: one per two cores, at most 8)
+  image::DirectIo direct_io = image::DirectIo::Auto;          // direct_io: auto | off
+  image::Compression compression = image::Compression::None;  // compression: none | zstd
+  int zstd_level = 1;                   // zstd_level: 1..19
+  uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
+
+  uint32_t chunk_size() const { return chunk_mib << 20; }
+
+  // The settings of this process: the file, then the environment; warnings
+  // and the effective settings go to the log.
+  static PluginOptions load();
+
+  // The same from given sources, for tests. `getenv` returns nullptr for
+  // unset variables; each warning is one line naming where it comes from.
+  using GetEnv = std::function<const char*(const char*)>;
+  static PluginOptions parse(std::string_view config_text, const std::string& config_name, const GetEnv& getenv,
+                             std::vector<std::string>& warnings);
+
+  // One line: every setting as `key=value`.
+  std::string describe() const;
 };
 
 }  // namespace phos::plugin

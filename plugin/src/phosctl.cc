@@ -53,6 +53,8 @@ std::string bytes_text(uint64_t b) {
   return buf;
 }
 
+double gb_per_s(uint64_t bytes, uint64_t ns) { return ns ? double(bytes) / double(ns) : 0.0; }
+
 json image_json(const phos::image::ProcessImage& img) {
   const Manifest& m = img.manifest;
   json j = {{"manifest", img.manifest_name},
@@ -82,7 +84,10 @@ json image_json(const phos::image::ProcessImage& img) {
   for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
   const auto& s = m.statistics;
   j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
-                     {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"total_ns", s.total_ns}};
+                     {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"total_ns", s.total_ns},
+                     {"dma_wait_ns", s.dma_wait_ns}, {"checksum_ns", s.checksum_ns},
+                     {"compress_ns", s.compress_ns}, {"workers", s.workers}, {"direct_io", s.direct_io},
+                     {"copy_gb_per_s", gb_per_s(s.raw_bytes, s.copy_ns)}};
   return j;
 }
 
@@ -103,9 +108,14 @@ void print_image_text(const phos::image::ProcessImage& img) {
     std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
                 bytes_text(a.size).c_str(), a.chunks.size());
   const auto& s = m.statistics;
-  std::printf("  statistics: quiesce %.3f ms, copy %.3f ms, write %.3f ms, total %.3f ms, %s raw, %s stored\n",
-              double(s.quiesce_ns) / 1e6, double(s.copy_ns) / 1e6, double(s.write_ns) / 1e6,
+  std::printf("  statistics: quiesce %.3f ms, copy %.3f ms (%.2f GB/s), total %.3f ms, %s raw, %s stored\n",
+              double(s.quiesce_ns) / 1e6, double(s.copy_ns) / 1e6, gb_per_s(s.raw_bytes, s.copy_ns),
               double(s.total_ns) / 1e6, bytes_text(s.raw_bytes).c_str(), bytes_text(s.stored_bytes).c_str());
+  if (s.workers)
+    std::printf("  copy steps, summed over %u workers (%s): waiting for DMA %.3f ms, checksums %.3f ms, "
+                "compression %.3f ms, writing %.3f ms\n",
+                s.workers, s.direct_io ? "O_DIRECT" : "buffered I/O", double(s.dma_wait_ns) / 1e6,
+                double(s.checksum_ns) / 1e6, double(s.compress_ns) / 1e6, double(s.write_ns) / 1e6);
   if (!m.unsupported_calls.empty()) {
     std::printf("  unsupported calls:");
     for (const auto& c : m.unsupported_calls) std::printf(" %s", c.c_str());

@@ -19,7 +19,7 @@ Result<void> Restorer::load() {
     const image::Manifest& m = l.image.manifest;
     if (!m.devices.empty() || !m.allocations.empty()) {
       if (!engine_) {
-        auto engine = Engine::start(m.chunk_size, options_.engine_workers);
+        auto engine = Engine::start(EngineSettings::from(options_));
         if (!engine) return make_error(l.image.manifest_name + ": " + engine.error().message, engine.error().code);
         engine_ = std::move(*engine);
       }

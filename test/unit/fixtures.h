@@ -17,9 +17,10 @@ namespace phos::test {
 struct TempDir {
   std::string path;
   UniqueFd fd;
-  TempDir() {
-    char tmpl[] = "/tmp/phos-unit.XXXXXX";
-    path = ::mkdtemp(tmpl);
+  // In `base`: /tmp (a disk here), or /dev/shm for tmpfs.
+  explicit TempDir(const std::string& base = "/tmp") {
+    std::string tmpl = base + "/phos-unit.XXXXXX";
+    path = ::mkdtemp(tmpl.data());
     fd.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   }
   ~TempDir() { std::filesystem::remove_all(path); }
@@ -47,7 +48,7 @@ inline image::Manifest full_manifest() {
   a.chunks.push_back({1 << 20, 0, 4096 + (1 << 20), 1 << 20, 1000, 0x2222, image::Compression::Zstd});
   a.chunks.push_back({2 << 20, 0, 4096 + (1 << 20) + 1000, 100, 100, 0x3333, image::Compression::None});
   m.allocations.push_back(a);
-  m.statistics = {1, 2, 3, 4, 5, 6};
+  m.statistics = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, true};
   m.launch_log.push_back({1, "gemm_kernel", {7}, {7}});
   m.unsupported_calls = {"cuIpcOpenMemHandle"};
   return m;

@@ -1,9 +1,13 @@
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "fixtures.h"
@@ -266,4 +270,172 @@ TEST_CASE("image dir: oversized manifest is refused before it is read", "[image]
   std::ofstream(dir.file(manifest_file_name(42))) << "x";
   REQUIRE(::truncate(dir.file(manifest_file_name(42)).c_str(), off_t(kMaxManifestBytes + 1)) == 0);
   CHECK_THAT(open_error(dir), Catch::Contains("more than the"));
+}
+
+namespace {
+
+// A 4 KiB-aligned copy of `bytes`, as the engine's pinned staging buffers are.
+struct AlignedCopy {
+  std::byte* p;
+  size_t n;
+  explicit AlignedCopy(const std::vector<std::byte>& bytes)
+      : p(static_cast<std::byte*>(std::aligned_alloc(4096, align_up(bytes.size())))), n(bytes.size()) {
+    std::memcpy(p, bytes.data(), n);
+  }
+  ~AlignedCopy() { std::free(p); }
+  std::span<const std::byte> span() const { return {p, n}; }
+};
+
+bool has_o_direct(int fd) { return (::fcntl(fd, F_GETFL) & O_DIRECT) != 0; }
+
+// Writes chunks of every shape (aligned, unaligned start, odd length,
+// compressed) with O_DIRECT where `dir`'s file system allows it; each must
+// read back and pass its checksum.
+void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(42, 0), 42, 0, direct_io);
+  REQUIRE(writer.ok());
+  INFO(dir.path << ": " << ((*writer)->direct() ? std::string("O_DIRECT") : (*writer)->why_buffered()));
+  if (direct_io == DirectIo::Off) {
+    CHECK_FALSE((*writer)->direct());
+    CHECK((*writer)->why_buffered() == "direct_io is off");
+  }
+  auto aligned = pattern(64 << 10, 20, false), odd = pattern(10001, 21, false), packable = pattern(200000, 22, true);
+  AlignedCopy staging(aligned);
+  std::vector<std::pair<std::vector<std::byte>, Chunk>> written;
+  auto write = [&](std::span<const std::byte> bytes, Compression c) {
+    auto chunk = (*writer)->write_chunk(0, bytes, c);
+    REQUIRE(chunk.ok());
+    CHECK(chunk->file_offset % 4096 == 0);
+    written.emplace_back(std::vector<std::byte>(bytes.begin(), bytes.end()), *chunk);
+  };
+  write(staging.span(), Compression::None);
+  write(std::span(odd), Compression::None);
+  write(std::span(aligned).subspan(1, 5000), Compression::None);
+  write(std::span(packable), Compression::Zstd);
+  write(staging.span(), Compression::None);
+  CHECK(written[3].second.compression == Compression::Zstd);
+  bool direct = (*writer)->direct();
+  auto file = (*writer)->finish();
+  REQUIRE(file.ok());
+  CHECK(file->size % 4096 == 0);
+  struct stat st {};
+  REQUIRE(::fstatat(dir.fd.get(), file->name.c_str(), &st, 0) == 0);
+  CHECK(uint64_t(st.st_size) == file->size);
+  phos::UniqueFd fd(::openat(dir.fd.get(), file->name.c_str(), O_RDONLY));
+  std::vector<std::byte> scratch;
+  ChunkTimes times;
+  for (const auto& [bytes, chunk] : written) {
+    std::vector<std::byte> got(bytes.size());
+    REQUIRE(read_chunk(fd.get(), file->name, chunk, got, scratch, &times).ok());
+    CHECK(got == bytes);
+  }
+  if (direct_io == DirectIo::Auto) WARN(dir.path << ": data file written " << (direct ? "with O_DIRECT" : "buffered"));
+}
+
+}  // namespace
+
+TEST_CASE("data file: O_DIRECT or its fallback on a disk directory", "[image][direct]") {
+  TempDir dir("/tmp");
+  write_every_shape_and_read_back(dir, DirectIo::Auto);
+}
+
+TEST_CASE("data file: O_DIRECT or its fallback on tmpfs", "[image][direct]") {
+  if (::access("/dev/shm", W_OK) != 0) {
+    WARN("no writable /dev/shm: skipped");
+    return;
+  }
+  TempDir dir("/dev/shm");
+  write_every_shape_and_read_back(dir, DirectIo::Auto);
+}
+
+TEST_CASE("data file: direct_io off writes through the page cache", "[image][direct]") {
+  TempDir dir;
+  write_every_shape_and_read_back(dir, DirectIo::Off);
+}
+
+TEST_CASE("data file: a file system without O_DIRECT answers EINVAL", "[image][direct]") {
+  phos::UniqueFd fd(::open("/proc/self/comm", O_WRONLY | O_CLOEXEC));
+  REQUIRE(fd.valid());
+  auto r = enable_direct_io(fd.get(), "comm");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EINVAL);
+  CHECK_FALSE(has_o_direct(fd.get()));
+}
+
+TEST_CASE("data file: a refused O_DIRECT write falls back to the page cache", "[image][direct]") {
+  TempDir dir;
+  phos::UniqueFd fd(::openat(dir.fd.get(), "f", O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  REQUIRE(fd.valid());
+  if (!enable_direct_io(fd.get(), "f").ok()) {
+    WARN(dir.path << " has no O_DIRECT: fallback of writes not exercised");
+    return;
+  }
+  std::atomic<bool> direct{true};
+  std::string why;
+  auto bytes = pattern(5000, 23, false);  // unaligned address and length: O_DIRECT refuses
+  REQUIRE(pwrite_with_fallback(fd.get(), bytes.data() + 1, 4999, 4096, "f", direct, &why).ok());
+  CHECK_FALSE(direct);
+  CHECK(why.find("O_DIRECT write refused") == 0);
+  CHECK_FALSE(has_o_direct(fd.get()));
+  std::vector<std::byte> got(4999);
+  REQUIRE(::pread(fd.get(), got.data(), got.size(), 4096) == 4999);
+  CHECK(std::equal(got.begin(), got.end(), bytes.begin() + 1));
+}
+
+TEST_CASE("image dir: chunks spread over several data files read back", "[image][files]") {
+  TempDir dir;
+  constexpr uint32_t kFiles = 3;
+  Manifest m;
+  m.writer_version = "test";
+  m.pid = 42;
+  m.chunk_size = 64 << 10;
+  m.devices.push_back(Device{0, {}, "test gpu", 1ull << 30, 9, 0});
+  std::vector<std::unique_ptr<DataFileWriter>> writers;
+  for (uint32_t i = 0; i < kFiles; i++) {
+    auto w = DataFileWriter::create(dir.fd.get(), data_file_name(42, i), 42, i);
+    REQUIRE(w.ok());
+    writers.push_back(std::move(*w));
+  }
+  std::vector<std::vector<std::byte>> bufs = {pattern(1000000, 30, false), pattern(300000, 31, true)};
+  uint64_t address = 0x7f0000000000ull;
+  size_t next = 0;
+  for (size_t i = 0; i < bufs.size(); i++) {
+    Allocation a{i + 1, 0, address + i * (1ull << 30), bufs[i].size(), 0, {}};
+    for (uint64_t off = 0; off < bufs[i].size(); off += m.chunk_size) {
+      size_t n = std::min<uint64_t>(m.chunk_size, bufs[i].size() - off);
+      auto c = writers[next++ % kFiles]->write_chunk(off, std::span(bufs[i]).subspan(off, n), Compression::Zstd);
+      REQUIRE(c.ok());
+      a.chunks.push_back(*c);
+    }
+    m.allocations.push_back(a);
+  }
+  for (auto& w : writers) {
+    auto f = w->finish();
+    REQUIRE(f.ok());
+    m.data_files.push_back(*f);
+  }
+  auto written = write_manifest(dir.fd.get(), m);
+  REQUIRE(written.ok());
+  REQUIRE(write_completion_marker(dir.fd.get(), 42, *written).ok());
+
+  auto img = open_process_image(dir.fd.get(), 42, true);
+  REQUIRE(img.ok());
+  REQUIRE(img->manifest.data_files.size() == kFiles);
+  std::set<uint32_t> used;
+  for (const auto& a : img->manifest.allocations)
+    for (const auto& c : a.chunks) used.insert(c.file_index);
+  CHECK(used.size() == kFiles);
+  CHECK(read_allocation(dir, img->manifest, 0) == bufs[0]);
+  CHECK(read_allocation(dir, img->manifest, 1) == bufs[1]);
+  ImageReader reader(dir.fd.get(), img->manifest);
+  auto total = reader.verify_all();
+  REQUIRE(total.ok());
+  CHECK(*total == 1300000);
+  CHECK(reader.times().checksum_ns > 0);
+
+  // A data file swapped for another of the same process is caught by its header.
+  REQUIRE(::renameat(dir.fd.get(), data_file_name(42, 1).c_str(), dir.fd.get(), "phos-42-data-x.img") == 0);
+  REQUIRE(::renameat(dir.fd.get(), data_file_name(42, 2).c_str(), dir.fd.get(), data_file_name(42, 1).c_str()) == 0);
+  REQUIRE(::renameat(dir.fd.get(), "phos-42-data-x.img", dir.fd.get(), data_file_name(42, 2).c_str()) == 0);
+  CHECK_FALSE(open_process_image(dir.fd.get(), 42, true).ok());
 }

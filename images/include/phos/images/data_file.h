@@ -1,12 +1,18 @@
 // Data files of a GPU image: a 4 KiB header, then chunks of buffer contents,
 // each at the file offset its manifest entry records, with a CRC-32C of the
 // raw bytes and optional zstd compression.
+//
+// Chunks are written at 4 KiB-aligned offsets in extents padded to 4 KiB, so
+// that a writer can use O_DIRECT; the manifest records the bytes a chunk
+// stores (stored_size), the padding after them is unused. Readers accept any
+// offset (images of earlier writers are not aligned).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +23,12 @@
 
 namespace phos::image {
 
+inline constexpr uint32_t kExtentAlignment = 4096;
+
+inline constexpr uint64_t align_up(uint64_t n, uint64_t alignment = kExtentAlignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
+
 struct DataHeader {
   uint32_t format_version = kDataFormatVersion;
   int32_t pid = 0;
@@ -26,16 +38,44 @@ struct DataHeader {
 std::vector<std::byte> encode_data_header(const DataHeader& h);
 Result<DataHeader> decode_data_header(std::span<const std::byte> bytes, std::string_view name);
 
+// Auto: O_DIRECT where the file system allows it; Off: the page cache.
+enum class DirectIo { Auto, Off };
+
+// Time spent in each step of writing or reading chunks, summed over calls.
+struct ChunkTimes {
+  uint64_t checksum_ns = 0;
+  uint64_t compress_ns = 0;  // compressing, or decompressing when reading
+  uint64_t io_ns = 0;        // pwrite / pread
+  ChunkTimes& operator+=(const ChunkTimes& o) {
+    checksum_ns += o.checksum_ns;
+    compress_ns += o.compress_ns;
+    io_ns += o.io_ns;
+    return *this;
+  }
+};
+
+// Turns O_DIRECT on for `fd`; EINVAL: the file system does not allow it.
+Result<void> enable_direct_io(int fd, const std::string& name);
+
+// Writes `n` bytes at `off`. While `direct` is set (fd has O_DIRECT), an
+// EINVAL from the write turns O_DIRECT off on the fd, clears `direct`, sets
+// `why_buffered` and writes again through the page cache.
+Result<void> pwrite_with_fallback(int fd, const std::byte* p, size_t n, uint64_t off, const std::string& name,
+                                  std::atomic<bool>& direct, std::string* why_buffered);
+
 // Appends chunks to one data file. write_chunk may be called from several
 // threads at once: each call reserves its own extent of the file.
 class DataFileWriter {
  public:
   // Creates `name` in `dirfd` (0600, failing if it exists).
   static Result<std::unique_ptr<DataFileWriter>> create(int dirfd, std::string name, int32_t pid,
-                                                        uint32_t file_index);
+                                                        uint32_t file_index, DirectIo direct_io = DirectIo::Auto);
 
   // Stores `raw` (at most kMaxChunkSize bytes) as the bytes of the allocation
   // at `alloc_offset`. zstd is kept only where it makes the chunk smaller.
+  // With O_DIRECT, `raw` goes to the file as it is when it starts 4 KiB-aligned
+  // and its size is a multiple of 4 KiB; other chunks go through an aligned
+  // copy.
   Result<Chunk> write_chunk(uint64_t alloc_offset, std::span<const std::byte> raw,
                             Compression compression, int zstd_level = 1);
 
@@ -43,18 +83,30 @@ class DataFileWriter {
   Result<DataFile> finish();
 
   const std::string& name() const { return name_; }
+  // Whether chunks go to the file with O_DIRECT, and why not if they do not.
+  bool direct() const { return direct_; }
+  std::string why_buffered() const;
+  // Summed over every write_chunk so far.
+  ChunkTimes times() const;
 
  private:
-  DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index);
+  DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index, bool direct, std::string why_buffered);
+  Result<void> write_extent(const std::byte* p, size_t n, uint64_t off);
+
   UniqueFd fd_;
   std::string name_;
   uint32_t file_index_;
   std::atomic<uint64_t> end_{kDataHeaderSize};
+  std::atomic<bool> direct_;
+  mutable std::mutex mu_;  // guards why_buffered_ and times_
+  std::string why_buffered_;
+  ChunkTimes times_;
 };
 
 // Reads one chunk into `out` (exactly chunk.raw_size bytes) and checks its
-// CRC; `scratch` holds compressed bytes between calls.
-Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk,
-                       std::span<std::byte> out, std::vector<std::byte>& scratch);
+// CRC; `scratch` holds compressed bytes between calls; `times`, if given,
+// accumulates the time of each step.
+Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, std::span<std::byte> out,
+                        std::vector<std::byte>& scratch, ChunkTimes* times = nullptr);
 
 }  // namespace phos::image

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
 #include "phos/images/result.h"
 #include "phos/images/unique_fd.h"
@@ -41,19 +42,23 @@ struct ProcessImage {
 // headers and sizes. With require_complete, an incomplete image is an error.
 Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_complete);
 
-// Reads chunks of one process image; opens data files on first use.
+// Reads chunks of one process image, from any of its data files; opens them
+// on first use.
 class ImageReader {
  public:
   ImageReader(int dirfd, const Manifest& manifest);
   Result<void> read_chunk(const Chunk& chunk, std::span<std::byte> out);
   // Reads every chunk of every allocation and checks it (phosctl verify).
   Result<uint64_t> verify_all();
+  // Summed over every read_chunk so far.
+  const ChunkTimes& times() const { return times_; }
 
  private:
   int dirfd_;
   const Manifest& manifest_;
   std::vector<UniqueFd> files_;
   std::vector<std::byte> scratch_;
+  ChunkTimes times_;
 };
 
 }  // namespace phos::image

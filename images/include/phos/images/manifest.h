@@ -59,6 +59,7 @@ struct DataFile {
   bool operator==(const DataFile&) const = default;
 };
 
+// See Statistics in manifest.proto: the steps' times are sums over workers.
 struct Statistics {
   uint64_t quiesce_ns = 0;
   uint64_t copy_ns = 0;
@@ -66,6 +67,11 @@ struct Statistics {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
   uint64_t total_ns = 0;
+  uint64_t dma_wait_ns = 0;
+  uint64_t checksum_ns = 0;
+  uint64_t compress_ns = 0;
+  uint32_t workers = 0;
+  bool direct_io = false;
   bool operator==(const Statistics&) const = default;
 };
 
