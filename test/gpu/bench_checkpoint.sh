@@ -22,19 +22,24 @@
 #
 # usage: bench_checkpoint.sh [--sizes MIB,...] [--storage shm,disk] [--tools phos,cuda_plugin]
 #          [--csv FILE] [--png FILE] [--budget SECONDS] [--resume] [--plan] [--logs DIR]
-#          [--disk-gbps GBPS]
+#          [--disk-gbps GBPS] [--kill-stale]
 #   --sizes     device memory of the workload, MiB (default 1024,8192,32768,65536)
 #   --storage   where the images go: shm, disk (default both)
 #   --tools     phos, cuda_plugin (default both)
-#   --csv       results, appended (default $PHOS_BUNDLE/results/bench.csv)
+#   --csv       results, appended (default /var/tmp/phos-bench-results/bench.csv:
+#               outside the bundle, which make-bundle.sh replaces)
 #   --png       the plot (default: the CSV's name with .png)
 #   --budget    do not start a case whose estimate does not fit in what is
-#               left of this many seconds (default 540: one 10-minute call);
-#               it is listed as DEFERRED
-#   --resume    skip cases that already have a result (ok/failed/skip) in the CSV
+#               left of this many seconds (default 500: one 10-minute call
+#               with room for estimates that are short); it is listed as
+#               DEFERRED. Estimates grow by what each (tool, storage) took
+#               over its estimate earlier in the run.
+#   --resume    skip cases that already have a result (ok or failed) in the CSV
 #   --plan      print the cases, their estimates and SKIPs; run nothing
-#   --logs      criu's logs of every case, gzipped (default ${OUT:-/tmp}/phos-bench-logs)
+#   --logs      criu's logs of every case, gzipped (default ${OUT:-/var/tmp/phos-bench-results}/logs)
 #   --disk-gbps disk speed assumed by the estimates (default 1.0)
+#   --kill-stale  kill workloads an earlier run left behind (a call cut off
+#               at its time limit); without it they are only named
 # PHOS_BENCH_SHM / PHOS_BENCH_DISK override the two image directories.
 # With $OUT set, the CSV, the table, the plot and the logs are copied there
 # after every case, so a call cut off at its time limit still returns them.
@@ -49,14 +54,15 @@
 #   cuda      19 s    47 s    141 s    SKIP (host RAM: 64 process + 64 image)
 # disk adds 3 x SIZE / disk speed (two dumps written and synced, one restore
 # read); at 1 GB/s: +3 s, +26 s, +103 s; 64 GiB does not fit the disk. So
-# shm for both tools at all sizes is ~7.5 min: one call; the disk cases
-# another one or two (--resume and --budget split them by themselves).
+# shm, both tools, all sizes is ~7.5 min: one call; disk ~10 min: two calls
+# (the same command with --resume; --budget decides where a call stops).
 set -uo pipefail
 export LC_ALL=C   # a '.' in EPOCHREALTIME and printf
 here=$(cd "$(dirname "$0")" && pwd)
 
 SIZES=1024,8192,32768,65536 STORAGES=shm,disk TOOLS=phos,cuda_plugin
-CSV= PNG= BUDGET=540 RESUME= PLAN= LOGDIR=${OUT:-/tmp}/phos-bench-logs DISK_GBPS=1.0
+RESULTS=/var/tmp/phos-bench-results
+CSV='' PNG='' BUDGET=500 RESUME='' PLAN='' LOGDIR=${OUT:-$RESULTS}/logs DISK_GBPS=1.0 KILL_STALE=
 SHM_DIR=${PHOS_BENCH_SHM:-/dev/shm/phos-bench}
 DISK_DIR=${PHOS_BENCH_DISK:-/var/tmp/phos-bench}
 
@@ -73,6 +79,7 @@ while [ $# -gt 0 ]; do
     --plan) PLAN=1; shift ;;
     --logs) LOGDIR=${2:?}; shift 2 ;;
     --disk-gbps) DISK_GBPS=${2:?}; shift 2 ;;
+    --kill-stale) KILL_STALE=1; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (--help)" ;;
   esac
@@ -87,7 +94,7 @@ for t in "${TOOLS[@]}"; do [[ $t = phos || $t = cuda_plugin ]] || die "--tools: 
 [[ $DISK_GBPS =~ ^[0-9]*\.?[0-9]+$ ]] || die "--disk-gbps: $DISK_GBPS is not a number"
 
 : "${PHOS_BUNDLE:?run 'source test/gpu/run-on-host.sh' first}" "${PHOS_BUILD:?}" "${CRIU:?}"
-CSV=${CSV:-$PHOS_BUNDLE/results/bench.csv}
+CSV=${CSV:-$RESULTS/bench.csv}
 PNG=${PNG:-${CSV%.csv}.png}
 export PATH=$PHOS_BUILD/test/bench:$PATH   # cuda-checkpoint, for CRIU's cuda plugin
 export PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter PHOS_NO_PIDNS=1
@@ -112,10 +119,11 @@ csv_init() {
 record() {
   printf '%s,%s,%s,%s,%s,%s,%s\n' "$RUN_ID" "$1" "$2" "$3" "$4" "$5" "$(csv_quote "${6:-}")" >> "$CSV"
 }
-# has_result TOOL MIB STORAGE: the CSV already holds this case's final result.
+# has_result TOOL MIB STORAGE: the CSV already holds this case's result, ok
+# or failed (a SKIP is decided again: it depends on the host's state).
 has_result() {
   [ -f "$CSV" ] && awk -F, -v t="$1" -v m="$2" -v s="$3" \
-    '$2 == t && $3 == m && $4 == s && $5 == "result" {found = 1} END {exit !found}' "$CSV"
+    '$2 == t && $3 == m && $4 == s && $5 == "result" && $6 != "skip" {found = 1} END {exit !found}' "$CSV"
 }
 
 # estimate_s TOOL MIB STORAGE: seconds the case takes, roughly (see the header).
@@ -255,6 +263,7 @@ consistent() { read_state && [ "$S_TOKEN" = "$token" ] && [ "$S_COUNTER" = "$S_D
 # What a failure message says about the workload.
 describe_workload() {
   local pids; pids=$(workload_pids | tr '\n' ' ')
+  pids=${pids% }
   if [ ! -d "$WORK" ]; then echo "the work directory $WORK is gone"; return; fi
   echo "state $(cat "$WORK/state" 2>/dev/null || echo '(no state file)'), processes: ${pids:-none}"
 }
@@ -389,7 +398,13 @@ if [ -z "$PLAN" ]; then
     [ -d "$d" ] && { echo "bench: removing the image $d left by an earlier run"; rm -rf "$d"; }
   done
   stale=$(bench_workloads | tr '\n' ' ')
-  [ -z "$stale" ] || echo "bench: warning: workloads of an earlier run still hold memory: pids $stale(kill -9 them for full memory)"
+  if [ -n "$stale" ] && [ -n "$KILL_STALE" ]; then
+    echo "bench: killing workloads an earlier run left behind: pids $stale"
+    for p in $stale; do kill -9 "$p" 2>/dev/null; done
+    wait_workloads_gone
+  elif [ -n "$stale" ]; then
+    echo "bench: warning: workloads of an earlier run still hold device and host memory: pids $stale(--kill-stale ends them)"
+  fi
 fi
 [ "$(stat -f -c %T "$SHM_DIR")" = tmpfs ] || echo "bench: warning: $SHM_DIR is not on tmpfs"
 [ "$(stat -f -c %T "$DISK_DIR")" != tmpfs ] || echo "bench: warning: $DISK_DIR is on tmpfs, not on a disk"
@@ -399,6 +414,7 @@ echo "bench: CSV $CSV, plot $PNG, logs $LOGDIR, budget $BUDGET s"
 [ -n "$PLAN" ] || csv_init
 
 start=$EPOCHSECONDS deferred=() total=0
+declare -A scale   # per "tool:storage": how much longer than estimated cases took, at least 1
 for c in "${cases[@]}"; do
   read -r tool mib storage <<<"$c"
   label="$tool $mib MiB $storage"
@@ -410,6 +426,7 @@ for c in "${cases[@]}"; do
     continue
   fi
   est=$(estimate_s "$tool" "$mib" "$storage")
+  est=$(awk -v e="$est" -v f="${scale[$tool:$storage]:-1}" 'BEGIN {printf "%d", e * f + 0.5}')
   total=$((total + est))
   if [ -n "$PLAN" ]; then echo "bench: $label: ~$est s"; continue; fi
   left=$((BUDGET - (EPOCHSECONDS - start)))
@@ -423,7 +440,9 @@ for c in "${cases[@]}"; do
   rc=$?
   wait_workloads_gone
   [ $rc -eq 77 ] && die "lib.sh cannot run here (root and $CRIU needed)"
-  echo "bench: $label: $([ $rc -eq 0 ] && echo done || echo FAILED) in $((EPOCHSECONDS - t0)) s (estimated $est s)"
+  took=$((EPOCHSECONDS - t0))
+  echo "bench: $label: $([ $rc -eq 0 ] && echo 'done' || echo FAILED) in $took s (estimated $est s)"
+  scale[$tool:$storage]=$(awk -v f="${scale[$tool:$storage]:-1}" -v t="$took" -v e="$est" 'BEGIN {r = f * t / e; print (r > f) ? r : f}')
   publish
 done
 

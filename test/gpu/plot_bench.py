@@ -149,6 +149,7 @@ def targets(cases):
 
 
 def plot(cases, png):
+    sys.stdout.flush()  # the table first, then what the plot says on stderr
     try:
         import matplotlib
         matplotlib.use("Agg")
