@@ -215,7 +215,7 @@ bench_case() (
   local preload=""
   if [ "$tool" = phos ]; then ln -s "$PHOS_PLUGIN_SO" "$PLUGIN_DIR/"; preload=--preload
   else ln -s "$CUDA_PLUGIN_SO" "$PLUGIN_DIR/"; fi
-  local gib=$((mib / 1024)) slices=$(((mib + 63) / 64))
+  local slices=$(((mib + 63) / 64))
   # Each criu run is bounded: 60 s + 6 s per GiB (+ 4 s per GiB on disk).
   export CRIU_TIMEOUT=$((60 + mib * 6 / 1024))
   [ "$storage" = disk ] && CRIU_TIMEOUT=$((CRIU_TIMEOUT + mib * 4 / 1024))
