@@ -90,14 +90,16 @@ wait_counter_above() {
   fail "counter stuck at $(state_counter 2>/dev/null) (wanted > $1)"
 }
 
+# CRIU_TIMEOUT=SECONDS bounds each criu run (timeout(1): 124 when it ran out).
+criu_cmd() { if [ -n "${CRIU_TIMEOUT:-}" ]; then timeout -k 10 "$CRIU_TIMEOUT" "$CRIU" "$@"; else "$CRIU" "$@"; fi; }
 criu_dump() {
-  "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
+  criu_cmd dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
 }
 criu_restore() {
   if [ -n "${PHOS_NO_PIDNS:-}" ] && [ -n "${WORKLOAD_PID:-}" ]; then
     for _ in $(seq 100); do [ -e "/proc/$WORKLOAD_PID" ] || break; sleep 0.05; done
   fi
-  "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
+  criu_cmd restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
 }
 # The pid of the restored root process, once it runs.
 restored_pid() {

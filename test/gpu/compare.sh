@@ -5,6 +5,8 @@
 # cuda-checkpoint tool). Images in DIR (default /dev/shm: memory-backed).
 # Prints one line per tool: dump seconds, restore seconds, image size, and
 # whether the restored process carried on with intact device memory.
+# The full benchmark (sizes, storages, leave-running stall, table and plot)
+# is bench_checkpoint.sh.
 # usage: compare.sh [MIB] [DIR]
 MIB=${1:-8192}
 BASE=${2:-/dev/shm}

@@ -3,16 +3,27 @@
 // file kept open) plus device state that only a real GPU restore brings back:
 // a counter kept on the device that must stay equal to the host's, and MIB
 // MiB of device memory filled from the token, re-verified a 64 MiB slice per
-// step. STATE: "TOKEN COUNTER DEVICE_COUNTER ERRORS SLICES_VERIFIED".
+// step. STATE: "TOKEN COUNTER DEVICE_COUNTER ERRORS SLICES_VERIFIED MAX_GAP_MS".
+//
+// MAX_GAP_MS, for the benchmark's stall: the longest time in milliseconds
+// between two consecutive state writes (CLOCK_MONOTONIC; about 10 when
+// nothing stops the program). Creating STATE.reset starts it over: the next
+// iteration removes the file, sets it to 0 and forgets the previous write, so
+// no gap spans the reset. The benchmark creates it before a leave-running
+// dump (the stall is then the longest gap of that window) and before a
+// restore (no gap spans the restore); a clock that went backwards counts as
+// no gap.
 //
 // usage: phos-gpu-counter STATE MIB
 #include <fcntl.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "gpu_check.h"
 
@@ -33,12 +44,37 @@ __global__ void step(const uint64_t* p, size_t first, size_t n, uint64_t token, 
     if (p[first + i] != pattern(token, first + i)) atomicAdd(errors, 1ull);
 }
 
+// The longest gap between two state writes, since the start or the last reset.
+class GapMeter {
+ public:
+  explicit GapMeter(const char* state) : reset_path_(std::string(state) + ".reset") {}
+  // Called right before each state write; returns the longest gap in ms.
+  double tick() {
+    if (unlink(reset_path_.c_str()) == 0) {  // reset requested (and acknowledged by the removal)
+      max_ms_ = 0;
+      have_last_ = false;
+    }
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double now_ms = double(now.tv_sec) * 1e3 + double(now.tv_nsec) / 1e6;
+    if (have_last_ && now_ms - last_ms_ > max_ms_) max_ms_ = now_ms - last_ms_;  // negative gaps never count
+    last_ms_ = now_ms;
+    have_last_ = true;
+    return max_ms_;
+  }
+
+ private:
+  std::string reset_path_;
+  double last_ms_ = 0, max_ms_ = 0;
+  bool have_last_ = false;
+};
+
 void write_state(const char* path, uint64_t token, uint64_t counter, unsigned long long dev, unsigned long long err,
-                 uint64_t verified) {
+                 uint64_t verified, double max_gap_ms) {
   char tmp[4096], line[256];
   std::snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  int n = std::snprintf(line, sizeof(line), "%016llx %llu %llu %llu %llu\n", (unsigned long long)token,
-                        (unsigned long long)counter, dev, err, (unsigned long long)verified);
+  int n = std::snprintf(line, sizeof(line), "%016llx %llu %llu %llu %llu %.3f\n", (unsigned long long)token,
+                        (unsigned long long)counter, dev, err, (unsigned long long)verified, max_gap_ms);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0 || write(fd, line, size_t(n)) != n) std::exit(2);
   close(fd);
@@ -65,13 +101,14 @@ int main(int argc, char** argv) {
   fill<<<1024, 256>>>(big, words, token);
   CHECK_CUDA(cudaDeviceSynchronize());
   size_t slices = (words + kSliceWords - 1) / kSliceWords;
+  GapMeter gaps(argv[1]);
   for (uint64_t counter = 1;; counter++) {
     size_t first = ((counter - 1) % slices) * kSliceWords;
     size_t n = first + kSliceWords > words ? words - first : kSliceWords;
     step<<<256, 256>>>(big, first, n, token, errors, device_counter);
     CHECK_CUDA(cudaMemcpy(&host[0], errors, 8, cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(&host[1], device_counter, 8, cudaMemcpyDeviceToHost));
-    write_state(argv[1], token, counter, host[1], host[0], counter);
+    write_state(argv[1], token, counter, host[1], host[0], counter, gaps.tick());
     usleep(10000);
   }
 }
