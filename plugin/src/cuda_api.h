@@ -17,6 +17,7 @@ namespace phos::plugin {
   X(cuInit)                                  \
   X(cuGetErrorName)                          \
   X(cuDeviceGet)                             \
+  X(cuDeviceGetCount)                        \
   X(cuDeviceGetName)                         \
   X(cuDeviceGetUuid_v2)                      \
   X(cuDeviceTotalMem_v2)                     \

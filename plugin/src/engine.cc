@@ -342,24 +342,29 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
   return {};
 }
 
-Result<void> Engine::check_devices(const image::Manifest& m, const std::string& manifest_name) {
-  for (const auto& d : m.devices) {
-    auto here = describe(int(d.ordinal));
-    if (!here)
-      return make_error(manifest_name + ": device " + std::to_string(d.ordinal) + " (" + d.name +
-                        ") is not available here: " + here.error().message, ENODEV);
-    if (here->name != d.name)
-      return make_error(manifest_name + ": the image was taken on " + d.name + " as device " +
-                        std::to_string(d.ordinal) + "; device " + std::to_string(d.ordinal) + " here is " +
-                        here->name, ENODEV);
+Result<std::vector<GpuPlacement>> Engine::place_devices(const image::Manifest& m, const std::string& manifest_name,
+                                                        const GpuMapSpec& spec) {
+  int count = 0;
+  PHOS_CU(cu_, cu_.cuDeviceGetCount(&count), "count GPUs");
+  std::vector<HostGpu> host;
+  for (int i = 0; i < count; i++) {
+    auto d = describe(i);
+    if (!d) return make_error(manifest_name + ": GPU " + std::to_string(i) + ": " + d.error().message, ENODEV);
+    host.push_back({i, d->name, d->uuid});
   }
   // Too little free memory shows when load() creates the allocations: the
   // message names the device, the size and the driver's error.
-  return {};
+  return place_gpus(spec, m.devices, host, manifest_name);
 }
 
-Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m) {
+Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m,
+                                           const std::vector<GpuPlacement>& placement) {
   std::lock_guard<std::mutex> lock(run_mu_);
+  auto host_device = [&](uint32_t image_ordinal) {
+    for (const auto& p : placement)
+      if (p.image_ordinal == image_ordinal) return p.host_ordinal;
+    return int(image_ordinal);
+  };
   std::vector<CUmemGenericAllocationHandle> handles(m.allocations.size(), 0);
   std::vector<CUdeviceptr> vas(m.allocations.size(), 0);
   auto release_all = [&] {
@@ -373,33 +378,34 @@ Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m) 
   std::vector<Piece> pieces;
   for (size_t i = 0; i < m.allocations.size(); i++) {
     const auto& a = m.allocations[i];
+    const int device = host_device(a.device);
     Result<void> err;
-    CUcontext ctx = context(int(a.device), err);
+    CUcontext ctx = context(device, err);
     if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
       release_all();
-      return err.ok() ? make_error("cannot use device " + std::to_string(a.device), ENODEV) : err.error();
+      return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
     }
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = int(a.device);
+    prop.location.id = device;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUresult r = cu_.cuMemCreate(&handles[i], a.size, &prop, 0);
     if (r != CUDA_SUCCESS) {
       handles[i] = 0;
       release_all();
-      return make_error(cu_.error(("device " + std::to_string(a.device) + ": allocate " + std::to_string(a.size) +
+      return make_error(cu_.error(("device " + std::to_string(device) + ": allocate " + std::to_string(a.size) +
                                    " bytes for allocation " + std::to_string(a.id)).c_str(), r),
                         ENOMEM);
     }
-    auto va = map(handles[i], a.size, int(a.device));
+    auto va = map(handles[i], a.size, device);
     if (!va) {
       release_all();
       return va.error();
     }
     vas[i] = *va;
     for (size_t k = 0; k < a.chunks.size(); k++)
-      pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, int(a.device)});
+      pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, device});
   }
 
   // Readers keep open files and a scratch buffer: one per worker.

@@ -21,6 +21,7 @@
 
 #include "agent_client.h"
 #include "cuda_api.h"
+#include "gpu_map.h"
 #include "options.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
@@ -55,10 +56,14 @@ class Engine {
   // prepare_save mapped.
   Result<void> run_save(SaveJob& job);
 
-  // Checks that this host has the image's GPU models at the same ordinals.
-  Result<void> check_devices(const image::Manifest& m, const std::string& manifest_name);
-  // Creates and fills each allocation of `m`; one fd per allocation, in order.
-  Result<std::vector<UniqueFd>> load(int dirfd, const image::Manifest& m);
+  // Where each of the image's GPUs goes on this host (gpu_map.h): the same
+  // ordinal unless `spec` moves it; the models must match.
+  Result<std::vector<GpuPlacement>> place_devices(const image::Manifest& m, const std::string& manifest_name,
+                                                  const GpuMapSpec& spec);
+  // Creates and fills each allocation of `m` on the GPU `placement` gives
+  // its device; one fd per allocation, in order.
+  Result<std::vector<UniqueFd>> load(int dirfd, const image::Manifest& m,
+                                     const std::vector<GpuPlacement>& placement);
 
  private:
   Engine(const CudaApi& cu, const EngineSettings& settings) : cu_(cu), settings_(settings) {}

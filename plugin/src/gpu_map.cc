@@ -43,6 +43,12 @@ Result<GpuMapSpec> parse_gpu_map(std::string_view spec) {
   return out;
 }
 
+std::string describe_gpu_map(const GpuMapSpec& spec) {
+  std::string out;
+  for (const auto& e : spec) out += (out.empty() ? "" : ",") + e.from + "=" + e.to;
+  return out.empty() ? "none" : out;
+}
+
 std::string format_gpu_uuid(const std::array<uint8_t, 16>& u) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],

@@ -25,6 +25,8 @@ struct GpuMapEntry {
 using GpuMapSpec = std::vector<GpuMapEntry>;
 
 Result<GpuMapSpec> parse_gpu_map(std::string_view spec);
+// The spec as parse_gpu_map reads it; "none" when empty.
+std::string describe_gpu_map(const GpuMapSpec& spec);
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints UUIDs.
 std::string format_gpu_uuid(const std::array<uint8_t, 16>& uuid);

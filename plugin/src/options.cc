@@ -56,6 +56,13 @@ std::string set_chunk_mib(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, image::kMaxChunkSize >> 20, o.chunk_mib);
 }
 
+std::string set_gpu_map(PluginOptions& o, std::string_view v) {
+  auto spec = parse_gpu_map(v);
+  if (!spec) return spec.error().message;
+  o.gpu_map = std::move(*spec);
+  return "";
+}
+
 struct Key {
   const char* name;  // in the file
   const char* env;   // its environment variable
@@ -70,6 +77,7 @@ constexpr Key kKeys[] = {
     {"compression", "PHOS_COMPRESSION", set_compression},
     {"zstd_level", "PHOS_ZSTD_LEVEL", set_zstd_level},
     {"chunk_mib", "PHOS_CHUNK_MIB", set_chunk_mib},
+    {"gpu_map", "PHOS_GPU_MAP", set_gpu_map},
 };
 
 const Key* find_key(std::string_view name) {
@@ -158,7 +166,8 @@ std::string PluginOptions::describe() const {
          " engine_workers=" + (engine_workers ? std::to_string(engine_workers) : std::string("auto")) +
          " direct_io=" + (direct_io == image::DirectIo::Auto ? "auto" : "off") +
          " compression=" + std::string(image::compression_name(compression)) +
-         " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib);
+         " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
+         " gpu_map=" + describe_gpu_map(gpu_map);
 }
 
 }  // namespace phos::plugin

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpu_map.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
 
@@ -26,6 +27,7 @@ struct PluginOptions {
   image::Compression compression = image::Compression::None;  // compression: none | zstd
   int zstd_level = 1;                   // zstd_level: 1..19
   uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
+  GpuMapSpec gpu_map;                   // gpu_map: restore onto other GPUs (gpu_map.h), e.g. 0=1
 
   uint32_t chunk_size() const { return chunk_mib << 20; }
 

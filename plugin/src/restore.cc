@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <cstring>
+
 #include "agent_client.h"
 #include "driver_checkpoint.h"
 #include "log.h"
@@ -15,7 +17,7 @@ Result<void> Restorer::load() {
   for (pid_t vpid : *pids) {
     auto img = image::open_process_image(dirfd_, vpid, /*require_complete=*/true);
     if (!img) return img.error();
-    Loaded l{std::move(*img), {}};
+    Loaded l{std::move(*img), {}, {}};
     const image::Manifest& m = l.image.manifest;
     if (!m.devices.empty() || !m.allocations.empty()) {
       if (!engine_) {
@@ -23,8 +25,14 @@ Result<void> Restorer::load() {
         if (!engine) return make_error(l.image.manifest_name + ": " + engine.error().message, engine.error().code);
         engine_ = std::move(*engine);
       }
-      PHOS_TRY(engine_->check_devices(m, l.image.manifest_name));
-      auto fds = engine_->load(dirfd_, m);
+      auto placement = engine_->place_devices(m, l.image.manifest_name, options_.gpu_map);
+      if (!placement) return placement.error();
+      l.placement = std::move(*placement);
+      for (const auto& p : l.placement)
+        if (p.moved())
+          PHOS_INFO("%s: device %u (%s) restored onto GPU %d (%s)", l.image.manifest_name.c_str(), p.image_ordinal,
+                    format_gpu_uuid(p.image_uuid).c_str(), p.host_ordinal, format_gpu_uuid(p.host_uuid).c_str());
+      auto fds = engine_->load(dirfd_, m, l.placement);
       if (!fds) return make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
       l.fds = std::move(*fds);
     }
@@ -38,8 +46,20 @@ Result<void> Restorer::load() {
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   // Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.
   if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
-    PHOS_INFO("process %d: driver restore", pid);
-    PHOS_TRY(driver_restore_and_unlock(pid));
+    // UUID pairs only when a GPU moves; then every GPU of the image is named,
+    // as the driver asks.
+    std::vector<CUcheckpointGpuPair> pairs;
+    bool moved = false;
+    for (const auto& p : l.placement) {
+      moved = moved || p.moved();
+      CUcheckpointGpuPair pair{};
+      std::memcpy(pair.oldUuid.bytes, p.image_uuid.data(), 16);
+      std::memcpy(pair.newUuid.bytes, p.host_uuid.data(), 16);
+      pairs.push_back(pair);
+    }
+    if (!moved) pairs.clear();
+    PHOS_INFO("process %d: driver restore%s", pid, moved ? " onto the mapped GPUs" : "");
+    PHOS_TRY(driver_restore_and_unlock(pid, pairs));
     PHOS_INFO("process %d: driver restored and unlocked", pid);
   }
   std::vector<AgentAllocation> allocs;

@@ -36,6 +36,7 @@ class Restorer {
   struct Loaded {
     image::ProcessImage image;
     std::vector<UniqueFd> fds;  // one per allocation, filled device memory
+    std::vector<GpuPlacement> placement;  // where each of the image's GPUs went
   };
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
 

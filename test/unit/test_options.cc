@@ -168,3 +168,20 @@ TEST_CASE("options: describe names every setting", "[options]") {
                           "compression=zstd", "zstd_level=1", "chunk_mib=4"})
     CHECK(d.find(key) != std::string::npos);
 }
+
+TEST_CASE("options: gpu_map from the file, the variable over it", "[options]") {
+  auto p = parse("gpu_map = 0=1\n");
+  CHECK(p.warnings.empty());
+  REQUIRE(p.options.gpu_map.size() == 1);
+  CHECK(p.options.gpu_map[0].to == "1");
+  auto q = parse("gpu_map = 0=1\n", {{"PHOS_GPU_MAP", "0=0,1=1"}});
+  CHECK(q.options.gpu_map.size() == 2);
+  CHECK(q.options.describe().find("gpu_map=0=0,1=1") != std::string::npos);
+}
+
+TEST_CASE("options: a bad gpu_map is warned about and ignored", "[options]") {
+  auto p = parse("gpu_map = 0:1\n");
+  REQUIRE(p.warnings.size() == 1);
+  CHECK(p.warnings[0].find("phos.conf:1: gpu_map = 0:1:") != std::string::npos);
+  CHECK(p.options.gpu_map.empty());
+}
