@@ -71,6 +71,8 @@ class Checkpointer {
   // Records that the dump is about to take `step` from the process: in the
   // target, and with the keeper, before it happens.
   void taking(pid_t pid, Target& t, uint32_t step);
+  // The engine, started once, with contexts on devices 0..devices-1.
+  Result<void> start_engine(int devices);
   // Starts phos-keeper once per dump; a dump goes on without one (warned).
   void start_keeper();
 

@@ -68,6 +68,14 @@ CUcontext Engine::context(int ordinal, Result<void>& err) {
   return ctx;
 }
 
+void Engine::warm_up(int count) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  for (int d = 0; d < count; d++) {
+    Result<void> err;
+    if (!context(d, err)) PHOS_WARN("engine warm-up: %s", err.error().message.c_str());
+  }
+}
+
 Result<CUdeviceptr> Engine::map(CUmemGenericAllocationHandle h, size_t size, int device) {
   CUdeviceptr va = 0;
   PHOS_CU(cu_, cu_.cuMemAddressReserve(&va, size, 0, 0, 0), "reserve address range");
