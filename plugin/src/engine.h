@@ -32,7 +32,7 @@ namespace phos::plugin {
 
 struct EngineSettings {
   uint32_t chunk_size = image::kDefaultChunkSize;  // of a dump; a restore uses the image's
-  unsigned workers = 0;                             // 0: one per two cores, at most 8
+  unsigned workers = 0;                             // 0: one per core, at most 16
   image::DirectIo direct_io = image::DirectIo::Auto;
   image::Compression compression = image::Compression::None;
   int zstd_level = 1;

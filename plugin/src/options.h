@@ -22,7 +22,7 @@ inline constexpr const char* kDefaultConfigPath = "/etc/phos/phos.conf";
 struct PluginOptions {
   int agent_timeout_ms = 10000;         // agent_timeout_ms: any one reply
   uint32_t quiesce_timeout_ms = 10000;  // quiesce_timeout_ms: CUDA calls to leave the gate
-  unsigned engine_workers = 0;          // engine_workers: copy threads (0: one per two cores, at most 8)
+  unsigned engine_workers = 0;          // engine_workers: copy threads (0: one per core, at most 16)
   image::DirectIo direct_io = image::DirectIo::Auto;          // direct_io: auto | off
   image::Compression compression = image::Compression::None;  // compression: none | zstd
   int zstd_level = 1;                   // zstd_level: 1..19
