@@ -9,6 +9,10 @@ CRIU=${CRIU:-/usr/local/sbin/criu}
 # The workload: the CPU counter, or another program with the same contract
 # ("WORKLOAD STATE [ARGS...]", writing "TOKEN COUNTER ..." to STATE).
 COUNTER=${PHOS_WORKLOAD:-$BUILD/test/e2e/phos-test-counter}
+# A script workload runs under its interpreter (e.g. python3, from PATH).
+RUNNER=${PHOS_WORKLOAD_RUNNER:-}
+# Every criu run ends within PHOS_CRIU_TIMEOUT seconds (rc 124 if not).
+CRIU_LIMIT=(timeout -k 10 "${PHOS_CRIU_TIMEOUT:-600}")
 PHOSCTL=$BUILD/plugin/phosctl
 LIBPHOS=$BUILD/cuda_hooks/libphos.so
 TEST_NAME=$(basename "$0" .sh)
@@ -33,7 +37,8 @@ if [ "$(id -u)" -ne 0 ] || [ ! -x "$CRIU" ]; then
   exit 77
 fi
 
-WORK=$(mktemp -d /tmp/phos-e2e.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/phos-e2e.XXXXXX")
+MATCH="^${RUNNER:+$RUNNER }$COUNTER $WORK/state"  # pgrep -f pattern of our workloads
 PLUGIN_DIR=$WORK/plugins   # criu --lib loads every .so in a directory
 IMG=$WORK/img
 mkdir -p "$PLUGIN_DIR" "$IMG"
@@ -47,7 +52,7 @@ cleanup() {
 trap cleanup EXIT
 
 # Pids (in our namespace) of this test's workload processes.
-workload_pids() { pgrep -f "^$COUNTER $WORK/state" || true; }
+workload_pids() { pgrep -f "$MATCH" || true; }
 
 # start_workload [--preload] [WORKLOAD ARGS...]
 start_workload() {
@@ -66,10 +71,10 @@ start_workload() {
   local ns=(unshare --pid --fork)
   [ -n "${PHOS_NO_PIDNS:-}" ] && ns=()
   ("${ns[@]}" setsid bash -c 'exec env "$@" </dev/null >/dev/null 2>&1' _ \
-     "${env_args[@]}" "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
+     "${env_args[@]}" $RUNNER "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
   WORKLOAD_PID=
   for _ in $(seq 600); do
-    WORKLOAD_PID=$(pgrep -o -f "^$COUNTER $WORK/state" || true)
+    WORKLOAD_PID=$(pgrep -o -f "$MATCH" || true)
     [ -n "$WORKLOAD_PID" ] && [ -s "$WORK/state" ] && break
     sleep 0.05
   done
@@ -91,19 +96,19 @@ wait_counter_above() {
 }
 
 criu_dump() {
-  "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
+  "${CRIU_LIMIT[@]}" "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
 }
 criu_restore() {
   if [ -n "${PHOS_NO_PIDNS:-}" ] && [ -n "${WORKLOAD_PID:-}" ]; then
     for _ in $(seq 100); do [ -e "/proc/$WORKLOAD_PID" ] || break; sleep 0.05; done
   fi
-  "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
+  "${CRIU_LIMIT[@]}" "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
 }
 # The pid of the restored root process, once it runs.
 restored_pid() {
   for _ in $(seq 100); do
     local p
-    p=$(pgrep -o -f "^$COUNTER $WORK/state" || true)
+    p=$(pgrep -o -f "$MATCH" || true)
     [ -n "$p" ] && { echo "$p"; return 0; }
     sleep 0.05
   done
