@@ -12,7 +12,7 @@ COUNTER=${PHOS_WORKLOAD:-$BUILD/test/e2e/phos-test-counter}
 # A script workload runs under its interpreter (e.g. python3, from PATH).
 RUNNER=${PHOS_WORKLOAD_RUNNER:-}
 # Every criu run ends within PHOS_CRIU_TIMEOUT seconds (rc 124 if not).
-CRIU_LIMIT=(timeout -k 10 "${PHOS_CRIU_TIMEOUT:-600}")
+CRIU_LIMIT=(timeout --foreground -k 10 "${PHOS_CRIU_TIMEOUT:-600}")
 PHOSCTL=$BUILD/plugin/phosctl
 LIBPHOS=$BUILD/cuda_hooks/libphos.so
 TEST_NAME=$(basename "$0" .sh)
