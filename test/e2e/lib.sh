@@ -73,12 +73,16 @@ start_workload() {
   ("${ns[@]}" setsid bash -c 'exec env "$@" </dev/null >/dev/null 2>&1' _ \
      "${env_args[@]}" $RUNNER "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
   WORKLOAD_PID=
+  local seen=
   for _ in $(seq 600); do
     WORKLOAD_PID=$(pgrep -o -f "$MATCH" || true)
     [ -n "$WORKLOAD_PID" ] && [ -s "$WORK/state" ] && break
+    if [ -n "$WORKLOAD_PID" ]; then seen=1; elif [ -n "$seen" ]; then break; fi  # started, then died
     sleep 0.05
   done
-  [ -n "$WORKLOAD_PID" ] || fail "workload did not start"
+  # Its output went to /dev/null: run it once more, briefly, to say why.
+  [ -n "$WORKLOAD_PID" ] || fail "workload did not start: $(timeout 10 env "${env_args[@]}" $RUNNER "$COUNTER" \
+    "$WORK/probe" "${counter_args[@]}" </dev/null 2>&1 | tail -n 3 | tr '\n' ' ')"
 }
 
 state_token() { cut -d' ' -f1 "$WORK/state"; }
