@@ -102,10 +102,15 @@ wait_counter_above() {
 criu_dump() {
   "${CRIU_LIMIT[@]}" "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
 }
-criu_restore() {
+# Without a pid namespace the restored pid is the dumped one: wait (5 s at
+# most) until the dumped process is reaped. Call it before timing a restore.
+wait_pid_free() {
   if [ -n "${PHOS_NO_PIDNS:-}" ] && [ -n "${WORKLOAD_PID:-}" ]; then
     for _ in $(seq 100); do [ -e "/proc/$WORKLOAD_PID" ] || break; sleep 0.05; done
   fi
+}
+criu_restore() {
+  wait_pid_free
   "${CRIU_LIMIT[@]}" "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
 }
 # The pid of the restored root process, once it runs.

@@ -40,6 +40,7 @@ rm -rf "$IMG" && mkdir "$IMG"
 t0=$(now); criu_dump || fail "criu dump failed"; t1=$(now)
 dumped=$(state_counter)
 [ -z "$(workload_pids)" ] || fail "process still running after the dump"
+wait_pid_free
 t2=$(now); criu_restore || fail "criu restore failed"; t3=$(now)
 pid=$(restored_pid) || fail "no restored process"
 slices=$(( (MIB + 63) / 64 ))
@@ -53,7 +54,8 @@ kill -9 "$pid"; sleep 0.5
 
 # criu restore leaves the images as they were: damage them in place (no
 # copy of a 32 GiB image).
-data=$(ls "$IMG"/phos-*-data-0.img | head -n1)
+data=$(ls "$IMG"/phos-*-data-0.img 2>/dev/null | head -n1) || true
+[ -n "$data" ] || fail "no GPU data file in the image"
 printf '\xff' | dd of="$data" bs=1 seek=$((4096 + 12345)) conv=notrunc status=none
 if criu_restore; then fail "restore succeeded from a corrupted image"; fi
 grep -q "checksum mismatch" "$WORK/restore.log" || fail "restore log does not name the checksum mismatch"

@@ -44,15 +44,22 @@ dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 
 # ---- helpers of the cases (each case runs alone in its own bash) ----------
 
-# setup WORKLOAD [RUNNER]: lib.sh for this case, its logs kept on exit.
+# setup WORKLOAD [RUNNER]: lib.sh for this case, its logs kept on exit, and
+# its processes gone (their GPU memory free) before the next case starts.
 setup() {
   export PHOS_WORKLOAD=$1 PHOS_WORKLOAD_RUNNER=${2:-} PHOS_NO_PIDNS=1
   source "$here/../e2e/lib.sh"
   TEST_NAME=$CASE
   mkdir -p "$log/$CASE"
-  trap 'eval "$AT_EXIT" || true; cp "$WORK"/*.log "$WORK"/*.err "$log/$CASE/" 2>/dev/null || true; cleanup' EXIT
+  trap 'eval "$AT_EXIT" || true; cp "$WORK"/*.log "$WORK"/*.err "$log/$CASE/" 2>/dev/null || true
+        left=$(workload_pids); cleanup; gone $left' EXIT
 }
 AT_EXIT=:
+gone() {  # gone PID...: wait (10 s at most) until they have exited
+  for p in "$@"; do
+    for _ in $(seq 200); do [ -e "/proc/$p" ] || break; sleep 0.05; done
+  done
+}
 pass() { echo "RESULT PASS $*"; exit 0; }
 skip() { echo "RESULT SKIP $*"; exit 77; }
 
@@ -80,7 +87,10 @@ carried_on() {
 }
 phos_error() { grep -o "phos: Error: .*" "$1" | head -n1 || true; }
 # What the plugin wrote: "N allocations, M MiB".
-phos_wrote() { grep -o "wrote phos-[0-9]*-manifest.img ([^)]*)" "$WORK/dump.log" | sed 's/.*(//; s/)//' | paste -sd';' || true; }
+phos_wrote() { grep -o "wrote phos-[0-9]*-manifest.img ([^)]*)" "$WORK/dump.log" | sed 's/.*(//; s/)//' | paste -sd'|' | sed 's/|/ + /g' || true; }
+
+# The size of criu's own images (the process's memory and state).
+criu_mib() { find "$IMG" -maxdepth 1 -type f ! -name 'phos-*' -printf '%s\n' | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
 
 # dump_restore: criu dump, then restore into a new process; sets DUMPED,
 # TOKEN, DUMP_S, RESTORE_S.
@@ -91,6 +101,7 @@ dump_restore() {
   DUMPED=$(state_counter)
   sleep 0.2
   [ -z "$(workload_pids)" ] || fail "process still running after the dump"
+  wait_pid_free
   t2=$(now); criu_restore || fail "criu restore failed (rc $?)"; t3=$(now)
   restored_pid >/dev/null || fail "no restored process"
   DUMP_S=$(dt "$t0" "$t1") RESTORE_S=$(dt "$t2" "$t3")
@@ -129,7 +140,9 @@ case_cuda_graph() { steps_case graph; }
 
 torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   local n=150
-  setup "$here/torch_train.py" python3
+  # The interpreter's own path: what the process's command line shows (a
+  # launcher such as pyenv's would exec it under another name).
+  setup "$here/torch_train.py" "$(python3 -c 'import sys; print(sys.executable)')"
   export CUBLAS_WORKSPACE_CONFIG=:4096:8 "$@"
   timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
     > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
@@ -140,7 +153,7 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
   cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
-  pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu image $(du -sh --exclude='phos-*' "$IMG" | cut -f1), GPU image $(phos_wrote)"
+  pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)"
 }
 case_torch_mlp() { torch_case; }
 case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
@@ -232,7 +245,7 @@ restore_case() {
   wait_counter_above 5
   criu_dump || fail "criu dump failed (rc $?)"
   PID=$WORKLOAD_PID
-  sleep 0.2
+  gone "$PID"
   [ -z "$(workload_pids)" ] || fail "process still running after the dump"
 }
 # refused PATTERN: the restore fails, its log says PATTERN, nothing runs.
@@ -245,30 +258,31 @@ refused() {
 }
 case_restore_corrupt_chunk() {
   restore_case 1024
+  [ -f "$IMG/phos-$PID-data-0.img" ] || fail "no data file phos-$PID-data-0.img in the image"
   printf '\xff' | dd of="$IMG/phos-$PID-data-0.img" bs=1 seek=$((4096 + 12345)) conv=notrunc status=none
   refused "checksum mismatch"
 }
 case_restore_missing_data_file() {
   restore_case 1024
-  rm "$IMG/phos-$PID-data-0.img"
+  rm "$IMG/phos-$PID-data-0.img" || fail "no data file phos-$PID-data-0.img in the image"
   refused "data file phos-$PID-data-0.img is missing"
 }
 case_restore_incomplete_image() {
   restore_case 1024
-  rm "$IMG/phos-$PID-complete.img"
+  rm "$IMG/phos-$PID-complete.img" || fail "no completion marker phos-$PID-complete.img in the image"
   refused "incomplete image: phos-$PID-complete.img is missing"
 }
 case_restore_other_gpu_model() {
   restore_case 1024
   "$PHOS_BUILD/test/tools/phos-image-edit" "$IMG" "$PID" device-name 0 "NVIDIA Phos-Test-GPU" > "$WORK/edit.log" 2>&1 ||
-    fail "phos-image-edit failed"
+    fail "phos-image-edit failed: $(cat "$WORK/edit.log")"
   refused "the image was taken on NVIDIA Phos-Test-GPU"
 }
 case_restore_too_little_memory() {
   restore_case 2048
   "$bin/gpu_hog" "$WORK/hog.ready" --leave 1024 > "$WORK/hog.log" 2>&1 &
   local hog=$!
-  AT_EXIT="kill $hog"
+  AT_EXIT="kill $hog; wait $hog"
   for _ in $(seq 1200); do [ -s "$WORK/hog.ready" ] && break; alive $hog || break; sleep 0.05; done
   [ -s "$WORK/hog.ready" ] || fail "the memory hog did not start"
   echo "hog: $(cat "$WORK/hog.ready")"
@@ -295,7 +309,7 @@ case_restore_next_to_gpu_process() {
   setup "$bin/gpu_counter"
   "$bin/gpu_hog" "$WORK/hog.ready" --hold 8192 > "$WORK/hog.log" 2>&1 &
   local hog=$!
-  AT_EXIT="kill $hog"
+  AT_EXIT="kill $hog; wait $hog"
   for _ in $(seq 600); do [ -s "$WORK/hog.ready" ] && break; alive $hog || break; sleep 0.05; done
   [ -s "$WORK/hog.ready" ] || fail "the other GPU process did not start"
   start_workload --preload 1024
