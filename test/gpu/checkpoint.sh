@@ -16,9 +16,12 @@ source "$(dirname "$0")/../e2e/lib.sh"
 TEST_NAME=checkpoint_${MIB}MiB
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
-# The device counter equals the host counter and nothing failed verification.
+# The device counter equals the host counter and nothing failed verification
+# (one read: the workload rewrites the file every step).
 consistent() {
-  [ "$(state_field 2)" = "$(state_field 3)" ] && [ "$(state_field 4)" = 0 ]
+  local token host device errors
+  read -r token host device errors _ < "$WORK/state"
+  [ "$host" = "$device" ] && [ "$errors" = 0 ]
 }
 phos_log() { grep -o "phos: .*" "$1" | grep -vE "initialized|left to other" | sed 's/^/    /'; }
 

@@ -65,8 +65,13 @@ skip() { echo "RESULT SKIP $*"; exit 77; }
 
 alive() { [ -e "/proc/$1" ] && [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" != Z ]; }
 field_of() { cut -d' ' -f"$2" "$1" 2>/dev/null || echo 0; }
-# gpu_counter's state FILE: device counter in step with the host's, no errors.
-intact() { [ "$(field_of "$1" 2)" = "$(field_of "$1" 3)" ] && [ "$(field_of "$1" 4)" = 0 ]; }
+# gpu_counter's state FILE: device counter in step with the host's, no errors
+# (one read: the workload rewrites the file every step).
+intact() {
+  local token host device errors
+  read -r token host device errors _ < "$1" || return 1
+  [ "$host" = "$device" ] && [ "$errors" = 0 ]
+}
 # wait_above FILE N SECONDS: the counter in FILE passes N in time.
 wait_above() {
   for _ in $(seq $(($3 * 20))); do
