@@ -74,7 +74,7 @@ intact() {
 }
 # wait_above FILE N SECONDS: the counter in FILE passes N in time.
 wait_above() {
-  for _ in $(seq $(($3 * 20))); do
+  for _ in $(seq "$(awk -v s="$3" 'BEGIN {print int(s * 20 + 0.5)}')"); do
     [ "$(field_of "$1" 2)" -gt "$2" ] 2>/dev/null && return 0
     sleep 0.05
   done
@@ -93,6 +93,18 @@ carried_on() {
 phos_error() { grep -o "phos: Error: .*" "$1" | head -n1 || true; }
 # What the plugin wrote: "N allocations, M MiB".
 phos_wrote() { grep -o "wrote phos-[0-9]*-manifest.img ([^)]*)" "$WORK/dump.log" | sed 's/.*(//; s/)//' | paste -sd'|' | sed 's/|/ + /g' || true; }
+
+# reach STEP SECONDS WHEN: the workload's counter passes STEP in time, else
+# fail (at once if it died) with what it left in STATE.error (gpu_steps,
+# torch_train.py).
+reach() {
+  local i
+  for i in $(seq $(($2 * 10))); do
+    wait_above "$WORK/state" "$1" 0.1 && return 0
+    [ -n "$(workload_pids)" ] || { wait_above "$WORK/state" "$1" 0.2 && return 0; break; }
+  done
+  fail "$3: stuck at step $(state_counter 2>/dev/null), process $([ -n "$(workload_pids)" ] && echo running || echo gone); $(tail -n 3 "$WORK/state.error" 2>/dev/null | tr '\n' ' ')"
+}
 
 # The size of criu's own images (the process's memory and state).
 criu_mib() { find "$IMG" -maxdepth 1 -type f ! -name 'phos-*' -printf '%s\n' | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
@@ -132,9 +144,9 @@ steps_case() {  # steps_case MODE: gpu_steps, dumped at step ~100 of 300
   timeout 120 env LD_PRELOAD="$LIBPHOS" "$COUNTER" "$WORK/ref.state" "$mode" --steps $n --pace-ms 0 \
     --log "$WORK/ref.steps" > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
   start_workload --preload "$mode" --steps $n --log "$WORK/run.steps"
-  wait_counter_above 100 60
+  reach 100 60 "before the dump"
   dump_restore
-  wait_counter_above $((n - 1)) 60
+  reach $((n - 1)) 60 "after the restore"
   [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
   cmp -s "$WORK/ref.steps" "$WORK/run.steps" ||
     fail "checksums differ from the uninterrupted run's from step $(diff "$WORK/ref.steps" "$WORK/run.steps" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
@@ -152,9 +164,9 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
     > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
   start_workload --preload "$WORK/run.losses" $n
-  wait_counter_above 40 120
+  reach 40 120 "before the dump"
   dump_restore
-  wait_counter_above $((n - 1)) 120
+  reach $((n - 1)) 120 "after the restore"
   [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
   cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"

@@ -5,6 +5,8 @@
 // gets "TOKEN COUNTER CHECKSUM" every step (atomically, no file kept open);
 // LOG gets "COUNTER CHECKSUM" appended per step (opened and closed each time).
 // CHECKSUM is a running checksum, kept in host memory, of every step's result.
+// A CUDA or cuBLAS error ends it with the message in STATE.error (its output
+// goes nowhere under the e2e tests).
 //
 //   cublas: X <- tanh(alpha * A * X) + drive(step), SGEMM on 2048 x 2048
 //           (cuBLAS without atomics; run with CUBLAS_WORKSPACE_CONFIG=:4096:8
@@ -31,13 +33,30 @@
 
 #include "gpu_check.h"
 
-#define CHECK_CUBLAS(x)                                                                       \
-  do {                                                                                        \
-    cublasStatus_t s_ = (x);                                                                  \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+namespace {
+
+std::string g_error_file;
+void write_file(const char* path, const char* text, bool append);
+
+[[noreturn]] void die(const char* file, int line, const char* what, const std::string& why) {
+  char text[1024];
+  std::snprintf(text, sizeof(text), "%s:%d: %s: %s\n", file, line, what, why.c_str());
+  std::fputs(text, stderr);
+  if (!g_error_file.empty()) write_file(g_error_file.c_str(), text, false);
+  std::exit(1);
+}
+}  // namespace
+
+#undef CHECK_CUDA
+#define CHECK_CUDA(x)                                                       \
+  do {                                                                      \
+    cudaError_t e_ = (x);                                                   \
+    if (e_ != cudaSuccess) die(__FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+  } while (0)
+#define CHECK_CUBLAS(x)                                                                         \
+  do {                                                                                          \
+    cublasStatus_t s_ = (x);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) die(__FILE__, __LINE__, #x, "cuBLAS status " + std::to_string(int(s_))); \
   } while (0)
 
 namespace {
@@ -179,6 +198,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--log")) log = argv[i + 1];
     else if (!std::strcmp(argv[i], "--pace-ms")) pace_ms = std::atoi(argv[i + 1]);
   }
+  g_error_file = std::string(argv[1]) + ".error";
   uint64_t token;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
   CHECK_CUDA(cudaFree(nullptr));

@@ -3,13 +3,16 @@ the deterministic MLP of torch_workloads.py, trained for STEPS steps. Every
 step appends "STEP LOSS" (the loss as a float hex, exact) to LOSSES and
 writes "TOKEN STEP" to STATE (atomically); no file stays open, since CRIU
 checks the size of open regular files. A run that was dumped and restored
-must write exactly the loss curve of an uninterrupted one.
+must write exactly the loss curve of an uninterrupted one. An exception ends
+it with its traceback in STATE.error (its output goes nowhere under the e2e
+tests).
 
 usage: torch_train.py STATE LOSSES STEPS [PACE_MS]
 """
 import os
 import sys
 import time
+import traceback
 
 from torch_workloads import build  # also sets CUBLAS_WORKSPACE_CONFIG before CUDA starts
 import torch
@@ -38,4 +41,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException:
+        with open(sys.argv[1] + ".error", "w") as f:
+            f.write(traceback.format_exc())
+        raise
