@@ -17,7 +17,7 @@ for _ in $(seq 200); do
 done
 grep -q "fault injection (PHOS_FAULT)" "$WORK/dump.log" || fail "the dump never reached the injected stall"
 grep -q "phos-keeper started" "$WORK/dump.log" || fail "the plugin did not start phos-keeper"
-criu_pid=$(pgrep -f "dump -t $WORKLOAD_PID -D $IMG" | head -n1)
+criu_pid=$(pgrep -f "^$CRIU dump -t $WORKLOAD_PID -D $IMG" | head -n1)
 [ -n "$criu_pid" ] || fail "criu not found"
 kill -9 "$criu_pid"
 wait "$criu_job" 2>/dev/null || true

@@ -9,6 +9,11 @@ CRIU=${CRIU:-/usr/local/sbin/criu}
 # The workload: the CPU counter, or another program with the same contract
 # ("WORKLOAD STATE [ARGS...]", writing "TOKEN COUNTER ..." to STATE).
 COUNTER=${PHOS_WORKLOAD:-$BUILD/test/e2e/phos-test-counter}
+# A script workload runs under its interpreter (e.g. python3, from PATH).
+RUNNER=${PHOS_WORKLOAD_RUNNER:-}
+# Every criu run ends within CRIU_TIMEOUT (else PHOS_CRIU_TIMEOUT, else 600)
+# seconds; rc 124 if not. Read at each run: a script may set it per case.
+criu_limit() { timeout --foreground -k 10 "${CRIU_TIMEOUT:-${PHOS_CRIU_TIMEOUT:-600}}" "$@"; }
 PHOSCTL=$BUILD/plugin/phosctl
 LIBPHOS=$BUILD/cuda_hooks/libphos.so
 TEST_NAME=$(basename "$0" .sh)
@@ -33,7 +38,8 @@ if [ "$(id -u)" -ne 0 ] || [ ! -x "$CRIU" ]; then
   exit 77
 fi
 
-WORK=$(mktemp -d /tmp/phos-e2e.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/phos-e2e.XXXXXX")
+MATCH="^${RUNNER:+$RUNNER }$COUNTER $WORK/state"  # pgrep -f pattern of our workloads
 PLUGIN_DIR=$WORK/plugins   # criu --lib loads every .so in a directory
 IMG=$WORK/img
 mkdir -p "$PLUGIN_DIR" "$IMG"
@@ -47,7 +53,7 @@ cleanup() {
 trap cleanup EXIT
 
 # Pids (in our namespace) of this test's workload processes.
-workload_pids() { pgrep -f "^$COUNTER $WORK/state" || true; }
+workload_pids() { pgrep -f "$MATCH" || true; }
 
 # start_workload [--preload] [WORKLOAD ARGS...]
 start_workload() {
@@ -66,14 +72,18 @@ start_workload() {
   local ns=(unshare --pid --fork)
   [ -n "${PHOS_NO_PIDNS:-}" ] && ns=()
   ("${ns[@]}" setsid bash -c 'exec env "$@" </dev/null >/dev/null 2>&1' _ \
-     "${env_args[@]}" "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
+     "${env_args[@]}" $RUNNER "$COUNTER" "$WORK/state" "${counter_args[@]}" </dev/null >"$WORK/unshare.out" 2>&1 &)
   WORKLOAD_PID=
+  local seen=
   for _ in $(seq 600); do
-    WORKLOAD_PID=$(pgrep -o -f "^$COUNTER $WORK/state" || true)
+    WORKLOAD_PID=$(pgrep -o -f "$MATCH" || true)
     [ -n "$WORKLOAD_PID" ] && [ -s "$WORK/state" ] && break
+    if [ -n "$WORKLOAD_PID" ]; then seen=1; elif [ -n "$seen" ]; then break; fi  # started, then died
     sleep 0.05
   done
-  [ -n "$WORKLOAD_PID" ] || fail "workload did not start"
+  # Its output went to /dev/null: run it once more, briefly, to say why.
+  [ -n "$WORKLOAD_PID" ] || fail "workload did not start: $(timeout 10 env "${env_args[@]}" $RUNNER "$COUNTER" \
+    "$WORK/probe" "${counter_args[@]}" </dev/null 2>&1 | tail -n 3 | tr '\n' ' ')"
 }
 
 state_token() { cut -d' ' -f1 "$WORK/state"; }
@@ -90,22 +100,25 @@ wait_counter_above() {
   fail "counter stuck at $(state_counter 2>/dev/null) (wanted > $1)"
 }
 
-# CRIU_TIMEOUT=SECONDS bounds each criu run (timeout(1): 124 when it ran out).
-criu_cmd() { if [ -n "${CRIU_TIMEOUT:-}" ]; then timeout -k 10 "$CRIU_TIMEOUT" "$CRIU" "$@"; else "$CRIU" "$@"; fi; }
 criu_dump() {
-  criu_cmd dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
+  criu_limit "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
 }
-criu_restore() {
+# Without a pid namespace the restored pid is the dumped one: wait (5 s at
+# most) until the dumped process is reaped. Call it before timing a restore.
+wait_pid_free() {
   if [ -n "${PHOS_NO_PIDNS:-}" ] && [ -n "${WORKLOAD_PID:-}" ]; then
     for _ in $(seq 100); do [ -e "/proc/$WORKLOAD_PID" ] || break; sleep 0.05; done
   fi
-  criu_cmd restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
+}
+criu_restore() {
+  wait_pid_free
+  criu_limit "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
 }
 # The pid of the restored root process, once it runs.
 restored_pid() {
   for _ in $(seq 100); do
     local p
-    p=$(pgrep -o -f "^$COUNTER $WORK/state" || true)
+    p=$(pgrep -o -f "$MATCH" || true)
     [ -n "$p" ] && { echo "$p"; return 0; }
     sleep 0.05
   done

@@ -34,7 +34,9 @@ run_one() {  # run_one NAME PLUGIN_SO [--preload]
     restored_pid >/dev/null || fail "no restored process"
     wait_counter_above $((dumped + MIB / 64 + 5)) $((MIB / 64 / 20 + 10))
     local ok=no
-    [ "$(state_token)" = "$token" ] && [ "$(state_field 2)" = "$(state_field 3)" ] && [ "$(state_field 4)" = 0 ] && ok=yes
+    local tok host device errors
+    read -r tok host device errors _ < "$WORK/state"   # one read: rewritten every step
+    [ "$tok" = "$token" ] && [ "$host" = "$device" ] && [ "$errors" = 0 ] && ok=yes
     printf "compare: %-18s %6d MiB  dump %7s s  restore %7s s  image %6s  carried on intact: %s\n" \
       "$name" "$MIB" "$(dt "$t0" "$t1")" "$(dt "$t2" "$t3")" "$size" "$ok"
   )

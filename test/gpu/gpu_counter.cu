@@ -14,7 +14,11 @@
 // restore (no gap spans the restore); a clock that went backwards counts as
 // no gap.
 //
-// usage: phos-gpu-counter STATE MIB
+// usage: phos-gpu-counter STATE MIB [--child] [--cupti]
+//   --child: first fork and exec a second counter with STATE.child (a process
+//            tree of two CUDA processes);
+//   --cupti: subscribe CUPTI's activity API (the driver's checkpoint refuses
+//            a process that CUPTI is attached to).
 #include <fcntl.h>
 #include <sys/random.h>
 #include <time.h>
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "gpu_check.h"
@@ -84,14 +89,29 @@ void write_state(const char* path, uint64_t token, uint64_t counter, unsigned lo
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s STATE MIB\n", argv[0]);
+    std::fprintf(stderr, "usage: %s STATE MIB [--child] [--cupti]\n", argv[0]);
     return 2;
+  }
+  bool cupti = false;
+  for (int i = 3; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--cupti")) cupti = true;
+    if (std::strcmp(argv[i], "--child")) continue;
+    // Before any CUDA call: the child starts its own CUDA from scratch.
+    pid_t child = fork();
+    if (child < 0) return 2;
+    if (child == 0) {
+      std::string state = std::string(argv[1]) + ".child";
+      execl(argv[0], argv[0], state.c_str(), argv[2], static_cast<char*>(nullptr));
+      _exit(127);
+    }
   }
   size_t words = (size_t(std::atoll(argv[2])) << 20) / 8;
   uint64_t token;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
   uint64_t* big;
   unsigned long long *errors, *device_counter, *host;
+  CHECK_CUDA(cudaFree(nullptr));
+  if (cupti) gpu_check::start_kernel_count();
   CHECK_CUDA(cudaMalloc(&big, words * 8));
   CHECK_CUDA(cudaMalloc(&errors, 8));           // small: in a slab
   CHECK_CUDA(cudaMalloc(&device_counter, 8));   // small: in a slab

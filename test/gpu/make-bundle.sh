@@ -15,10 +15,10 @@ rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu"
 # Mirror the build tree's layout so scripts take PHOS_BUILD=bundle/build.
 (cd "$src/build-gpu" && cp --parents cuda_hooks/libphos.so plugin/phos_plugin.so plugin/phos-keeper plugin/phosctl \
    test/e2e/phos-test-counter test/unit/phos-unit-tests test/hooks/phos-agent-tool test/bench/cuda-checkpoint \
-   "$out/build/")
+   test/tools/phos-image-edit "$out/build/")
 # The suite's CUDA programs, for Hopper (sm_90), with the toolkit here.
 mkdir -p "$out/gpu"
-for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter; do
+for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
 cp /usr/local/sbin/criu "$out/bin/"
@@ -26,7 +26,7 @@ cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"
 gcc -O2 -I"$cuda/include" -o "$out/bin/probe_driver_entry" "$src/test/gpu/probe_driver_entry.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_dlsym_logger.so" "$src/test/gpu/dlsym_logger.c" -ldl
 for f in "$out/bin/criu" "$out/build/plugin/phosctl" "$out/build/test/unit/phos-unit-tests" \
-         "$out/build/test/hooks/phos-agent-tool"; do
+         "$out/build/test/hooks/phos-agent-tool" "$out/build/test/tools/phos-image-edit"; do
   ldd "$f" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' || true
 done | sort -u | while read -r lib; do cp -L "$lib" "$out/lib-all/"; done
 du -sh "$out" | awk '{print "bundle: " $1}'

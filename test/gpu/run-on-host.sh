@@ -13,7 +13,7 @@ export LD_LIBRARY_PATH=$bundle/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$
 # (a carried library's own needs show only once it is found).
 for _ in 1 2 3 4 5; do
   missing=$(for f in "$bundle/bin/criu" "$bundle/build/plugin/phosctl" "$bundle/build/test/unit/phos-unit-tests" \
-                     "$bundle"/gpu/*; do ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'; done | sort -u)
+                     "$bundle/build/test/tools/phos-image-edit" "$bundle"/gpu/*; do ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'; done | sort -u)
   [ -z "$missing" ] && break
   for lib in $missing; do [ -e "$bundle/lib-all/$lib" ] && ln -sf "$bundle/lib-all/$lib" "$bundle/lib/$lib"; done
 done

@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# GPU processes through the real criu and the phos plugin, on a GPU host,
+# from bundle/ (test/gpu/make-bundle.sh). One line per case:
+#   gpu-criu: CASE: PASS|FAIL|SKIP  details
+#
+#   pattern_{1,8,32}GiB  checkpoint.sh MIB: leave-running dump, dump + restore
+#                        with every byte of device memory re-verified, a
+#                        corrupted chunk refused; with the dump/restore times
+#   cublas, cuda_graph   gpu_steps: a cuBLAS GEMM chain / a CUDA graph
+#                        instantiated once and replayed every step; dumped,
+#                        restored, the per-step checksums of the whole run equal
+#                        those of an uninterrupted run, bit for bit
+#   torch_mlp, torch_mlp_expandable  torch_train.py (expandable segments for
+#                        the second): the loss curve across a dump and restore
+#                        equals the uninterrupted one, bit for bit
+#   two_processes        a CUDA parent and its CUDA child, dumped as one tree
+#                        and restored, both carry on intact
+#   dump_disk_full       images on a 256 MiB tmpfs: the dump fails saying so,
+#                        the process carries on intact
+#   dump_driver_refuses  CUPTI attached, so the driver refuses its checkpoint:
+#                        the dump fails, the process carries on intact
+#   dump_criu_killed     criu killed with SIGKILL while it copies 8 GiB: does
+#                        the process carry on intact within 30 s?
+#   restore_corrupt_chunk, restore_missing_data_file, restore_incomplete_image,
+#   restore_other_gpu_model, restore_too_little_memory: the restore is
+#                        refused, naming the problem, and no process runs
+#   not_preloaded        a CUDA process without libphos.so: phos leaves it to
+#                        CRIU's cuda plugin, which dumps and restores it
+#   restore_next_to_gpu_process  another GPU process runs throughout: the
+#                        restore works and the other process is unharmed
+#
+# Workloads run without a pid namespace (PHOS_NO_PIDNS=1: the driver's
+# exportable memory fails in one that sees the host's /proc); work dirs and
+# images live on /dev/shm. Each case runs in a bash of its own under a time
+# limit (lib.sh sets traps and exits on failure); its output and criu's logs
+# are kept in $OUT/gpu-criu (default /tmp/gpu-criu).
+# usage: criu_suite.sh [CASE...]   (default: all, in the order above)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+log=${OUT:-/tmp}/gpu-criu
+bin=${PHOS_BUNDLE:-}/gpu
+now() { date +%s.%N; }
+dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
+
+# ---- helpers of the cases (each case runs alone in its own bash) ----------
+
+# setup WORKLOAD [RUNNER]: lib.sh for this case, its logs kept on exit, and
+# its processes gone (their GPU memory free) before the next case starts.
+setup() {
+  export PHOS_WORKLOAD=$1 PHOS_WORKLOAD_RUNNER=${2:-} PHOS_NO_PIDNS=1
+  source "$here/../e2e/lib.sh"
+  TEST_NAME=$CASE
+  mkdir -p "$log/$CASE"
+  trap 'eval "$AT_EXIT" || true; cp "$WORK"/*.log "$WORK"/*.err "$log/$CASE/" 2>/dev/null || true
+        left=$(workload_pids); cleanup; gone $left' EXIT
+}
+AT_EXIT=:
+gone() {  # gone PID...: wait (10 s at most) until they have exited
+  for p in "$@"; do
+    for _ in $(seq 200); do [ -e "/proc/$p" ] || break; sleep 0.05; done
+  done
+}
+pass() { echo "RESULT PASS $*"; exit 0; }
+skip() { echo "RESULT SKIP $*"; exit 77; }
+
+alive() { [ -e "/proc/$1" ] && [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" != Z ]; }
+field_of() { cut -d' ' -f"$2" "$1" 2>/dev/null || echo 0; }
+# gpu_counter's state FILE: device counter in step with the host's, no errors
+# (one read: the workload rewrites the file every step).
+intact() {
+  local token host device errors
+  read -r token host device errors _ < "$1" || return 1
+  [ "$host" = "$device" ] && [ "$errors" = 0 ]
+}
+# wait_above FILE N SECONDS: the counter in FILE passes N in time.
+wait_above() {
+  for _ in $(seq "$(awk -v s="$3" 'BEGIN {print int(s * 20 + 0.5)}')"); do
+    [ "$(field_of "$1" 2)" -gt "$2" ] 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+# carried_on FILE TOKEN MIB: counts on past a re-verification of all its
+# device memory, same token, intact (else fail); says so in CARRIED.
+carried_on() {
+  local at slices=$((($3 + 63) / 64))
+  at=$(field_of "$1" 2)
+  wait_above "$1" $((at + slices + 5)) $((slices / 20 + 20)) || fail "$(basename "$1"): counter stuck at $(field_of "$1" 2)"
+  [ "$(field_of "$1" 1)" = "$2" ] || fail "$(basename "$1"): token changed"
+  intact "$1" || fail "$(basename "$1"): device memory not intact: $(cat "$1")"
+  CARRIED="counter $at -> $(field_of "$1" 2), all $slices slices re-verified, 0 errors"
+}
+phos_error() { grep -o "phos: Error: .*" "$1" | head -n1 || true; }
+# What the plugin wrote: "N allocations, M MiB".
+phos_wrote() { grep -o "wrote phos-[0-9]*-manifest.img ([^)]*)" "$WORK/dump.log" | sed 's/.*(//; s/)//' | paste -sd'|' | sed 's/|/ + /g' || true; }
+
+# reach STEP SECONDS WHEN: the workload's counter passes STEP in time, else
+# fail (at once if it died) with what it left in STATE.error (gpu_steps,
+# torch_train.py).
+reach() {
+  local i
+  for i in $(seq $(($2 * 10))); do
+    wait_above "$WORK/state" "$1" 0.1 && return 0
+    [ -n "$(workload_pids)" ] || { wait_above "$WORK/state" "$1" 0.2 && return 0; break; }
+  done
+  fail "$3: stuck at step $(state_counter 2>/dev/null), process $([ -n "$(workload_pids)" ] && echo running || echo gone); $(tail -n 3 "$WORK/state.error" 2>/dev/null | tr '\n' ' ')"
+}
+
+# The size of criu's own images (the process's memory and state).
+criu_mib() { find "$IMG" -maxdepth 1 -type f ! -name 'phos-*' -printf '%s\n' | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
+
+# dump_restore: criu dump, then restore into a new process; sets DUMPED,
+# TOKEN, DUMP_S, RESTORE_S.
+dump_restore() {
+  local t0 t1 t2 t3
+  TOKEN=$(state_token)
+  t0=$(now); criu_dump || fail "criu dump failed (rc $?)"; t1=$(now)
+  DUMPED=$(state_counter)
+  sleep 0.2
+  [ -z "$(workload_pids)" ] || fail "process still running after the dump"
+  wait_pid_free
+  t2=$(now); criu_restore || fail "criu restore failed (rc $?)"; t3=$(now)
+  restored_pid >/dev/null || fail "no restored process"
+  DUMP_S=$(dt "$t0" "$t1") RESTORE_S=$(dt "$t2" "$t3")
+}
+
+# ---- cases -----------------------------------------------------------------
+
+pattern() {  # pattern MIB
+  local out rc
+  out=$(bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] || exit $rc
+  pass "$(grep -o 'leave-running dump in [0-9.]* s' <<<"$out"); $(grep -o '\] dump in [0-9.]* s, restore in [0-9.]* s' <<<"$out" | cut -c3-); all $((($1 + 63) / 64)) slices re-verified; corrupted chunk refused"
+}
+case_pattern_1GiB() { pattern 1024; }
+case_pattern_8GiB() { pattern 8192; }
+case_pattern_32GiB() { pattern 32768; }
+
+steps_case() {  # steps_case MODE: gpu_steps, dumped at step ~100 of 300
+  local mode=$1 n=300
+  setup "$bin/gpu_steps"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  timeout 120 env LD_PRELOAD="$LIBPHOS" "$COUNTER" "$WORK/ref.state" "$mode" --steps $n --pace-ms 0 \
+    --log "$WORK/ref.steps" > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
+  start_workload --preload "$mode" --steps $n --log "$WORK/run.steps"
+  reach 100 60 "before the dump"
+  dump_restore
+  reach $((n - 1)) 60 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  cmp -s "$WORK/ref.steps" "$WORK/run.steps" ||
+    fail "checksums differ from the uninterrupted run's from step $(diff "$WORK/ref.steps" "$WORK/run.steps" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
+  pass "checksums of all $n steps equal an uninterrupted run's (dumped at step $DUMPED, final $(state_field 3)); dump $DUMP_S s, restore $RESTORE_S s; image $(phos_wrote)"
+}
+case_cublas() { steps_case cublas; }
+case_cuda_graph() { steps_case graph; }
+
+torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
+  local n=150
+  # The interpreter's own path: what the process's command line shows (a
+  # launcher such as pyenv's would exec it under another name).
+  setup "$here/torch_train.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8 "$@"
+  timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
+  start_workload --preload "$WORK/run.losses" $n
+  reach 40 120 "before the dump"
+  dump_restore
+  reach $((n - 1)) 120 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
+    fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
+  pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)"
+}
+case_torch_mlp() { torch_case; }
+case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
+
+case_two_processes() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024 --child
+  wait_counter_above 5
+  wait_above "$WORK/state.child" 5 30 || fail "the child process does not count"
+  local child_token; child_token=$(field_of "$WORK/state.child" 1)
+  dump_restore
+  local images; images=$(ls "$IMG"/phos-*-manifest.img 2>/dev/null | wc -l || true)
+  [ "$images" = 2 ] || fail "$images GPU images, 2 expected"
+  carried_on "$WORK/state" "$TOKEN" 1024
+  local parent=$CARRIED
+  carried_on "$WORK/state.child" "$child_token" 1024
+  pass "both restored from one dump of the tree (dump $DUMP_S s, restore $RESTORE_S s; images $(phos_wrote)); parent: $parent; child: $CARRIED"
+}
+
+# lived_on TOKEN MIB: after a failed dump the process is alive, counts on
+# intact, its gate is open (else fail); says so in CARRIED.
+lived_on() {
+  alive "$WORKLOAD_PID" || fail "the process is gone after the failed dump"
+  carried_on "$WORK/state" "$1" "$2"
+  timeout 20 "$PHOSCTL" status "$WORKLOAD_PID" > "$WORK/status.txt" 2>&1 || true
+  grep -q "gate: open" "$WORK/status.txt" || fail "gate not open after the failed dump: $(tr '\n' ' ' < "$WORK/status.txt")"
+  CARRIED="$CARRIED, gate open"
+}
+
+case_dump_disk_full() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024
+  wait_counter_above 5
+  local token; token=$(state_token)
+  IMG=$WORK/small && mkdir -p "$IMG"
+  mount -t tmpfs -o size=256m phos-test-full "$IMG" || fail "cannot mount a small tmpfs"
+  AT_EXIT='umount -l "$IMG"'
+  if criu_dump; then fail "the dump of 1 GiB onto 256 MiB succeeded"; fi
+  grep -q "phos: Error: .*No space left on device" "$WORK/dump.log" ||
+    fail "the plugin's error does not name the full disk: $(phos_error "$WORK/dump.log")"
+  lived_on "$token" 1024
+  pass "dump refused: $(phos_error "$WORK/dump.log"); the process carried on: $CARRIED"
+}
+
+case_dump_driver_refuses() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024 --cupti
+  wait_counter_above 5
+  local token; token=$(state_token)
+  if criu_dump; then skip "the driver checkpointed a process with CUPTI attached (dump succeeded); nothing refused here"; fi
+  local err; err=$(phos_error "$WORK/dump.log")
+  [ -n "$err" ] || err=$(grep -m1 "Error" "$WORK/dump.log" || true)
+  [ -n "$err" ] || fail "criu dump failed without an error in its log"
+  lived_on "$token" 1024
+  pass "dump refused: $err; the process carried on: $CARRIED"
+}
+
+# Expected to fail until the plugin keeps device memory alive without criu.
+case_dump_criu_killed() {
+  setup "$bin/gpu_counter"
+  local mib=8192
+  start_workload --preload $mib
+  wait_counter_above 5
+  local token; token=$(state_token)
+  "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" 2>"$WORK/dump.err" &
+  local criu=$!
+  for _ in $(seq 600); do grep -q "gate closed" "$WORK/dump.log" 2>/dev/null && break; sleep 0.05; done
+  grep -q "gate closed" "$WORK/dump.log" || { kill -9 $criu; fail "the dump never closed the gate"; }
+  sleep 0.5
+  alive $criu || skip "criu finished the dump before it could be killed"
+  kill -9 $criu; wait $criu 2>/dev/null || true
+  local at; at=$(state_counter)
+  local slices=$((mib / 64)) ok=yes
+  wait_above "$WORK/state" $((at + slices + 5)) 30 || ok=no
+  local st gate driver
+  st=$(alive "$WORKLOAD_PID" && echo alive || echo gone)
+  gate=$(timeout 15 "$PHOSCTL" status "$WORKLOAD_PID" 2>&1 | grep -m1 -o "gate: [a-z]*" || echo "gate: no answer")
+  driver=$(timeout 15 "$PHOS_BUILD/test/bench/cuda-checkpoint" --get-state --pid "$WORKLOAD_PID" 2>&1 | head -n1 || true)
+  local last; last=$(grep -o "phos: .*" "$WORK/dump.log" | tail -n1 || true)
+  local detail="criu killed 0.5 s after 'gate closed' (its last phos line: '$last'); within 30 s: process $st, counter $at -> $(state_counter) (state '$(cat "$WORK/state")'), $gate, driver state '$driver'"
+  [ $ok = yes ] && [ "$st" = alive ] && intact "$WORK/state" && [ "$(state_token)" = "$token" ] || fail "$detail"
+  pass "$detail"
+}
+
+# restore_case MIB: a dumped image of a MIB MiB process; sets PID.
+restore_case() {
+  setup "$bin/gpu_counter"
+  start_workload --preload "$1"
+  wait_counter_above 5
+  criu_dump || fail "criu dump failed (rc $?)"
+  PID=$WORKLOAD_PID
+  gone "$PID"
+  [ -z "$(workload_pids)" ] || fail "process still running after the dump"
+}
+# refused PATTERN: the restore fails, its log says PATTERN, nothing runs.
+refused() {
+  if criu_restore; then fail "the restore succeeded"; fi
+  grep -q -- "$1" "$WORK/restore.log" || fail "the restore log does not say '$1': $(phos_error "$WORK/restore.log")"
+  sleep 0.5
+  [ -z "$(workload_pids)" ] || fail "a process runs after the refused restore"
+  pass "restore refused: $(phos_error "$WORK/restore.log")"
+}
+case_restore_corrupt_chunk() {
+  restore_case 1024
+  [ -f "$IMG/phos-$PID-data-0.img" ] || fail "no data file phos-$PID-data-0.img in the image"
+  printf '\xff' | dd of="$IMG/phos-$PID-data-0.img" bs=1 seek=$((4096 + 12345)) conv=notrunc status=none
+  refused "checksum mismatch"
+}
+case_restore_missing_data_file() {
+  restore_case 1024
+  rm "$IMG/phos-$PID-data-0.img" || fail "no data file phos-$PID-data-0.img in the image"
+  refused "data file phos-$PID-data-0.img is missing"
+}
+case_restore_incomplete_image() {
+  restore_case 1024
+  rm "$IMG/phos-$PID-complete.img" || fail "no completion marker phos-$PID-complete.img in the image"
+  refused "incomplete image: phos-$PID-complete.img is missing"
+}
+case_restore_other_gpu_model() {
+  restore_case 1024
+  "$PHOS_BUILD/test/tools/phos-image-edit" "$IMG" "$PID" device-name 0 "NVIDIA Phos-Test-GPU" > "$WORK/edit.log" 2>&1 ||
+    fail "phos-image-edit failed: $(cat "$WORK/edit.log")"
+  refused "the image was taken on NVIDIA Phos-Test-GPU"
+}
+case_restore_too_little_memory() {
+  restore_case 2048
+  "$bin/gpu_hog" "$WORK/hog.ready" --leave 1024 > "$WORK/hog.log" 2>&1 &
+  local hog=$!
+  AT_EXIT="kill $hog; wait $hog"
+  for _ in $(seq 1200); do [ -s "$WORK/hog.ready" ] && break; alive $hog || break; sleep 0.05; done
+  [ -s "$WORK/hog.ready" ] || fail "the memory hog did not start"
+  echo "hog: $(cat "$WORK/hog.ready")"
+  refused "OUT_OF_MEMORY"
+}
+
+case_not_preloaded() {
+  setup "$bin/gpu_counter"
+  export PATH=$PHOS_BUILD/test/bench:$PATH   # cuda-checkpoint, for CRIU's cuda plugin
+  # After phos_plugin.so: criu calls plugins in the directory's order (on
+  # tmpfs, creation order), and the cuda plugin claims every process.
+  ln -s "$PHOS_BUNDLE/criu/cuda_plugin.so" "$PLUGIN_DIR/cuda_plugin.so"
+  start_workload 1024
+  wait_counter_above 5
+  dump_restore
+  grep -q "phos: process $WORKLOAD_PID has no phos agent; left to other plugins" "$WORK/dump.log" ||
+    fail "phos did not leave the process to other plugins; hooks called: $(grep -o "plugin: \`[^']*' hook [0-9]*" "$WORK/dump.log" | sort -u | tr '\n' ' ')"
+  grep -q "Checkpointing CUDA devices on pid $WORKLOAD_PID" "$WORK/dump.log" || fail "CRIU's cuda plugin did not checkpoint the process"
+  carried_on "$WORK/state" "$TOKEN" 1024
+  pass "phos left it to other plugins, CRIU's cuda plugin dumped it in $DUMP_S s and restored it in $RESTORE_S s; $CARRIED"
+}
+
+case_restore_next_to_gpu_process() {
+  setup "$bin/gpu_counter"
+  "$bin/gpu_hog" "$WORK/hog.ready" --hold 8192 > "$WORK/hog.log" 2>&1 &
+  local hog=$!
+  AT_EXIT="kill $hog; wait $hog"
+  for _ in $(seq 600); do [ -s "$WORK/hog.ready" ] && break; alive $hog || break; sleep 0.05; done
+  [ -s "$WORK/hog.ready" ] || fail "the other GPU process did not start"
+  start_workload --preload 1024
+  wait_counter_above 5
+  dump_restore
+  carried_on "$WORK/state" "$TOKEN" 1024
+  alive $hog || fail "the other GPU process died: $(cat "$WORK/hog.log")"
+  pass "restored in $RESTORE_S s (dump $DUMP_S s) next to a GPU process that $(cut -d, -f1 "$WORK/hog.ready") and ran on unharmed; $CARRIED"
+}
+
+# ---- driver ----------------------------------------------------------------
+
+if [ "${1:-}" = --case ]; then
+  CASE=$2
+  "case_$CASE"
+  exit 1  # a case ends in pass, skip or fail
+fi
+
+source "$here/run-on-host.sh"
+bin=$PHOS_BUNDLE/gpu
+mkdir -p "$log"
+# Images of up to 32 GiB: memory-backed, fast, and large enough.
+[ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
+export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
+limit_of() {  # seconds a case may take
+  case $1 in
+    pattern_32GiB | torch_mlp*) echo 420 ;;
+    pattern_8GiB | dump_criu_killed) echo 200 ;;
+    *) echo 150 ;;
+  esac
+}
+all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
+  dump_disk_full dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
+  restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
+  restore_next_to_gpu_process"
+passed=0 failed=0
+for c in ${*:-$all}; do
+  if ! declare -F "case_$c" >/dev/null; then
+    echo "gpu-criu: $c: FAIL  no such case (cases: $(echo $all))"; failed=$((failed + 1)); continue
+  fi
+  out=$log/$c.log t0=$(now)
+  timeout -k 15 "$(limit_of "$c")" bash "$here/criu_suite.sh" --case "$c" > "$out" 2>&1
+  rc=$? secs=$(dt "$t0" "$(now)")
+  case $rc in
+    0) echo "gpu-criu: $c: PASS  $(sed -n 's/^RESULT PASS //p' "$out") [${secs} s]"; passed=$((passed + 1)) ;;
+    77) echo "gpu-criu: $c: SKIP  $(sed -n 's/^RESULT SKIP //p; s/^\[.*\] SKIP: //p' "$out" | head -n1)" ;;
+    124 | 137) echo "gpu-criu: $c: FAIL  timed out after $(limit_of "$c") s; last: $(grep -v '^RESULT' "$out" | tail -n1); log: $out"
+      failed=$((failed + 1)) ;;
+    *) echo "gpu-criu: $c: FAIL  $(grep -m1 -o '\] FAIL: .*' "$out" | cut -c9- || echo "rc $rc"); log: $out [${secs} s]"
+      failed=$((failed + 1)) ;;
+  esac
+done
+echo "gpu-criu: $passed passed, $failed failed"

@@ -1,0 +1,49 @@
+"""PyTorch MLP training for the checkpoint tests (the e2e workload contract):
+the deterministic MLP of torch_workloads.py, trained for STEPS steps. Every
+step appends "STEP LOSS" (the loss as a float hex, exact) to LOSSES and
+writes "TOKEN STEP" to STATE (atomically); no file stays open, since CRIU
+checks the size of open regular files. A run that was dumped and restored
+must write exactly the loss curve of an uninterrupted one. An exception ends
+it with its traceback in STATE.error (its output goes nowhere under the e2e
+tests).
+
+usage: torch_train.py STATE LOSSES STEPS [PACE_MS]
+"""
+import os
+import sys
+import time
+import traceback
+
+from torch_workloads import build  # also sets CUBLAS_WORKSPACE_CONFIG before CUDA starts
+import torch
+
+
+def main():
+    state, losses, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    pace = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.02
+    token = os.urandom(8).hex()
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True)
+    model, _, opt, (x, y) = build("mlp")
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for step in range(1, steps + 1):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        with open(losses, "a") as f:
+            f.write(f"{step} {loss.item().hex()}\n")
+        with open(state + ".tmp", "w") as f:
+            f.write(f"{token} {step}\n")
+        os.rename(state + ".tmp", state)
+        time.sleep(pace)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        with open(sys.argv[1] + ".error", "w") as f:
+            f.write(traceback.format_exc())
+        raise

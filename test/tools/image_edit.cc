@@ -1,0 +1,40 @@
+// phos-image-edit: changes a complete GPU image the way only a different
+// machine would, for the GPU suite's restore-refusal cases. The manifest is
+// rewritten through the images library (valid frame and checksums) and its
+// completion marker renewed, so the only thing wrong is what was changed.
+//
+// usage: phos-image-edit DIR PID device-name INDEX NAME
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "phos/images/image_dir.h"
+
+namespace {
+int die(const std::string& msg) {
+  std::fprintf(stderr, "phos-image-edit: %s\n", msg.c_str());
+  return 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6 || std::string(argv[3]) != "device-name")
+    return die("usage: phos-image-edit DIR PID device-name INDEX NAME");
+  phos::UniqueFd dir(::open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return die(std::string("cannot open ") + argv[1]);
+  auto img = phos::image::open_process_image(dir.get(), std::atoi(argv[2]), /*require_complete=*/true);
+  if (!img) return die(img.error().message);
+  phos::image::Manifest m = img->manifest;
+  size_t index = std::strtoul(argv[4], nullptr, 10);
+  if (index >= m.devices.size()) return die(img->manifest_name + " has " + std::to_string(m.devices.size()) + " devices");
+  std::string old = m.devices[index].name;
+  m.devices[index].name = argv[5];
+  auto written = phos::image::write_manifest(dir.get(), m);
+  if (!written) return die(written.error().message);
+  if (auto r = phos::image::write_completion_marker(dir.get(), m.pid, *written); !r) return die(r.error().message);
+  std::printf("%s: device %zu renamed from \"%s\" to \"%s\"\n", img->manifest_name.c_str(), index, old.c_str(), argv[5]);
+  return 0;
+}
