@@ -235,12 +235,13 @@ case_dump_criu_killed() {
   start_workload --preload $mib
   wait_counter_above 5
   local token; token=$(state_token)
-  "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" 2>"$WORK/dump.err" &
+  # PHOS_FAULT holds the dump after the driver checkpoint, the deepest point
+  # (device memory held by criu and phos-keeper only, driver checkpointed).
+  PHOS_FAULT=stall-after-checkpoint "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 \
+    -o "$WORK/dump.log" 2>"$WORK/dump.err" &
   local criu=$!
-  for _ in $(seq 600); do grep -q "gate closed" "$WORK/dump.log" 2>/dev/null && break; sleep 0.05; done
-  grep -q "gate closed" "$WORK/dump.log" || { kill -9 $criu; fail "the dump never closed the gate"; }
-  sleep 0.5
-  alive $criu || skip "criu finished the dump before it could be killed"
+  for _ in $(seq 600); do grep -q "fault injection" "$WORK/dump.log" 2>/dev/null && break; sleep 0.05; done
+  grep -q "fault injection" "$WORK/dump.log" || { kill -9 $criu; fail "the dump never reached the injected stall"; }
   kill -9 $criu; wait $criu 2>/dev/null || true
   local at; at=$(state_counter)
   local slices=$((mib / 64)) ok=yes
@@ -250,7 +251,8 @@ case_dump_criu_killed() {
   gate=$(timeout 15 "$PHOSCTL" status "$WORKLOAD_PID" 2>&1 | grep -m1 -o "gate: [a-z]*" || echo "gate: no answer")
   driver=$(timeout 15 "$PHOS_BUILD/test/bench/cuda-checkpoint" --get-state --pid "$WORKLOAD_PID" 2>&1 | head -n1 || true)
   local last; last=$(grep -o "phos: .*" "$WORK/dump.log" | tail -n1 || true)
-  local detail="criu killed 0.5 s after 'gate closed' (its last phos line: '$last'); within 30 s: process $st, counter $at -> $(state_counter) (state '$(cat "$WORK/state")'), $gate, driver state '$driver'"
+  local keeper; keeper=$(grep -o "phos: process.*given back.*" "$IMG/phos-keeper.log" 2>/dev/null | head -n1)
+  local detail="criu killed after the driver checkpoint (its last phos line: '$last'); phos-keeper: '${keeper:-no log}'; within 30 s: process $st, counter $at -> $(state_counter) (state '$(cat "$WORK/state")'), $gate, driver state '$driver'"
   [ $ok = yes ] && [ "$st" = alive ] && intact "$WORK/state" && [ "$(state_token)" = "$token" ] || fail "$detail"
   pass "$detail"
 }
