@@ -295,7 +295,7 @@ case_restore_other_gpu_model() {
   restore_case 1024
   "$PHOS_BUILD/test/tools/phos-image-edit" "$IMG" "$PID" device-name 0 "NVIDIA Phos-Test-GPU" > "$WORK/edit.log" 2>&1 ||
     fail "phos-image-edit failed: $(cat "$WORK/edit.log")"
-  refused "the image was taken on NVIDIA Phos-Test-GPU"
+  refused "device 0 (NVIDIA Phos-Test-GPU) would go to GPU 0 here, a NVIDIA H200; restoring needs the same model"
 }
 case_restore_too_little_memory() {
   restore_case 2048
@@ -311,9 +311,13 @@ case_restore_too_little_memory() {
 case_not_preloaded() {
   setup "$bin/gpu_counter"
   export PATH=$PHOS_BUILD/test/bench:$PATH   # cuda-checkpoint, for CRIU's cuda plugin
-  # After phos_plugin.so: criu calls plugins in the directory's order (on
-  # tmpfs, creation order), and the cuda plugin claims every process.
+  # The cuda plugin claims every process, so phos must be asked first. criu
+  # loads the directory in its order (on tmpfs: creation order) and asks
+  # the plugins in the reverse (measured: phos linked first was asked last),
+  # so the cuda plugin's link goes in first.
+  rm "$PLUGIN_DIR/phos_plugin.so"
   ln -s "$PHOS_BUNDLE/criu/cuda_plugin.so" "$PLUGIN_DIR/cuda_plugin.so"
+  ln -s "$PHOS_BUILD/plugin/phos_plugin.so" "$PLUGIN_DIR/phos_plugin.so"
   start_workload 1024
   wait_counter_above 5
   dump_restore
