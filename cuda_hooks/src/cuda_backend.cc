@@ -14,6 +14,11 @@ BackendStatus CudaBackend::status() {
   s.device_count = m.devices;
   s.unsupported_calls = runtime().unsupported();
   if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
+  for (auto& m : runtime().modules.modules()) {
+    uint64_t count = m.functions.size();
+    s.modules.push_back({m.id, module_kind_name(m.image.kind), m.image.size, m.image.hash, std::move(m.source),
+                         std::move(m.functions), count, std::move(m.globals)});
+  }
   s.counters = runtime().counters();
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);

@@ -37,6 +37,7 @@ LaunchLog::Kernel& LaunchLog::kernel_locked(CUfunction f) {
   auto [it, inserted] = kernels_.try_emplace(f);
   if (!inserted) return it->second;
   Kernel& k = it->second;
+  k.module = modules_.module_of(f);
   // cudart launches context-independent kernels (CUkernel) through
   // cuLaunchKernel; the CUfunction queries refuse those, the CUkernel ones
   // answer.
@@ -65,6 +66,7 @@ LaunchRecord& LaunchLog::next_locked() {
   r.call = nullptr;
   r.ranges.count = 0;
   r.function = nullptr;
+  r.module = 0;
   r.stream = nullptr;
   r.arg_bytes = 0;
   r.truncated = false;
@@ -91,6 +93,7 @@ void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t bloc
   LaunchRecord& r = next_locked();
   r.kind = RecordKind::kKernel;
   r.function = f;
+  r.module = k.module;
   std::memcpy(r.grid, grid, sizeof(r.grid));
   std::memcpy(r.block, block, sizeof(r.block));
   r.shared_bytes = shared_bytes;
@@ -133,7 +136,7 @@ std::vector<LaunchRecord> LaunchLog::recent() {
 std::vector<KernelSummary> LaunchLog::kernels() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<KernelSummary> out;
-  for (const auto& [f, k] : kernels_) out.push_back({f, k.name, k.launches, k.params});
+  for (const auto& [f, k] : kernels_) out.push_back({f, k.module, k.name, k.launches, k.params});
   return out;
 }
 

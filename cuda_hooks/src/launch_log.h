@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "call_ranges.h"
+#include "module_registry.h"
 
 namespace phos::hooks {
 
@@ -45,6 +46,7 @@ struct LaunchRecord {
   uint64_t within = 0;         // 1 + the sequence of the library call that issued this one; 0: none
   ranges::RangeList ranges;    // what the call reads and writes (not for kernels)
   CUfunction function = nullptr;
+  uint64_t module = 0;  // the kernel's (module_registry.h); 0: not known
   uint32_t grid[3] = {};
   uint32_t block[3] = {};
   uint32_t shared_bytes = 0;
@@ -56,6 +58,7 @@ struct LaunchRecord {
 
 struct KernelSummary {
   CUfunction function = nullptr;
+  uint64_t module = 0;
   std::string name;
   uint64_t launches = 0;
   std::vector<ParamSlot> params;
@@ -64,6 +67,7 @@ struct KernelSummary {
 class LaunchLog {
  public:
   static constexpr size_t kRingSize = 4096;
+  explicit LaunchLog(const ModuleRegistry& modules) : modules_(modules) {}
 
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void enable(bool on);
@@ -78,6 +82,7 @@ class LaunchLog {
 
  private:
   struct Kernel {
+    uint64_t module = 0;
     std::string name;
     std::vector<ParamSlot> params;
     uint64_t launches = 0;
@@ -85,6 +90,7 @@ class LaunchLog {
   Kernel& kernel_locked(CUfunction f);
   LaunchRecord& next_locked();
 
+  const ModuleRegistry& modules_;
   std::atomic<bool> enabled_{false};
   std::atomic<uint64_t> next_{0};
   std::mutex mu_;

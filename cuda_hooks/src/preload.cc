@@ -57,6 +57,7 @@ void write_record(FILE* f, const LaunchRecord& r, const std::unordered_map<CUfun
   }
   std::string line = "record " + std::to_string(r.sequence) + " " + record_kind_name(r.kind) + " " + (name ? name : "?");
   if (r.within) line += " within=" + std::to_string(r.within);
+  if (r.kind == RecordKind::kKernel) line += " module=" + std::to_string(r.module);
   for (uint8_t i = 0; i < r.ranges.count; i++) line += range_text(r.ranges.items[i]);
   std::fprintf(f, "%s\n", line.c_str());
 }
@@ -72,10 +73,19 @@ void write_stats() {
   auto status = g_preload->backend.status();
   for (const auto& [name, value] : status.counters) std::fprintf(f, "%s %llu\n", name.c_str(), (unsigned long long)value);
   for (const auto& call : status.unsupported_calls) std::fprintf(f, "unsupported %s\n", call.c_str());
+  for (const auto& m : status.modules) {
+    std::fprintf(f, "module %llu %s %llu %016llx %s functions=", (unsigned long long)m.id, m.kind.c_str(),
+                 (unsigned long long)m.size, (unsigned long long)m.hash, m.source.c_str());
+    for (size_t i = 0; i < m.functions.size(); i++) std::fprintf(f, "%s%s", i ? "," : "", m.functions[i].c_str());
+    std::fprintf(f, " globals=");
+    for (size_t i = 0; i < m.globals.size(); i++) std::fprintf(f, "%s%s", i ? "," : "", m.globals[i].c_str());
+    std::fprintf(f, "\n");
+  }
   if (runtime().launches.enabled()) {
     std::fprintf(f, "recorded_launches %llu\n", (unsigned long long)runtime().launches.recorded());
     for (const auto& k : runtime().launches.kernels()) {
-      std::fprintf(f, "kernel %s %llu params=", k.name.empty() ? "?" : k.name.c_str(), (unsigned long long)k.launches);
+      std::fprintf(f, "kernel %s %llu module=%llu params=", k.name.empty() ? "?" : k.name.c_str(),
+                   (unsigned long long)k.launches, (unsigned long long)k.module);
       for (size_t i = 0; i < k.params.size(); i++) std::fprintf(f, "%s%u:%u", i ? "," : "", k.params[i].offset, k.params[i].size);
       std::fprintf(f, "\n");
     }

@@ -2,7 +2,9 @@
 # The launch record against fake libcuda, libcublas and libnccl: with
 # PHOS_RECORD_LAUNCHES=1 every copy, set, GEMM and NCCL call carries the exact
 # ranges it reads and writes, work issued inside a library call names it, and
-# NCCL is found behind a library opened with RTLD_LOCAL. Without recording
+# NCCL is found behind a library opened with RTLD_LOCAL; loaded modules are
+# listed with kind, size and hash, and kernel launches name their module (in
+# the stats file and through the agent, phosctl status). Without recording
 # nothing is recorded, and every call reaches the real (fake) library either way.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
@@ -39,9 +41,41 @@ record 16 library ncclAllGather r:0x13000+16 w:0x23000+64
 record 17 library ncclReduceScatter r:0x14000+256 w:0x24000+64
 record 18 library ncclSend r:0x15000+3
 record 19 library ncclRecv w:0x25000+12
+record 20 kernel vec_add module=1
+record 21 kernel vec_add module=1
+record 22 kernel lib_kernel module=2
 LINES
 )
 diff <(echo "$expected") <(grep '^record ' "$stats") || fail "the record differs from the expected ranges (above)"
+
+grep '^module ' "$stats" | sed 's/^/[record] /'
+grep -Eqx "module 1 fatbin 216 [0-9a-f]{16} cuModuleLoadData functions=vec_add,scale globals=table" "$stats" ||
+  fail "the fatbin module is not listed as expected"
+grep -Eqx "module 2 fatbin 216 [0-9a-f]{16} cuLibraryLoadData functions=lib_kernel globals=" "$stats" ||
+  fail "the library is not listed as expected"
+[ "$(grep -c '^module ' "$stats")" = 2 ] || fail "the unloaded PTX module is still listed"
+hash1=$(awk '$1 == "module" && $2 == 1 {print $5}' "$stats")
+hash2=$(awk '$1 == "module" && $2 == 2 {print $5}' "$stats")
+[ "$hash1" = "$hash2" ] || fail "the same fatbin has two hashes ($hash1, $hash2)"
+
+# The agent reports the same modules.
+exec 3< <(LD_PRELOAD=$libphos "$dir/record_client" "$dir/libnccl_user.so" wait)
+pid=$!
+trap 'kill $pid 2>/dev/null || true; rm -f "$stats"' EXIT
+read -r -t 10 line <&3 || true
+until [ "$line" = ready ]; do read -r -t 10 line <&3 || fail "the client did not get ready"; done
+status=$("$BUILD/plugin/phosctl" status "$pid" --json)
+"$BUILD/plugin/phosctl" status "$pid" | grep '^  module' | sed 's/^/[record] phosctl:/'
+kill "$pid"
+echo "$status" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+m = {x["id"]: x for x in s["modules"]}
+assert sorted(m) == [1, 2], m
+assert m[1]["kind"] == "fatbin" and m[1]["size"] == 216 and m[1]["functions"] == ["vec_add", "scale"], m[1]
+assert m[1]["globals"] == ["table"] and m[1]["source"] == "cuModuleLoadData", m[1]
+assert m[2]["functions"] == ["lib_kernel"] and m[2]["function_count"] == 1, m[2]
+' || fail "phosctl status does not show the modules: $status"
 
 out=$(LD_PRELOAD=$libphos PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
 echo "$out" | grep -qx "reached copies 8 cublas 5 nccl 7" || fail "without recording, calls did not all reach the libraries"

@@ -2,13 +2,15 @@
  * libcuda, libcublas and libnccl, at made-up device addresses; the test
  * (record.sh) reads the record back from PHOS_STATS_FILE.
  *
- * usage: record_client NCCL_USER_LIBRARY */
+ * usage: record_client NCCL_USER_LIBRARY [wait]
+ * wait: print "ready" and sleep, for a test to ask the agent. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 extern unsigned long long fake_copy_calls, fake_cublas_calls;
 
@@ -24,8 +26,43 @@ static void layout(cublasLtMatrixLayoutOpaque_t *l, cudaDataType type, int order
   l->data[6] = (unsigned long long)stride;
 }
 
+/* Modules and launches: a fatbin with two kernels (one launched twice), a
+ * library with a kernel launched through cuKernelGetFunction's function, a
+ * PTX module loaded and unloaded. */
+static int modules(void) {
+  static unsigned char fatbin[16 + 200];
+  unsigned int magic = 0xBA55ED50;
+  unsigned short version = 1, header = 16;
+  unsigned long long payload = 200;
+  memcpy(fatbin, &magic, 4);
+  memcpy(fatbin + 4, &version, 2);
+  memcpy(fatbin + 6, &header, 2);
+  memcpy(fatbin + 8, &payload, 8);
+  memset(fatbin + 16, 0x42, 200);
+  int bad = 0;
+  CUmodule m, ptx;
+  CUfunction f, g, lf;
+  CUlibrary lib;
+  CUkernel k;
+  CUdeviceptr global;
+  size_t global_bytes;
+  bad |= cuModuleLoadData(&m, fatbin);
+  bad |= cuModuleGetFunction(&f, m, "vec_add");
+  bad |= cuModuleGetFunction(&g, m, "scale");
+  bad |= cuModuleGetGlobal(&global, &global_bytes, m, "table");
+  bad |= cuLibraryLoadData(&lib, fatbin, NULL, NULL, 0, NULL, NULL, 0);
+  bad |= cuLibraryGetKernel(&k, lib, "lib_kernel");
+  bad |= cuKernelGetFunction(&lf, k);
+  bad |= cuModuleLoadData(&ptx, ".version 8.0\n.target sm_90\n");
+  bad |= cuModuleUnload(ptx);
+  bad |= cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+  bad |= cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+  bad |= cuLaunchKernel(lf, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+  return bad;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2) return 2;
+  if (argc < 2) return 2;
   int bad = 0;
   /* Copies and sets. */
   bad |= cuMemcpyDtoD(0x100000, 0x200000, 4096);
@@ -85,8 +122,14 @@ int main(int argc, char **argv) {
   unsigned long long *nccl_calls = (unsigned long long *)dlsym(RTLD_DEFAULT, "fake_nccl_calls");
   void *nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
   if (nccl) nccl_calls = (unsigned long long *)dlsym(nccl, "fake_nccl_calls");
+  bad |= modules();
   printf("calls failed %d\n", bad);
   printf("reached copies %llu cublas %llu nccl %llu\n", fake_copy_calls, fake_cublas_calls,
          nccl_calls ? *nccl_calls : 0ULL);
+  if (argc > 2 && !strcmp(argv[2], "wait")) {
+    printf("ready\n");
+    fflush(stdout);
+    sleep(60);
+  }
   return 0;
 }
