@@ -60,10 +60,10 @@ hash2=$(awk '$1 == "module" && $2 == 2 {print $5}' "$stats")
 
 # The agent reports the same modules.
 exec 3< <(LD_PRELOAD=$libphos "$dir/record_client" "$dir/libnccl_user.so" wait)
-pid=$!
+line=
+until [ "${line%% *}" = ready ]; do read -r -t 10 line <&3 || fail "the client did not get ready"; done
+pid=${line#ready }
 trap 'kill $pid 2>/dev/null || true; rm -f "$stats"' EXIT
-read -r -t 10 line <&3 || true
-until [ "$line" = ready ]; do read -r -t 10 line <&3 || fail "the client did not get ready"; done
 status=$("$BUILD/plugin/phosctl" status "$pid" --json)
 "$BUILD/plugin/phosctl" status "$pid" | grep '^  module' | sed 's/^/[record] phosctl:/'
 kill "$pid"

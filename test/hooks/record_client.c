@@ -3,7 +3,7 @@
  * (record.sh) reads the record back from PHOS_STATS_FILE.
  *
  * usage: record_client NCCL_USER_LIBRARY [wait]
- * wait: print "ready" and sleep, for a test to ask the agent. */
+ * wait: print "ready PID" and sleep, for a test to ask the agent. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
   printf("reached copies %llu cublas %llu nccl %llu\n", fake_copy_calls, fake_cublas_calls,
          nccl_calls ? *nccl_calls : 0ULL);
   if (argc > 2 && !strcmp(argv[2], "wait")) {
-    printf("ready\n");
+    printf("ready %d\n", (int)getpid());
     fflush(stdout);
     sleep(60);
   }
