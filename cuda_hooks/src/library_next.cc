@@ -10,9 +10,7 @@
 #include "driver.h"
 
 namespace phos::hooks {
-namespace {
 
-// The path of a loaded object whose file name starts with `prefix`.
 std::string loaded_library(const char* prefix) {
   struct Search {
     const char* prefix;
@@ -30,8 +28,6 @@ std::string loaded_library(const char* prefix) {
       &search);
   return search.path;
 }
-
-}  // namespace
 
 void* library_next(const char* name, const char* library, std::atomic<void*>& cache) {
   void* p = cache.load(std::memory_order_acquire);

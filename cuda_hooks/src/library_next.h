@@ -7,10 +7,14 @@
 #pragma once
 
 #include <atomic>
+#include <string>
 
 namespace phos::hooks {
 
 void* library_next(const char* name, const char* library, std::atomic<void*>& cache);
+
+// The path of a loaded object whose file name starts with `prefix`; "" if none.
+std::string loaded_library(const char* prefix);
 
 template <class F>
 F library_next_as(const char* name, const char* library, std::atomic<void*>& cache) {
