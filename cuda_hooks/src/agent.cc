@@ -44,6 +44,37 @@ Result<void> send_reply(int conn, Phos__Agent__Reply__KindCase kind, Msg* Phos__
   return wire::send_message(conn, reply.base, fds);
 }
 
+// Module names in a status reply: a frame stays far below its limit even for
+// a process with thousands of modules.
+constexpr size_t kMaxModuleFunctions = 1000;
+
+// The Module messages of a status reply; they point into `modules`, and into
+// `names` (pointer arrays), which must outlive the reply.
+std::vector<Phos__Agent__Module> module_messages(std::vector<wire::ModuleEntry>& modules,
+                                                std::vector<std::vector<char*>>& names) {
+  std::vector<Phos__Agent__Module> out(modules.size());
+  names.resize(2 * modules.size());
+  for (size_t i = 0; i < modules.size(); i++) {
+    auto& m = modules[i];
+    auto& functions = names[2 * i];
+    auto& globals = names[2 * i + 1];
+    for (size_t f = 0; f < std::min(m.functions.size(), kMaxModuleFunctions); f++) functions.push_back(m.functions[f].data());
+    for (auto& g : m.globals) globals.push_back(g.data());
+    phos__agent__module__init(&out[i]);
+    out[i].id = m.id;
+    out[i].kind = m.kind.data();
+    out[i].size = m.size;
+    out[i].hash = m.hash;
+    out[i].source = m.source.data();
+    out[i].n_functions = functions.size();
+    out[i].functions = functions.data();
+    out[i].function_count = std::max<uint64_t>(m.function_count, m.functions.size());
+    out[i].n_globals = globals.size();
+    out[i].globals = globals.data();
+  }
+  return out;
+}
+
 }  // namespace
 
 Agent::Agent(Gate& gate, AgentBackend& backend, AgentOptions options)
@@ -195,6 +226,12 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       }
       r.n_counters = counter_ptrs.size();
       r.counters = counter_ptrs.data();
+      std::vector<std::vector<char*>> module_names;
+      auto modules = module_messages(s.modules, module_names);
+      std::vector<Phos__Agent__Module*> module_ptrs;
+      for (auto& m : modules) module_ptrs.push_back(&m);
+      r.n_modules = module_ptrs.size();
+      r.modules = module_ptrs.data();
       return send_reply(conn, PHOS__AGENT__REPLY__KIND_STATUS, &Phos__Agent__Reply::status, r).ok();
     }
     case PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS: {

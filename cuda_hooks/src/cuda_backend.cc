@@ -1,9 +1,30 @@
 #include "cuda_backend.h"
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include "driver.h"
+#include "library_next.h"
 #include "runtime.h"
 
 namespace phos::hooks {
+namespace {
+
+// The driver's checkpoint refuses a process that CUPTI or a profiler is
+// attached to (lock fails with CUDA_ERROR_NOT_SUPPORTED): say so before a
+// dump starts. CUPTI is a library in the process; profilers (Nsight
+// Systems, Compute) inject theirs through CUDA_INJECTION64_PATH. Looked at
+// when the status is asked for, never on a CUDA call.
+std::optional<std::string> profiler_attached() {
+  std::string cupti = loaded_library("libcupti.so");
+  if (!cupti.empty()) return "CUPTI/profiler attached (" + cupti.substr(cupti.rfind('/') + 1) + ")";
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  if (injection && *injection) return std::string("CUPTI/profiler attached (CUDA_INJECTION64_PATH=") + injection + ")";
+  return std::nullopt;
+}
+
+}  // namespace
 
 BackendStatus CudaBackend::status() {
   BackendStatus s;
@@ -14,6 +35,12 @@ BackendStatus CudaBackend::status() {
   s.device_count = m.devices;
   s.unsupported_calls = runtime().unsupported();
   if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
+  if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
+  for (auto& m : runtime().modules.modules()) {
+    uint64_t count = m.functions.size();
+    s.modules.push_back({m.id, module_kind_name(m.image.kind), m.image.size, m.image.hash, std::move(m.source),
+                         std::move(m.functions), count, std::move(m.globals)});
+  }
   s.counters = runtime().counters();
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 
+#include <cstdio>
+
 #include <functional>
 #include <string>
 
@@ -29,13 +31,15 @@ CUmemAllocationProp unit_prop(CUdevice dev) {
   return prop;
 }
 
-CUmemAccessDesc read_write(CUdevice dev) {
+CUmemAccessDesc device_access(CUdevice dev, CUmemAccess_flags flags) {
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = dev;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  access.flags = flags;
   return access;
 }
+
+CUmemAccessDesc read_write(CUdevice dev) { return device_access(dev, CU_MEM_ACCESS_FLAGS_PROT_READWRITE); }
 
 CUresult map_with_access(CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h,
                          const std::vector<CUmemAccessDesc>& access) {
@@ -67,6 +71,47 @@ DeviceMemory::Device* DeviceMemory::device_locked(CUdevice dev, CUresult* err) {
   return &d;
 }
 
+// A new unit on `dev`: its own device, and the peers granted access to it.
+std::vector<CUmemAccessDesc> DeviceMemory::access_for_locked(CUdevice dev) const {
+  std::vector<CUmemAccessDesc> access{read_write(dev)};
+  auto it = peers_.find(dev);
+  if (it != peers_.end())
+    for (CUdevice peer : it->second) access.push_back(read_write(peer));
+  return access;
+}
+
+CUresult DeviceMemory::set_peer_access_locked(CUdevice owner, CUdevice accessor, CUmemAccess_flags flags) {
+  CUmemAccessDesc desc = device_access(accessor, flags);
+  for (auto& [id, u] : units_) {
+    if (u.device != owner || u.user_handle) continue;
+    std::erase_if(u.access, [&](const CUmemAccessDesc& a) { return a.location.id == accessor; });
+    if (flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) u.access.push_back(desc);
+    if (!u.mapped) continue;  // released for a checkpoint: remap applies u.access
+    CUresult r = PHOS_REAL(cuMemSetAccess)(u.va, u.size, &desc, 1);
+    if (r != CUDA_SUCCESS) {
+      std::fprintf(stderr, "phos: %s\n",
+                   cu_error(("access of device " + std::to_string(accessor) + " to allocation " + std::to_string(id)).c_str(), r)
+                       .c_str());
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceMemory::peer_access_enabled(CUdevice owner, CUdevice accessor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (owner == accessor) return CUDA_SUCCESS;
+  peers_[owner].insert(accessor);
+  return set_peer_access_locked(owner, accessor, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+}
+
+CUresult DeviceMemory::peer_access_disabled(CUdevice owner, CUdevice accessor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = peers_.find(owner);
+  if (it == peers_.end() || !it->second.erase(accessor)) return CUDA_SUCCESS;
+  return set_peer_access_locked(owner, accessor, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+}
+
 CUresult DeviceMemory::grow_arena_locked(CUdevice, Device& d, size_t at_least) {
   size_t size = std::max<uint64_t>(kArenaBytes, align_up(at_least, d.granularity));
   CUdeviceptr base = 0;
@@ -86,7 +131,7 @@ CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uin
   CUmemGenericAllocationHandle h = 0;
   CUresult r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
   if (r == CUDA_SUCCESS) {
-    r = map_with_access(*va, size, h, {read_write(dev)});
+    r = map_with_access(*va, size, h, access_for_locked(dev));
     if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
   }
   if (r != CUDA_SUCCESS) {
@@ -101,7 +146,7 @@ CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uin
   u.handle = h;
   u.mapped = true;
   u.flags = flags;
-  u.access = {read_write(dev)};
+  u.access = access_for_locked(dev);
   *out = &u;
   return CUDA_SUCCESS;
 }

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -51,6 +52,13 @@ class DeviceMemory {
   bool user_mapped(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h);
   void user_unmapped(CUdeviceptr va, size_t size);
   void user_access(CUdeviceptr va, size_t size, const CUmemAccessDesc* desc, size_t count);
+  // Peer access (cuCtxEnablePeerAccess from a context of `accessor` to one of
+  // `owner`): phos's memory on `owner` is mapped for its own device only, so
+  // each grant is applied to every phos mapping there, now and later, and
+  // again when the memory is mapped back after a checkpoint. The program's
+  // own VMM mappings keep the access the program set.
+  CUresult peer_access_enabled(CUdevice owner, CUdevice accessor);
+  CUresult peer_access_disabled(CUdevice owner, CUdevice accessor);
   // The driver's handle for a program's handle value, and back.
   CUmemGenericAllocationHandle translate(CUmemGenericAllocationHandle h);
   CUmemGenericAllocationHandle virtual_of(CUmemGenericAllocationHandle real);
@@ -111,6 +119,8 @@ class DeviceMemory {
   };
 
   Device* device_locked(CUdevice dev, CUresult* err);
+  std::vector<CUmemAccessDesc> access_for_locked(CUdevice dev) const;
+  CUresult set_peer_access_locked(CUdevice owner, CUdevice accessor, CUmemAccess_flags flags);
   CUresult grow_arena_locked(CUdevice dev, Device& d, size_t at_least);
   CUresult new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out);
   void drop_unit_locked(Unit& u);
@@ -123,6 +133,7 @@ class DeviceMemory {
   std::map<CUdevice, Device> devices_;
   std::vector<Deferred> deferred_;
   std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
+  std::map<CUdevice, std::set<CUdevice>> peers_;  // owner -> devices granted access to its memory
   std::atomic<bool> any_user_handles_{false};
   std::atomic<bool> mps_seen_{false};
   uint64_t next_id_ = 1;

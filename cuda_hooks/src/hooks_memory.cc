@@ -129,3 +129,45 @@ extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMe
   runtime().note_unsupported("cuIpcOpenMemHandle");
   return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
 }
+
+namespace {
+
+// The device of `ctx`: cuCtxGetDevice_v2 (CUDA 12.8+), or with `ctx` made
+// current for a moment on older drivers.
+CUresult device_of(CUcontext ctx, CUdevice* dev) {
+  if (auto v2 = PHOS_REAL(cuCtxGetDevice_v2)) return v2(dev, ctx);
+  CUresult r = PHOS_REAL(cuCtxPushCurrent_v2)(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  r = PHOS_REAL(cuCtxGetDevice)(dev);
+  CUcontext popped = nullptr;
+  PHOS_REAL(cuCtxPopCurrent_v2)(&popped);
+  return r;
+}
+
+}  // namespace
+
+// Peer access covers the driver's own allocations only: phos's memory on the
+// peer's device gets the access set on its mappings (device_memory.h).
+extern "C" PHOS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  GatePass pass(runtime().gate);
+  CUresult r = PHOS_REAL(cuCtxEnablePeerAccess)(peer, flags);
+  CUdevice self = 0, owner = 0;
+  if (r != CUDA_SUCCESS || PHOS_REAL(cuCtxGetDevice)(&self) != CUDA_SUCCESS || device_of(peer, &owner) != CUDA_SUCCESS)
+    return r;
+  r = runtime().memory.peer_access_enabled(owner, self);
+  // All or nothing: the program sees peer access fail rather than fault later.
+  if (r != CUDA_SUCCESS) {
+    runtime().memory.peer_access_disabled(owner, self);
+    PHOS_REAL(cuCtxDisablePeerAccess)(peer);
+  }
+  return r;
+}
+
+extern "C" PHOS_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  GatePass pass(runtime().gate);
+  CUresult r = PHOS_REAL(cuCtxDisablePeerAccess)(peer);
+  CUdevice self = 0, owner = 0;
+  if (r == CUDA_SUCCESS && PHOS_REAL(cuCtxGetDevice)(&self) == CUDA_SUCCESS && device_of(peer, &owner) == CUDA_SUCCESS)
+    runtime().memory.peer_access_disabled(owner, self);
+  return r;
+}

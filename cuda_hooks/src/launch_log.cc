@@ -5,6 +5,27 @@
 #include "driver.h"
 
 namespace phos::hooks {
+namespace {
+
+// Initial-exec: libphos.so is preloaded, its TLS is static; no
+// __tls_get_addr on the way.
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t t_library_call = 0;
+
+}  // namespace
+
+const char* record_kind_name(RecordKind k) {
+  switch (k) {
+    case RecordKind::kKernel: return "kernel";
+    case RecordKind::kCopy: return "copy";
+    case RecordKind::kSet: return "set";
+    case RecordKind::kLibrary: return "library";
+  }
+  return "?";
+}
+
+LibraryCallScope::LibraryCallScope(uint64_t sequence) : outer_(t_library_call) { t_library_call = sequence + 1; }
+LibraryCallScope::~LibraryCallScope() { t_library_call = outer_; }
+uint64_t LibraryCallScope::current() { return t_library_call; }
 
 void LaunchLog::enable(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -16,6 +37,7 @@ LaunchLog::Kernel& LaunchLog::kernel_locked(CUfunction f) {
   auto [it, inserted] = kernels_.try_emplace(f);
   if (!inserted) return it->second;
   Kernel& k = it->second;
+  k.module = modules_.module_of(f);
   // cudart launches context-independent kernels (CUkernel) through
   // cuLaunchKernel; the CUfunction queries refuse those, the CUkernel ones
   // answer.
@@ -36,21 +58,46 @@ LaunchLog::Kernel& LaunchLog::kernel_locked(CUfunction f) {
   return k;
 }
 
-void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
-                       CUstream stream, void** params, void** extra) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Kernel& k = kernel_locked(f);
-  k.launches++;
+LaunchRecord& LaunchLog::next_locked() {
   uint64_t seq = next_.fetch_add(1);
   LaunchRecord& r = ring_[seq % kRingSize];
   r.sequence = seq;
+  r.within = LibraryCallScope::current();
+  r.call = nullptr;
+  r.ranges.count = 0;
+  r.function = nullptr;
+  r.module = 0;
+  r.stream = nullptr;
+  r.arg_bytes = 0;
+  r.truncated = false;
+  return r;
+}
+
+uint64_t LaunchLog::record_call(RecordKind kind, const char* call, CUstream stream, const ranges::RangeList& ranges) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ring_) return 0;
+  LaunchRecord& r = next_locked();
+  r.kind = kind;
+  r.call = call;
+  r.stream = stream;
+  r.ranges = ranges;
+  return r.sequence;
+}
+
+void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
+                       CUstream stream, void** params, void** extra) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ring_) return;
+  Kernel& k = kernel_locked(f);
+  k.launches++;
+  LaunchRecord& r = next_locked();
+  r.kind = RecordKind::kKernel;
   r.function = f;
+  r.module = k.module;
   std::memcpy(r.grid, grid, sizeof(r.grid));
   std::memcpy(r.block, block, sizeof(r.block));
   r.shared_bytes = shared_bytes;
   r.stream = stream;
-  r.arg_bytes = 0;
-  r.truncated = false;
   if (params) {
     for (size_t i = 0; i < k.params.size(); i++) {
       const ParamSlot& p = k.params[i];
@@ -77,10 +124,19 @@ void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t bloc
   }
 }
 
+std::vector<LaunchRecord> LaunchLog::recent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LaunchRecord> out;
+  uint64_t end = next_.load();
+  if (!ring_) return out;
+  for (uint64_t seq = end > kRingSize ? end - kRingSize : 0; seq < end; seq++) out.push_back(ring_[seq % kRingSize]);
+  return out;
+}
+
 std::vector<KernelSummary> LaunchLog::kernels() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<KernelSummary> out;
-  for (const auto& [f, k] : kernels_) out.push_back({k.name, k.launches, k.params});
+  for (const auto& [f, k] : kernels_) out.push_back({f, k.module, k.name, k.launches, k.params});
   return out;
 }
 

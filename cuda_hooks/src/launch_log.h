@@ -1,8 +1,12 @@
-// The record of kernel launches: for each, the kernel, its grid and block,
-// stream and the raw bytes of its arguments, laid out by the kernel's
-// parameter layout (cuFuncGetParamInfo), in a ring of the latest launches.
-// Off, it costs one relaxed load per launch; the protocols that need it
-// (speculation, lazy restore) turn it on.
+// The record of kernel launches and of the calls whose buffers are known
+// exactly, in one ring of the latest, in the order they were issued. A kernel
+// launch keeps the kernel, its grid and block, stream and the raw bytes of
+// its arguments, laid out by the kernel's parameter layout
+// (cuFuncGetParamInfo). A memcpy, memset, cuBLAS GEMM or NCCL collective
+// keeps the device ranges it reads and writes (call_ranges.h). Work a library
+// call issues (its kernels, copies, nested library calls) names that call.
+// Off, it costs one relaxed load per launch or copy; the protocols that need
+// it (speculation, lazy restore) turn it on.
 #pragma once
 
 #include <cuda.h>
@@ -16,6 +20,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "call_ranges.h"
+#include "module_registry.h"
+
 namespace phos::hooks {
 
 struct ParamSlot {
@@ -23,10 +30,23 @@ struct ParamSlot {
   uint32_t size;
 };
 
+enum class RecordKind : uint8_t {
+  kKernel,   // cuLaunchKernel and its variants
+  kCopy,     // cuMemcpy*
+  kSet,      // cuMemset*
+  kLibrary,  // a cuBLAS or NCCL call
+};
+const char* record_kind_name(RecordKind k);
+
 struct LaunchRecord {
   static constexpr size_t kMaxArgBytes = 1024;  // longer argument buffers are cut (truncated set)
   uint64_t sequence = 0;
+  RecordKind kind = RecordKind::kKernel;
+  const char* call = nullptr;  // the entry point (not for kernels): a string that lives for ever
+  uint64_t within = 0;         // 1 + the sequence of the library call that issued this one; 0: none
+  ranges::RangeList ranges;    // what the call reads and writes (not for kernels)
   CUfunction function = nullptr;
+  uint64_t module = 0;  // the kernel's (module_registry.h); 0: not known
   uint32_t grid[3] = {};
   uint32_t block[3] = {};
   uint32_t shared_bytes = 0;
@@ -37,6 +57,8 @@ struct LaunchRecord {
 };
 
 struct KernelSummary {
+  CUfunction function = nullptr;
+  uint64_t module = 0;
   std::string name;
   uint64_t launches = 0;
   std::vector<ParamSlot> params;
@@ -45,27 +67,49 @@ struct KernelSummary {
 class LaunchLog {
  public:
   static constexpr size_t kRingSize = 4096;
+  explicit LaunchLog(const ModuleRegistry& modules) : modules_(modules) {}
 
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void enable(bool on);
   void record(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes, CUstream stream,
               void** params, void** extra);
+  // A call with known buffers; returns its sequence number.
+  uint64_t record_call(RecordKind kind, const char* call, CUstream stream, const ranges::RangeList& ranges);
   uint64_t recorded() const { return next_.load(); }
   std::vector<KernelSummary> kernels();
+  // The records still in the ring, oldest first.
+  std::vector<LaunchRecord> recent();
 
  private:
   struct Kernel {
+    uint64_t module = 0;
     std::string name;
     std::vector<ParamSlot> params;
     uint64_t launches = 0;
   };
   Kernel& kernel_locked(CUfunction f);
+  LaunchRecord& next_locked();
 
+  const ModuleRegistry& modules_;
   std::atomic<bool> enabled_{false};
   std::atomic<uint64_t> next_{0};
   std::mutex mu_;
   std::unordered_map<CUfunction, Kernel> kernels_;
   std::unique_ptr<LaunchRecord[]> ring_;
+};
+
+// The library call under way on this thread (1 + its sequence), so that the
+// work it issues names it; set only while recording.
+class LibraryCallScope {
+ public:
+  explicit LibraryCallScope(uint64_t sequence);
+  ~LibraryCallScope();
+  LibraryCallScope(const LibraryCallScope&) = delete;
+  LibraryCallScope& operator=(const LibraryCallScope&) = delete;
+  static uint64_t current();
+
+ private:
+  uint64_t outer_;
 };
 
 }  // namespace phos::hooks

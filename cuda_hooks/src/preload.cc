@@ -6,13 +6,17 @@
 // "name value" lines (the GPU suite compares them with ground truth).
 // PHOS_RECORD_LAUNCHES=1: record every launch from the start (the protocols
 // turn recording on themselves); the stats then list each kernel with its
-// launches and parameter layout.
+// launches and parameter layout, and the records still in the ring, one
+// line each: "record SEQ KIND NAME [within=SEQ+1] ACCESS:0xADDRESS+BYTES...",
+// ACCESS being r, w or rw, with * for an array of pointers and ? for an
+// unknown extent.
 #include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <unordered_map>
 
 #include "cuda_backend.h"
 #include "phos/hooks/agent.h"
@@ -36,6 +40,28 @@ void after_fork_in_child() {
   if (g_preload) report("agent restart after fork", g_preload->agent.restart_after_fork());
 }
 
+std::string range_text(const ranges::BufferRange& r) {
+  std::string access = std::string(r.access & ranges::kRead ? "r" : "") + (r.access & ranges::kWrite ? "w" : "") +
+                       (r.access & ranges::kPointerArray ? "*" : "") + (r.access & ranges::kExtentUnknown ? "?" : "");
+  char buf[80];
+  std::snprintf(buf, sizeof(buf), " %s:0x%llx+%llu", access.c_str(), (unsigned long long)r.address,
+                (unsigned long long)r.bytes);
+  return buf;
+}
+
+void write_record(FILE* f, const LaunchRecord& r, const std::unordered_map<CUfunction, std::string>& names) {
+  const char* name = r.call;
+  if (r.kind == RecordKind::kKernel) {
+    auto it = names.find(r.function);
+    name = it == names.end() || it->second.empty() ? "?" : it->second.c_str();
+  }
+  std::string line = "record " + std::to_string(r.sequence) + " " + record_kind_name(r.kind) + " " + (name ? name : "?");
+  if (r.within) line += " within=" + std::to_string(r.within);
+  if (r.kind == RecordKind::kKernel) line += " module=" + std::to_string(r.module);
+  for (uint8_t i = 0; i < r.ranges.count; i++) line += range_text(r.ranges.items[i]);
+  std::fprintf(f, "%s\n", line.c_str());
+}
+
 void write_stats() {
   const char* path = std::getenv("PHOS_STATS_FILE");
   if (!path || !*path || !g_preload) return;
@@ -47,13 +73,25 @@ void write_stats() {
   auto status = g_preload->backend.status();
   for (const auto& [name, value] : status.counters) std::fprintf(f, "%s %llu\n", name.c_str(), (unsigned long long)value);
   for (const auto& call : status.unsupported_calls) std::fprintf(f, "unsupported %s\n", call.c_str());
+  for (const auto& m : status.modules) {
+    std::fprintf(f, "module %llu %s %llu %016llx %s functions=", (unsigned long long)m.id, m.kind.c_str(),
+                 (unsigned long long)m.size, (unsigned long long)m.hash, m.source.c_str());
+    for (size_t i = 0; i < m.functions.size(); i++) std::fprintf(f, "%s%s", i ? "," : "", m.functions[i].c_str());
+    std::fprintf(f, " globals=");
+    for (size_t i = 0; i < m.globals.size(); i++) std::fprintf(f, "%s%s", i ? "," : "", m.globals[i].c_str());
+    std::fprintf(f, "\n");
+  }
   if (runtime().launches.enabled()) {
     std::fprintf(f, "recorded_launches %llu\n", (unsigned long long)runtime().launches.recorded());
     for (const auto& k : runtime().launches.kernels()) {
-      std::fprintf(f, "kernel %s %llu params=", k.name.empty() ? "?" : k.name.c_str(), (unsigned long long)k.launches);
+      std::fprintf(f, "kernel %s %llu module=%llu params=", k.name.empty() ? "?" : k.name.c_str(),
+                   (unsigned long long)k.launches, (unsigned long long)k.module);
       for (size_t i = 0; i < k.params.size(); i++) std::fprintf(f, "%s%u:%u", i ? "," : "", k.params[i].offset, k.params[i].size);
       std::fprintf(f, "\n");
     }
+    std::unordered_map<CUfunction, std::string> names;
+    for (const auto& k : runtime().launches.kernels()) names[k.function] = k.name;
+    for (const auto& r : runtime().launches.recent()) write_record(f, r, names);
   }
   std::fclose(f);
 }

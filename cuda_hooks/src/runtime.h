@@ -13,6 +13,7 @@
 
 #include "device_memory.h"
 #include "launch_log.h"
+#include "module_registry.h"
 #include "phos/hooks/gate.h"
 
 namespace phos::hooks {
@@ -34,7 +35,8 @@ class Runtime {
  public:
   Gate gate;
   DeviceMemory memory;
-  LaunchLog launches;
+  ModuleRegistry modules;
+  LaunchLog launches{modules};
 
   void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, uint64_t>> counters() const;

@@ -92,9 +92,16 @@ Result<AgentStatus> AgentClient::status() {
   if (!reply) return reply.error();
   const auto* r = reply->reply->status;
   AgentStatus out{r->gate_open != 0, r->cuda_initialized != 0, r->allocation_count, r->allocated_bytes,
-                  r->device_count, {}, {}};
+                  r->device_count, {}, {}, {}};
   for (size_t i = 0; i < r->n_unsupported_calls; i++) out.unsupported_calls.emplace_back(r->unsupported_calls[i]);
   for (size_t i = 0; i < r->n_counters; i++) out.counters.emplace_back(r->counters[i]->name, r->counters[i]->value);
+  for (size_t i = 0; i < r->n_modules; i++) {
+    const auto* m = r->modules[i];
+    wire::ModuleEntry e{m->id, m->kind, m->size, m->hash, m->source, {}, m->function_count, {}};
+    e.functions.assign(m->functions, m->functions + m->n_functions);
+    e.globals.assign(m->globals, m->globals + m->n_globals);
+    out.modules.push_back(std::move(e));
+  }
   return out;
 }
 

@@ -211,6 +211,11 @@ int cmd_status(const std::string& pid_text, bool as_json) {
               {"unsupported_calls", status->unsupported_calls},
               {"counters", json::object()}};
     for (const auto& [name, value] : status->counters) j["counters"][name] = value;
+    j["modules"] = json::array();
+    for (const auto& m : status->modules)
+      j["modules"].push_back({{"id", m.id}, {"kind", m.kind}, {"size", m.size}, {"hash", hex(m.hash)},
+                              {"source", m.source}, {"function_count", m.function_count},
+                              {"functions", m.functions}, {"globals", m.globals}});
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("process %ld: phos agent %s (protocol %u), uid %u\n", pid, h.agent_version.c_str(), h.protocol_version,
@@ -220,6 +225,10 @@ int cmd_status(const std::string& pid_text, bool as_json) {
                 status->device_count, status->allocation_count, bytes_text(status->allocated_bytes).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
     for (const auto& [name, value] : status->counters) std::printf("  %s: %" PRIu64 "\n", name.c_str(), value);
+    for (const auto& m : status->modules)
+      std::printf("  module %" PRIu64 ": %s, %s, hash %016" PRIx64 ", %" PRIu64 " functions, %zu globals, from %s\n",
+                  m.id, m.kind.c_str(), bytes_text(m.size).c_str(), m.hash, m.function_count, m.globals.size(),
+                  m.source.c_str());
   }
   return 0;
 }

@@ -4,6 +4,9 @@
 //                    an idle stream (so the GPU's queue never pushes back)
 //   driver_call:     one cheap driver call (cuCtxGetDevice): the bare cost of
 //                    the gate wrapper every driver function gets
+//   memset_async:    one cuMemsetD32Async of 256 bytes, in bursts like the
+//                    launches: with PHOS_RECORD_LAUNCHES=1, what recording a
+//                    set's range costs
 //   malloc_free_N:   one cudaMalloc + cudaFree of N bytes
 #include <chrono>
 #include <cstdio>
@@ -62,6 +65,16 @@ int main() {
   auto t0 = Clock::now();
   for (long i = 0; i < kCalls; i++) get_device(&dev);
   std::printf("bench driver_call_us %.4f\n", us(Clock::now() - t0) / kCalls);
+
+  using MemsetAsync = CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream);
+  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemsetD32Async", &fn, 12000, cudaEnableDefault, &q));
+  auto memset_async = reinterpret_cast<MemsetAsync>(fn);
+  void* small = nullptr;
+  CHECK_CUDA(cudaMalloc(&small, 256));
+  std::printf("bench memset_async_us %.4f\n", per_launch(s, [&](int i) {
+    memset_async(reinterpret_cast<CUdeviceptr>(small), unsigned(i), 64, s);
+  }));
+  CHECK_CUDA(cudaFree(small));
 
   for (size_t size : {size_t(256), size_t(64) << 10, size_t(1) << 20, size_t(64) << 20}) {
     long n = size >= (64u << 20) ? 500 : 5000;

@@ -30,7 +30,7 @@ class FakeBackend final : public AgentBackend {
     for (size_t i = 0; i < n; i++) allocs_.push_back({i + 1, 0, 0x7f0000000000ull + (i << 21), 1u << 21, 0});
   }
   BackendStatus status() override {
-    return {false, true, allocs_.size(), allocs_.size() << 21, 1, unsupported, {{"launches", 42}}};
+    return {false, true, allocs_.size(), allocs_.size() << 21, 1, unsupported, {{"launches", 42}}, modules};
   }
   std::vector<AllocationInfo> allocations() override { return allocs_; }
   Result<UniqueFd> export_allocation(uint64_t id) override {
@@ -56,6 +56,7 @@ class FakeBackend final : public AgentBackend {
     return uint64_t(ids.size() << 21);
   }
   std::vector<std::string> unsupported;
+  std::vector<wire::ModuleEntry> modules;
   bool released = false;
   bool dropped_handles = false;
   std::vector<uint64_t> remapped_ids;
@@ -112,6 +113,29 @@ TEST_CASE("agent: hello and status", "[agent]") {
   CHECK(s->allocation_count == 3);
   REQUIRE(s->counters.size() == 1);
   CHECK(s->counters[0] == std::pair<std::string, uint64_t>{"launches", 42});
+  CHECK(c.goodbye().ok());
+}
+
+TEST_CASE("agent: status carries the loaded modules, function names capped", "[agent]") {
+  RunningAgent a;
+  std::vector<std::string> many;
+  for (int i = 0; i < 1500; i++) many.push_back("k" + std::to_string(i));
+  a.backend.modules = {{1, "fatbin", 4096, 0x1234abcd, "cuLibraryLoadData", {"vec_add", "scale"}, 2, {"table"}},
+                       {2, "file", 100, 7, "/tmp/x.cubin", many, many.size(), {}}};
+  auto c = a.client();
+  auto s = c.status();
+  REQUIRE(s.ok());
+  REQUIRE(s->modules.size() == 2);
+  const auto& m = s->modules[0];
+  CHECK(m.id == 1);
+  CHECK(m.kind == "fatbin");
+  CHECK(m.size == 4096);
+  CHECK(m.hash == 0x1234abcd);
+  CHECK(m.source == "cuLibraryLoadData");
+  CHECK(m.functions == std::vector<std::string>{"vec_add", "scale"});
+  CHECK(m.globals == std::vector<std::string>{"table"});
+  CHECK(s->modules[1].functions.size() == 1000);
+  CHECK(s->modules[1].function_count == 1500);
   CHECK(c.goodbye().ok());
 }
 

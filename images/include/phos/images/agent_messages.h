@@ -26,7 +26,18 @@ inline constexpr const char* kAgentThreadName = "phos-agent";
 // the address length to pass to bind/connect, 0 when the name is too long.
 socklen_t abstract_socket_address(const std::string& name, struct sockaddr_un& addr);
 
-// What StatusReply and Allocation carry, as values both sides use.
+// What StatusReply, Module and Allocation carry, as values both sides use.
+struct ModuleEntry {
+  uint64_t id = 0;
+  std::string kind;
+  uint64_t size = 0;
+  uint64_t hash = 0;
+  std::string source;
+  std::vector<std::string> functions;
+  uint64_t function_count = 0;
+  std::vector<std::string> globals;
+};
+
 struct AgentStatus {
   bool gate_open = false;
   bool cuda_initialized = false;
@@ -35,6 +46,7 @@ struct AgentStatus {
   uint32_t device_count = 0;
   std::vector<std::string> unsupported_calls;
   std::vector<std::pair<std::string, uint64_t>> counters;
+  std::vector<ModuleEntry> modules;
 };
 
 struct AllocationEntry {

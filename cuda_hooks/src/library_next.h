@@ -1,0 +1,34 @@
+// The real definition of a library function libphos.so stands in for
+// (cuBLAS, NCCL, cudart's registration): the next one after libphos.so in
+// the global scope (dlsym RTLD_NEXT), or, for a library the program opened
+// with RTLD_LOCAL (which RTLD_NEXT does not search), the one in the loaded
+// library whose file name starts with `library`. libphos.so never loads a
+// library itself; resolved on first use and cached in `cache`.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+namespace phos::hooks {
+
+void* library_next(const char* name, const char* library, std::atomic<void*>& cache);
+
+// The path of a loaded object whose file name starts with `prefix`; "" if none.
+std::string loaded_library(const char* prefix);
+
+template <class F>
+F library_next_as(const char* name, const char* library, std::atomic<void*>& cache) {
+  return reinterpret_cast<F>(library_next(name, library, cache));
+}
+
+}  // namespace phos::hooks
+
+// The real `name`, typed as `type` (a function pointer type), or as our own
+// definition of it where the name is not overloaded; null where no loaded
+// library defines it.
+#define PHOS_NEXT_AS(name, library, type)                                    \
+  ([] {                                                                      \
+    static std::atomic<void*> cache{nullptr};                                \
+    return ::phos::hooks::library_next_as<type>(#name, library, cache);      \
+  }())
+#define PHOS_NEXT(name, library) PHOS_NEXT_AS(name, library, decltype(&::name))

@@ -1,0 +1,50 @@
+// The code a process has loaded: every module and library the driver loaded
+// for it (cuModuleLoad*, cuLibraryLoad*, cudart's fatbin registrations), each
+// with a content hash, size and kind (module_image.h), and the functions,
+// kernels and globals the program took from it. Launch records name the
+// module of their kernel. Handles are the driver's (CUmodule, CUlibrary,
+// CUfunction, CUkernel) or cudart's (fatbin handles, host functions), all
+// distinct objects of the one process, so one map serves all.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "module_image.h"
+
+namespace phos::hooks {
+
+struct ModuleInfo {
+  uint64_t id = 0;
+  ModuleImage image;
+  std::string source;  // the file, or how it came (e.g. "cudart registration")
+  std::vector<std::string> functions;
+  std::vector<std::string> globals;
+};
+
+class ModuleRegistry {
+ public:
+  // A module loaded under `handle` (after the driver's success); its id.
+  uint64_t loaded(const void* handle, const ModuleImage& image, std::string source);
+  void unloaded(const void* handle);
+  // `function` (a CUfunction, CUkernel or cudart host function) named `name`
+  // came from the module loaded under `module`.
+  void function(const void* module, const void* function, const char* name);
+  void global(const void* module, const char* name);
+  // `derived` (cuKernelGetFunction's CUfunction) is `function`'s.
+  void same_module(const void* function, const void* derived);
+  // The id of the module `function` came from; 0 where not known.
+  uint64_t module_of(const void* function) const;
+  std::vector<ModuleInfo> modules() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<const void*, ModuleInfo> modules_;  // by handle
+  std::unordered_map<const void*, uint64_t> function_module_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace phos::hooks

@@ -1,0 +1,86 @@
+/* The fake libcuda's contexts and VMM memory, enough for libphos.so's device
+ * memory to allocate, map, release and map back without a GPU. A context is
+ * its device + 1; addresses are made up and never touched. Every
+ * cuMemSetAccess is logged ("access ADDRESS SIZE DEVICE:FLAGS...") to the
+ * file FAKE_CUDA_LOG names, with the marks the program adds (fake_mark). */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static __thread uintptr_t t_ctx[8];
+static __thread int t_depth;
+static CUdeviceptr g_next_va = 0x7f0000000000ull;
+static CUmemGenericAllocationHandle g_next_handle = 1;
+
+static void logline(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#include <stdarg.h>
+static void logline(const char *fmt, ...) {
+  const char *path = getenv("FAKE_CUDA_LOG");
+  FILE *f = path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fclose(f);
+}
+
+void fake_mark(const char *what) { logline("mark %s\n", what); }
+
+CUresult cuCtxSetCurrent(CUcontext c) { t_ctx[t_depth] = (uintptr_t)c; return CUDA_SUCCESS; }
+CUresult cuCtxGetCurrent(CUcontext *c) { *c = (CUcontext)t_ctx[t_depth]; return CUDA_SUCCESS; }
+CUresult cuCtxGetDevice(CUdevice *d) {
+  if (!t_ctx[t_depth]) return CUDA_ERROR_INVALID_CONTEXT;
+  *d = (CUdevice)(t_ctx[t_depth] - 1);
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetDevice_v2(CUdevice *d, CUcontext c) { *d = (CUdevice)((uintptr_t)c - 1); return CUDA_SUCCESS; }
+CUresult cuCtxPushCurrent(CUcontext c) {
+  if (t_depth == 7) return CUDA_ERROR_INVALID_VALUE;
+  t_ctx[++t_depth] = (uintptr_t)c;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxPopCurrent(CUcontext *c) {
+  if (t_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c) *c = (CUcontext)t_ctx[t_depth];
+  t_depth--;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) { (void)peer; (void)flags; return CUDA_SUCCESS; }
+CUresult cuCtxDisablePeerAccess(CUcontext peer) { (void)peer; return CUDA_SUCCESS; }
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) { (void)a; (void)d; *v = 0; return CUDA_SUCCESS; }
+
+CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p, CUmemAllocationGranularity_flags o) {
+  (void)p; (void)o;
+  *g = 2u << 20;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemAddressReserve(CUdeviceptr *va, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags) {
+  (void)align; (void)addr; (void)flags;
+  *va = __atomic_fetch_add(&g_next_va, size, __ATOMIC_RELAXED);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *p, unsigned long long f) {
+  (void)size; (void)p; (void)f;
+  *h = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_RELAXED);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle h) { (void)h; return CUDA_SUCCESS; }
+CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long f) {
+  (void)va; (void)size; (void)offset; (void)h; (void)f;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemUnmap(CUdeviceptr va, size_t size) { (void)va; (void)size; return CUDA_SUCCESS; }
+CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count) {
+  char line[512];
+  int n = snprintf(line, sizeof(line), "access 0x%llx %zu", (unsigned long long)va, size);
+  for (size_t i = 0; i < count && n < (int)sizeof(line); i++)
+    n += snprintf(line + n, sizeof(line) - (size_t)n, " %d:%d", desc[i].location.id, (int)desc[i].flags);
+  logline("%s\n", line);
+  return CUDA_SUCCESS;
+}
+/* libphos.so answers every allocation itself; a program linked against the
+ * fake needs the symbol. */
+CUresult cuMemAlloc(CUdeviceptr *p, size_t size) { (void)p; (void)size; return CUDA_ERROR_NOT_SUPPORTED; }

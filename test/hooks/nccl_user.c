@@ -1,0 +1,19 @@
+/* A library that uses NCCL, opened by the test with RTLD_LOCAL as Python
+ * opens extension modules: its libnccl is then outside the global scope,
+ * where dlsym(RTLD_NEXT) does not look. */
+#include <nccl.h>
+
+int phos_nccl_user_run(void) {
+  static int comm[2] = {1, 4}; /* rank 1 of 4 */
+  ncclComm_t c = (ncclComm_t)comm;
+  cudaStream_t s = (cudaStream_t)0x5;
+  int bad = 0;
+  bad |= ncclAllReduce((void *)0x10000, (void *)0x20000, 100, ncclFloat32, ncclSum, c, s);
+  bad |= ncclBroadcast((void *)0x11000, (void *)0x21000, 10, ncclFloat64, 0, c, s);
+  bad |= ncclReduce((void *)0x12000, (void *)0x22000, 10, ncclFloat64, ncclSum, 1, c, s);
+  bad |= ncclAllGather((void *)0x13000, (void *)0x23000, 8, ncclBfloat16, c, s);
+  bad |= ncclReduceScatter((void *)0x14000, (void *)0x24000, 8, ncclInt64, ncclSum, c, s);
+  bad |= ncclSend((void *)0x15000, 3, ncclUint8, 0, c, s);
+  bad |= ncclRecv((void *)0x25000, 3, ncclInt32, 0, c, s);
+  return bad;
+}
