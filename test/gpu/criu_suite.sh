@@ -28,6 +28,10 @@
 #                        CRIU's cuda plugin, which dumps and restores it
 #   restore_next_to_gpu_process  another GPU process runs throughout: the
 #                        restore works and the other process is unharmed
+#   multi_gpu_process    (2 GPUs) one process with memory on two GPUs: a
+#                        leave-running dump, a dump and restore, both intact
+#   restore_other_gpu    (2 GPUs) dumped on GPU 0, restored onto GPU 1 with
+#                        PHOS_GPU_MAP=0=1; nvidia-smi shows it there
 #
 # Workloads run without a pid namespace (PHOS_NO_PIDNS=1: the driver's
 # exportable memory fails in one that sees the host's /proc); work dirs and
@@ -343,6 +347,43 @@ case_restore_next_to_gpu_process() {
   pass "restored in $RESTORE_S s (dump $DUMP_S s) next to a GPU process that $(cut -d, -f1 "$WORK/hog.ready") and ran on unharmed; $CARRIED"
 }
 
+gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
+gpu_uuid() { nvidia-smi -L | sed -n "$(($1 + 1))s/.*(UUID: \(GPU-[^)]*\)).*/\1/p"; }
+# The UUID of the GPU process PID runs on, as nvidia-smi sees it.
+gpu_of_pid() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$1" '$1 == p {print $2}' | head -n1; }
+
+case_multi_gpu_process() {  # one process with 2 GiB on each of two GPUs
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  setup "$bin/gpu_counter"
+  start_workload --preload 2048 --devices 2
+  wait_counter_above 5 60
+  local t0 t1; t0=$(now); criu_dump --leave-running || fail "leave-running dump failed (rc $?)"; t1=$(now)
+  carried_on "$WORK/state" "$(state_token)" 2048
+  local lr="leave-running dump in $(dt "$t0" "$t1") s, $CARRIED"
+  rm -rf "$IMG" && mkdir "$IMG"
+  dump_restore
+  carried_on "$WORK/state" "$TOKEN" 2048
+  local devs; devs=$("$PHOSCTL" show "$IMG" 2>/dev/null | grep -c "^ *device [0-9]:" || true)
+  [ "$devs" = 2 ] || fail "the image names $devs devices, expected 2: $("$PHOSCTL" show "$IMG" 2>&1 | head -n 5)"
+  pass "2 GPUs, $(phos_wrote); $lr; dump $DUMP_S s, restore $RESTORE_S s, restored process: $CARRIED on both GPUs"
+}
+
+case_restore_other_gpu() {  # dumped on GPU 0, restored onto GPU 1 (PHOS_GPU_MAP=0=1)
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024
+  wait_counter_above 5 60
+  local before; before=$(gpu_of_pid "$WORKLOAD_PID")
+  [ "$before" = "$(gpu_uuid 0)" ] || fail "the workload runs on '$before', not on GPU 0 ($(gpu_uuid 0))"
+  PHOS_GPU_MAP=0=1 dump_restore
+  local pid; pid=$(restored_pid)
+  carried_on "$WORK/state" "$TOKEN" 1024
+  local after; after=$(gpu_of_pid "$pid")
+  grep -q "restored onto GPU 1" "$WORK/restore.log" || fail "the plugin did not place device 0 on GPU 1: $(phos_error "$WORK/restore.log")"
+  [ "$after" = "$(gpu_uuid 1)" ] || fail "the restored process runs on '$after', not on GPU 1 ($(gpu_uuid 1))"
+  pass "dumped on GPU 0 ($before), restored onto GPU 1 ($after) in $RESTORE_S s; $CARRIED"
+}
+
 # ---- driver ----------------------------------------------------------------
 
 if [ "${1:-}" = --case ]; then
@@ -367,7 +408,7 @@ limit_of() {  # seconds a case may take
 all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
   dump_disk_full dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
-  restore_next_to_gpu_process"
+  restore_next_to_gpu_process multi_gpu_process restore_other_gpu"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

@@ -14,21 +14,25 @@
 // restore (no gap spans the restore); a clock that went backwards counts as
 // no gap.
 //
-// usage: phos-gpu-counter STATE MIB [--child] [--cupti]
+// usage: phos-gpu-counter STATE MIB [--child] [--cupti] [--devices N]
 //   --child: first fork and exec a second counter with STATE.child (a process
 //            tree of two CUDA processes);
 //   --cupti: subscribe CUPTI's activity API (the driver's checkpoint refuses
-//            a process that CUPTI is attached to).
+//            a process that CUPTI is attached to);
+//   --devices N: MIB MiB on each of devices 0..N-1, each with its own
+//            counter (DEVICE_COUNTER is the lowest, ERRORS the sum).
 #include <fcntl.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "gpu_check.h"
 
@@ -89,12 +93,14 @@ void write_state(const char* path, uint64_t token, uint64_t counter, unsigned lo
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s STATE MIB [--child] [--cupti]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s STATE MIB [--child] [--cupti] [--devices N]\n", argv[0]);
     return 2;
   }
   bool cupti = false;
+  int devices = 1;
   for (int i = 3; i < argc; i++) {
     if (!std::strcmp(argv[i], "--cupti")) cupti = true;
+    if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) devices = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--child")) continue;
     // Before any CUDA call: the child starts its own CUDA from scratch.
     pid_t child = fork();
@@ -108,27 +114,39 @@ int main(int argc, char** argv) {
   size_t words = (size_t(std::atoll(argv[2])) << 20) / 8;
   uint64_t token;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
-  uint64_t* big;
-  unsigned long long *errors, *device_counter, *host;
+  // Per device: MIB MiB of pattern, an error count and a step counter.
+  std::vector<uint64_t*> big(devices);
+  std::vector<unsigned long long*> errors(devices), device_counter(devices);
+  unsigned long long* host;
   CHECK_CUDA(cudaFree(nullptr));
   if (cupti) gpu_check::start_kernel_count();
-  CHECK_CUDA(cudaMalloc(&big, words * 8));
-  CHECK_CUDA(cudaMalloc(&errors, 8));           // small: in a slab
-  CHECK_CUDA(cudaMalloc(&device_counter, 8));   // small: in a slab
-  CHECK_CUDA(cudaMallocHost(&host, 16));
-  CHECK_CUDA(cudaMemset(errors, 0, 8));
-  CHECK_CUDA(cudaMemset(device_counter, 0, 8));
-  fill<<<1024, 256>>>(big, words, token);
-  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaMallocHost(&host, 16 * devices));
+  for (int d = 0; d < devices; d++) {
+    CHECK_CUDA(cudaSetDevice(d));
+    CHECK_CUDA(cudaMalloc(&big[d], words * 8));
+    CHECK_CUDA(cudaMalloc(&errors[d], 8));           // small: in a slab
+    CHECK_CUDA(cudaMalloc(&device_counter[d], 8));   // small: in a slab
+    CHECK_CUDA(cudaMemset(errors[d], 0, 8));
+    CHECK_CUDA(cudaMemset(device_counter[d], 0, 8));
+    fill<<<1024, 256>>>(big[d], words, token);
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
   size_t slices = (words + kSliceWords - 1) / kSliceWords;
   GapMeter gaps(argv[1]);
   for (uint64_t counter = 1;; counter++) {
     size_t first = ((counter - 1) % slices) * kSliceWords;
     size_t n = first + kSliceWords > words ? words - first : kSliceWords;
-    step<<<256, 256>>>(big, first, n, token, errors, device_counter);
-    CHECK_CUDA(cudaMemcpy(&host[0], errors, 8, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(&host[1], device_counter, 8, cudaMemcpyDeviceToHost));
-    write_state(argv[1], token, counter, host[1], host[0], counter, gaps.tick());
+    // DEVICE_COUNTER: the lowest of the devices' counters; ERRORS: the sum.
+    unsigned long long lowest = ~0ull, error_sum = 0;
+    for (int d = 0; d < devices; d++) {
+      CHECK_CUDA(cudaSetDevice(d));
+      step<<<256, 256>>>(big[d], first, n, token, errors[d], device_counter[d]);
+      CHECK_CUDA(cudaMemcpy(&host[2 * d], errors[d], 8, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(&host[2 * d + 1], device_counter[d], 8, cudaMemcpyDeviceToHost));
+      error_sum += host[2 * d];
+      lowest = std::min(lowest, host[2 * d + 1]);
+    }
+    write_state(argv[1], token, counter, lowest, error_sum, counter, gaps.tick());
     usleep(10000);
   }
 }
