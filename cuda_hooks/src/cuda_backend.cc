@@ -5,20 +5,19 @@
 #include <string>
 
 #include "driver.h"
-#include "library_next.h"
 #include "runtime.h"
 
 namespace phos::hooks {
 namespace {
 
-// The driver's checkpoint refuses a process that CUPTI or a profiler is
-// attached to (lock fails with CUDA_ERROR_NOT_SUPPORTED): say so before a
-// dump starts. CUPTI is a library in the process; profilers (Nsight
-// Systems, Compute) inject theirs through CUDA_INJECTION64_PATH. Looked at
-// when the status is asked for, never on a CUDA call.
+// The driver's checkpoint refuses a process that a profiler is attached to
+// (lock fails with CUDA_ERROR_NOT_SUPPORTED): say so before a dump starts.
+// Profilers (Nsight Systems, Compute) inject theirs through
+// CUDA_INJECTION64_PATH. libcupti merely loaded is no refusal: on the H200
+// the driver checkpointed such processes until CUPTI was subscribed; the
+// plugin names libcupti when the lock is refused. Looked at when the status
+// is asked for, never on a CUDA call.
 std::optional<std::string> profiler_attached() {
-  std::string cupti = loaded_library("libcupti.so");
-  if (!cupti.empty()) return "CUPTI/profiler attached (" + cupti.substr(cupti.rfind('/') + 1) + ")";
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
   if (injection && *injection) return std::string("CUPTI/profiler attached (CUDA_INJECTION64_PATH=") + injection + ")";
   return std::nullopt;

@@ -111,6 +111,9 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       taking(pid, t, kDriverLocked);
       if (auto locked = driver_lock(pid, options_.quiesce_timeout_ms); !locked) {
         t.taken &= ~uint32_t(kDriverLocked);  // nothing to unlock
+        if (maps_library(pid, "libcupti.so"))
+          return make_error(locked.error().message + " (libcupti is loaded in the process: the driver refuses to "
+                                                     "checkpoint a process CUPTI is subscribed in)", locked.error().code);
         return locked.error();
       }
     }

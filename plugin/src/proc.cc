@@ -109,4 +109,12 @@ Result<std::optional<std::string>> find_listening_socket(pid_t pid, const std::s
   return std::optional<std::string>();
 }
 
+bool maps_library(pid_t pid, const std::string& name) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+
 }  // namespace phos::plugin

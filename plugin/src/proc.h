@@ -19,6 +19,10 @@ Result<pid_t> find_thread(pid_t pid, const std::string& name);
 // The ptrace tracer of thread `tid` of process `pid` (0: none).
 Result<pid_t> tracer_of(pid_t pid, pid_t tid);
 
+// Whether a file whose name contains `name` is mapped in `pid` (a loaded
+// shared library, for messages).
+bool maps_library(pid_t pid, const std::string& name);
+
 // True while `pid` exists and is not a zombie.
 bool process_alive(pid_t pid);
 

@@ -83,15 +83,19 @@ case_cuda_roundtrip() {
 case_launch_record() {
   PHOS_RECORD_LAUNCHES=1 PHOS_STATS_FILE=$log/record.stats LD_PRELOAD=$libphos "$bin/cuda_basic" 10 > "$log/record.phos" 2>&1
   local rc=$? s=$log/record.stats
-  local recorded launches summed fill
-  recorded=$(stat_of "$s" recorded_launches); launches=$(stat_of "$s" launches)
+  local recorded launches summed fill copies sets example
+  # The ring's records ("record SEQ KIND NAME ... ACCESS:0xADDR+BYTES") and
+  # the per-kernel lines ("kernel NAME COUNT module=N params=...").
+  recorded=$(awk '$1 == "record" && $3 == "kernel"' "$s" | wc -l); launches=$(stat_of "$s" launches)
+  copies=$(awk '$1 == "record" && $3 == "copy"' "$s" | wc -l); sets=$(awk '$1 == "record" && $3 == "set"' "$s" | wc -l)
+  example=$(awk '$1 == "record" && $3 == "copy" {print; exit}' "$s" | cut -d' ' -f3-)
   summed=$(awk '$1 == "kernel" {n += $3} END {print n + 0}' "$s")
-  fill=$(awk '$1 == "kernel" && $2 ~ /fill/ {print $4}' "$s")
-  local kernels; kernels=$(awk '$1 == "kernel" {printf "%s x%s %s; ", $2, $3, $4}' "$s")
+  fill=$(awk '$1 == "kernel" && $2 ~ /fill/ {print $5}' "$s")
+  local kernels; kernels=$(awk '$1 == "kernel" {printf "%s x%s %s %s; ", $2, $3, $4, $5}' "$s")
   if [ $rc -eq 0 ] && [ -n "$launches" ] && [ "$recorded" = "$launches" ] && [ "$summed" = "$launches" ] &&
-     [ "$fill" = "params=0:8,8:8,16:4" ]; then
-    line launch_record PASS "$recorded of $launches launches recorded; $kernels"
-  else line launch_record FAIL "rc $rc; recorded=$recorded launches=$launches per-kernel sum=$summed; $kernels"; fi
+     [ "$fill" = "params=0:8,8:8,16:4" ] && [ "$copies" -gt 0 ] && [ "$sets" -gt 0 ]; then
+    line launch_record PASS "$recorded of $launches launches recorded, and $copies copies and $sets memsets with their ranges (e.g. '$example'); $kernels"
+  else line launch_record FAIL "rc $rc; recorded=$recorded launches=$launches per-kernel sum=$summed copies=$copies sets=$sets; $kernels"; fi
 }
 
 case_cuda_graph() {
