@@ -354,10 +354,10 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
 }
 
 Result<std::vector<GpuPlacement>> Engine::place_devices(const image::Manifest& m, const std::string& manifest_name,
-                                                        const GpuMapSpec& spec) {
+                                                        const GpuMapSpec& spec, std::vector<HostGpu>& host) {
   int count = 0;
   PHOS_CU(cu_, cu_.cuDeviceGetCount(&count), "count GPUs");
-  std::vector<HostGpu> host;
+  host.clear();
   for (int i = 0; i < count; i++) {
     auto d = describe(i);
     if (!d) return make_error(manifest_name + ": GPU " + std::to_string(i) + ": " + d.error().message, ENODEV);

@@ -63,8 +63,9 @@ class Engine {
 
   // Where each of the image's GPUs goes on this host (gpu_map.h): the same
   // ordinal unless `spec` moves it; the models must match.
+  // `host` gets this host's GPUs.
   Result<std::vector<GpuPlacement>> place_devices(const image::Manifest& m, const std::string& manifest_name,
-                                                  const GpuMapSpec& spec);
+                                                  const GpuMapSpec& spec, std::vector<HostGpu>& host);
   // Creates and fills each allocation of `m` on the GPU `placement` gives
   // its device; one fd per allocation, in order.
   Result<std::vector<UniqueFd>> load(int dirfd, const image::Manifest& m,

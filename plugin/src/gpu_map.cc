@@ -1,6 +1,8 @@
 #include "gpu_map.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace phos::plugin {
@@ -90,6 +92,45 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
                         EINVAL);
     out.push_back({d.ordinal, h->ordinal, d.uuid, h->uuid});
   }
+  return out;
+}
+
+std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_gpu_pairs(
+    const std::vector<GpuPlacement>& placement, const std::vector<HostGpu>& host) {
+  bool moved = false;
+  for (const auto& p : placement) moved = moved || p.moved();
+  if (!moved) return {};
+  std::map<std::array<uint8_t, 16>, std::array<uint8_t, 16>> to;  // old -> new
+  std::set<std::array<uint8_t, 16>> targets;
+  for (const auto& p : placement) {
+    to[p.image_uuid] = p.host_uuid;
+    targets.insert(p.host_uuid);
+  }
+  std::vector<std::array<uint8_t, 16>> unplaced;
+  for (const auto& h : host)
+    if (!to.count(h.uuid)) unplaced.push_back(h.uuid);
+  std::vector<std::array<uint8_t, 16>> free_targets;
+  for (const auto& h : host)
+    if (!targets.count(h.uuid)) free_targets.push_back(h.uuid);
+  // Unplaced GPUs keep their own place where it is free, else take the
+  // first free one left.
+  for (const auto& u : unplaced)
+    if (!targets.count(u)) {
+      to[u] = u;
+      targets.insert(u);
+      std::erase(free_targets, u);
+    }
+  for (const auto& u : unplaced)
+    if (!to.count(u) && !free_targets.empty()) {
+      to[u] = free_targets.front();
+      free_targets.erase(free_targets.begin());
+    }
+  std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> out;
+  for (const auto& h : host)
+    if (to.count(h.uuid)) out.emplace_back(h.uuid, to[h.uuid]);
+  for (const auto& p : placement)  // image GPUs this host lacks (uuid differs)
+    if (std::none_of(host.begin(), host.end(), [&](const HostGpu& h) { return h.uuid == p.image_uuid; }))
+      out.emplace_back(p.image_uuid, p.host_uuid);
   return out;
 }
 

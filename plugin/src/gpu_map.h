@@ -49,4 +49,13 @@ struct GpuPlacement {
 Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<image::Device>& image_devices,
                                              const std::vector<HostGpu>& host, const std::string& manifest_name);
 
+// The UUID pairs for the driver's restore when a GPU moves (empty when none
+// does): the driver wants every GPU the process had checkpointed, which on
+// the H200 host meant every GPU it could see (a pair for the used GPU alone
+// was refused with CUDA_ERROR_INVALID_VALUE). So the pairs cover all of
+// `host`, as a permutation: placed GPUs go where placed, the others stay,
+// or take a GPU a placement freed.
+std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_gpu_pairs(
+    const std::vector<GpuPlacement>& placement, const std::vector<HostGpu>& host);
+
 }  // namespace phos::plugin

@@ -17,7 +17,7 @@ Result<void> Restorer::load() {
   for (pid_t vpid : *pids) {
     auto img = image::open_process_image(dirfd_, vpid, /*require_complete=*/true);
     if (!img) return img.error();
-    Loaded l{std::move(*img), {}, {}};
+    Loaded l{std::move(*img), {}, {}, {}};
     const image::Manifest& m = l.image.manifest;
     if (!m.devices.empty() || !m.allocations.empty()) {
       if (!engine_) {
@@ -25,7 +25,7 @@ Result<void> Restorer::load() {
         if (!engine) return make_error(l.image.manifest_name + ": " + engine.error().message, engine.error().code);
         engine_ = std::move(*engine);
       }
-      auto placement = engine_->place_devices(m, l.image.manifest_name, options_.gpu_map);
+      auto placement = engine_->place_devices(m, l.image.manifest_name, options_.gpu_map, l.host);
       if (!placement) return placement.error();
       l.placement = std::move(*placement);
       for (const auto& p : l.placement)
@@ -46,18 +46,15 @@ Result<void> Restorer::load() {
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   // Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.
   if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
-    // UUID pairs only when a GPU moves; then every GPU of the image is named,
-    // as the driver asks.
+    // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h).
     std::vector<CUcheckpointGpuPair> pairs;
-    bool moved = false;
-    for (const auto& p : l.placement) {
-      moved = moved || p.moved();
+    for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host)) {
       CUcheckpointGpuPair pair{};
-      std::memcpy(pair.oldUuid.bytes, p.image_uuid.data(), 16);
-      std::memcpy(pair.newUuid.bytes, p.host_uuid.data(), 16);
+      std::memcpy(pair.oldUuid.bytes, from.data(), 16);
+      std::memcpy(pair.newUuid.bytes, to.data(), 16);
       pairs.push_back(pair);
     }
-    if (!moved) pairs.clear();
+    const bool moved = !pairs.empty();
     PHOS_INFO("process %d: driver restore%s", pid, moved ? " onto the mapped GPUs" : "");
     PHOS_TRY(driver_restore_and_unlock(pid, pairs));
     PHOS_INFO("process %d: driver restored and unlocked", pid);

@@ -37,6 +37,7 @@ class Restorer {
     image::ProcessImage image;
     std::vector<UniqueFd> fds;  // one per allocation, filled device memory
     std::vector<GpuPlacement> placement;  // where each of the image's GPUs went
+    std::vector<HostGpu> host;            // this host's GPUs
   };
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
 

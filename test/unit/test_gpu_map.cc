@@ -106,3 +106,25 @@ TEST_CASE("gpu map: a uuid the image does not have is refused", "[gpu_map]") {
   REQUIRE_FALSE(p);
   CHECK(p.error().message.find("which the image does not have") != std::string::npos);
 }
+
+TEST_CASE("gpu map: no driver pairs when nothing moves", "[gpu_map]") {
+  auto p = place_gpus({}, {image_device(0, 0xaa)}, two_h200(), "m");
+  CHECK(driver_gpu_pairs(*p, two_h200()).empty());
+}
+
+TEST_CASE("gpu map: a move gives pairs for every host GPU, as a permutation", "[gpu_map]") {
+  auto p = place_gpus(*parse_gpu_map("0=1"), {image_device(0, 0xaa)}, two_h200(), "m");
+  auto pairs = driver_gpu_pairs(*p, two_h200());
+  REQUIRE(pairs.size() == 2);
+  CHECK(pairs[0] == std::make_pair(uuid_of(0xaa), uuid_of(0xbb)));
+  CHECK(pairs[1] == std::make_pair(uuid_of(0xbb), uuid_of(0xaa)));  // takes the GPU the move freed
+}
+
+TEST_CASE("gpu map: GPUs a move does not touch keep their place", "[gpu_map]") {
+  std::vector<HostGpu> three = two_h200();
+  three.push_back({2, "NVIDIA H200", uuid_of(0xcc)});
+  auto p = place_gpus(*parse_gpu_map("0=1,1=0"), {image_device(0, 0xaa), image_device(1, 0xbb)}, three, "m");
+  auto pairs = driver_gpu_pairs(*p, three);
+  REQUIRE(pairs.size() == 3);
+  CHECK(pairs[2] == std::make_pair(uuid_of(0xcc), uuid_of(0xcc)));
+}
