@@ -214,14 +214,16 @@ spread() {
 }
 
 # PyTorch MLP training step, alternating native and libphos.so runs.
+# PHOS_BENCH_TORCH_RUNS (5) alternating runs of PHOS_BENCH_TORCH_STEPS (300)
+# steps each; the first 15 steps of a run are warm-up.
 case_bench_torch() {
-  local r
+  local r runs=${PHOS_BENCH_TORCH_RUNS:-5} steps=${PHOS_BENCH_TORCH_STEPS:-300}
   : > "$log/bench_torch.native"; : > "$log/bench_torch.phos"
-  for r in 1 2 3 4 5; do
-    python3 "$here/torch_workloads.py" mlp --steps 300 | awk '/^time/ {split($2, a, "="); print "bench step_ms", a[2]}' >> "$log/bench_torch.native"
-    LD_PRELOAD=$libphos python3 "$here/torch_workloads.py" mlp --steps 300 | awk '/^time/ {split($2, a, "="); print "bench step_ms", a[2]}' >> "$log/bench_torch.phos"
+  for r in $(seq "$runs"); do
+    python3 "$here/torch_workloads.py" mlp --steps "$steps" | awk '/^time/ {split($2, a, "="); print "bench step_ms", a[2]}' >> "$log/bench_torch.native"
+    LD_PRELOAD=$libphos python3 "$here/torch_workloads.py" mlp --steps "$steps" | awk '/^time/ {split($2, a, "="); print "bench step_ms", a[2]}' >> "$log/bench_torch.phos"
   done
-  echo "gpu: bench: PyTorch MLP training step in ms, median [min-max] of 5 alternating runs of 285 steps:"
+  echo "gpu: bench: PyTorch MLP training step in ms, median [min-max] of $runs alternating runs of $((steps - 15)) steps:"
   join <(spread "$log/bench_torch.native") <(spread "$log/bench_torch.phos") |
     awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  slower by %+.2f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100}'
 }
