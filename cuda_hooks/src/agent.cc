@@ -245,12 +245,7 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       std::vector<int> fds;
       for (uint64_t i = 0; i < count; i++) {
         const AllocationInfo& a = all[first + i];
-        phos__agent__allocation__init(&msgs[i]);
-        msgs[i].id = a.id;
-        msgs[i].device = a.device;
-        msgs[i].address = a.address;
-        msgs[i].size = a.size;
-        msgs[i].flags = a.flags;
+        wire::to_message(wire::AllocationEntry{a.id, a.device, a.address, a.size, a.flags}, msgs[i]);
         ptrs.push_back(&msgs[i]);
         if (q->with_fds) {
           auto fd = backend_.export_allocation(a.id);

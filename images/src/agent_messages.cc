@@ -30,6 +30,19 @@ Result<std::unique_ptr<Msg, UnpackedDeleter>> recv_unpacked(int sock, int timeou
 
 }  // namespace
 
+void to_message(const AllocationEntry& a, Phos__Agent__Allocation& m) {
+  phos__agent__allocation__init(&m);
+  m.id = a.id;
+  m.device = a.device;
+  m.address = a.address;
+  m.size = a.size;
+  m.flags = a.flags;
+}
+
+AllocationEntry from_message(const Phos__Agent__Allocation& m) {
+  return AllocationEntry{m.id, m.device, m.address, m.size, m.flags};
+}
+
 Result<void> send_message(int sock, const ProtobufCMessage& message, std::span<const int> fds) {
   std::vector<std::byte> buf(protobuf_c_message_get_packed_size(&message));
   protobuf_c_message_pack(&message, reinterpret_cast<uint8_t*>(buf.data()));

@@ -131,7 +131,7 @@ Result<std::vector<AgentAllocation>> AgentClient::list_allocations(bool with_fds
                         EPROTO);
     for (size_t i = 0; i < r->n_allocations; i++) {
       const auto* a = r->allocations[i];
-      out.push_back(AgentAllocation{a->id, a->device, a->address, a->size, a->flags});
+      out.push_back(wire::from_message(*a));
       if (with_fds && fds) fds->push_back(std::move(reply->fds[i]));
     }
     if (out.size() >= r->total_count || r->n_allocations == 0) break;

@@ -86,20 +86,16 @@ Result<KeeperLink> KeeperLink::start(int image_dirfd, int agent_timeout_ms) {
 
 Result<void> KeeperLink::hold(pid_t pid, const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds) {
   if (allocs.size() != fds.size()) return make_error("keeper: one fd per allocation expected");
-  for (size_t at = 0; at == 0 || at < allocs.size(); at += wire::kMaxFdsPerFrame) {
+  // A frame's worth at a time; one (empty) Hold for a process without any.
+  size_t at = 0;
+  do {
     size_t end = std::min(allocs.size(), at + wire::kMaxFdsPerFrame);
     std::vector<Phos__Agent__Allocation> entries(end - at);
     std::vector<Phos__Agent__Allocation*> ptrs;
     std::vector<int> raw;
     for (size_t i = at; i < end; i++) {
-      Phos__Agent__Allocation& e = entries[i - at];
-      phos__agent__allocation__init(&e);
-      e.id = allocs[i].id;
-      e.device = allocs[i].device;
-      e.address = allocs[i].address;
-      e.size = allocs[i].size;
-      e.flags = allocs[i].flags;
-      ptrs.push_back(&e);
+      wire::to_message(allocs[i], entries[i - at]);
+      ptrs.push_back(&entries[i - at]);
       raw.push_back(fds[i].get());
     }
     Phos__Keeper__Hold h = PHOS__KEEPER__HOLD__INIT;
@@ -110,8 +106,8 @@ Result<void> KeeperLink::hold(pid_t pid, const std::vector<AgentAllocation>& all
     m.kind_case = PHOS__KEEPER__MESSAGE__KIND_HOLD;
     m.hold = &h;
     PHOS_TRY(send(sock_.get(), m, raw));
-    if (allocs.empty()) break;
-  }
+    at = end;
+  } while (at < allocs.size());
   return {};
 }
 

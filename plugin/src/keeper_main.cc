@@ -50,7 +50,7 @@ void apply(KeeperState& k, const Phos__Keeper__Message& m, std::vector<UniqueFd>
     Held& h = k.processes[pid];
     for (size_t i = 0; i < m.hold->n_allocations; i++) {
       const auto* a = m.hold->allocations[i];
-      h.allocations.push_back(AgentAllocation{a->id, a->device, a->address, a->size, a->flags});
+      h.allocations.push_back(wire::from_message(*a));
       if (i < fds.size()) h.fds.push_back(std::move(fds[i]));
     }
   } else if (m.kind_case == PHOS__KEEPER__MESSAGE__KIND_STATE) {

@@ -4,7 +4,8 @@
 # criu 4.1.1 with its own cuda plugin, side by side in one run, on the same
 # CUDA process (gpu_counter) holding SIZE MiB of device memory, with the
 # images on memory-backed storage (shm: a directory on /dev/shm) and on disk
-# (disk: a directory on the root file system, /var/tmp/phos-bench).
+# (disk: a directory on a disk file system, PHOS_BENCH_DISK, by default
+# phos-bench under the disk scratch directory below).
 #
 # For each (tool, size, storage):
 #   1. start the workload (with LD_PRELOAD=libphos.so for phos; without for
@@ -26,7 +27,7 @@
 #   --sizes     device memory of the workload, MiB (default 1024,8192,32768,65536)
 #   --storage   where the images go: shm, disk (default both)
 #   --tools     phos, cuda_plugin (default both)
-#   --csv       results, appended (default /var/tmp/phos-bench-results/bench.csv:
+#   --csv       results, appended (default $PHOS_BENCH_RESULTS/bench.csv:
 #               outside the bundle, which make-bundle.sh replaces)
 #   --png       the plot (default: the CSV's name with .png)
 #   --budget    do not start a case whose estimate does not fit in what is
@@ -36,7 +37,7 @@
 #               over its estimate earlier in the run.
 #   --resume    skip cases that already have a result (ok or failed) in the CSV
 #   --plan      print the cases, their estimates and SKIPs; run nothing
-#   --logs      criu's logs of every case, gzipped (default ${OUT:-/var/tmp/phos-bench-results}/logs)
+#   --logs      criu's logs of every case, gzipped (default ${OUT:-$PHOS_BENCH_RESULTS}/logs)
 #   --disk-gbps disk speed assumed by the estimates (default 1.0)
 #   --kill-stale  kill workloads an earlier run left behind (a call cut off
 #               at its time limit); without it they are only named
@@ -61,10 +62,13 @@ export LC_ALL=C   # a '.' in EPOCHREALTIME and printf
 here=$(cd "$(dirname "$0")" && pwd)
 
 SIZES=1024,8192,32768,65536 STORAGES=shm,disk TOOLS=phos,cuda_plugin
-RESULTS=/var/tmp/phos-bench-results
+# Scratch on a disk (not tmpfs), kept between calls while the host stays up:
+# PHOS_BENCH_SCRATCH, else the system's place for such files (FHS /var/tmp).
+SCRATCH=${PHOS_BENCH_SCRATCH:-/var/tmp}
+RESULTS=${PHOS_BENCH_RESULTS:-$SCRATCH/phos-bench-results}
 CSV='' PNG='' BUDGET=500 RESUME='' PLAN='' LOGDIR=${OUT:-$RESULTS}/logs DISK_GBPS=1.0 KILL_STALE=
 SHM_DIR=${PHOS_BENCH_SHM:-/dev/shm/phos-bench}
-DISK_DIR=${PHOS_BENCH_DISK:-/var/tmp/phos-bench}
+DISK_DIR=${PHOS_BENCH_DISK:-$SCRATCH/phos-bench}
 
 die() { echo "bench: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do

@@ -57,6 +57,10 @@ struct AllocationEntry {
   uint32_t flags = 0;
 };
 
+// An Allocation message from an entry (initialized, then filled), and back.
+void to_message(const AllocationEntry& a, Phos__Agent__Allocation& m);
+AllocationEntry from_message(const Phos__Agent__Allocation& m);
+
 struct UnpackedDeleter {
   void operator()(ProtobufCMessage* m) const { protobuf_c_message_free_unpacked(m, nullptr); }
   void operator()(Phos__Agent__Request* m) const { operator()(&m->base); }
