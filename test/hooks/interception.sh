@@ -13,17 +13,17 @@ status=1
 fail() { echo "[interception] FAIL: $*"; exit 1; }
 
 native=$("$client" where)
-echo "$native" | grep -q "^dlsym libcuda.so.1$" || fail "without libphos.so the fake driver should answer: $native"
+grep -q "^dlsym libcuda.so.1$" <<< "$native" || fail "without libphos.so the fake driver should answer: $native"
 
 out=$(LD_PRELOAD=$libphos "$client" where)
 echo "$out" | sed 's/^/[interception] /'
 for way in "dlsym" "cuGetProcAddress" "cuGetProcAddress(cuMemcpyHtoD)" "cuGetProcAddress(cuGetProcAddress)" \
            "that(cuMemcpyHtoD)" "direct"; do
-  echo "$out" | grep -qxF "$way libphos.so" || fail "$way does not reach libphos.so"
+  grep -qxF "$way libphos.so" <<< "$out" || fail "$way does not reach libphos.so"
 done
-echo "$out" | grep -qx "missing none" || fail "a function libcuda lacks must stay missing"
-echo "$out" | grep -qx "calls reached libcuda 4" || fail "calls through the wrappers did not reach libcuda"
-echo "$out" | grep -qx "RTLD_NEXT from a library 2" || fail "dlsym(RTLD_NEXT) from a library found the wrong symbol"
+grep -qx "missing none" <<< "$out" || fail "a function libcuda lacks must stay missing"
+grep -qx "calls reached libcuda 4" <<< "$out" || fail "calls through the wrappers did not reach libcuda"
+grep -qx "RTLD_NEXT from a library 2" <<< "$out" || fail "dlsym(RTLD_NEXT) from a library found the wrong symbol"
 
 state=$(mktemp)
 trap 'kill -9 $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$state" "$state.tmp"; exit $status' EXIT

@@ -16,8 +16,8 @@ trap 'rm -f "$stats"' EXIT
 
 out=$(LD_PRELOAD=$libphos PHOS_RECORD_LAUNCHES=1 PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
 echo "$out" | sed 's/^/[record] /'
-echo "$out" | grep -qx "calls failed 0" || fail "a call failed through libphos.so"
-echo "$out" | grep -qx "reached copies 8 cublas 5 nccl 7" || fail "calls did not all reach the libraries"
+grep -qx "calls failed 0" <<< "$out" || fail "a call failed through libphos.so"
+grep -qx "reached copies 8 cublas 5 nccl 7" <<< "$out" || fail "calls did not all reach the libraries"
 grep '^record ' "$stats" | sed 's/^/[record] /'
 
 expected=$(cat <<'LINES'
@@ -78,6 +78,6 @@ assert m[2]["functions"] == ["lib_kernel"] and m[2]["function_count"] == 1, m[2]
 ' || fail "phosctl status does not show the modules: $status"
 
 out=$(LD_PRELOAD=$libphos PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
-echo "$out" | grep -qx "reached copies 8 cublas 5 nccl 7" || fail "without recording, calls did not all reach the libraries"
+grep -qx "reached copies 8 cublas 5 nccl 7" <<< "$out" || fail "without recording, calls did not all reach the libraries"
 ! grep -q '^record ' "$stats" || fail "recorded while recording is off"
 echo "[record] PASS"
