@@ -1,0 +1,1 @@
+#include "phos/speculation/layout.h"

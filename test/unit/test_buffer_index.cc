@@ -1,0 +1,2 @@
+// placeholder: filled by the speculation issue
+#include <catch2/catch.hpp>
