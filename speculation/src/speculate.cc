@@ -1,1 +1,146 @@
-// placeholder: filled by the speculation issue
+#include "phos/speculation/speculate.h"
+
+#include <cstring>
+
+namespace phos::speculation {
+namespace {
+
+// Up to 8 bytes of parameter `param` at `offset` within it, zero-extended.
+uint64_t read_word(const LaunchArgs& args, const ParamLayout& param, size_t index, uint32_t offset) {
+  uint64_t value = 0;
+  if (offset >= param.size) return 0;
+  uint32_t n = param.size - offset < 8 ? param.size - offset : 8;
+  if (args.params) {
+    std::memcpy(&value, static_cast<const std::byte*>(args.params[index]) + offset, n);
+  } else if (args.packed) {
+    size_t at = size_t(param.offset) + offset;
+    if (at >= args.packed_size) return 0;
+    if (args.packed_size - at < n) n = uint32_t(args.packed_size - at);
+    std::memcpy(&value, args.packed + at, n);
+  }
+  return value;
+}
+
+void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, AccessSet* out) {
+  // Small integers and null are common and never device addresses.
+  if (value < 4096) return;
+  out->lookups++;
+  Buffer b;
+  if (index.find(value, &b)) out->add(b, access);
+}
+
+// Every aligned 8-byte word of the parameter (alignment in the argument
+// buffer: a pointer inside a struct sits at a multiple of 8 from the
+// buffer's start, the struct being at least 8-aligned).
+void scan_words(const LaunchArgs& args, const ParamLayout& p, size_t index, const BufferIndex& buffers,
+                AccessSet* out) {
+  uint32_t first = (8 - p.offset % 8) % 8;
+  for (uint32_t off = first; off + 8 <= p.size; off += 8)
+    try_pointer(read_word(args, p, index, off), kRead | kWrite, buffers, out);
+}
+
+// The packed buffer alone, no layout: every aligned word.
+void scan_packed(const LaunchArgs& args, const BufferIndex& buffers, AccessSet* out) {
+  for (size_t off = 0; off + 8 <= args.packed_size; off += 8) {
+    uint64_t v;
+    std::memcpy(&v, args.packed + off, 8);
+    try_pointer(v, kRead | kWrite, buffers, out);
+  }
+}
+
+}  // namespace
+
+const char* set_kind_name(SetKind k) {
+  switch (k) {
+    case SetKind::kExact: return "exact";
+    case SetKind::kSpeculated: return "speculated";
+    case SetKind::kUnknown: return "unknown";
+  }
+  return "?";
+}
+
+void AccessSet::add(const Buffer& b, uint8_t access) {
+  if (kind == SetKind::kUnknown) return;
+  for (uint32_t i = 0; i < count; i++) {
+    if (items[i].id == b.id && items[i].start == b.start) {
+      items[i].access |= access;
+      return;
+    }
+  }
+  if (count == kMax) {
+    kind = SetKind::kUnknown;
+    return;
+  }
+  items[count++] = BufferAccess{b.id, b.start, access};
+}
+
+uint32_t AccessSet::reads() const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < count; i++) n += (items[i].access & kRead) != 0;
+  return n;
+}
+
+uint32_t AccessSet::writes() const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < count; i++) n += (items[i].access & kWrite) != 0;
+  return n;
+}
+
+const BufferAccess* AccessSet::find(uint64_t id) const {
+  for (uint32_t i = 0; i < count; i++)
+    if (items[i].id == id) return &items[i];
+  return nullptr;
+}
+
+void speculate_kernel(const KernelLayout& layout, const LaunchArgs& args, const BufferIndex& index, AccessSet* out) {
+  out->reset(SetKind::kSpeculated);
+  if (!layout.slots_known) {
+    // Without a layout, kernelParams cannot be read (no sizes); a packed
+    // buffer can still be scanned whole.
+    if (args.packed) return scan_packed(args, index, out);
+    out->kind = SetKind::kUnknown;
+    return;
+  }
+  if (!args.params && !args.packed && !layout.params.empty()) {
+    out->kind = SetKind::kUnknown;
+    return;
+  }
+  for (size_t i = 0; i < layout.params.size() && out->kind != SetKind::kUnknown; i++) {
+    const ParamLayout& p = layout.params[i];
+    switch (p.kind) {
+      case ParamKind::kScalar: break;
+      case ParamKind::kPointer: try_pointer(read_word(args, p, i, 0), kRead | kWrite, index, out); break;
+      case ParamKind::kConstPointer: try_pointer(read_word(args, p, i, 0), kRead, index, out); break;
+      case ParamKind::kAggregate:
+        if (p.fields_known) {
+          for (const PointerField& f : p.pointer_fields)
+            try_pointer(read_word(args, p, i, f.offset), f.const_pointee ? kRead : kRead | kWrite, index, out);
+          break;
+        }
+        [[fallthrough]];
+      case ParamKind::kUnknown: scan_words(args, p, i, index, out); break;
+    }
+  }
+}
+
+void exact_call(std::span<const CallRange> ranges, const BufferIndex& index, AccessSet* out) {
+  out->reset(SetKind::kExact);
+  for (const CallRange& r : ranges) {
+    if (r.pointer_array) {
+      // The array of pointers is read exactly; the matrices behind it live
+      // in device memory the hooks cannot read without a copy.
+      out->kind = SetKind::kUnknown;
+      return;
+    }
+    out->lookups++;
+    if (r.extent_unknown || r.bytes == 0) {
+      Buffer b;
+      if (index.find(r.address, &b)) out->add(b, r.access);
+      continue;
+    }
+    uint64_t end = r.address + r.bytes < r.address ? UINT64_MAX : r.address + r.bytes;
+    index.for_each_overlapping(r.address, end, [&](const Buffer& b) { out->add(b, r.access); });
+  }
+}
+
+}  // namespace phos::speculation

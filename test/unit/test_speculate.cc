@@ -1,2 +1,254 @@
-// placeholder: filled by the speculation issue
 #include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "phos/speculation/speculate.h"
+
+using namespace phos::speculation;
+using K = ParamKind;
+
+namespace {
+
+BufferIndex three_buffers() {
+  BufferIndex index;
+  REQUIRE(index.insert(0x7f0000000000, 1 << 20, 1));
+  REQUIRE(index.insert(0x7f0000100000, 1 << 20, 2));
+  REQUIRE(index.insert(0x7f0000200000, 1 << 20, 3));
+  return index;
+}
+
+KernelLayout layout_of(std::vector<ParamLayout> params, TypeSource types = TypeSource::kName) {
+  KernelLayout l;
+  l.params = std::move(params);
+  l.slots_known = true;
+  l.types = types;
+  return l;
+}
+
+ParamLayout P(uint32_t offset, uint32_t size, K kind) {
+  ParamLayout p;
+  p.offset = offset;
+  p.size = size;
+  p.kind = kind;
+  return p;
+}
+
+CubinParam cubin_param(uint32_t ordinal, uint32_t offset, uint32_t size) {
+  CubinParam p;
+  p.ordinal = ordinal;
+  p.offset = offset;
+  p.size = size;
+  return p;
+}
+
+uint8_t access_of(const AccessSet& s, uint64_t id) {
+  const BufferAccess* a = s.find(id);
+  return a ? a->access : 0;
+}
+
+}  // namespace
+
+TEST_CASE("speculate: const pointers are read, mutable pointers read and written, scalars skipped") {
+  BufferIndex index = three_buffers();
+  // k(float const* a, float* b, unsigned long n): n holds an address, but a scalar is never a pointer.
+  KernelLayout l = layout_of({P(0, 8, K::kConstPointer), P(8, 8, K::kPointer), P(16, 8, K::kScalar)});
+  uint64_t a = 0x7f0000000010, b = 0x7f0000100000, n = 0x7f0000200000;
+  void* params[] = {&a, &b, &n};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.kind == SetKind::kSpeculated);
+  CHECK(set.count == 2);
+  CHECK(access_of(set, 1) == kRead);
+  CHECK(access_of(set, 2) == (kRead | kWrite));
+  CHECK(access_of(set, 3) == 0);
+  CHECK(set.reads() == 2);
+  CHECK(set.writes() == 1);
+}
+
+TEST_CASE("speculate: two pointers into one buffer give one entry with both accesses") {
+  BufferIndex index = three_buffers();
+  KernelLayout l = layout_of({P(0, 8, K::kConstPointer), P(8, 8, K::kPointer)});
+  uint64_t a = 0x7f0000000000, b = 0x7f00000ffff8;
+  void* params[] = {&a, &b};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.count == 1);
+  CHECK(access_of(set, 1) == (kRead | kWrite));
+}
+
+TEST_CASE("speculate: a pointer outside every buffer names none") {
+  BufferIndex index = three_buffers();
+  KernelLayout l = layout_of({P(0, 8, K::kPointer), P(8, 8, K::kPointer)});
+  uint64_t host = 0x555555554000, null = 0;
+  void* params[] = {&host, &null};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.kind == SetKind::kSpeculated);
+  CHECK(set.count == 0);
+  CHECK(set.lookups == 1);  // null is not even looked up
+}
+
+TEST_CASE("speculate: an aggregate without known fields has every aligned word tried as a written pointer") {
+  BufferIndex index = three_buffers();
+  // k(int n, Closure c) with Closure{int x; const float* in; float* out;} at offset 8, 24 bytes.
+  KernelLayout l = layout_of({P(0, 4, K::kScalar), P(8, 24, K::kAggregate)});
+  int n = 5;
+  struct {
+    int x;
+    uint64_t in, out;
+  } closure{1, 0x7f0000000100, 0x7f0000200100};
+  void* params[] = {&n, &closure};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.count == 2);
+  CHECK(access_of(set, 1) == (kRead | kWrite));  // const-ness unknown inside
+  CHECK(access_of(set, 3) == (kRead | kWrite));
+}
+
+TEST_CASE("speculate: an aggregate with known fields looks only at them, with their const-ness") {
+  BufferIndex index = three_buffers();
+  ParamLayout p{0, 24, K::kAggregate, true, {{8, true}, {16, false}}};
+  KernelLayout l = layout_of({p}, TypeSource::kSignatureDb);
+  struct {
+    uint64_t not_a_pointer, in, out;
+  } s{0x7f0000100000, 0x7f0000000100, 0x7f0000200100};
+  void* params[] = {&s};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.count == 2);
+  CHECK(access_of(set, 1) == kRead);
+  CHECK(access_of(set, 2) == 0);
+  CHECK(access_of(set, 3) == (kRead | kWrite));
+}
+
+TEST_CASE("speculate: the packed (extra) form reads the same parameters") {
+  BufferIndex index = three_buffers();
+  KernelLayout l = layout_of({P(0, 4, K::kScalar), P(8, 8, K::kConstPointer), P(16, 8, K::kPointer)});
+  std::byte packed[24] = {};
+  uint64_t a = 0x7f0000000000, b = 0x7f0000200000;
+  std::memcpy(packed + 8, &a, 8);
+  std::memcpy(packed + 16, &b, 8);
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{nullptr, packed, sizeof(packed)}, index, &set);
+  CHECK(access_of(set, 1) == kRead);
+  CHECK(access_of(set, 3) == (kRead | kWrite));
+  // A packed buffer shorter than the layout says: what is there is read, nothing past it.
+  AccessSet cut;
+  speculate_kernel(l, LaunchArgs{nullptr, packed, 16}, index, &cut);
+  CHECK(cut.count == 1);
+  CHECK(access_of(cut, 1) == kRead);
+}
+
+TEST_CASE("speculate: no layout at all: a packed buffer is scanned whole, kernelParams make it unknown") {
+  BufferIndex index = three_buffers();
+  KernelLayout none;
+  std::byte packed[16] = {};
+  uint64_t a = 0x7f0000100008;
+  std::memcpy(packed + 8, &a, 8);
+  AccessSet set;
+  speculate_kernel(none, LaunchArgs{nullptr, packed, sizeof(packed)}, index, &set);
+  CHECK(set.kind == SetKind::kSpeculated);
+  CHECK(access_of(set, 2) == (kRead | kWrite));
+  void* params[] = {&a};
+  speculate_kernel(none, LaunchArgs{params}, index, &set);
+  CHECK(set.kind == SetKind::kUnknown);
+}
+
+TEST_CASE("speculate: more buffers than a set holds make the launch unknown") {
+  BufferIndex index;
+  for (uint64_t i = 0; i < 100; i++) REQUIRE(index.insert(0x10000000 + i * 0x1000, 0x1000, i + 1));
+  std::vector<uint64_t> words(100);
+  for (size_t i = 0; i < words.size(); i++) words[i] = 0x10000000 + i * 0x1000;
+  KernelLayout l = layout_of({P(0, 800, K::kAggregate)});
+  void* params[] = {words.data()};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.kind == SetKind::kUnknown);
+}
+
+TEST_CASE("exact: ranges name every buffer they overlap, with their access") {
+  BufferIndex index = three_buffers();
+  // A copy from the end of buffer 1 across into buffer 2, into buffer 3.
+  CallRange ranges[] = {{0x7f00000ff000, 0x2000, kRead}, {0x7f0000200000, 0x2000, kWrite}};
+  AccessSet set;
+  exact_call(ranges, index, &set);
+  CHECK(set.kind == SetKind::kExact);
+  CHECK(set.count == 3);
+  CHECK(access_of(set, 1) == kRead);
+  CHECK(access_of(set, 2) == kRead);
+  CHECK(access_of(set, 3) == kWrite);
+}
+
+TEST_CASE("exact: an unknown extent names the buffer at the address; pointer arrays make it unknown") {
+  BufferIndex index = three_buffers();
+  CallRange extent[] = {{0x7f0000100010, 0, kWrite, true, false}};
+  AccessSet set;
+  exact_call(extent, index, &set);
+  CHECK(set.kind == SetKind::kExact);
+  CHECK(access_of(set, 2) == kWrite);
+  CallRange batched[] = {{0x7f0000000000, 64, kRead, false, true}};
+  exact_call(batched, index, &set);
+  CHECK(set.kind == SetKind::kUnknown);
+}
+
+TEST_CASE("layout: driver slots with kinds from the mangled name") {
+  LayoutSources s;
+  s.driver = std::vector<ParamSlot>{{0, 8}, {8, 8}, {16, 4}};
+  s.name_kinds = std::vector<K>{K::kConstPointer, K::kPointer, K::kScalar};
+  KernelLayout l = build_layout(s);
+  CHECK(l.types == TypeSource::kName);
+  REQUIRE(l.params.size() == 3);
+  CHECK(l.params[0].kind == K::kConstPointer);
+  CHECK(l.params[2].offset == 16);
+  CHECK(l.note.empty());
+}
+
+TEST_CASE("layout: the signature database wins over the name, and brings struct fields") {
+  LayoutSources s;
+  s.driver = std::vector<ParamSlot>{{0, 24}};
+  s.name_kinds = std::vector<K>{K::kAggregate};
+  KernelSignature sig;
+  sig.params = {ParamLayout{0, 24, K::kAggregate, true, {{0, false}, {8, true}}}};
+  s.signature = &sig;
+  KernelLayout l = build_layout(s);
+  CHECK(l.types == TypeSource::kSignatureDb);
+  CHECK(l.params[0].fields_known);
+  CHECK(l.params[0].pointer_fields.size() == 2);
+}
+
+TEST_CASE("layout: disagreements drop the source and say so") {
+  LayoutSources s;
+  s.driver = std::vector<ParamSlot>{{0, 8}, {8, 4}};
+  KernelSignature sig;
+  sig.params = {P(0, 8, K::kPointer)};  // one parameter: another build of the kernel
+  s.signature = &sig;
+  s.name_kinds = std::vector<K>{K::kPointer, K::kPointer};  // a 4-byte "pointer"
+  KernelLayout l = build_layout(s);
+  CHECK(l.types == TypeSource::kNone);
+  CHECK(l.params[0].kind == K::kUnknown);
+  CHECK_THAT(l.note, Catch::Contains("signature database has 1 parameters"));
+  CHECK_THAT(l.note, Catch::Contains("parameter 1 is a pointer, its size is 4"));
+}
+
+TEST_CASE("layout: cubin offsets that differ from the driver's are noted, the driver's kept") {
+  LayoutSources s;
+  s.driver = std::vector<ParamSlot>{{0, 8}};
+  CubinKernel k;
+  k.params = {cubin_param(0, 8, 4)};
+  s.cubin = &k;
+  KernelLayout l = build_layout(s);
+  CHECK(l.params[0].size == 8);
+  CHECK_THAT(l.note, Catch::Contains("cubin parameter offsets differ"));
+}
+
+TEST_CASE("layout: without the driver, the cubin gives the slots") {
+  LayoutSources s;
+  CubinKernel k;
+  k.params = {cubin_param(0, 0, 8), cubin_param(1, 8, 4)};
+  s.cubin = &k;
+  s.name_kinds = std::vector<K>{K::kPointer, K::kScalar};
+  KernelLayout l = build_layout(s);
+  CHECK(l.slots_known);
+  CHECK(l.types == TypeSource::kName);
+  CHECK(l.params[1].offset == 8);
+}
