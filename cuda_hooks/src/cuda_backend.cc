@@ -63,4 +63,6 @@ Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<U
   return runtime().memory.remap(ids, std::move(fds));
 }
 
+Result<void> CudaBackend::set_speculation(bool) { return make_error("speculation is not built yet"); }
+
 }  // namespace phos::hooks

@@ -91,8 +91,12 @@ Result<AgentStatus> AgentClient::status() {
                     PHOS__AGENT__REPLY__KIND_STATUS);
   if (!reply) return reply.error();
   const auto* r = reply->reply->status;
-  AgentStatus out{r->gate_open != 0, r->cuda_initialized != 0, r->allocation_count, r->allocated_bytes,
-                  r->device_count, {}, {}, {}};
+  AgentStatus out;
+  out.gate_open = r->gate_open != 0;
+  out.cuda_initialized = r->cuda_initialized != 0;
+  out.allocation_count = r->allocation_count;
+  out.allocated_bytes = r->allocated_bytes;
+  out.device_count = r->device_count;
   for (size_t i = 0; i < r->n_unsupported_calls; i++) out.unsupported_calls.emplace_back(r->unsupported_calls[i]);
   for (size_t i = 0; i < r->n_counters; i++) out.counters.emplace_back(r->counters[i]->name, r->counters[i]->value);
   for (size_t i = 0; i < r->n_modules; i++) {

@@ -30,7 +30,15 @@ class FakeBackend final : public AgentBackend {
     for (size_t i = 0; i < n; i++) allocs_.push_back({i + 1, 0, 0x7f0000000000ull + (i << 21), 1u << 21, 0});
   }
   BackendStatus status() override {
-    return {false, true, allocs_.size(), allocs_.size() << 21, 1, unsupported, {{"launches", 42}}, modules};
+    BackendStatus s;
+    s.cuda_initialized = true;
+    s.allocation_count = allocs_.size();
+    s.allocated_bytes = allocs_.size() << 21;
+    s.device_count = 1;
+    s.unsupported_calls = unsupported;
+    s.counters = {{"launches", 42}};
+    s.modules = modules;
+    return s;
   }
   std::vector<AllocationInfo> allocations() override { return allocs_; }
   Result<UniqueFd> export_allocation(uint64_t id) override {
@@ -55,6 +63,11 @@ class FakeBackend final : public AgentBackend {
     }
     return uint64_t(ids.size() << 21);
   }
+  Result<void> set_speculation(bool on) override {
+    speculating = on;
+    return {};
+  }
+  bool speculating = false;
   std::vector<std::string> unsupported;
   std::vector<wire::ModuleEntry> modules;
   bool released = false;

@@ -31,6 +31,8 @@ class AgentBackend {
   virtual Result<uint64_t> release_mappings(bool drop_handles) = 0;
   // Map allocations back: the same memory when fds is empty, else fds[i] for ids[i].
   virtual Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) = 0;
+  // Read/write-set speculation of every launch on or off (statistics are kept).
+  virtual Result<void> set_speculation(bool on) = 0;
 };
 
 }  // namespace phos::hooks

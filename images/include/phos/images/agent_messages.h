@@ -38,6 +38,23 @@ struct ModuleEntry {
   std::vector<std::string> globals;
 };
 
+// One kernel's read/write-set speculation so far (the speculation issue):
+// what each launch's set was, how many buffers it named, and where the
+// kernel's parameter types came from.
+struct KernelSpeculationEntry {
+  std::string name;    // as the driver names it (mangled, or plain for extern "C")
+  uint64_t module = 0; // the module's id (ModuleEntry)
+  uint64_t launches = 0;
+  uint64_t exact = 0;       // launches covered by an exact set (issued inside a known library call)
+  uint64_t speculated = 0;  // launches with a speculated set
+  uint64_t unknown = 0;     // launches whose set is unknown (every buffer counts as touched)
+  uint64_t buffers = 0;     // buffers named, summed over launches
+  uint64_t reads = 0;       // of those, read
+  uint64_t writes = 0;      // of those, written
+  std::string types;        // where parameter types came from: sigdb, name, cubin, none
+  std::string note;         // what the layout sources disagreed on; empty if nothing
+};
+
 struct AgentStatus {
   bool gate_open = false;
   bool cuda_initialized = false;
@@ -47,6 +64,9 @@ struct AgentStatus {
   std::vector<std::string> unsupported_calls;
   std::vector<std::pair<std::string, uint64_t>> counters;
   std::vector<ModuleEntry> modules;
+  bool speculation_active = false;
+  uint64_t indexed_buffers = 0;  // buffers in the speculation's index
+  std::vector<KernelSpeculationEntry> kernels;  // empty until speculation has run
 };
 
 struct AllocationEntry {
