@@ -40,6 +40,9 @@ BackendStatus CudaBackend::status() {
     s.modules.push_back({m.id, module_kind_name(m.image.kind), m.image.size, m.image.hash, std::move(m.source),
                          std::move(m.functions), count, std::move(m.globals)});
   }
+  s.speculation_active = runtime().speculation.active();
+  s.indexed_buffers = runtime().speculation.totals().indexed;
+  s.kernels = runtime().speculation.kernels();
   s.counters = runtime().counters();
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);
@@ -63,6 +66,9 @@ Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<U
   return runtime().memory.remap(ids, std::move(fds));
 }
 
-Result<void> CudaBackend::set_speculation(bool) { return make_error("speculation is not built yet"); }
+Result<void> CudaBackend::set_speculation(bool on) {
+  runtime().speculation.set_active(on, runtime().memory);
+  return {};
+}
 
 }  // namespace phos::hooks

@@ -151,6 +151,15 @@ CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uin
   return CUDA_SUCCESS;
 }
 
+void DeviceMemory::observe(BufferObserver* o) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = o;
+  if (!o) return;
+  for (const auto& [ptr, b] : blocks_) o->buffer_added(ptr, b.size, b.unit);
+  for (const auto& [id, u] : units_)
+    if (u.user_handle) o->buffer_added(u.va, u.size, u.id);
+}
+
 CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
   if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
   reclaim_deferred();
@@ -167,6 +176,7 @@ CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
       if (!u.slab || u.device != dev) continue;
       if (auto p = u.slab->allocate(need, kBlockAlignment)) {
         blocks_.emplace(*p, Block{size, id, need});
+        if (observer_) observer_->buffer_added(*p, size, id);
         *out = *p;
         return CUDA_SUCCESS;
       }
@@ -178,6 +188,7 @@ CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
     slab->slab->add_range(slab->va, slab->size);
     auto p = slab->slab->allocate(need, kBlockAlignment);
     blocks_.emplace(*p, Block{size, slab->id, need});
+    if (observer_) observer_->buffer_added(*p, size, slab->id);
     *out = *p;
     return CUDA_SUCCESS;
   }
@@ -185,6 +196,7 @@ CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
   r = new_unit_locked(dev, *d, align_up(size, d->granularity), flags, &unit);
   if (r != CUDA_SUCCESS) return r;
   blocks_.emplace(unit->va, Block{size, unit->id, unit->size});
+  if (observer_) observer_->buffer_added(unit->va, size, unit->id);
   *out = unit->va;
   return CUDA_SUCCESS;
 }
@@ -200,6 +212,7 @@ CUresult DeviceMemory::free_locked(std::map<CUdeviceptr, Block>::iterator it) {
   Block b = it->second;
   CUdeviceptr ptr = it->first;
   blocks_.erase(it);
+  if (observer_) observer_->buffer_removed(ptr);
   auto uit = units_.find(b.unit);
   if (uit == units_.end()) return CUDA_ERROR_INVALID_VALUE;
   Unit& u = uit->second;
@@ -431,6 +444,7 @@ bool DeviceMemory::user_mapped(CUdeviceptr va, size_t size, size_t offset, CUmem
   u.mapped = true;
   u.flags = image::kAllocUserVmm;
   u.user_handle = h;
+  if (observer_) observer_->buffer_added(va, size, u.id);
   return true;
 }
 
@@ -440,6 +454,7 @@ void DeviceMemory::user_unmapped(CUdeviceptr va, size_t size) {
     Unit& u = it->second;
     if (u.user_handle && u.va >= va && u.va + u.size <= va + size) {
       if (u.handle) PHOS_REAL(cuMemRelease)(u.handle);
+      if (observer_) observer_->buffer_removed(u.va);
       CUmemGenericAllocationHandle h = u.user_handle;
       it = units_.erase(it);
       auto uh = user_handles_.find(h);

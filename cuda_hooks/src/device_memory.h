@@ -31,8 +31,20 @@
 
 namespace phos::hooks {
 
+// Told of every buffer the program can address: its allocations (blocks)
+// and its own VMM mappings; called with DeviceMemory's lock held.
+class BufferObserver {
+ public:
+  virtual ~BufferObserver() = default;
+  virtual void buffer_added(uint64_t start, uint64_t size, uint64_t unit) = 0;
+  virtual void buffer_removed(uint64_t start) = 0;
+};
+
 class DeviceMemory {
  public:
+  // Replays the buffers there are to `o`, then keeps it told; nullptr stops.
+  void observe(BufferObserver* o);
+
   static constexpr uint64_t kSlabMaxRequest = 512u << 10;  // larger requests get their own unit
   static constexpr uint64_t kBlockAlignment = 256;         // what cudaMalloc guarantees
 
@@ -134,6 +146,7 @@ class DeviceMemory {
   std::vector<Deferred> deferred_;
   std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
   std::map<CUdevice, std::set<CUdevice>> peers_;  // owner -> devices granted access to its memory
+  BufferObserver* observer_ = nullptr;  // under mu_
   std::atomic<bool> any_user_handles_{false};
   std::atomic<bool> mps_seen_{false};
   uint64_t next_id_ = 1;

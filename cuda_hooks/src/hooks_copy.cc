@@ -1,6 +1,6 @@
-// Copies and sets: while launches are recorded, each cuMemcpy* and cuMemset*
-// on linear device memory is recorded with the exact ranges it reads and
-// writes (pitched 2D/3D ones as their enclosing extent, call_ranges.h). Off,
+// Copies and sets: while launches are recorded or speculated, each cuMemcpy*
+// and cuMemset* on linear device memory is recorded and given its exact set,
+// from the ranges it reads and writes (pitched 2D/3D ones as their enclosing extent, call_ranges.h). Off,
 // they cost what a generated wrapper costs plus one relaxed load.
 //
 // cuMemcpy / cuMemcpyAsync / cuMemcpyPeer take unified addresses: either
@@ -17,12 +17,15 @@ namespace ranges = phos::hooks::ranges;
 
 namespace {
 
-inline bool recording() { return __builtin_expect(runtime().launches.enabled(), 0); }
+inline bool recording() {
+  return __builtin_expect(runtime().launches.enabled() || runtime().speculation.active(), 0);
+}
 
 // Work queued into a stream being captured runs later, as part of a graph.
 void note(RecordKind kind, const char* call, CUstream stream, bool per_thread, const ranges::RangeList& l) {
   if (stream_capturing(stream, per_thread)) return;
-  runtime().launches.record_call(kind, call, stream, l);
+  if (runtime().launches.enabled()) runtime().launches.record_call(kind, call, stream, l);
+  if (runtime().speculation.active()) runtime().speculation.on_call(l);
 }
 
 void note_copy(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, CUdeviceptr src, size_t n) {

@@ -1,5 +1,5 @@
-// Kernel launches: counted, and recorded (launch_log.h) while a protocol
-// needs the record.
+// Kernel launches: counted, and recorded (launch_log.h) and speculated
+// (launch_speculation.h) while a protocol needs it.
 #include "driver.h"
 #include "runtime.h"
 
@@ -17,6 +17,7 @@ inline void seen(bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsign
     const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     runtime().launches.record(f, grid, block, shmem, stream, params, extra);
   }
+  if (__builtin_expect(runtime().speculation.active(), 0)) runtime().speculation.on_kernel(f, params, extra);
 }
 
 inline void seen_ex(bool per_thread, const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {

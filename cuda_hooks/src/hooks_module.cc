@@ -125,7 +125,7 @@ constexpr const char* kCudart = "libcudart.so";
 extern "C" PHOS_EXPORT void** __cudaRegisterFatBinary(void* fatbin) {
   auto real = PHOS_NEXT(__cudaRegisterFatBinary, kCudart);
   void** handle = real ? real(fatbin) : nullptr;
-  if (handle) runtime().modules.loaded(handle, identify_image(fatbin), "cudart registration");
+  if (handle) runtime().modules.loaded(handle, identify_image(fatbin), "cudart registration", fatbin);
   return handle;
 }
 

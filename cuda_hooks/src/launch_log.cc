@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "driver.h"
+#include "kernel_info.h"
 
 namespace phos::hooks {
 namespace {
@@ -38,23 +39,8 @@ LaunchLog::Kernel& LaunchLog::kernel_locked(CUfunction f) {
   if (!inserted) return it->second;
   Kernel& k = it->second;
   k.module = modules_.module_of(f);
-  // cudart launches context-independent kernels (CUkernel) through
-  // cuLaunchKernel; the CUfunction queries refuse those, the CUkernel ones
-  // answer.
-  const char* name = nullptr;
-  auto kernel = reinterpret_cast<CUkernel>(f);
-  if (PHOS_REAL(cuFuncGetName)(&name, f) == CUDA_SUCCESS || PHOS_REAL(cuKernelGetName)(&name, kernel) == CUDA_SUCCESS)
-    k.name = name ? name : "";
-  size_t offset0 = 0, size0 = 0;
-  bool as_kernel = PHOS_REAL(cuFuncGetParamInfo)(f, 0, &offset0, &size0) != CUDA_SUCCESS &&
-                   PHOS_REAL(cuKernelGetParamInfo)(kernel, 0, &offset0, &size0) == CUDA_SUCCESS;
-  for (size_t i = 0;; i++) {
-    size_t offset = 0, size = 0;
-    CUresult r = as_kernel ? PHOS_REAL(cuKernelGetParamInfo)(kernel, i, &offset, &size)
-                           : PHOS_REAL(cuFuncGetParamInfo)(f, i, &offset, &size);
-    if (r != CUDA_SUCCESS) break;
-    k.params.push_back({uint32_t(offset), uint32_t(size)});
-  }
+  k.name = kernel_name(f);
+  if (auto slots = kernel_param_slots(f)) k.params = std::move(*slots);
   return k;
 }
 

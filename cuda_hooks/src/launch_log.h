@@ -21,14 +21,11 @@
 #include <vector>
 
 #include "call_ranges.h"
+#include "kernel_info.h"
 #include "module_registry.h"
 
 namespace phos::hooks {
 
-struct ParamSlot {
-  uint32_t offset;
-  uint32_t size;
-};
 
 enum class RecordKind : uint8_t {
   kKernel,   // cuLaunchKernel and its variants

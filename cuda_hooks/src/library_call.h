@@ -4,6 +4,8 @@
 // not pass the gate: the driver calls they make do.
 #pragma once
 
+#include <optional>
+
 #include "library_next.h"
 #include "runtime.h"
 
@@ -14,14 +16,20 @@ struct LibraryCall {
   ranges::RangeList ranges;
 };
 
-// `describe` (-> LibraryCall) runs only while recording.
+// `describe` (-> LibraryCall) runs only while recording or speculating; the
+// kernels the call issues are covered by its exact set.
 template <class Describe, class Real>
 auto library_call(const char* call, Describe&& describe, Real&& real) {
-  if (__builtin_expect(!runtime().launches.enabled(), 1)) return real();
+  bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
+  if (__builtin_expect(!recording && !speculating, 1)) return real();
   LibraryCall c = describe();
   // Queued into a graph being captured: it runs later, with the graph.
   if (stream_capturing(c.stream, false)) return real();
-  LibraryCallScope scope(runtime().launches.record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
+  std::optional<LibraryCallScope> scope;
+  if (recording) scope.emplace(runtime().launches.record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
+  if (!speculating) return real();
+  runtime().speculation.on_call(c.ranges);
+  LaunchSpeculation::ExactScope exact;
   return real();
 }
 

@@ -4,10 +4,13 @@
 
 namespace phos::hooks {
 
-uint64_t ModuleRegistry::loaded(const void* handle, const ModuleImage& image, std::string source) {
+uint64_t ModuleRegistry::loaded(const void* handle, const ModuleImage& image, std::string source,
+                                const void* image_data) {
   std::lock_guard<std::mutex> lock(mu_);
   ModuleInfo& m = modules_[handle];
-  m = ModuleInfo{next_id_++, image, std::move(source), {}, {}};
+  if (m.id) handle_of_.erase(m.id);
+  m = ModuleInfo{next_id_++, image, std::move(source), {}, {}, image_data};
+  handle_of_[m.id] = handle;
   return m.id;
 }
 
@@ -17,6 +20,7 @@ void ModuleRegistry::unloaded(const void* handle) {
   if (it == modules_.end()) return;
   uint64_t id = it->second.id;
   modules_.erase(it);
+  handle_of_.erase(id);
   std::erase_if(function_module_, [&](const auto& f) { return f.second == id; });
 }
 
@@ -49,6 +53,16 @@ uint64_t ModuleRegistry::module_of(const void* function) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = function_module_.find(function);
   return it == function_module_.end() ? 0 : it->second;
+}
+
+ModuleRef ModuleRegistry::module_ref(const void* function) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto f = function_module_.find(function);
+  if (f == function_module_.end()) return {};
+  auto h = handle_of_.find(f->second);
+  if (h == handle_of_.end()) return {};
+  const ModuleInfo& m = modules_.at(h->second);
+  return ModuleRef{m.id, m.image.hash, m.image_data};
 }
 
 std::vector<ModuleInfo> ModuleRegistry::modules() const {

@@ -23,12 +23,22 @@ struct ModuleInfo {
   std::string source;  // the file, or how it came (e.g. "cudart registration")
   std::vector<std::string> functions;
   std::vector<std::string> globals;
+  // The image's bytes where they stay valid for the module's life (cudart
+  // registrations: static data of the loaded binary); null otherwise.
+  const void* image_data = nullptr;
+};
+
+// What the speculation needs of a kernel's module.
+struct ModuleRef {
+  uint64_t id = 0;
+  uint64_t hash = 0;
+  const void* image_data = nullptr;
 };
 
 class ModuleRegistry {
  public:
   // A module loaded under `handle` (after the driver's success); its id.
-  uint64_t loaded(const void* handle, const ModuleImage& image, std::string source);
+  uint64_t loaded(const void* handle, const ModuleImage& image, std::string source, const void* image_data = nullptr);
   void unloaded(const void* handle);
   // `function` (a CUfunction, CUkernel or cudart host function) named `name`
   // came from the module loaded under `module`.
@@ -38,12 +48,15 @@ class ModuleRegistry {
   void same_module(const void* function, const void* derived);
   // The id of the module `function` came from; 0 where not known.
   uint64_t module_of(const void* function) const;
+  // The module `function` came from; id 0 where not known.
+  ModuleRef module_ref(const void* function) const;
   std::vector<ModuleInfo> modules() const;
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<const void*, ModuleInfo> modules_;  // by handle
   std::unordered_map<const void*, uint64_t> function_module_;
+  std::unordered_map<uint64_t, const void*> handle_of_;  // module id -> handle
   uint64_t next_id_ = 1;
 };
 

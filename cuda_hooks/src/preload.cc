@@ -10,6 +10,11 @@
 // line each: "record SEQ KIND NAME [within=SEQ+1] ACCESS:0xADDRESS+BYTES...",
 // ACCESS being r, w or rw, with * for an array of pointers and ? for an
 // unknown extent.
+// PHOS_SPECULATE=1: speculate every launch's read and write sets from the
+// start (the protocols turn it on themselves; so does `phosctl speculate`);
+// the stats then hold "speculation ..." totals and one "speculated NAME ..."
+// line per kernel. PHOS_SIGDB=FILE[:FILE...]: signature databases written
+// by phos-sigdb, for kernels whose names carry no types.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -62,6 +67,27 @@ void write_record(FILE* f, const LaunchRecord& r, const std::unordered_map<CUfun
   std::fprintf(f, "%s\n", line.c_str());
 }
 
+// "speculation ..." totals, then one "speculated NAME ..." line per kernel.
+void write_speculation(FILE* f) {
+  auto t = runtime().speculation.totals();
+  if (!runtime().speculation.active() && t.launches == 0 && t.calls == 0) return;
+  double rate = runtime().speculation.measure_lookup_rate(2000000);
+  std::fprintf(f,
+               "speculation kernels=%llu launches=%llu exact=%llu speculated=%llu unknown=%llu calls=%llu "
+               "calls_exact=%llu calls_unknown=%llu buffers=%llu lookups=%llu indexed=%llu lookup_rate=%.0f\n",
+               (unsigned long long)t.kernels, (unsigned long long)t.launches, (unsigned long long)t.exact,
+               (unsigned long long)t.speculated, (unsigned long long)t.unknown, (unsigned long long)t.calls,
+               (unsigned long long)t.calls_exact, (unsigned long long)t.calls_unknown, (unsigned long long)t.buffers,
+               (unsigned long long)t.lookups, (unsigned long long)t.indexed, rate);
+  for (const auto& k : runtime().speculation.kernels())
+    std::fprintf(f, "speculated %s launches=%llu exact=%llu speculated=%llu unknown=%llu buffers=%llu reads=%llu "
+                    "writes=%llu types=%s%s%s\n",
+                 k.name.empty() ? "?" : k.name.c_str(), (unsigned long long)k.launches, (unsigned long long)k.exact,
+                 (unsigned long long)k.speculated, (unsigned long long)k.unknown, (unsigned long long)k.buffers,
+                 (unsigned long long)k.reads, (unsigned long long)k.writes, k.types.c_str(),
+                 k.note.empty() ? "" : " note=", k.note.c_str());
+}
+
 void write_stats() {
   const char* path = std::getenv("PHOS_STATS_FILE");
   if (!path || !*path || !g_preload) return;
@@ -93,6 +119,7 @@ void write_stats() {
     for (const auto& k : runtime().launches.kernels()) names[k.function] = k.name;
     for (const auto& r : runtime().launches.recent()) write_record(f, r, names);
   }
+  write_speculation(f);
   std::fclose(f);
 }
 
@@ -106,6 +133,11 @@ __attribute__((constructor)) static void phos_preload_init() {
   g_preload = new Preload();
   const char* record = std::getenv("PHOS_RECORD_LAUNCHES");
   if (record && *record && *record != '0') runtime().launches.enable(true);
+  if (const char* sigdb = std::getenv("PHOS_SIGDB"); sigdb && *sigdb)
+    if (auto loaded = runtime().speculation.load_signatures(sigdb); !loaded.ok())
+      std::fprintf(stderr, "phos: %s; speculating without it\n", loaded.error().message.c_str());
+  const char* speculate = std::getenv("PHOS_SPECULATE");
+  if (speculate && *speculate && *speculate != '0') runtime().speculation.set_active(true, runtime().memory);
   auto started = g_preload->agent.start();
   report("agent start", started);
   if (started.ok()) pthread_atfork(nullptr, nullptr, after_fork_in_child);

@@ -13,6 +13,7 @@
 
 #include "device_memory.h"
 #include "launch_log.h"
+#include "launch_speculation.h"
 #include "module_registry.h"
 #include "phos/hooks/gate.h"
 
@@ -37,6 +38,7 @@ class Runtime {
   DeviceMemory memory;
   ModuleRegistry modules;
   LaunchLog launches{modules};
+  LaunchSpeculation speculation{modules};
 
   void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, uint64_t>> counters() const;

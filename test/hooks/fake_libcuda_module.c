@@ -40,11 +40,29 @@ CUresult cuModuleGetGlobal(CUdeviceptr *p, size_t *bytes, CUmodule m, const char
 }
 CUresult cuFuncGetName(const char **name, CUfunction f) { *name = ((struct fake_handle *)f)->name; return CUDA_SUCCESS; }
 CUresult cuKernelGetName(const char **name, CUkernel k) { *name = ((struct fake_handle *)k)->name; return CUDA_SUCCESS; }
+/* Parameter layouts for the kernels the speculation test launches; other
+ * names have none (index out of range from parameter 0), and "noinfo"
+ * gets no answer at all. */
+static CUresult param_info(const char *name, size_t i, size_t *offset, size_t *size) {
+  static const struct { const char *name; size_t n; size_t slots[4][2]; } layouts[] = {
+    {"_Z5saxpyPKfPffi", 4, {{0, 8}, {8, 8}, {16, 4}, {20, 4}}},
+    {"closure_kernel", 2, {{0, 4}, {8, 24}}},
+  };
+  if (!strcmp(name, "noinfo")) return CUDA_ERROR_NOT_SUPPORTED;
+  for (size_t k = 0; k < sizeof(layouts) / sizeof(layouts[0]); k++) {
+    if (strcmp(layouts[k].name, name)) continue;
+    if (i >= layouts[k].n) return CUDA_ERROR_INVALID_VALUE;
+    if (offset) *offset = layouts[k].slots[i][0];
+    if (size) *size = layouts[k].slots[i][1];
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
 CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *offset, size_t *size) {
-  (void)f; (void)i; (void)offset; (void)size; return CUDA_ERROR_INVALID_VALUE;
+  return param_info(((struct fake_handle *)f)->name, i, offset, size);
 }
 CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *offset, size_t *size) {
-  (void)k; (void)i; (void)offset; (void)size; return CUDA_ERROR_INVALID_VALUE;
+  return param_info(((struct fake_handle *)k)->name, i, offset, size);
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shmem, CUstream s, void **params, void **extra) {

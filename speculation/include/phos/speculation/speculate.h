@@ -29,10 +29,12 @@ enum Access : uint8_t { kRead = 1, kWrite = 2 };
 enum class SetKind : uint8_t { kExact, kSpeculated, kUnknown };
 const char* set_kind_name(SetKind k);
 
+// No default member initializers: an AccessSet lives on the launch path's
+// stack, and its items must not be zeroed on every launch.
 struct BufferAccess {
-  uint64_t id = 0;     // the buffer's (BufferIndex)
-  uint64_t start = 0;  // its first byte
-  uint8_t access = 0;  // Access bits
+  uint64_t id;     // the buffer's (BufferIndex)
+  uint64_t start;  // its first byte
+  uint8_t access;  // Access bits
 };
 
 struct AccessSet {

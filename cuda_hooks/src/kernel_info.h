@@ -1,0 +1,24 @@
+// What the driver says about a kernel: its name and where its parameters
+// lie. cudart launches context-independent kernels (CUkernel) through
+// cuLaunchKernel; the CUfunction queries refuse those and the CUkernel ones
+// answer, so both are asked.
+#pragma once
+
+#include <cuda.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phos/speculation/kernel_layout.h"
+
+namespace phos::hooks {
+
+using ParamSlot = speculation::ParamSlot;
+
+std::string kernel_name(CUfunction f);
+// Every parameter's offset and size; nullopt where the driver answers for
+// neither form (not even for parameter 0 of a kernel that has one).
+std::optional<std::vector<ParamSlot>> kernel_param_slots(CUfunction f);
+
+}  // namespace phos::hooks

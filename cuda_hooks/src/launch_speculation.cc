@@ -1,0 +1,236 @@
+#include "launch_speculation.h"
+
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "driver.h"
+#include "kernel_info.h"
+#include "phos/speculation/demangle.h"
+
+namespace phos::hooks {
+namespace {
+
+namespace spec = phos::speculation;
+
+// Depth of known library calls under way on this thread (initial-exec TLS:
+// libphos.so is preloaded).
+__attribute__((tls_model("initial-exec"))) thread_local int t_exact_depth = 0;
+
+spec::CallRange to_call_range(const ranges::BufferRange& r) {
+  spec::CallRange c;
+  c.address = r.address;
+  c.bytes = r.bytes;
+  c.access = uint8_t((r.access & ranges::kRead ? spec::kRead : 0) | (r.access & ranges::kWrite ? spec::kWrite : 0));
+  c.extent_unknown = r.access & ranges::kExtentUnknown;
+  c.pointer_array = r.access & ranges::kPointerArray;
+  return c;
+}
+
+// The kernel arguments as the launch passes them: kernelParams, or the
+// packed buffer of `extra`.
+spec::LaunchArgs launch_args(void** params, void** extra) {
+  spec::LaunchArgs args;
+  if (params) {
+    args.params = params;
+  } else if (extra) {
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) args.packed = static_cast<const std::byte*>(extra[i + 1]);
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) args.packed_size = *static_cast<size_t*>(extra[i + 1]);
+    }
+    if (!args.packed) args.packed_size = 0;
+  }
+  return args;
+}
+
+uint32_t current_arch() {
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  if (PHOS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS) return 0;
+  if (PHOS_REAL(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+      PHOS_REAL(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+    return 0;
+  return uint32_t(major * 10 + minor);
+}
+
+}  // namespace
+
+LaunchSpeculation::ExactScope::ExactScope() { t_exact_depth++; }
+LaunchSpeculation::ExactScope::~ExactScope() { t_exact_depth--; }
+
+void LaunchSpeculation::set_active(bool on, DeviceMemory& memory) {
+  if (on == active()) return;
+  if (!on) {
+    active_.store(false, std::memory_order_relaxed);
+    memory.observe(nullptr);
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.clear();
+    return;
+  }
+  memory.observe(this);  // fills the index under the memory lock
+  active_.store(true, std::memory_order_release);
+}
+
+Result<void> LaunchSpeculation::load_signatures(const std::string& paths) {
+  std::stringstream list(paths);
+  std::string path;
+  std::lock_guard<std::mutex> lock(mu_);
+  while (std::getline(list, path, ':')) {
+    if (path.empty()) continue;
+    std::string error;
+    if (!signatures_.load(path, &error)) return make_error("signature database " + path + ": " + error);
+  }
+  return {};
+}
+
+void LaunchSpeculation::buffer_added(uint64_t start, uint64_t size, uint64_t unit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.insert(start, size, unit);
+}
+
+void LaunchSpeculation::buffer_removed(uint64_t start) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.erase(start);
+}
+
+const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef& module, const std::string& name) {
+  if (!module.image_data || !module.hash) return nullptr;
+  ModuleMetadata& m = metadata_[module.hash];
+  if (!m.read) {
+    m.read = true;
+    if (!arch_) arch_ = current_arch();
+    std::string error;
+    // A module without a cubin for this GPU (PTX only) simply has none.
+    spec::module_kernels(module.image_data, arch_, &m.kernels, &error);
+  }
+  for (const spec::CubinKernel& k : m.kernels)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(CUfunction f, const std::string& name,
+                                                                     const ModuleRef& module) {
+  spec::LayoutSources sources;
+  sources.driver = kernel_param_slots(f);
+  sources.name_kinds = spec::param_kinds_from_name(name.c_str());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto key = std::make_pair(module.hash ? module.hash : module.id, name);
+  auto cached = layouts_.find(key);
+  if (cached != layouts_.end()) return cached->second;
+  sources.cubin = cubin_kernel_locked(module, name);
+  sources.signature = signatures_.find(name);
+  auto layout = std::make_shared<const spec::KernelLayout>(spec::build_layout(sources));
+  layouts_.emplace(key, layout);
+  return layout;
+}
+
+LaunchSpeculation::KernelEntry* LaunchSpeculation::entry_locked(CUfunction f) {
+  auto it = kernels_.find(f);
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra) {
+  std::unique_lock<std::mutex> lock(mu_);
+  KernelEntry* e = entry_locked(f);
+  if (!e) {
+    // First launch of this function: analysed without the lock held for the
+    // driver's answers (the module's metadata is read under it, once).
+    lock.unlock();
+    KernelEntry fresh;
+    fresh.name = kernel_name(f);
+    ModuleRef module = modules_.module_ref(f);
+    fresh.module = module.id;
+    fresh.layout = analyse(f, fresh.name, module);
+    lock.lock();
+    e = &kernels_.try_emplace(f, std::move(fresh)).first->second;
+  }
+  e->launches++;
+  totals_.launches++;
+  if (t_exact_depth > 0) {
+    e->exact++;
+    totals_.exact++;
+    return;
+  }
+  spec::AccessSet set;
+  spec::speculate_kernel(*e->layout, launch_args(params, extra), index_, &set);
+  totals_.lookups += set.lookups;
+  if (set.kind == spec::SetKind::kUnknown) {
+    e->unknown++;
+    totals_.unknown++;
+    return;
+  }
+  e->speculated++;
+  totals_.speculated++;
+  e->buffers += set.count;
+  e->reads += set.reads();
+  e->writes += set.writes();
+  totals_.buffers += set.count;
+}
+
+void LaunchSpeculation::on_call(const ranges::RangeList& ranges) {
+  spec::CallRange calls[ranges::RangeList::kMax];
+  for (uint8_t i = 0; i < ranges.count; i++) calls[i] = to_call_range(ranges.items[i]);
+  std::lock_guard<std::mutex> lock(mu_);
+  spec::AccessSet set;
+  spec::exact_call(std::span<const spec::CallRange>(calls, ranges.count), index_, &set);
+  totals_.calls++;
+  totals_.lookups += set.lookups;
+  if (set.kind == spec::SetKind::kUnknown) {
+    totals_.calls_unknown++;
+    return;
+  }
+  totals_.calls_exact++;
+  totals_.buffers += set.count;
+}
+
+LaunchSpeculation::Totals LaunchSpeculation::totals() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Totals t = totals_;
+  t.indexed = index_.size();
+  t.kernels = kernels_.size();
+  return t;
+}
+
+std::vector<wire::KernelSpeculationEntry> LaunchSpeculation::kernels() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<wire::KernelSpeculationEntry> out;
+  for (const auto& [f, e] : kernels_) {
+    wire::KernelSpeculationEntry k;
+    k.name = e.name;
+    k.module = e.module;
+    k.launches = e.launches;
+    k.exact = e.exact;
+    k.speculated = e.speculated;
+    k.unknown = e.unknown;
+    k.buffers = e.buffers;
+    k.reads = e.reads;
+    k.writes = e.writes;
+    k.types = spec::type_source_name(e.layout->types);
+    k.note = e.layout->note;
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+double LaunchSpeculation::measure_lookup_rate(size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<spec::Buffer> buffers = index_.buffers();
+  if (buffers.empty() || n == 0) return 0;
+  // Addresses inside buffers and in the gaps after them, in random order.
+  std::mt19937_64 rng(1);
+  std::vector<uint64_t> probes(4096);
+  for (uint64_t& p : probes) {
+    const spec::Buffer& b = buffers[rng() % buffers.size()];
+    p = rng() % 4 ? b.start + rng() % (b.end - b.start) : b.end + rng() % 4096;
+  }
+  uint64_t found = 0;
+  auto start = std::chrono::steady_clock::now();
+  spec::Buffer out;
+  for (size_t i = 0; i < n; i++) found += index_.find(probes[i % probes.size()], &out);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  asm volatile("" : : "r"(found));
+  return seconds > 0 ? double(n) / seconds : 0;
+}
+
+}  // namespace phos::hooks

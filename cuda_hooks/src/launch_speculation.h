@@ -1,0 +1,103 @@
+// Read/write-set speculation of every launch while a protocol needs it
+// (speculation/): the buffer index follows the program's allocations, each
+// kernel's parameter layout is put together at its first launch and cached
+// by module hash and name, and every launch, copy, memset and known library
+// call gets its set. For now the sets feed per-kernel statistics (agent
+// status, phosctl kernels, the stats file); the concurrent protocols will
+// consume them.
+//
+// Off, a launch pays one relaxed load. On, one lock per launch: the index
+// and the caches are shared by every thread that launches.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "call_ranges.h"
+#include "device_memory.h"
+#include "module_registry.h"
+#include "phos/images/agent_messages.h"
+#include "phos/speculation/fatbin.h"
+#include "phos/speculation/signature_db.h"
+#include "phos/speculation/speculate.h"
+
+namespace phos::hooks {
+
+class LaunchSpeculation final : public BufferObserver {
+ public:
+  explicit LaunchSpeculation(const ModuleRegistry& modules) : modules_(modules) {}
+
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+  // On: the index is filled from `memory` and follows it from then on. Off:
+  // the index is dropped, statistics are kept.
+  void set_active(bool on, DeviceMemory& memory);
+  // Signature databases (phos-sigdb) from a ':'-separated list of files.
+  Result<void> load_signatures(const std::string& paths);
+
+  void on_kernel(CUfunction f, void** params, void** extra);
+  void on_call(const ranges::RangeList& ranges);
+
+  // BufferObserver (called under DeviceMemory's lock).
+  void buffer_added(uint64_t start, uint64_t size, uint64_t unit) override;
+  void buffer_removed(uint64_t start) override;
+
+  struct Totals {
+    uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0;  // kernels
+    uint64_t calls = 0, calls_exact = 0, calls_unknown = 0;         // copies, memsets, library calls
+    uint64_t buffers = 0, lookups = 0, indexed = 0, kernels = 0;
+  };
+  Totals totals();
+  std::vector<wire::KernelSpeculationEntry> kernels();
+  // Lookups a second on the live index, from `n` timed lookups of addresses
+  // inside and between its buffers (statistics for the GPU suite).
+  double measure_lookup_rate(size_t n);
+
+  // Kernels issued inside a known library call are covered by its exact set.
+  class ExactScope {
+   public:
+    ExactScope();
+    ~ExactScope();
+    ExactScope(const ExactScope&) = delete;
+    ExactScope& operator=(const ExactScope&) = delete;
+  };
+
+ private:
+  struct KernelEntry {
+    std::shared_ptr<const speculation::KernelLayout> layout;
+    std::string name;
+    uint64_t module = 0;
+    uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0, buffers = 0, reads = 0, writes = 0;
+  };
+  struct ModuleMetadata {
+    bool read = false;
+    std::vector<speculation::CubinKernel> kernels;
+  };
+  KernelEntry* entry_locked(CUfunction f);
+  std::shared_ptr<const speculation::KernelLayout> analyse(CUfunction f, const std::string& name,
+                                                           const ModuleRef& module);
+  const speculation::CubinKernel* cubin_kernel_locked(const ModuleRef& module, const std::string& name);
+
+  const ModuleRegistry& modules_;
+  std::atomic<bool> active_{false};
+  std::mutex mu_;
+  speculation::BufferIndex index_;
+  speculation::SignatureDb signatures_;
+  std::unordered_map<CUfunction, KernelEntry> kernels_;
+  // Layouts by (module hash, kernel name): a module loaded twice, or in two
+  // contexts, is analysed once.
+  std::map<std::pair<uint64_t, std::string>, std::shared_ptr<const speculation::KernelLayout>> layouts_;
+  std::unordered_map<uint64_t, ModuleMetadata> metadata_;  // by module hash
+  uint32_t arch_ = 0;  // SM version of the device, for the cubin to read
+  Totals totals_;
+};
+
+}  // namespace phos::hooks

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Read/write-set speculation in libphos.so against the fake libcuda
+# (speculation_client.c says what it launches): with PHOS_SPECULATE=1 each
+# kernel's sets follow from its parameter kinds (mangled name, signature
+# database, or none: every word tried), a kernel without a layout is unknown
+# unless its arguments come packed, a copy gets an exact set; the stats file
+# and the agent (phosctl kernels) say so. Without PHOS_SPECULATE nothing is
+# speculated; `phosctl speculate PID on` turns it on in a running process.
+set -euo pipefail
+BUILD=${PHOS_BUILD:?}
+dir=$BUILD/test/hooks
+libphos=$BUILD/cuda_hooks/libphos.so
+phosctl=$BUILD/plugin/phosctl
+fail() { echo "[speculation] FAIL: $*"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+run() {  # run STATS [ENV...]
+  local stats=$1; shift
+  env LD_PRELOAD="$libphos" PHOS_STATS_FILE="$stats" "$@" "$dir/speculation_client" > "$stats.out"
+  grep -qx "calls failed 0" "$stats.out" || fail "a call failed through libphos.so: $(tr '\n' ' ' < "$stats.out")"
+}
+expect() {  # expect STATS LINE-REGEX WHAT
+  grep -Eq "$2" "$1" || fail "$3: no line like '$2' in: $(grep '^speculat' "$1" | tr '\n' '|')"
+}
+
+run "$work/plain" PHOS_SPECULATE=1
+sed 's/^/[speculation] /' "$work/plain" | grep speculat
+expect "$work/plain" '^speculated _Z5saxpyPKfPffi launches=2 exact=0 speculated=2 unknown=0 buffers=4 reads=4 writes=2 types=name$' \
+  "saxpy: x read, y read and written, twice, from the mangled name"
+expect "$work/plain" '^speculated closure_kernel launches=1 exact=0 speculated=1 unknown=0 buffers=2 reads=2 writes=2 types=none$' \
+  "closure_kernel without a signature database: both pointers in the struct may be written"
+expect "$work/plain" '^speculated noinfo launches=2 exact=0 speculated=1 unknown=1 buffers=1 reads=1 writes=1 types=none$' \
+  "noinfo: unknown with kernelParams, the packed buffer scanned"
+expect "$work/plain" '^speculation kernels=3 launches=5 exact=0 speculated=4 unknown=1 calls=1 calls_exact=1 calls_unknown=0 buffers=9 .* indexed=4 lookup_rate=[1-9]' \
+  "totals: 5 launches, one exact copy, 4 buffers indexed, a lookup rate"
+
+printf 'phos-sigdb 1\n# the test closure\nclosure_kernel scalar:4 struct:24{8:const_ptr,16:ptr}\n' > "$work/test.sigdb"
+run "$work/sigdb" PHOS_SPECULATE=1 PHOS_SIGDB="$work/test.sigdb"
+expect "$work/sigdb" '^speculated closure_kernel launches=1 exact=0 speculated=1 unknown=0 buffers=2 reads=2 writes=1 types=sigdb$' \
+  "closure_kernel with the signature database: only the struct's mutable pointer is written"
+
+run "$work/off"
+! grep -q '^speculat' "$work/off" || fail "speculated without PHOS_SPECULATE: $(grep '^speculat' "$work/off" | head -n2)"
+
+echo "[speculation] PASS"

@@ -1,0 +1,64 @@
+/* Launches against the fake libcuda whose read and write sets libphos.so
+ * speculates (test: speculation.sh, which reads the stats file):
+ *   saxpy(float const* x, float* y, float a, int n) twice: x read, y read and written;
+ *   closure_kernel(int n, Closure c) (extern "C"), c = {int tag; const float* in; float* out}:
+ *     without a signature database every word of c may be a written pointer,
+ *     with one only `out` is written;
+ *   noinfo: the driver gives no layout: kernelParams make the set unknown,
+ *     a packed (extra) argument buffer is scanned whole;
+ *   one device-to-device copy: an exact set.
+ *
+ * usage: speculation_client [wait]   wait: print "ready PID" before the
+ *                                    launches and wait for a line on stdin */
+#include <cuda.h>
+#include <stdio.h>
+#include <string.h>
+
+static CUdeviceptr alloc(const char *name, size_t size) {
+  CUdeviceptr p = 0;
+  if (cuMemAlloc(&p, size) != CUDA_SUCCESS) printf("%s failed\n", name);
+  printf("%s 0x%llx\n", name, (unsigned long long)p);
+  return p;
+}
+
+int main(int argc, char **argv) {
+  int bad = 0;
+  cuCtxSetCurrent((CUcontext)1);
+  CUdeviceptr x = alloc("x", 1u << 20), y = alloc("y", 1u << 20), in = alloc("in", 256), out = alloc("out", 4u << 20);
+  static unsigned char image[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
+  CUmodule m;
+  CUfunction saxpy, closure, noinfo;
+  bad |= cuModuleLoadData(&m, image);
+  bad |= cuModuleGetFunction(&saxpy, m, "_Z5saxpyPKfPffi");
+  bad |= cuModuleGetFunction(&closure, m, "closure_kernel");
+  bad |= cuModuleGetFunction(&noinfo, m, "noinfo");
+  if (argc > 1 && !strcmp(argv[1], "wait")) {
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof(line), stdin)) return 3;
+  }
+
+  CUdeviceptr xs = x + 16;
+  float a = 2.0f;
+  int n = 1000;
+  void *saxpy_args[] = {&xs, &y, &a, &n};
+  bad |= cuLaunchKernel(saxpy, 4, 1, 1, 256, 1, 1, 0, NULL, saxpy_args, NULL);
+  bad |= cuLaunchKernel(saxpy, 4, 1, 1, 256, 1, 1, 0, NULL, saxpy_args, NULL);
+
+  struct { int tag; CUdeviceptr in, out; } c = {7, in + 8, out + 4096};
+  void *closure_args[] = {&n, &c};
+  bad |= cuLaunchKernel(closure, 1, 1, 1, 32, 1, 1, 0, NULL, closure_args, NULL);
+
+  void *noinfo_args[] = {&out};
+  bad |= cuLaunchKernel(noinfo, 1, 1, 1, 32, 1, 1, 0, NULL, noinfo_args, NULL);
+  unsigned long long packed[2] = {42, out + 64};
+  size_t packed_size = sizeof(packed);
+  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+                   CU_LAUNCH_PARAM_END};
+  bad |= cuLaunchKernel(noinfo, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, extra);
+
+  bad |= cuMemcpyDtoD(out, x, 4096);
+  printf("calls failed %d\n", bad);
+  return 0;
+}
