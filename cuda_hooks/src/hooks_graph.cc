@@ -1,11 +1,18 @@
 // CUDA graphs: the kernels of a graph run without a cuLaunchKernel each, so
 // each executable graph's kernel nodes are counted when it is instantiated
-// and credited at every launch.
+// and credited at every launch. While speculation is on, each kernel node's
+// arguments are copied aside at instantiation (the graph they came from may
+// be destroyed) and speculated at every launch of the graph. Updates of an
+// executable graph's node parameters (cuGraphExecKernelNodeSetParams,
+// cuGraphExecUpdate) are not followed yet.
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "driver.h"
+#include "kernel_info.h"
 #include "runtime.h"
 
 #define PHOS_EXPORT __attribute__((visibility("default")))
@@ -17,30 +24,69 @@ namespace {
 std::mutex g_mu;
 std::map<CUgraphExec, uint64_t> g_kernel_nodes;  // per executable graph
 
-uint64_t kernel_nodes(CUgraph graph, int depth = 0) {
+struct NodeKernel {
+  CUfunction function = nullptr;
+  std::vector<std::byte> args;  // packed by the driver's parameter layout
+};
+std::map<CUgraphExec, std::vector<NodeKernel>> g_node_kernels;  // while speculating
+
+// The node's kernel and a copy of its arguments; no arguments where the
+// layout is not known (the speculation then scans nothing and says unknown).
+NodeKernel node_kernel(CUgraphNode node) {
+  NodeKernel k;
+  CUDA_KERNEL_NODE_PARAMS p{};
+  if (PHOS_REAL(cuGraphKernelNodeGetParams_v2)(node, &p) != CUDA_SUCCESS) return k;
+  k.function = p.func ? p.func : reinterpret_cast<CUfunction>(p.kern);
+  if (p.kernelParams) {
+    auto slots = kernel_param_slots(k.function);
+    if (!slots) return k;
+    size_t end = 0;
+    for (const ParamSlot& s : *slots) end = std::max<size_t>(end, s.offset + s.size);
+    k.args.resize(end);
+    for (size_t i = 0; i < slots->size(); i++)
+      std::memcpy(k.args.data() + (*slots)[i].offset, p.kernelParams[i], (*slots)[i].size);
+  } else if (p.extra) {
+    for (size_t i = 0; p.extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
+      if (p.extra[i] != CU_LAUNCH_PARAM_BUFFER_POINTER) continue;
+      for (size_t j = 0; p.extra[j] != CU_LAUNCH_PARAM_END && j < 16; j += 2)
+        if (p.extra[j] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+          auto* bytes = static_cast<const std::byte*>(p.extra[i + 1]);
+          k.args.assign(bytes, bytes + *static_cast<size_t*>(p.extra[j + 1]));
+        }
+    }
+  }
+  return k;
+}
+
+uint64_t kernel_nodes(CUgraph graph, std::vector<NodeKernel>* kernels, int depth = 0) {
   size_t n = 0;
   if (depth > 16 || PHOS_REAL(cuGraphGetNodes)(graph, nullptr, &n) != CUDA_SUCCESS || n == 0) return 0;
   std::vector<CUgraphNode> nodes(n);
   if (PHOS_REAL(cuGraphGetNodes)(graph, nodes.data(), &n) != CUDA_SUCCESS) return 0;
-  uint64_t kernels = 0;
+  uint64_t count = 0;
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type;
     if (PHOS_REAL(cuGraphNodeGetType)(node, &type) != CUDA_SUCCESS) continue;
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      kernels++;
+      count++;
+      if (kernels) kernels->push_back(node_kernel(node));
     } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
       CUgraph child;
-      if (PHOS_REAL(cuGraphChildGraphNodeGetGraph)(node, &child) == CUDA_SUCCESS) kernels += kernel_nodes(child, depth + 1);
+      if (PHOS_REAL(cuGraphChildGraphNodeGetGraph)(node, &child) == CUDA_SUCCESS)
+        count += kernel_nodes(child, kernels, depth + 1);
     }
   }
-  return kernels;
+  return count;
 }
 
 CUresult instantiated(CUresult r, CUgraphExec* exec, CUgraph graph) {
   if (r != CUDA_SUCCESS || !exec) return r;
-  uint64_t n = kernel_nodes(graph);
+  bool speculating = runtime().speculation.active();
+  std::vector<NodeKernel> kernels;
+  uint64_t n = kernel_nodes(graph, speculating ? &kernels : nullptr);
   std::lock_guard<std::mutex> lock(g_mu);
   g_kernel_nodes[*exec] = n;
+  if (speculating) g_node_kernels[*exec] = std::move(kernels);
   return r;
 }
 
@@ -50,6 +96,12 @@ CUresult launched(CUresult r, CUgraphExec exec) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_kernel_nodes.find(exec);
   if (it != g_kernel_nodes.end()) runtime().count(Counter::kGraphKernels, it->second);
+  if (runtime().speculation.active()) {
+    auto k = g_node_kernels.find(exec);
+    if (k != g_node_kernels.end())
+      for (const NodeKernel& node : k->second)
+        if (node.function) runtime().speculation.on_packed_kernel(node.function, node.args.data(), node.args.size());
+  }
   return r;
 }
 
@@ -77,6 +129,7 @@ extern "C" PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
   CUresult r = PHOS_REAL(cuGraphExecDestroy)(exec);
   std::lock_guard<std::mutex> lock(g_mu);
   g_kernel_nodes.erase(exec);
+  g_node_kernels.erase(exec);
   return r;
 }
 

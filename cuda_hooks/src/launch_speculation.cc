@@ -131,6 +131,17 @@ LaunchSpeculation::KernelEntry* LaunchSpeculation::entry_locked(CUfunction f) {
 }
 
 void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra) {
+  speculate(f, launch_args(params, extra));
+}
+
+void LaunchSpeculation::on_packed_kernel(CUfunction f, const std::byte* args, size_t size) {
+  spec::LaunchArgs a;
+  a.packed = args;
+  a.packed_size = size;
+  speculate(f, a);
+}
+
+void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args) {
   std::unique_lock<std::mutex> lock(mu_);
   KernelEntry* e = entry_locked(f);
   if (!e) {
@@ -153,7 +164,7 @@ void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra) {
     return;
   }
   spec::AccessSet set;
-  spec::speculate_kernel(*e->layout, launch_args(params, extra), index_, &set);
+  spec::speculate_kernel(*e->layout, args, index_, &set);
   totals_.lookups += set.lookups;
   if (set.kind == spec::SetKind::kUnknown) {
     e->unknown++;

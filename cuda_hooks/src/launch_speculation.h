@@ -44,6 +44,9 @@ class LaunchSpeculation final : public BufferObserver {
   Result<void> load_signatures(const std::string& paths);
 
   void on_kernel(CUfunction f, void** params, void** extra);
+  // A kernel whose arguments were copied aside, packed by the driver's
+  // layout (a graph's kernel node, launched with its graph).
+  void on_packed_kernel(CUfunction f, const std::byte* args, size_t size);
   void on_call(const ranges::RangeList& ranges);
 
   // BufferObserver (called under DeviceMemory's lock).
@@ -81,6 +84,7 @@ class LaunchSpeculation final : public BufferObserver {
     bool read = false;
     std::vector<speculation::CubinKernel> kernels;
   };
+  void speculate(CUfunction f, const speculation::LaunchArgs& args);
   KernelEntry* entry_locked(CUfunction f);
   std::shared_ptr<const speculation::KernelLayout> analyse(CUfunction f, const std::string& name,
                                                            const ModuleRef& module);

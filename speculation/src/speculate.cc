@@ -97,7 +97,7 @@ void speculate_kernel(const KernelLayout& layout, const LaunchArgs& args, const 
   if (!layout.slots_known) {
     // Without a layout, kernelParams cannot be read (no sizes); a packed
     // buffer can still be scanned whole.
-    if (args.packed) return scan_packed(args, index, out);
+    if (args.packed && args.packed_size) return scan_packed(args, index, out);
     out->kind = SetKind::kUnknown;
     return;
   }

@@ -8,12 +8,17 @@
 //                    launches: with PHOS_RECORD_LAUNCHES=1, what recording a
 //                    set's range costs
 //   malloc_free_N:   one cudaMalloc + cudaFree of N bytes
+//   launch_ptr8_driver: a kernel with 8 pointer parameters (4 to const) into
+//                    8 of 1000 live allocations: with PHOS_SPECULATE=1, what
+//                    speculating a launch's read and write sets costs
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "gpu_check.h"
 
 __global__ void empty_kernel(int) {}
+__global__ void ptr8_kernel(const float*, const float*, const float*, const float*, float*, float*, float*, float*) {}
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -56,6 +61,22 @@ int main() {
   std::printf("bench launch_driver_us %.4f\n", per_launch(s, [&](int) {
     launch(reinterpret_cast<CUfunction>(rf), 1, 1, 1, 32, 1, 1, 0, s, params, nullptr);
   }));
+
+  {
+    // 1000 live allocations of mixed sizes, 8 of them passed to the kernel.
+    std::vector<void*> live(1000);
+    for (size_t i = 0; i < live.size(); i++) CHECK_CUDA(cudaMalloc(&live[i], size_t(4096) << (i % 8)));
+    cudaFunction_t pf;
+    CHECK_CUDA(cudaGetFuncBySymbol(&pf, reinterpret_cast<const void*>(ptr8_kernel)));
+    void* ptrs[8];
+    for (int i = 0; i < 8; i++) ptrs[i] = static_cast<char*>(live[i * 97]) + 64;
+    void* ptr_params[8];
+    for (int i = 0; i < 8; i++) ptr_params[i] = &ptrs[i];
+    std::printf("bench launch_ptr8_driver_us %.4f\n", per_launch(s, [&](int) {
+      launch(reinterpret_cast<CUfunction>(pf), 1, 1, 1, 32, 1, 1, 0, s, ptr_params, nullptr);
+    }));
+    for (void* p : live) CHECK_CUDA(cudaFree(p));
+  }
 
   using GetDevice = CUresult (*)(CUdevice*);
   CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuCtxGetDevice", &fn, 12000, cudaEnableDefault, &q));

@@ -199,11 +199,13 @@ case_bench() {
     "$bin/bench_hooks" >> "$log/bench.native" 2>&1
     LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.phos" 2>&1
     PHOS_RECORD_LAUNCHES=1 LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.record" 2>&1
+    PHOS_SPECULATE=1 LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.speculate" 2>&1
   done
   echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs:"
-  echo "gpu: bench:   native | libphos.so | libphos.so recording launches"
+  echo "gpu: bench:   native | libphos.so | libphos.so recording launches | libphos.so speculating"
   join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
-    awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2}'
+    join - <(spread "$log/bench.speculate") |
+    awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2}'
 }
 
 # spread FILE: "name median min-max" for every "bench name value" line.
