@@ -11,21 +11,33 @@
 //   <device-side mangled name> <param> <param> ...
 //
 // with each <param> one of
-//   scalar:SIZE                  arithmetic, enum: never a pointer
-//   ptr:SIZE                     pointer to mutable memory (SIZE 8)
-//   const_ptr:SIZE               pointer to const memory
-//   struct:SIZE{OFF:ptr,OFF:const_ptr,...}
+//   scalar:SIZE@OFF              arithmetic, enum: never a pointer
+//   ptr:SIZE@OFF                 pointer to mutable memory (SIZE 8)
+//   const_ptr:SIZE@OFF           pointer to const memory (SIZE 8)
+//   struct:SIZE@OFF{FOFF:ptr,FOFF:const_ptr,...}
 //                                by-value aggregate whose every pointer field
-//                                is listed (offsets from the struct's start;
-//                                nested structs and arrays flattened); {} when
-//                                it holds none
-//   opaque:SIZE                  by-value aggregate whose contents are not
+//                                is listed (FOFF from the struct's start,
+//                                increasing; nested structs and arrays
+//                                flattened); {} when it holds none
+//   opaque:SIZE@OFF              by-value aggregate whose contents are not
 //                                known (unions with pointers, dependent
 //                                types): every aligned 8-byte word may be a
 //                                pointer to a written buffer
 // A kernel without parameters has the name alone.
+//
+// @OFF is the parameter's offset in the argument buffer: the tool writes the
+// offsets clang lays the parameters out at (each aligned to its type's
+// alignment, which the SIZE alone does not tell for aggregates). A
+// hand-written file may leave @OFF out: the parameter then follows the
+// previous one, aligned to the largest power of two dividing SIZE, at most
+// 16 -- right for scalars and pointers; aggregates should say @OFF.
+// Parameters do not overlap, and a parameter has no spaces inside.
+//
+// The header line may appear again further on (concatenated files), and
+// must come before the first kernel. Numbers are decimal.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -35,29 +47,43 @@
 
 namespace phos::speculation {
 
+// The first line of every database file.
+inline constexpr std::string_view kSignatureDbHeader = "phos-sigdb 1";
+
 struct KernelSignature {
-  // offset: the parameter's offset in the argument buffer, by the ABI's
-  // alignment rules from the sizes and alignments the tool saw (the driver's
-  // offsets are preferred where both exist).
+  // offset: the parameter's offset in the argument buffer, as the file says
+  // (@OFF: the tool writes clang's layout, by the ABI's alignment rules; the
+  // driver's offsets are preferred where both exist).
   std::vector<ParamLayout> params;
+  bool operator==(const KernelSignature&) const = default;
 };
 
 class SignatureDb {
  public:
   // Adds the kernels of `text` (a database file's contents); a kernel seen
   // twice keeps its first signature. false with *error naming the line on
-  // anything malformed (nothing from that text is added then).
+  // anything malformed ("line 3: ..."; nothing from that text is added then).
+  // error may be null.
   bool parse(std::string_view text, std::string* error);
-  // Reads and parses a file.
+  // Reads and parses a file; errors are prefixed with the path.
   bool load(const std::string& path, std::string* error);
+  // nullptr when the kernel is not in the database.
   const KernelSignature* find(std::string_view mangled_name) const;
   size_t size() const { return kernels_.size(); }
 
  private:
-  std::unordered_map<std::string, KernelSignature> kernels_;
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, KernelSignature, NameHash, std::equal_to<>> kernels_;
 };
 
-// One parameter in the file's notation (for the tool and for tests).
+// One parameter in the file's notation, @OFF included (for the tool and for
+// tests). kUnknown is written as opaque, an aggregate without known fields
+// too; pointer_fields are written in their order.
 std::string format_param(const ParamLayout& p);
+// A kernel's line, without the newline: the name, then its parameters.
+std::string format_kernel(std::string_view mangled_name, const KernelSignature& sig);
 
 }  // namespace phos::speculation
