@@ -192,6 +192,47 @@ case_torch_roundtrip_expandable() {
   torch_roundtrip_case torch_roundtrip_expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 }
 
+# Speculation on every workload (the speculation issue): with PHOS_SPECULATE=1
+# the results must not change; the line says how many kernels and launches
+# there were, the share of launches whose read/write sets were exact (copies,
+# memsets, cuBLAS/NCCL calls and the kernels they issue), speculated or
+# unknown, where kernels' parameter types came from, and the buffer index's
+# lookup rate over the process's live buffers at exit.
+spec_line() {  # spec_line NAME RC REFERENCE-RESULT RESULT STATS
+  local name=$1 rc=$2 ref=$3 got=$4 stats=$5 t
+  t=$(grep '^speculation ' "$stats" 2>/dev/null)
+  local types; types=$(grep -o ' types=[a-z]*' "$stats" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %d", NR > 1 ? ", " : "", substr($2, 7), $1}')
+  local unknown_kernels; unknown_kernels=$(awk '/^speculated / {for (i = 3; i <= NF; i++) if ($i ~ /^unknown=/) {split($i, a, "="); if (a[2] > 0) print a[2], $2}}' "$stats" 2>/dev/null | sort -rn | head -n3 | awk '{printf "%s%s(%s)", NR > 1 ? " " : "", substr($2, 1, 60), $1}')
+  local detail
+  detail=$(awk -v t="$t" -v types="$types" -v unk="$unknown_kernels" 'BEGIN {
+    n = split(t, f, " "); for (i = 2; i <= n; i++) {split(f[i], kv, "="); v[kv[1]] = kv[2]}
+    all = v["launches"] + v["calls"]; if (all == 0) all = 1
+    printf "kernels %d, launches %d + calls %d: exact %.1f%%, speculated %.1f%%, unknown %.1f%%; buffers per speculated launch %.2f; types: %s; index %d buffers, %.1f M lookups/s%s",
+      v["kernels"], v["launches"], v["calls"], (v["exact"] + v["calls_exact"]) * 100 / all, v["speculated"] * 100 / all,
+      (v["unknown"] + v["calls_unknown"]) * 100 / all, v["speculated"] ? v["buffers"] / (v["speculated"] + v["calls_exact"]) : 0,
+      types, v["indexed"], v["lookup_rate"] / 1e6, unk != "" ? "; unknown most: " unk : "" }')
+  if [ "$rc" -eq 0 ] && [ -n "$t" ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then line "speculation_$name" PASS "same result; $detail"
+  else line "speculation_$name" FAIL "rc $rc; reference: $ref; got: $got; $detail"; fi
+}
+spec_run() {  # spec_run NAME RESULT-PATTERN CMD...
+  local name=$1 pattern=$2; shift 2
+  local ref; ref=$("$@" 2>/dev/null | grep -E "$pattern")
+  PHOS_SPECULATE=1 PHOS_STATS_FILE=$log/speculation_$name.stats LD_PRELOAD=$libphos "$@" > "$log/speculation_$name.out" 2>&1
+  local rc=$?
+  spec_line "$name" $rc "$ref" "$(grep -E "$pattern" "$log/speculation_$name.out")" "$log/speculation_$name.stats"
+}
+case_speculation() {
+  spec_run cuda_basic checksum "$bin/cuda_basic" 40
+  spec_run cublas checksum "$bin/cublas_gemm"
+  spec_run cuda_graph checksum "$bin/cuda_graph" 200
+  spec_run torch_mlp '^result' python3 "$here/torch_workloads.py" mlp
+  spec_run torch_compile '^result' python3 "$here/torch_workloads.py" compile
+  spec_run torch_conv '^result' python3 "$here/torch_workloads.py" conv
+  if [ -x "$PHOS_BUILD/test/bench/phos-speculation-bench" ]; then
+    "$PHOS_BUILD/test/bench/phos-speculation-bench" | sed 's/^/gpu: bench: /'
+  fi
+}
+
 # Alternating runs, median of each figure (one run is within noise).
 case_bench() {
   local r
@@ -230,7 +271,7 @@ case_bench_torch() {
     awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  slower by %+.2f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100}'
 }
 
-cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable bench bench_torch}
+cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable speculation bench bench_torch}
 reference_cuda=
 for c in $cases; do
   [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic

@@ -25,7 +25,7 @@ expect() {  # expect STATS LINE-REGEX WHAT
 }
 
 run "$work/plain" PHOS_SPECULATE=1
-sed 's/^/[speculation] /' "$work/plain" | grep speculat
+grep "^speculat" "$work/plain" | sed "s/^/[speculation] /"
 expect "$work/plain" '^speculated _Z5saxpyPKfPffi launches=2 exact=0 speculated=2 unknown=0 buffers=4 reads=4 writes=2 types=name$' \
   "saxpy: x read, y read and written, twice, from the mangled name"
 expect "$work/plain" '^speculated closure_kernel launches=1 exact=0 speculated=1 unknown=0 buffers=2 reads=2 writes=2 types=none$' \
