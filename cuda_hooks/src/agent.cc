@@ -75,6 +75,38 @@ std::vector<Phos__Agent__Module> module_messages(std::vector<wire::ModuleEntry>&
   return out;
 }
 
+// Kernels in a status reply: those with the most launches, for the same
+// reason (a kernel's mangled name can run to kilobytes).
+constexpr size_t kMaxStatusKernels = 1000;
+
+// The KernelSpeculation messages of a status reply, of the kernels with the
+// most launches (`kernels` is reordered and cut to those); they point into
+// `kernels`, which must outlive the reply.
+std::vector<Phos__Agent__KernelSpeculation> kernel_messages(std::vector<wire::KernelSpeculationEntry>& kernels) {
+  if (kernels.size() > kMaxStatusKernels) {
+    std::stable_sort(kernels.begin(), kernels.end(),
+                     [](const auto& a, const auto& b) { return a.launches > b.launches; });
+    kernels.resize(kMaxStatusKernels);
+  }
+  std::vector<Phos__Agent__KernelSpeculation> out(kernels.size());
+  for (size_t i = 0; i < kernels.size(); i++) {
+    auto& k = kernels[i];
+    phos__agent__kernel_speculation__init(&out[i]);
+    out[i].name = k.name.data();
+    out[i].module = k.module;
+    out[i].launches = k.launches;
+    out[i].exact = k.exact;
+    out[i].speculated = k.speculated;
+    out[i].unknown = k.unknown;
+    out[i].buffers = k.buffers;
+    out[i].reads = k.reads;
+    out[i].writes = k.writes;
+    out[i].types = k.types.data();
+    if (!k.note.empty()) out[i].note = k.note.data();
+  }
+  return out;
+}
+
 }  // namespace
 
 Agent::Agent(Gate& gate, AgentBackend& backend, AgentOptions options)
@@ -232,6 +264,17 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       for (auto& m : modules) module_ptrs.push_back(&m);
       r.n_modules = module_ptrs.size();
       r.modules = module_ptrs.data();
+      r.has_speculation_active = 1;
+      r.speculation_active = s.speculation_active;
+      r.has_indexed_buffers = 1;
+      r.indexed_buffers = s.indexed_buffers;
+      r.has_kernel_count = 1;
+      r.kernel_count = std::max<uint64_t>(s.kernel_count, s.kernels.size());
+      auto kernels = kernel_messages(s.kernels);
+      std::vector<Phos__Agent__KernelSpeculation*> kernel_ptrs;
+      for (auto& k : kernels) kernel_ptrs.push_back(&k);
+      r.n_kernels = kernel_ptrs.size();
+      r.kernels = kernel_ptrs.data();
       return send_reply(conn, PHOS__AGENT__REPLY__KIND_STATUS, &Phos__Agent__Reply::status, r).ok();
     }
     case PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS: {
@@ -298,6 +341,13 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       gate_.open();
       Phos__Agent__ResumeReply r = PHOS__AGENT__RESUME_REPLY__INIT;
       return send_reply(conn, PHOS__AGENT__REPLY__KIND_RESUME, &Phos__Agent__Reply::resume, r).ok();
+    }
+    case PHOS__AGENT__REQUEST__KIND_SPECULATE: {
+      if (auto set = backend_.set_speculation(req.speculate->on); !set)
+        return fail(set.error().code, "speculation " + std::string(req.speculate->on ? "on" : "off") + ": " +
+                                          set.error().message);
+      Phos__Agent__SpeculateReply r = PHOS__AGENT__SPECULATE_REPLY__INIT;
+      return send_reply(conn, PHOS__AGENT__REPLY__KIND_SPECULATE, &Phos__Agent__Reply::speculate, r).ok();
     }
     case PHOS__AGENT__REQUEST__KIND_GOODBYE: {
       Phos__Agent__GoodbyeReply r = PHOS__AGENT__GOODBYE_REPLY__INIT;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "proc.h"
@@ -106,7 +107,38 @@ Result<AgentStatus> AgentClient::status() {
     e.globals.assign(m->globals, m->globals + m->n_globals);
     out.modules.push_back(std::move(e));
   }
+  // Absent from an older agent's reply: speculation off, no kernels.
+  out.speculation_active = r->has_speculation_active && r->speculation_active;
+  out.indexed_buffers = r->has_indexed_buffers ? r->indexed_buffers : 0;
+  for (size_t i = 0; i < r->n_kernels; i++) {
+    const auto* k = r->kernels[i];
+    wire::KernelSpeculationEntry e;
+    e.name = k->name;
+    e.module = k->module;
+    e.launches = k->launches;
+    e.exact = k->exact;
+    e.speculated = k->speculated;
+    e.unknown = k->unknown;
+    e.buffers = k->buffers;
+    e.reads = k->reads;
+    e.writes = k->writes;
+    e.types = k->types;
+    if (k->note) e.note = k->note;
+    out.kernels.push_back(std::move(e));
+  }
+  out.kernel_count = std::max<uint64_t>(r->has_kernel_count ? r->kernel_count : 0, out.kernels.size());
   return out;
+}
+
+Result<void> AgentClient::set_speculation(bool on) {
+  Phos__Agent__SpeculateRequest q = PHOS__AGENT__SPECULATE_REQUEST__INIT;
+  q.on = on;
+  auto reply = call(PHOS__AGENT__REQUEST__KIND_SPECULATE, &Phos__Agent__Request::speculate, q,
+                    PHOS__AGENT__REPLY__KIND_SPECULATE);
+  if (!reply && reply.error().code == EPROTO)  // an agent older than the request answers "unknown request kind"
+    return make_error(reply.error().message + " (the agent predates speculation)", EPROTO);
+  if (!reply) return reply.error();
+  return {};
 }
 
 Result<uint64_t> AgentClient::quiesce(uint32_t timeout_ms) {

@@ -42,6 +42,8 @@ class AgentClient {
   // at a time; with no allocations, the same memory as before (no fds).
   Result<uint64_t> remap_all(const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds);
   Result<void> resume();
+  // Read/write-set speculation of launches on or off.
+  Result<void> set_speculation(bool on);
   // Asks the agent to close its end and waits until it has, so that the
   // target holds no socket to us when CRIU dumps its files.
   Result<void> goodbye();

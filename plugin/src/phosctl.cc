@@ -3,21 +3,27 @@
 //   phosctl show DIR [--json]     what a GPU image holds
 //   phosctl verify DIR            read every chunk and check its checksum
 //   phosctl status PID [--json]   ask a running process's agent
+//   phosctl kernels PID [--json]  its kernels' read/write-set speculation
+//   phosctl speculate PID on|off  turn that speculation on or off
 //   phosctl version
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent_client.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
+#include "phos/speculation/demangle.h"
 
 namespace {
 
@@ -28,6 +34,8 @@ constexpr const char* kUsage =
     "usage: phosctl show DIR [--json]     print the GPU image in a CRIU image directory\n"
     "       phosctl verify DIR            read every chunk of it and check its checksum\n"
     "       phosctl status PID [--json]   ask the phos agent of a running process\n"
+    "       phosctl kernels PID [--json]  its kernels' read/write-set speculation, most unknown first\n"
+    "       phosctl speculate PID on|off  turn that speculation on or off\n"
     "       phosctl version\n";
 
 std::string hex(uint64_t v) {
@@ -177,25 +185,111 @@ int cmd_show(const std::string& dir, bool as_json, bool verify) {
   return rc;
 }
 
-int cmd_status(const std::string& pid_text, bool as_json) {
+// The pid in `text`, or 0 (after saying why) when it is not one.
+pid_t parse_pid(const std::string& text) {
   char* end = nullptr;
-  long pid = std::strtol(pid_text.c_str(), &end, 10);
-  if (*end || pid <= 0) {
-    std::fprintf(stderr, "phosctl: '%s' is not a pid\n%s", pid_text.c_str(), kUsage);
-    return 2;
+  long pid = std::strtol(text.c_str(), &end, 10);
+  if (*end || pid <= 0 || pid != long(pid_t(pid))) {
+    std::fprintf(stderr, "phosctl: '%s' is not a pid\n%s", text.c_str(), kUsage);
+    return 0;
   }
-  auto client = phos::plugin::AgentClient::connect(pid_t(pid), 5000);
+  return pid_t(pid);
+}
+
+// Runs `fn` with the agent of `pid` and says goodbye; the exit status: 1
+// where the agent cannot be reached or `fn` fails (which it says why).
+int with_client(pid_t pid, const std::function<phos::Result<void>(phos::plugin::AgentClient&)>& fn) {
+  auto client = phos::plugin::AgentClient::connect(pid, 5000);
   if (!client) {
     std::fprintf(stderr, "phosctl: %s\n", client.error().message.c_str());
     return 1;
   }
-  auto status = client->status();
-  if (!status) {
-    std::fprintf(stderr, "phosctl: process %ld: %s\n", pid, status.error().message.c_str());
+  auto done = fn(*client);
+  (void)client->goodbye();
+  if (!done) {
+    std::fprintf(stderr, "phosctl: process %d: %s\n", int(pid), done.error().message.c_str());
     return 1;
   }
-  (void)client->goodbye();
-  const auto& h = client->hello();
+  return 0;
+}
+
+// The agent's status, or nullopt (after saying why).
+std::optional<phos::plugin::AgentStatus> fetch_status(pid_t pid, phos::plugin::AgentHello* hello = nullptr) {
+  std::optional<phos::plugin::AgentStatus> out;
+  int rc = with_client(pid, [&](phos::plugin::AgentClient& c) -> phos::Result<void> {
+    auto status = c.status();
+    if (!status) return status.error();
+    if (hello) *hello = c.hello();
+    out = std::move(*status);
+    return {};
+  });
+  if (rc != 0) out.reset();
+  return out;
+}
+
+std::string percent(uint64_t part, uint64_t whole) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", whole ? 100.0 * double(part) / double(whole) : 0.0);
+  return buf;
+}
+
+json kernel_json(const phos::wire::KernelSpeculationEntry& k) {
+  json j = {{"name", k.name},
+            {"demangled", phos::speculation::demangle(k.name.c_str())},
+            {"module", k.module},
+            {"launches", k.launches},
+            {"exact", k.exact},
+            {"speculated", k.speculated},
+            {"unknown", k.unknown},
+            {"buffers", k.buffers},
+            {"reads", k.reads},
+            {"writes", k.writes},
+            {"types", k.types}};
+  if (!k.note.empty()) j["note"] = k.note;
+  return j;
+}
+
+// The speculation part of a status: the same keys in `status --json` and
+// `kernels --json`.
+json speculation_json(const phos::plugin::AgentStatus& s) {
+  json j = {{"speculation_active", s.speculation_active},
+            {"indexed_buffers", s.indexed_buffers},
+            {"kernel_count", s.kernel_count},
+            {"kernels", json::array()}};
+  for (const auto& k : s.kernels) j["kernels"].push_back(kernel_json(k));
+  return j;
+}
+
+// The kernels' launches summed: all, exact, speculated, unknown.
+struct LaunchTotals {
+  uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0;
+};
+LaunchTotals launch_totals(const std::vector<phos::wire::KernelSpeculationEntry>& kernels) {
+  LaunchTotals t;
+  for (const auto& k : kernels) {
+    t.launches += k.launches;
+    t.exact += k.exact;
+    t.speculated += k.speculated;
+    t.unknown += k.unknown;
+  }
+  return t;
+}
+
+// "12", or "1000 of 1500 (those with the most launches)" where the agent
+// sent only those.
+std::string kernel_count_text(const phos::plugin::AgentStatus& s) {
+  if (s.kernel_count > s.kernels.size())
+    return std::to_string(s.kernels.size()) + " of " + std::to_string(s.kernel_count) +
+           " (those with the most launches)";
+  return std::to_string(s.kernels.size());
+}
+
+int cmd_status(const std::string& pid_text, bool as_json) {
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  phos::plugin::AgentHello h;
+  auto status = fetch_status(pid, &h);
+  if (!status) return 1;
   if (as_json) {
     json j = {{"pid", pid},
               {"agent_version", h.agent_version},
@@ -216,10 +310,11 @@ int cmd_status(const std::string& pid_text, bool as_json) {
       j["modules"].push_back({{"id", m.id}, {"kind", m.kind}, {"size", m.size}, {"hash", hex(m.hash)},
                               {"source", m.source}, {"function_count", m.function_count},
                               {"functions", m.functions}, {"globals", m.globals}});
+    j.update(speculation_json(*status));
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("process %ld: phos agent %s (protocol %u), uid %u\n", pid, h.agent_version.c_str(), h.protocol_version,
-                h.uid);
+    std::printf("process %d: phos agent %s (protocol %u), uid %u\n", int(pid), h.agent_version.c_str(),
+                h.protocol_version, h.uid);
     std::printf("  gate: %s\n  CUDA: %s, %u devices\n  allocations: %" PRIu64 " (%s)\n",
                 status->gate_open ? "open" : "closed", status->cuda_initialized ? "initialized" : "not initialized",
                 status->device_count, status->allocation_count, bytes_text(status->allocated_bytes).c_str());
@@ -229,8 +324,64 @@ int cmd_status(const std::string& pid_text, bool as_json) {
       std::printf("  module %" PRIu64 ": %s, %s, hash %016" PRIx64 ", %" PRIu64 " functions, %zu globals, from %s\n",
                   m.id, m.kind.c_str(), bytes_text(m.size).c_str(), m.hash, m.function_count, m.globals.size(),
                   m.source.c_str());
+    std::printf("  speculation: %s, %" PRIu64 " buffers indexed\n", status->speculation_active ? "on" : "off",
+                status->indexed_buffers);
+    if (!status->kernels.empty()) {
+      LaunchTotals t = launch_totals(status->kernels);
+      std::printf("  kernels: %s, %" PRIu64 " launches: %s exact, %s speculated, %s unknown\n",
+                  kernel_count_text(*status).c_str(), t.launches, percent(t.exact, t.launches).c_str(),
+                  percent(t.speculated, t.launches).c_str(), percent(t.unknown, t.launches).c_str());
+    }
   }
   return 0;
+}
+
+int cmd_kernels(const std::string& pid_text, bool as_json) {
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  auto status = fetch_status(pid);
+  if (!status) return 1;
+  // Most unknown launches first: those are the kernels whose sets cost a
+  // checkpoint the most; then the busiest.
+  auto kernels = status->kernels;
+  std::stable_sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) {
+    return a.unknown != b.unknown ? a.unknown > b.unknown : a.launches > b.launches;
+  });
+  if (as_json) {
+    status->kernels = std::move(kernels);
+    json j = speculation_json(*status);
+    j["pid"] = pid;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("process %d: speculation %s, kernels: %s\n", int(pid), status->speculation_active ? "on" : "off",
+              kernel_count_text(*status).c_str());
+  if (kernels.empty()) return 0;
+  std::printf("  %10s %10s %10s %10s %10s %10s %10s %-6s %s\n", "launches", "exact", "speculated", "unknown",
+              "buf/launch", "reads", "writes", "types", "name");
+  for (const auto& k : kernels) {
+    char avg[32] = "-";
+    if (k.launches) std::snprintf(avg, sizeof(avg), "%.1f", double(k.buffers) / double(k.launches));
+    std::printf("  %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10s %10" PRIu64 " %10" PRIu64
+                " %-6s %s%s%s\n",
+                k.launches, k.exact, k.speculated, k.unknown, avg, k.reads, k.writes, k.types.c_str(),
+                phos::speculation::demangle(k.name.c_str()).c_str(), k.note.empty() ? "" : "  -- ",
+                k.note.c_str());
+  }
+  return 0;
+}
+
+int cmd_speculate(const std::string& pid_text, const std::string& switch_text) {
+  if (switch_text != "on" && switch_text != "off") {
+    std::fprintf(stderr, "phosctl: speculate takes on or off, not '%s'\n%s", switch_text.c_str(), kUsage);
+    return 2;
+  }
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  bool on = switch_text == "on";
+  int rc = with_client(pid, [on](phos::plugin::AgentClient& c) { return c.set_speculation(on); });
+  if (rc == 0) std::printf("process %d: speculation %s\n", int(pid), on ? "on" : "off");
+  return rc;
 }
 
 }  // namespace
@@ -259,6 +410,8 @@ int main(int argc, char** argv) {
   if (pos.size() == 2 && pos[0] == "show") return cmd_show(pos[1], as_json, false);
   if (pos.size() == 2 && pos[0] == "verify") return cmd_show(pos[1], false, true);
   if (pos.size() == 2 && pos[0] == "status") return cmd_status(pos[1], as_json);
+  if (pos.size() == 2 && pos[0] == "kernels") return cmd_kernels(pos[1], as_json);
+  if (pos.size() == 3 && pos[0] == "speculate" && !as_json) return cmd_speculate(pos[1], pos[2]);
   std::fprintf(stderr, "%s", kUsage);
   return 2;
 }

@@ -38,6 +38,9 @@ class FakeBackend final : public AgentBackend {
     s.unsupported_calls = unsupported;
     s.counters = {{"launches", 42}};
     s.modules = modules;
+    s.speculation_active = speculating;
+    s.indexed_buffers = indexed_buffers;
+    s.kernels = kernels;
     return s;
   }
   std::vector<AllocationInfo> allocations() override { return allocs_; }
@@ -64,10 +67,16 @@ class FakeBackend final : public AgentBackend {
     return uint64_t(ids.size() << 21);
   }
   Result<void> set_speculation(bool on) override {
+    speculate_calls.push_back(on);
+    if (!speculation_error.empty()) return make_error(speculation_error, ENOSYS);
     speculating = on;
     return {};
   }
   bool speculating = false;
+  std::vector<bool> speculate_calls;
+  std::string speculation_error;  // set_speculation fails with it where not empty
+  uint64_t indexed_buffers = 0;
+  std::vector<wire::KernelSpeculationEntry> kernels;
   std::vector<std::string> unsupported;
   std::vector<wire::ModuleEntry> modules;
   bool released = false;
@@ -149,6 +158,100 @@ TEST_CASE("agent: status carries the loaded modules, function names capped", "[a
   CHECK(m.globals == std::vector<std::string>{"table"});
   CHECK(s->modules[1].functions.size() == 1000);
   CHECK(s->modules[1].function_count == 1500);
+  CHECK(c.goodbye().ok());
+}
+
+namespace {
+wire::KernelSpeculationEntry kernel_entry(std::string name, uint64_t launches) {
+  wire::KernelSpeculationEntry k;
+  k.name = std::move(name);
+  k.launches = launches;
+  return k;
+}
+}  // namespace
+
+TEST_CASE("agent: status carries the speculation and its kernels", "[agent][speculation]") {
+  RunningAgent a;
+  {
+    auto s = a.client().status();
+    REQUIRE(s.ok());
+    CHECK_FALSE(s->speculation_active);
+    CHECK(s->indexed_buffers == 0);
+    CHECK(s->kernels.empty());
+    CHECK(s->kernel_count == 0);
+  }
+  a.backend.speculating = true;
+  a.backend.indexed_buffers = 17;
+  wire::KernelSpeculationEntry k = kernel_entry("_Z7vec_addPKfS0_Pfi", 10);
+  k.module = 3;
+  k.exact = 2;
+  k.speculated = 7;
+  k.unknown = 1;
+  k.buffers = 29;
+  k.reads = 19;
+  k.writes = 10;
+  k.types = "name";
+  k.note = "cubin says 5 parameters, the name 4";
+  a.backend.kernels = {k, kernel_entry("plain_c_kernel", 0)};
+  auto s = a.client().status();
+  REQUIRE(s.ok());
+  CHECK(s->speculation_active);
+  CHECK(s->indexed_buffers == 17);
+  CHECK(s->kernel_count == 2);
+  REQUIRE(s->kernels.size() == 2);
+  const auto& got = s->kernels[0];
+  CHECK(got.name == k.name);
+  CHECK(got.module == 3);
+  CHECK(got.launches == 10);
+  CHECK(got.exact == 2);
+  CHECK(got.speculated == 7);
+  CHECK(got.unknown == 1);
+  CHECK(got.buffers == 29);
+  CHECK(got.reads == 19);
+  CHECK(got.writes == 10);
+  CHECK(got.types == "name");
+  CHECK(got.note == k.note);
+  CHECK(s->kernels[1].name == "plain_c_kernel");
+  CHECK(s->kernels[1].note.empty());
+}
+
+TEST_CASE("agent: status carries the 1000 kernels with the most launches", "[agent][speculation]") {
+  RunningAgent a;
+  for (uint64_t i = 0; i < 1500; i++) a.backend.kernels.push_back(kernel_entry("k" + std::to_string(i), i));
+  auto s = a.client().status();
+  REQUIRE(s.ok());
+  CHECK(s->kernel_count == 1500);
+  REQUIRE(s->kernels.size() == 1000);
+  uint64_t fewest = UINT64_MAX;
+  for (const auto& k : s->kernels) fewest = std::min(fewest, k.launches);
+  CHECK(fewest == 500);
+  CHECK(s->kernels.front().name == "k1499");
+}
+
+TEST_CASE("agent: speculate reaches the backend", "[agent][speculation]") {
+  RunningAgent a;
+  auto c = a.client();
+  REQUIRE(c.set_speculation(true).ok());
+  CHECK(a.backend.speculating);
+  auto s = c.status();
+  REQUIRE(s.ok());
+  CHECK(s->speculation_active);
+  REQUIRE(c.set_speculation(false).ok());
+  CHECK_FALSE(a.backend.speculating);
+  CHECK(a.backend.speculate_calls == std::vector<bool>{true, false});
+  CHECK(c.goodbye().ok());
+}
+
+TEST_CASE("agent: a backend that cannot speculate yields an error reply", "[agent][speculation]") {
+  RunningAgent a;
+  a.backend.speculation_error = "speculation is not built yet";
+  auto c = a.client();
+  auto on = c.set_speculation(true);
+  REQUIRE_FALSE(on.ok());
+  CHECK(on.error().code == ENOSYS);
+  CHECK_THAT(on.error().message, Catch::Contains("speculation is not built yet") && Catch::Contains("speculation on"));
+  CHECK_FALSE(a.backend.speculating);
+  CHECK(c.status().ok());  // the session goes on
   CHECK(c.goodbye().ok());
 }
 

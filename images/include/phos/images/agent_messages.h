@@ -67,6 +67,9 @@ struct AgentStatus {
   bool speculation_active = false;
   uint64_t indexed_buffers = 0;  // buffers in the speculation's index
   std::vector<KernelSpeculationEntry> kernels;  // empty until speculation has run
+  // All kernels with statistics: more than kernels.size() where a status
+  // reply carried only those with the most launches (0: kernels.size()).
+  uint64_t kernel_count = 0;
 };
 
 struct AllocationEntry {
