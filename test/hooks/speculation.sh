@@ -43,4 +43,24 @@ expect "$work/sigdb" '^speculated closure_kernel launches=1 exact=0 speculated=1
 run "$work/off"
 ! grep -q '^speculat' "$work/off" || fail "speculated without PHOS_SPECULATE: $(grep '^speculat' "$work/off" | head -n2)"
 
+# Turned on through the agent in a running process, seen through it.
+mkfifo "$work/in"
+LD_PRELOAD="$libphos" "$dir/speculation_client" wait < "$work/in" > "$work/live.out" &
+pid=$!
+exec 3> "$work/in"
+wait_for() { for _ in $(seq 100); do grep -qx "$1" "$work/live.out" && return 0; sleep 0.05; done; fail "the client never said '$1'"; }
+wait_for ready
+"$phosctl" speculate "$pid" on > "$work/ctl.out" 2>&1 || fail "phosctl speculate on: $(cat "$work/ctl.out")"
+echo >&3
+wait_for launched
+"$phosctl" kernels "$pid" > "$work/kernels.out" 2>&1 || fail "phosctl kernels: $(cat "$work/kernels.out")"
+"$phosctl" status "$pid" > "$work/status.out" 2>&1 || fail "phosctl status: $(cat "$work/status.out")"
+echo >&3
+exec 3>&-
+wait "$pid"
+sed 's/^/[speculation] phosctl: /' "$work/kernels.out"
+grep -q "speculation: on, 4 buffers indexed" "$work/status.out" || fail "status does not say speculation is on: $(tr '\n' '|' < "$work/status.out")"
+grep -Eq '^ +2 +0 +2 +0 +2\.0 +4 +2 +name +saxpy\(float const\*, float\*, float, int\)' "$work/kernels.out" ||
+  fail "phosctl kernels does not list saxpy with its sets and demangled name"
+
 echo "[speculation] PASS"

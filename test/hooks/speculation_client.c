@@ -8,8 +8,9 @@
  *     a packed (extra) argument buffer is scanned whole;
  *   one device-to-device copy: an exact set.
  *
- * usage: speculation_client [wait]   wait: print "ready PID" before the
- *                                    launches and wait for a line on stdin */
+ * usage: speculation_client [wait]   wait: print "ready" before the launches
+ *                                    and "launched" after them, and wait for
+ *                                    a line on stdin after each */
 #include <cuda.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,13 @@ static CUdeviceptr alloc(const char *name, size_t size) {
   if (cuMemAlloc(&p, size) != CUDA_SUCCESS) printf("%s failed\n", name);
   printf("%s 0x%llx\n", name, (unsigned long long)p);
   return p;
+}
+
+static int pause_for(const char *what) {
+  printf("%s\n", what);
+  fflush(stdout);
+  char line[16];
+  return fgets(line, sizeof(line), stdin) != NULL;
 }
 
 int main(int argc, char **argv) {
@@ -32,12 +40,8 @@ int main(int argc, char **argv) {
   bad |= cuModuleGetFunction(&saxpy, m, "_Z5saxpyPKfPffi");
   bad |= cuModuleGetFunction(&closure, m, "closure_kernel");
   bad |= cuModuleGetFunction(&noinfo, m, "noinfo");
-  if (argc > 1 && !strcmp(argv[1], "wait")) {
-    printf("ready\n");
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof(line), stdin)) return 3;
-  }
+  int wait = argc > 1 && !strcmp(argv[1], "wait");
+  if (wait && !pause_for("ready")) return 3;
 
   CUdeviceptr xs = x + 16;
   float a = 2.0f;
@@ -60,5 +64,6 @@ int main(int argc, char **argv) {
 
   bad |= cuMemcpyDtoD(out, x, 4096);
   printf("calls failed %d\n", bad);
+  if (wait && !pause_for("launched")) return 3;
   return 0;
 }
