@@ -13,11 +13,14 @@ inline void seen(bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsign
                  unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra) {
   if (__builtin_expect(stream_capturing(stream, per_thread), 0)) return runtime().count(Counter::kCapturedLaunches);
   runtime().count(Counter::kLaunches);
-  if (__builtin_expect(runtime().launches.enabled(), 0)) {
+  bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
+  if (__builtin_expect(!recording && !speculating, 1)) return;
+  LaunchSet set;
+  if (speculating) runtime().speculation.on_kernel(f, params, extra, recording ? &set : nullptr);
+  if (recording) {
     const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    runtime().launches.record(f, grid, block, shmem, stream, params, extra);
+    runtime().launches.record(f, grid, block, shmem, stream, params, extra, speculating ? &set : nullptr);
   }
-  if (__builtin_expect(runtime().speculation.active(), 0)) runtime().speculation.on_kernel(f, params, extra);
 }
 
 inline void seen_ex(bool per_thread, const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {

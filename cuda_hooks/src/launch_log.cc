@@ -71,7 +71,7 @@ uint64_t LaunchLog::record_call(RecordKind kind, const char* call, CUstream stre
 }
 
 void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
-                       CUstream stream, void** params, void** extra) {
+                       CUstream stream, void** params, void** extra, const LaunchSet* set) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ring_) return;
   Kernel& k = kernel_locked(f);
@@ -84,6 +84,8 @@ void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t bloc
   std::memcpy(r.block, block, sizeof(r.block));
   r.shared_bytes = shared_bytes;
   r.stream = stream;
+  r.set.present = false;
+  if (set) r.set = *set;
   if (params) {
     for (size_t i = 0; i < k.params.size(); i++) {
       const ParamSlot& p = k.params[i];

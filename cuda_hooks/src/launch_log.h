@@ -35,6 +35,22 @@ enum class RecordKind : uint8_t {
 };
 const char* record_kind_name(RecordKind k);
 
+// A kernel's read/write set as the speculation gave it (launch_speculation.h),
+// the first kMax buffers of it.
+struct LaunchSet {
+  static constexpr size_t kMax = 8;
+  struct Item {
+    uint64_t unit;   // the allocation (what a checkpoint copies)
+    uint64_t start;  // the buffer's first byte
+    uint8_t access;  // speculation::Access bits
+  };
+  bool present = false;  // speculation was on for this launch
+  uint8_t kind = 0;      // speculation::SetKind
+  uint8_t count = 0;
+  uint32_t total = 0;    // buffers in the whole set
+  Item items[kMax];
+};
+
 struct LaunchRecord {
   static constexpr size_t kMaxArgBytes = 1024;  // longer argument buffers are cut (truncated set)
   uint64_t sequence = 0;
@@ -50,6 +66,7 @@ struct LaunchRecord {
   CUstream stream = nullptr;
   uint32_t arg_bytes = 0;
   bool truncated = false;
+  LaunchSet set;  // kernels, while speculation is on
   std::byte args[kMaxArgBytes];
 };
 
@@ -69,7 +86,7 @@ class LaunchLog {
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void enable(bool on);
   void record(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes, CUstream stream,
-              void** params, void** extra);
+              void** params, void** extra, const LaunchSet* set = nullptr);
   // A call with known buffers; returns its sequence number.
   uint64_t record_call(RecordKind kind, const char* call, CUstream stream, const ranges::RangeList& ranges);
   uint64_t recorded() const { return next_.load(); }

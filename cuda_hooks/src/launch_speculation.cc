@@ -1,5 +1,6 @@
 #include "launch_speculation.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -130,18 +131,18 @@ LaunchSpeculation::KernelEntry* LaunchSpeculation::entry_locked(CUfunction f) {
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
-void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra) {
-  speculate(f, launch_args(params, extra));
+void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out) {
+  speculate(f, launch_args(params, extra), out);
 }
 
 void LaunchSpeculation::on_packed_kernel(CUfunction f, const std::byte* args, size_t size) {
   spec::LaunchArgs a;
   a.packed = args;
   a.packed_size = size;
-  speculate(f, a);
+  speculate(f, a, nullptr);
 }
 
-void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args) {
+void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args, LaunchSet* out) {
   std::unique_lock<std::mutex> lock(mu_);
   KernelEntry* e = entry_locked(f);
   if (!e) {
@@ -161,11 +162,23 @@ void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args) {
   if (t_exact_depth > 0) {
     e->exact++;
     totals_.exact++;
+    if (out) {
+      out->present = true;
+      out->kind = uint8_t(spec::SetKind::kExact);  // the enclosing call's
+    }
     return;
   }
   spec::AccessSet set;
   spec::speculate_kernel(*e->layout, args, index_, &set);
   totals_.lookups += set.lookups;
+  if (out) {
+    out->present = true;
+    out->kind = uint8_t(set.kind);
+    out->total = set.count;
+    out->count = uint8_t(std::min<uint32_t>(set.count, LaunchSet::kMax));
+    for (uint8_t i = 0; i < out->count; i++)
+      out->items[i] = LaunchSet::Item{set.items[i].id, set.items[i].start, set.items[i].access};
+  }
   if (set.kind == spec::SetKind::kUnknown) {
     e->unknown++;
     totals_.unknown++;

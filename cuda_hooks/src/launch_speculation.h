@@ -24,6 +24,7 @@
 
 #include "call_ranges.h"
 #include "device_memory.h"
+#include "launch_log.h"
 #include "module_registry.h"
 #include "phos/images/agent_messages.h"
 #include "phos/speculation/fatbin.h"
@@ -43,7 +44,8 @@ class LaunchSpeculation final : public BufferObserver {
   // Signature databases (phos-sigdb) from a ':'-separated list of files.
   Result<void> load_signatures(const std::string& paths);
 
-  void on_kernel(CUfunction f, void** params, void** extra);
+  // `out`, if given, gets the set (for the launch record).
+  void on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out = nullptr);
   // A kernel whose arguments were copied aside, packed by the driver's
   // layout (a graph's kernel node, launched with its graph).
   void on_packed_kernel(CUfunction f, const std::byte* args, size_t size);
@@ -84,7 +86,7 @@ class LaunchSpeculation final : public BufferObserver {
     bool read = false;
     std::vector<speculation::CubinKernel> kernels;
   };
-  void speculate(CUfunction f, const speculation::LaunchArgs& args);
+  void speculate(CUfunction f, const speculation::LaunchArgs& args, LaunchSet* out);
   KernelEntry* entry_locked(CUfunction f);
   std::shared_ptr<const speculation::KernelLayout> analyse(CUfunction f, const std::string& name,
                                                            const ModuleRef& module);

@@ -9,7 +9,8 @@
 // launches and parameter layout, and the records still in the ring, one
 // line each: "record SEQ KIND NAME [within=SEQ+1] ACCESS:0xADDRESS+BYTES...",
 // ACCESS being r, w or rw, with * for an array of pointers and ? for an
-// unknown extent.
+// unknown extent. While speculation is on, kernel records end with their
+// set: " set=exact|speculated|unknown ACCESS:#UNIT@0xBUFFER...".
 // PHOS_SPECULATE=1: speculate every launch's read and write sets from the
 // start (the protocols turn it on themselves; so does `phosctl speculate`);
 // the stats then hold "speculation ..." totals and one "speculated NAME ..."
@@ -54,6 +55,20 @@ std::string range_text(const ranges::BufferRange& r) {
   return buf;
 }
 
+// " set=KIND[:TOTAL] ACCESS:#UNIT@0xSTART..." (the first LaunchSet::kMax buffers).
+std::string set_text(const LaunchSet& s) {
+  std::string text = std::string(" set=") + speculation::set_kind_name(speculation::SetKind(s.kind));
+  if (s.total > s.count) text += ":" + std::to_string(s.total);
+  for (uint8_t i = 0; i < s.count; i++) {
+    const LaunchSet::Item& it = s.items[i];
+    char buf[80];
+    std::snprintf(buf, sizeof(buf), " %s%s:#%llu@0x%llx", it.access & speculation::kRead ? "r" : "",
+                  it.access & speculation::kWrite ? "w" : "", (unsigned long long)it.unit, (unsigned long long)it.start);
+    text += buf;
+  }
+  return text;
+}
+
 void write_record(FILE* f, const LaunchRecord& r, const std::unordered_map<CUfunction, std::string>& names) {
   const char* name = r.call;
   if (r.kind == RecordKind::kKernel) {
@@ -64,6 +79,7 @@ void write_record(FILE* f, const LaunchRecord& r, const std::unordered_map<CUfun
   if (r.within) line += " within=" + std::to_string(r.within);
   if (r.kind == RecordKind::kKernel) line += " module=" + std::to_string(r.module);
   for (uint8_t i = 0; i < r.ranges.count; i++) line += range_text(r.ranges.items[i]);
+  if (r.kind == RecordKind::kKernel && r.set.present) line += set_text(r.set);
   std::fprintf(f, "%s\n", line.c_str());
 }
 

@@ -40,6 +40,13 @@ run "$work/sigdb" PHOS_SPECULATE=1 PHOS_SIGDB="$work/test.sigdb"
 expect "$work/sigdb" '^speculated closure_kernel launches=1 exact=0 speculated=1 unknown=0 buffers=2 reads=2 writes=1 types=sigdb$' \
   "closure_kernel with the signature database: only the struct's mutable pointer is written"
 
+# Recording too: kernel records carry their sets (unit and first byte of each buffer).
+run "$work/record" PHOS_SPECULATE=1 PHOS_RECORD_LAUNCHES=1
+x=$(awk '$1 == "x" {print $2}' "$work/record.out"); y=$(awk '$1 == "y" {print $2}' "$work/record.out")
+expect "$work/record" "^record 0 kernel _Z5saxpyPKfPffi module=1 set=speculated r:#[0-9]+@$x rw:#[0-9]+@$y\$" \
+  "the launch record names saxpy's set"
+expect "$work/record" '^record 3 kernel noinfo module=1 set=unknown$' "the launch record says noinfo's set is unknown"
+
 run "$work/off"
 ! grep -q '^speculat' "$work/off" || fail "speculated without PHOS_SPECULATE: $(grep '^speculat' "$work/off" | head -n2)"
 
