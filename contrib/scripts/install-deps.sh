@@ -9,7 +9,7 @@ packages=(
   meson ninja-build pkg-config g++ clang-14 libclang-rt-14-dev
   protobuf-c-compiler libprotobuf-c-dev libzstd-dev liblz4-dev catch2 nlohmann-json3-dev
   # LLVM/Clang 14 libTooling, used by phos-sigdb (speculation)
-  llvm-14-dev libclang-14-dev
+  llvm-14-dev libclang-14-dev libclang-cpp14-dev
   # CRIU 4.1.1 build (contrib/scripts/install-criu.sh)
   dpkg-dev build-essential libprotobuf-dev protobuf-compiler python3-protobuf
   libnl-3-dev libnet1-dev libcap-dev libaio-dev libgnutls28-dev libbsd-dev
