@@ -21,6 +21,10 @@ mkdir -p "$out/gpu"
 for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
+# The suite programs' kernel signatures (phos-sigdb), for the speculation case.
+if [ -x "$src/build-gpu/speculation/tools/phos-sigdb" ]; then
+  "$src/build-gpu/speculation/tools/phos-sigdb" -o "$out/gpu/suite.sigdb" "$src"/test/gpu/*.cu -- -I"$src/test/gpu" 2>/dev/null
+fi
 cp /usr/local/sbin/criu "$out/bin/"
 cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"
 gcc -O2 -I"$cuda/include" -o "$out/bin/probe_driver_entry" "$src/test/gpu/probe_driver_entry.c" -ldl

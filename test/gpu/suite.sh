@@ -217,7 +217,8 @@ spec_line() {  # spec_line NAME RC REFERENCE-RESULT RESULT STATS
 spec_run() {  # spec_run NAME RESULT-PATTERN CMD...
   local name=$1 pattern=$2; shift 2
   local ref; ref=$("$@" 2>/dev/null | grep -E "$pattern")
-  PHOS_SPECULATE=1 PHOS_STATS_FILE=$log/speculation_$name.stats LD_PRELOAD=$libphos "$@" > "$log/speculation_$name.out" 2>&1
+  PHOS_SPECULATE=1 PHOS_SIGDB=$bin/suite.sigdb PHOS_STATS_FILE=$log/speculation_$name.stats LD_PRELOAD=$libphos "$@" \
+    > "$log/speculation_$name.out" 2>&1
   local rc=$?
   spec_line "$name" $rc "$ref" "$(grep -E "$pattern" "$log/speculation_$name.out")" "$log/speculation_$name.stats"
 }
