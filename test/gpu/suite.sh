@@ -229,6 +229,16 @@ case_speculation() {
   spec_run torch_mlp '^result' python3 "$here/torch_workloads.py" mlp
   spec_run torch_compile '^result' python3 "$here/torch_workloads.py" compile
   spec_run torch_conv '^result' python3 "$here/torch_workloads.py" conv
+  # The fatbin reader on the host's real libraries: PyTorch's and cuBLAS's.
+  local torch_lib lib
+  torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
+  for lib in "$torch_lib/libtorch_cuda.so" $(find /usr/local/lib/python3* /usr/lib/python3* -name 'libcublasLt.so.*' 2>/dev/null | head -n1); do
+    [ -f "$lib" ] || continue
+    "$PHOS_BUILD/speculation/tools/phos-fatbin-info" "$lib" --arch 90 > "$log/fatbin_$(basename "$lib").txt" 2>&1
+    local rc=$?
+    if [ $rc -eq 0 ]; then line "fatbins_$(basename "$lib")" PASS "$(head -n1 "$log/fatbin_$(basename "$lib").txt" | sed 's/^[^:]*: //'); $(tail -n1 "$log/fatbin_$(basename "$lib").txt")"
+    else line "fatbins_$(basename "$lib")" FAIL "rc $rc: $(tail -n2 "$log/fatbin_$(basename "$lib").txt" | tr '\n' ' ')"; fi
+  done
   if [ -x "$PHOS_BUILD/test/bench/phos-speculation-bench" ]; then
     "$PHOS_BUILD/test/bench/phos-speculation-bench" | sed 's/^/gpu: bench: /'
   fi
