@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes the image readers for a bounded time (default 60 s) with libFuzzer.
+# Fuzzes the readers of untrusted bytes for a bounded time (default 60 s in
+# all, split between the targets) with libFuzzer: the image readers, and the
+# fatbin/cubin readers.
 # usage: test/fuzz/run.sh [SECONDS]
 set -euo pipefail
 seconds=${1:-60}
@@ -9,21 +11,33 @@ if [ ! -f "$build/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 meson setup "$build" "$src" -Dfuzz=true -Dtests=disabled -Dtools=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-ninja -C "$build" test/fuzz/fuzz_image_reader test/fuzz/make_corpus >/dev/null
+ninja -C "$build" test/fuzz/fuzz_image_reader test/fuzz/fuzz_fatbin test/fuzz/make_corpus >/dev/null
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
-"$build/test/fuzz/make_corpus" "$corpus"
-echo "fuzz: image readers for ${seconds}s, seeds: $(ls "$corpus" | wc -l)"
-log="$corpus/fuzz.log"
-set +e
-"$build/test/fuzz/fuzz_image_reader" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
-  -print_final_stats=1 -artifact_prefix="$build/" "$corpus" >"$log" 2>&1
-rc=$?
-set -e
-grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" "$log" || true
-if [ "$rc" -ne 0 ]; then
-  tail -n 40 "$log"
-  echo "fuzz: FAILED (exit $rc); the input is under $build/"
-  exit 1
-fi
-echo "fuzz: no crash"
+mkdir "$corpus/image" "$corpus/fatbin"
+"$build/test/fuzz/make_corpus" "$corpus/image" "$corpus/fatbin"
+
+# fuzz TARGET CORPUS SECONDS
+fuzz() {
+  local target=$1 dir=$2 secs=$3 log="$corpus/$1.log" rc
+  echo "fuzz: $target for ${secs}s, seeds: $(ls "$dir" | wc -l)"
+  set +e
+  "$build/test/fuzz/$target" -max_total_time="$secs" -max_len=65536 -timeout=10 \
+    -print_final_stats=1 -artifact_prefix="$build/$target-" "$dir" >"$log" 2>&1
+  rc=$?
+  set -e
+  grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" "$log" || true
+  if [ "$rc" -ne 0 ]; then
+    tail -n 40 "$log"
+    echo "fuzz: $target FAILED (exit $rc); the input is under $build/"
+    return 1
+  fi
+}
+
+half=$((seconds / 2))
+[ "$half" -ge 1 ] || half=1
+status=0
+fuzz fuzz_image_reader "$corpus/image" "$((seconds - half > 0 ? seconds - half : 1))" || status=1
+fuzz fuzz_fatbin "$corpus/fatbin" "$half" || status=1
+[ "$status" -eq 0 ] && echo "fuzz: no crash"
+exit "$status"

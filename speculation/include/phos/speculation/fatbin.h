@@ -31,10 +31,13 @@ struct FatbinEntry {
   uint16_t version_major = 0;  // the entry's version fields (PTX ISA version for PTX)
   uint16_t version_minor = 0;
   Compression compression = Compression::kNone;
-  uint64_t offset = 0;         // of the payload, from the start of the fatbin
-  std::span<const std::byte> payload;  // as stored (compressed where compression != kNone)
-  uint64_t uncompressed_size = 0;
-  std::string identifier;      // the entry's name (source file) where it has one
+  uint64_t offset = 0;         // of the payload, from the start of the bytes read_fatbin was given
+  // As stored, inside those bytes: the compressed bytes where compression
+  // != kNone (without the zero padding to 8 bytes that follows them), else
+  // the contents with that padding (nothing says how much there is).
+  std::span<const std::byte> payload;
+  uint64_t uncompressed_size = 0;  // the contents' size (payload's where not compressed)
+  std::string identifier;      // the entry's name (source file, with -G) where it has one
 };
 
 // The entries of the fatbin at the start of `bytes` (bytes may extend past
@@ -43,7 +46,8 @@ struct FatbinEntry {
 // holds) are all read.
 bool read_fatbin(std::span<const std::byte> bytes, std::vector<FatbinEntry>* entries, std::string* error);
 
-// The entry's contents, decompressed where it is compressed.
+// The entry's contents, decompressed where it is compressed (exactly
+// uncompressed_size bytes, at most 1 GiB).
 bool entry_contents(const FatbinEntry& entry, std::vector<std::byte>* out, std::string* error);
 
 struct CubinParam {
@@ -51,8 +55,12 @@ struct CubinParam {
   uint32_t offset = 0;  // in the argument buffer
   uint32_t size = 0;
   uint32_t log_alignment = 0;  // "Pointee's logAlignment" in cuobjdump's words
-  // Whether the cubin says the parameter is a pointer; only recent toolkits
-  // do (pointer_known false otherwise).
+  // Whether the cubin says the parameter is a pointer. It says so only for a
+  // pointer the PTX declared `.ptr` (nvcc 13 does for sm_100 and newer, not
+  // for sm_90 and older; hand-written PTX and other compilers may): then
+  // both are true. It never says a parameter is not one (a pointer without
+  // `.ptr`, an integer, a struct holding pointers all look the same), so
+  // is_pointer is never false where pointer_known is true.
   bool pointer_known = false;
   bool is_pointer = false;
   bool operator==(const CubinParam&) const = default;
@@ -64,7 +72,9 @@ struct CubinKernel {
   uint32_t param_bytes = 0;        // EIATTR_PARAM_CBANK / CBANK_PARAM_SIZE, 0 if absent
 };
 
-// The kernels of an ELF cubin (64-bit, EM_CUDA) and their parameters.
+// The kernels (STO_CUDA_ENTRY functions, in symbol table order) of an ELF
+// cubin (64-bit, EM_CUDA) and their parameters, by ordinal, from each
+// kernel's .nv.info.<name> section; a kernel without one has none.
 bool read_cubin_kernels(std::span<const std::byte> elf, std::vector<CubinKernel>* kernels, std::string* error);
 
 // SM version of an ELF cubin (from e_flags), 0 if not a cubin.
@@ -76,6 +86,11 @@ uint32_t cubin_arch(std::span<const std::byte> elf);
 // same major version where there is no exact match). false where the image
 // has no cubin that runs on arch (PTX only: the kernels list stays empty and
 // error says so).
+//
+// The image has no length: a fatbin's comes from its header, a cubin's from
+// its ELF header and tables. Only the one fatbin at `image` is read, not what
+// may follow it: in an executable's .nv_fatbin section the next one is
+// another translation unit's, registered as a module of its own.
 bool module_kernels(const void* image, uint32_t arch, std::vector<CubinKernel>* kernels, std::string* error);
 
 }  // namespace phos::speculation
