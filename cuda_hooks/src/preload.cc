@@ -57,8 +57,14 @@ std::string range_text(const ranges::BufferRange& r) {
 
 // " set=KIND[:TOTAL] ACCESS:#UNIT@0xSTART..." (the first LaunchSet::kMax buffers).
 std::string set_text(const LaunchSet& s) {
-  std::string text = std::string(" set=") + speculation::set_kind_name(speculation::SetKind(s.kind));
-  if (s.total > s.count) text += ":" + std::to_string(s.total);
+  // Appended piece by piece: GCC 12 at -O3 misreads "literal" + std::string
+  // as an overlapping copy (-Wrestrict, GCC bug 105329).
+  std::string text = " set=";
+  text += speculation::set_kind_name(speculation::SetKind(s.kind));
+  if (s.total > s.count) {
+    text += ':';
+    text += std::to_string(s.total);
+  }
   for (uint8_t i = 0; i < s.count; i++) {
     const LaunchSet::Item& it = s.items[i];
     char buf[80];
