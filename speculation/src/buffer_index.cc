@@ -23,8 +23,19 @@ inline ptrdiff_t last_not_greater(const uint64_t* a, size_t n, uint64_t key) {
 
 BufferIndex::BufferIndex() = default;
 BufferIndex::~BufferIndex() = default;
-BufferIndex::BufferIndex(BufferIndex&&) noexcept = default;
-BufferIndex& BufferIndex::operator=(BufferIndex&&) noexcept = default;
+BufferIndex::BufferIndex(BufferIndex&& other) noexcept { *this = std::move(other); }
+
+BufferIndex& BufferIndex::operator=(BufferIndex&& other) noexcept {
+  firsts_ = std::move(other.firsts_);
+  leaves_ = std::move(other.leaves_);
+  size_ = other.size_;
+  generation_++;  // this cache is stale; so is the emptied one's
+  other.size_ = 0;
+  other.firsts_.clear();
+  other.leaves_.clear();
+  other.generation_++;
+  return *this;
+}
 
 size_t BufferIndex::leaf_for(uint64_t start) const {
   if (leaves_.empty()) return 0;
@@ -33,6 +44,24 @@ size_t BufferIndex::leaf_for(uint64_t start) const {
 }
 
 bool BufferIndex::find(uint64_t address, Buffer* out) const {
+  // Buffers are at least 256-byte aligned and pointers into them often
+  // aligned too: mix in higher bits so neighbours spread over the cache.
+  CacheEntry& c = cache_[((address >> 8) ^ (address >> 20) ^ address) & (kCacheSize - 1)];
+  if (c.address == address && c.generation == generation_) {
+    if (c.found) *out = c.buffer;
+    return c.found;
+  }
+  Buffer b;
+  bool found = find_in_tree(address, &b);
+  c.address = address;
+  c.generation = generation_;
+  c.buffer = b;
+  c.found = found;
+  if (found) *out = b;
+  return found;
+}
+
+bool BufferIndex::find_in_tree(uint64_t address, Buffer* out) const {
   ptrdiff_t li = last_not_greater(firsts_.data(), firsts_.size(), address);
   if (li < 0) return false;
   const Leaf& leaf = *leaves_[size_t(li)];
@@ -57,6 +86,7 @@ bool BufferIndex::insert(uint64_t start, uint64_t size, uint64_t id) {
   uint64_t next_start = pos < leaf.count ? leaf.starts[pos] : li + 1 < leaves_.size() ? firsts_[li + 1] : UINT64_MAX;
   if (next_start < end) return false;  // reaches into the next one
   insert_at(li, pos, start, end, id);
+  generation_++;
   return true;
 }
 
@@ -101,6 +131,7 @@ bool BufferIndex::erase(uint64_t start) {
   ptrdiff_t pos = last_not_greater(leaf.starts, leaf.count, start);
   if (pos < 0 || leaf.starts[pos] != start) return false;
   remove_at(li, uint32_t(pos));
+  generation_++;
   return true;
 }
 
@@ -132,6 +163,7 @@ void BufferIndex::remove_at(size_t li, uint32_t pos) {
 }
 
 void BufferIndex::clear() {
+  generation_++;
   firsts_.clear();
   leaves_.clear();
   size_ = 0;

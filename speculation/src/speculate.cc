@@ -9,6 +9,12 @@ namespace {
 uint64_t read_word(const LaunchArgs& args, const ParamLayout& param, size_t index, uint32_t offset) {
   uint64_t value = 0;
   if (offset >= param.size) return 0;
+  // The common case, a whole word from kernelParams: a fixed-size copy the
+  // compiler turns into one load.
+  if (args.params && param.size - offset >= 8) {
+    std::memcpy(&value, static_cast<const std::byte*>(args.params[index]) + offset, 8);
+    return value;
+  }
   uint32_t n = param.size - offset < 8 ? param.size - offset : 8;
   if (args.params) {
     std::memcpy(&value, static_cast<const std::byte*>(args.params[index]) + offset, n);

@@ -201,8 +201,13 @@ case_torch_roundtrip_expandable() {
 spec_line() {  # spec_line NAME RC REFERENCE-RESULT RESULT STATS
   local name=$1 rc=$2 ref=$3 got=$4 stats=$5 t
   t=$(grep '^speculation ' "$stats" 2>/dev/null)
-  local types; types=$(grep -o ' types=[a-z]*' "$stats" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s %d", NR > 1 ? ", " : "", substr($2, 7), $1}')
-  local unknown_kernels; unknown_kernels=$(awk '/^speculated / {for (i = 3; i <= NF; i++) if ($i ~ /^unknown=/) {split($i, a, "="); if (a[2] > 0) print a[2], $2}}' "$stats" 2>/dev/null | sort -rn | head -n3 | awk '{printf "%s%s(%s)", NR > 1 ? " " : "", substr($2, 1, 60), $1}')
+  local types; types=$(grep -o ' types=[a-z]*' "$stats" 2>/dev/null | sort | uniq -c |
+    awk '{sep = (NR > 1) ? ", " : ""; printf "%s%s %d", sep, substr($2, 7), $1}')
+  local unknown_kernels; unknown_kernels=$(awk '/^speculated / {for (i = 3; i <= NF; i++) if ($i ~ /^unknown=/) {split($i, a, "="); if (a[2] > 0) print a[2], $2}}' "$stats" 2>/dev/null |
+    sort -rn | head -n3 | awk '{sep = (NR > 1) ? " " : ""; printf "%s%s(%s)", sep, substr($2, 1, 60), $1}')
+  # Kernels whose layout sources disagreed (driver, cubin, name, database).
+  local notes; notes=$(grep -c ' note=' "$stats" 2>/dev/null)
+  local first_note; first_note=$(grep -m1 -o ' note=.*' "$stats" 2>/dev/null | cut -c7-100)
   local detail
   detail=$(awk -v t="$t" -v types="$types" -v unk="$unknown_kernels" 'BEGIN {
     n = split(t, f, " "); for (i = 2; i <= n; i++) {split(f[i], kv, "="); v[kv[1]] = kv[2]}
@@ -210,7 +215,8 @@ spec_line() {  # spec_line NAME RC REFERENCE-RESULT RESULT STATS
     printf "kernels %d, launches %d + calls %d: exact %.1f%%, speculated %.1f%%, unknown %.1f%%; buffers per speculated launch %.2f; types: %s; index %d buffers, %.1f M lookups/s%s",
       v["kernels"], v["launches"], v["calls"], (v["exact"] + v["calls_exact"]) * 100 / all, v["speculated"] * 100 / all,
       (v["unknown"] + v["calls_unknown"]) * 100 / all, v["speculated"] ? v["buffers"] / (v["speculated"] + v["calls_exact"]) : 0,
-      types, v["indexed"], v["lookup_rate"] / 1e6, unk != "" ? "; unknown most: " unk : "" }')
+      types, v["indexed"], v["lookup_rate"] / 1e6, (unk != "") ? "; unknown most: " unk : "" }')
+  detail="$detail; layout disagreements: ${notes:-0}${first_note:+ (e.g. $first_note)}"
   if [ "$rc" -eq 0 ] && [ -n "$t" ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then line "speculation_$name" PASS "same result; $detail"
   else line "speculation_$name" FAIL "rc $rc; reference: $ref; got: $got; $detail"; fi
 }

@@ -124,3 +124,25 @@ TEST_CASE("buffer index: random inserts, erases and lookups agree with an ordere
   CHECK(index.size() == 0);
   CHECK(index.buffers().empty());
 }
+
+TEST_CASE("buffer index: a cached lookup never outlives the buffer it found") {
+  BufferIndex index;
+  REQUIRE(index.insert(0x10000, 0x1000, 1));
+  Buffer b;
+  REQUIRE(index.find(0x10010, &b));  // now cached
+  REQUIRE(index.erase(0x10000));
+  CHECK_FALSE(index.find(0x10010, &b));
+  REQUIRE(index.insert(0x10000, 0x100, 2));  // a different buffer at the same place
+  REQUIRE(index.find(0x10010, &b));
+  CHECK(b.id == 2);
+  CHECK_FALSE(index.find(0x10100, &b));  // a miss is cached too ...
+  REQUIRE(index.insert(0x10100, 0x100, 3));
+  REQUIRE(index.find(0x10100, &b));  // ... and dropped by the next update
+  CHECK(b.id == 3);
+  BufferIndex moved = std::move(index);
+  CHECK_FALSE(index.find(0x10010, &b));  // the emptied index answers nothing
+  REQUIRE(moved.find(0x10010, &b));
+  CHECK(b.id == 2);
+  moved.clear();
+  CHECK_FALSE(moved.find(0x10010, &b));
+}

@@ -13,7 +13,13 @@
 // that often carry their own (gRPC, protobuf, TensorFlow), from a library
 // preloaded into them.
 //
-// Not thread-safe: the hooks hold their lock around it.
+// In front of the tree, a small direct-mapped cache of recent lookups by
+// exact address: a training loop launches its kernels with the same
+// pointers step after step. Any update invalidates it as a whole (a
+// generation number), so it can never answer with a buffer that is gone.
+//
+// Not thread-safe, lookups included (they fill the cache): the hooks hold
+// their lock around it.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +61,15 @@ class BufferIndex {
   std::vector<Buffer> buffers() const;
 
  private:
+  static constexpr size_t kCacheSize = 1024;
+  struct CacheEntry {
+    uint64_t address = 0;
+    uint64_t generation = 0;  // 0: empty
+    Buffer buffer;
+    bool found = false;
+  };
+  bool find_in_tree(uint64_t address, Buffer* out) const;
+
   struct Leaf {
     uint32_t count = 0;
     uint64_t starts[kLeafCapacity];
@@ -71,6 +86,8 @@ class BufferIndex {
   std::vector<uint64_t> firsts_;  // firsts_[i] == leaves_[i]->starts[0]
   std::vector<std::unique_ptr<Leaf>> leaves_;
   size_t size_ = 0;
+  uint64_t generation_ = 1;
+  mutable CacheEntry cache_[kCacheSize];
 };
 
 template <class Fn>
