@@ -149,13 +149,21 @@ void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args, La
     // First launch of this function: analysed without the lock held for the
     // driver's answers (the module's metadata is read under it, once).
     lock.unlock();
+    auto started = std::chrono::steady_clock::now();
     KernelEntry fresh;
     fresh.name = kernel_name(f);
     ModuleRef module = modules_.module_ref(f);
     fresh.module = module.id;
     fresh.layout = analyse(f, fresh.name, module);
+    uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
     lock.lock();
-    e = &kernels_.try_emplace(f, std::move(fresh)).first->second;
+    auto [it, inserted] = kernels_.try_emplace(f, std::move(fresh));
+    e = &it->second;
+    if (inserted) {
+      totals_.analysis_ns += ns;
+      totals_.analysis_max_ns = std::max(totals_.analysis_max_ns, ns);
+      totals_.cubin_checked += e->layout->cubin_checked;
+    }
   }
   e->launches++;
   totals_.launches++;

@@ -59,6 +59,8 @@ class LaunchSpeculation final : public BufferObserver {
     uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0;  // kernels
     uint64_t calls = 0, calls_exact = 0, calls_unknown = 0;         // copies, memsets, library calls
     uint64_t buffers = 0, lookups = 0, indexed = 0, kernels = 0;
+    uint64_t cubin_checked = 0;             // kernels whose driver layout was compared with the cubin's
+    uint64_t analysis_ns = 0, analysis_max_ns = 0;  // time analysing kernels at their first launch
   };
   Totals totals();
   std::vector<wire::KernelSpeculationEntry> kernels();

@@ -99,8 +99,10 @@ KernelLayout build_layout(const LayoutSources& sources) {
   if (sources.driver) {
     slots = *sources.driver;
     layout.slots_known = true;
-    if (sources.cubin && !same_slots(slots, cubin_slots(*sources.cubin)))
-      add_note(layout, "cubin parameter offsets differ from the driver's");
+    if (sources.cubin) {
+      layout.cubin_checked = true;
+      if (!same_slots(slots, cubin_slots(*sources.cubin))) add_note(layout, "cubin parameter offsets differ from the driver's");
+    }
   } else if (sources.cubin) {
     slots = cubin_slots(*sources.cubin);
     layout.slots_known = true;

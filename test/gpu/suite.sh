@@ -216,7 +216,9 @@ spec_line() {  # spec_line NAME RC REFERENCE-RESULT RESULT STATS
       v["kernels"], v["launches"], v["calls"], (v["exact"] + v["calls_exact"]) * 100 / all, v["speculated"] * 100 / all,
       (v["unknown"] + v["calls_unknown"]) * 100 / all, v["speculated"] ? v["buffers"] / (v["speculated"] + v["calls_exact"]) : 0,
       types, v["indexed"], v["lookup_rate"] / 1e6, (unk != "") ? "; unknown most: " unk : "" }')
-  detail="$detail; layout disagreements: ${notes:-0}${first_note:+ (e.g. $first_note)}"
+  local checked; checked=$(grep -o ' cubin_checked=[0-9]*' <<<"$t" | cut -d= -f2)
+  local analysis; analysis=$(awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}} END {printf "%s ms, at most %s ms for one kernel", v["analysis_ms"], v["analysis_max_ms"]}' <<<"$t")
+  detail="$detail; layouts checked against the cubin: ${checked:-0}, disagreements: ${notes:-0}${first_note:+ (e.g. $first_note)}; analysis $analysis"
   if [ "$rc" -eq 0 ] && [ -n "$t" ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then line "speculation_$name" PASS "same result; $detail"
   else line "speculation_$name" FAIL "rc $rc; reference: $ref; got: $got; $detail"; fi
 }

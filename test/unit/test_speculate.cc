@@ -238,6 +238,7 @@ TEST_CASE("layout: cubin offsets that differ from the driver's are noted, the dr
   s.cubin = &k;
   KernelLayout l = build_layout(s);
   CHECK(l.params[0].size == 8);
+  CHECK(l.cubin_checked);
   CHECK_THAT(l.note, Catch::Contains("cubin parameter offsets differ"));
 }
 

@@ -28,6 +28,7 @@ struct KernelLayout {
   std::vector<ParamLayout> params;
   TypeSource types = TypeSource::kNone;
   bool slots_known = false;  // offsets and sizes known (from the driver or the cubin)
+  bool cubin_checked = false;  // the driver's slots were compared with the cubin's
   std::string note;          // what disagreed, for statistics; empty when all agreed
 };
 
