@@ -28,6 +28,15 @@ CUresult noted(CUresult r, Note&& note) {
   return r;
 }
 
+// A module loaded from an image in memory: registered, and while speculation
+// is on its cubin's parameter records are read now, while the image is
+// certainly valid (the caller may free it after the load).
+void loaded_image(const void* handle, const void* image, const char* source) {
+  ModuleImage identified = identify_image(image);
+  runtime().modules.loaded(handle, identified, source);
+  if (runtime().speculation.active()) runtime().speculation.module_loaded(identified.hash, image);
+}
+
 }  // namespace
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
@@ -39,20 +48,20 @@ extern "C" PHOS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname
 extern "C" PHOS_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   GatePass pass(runtime().gate);
   return noted(PHOS_REAL(cuModuleLoadData)(module, image),
-               [&] { runtime().modules.loaded(*module, identify_image(image), "cuModuleLoadData"); });
+               [&] { loaded_image(*module, image, "cuModuleLoadData"); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
                                                    CUjit_option* options, void** values) {
   GatePass pass(runtime().gate);
   return noted(PHOS_REAL(cuModuleLoadDataEx)(module, image, n, options, values),
-               [&] { runtime().modules.loaded(*module, identify_image(image), "cuModuleLoadDataEx"); });
+               [&] { loaded_image(*module, image, "cuModuleLoadDataEx"); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatbin) {
   GatePass pass(runtime().gate);
   return noted(PHOS_REAL(cuModuleLoadFatBinary)(module, fatbin),
-               [&] { runtime().modules.loaded(*module, identify_image(fatbin), "cuModuleLoadFatBinary"); });
+               [&] { loaded_image(*module, fatbin, "cuModuleLoadFatBinary"); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* options,
@@ -60,7 +69,7 @@ extern "C" PHOS_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void
                                                   void** lib_values, unsigned int lib_n) {
   GatePass pass(runtime().gate);
   return noted(PHOS_REAL(cuLibraryLoadData)(library, code, options, values, n, lib_options, lib_values, lib_n),
-               [&] { runtime().modules.loaded(*library, identify_image(code), "cuLibraryLoadData"); });
+               [&] { loaded_image(*library, code, "cuLibraryLoadData"); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* file, CUjit_option* options,

@@ -95,16 +95,35 @@ void LaunchSpeculation::buffer_removed(uint64_t start) {
   index_.erase(start);
 }
 
+void LaunchSpeculation::module_loaded(uint64_t hash, const void* image) {
+  if (!hash || !image) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (metadata_.count(hash)) return;
+    if (!arch_) arch_ = current_arch();
+  }
+  ModuleMetadata m;
+  m.read = true;
+  std::string error;
+  spec::module_kernels(image, arch_, &m.kernels, &error);  // PTX only: no cubin, no kernels
+  std::lock_guard<std::mutex> lock(mu_);
+  metadata_.try_emplace(hash, std::move(m));
+}
+
 const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef& module, const std::string& name) {
-  if (!module.image_data || !module.hash) return nullptr;
-  ModuleMetadata& m = metadata_[module.hash];
-  if (!m.read) {
-    m.read = true;
+  if (!module.hash) return nullptr;
+  auto found = metadata_.find(module.hash);
+  if (found == metadata_.end()) {
+    // Only images that stay valid (cudart registrations) are read this late.
+    if (!module.image_data) return nullptr;
+    found = metadata_.try_emplace(module.hash).first;
+    found->second.read = true;
     if (!arch_) arch_ = current_arch();
     std::string error;
     // A module without a cubin for this GPU (PTX only) simply has none.
-    spec::module_kernels(module.image_data, arch_, &m.kernels, &error);
+    spec::module_kernels(module.image_data, arch_, &found->second.kernels, &error);
   }
+  ModuleMetadata& m = found->second;
   for (const spec::CubinKernel& k : m.kernels)
     if (k.name == name) return &k;
   return nullptr;

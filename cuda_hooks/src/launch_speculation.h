@@ -46,6 +46,9 @@ class LaunchSpeculation final : public BufferObserver {
 
   // `out`, if given, gets the set (for the launch record).
   void on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out = nullptr);
+  // A module image just loaded (content hash `hash`): its cubin's kernel
+  // records are read now, for the layouts' cross-check.
+  void module_loaded(uint64_t hash, const void* image);
   // A kernel whose arguments were copied aside, packed by the driver's
   // layout (a graph's kernel node, launched with its graph).
   void on_packed_kernel(CUfunction f, const std::byte* args, size_t size);

@@ -50,7 +50,12 @@ CUresult cuCtxPopCurrent(CUcontext *c) {
 CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) { (void)peer; (void)flags; return CUDA_SUCCESS; }
 CUresult cuCtxDisablePeerAccess(CUcontext peer) { (void)peer; return CUDA_SUCCESS; }
-CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) { (void)a; (void)d; *v = 0; return CUDA_SUCCESS; }
+/* An sm_90 device (the speculation reads that cubin of a fatbin); 0 for anything else. */
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+  (void)d;
+  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
+  return CUDA_SUCCESS;
+}
 
 CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p, CUmemAllocationGranularity_flags o) {
   (void)p; (void)o;

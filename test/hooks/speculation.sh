@@ -40,6 +40,16 @@ run "$work/sigdb" PHOS_SPECULATE=1 PHOS_SIGDB="$work/test.sigdb"
 expect "$work/sigdb" '^speculated closure_kernel launches=1 exact=0 speculated=1 unknown=0 buffers=2 reads=2 writes=1 types=sigdb$' \
   "closure_kernel with the signature database: only the struct's mutable pointer is written"
 
+# With nvcc's fatbin as the module: saxpy's layout is checked against its
+# cubin, and agrees.
+if [ -n "${PHOS_TEST_SAXPY_FATBIN:-}" ]; then
+  run "$work/cubin" PHOS_SPECULATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_FATBIN"
+  expect "$work/cubin" ' cubin_checked=1 ' "saxpy's layout was not checked against nvcc's cubin"
+  ! grep -q ' note=' "$work/cubin" || fail "layout sources disagree: $(grep -o ' note=.*' "$work/cubin")"
+else
+  echo "[speculation] no nvcc: the cubin cross-check is not tested here"
+fi
+
 # Recording too: kernel records carry their sets (unit and first byte of each buffer).
 run "$work/record" PHOS_SPECULATE=1 PHOS_RECORD_LAUNCHES=1
 x=$(awk '$1 == "x" {print $2}' "$work/record.out"); y=$(awk '$1 == "y" {print $2}' "$work/record.out")

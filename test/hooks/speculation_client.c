@@ -8,11 +8,15 @@
  *     a packed (extra) argument buffer is scanned whole;
  *   one device-to-device copy: an exact set.
  *
+ * With PHOS_TEST_FATBIN=FILE the module is that fatbin (nvcc's, holding
+ * saxpy), so the layout is checked against the cubin's records.
+ *
  * usage: speculation_client [wait]   wait: print "ready" before the launches
  *                                    and "launched" after them, and wait for
  *                                    a line on stdin after each */
 #include <cuda.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static CUdeviceptr alloc(const char *name, size_t size) {
@@ -33,7 +37,16 @@ int main(int argc, char **argv) {
   int bad = 0;
   cuCtxSetCurrent((CUcontext)1);
   CUdeviceptr x = alloc("x", 1u << 20), y = alloc("y", 1u << 20), in = alloc("in", 256), out = alloc("out", 4u << 20);
-  static unsigned char image[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
+  static unsigned char header[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
+  static unsigned char fatbin[1 << 20];
+  const void *image = header;
+  const char *fatbin_path = getenv("PHOS_TEST_FATBIN");
+  if (fatbin_path && *fatbin_path) {
+    FILE *f = fopen(fatbin_path, "rb");
+    if (!f || fread(fatbin, 1, sizeof(fatbin), f) == 0) { printf("cannot read %s\n", fatbin_path); return 2; }
+    fclose(f);
+    image = fatbin;
+  }
   CUmodule m;
   CUfunction saxpy, closure, noinfo;
   bad |= cuModuleLoadData(&m, image);
