@@ -5,8 +5,11 @@
 // many parameters, how many the metadata says are pointers), with the time
 // the reading and decompression took. A tool to look at real libraries
 // (cuBLAS, libtorch_cuda) with; the unit tests check the reader itself.
+// --ptx DIR also writes the PTX entries for compute_SM to DIR/ptx<n>.ptx
+// (up to --ptx-count of them, each at most --ptx-max-bytes long), as the
+// runtime would get them: the ptx_twins test rewrites a library's PTX so.
 //
-// usage: phos-fatbin-info FILE [--arch SM] [--kernels]
+// usage: phos-fatbin-info FILE [--arch SM] [--kernels] [--ptx DIR [--ptx-count N] [--ptx-max-bytes B]]
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <span>
 #include <string>
@@ -95,13 +99,20 @@ int main(int argc, char** argv) {
   const char* path = nullptr;
   uint32_t arch = 90;
   bool list_kernels = false;
+  const char* ptx_dir = nullptr;
+  uint64_t ptx_count = UINT64_MAX, ptx_max_bytes = UINT64_MAX;
+  const char* usage = "usage: phos-fatbin-info FILE [--arch SM] [--kernels] [--ptx DIR [--ptx-count N] "
+                      "[--ptx-max-bytes B]]\n";
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--arch") && i + 1 < argc) arch = uint32_t(std::strtoul(argv[++i], nullptr, 10));
     else if (!std::strcmp(argv[i], "--kernels")) list_kernels = true;
+    else if (!std::strcmp(argv[i], "--ptx") && i + 1 < argc) ptx_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--ptx-count") && i + 1 < argc) ptx_count = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--ptx-max-bytes") && i + 1 < argc) ptx_max_bytes = std::strtoull(argv[++i], nullptr, 10);
     else if (argv[i][0] != '-' && !path) path = argv[i];
-    else return std::fprintf(stderr, "usage: phos-fatbin-info FILE [--arch SM] [--kernels]\n"), 2;
+    else return std::fprintf(stderr, "%s", usage), 2;
   }
-  if (!path) return std::fprintf(stderr, "usage: phos-fatbin-info FILE [--arch SM] [--kernels]\n"), 2;
+  if (!path) return std::fprintf(stderr, "%s", usage), 2;
   Mapped file;
   std::span<const std::byte> bytes;
   bool is_cubin = false;
@@ -164,6 +175,26 @@ int main(int argc, char** argv) {
     }
   }
   double cubin_s = seconds_since(t0);
+
+  // The PTX for compute_`arch`, to files (up to its NUL: PTX in a fatbin is
+  // a C string).
+  uint64_t ptx_written = 0;
+  for (const spec::FatbinEntry& e : entries) {
+    if (!ptx_dir || ptx_written == ptx_count) break;
+    if (e.kind != spec::FatbinEntryKind::kPtx || e.arch != arch || e.uncompressed_size > ptx_max_bytes) continue;
+    std::vector<std::byte> text;
+    if (!spec::entry_contents(e, &text, &error)) {
+      if (failed++ == 0) first_error = error;
+      continue;
+    }
+    size_t n = 0;
+    while (n < text.size() && text[n] != std::byte{0}) n++;
+    std::string out = std::string(ptx_dir) + "/ptx" + std::to_string(ptx_written++) + ".ptx";
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(text.data()), std::streamsize(n));
+    if (!f.flush()) return std::fprintf(stderr, "cannot write %s\n", out.c_str()), 1;
+    std::printf("  ptx %s (%zu bytes)\n", out.c_str(), n);
+  }
   std::printf("sm_%u: %llu cubins (%.1f MiB) read in %.3f s (%.0f MiB/s), %llu kernels, %llu parameters, "
               "%llu with pointer information (%llu pointers); %llu cubins unreadable%s%s\n",
               arch, (unsigned long long)cubins, bytes_out / 1048576.0, cubin_s,
