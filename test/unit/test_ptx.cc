@@ -544,3 +544,28 @@ TEST_CASE("ptx range table: sorted, merged, built from a launch's access set") {
   CHECK(v.first_instruction == 7);
   CHECK(read_violations(std::vector<uint64_t>{1, 2}).count == 0);
 }
+
+TEST_CASE("ptx twin: old-style .reg parameters, and the originals kept beside the twins") {
+  std::string text = std::string(kHeader) +
+                     ".func (.reg .b32 %out) twice (.reg .b64 %ptr, .reg .b32 %v)\n{\n\t.reg .b32 %t;\n"
+                     "\tadd.s32 %t, %v, %v;\n\tst.u32 [%ptr], %t;\n\tmov.b32 %out, %t;\n\tret;\n}\n"
+                     ".visible .entry k(.param .u64 p)\n{\n\t.reg .b64 %rd<2>;\n\t.reg .b32 %r<3>;\n"
+                     "\tld.param.u64 %rd1, [p];\n\tcall.uni (%r2), twice, (%rd1, %r1);\n\tret;\n}\n";
+  TwinResult r = twins(text);
+  CHECK(r.kernels[0].complete);
+  CHECK(r.kernels[0].checks == 1);
+  CHECK(r.ptx.find("twice__phos_twin (.reg .b64 %ptr, .reg .b32 %v,\n\t.reg .b64 %phos_tin)") != std::string::npos);
+  CHECK(r.ptx.find("mov.b64 %phos_t, %phos_tin;") != std::string::npos);
+  CHECK(r.ptx.find("call.uni (%r2), twice__phos_twin, (%rd1, %r1, %phos_t);") != std::string::npos);
+  CHECK(r.ptx.find("__phos_arg") == std::string::npos);
+
+  TwinOptions with;
+  with.include_original = true;
+  TwinResult both = twins(text, with);
+  size_t func = text.find(".func");
+  std::string original = text.substr(func, text.find("}\n", func) + 2 - func);
+  CHECK(both.ptx.find(original) == func);  // the original, untouched, first
+  CHECK(both.ptx.find("call.uni (%r2), twice, (%rd1, %r1);") != std::string::npos);
+  CHECK(count(both.ptx, ".func (.reg .b32 %out) twice") == 2);
+  CHECK(both.sites.size() == 1);
+}
