@@ -21,6 +21,16 @@ mkdir -p "$out/gpu"
 for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
+# PTX twins to run on the GPU (ptx_twin_check.cc): nvcc's PTX of
+# test/ptx/generic.cu and the Triton-shaped test/ptx/triton_like.ptx.
+"$cuda/bin/nvcc" -O2 -o "$out/gpu/ptx_twin_check" "$src/test/gpu/ptx_twin_check.cc" -lcuda
+"$cuda/bin/nvcc" -ptx -arch=sm_90 -o "$out/gpu/generic.ptx" "$src/test/ptx/generic.cu"
+twin=$src/build-gpu/ptx/tools/phos-ptx-twin
+"$twin" "$out/gpu/generic.ptx" "$out/gpu/generic.twin.ptx" --stores --sites > "$out/gpu/generic.sites"
+"$cuda/bin/nvcc" -ptx -arch=sm_90 -o "$out/gpu/globals.ptx" "$src/test/ptx/globals.cu"
+"$twin" "$out/gpu/globals.ptx" "$out/gpu/globals.twin.ptx" --stores >/dev/null
+"$twin" "$src/test/ptx/triton_like.ptx" "$out/gpu/triton.twin.ptx" --stores >/dev/null
+"$twin" "$src/test/ptx/triton_like.ptx" "$out/gpu/triton.loads.ptx" --loads >/dev/null
 # The suite programs' kernel signatures (phos-sigdb), for the speculation case.
 if [ -x "$src/build-gpu/speculation/tools/phos-sigdb" ]; then
   "$src/build-gpu/speculation/tools/phos-sigdb" -o "$out/gpu/suite.sigdb" "$src"/test/gpu/*.cu -- -I"$src/test/gpu" 2>/dev/null

@@ -252,6 +252,15 @@ case_speculation() {
   fi
 }
 
+# PTX twins (validated speculation): planted mis-speculations must be caught.
+case_ptx_twins() {
+  "$bin/ptx_twin_check" "$bin" > "$log/ptx_twins.out" 2>&1
+  local rc=$? ok; ok=$(grep -c '^ok' "$log/ptx_twins.out")
+  if [ $rc -eq 0 ] && grep -qx 'ALL OK' "$log/ptx_twins.out"; then
+    line ptx_twins PASS "$ok checks: $(grep -E '^  ' "$log/ptx_twins.out" | tr -s ' ' | tr '\n' ';')"
+  else line ptx_twins FAIL "rc $rc: $(grep -E 'FAIL' "$log/ptx_twins.out" | head -n4 | tr '\n' ' ')"; fi
+}
+
 # Alternating runs, median of each figure (one run is within noise).
 case_bench() {
   local r
