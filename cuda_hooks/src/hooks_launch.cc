@@ -31,12 +31,23 @@ inline void seen_ex(bool per_thread, const CUlaunchConfig* c, CUfunction f, void
 
 }  // namespace
 
+// While validation is on, a kernel with a twin runs as its twin
+// (launch_validation.h); not into a stream being captured.
+inline bool validating(bool per_thread, CUstream stream) {
+  return __builtin_expect(runtime().validation.active(), 0) && !stream_capturing(stream, per_thread);
+}
+
 #define PHOS_LAUNCH_HOOK(name, per_thread)                                                                     \
   extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params, void** extra) {                         \
     GatePass pass(runtime().gate);                                                                             \
     seen(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                                 \
+    LaunchValidation::Prepared twin;                                                                           \
+    if (validating(per_thread, stream) && runtime().validation.prepare(f, params, extra, &twin)) {            \
+      CUresult r = PHOS_REAL(name)(twin.twin, gx, gy, gz, bx, by, bz, shmem, stream, twin.params.data(), nullptr); \
+      if (runtime().validation.finish(twin, r, stream)) return r;                                              \
+    }                                                                                                          \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                           \
   }
 PHOS_LAUNCH_HOOK(cuLaunchKernel, false)
@@ -47,6 +58,12 @@ PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
                                        void** extra) {                                                  \
     GatePass pass(runtime().gate);                                                                      \
     seen_ex(per_thread, config, f, params, extra);                                                      \
+    LaunchValidation::Prepared twin;                                                                    \
+    if (config && validating(per_thread, config->hStream) &&                                            \
+        runtime().validation.prepare(f, params, extra, &twin)) {                                        \
+      CUresult r = PHOS_REAL(name)(config, twin.twin, twin.params.data(), nullptr);                     \
+      if (runtime().validation.finish(twin, r, config->hStream)) return r;                              \
+    }                                                                                                   \
     return PHOS_REAL(name)(config, f, params, extra);                                                   \
   }
 PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)

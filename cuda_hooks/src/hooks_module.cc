@@ -35,6 +35,9 @@ void loaded_image(const void* handle, const void* image, const char* source) {
   ModuleImage identified = identify_image(image);
   runtime().modules.loaded(handle, identified, source);
   if (runtime().speculation.active()) runtime().speculation.module_loaded(identified.hash, image);
+  // PTX text (Triton, NVRTC): its kernels can be validated with twins.
+  if (runtime().validation.active() && identified.kind == ModuleKind::kPtx)
+    runtime().validation.module_loaded(handle, identified.hash, static_cast<const char*>(image));
 }
 
 }  // namespace
@@ -82,17 +85,26 @@ extern "C" PHOS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const 
 
 extern "C" PHOS_EXPORT CUresult cuModuleUnload(CUmodule module) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuModuleUnload)(module), [&] { runtime().modules.unloaded(module); });
+  return noted(PHOS_REAL(cuModuleUnload)(module), [&] {
+    runtime().modules.unloaded(module);
+    if (runtime().validation.active()) runtime().validation.module_unloaded(module);
+  });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuLibraryUnload)(library), [&] { runtime().modules.unloaded(library); });
+  return noted(PHOS_REAL(cuLibraryUnload)(library), [&] {
+    runtime().modules.unloaded(library);
+    if (runtime().validation.active()) runtime().validation.module_unloaded(library);
+  });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuModuleGetFunction)(f, module, name), [&] { runtime().modules.function(module, *f, name); });
+  return noted(PHOS_REAL(cuModuleGetFunction)(f, module, name), [&] {
+    runtime().modules.function(module, *f, name);
+    if (runtime().validation.active()) runtime().validation.function_taken(module, *f, name);
+  });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {

@@ -161,29 +161,48 @@ void LaunchSpeculation::on_packed_kernel(CUfunction f, const std::byte* args, si
   speculate(f, a, nullptr);
 }
 
+LaunchSpeculation::KernelEntry* LaunchSpeculation::entry(CUfunction f, std::unique_lock<std::mutex>& lock) {
+  KernelEntry* e = entry_locked(f);
+  if (e) return e;
+  // First launch of this function: analysed without the lock held for the
+  // driver's answers (the module's metadata is read under it, once).
+  lock.unlock();
+  auto started = std::chrono::steady_clock::now();
+  KernelEntry fresh;
+  fresh.name = kernel_name(f);
+  ModuleRef module = modules_.module_ref(f);
+  fresh.module = module.id;
+  fresh.layout = analyse(f, fresh.name, module);
+  uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+  lock.lock();
+  auto [it, inserted] = kernels_.try_emplace(f, std::move(fresh));
+  if (inserted) {
+    totals_.analysis_ns += ns;
+    totals_.analysis_max_ns = std::max(totals_.analysis_max_ns, ns);
+    totals_.cubin_checked += it->second.layout->cubin_checked;
+  }
+  return &it->second;
+}
+
+bool LaunchSpeculation::write_ranges(CUfunction f, void** params, void** extra,
+                                     std::vector<std::pair<uint64_t, uint64_t>>* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  KernelEntry* e = entry(f, lock);
+  spec::AccessSet set;
+  spec::speculate_kernel(*e->layout, launch_args(params, extra), index_, &set);
+  if (set.kind == spec::SetKind::kUnknown) return false;
+  out->clear();
+  for (uint32_t i = 0; i < set.count; i++) {
+    if (!(set.items[i].access & spec::kWrite)) continue;
+    spec::Buffer b;
+    if (index_.find(set.items[i].start, &b)) out->emplace_back(b.start, b.end);
+  }
+  return true;
+}
+
 void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args, LaunchSet* out) {
   std::unique_lock<std::mutex> lock(mu_);
-  KernelEntry* e = entry_locked(f);
-  if (!e) {
-    // First launch of this function: analysed without the lock held for the
-    // driver's answers (the module's metadata is read under it, once).
-    lock.unlock();
-    auto started = std::chrono::steady_clock::now();
-    KernelEntry fresh;
-    fresh.name = kernel_name(f);
-    ModuleRef module = modules_.module_ref(f);
-    fresh.module = module.id;
-    fresh.layout = analyse(f, fresh.name, module);
-    uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
-    lock.lock();
-    auto [it, inserted] = kernels_.try_emplace(f, std::move(fresh));
-    e = &it->second;
-    if (inserted) {
-      totals_.analysis_ns += ns;
-      totals_.analysis_max_ns = std::max(totals_.analysis_max_ns, ns);
-      totals_.cubin_checked += e->layout->cubin_checked;
-    }
-  }
+  KernelEntry* e = entry(f, lock);
   e->launches++;
   totals_.launches++;
   if (t_exact_depth > 0) {

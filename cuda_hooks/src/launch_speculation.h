@@ -52,6 +52,10 @@ class LaunchSpeculation final : public BufferObserver {
   // A kernel whose arguments were copied aside, packed by the driver's
   // layout (a graph's kernel node, launched with its graph).
   void on_packed_kernel(CUfunction f, const std::byte* args, size_t size);
+  // The extents [start, end) of the buffers a launch of `f` is speculated
+  // to write (for a validator's range table); false when its set is
+  // unknown. Not counted in the statistics (on_kernel counts the launch).
+  bool write_ranges(CUfunction f, void** params, void** extra, std::vector<std::pair<uint64_t, uint64_t>>* out);
   void on_call(const ranges::RangeList& ranges);
 
   // BufferObserver (called under DeviceMemory's lock).
@@ -92,6 +96,7 @@ class LaunchSpeculation final : public BufferObserver {
     std::vector<speculation::CubinKernel> kernels;
   };
   void speculate(CUfunction f, const speculation::LaunchArgs& args, LaunchSet* out);
+  KernelEntry* entry(CUfunction f, std::unique_lock<std::mutex>& lock);
   KernelEntry* entry_locked(CUfunction f);
   std::shared_ptr<const speculation::KernelLayout> analyse(CUfunction f, const std::string& name,
                                                            const ModuleRef& module);

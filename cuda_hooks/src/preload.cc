@@ -16,6 +16,9 @@
 // the stats then hold "speculation ..." totals and one "speculated NAME ..."
 // line per kernel. PHOS_SIGDB=FILE[:FILE...]: signature databases written
 // by phos-sigdb, for kernels whose names carry no types.
+// PHOS_VALIDATE=1: speculate, and validate the speculation of kernels loaded
+// as PTX with their twins (launch_validation.h); the stats then hold
+// "validation ..." totals and one "validated NAME ..." line per kernel.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -25,6 +28,7 @@
 #include <unordered_map>
 
 #include "cuda_backend.h"
+#include "driver.h"
 #include "phos/hooks/agent.h"
 #include "runtime.h"
 
@@ -112,6 +116,28 @@ void write_speculation(FILE* f) {
                  k.note.empty() ? "" : " note=", k.note.c_str());
 }
 
+// "validation ..." totals, then one "validated NAME ..." line per kernel of
+// a PTX module (skipped=REASON for those not validated).
+void write_validation(FILE* f) {
+  if (!runtime().validation.active()) return;
+  PHOS_REAL(cuCtxSynchronize)();  // the last launches' tables
+  auto t = runtime().validation.totals();
+  std::fprintf(f, "validation modules=%llu twins=%llu incomplete=%llu validated=%llu pending=%llu violations=%llu "
+                  "twin_build_ms=%.3f twin_build_max_ms=%.3f\n",
+               (unsigned long long)t.modules, (unsigned long long)t.twins, (unsigned long long)t.incomplete,
+               (unsigned long long)t.validated, (unsigned long long)t.pending, (unsigned long long)t.violations,
+               t.twin_build_ns / 1e6, t.twin_build_max_ns / 1e6);
+  for (const auto& k : runtime().validation.kernels()) {
+    std::fprintf(f, "validated %s launches=%llu violations=%llu launches_with_violations=%llu",
+                 k.name.c_str(), (unsigned long long)k.validated, (unsigned long long)k.violations,
+                 (unsigned long long)k.launches_with_violations);
+    if (k.violations)
+      std::fprintf(f, " first=0x%llx site=%llu", (unsigned long long)k.first_address, (unsigned long long)k.first_site);
+    if (!k.skipped.empty()) std::fprintf(f, " skipped=%s", k.skipped.c_str());
+    std::fprintf(f, "\n");
+  }
+}
+
 void write_stats() {
   const char* path = std::getenv("PHOS_STATS_FILE");
   if (!path || !*path || !g_preload) return;
@@ -144,6 +170,7 @@ void write_stats() {
     for (const auto& r : runtime().launches.recent()) write_record(f, r, names);
   }
   write_speculation(f);
+  write_validation(f);
   std::fclose(f);
 }
 
@@ -161,7 +188,11 @@ __attribute__((constructor)) static void phos_preload_init() {
     if (auto loaded = runtime().speculation.load_signatures(sigdb); !loaded.ok())
       std::fprintf(stderr, "phos: %s; speculating without it\n", loaded.error().message.c_str());
   const char* speculate = std::getenv("PHOS_SPECULATE");
-  if (speculate && *speculate && *speculate != '0') runtime().speculation.set_active(true, runtime().memory);
+  const char* validate = std::getenv("PHOS_VALIDATE");
+  bool validating = validate && *validate && *validate != '0';
+  if (validating || (speculate && *speculate && *speculate != '0'))
+    runtime().speculation.set_active(true, runtime().memory);
+  runtime().validation.set_active(validating);
   auto started = g_preload->agent.start();
   report("agent start", started);
   if (started.ok()) pthread_atfork(nullptr, nullptr, after_fork_in_child);

@@ -14,6 +14,7 @@
 #include "device_memory.h"
 #include "launch_log.h"
 #include "launch_speculation.h"
+#include "launch_validation.h"
 #include "module_registry.h"
 #include "phos/hooks/gate.h"
 
@@ -39,6 +40,7 @@ class Runtime {
   ModuleRegistry modules;
   LaunchLog launches{modules};
   LaunchSpeculation speculation{modules};
+  LaunchValidation validation{speculation};
 
   void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, uint64_t>> counters() const;

@@ -44,6 +44,13 @@ CUresult cuKernelGetName(const char **name, CUkernel k) { *name = ((struct fake_
  * names have none (index out of range from parameter 0), and "noinfo"
  * gets no answer at all. */
 static CUresult param_info(const char *name, size_t i, size_t *offset, size_t *size) {
+  /* A twin has its original's parameters and the table pointer. */
+  if (!strcmp(name, "_Z5saxpyPKfPffi__phos_twin") && i == 4) {
+    if (offset) *offset = 24;
+    if (size) *size = 8;
+    return CUDA_SUCCESS;
+  }
+  if (!strcmp(name, "_Z5saxpyPKfPffi__phos_twin")) name = "_Z5saxpyPKfPffi";
   static const struct { const char *name; size_t n; size_t slots[4][2]; } layouts[] = {
     {"_Z5saxpyPKfPffi", 4, {{0, 8}, {8, 8}, {16, 4}, {20, 4}}},
     {"closure_kernel", 2, {{0, 4}, {8, 24}}},
@@ -64,9 +71,53 @@ CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *offset, size_t *size
 CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *offset, size_t *size) {
   return param_info(((struct fake_handle *)k)->name, i, offset, size);
 }
+unsigned long long fake_twin_launches;
+
+/* What saxpy's twin would find: it writes y (parameter 1), and with
+ * FAKE_SAXPY_WRITES_X=1 also x (parameter 0, a pointer to const: a planted
+ * mis-speculation); each address outside the table's ranges counts. */
+static void fake_saxpy_twin(void **params) {
+  unsigned long long *table = (unsigned long long *)*(CUdeviceptr *)params[4];
+  const char *planted = getenv("FAKE_SAXPY_WRITES_X");
+  CUdeviceptr written[2] = {*(CUdeviceptr *)params[1], *(CUdeviceptr *)params[0]};
+  int n = planted && *planted == '1' ? 2 : 1;
+  for (int w = 0; w < n; w++) {
+    int inside = 0;
+    for (unsigned long long r = 0; r < table[0]; r++)
+      inside |= written[w] >= table[4 + 2 * r] && written[w] + 4 <= table[5 + 2 * r];
+    if (inside) continue;
+    if (table[1]++ == 0) {
+      table[2] = written[w];
+      table[3] = 0;
+    }
+  }
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shmem, CUstream s, void **params, void **extra) {
-  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)params; (void)extra;
+  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)extra;
   __atomic_add_fetch(&fake_launches, 1, __ATOMIC_RELAXED);
+  if (!strcmp(((struct fake_handle *)f)->name, "_Z5saxpyPKfPffi__phos_twin")) {
+    __atomic_add_fetch(&fake_twin_launches, 1, __ATOMIC_RELAXED);
+    fake_saxpy_twin(params);
+  }
   return CUDA_SUCCESS;
 }
+
+/* Pinned host memory the "device" addresses as it is, and events that are
+ * always complete: enough for libphos.so's validation tables. */
+CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
+  (void)flags;
+  *p = calloc(1, bytes);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned int flags) {
+  (void)flags;
+  *d = (CUdeviceptr)p;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+CUresult cuEventCreate(CUevent *e, unsigned int flags) { (void)flags; *e = handle("event"); return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
+CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_ERROR_FAKE"; return CUDA_SUCCESS; }

@@ -50,6 +50,28 @@ else
   echo "[speculation] no nvcc: the cubin cross-check is not tested here"
 fi
 
+# Validation: saxpy loaded as PTX runs as its twin with its speculated
+# write set (y) as the range table; the fake twin writes y, and with the
+# planted FAKE_SAXPY_WRITES_X=1 also x (a pointer to const): each such
+# write outside the table counts, with the first address. Kernels the PTX
+# does not define are not validated, and say why.
+if [ -n "${PHOS_TEST_SAXPY_PTX:-}" ]; then
+  run "$work/valid" PHOS_VALIDATE=1 PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX"
+  grep '^validat' "$work/valid" | sed 's/^/[speculation] /'
+  expect "$work/valid" '^validation modules=1 twins=1 incomplete=0 validated=2 pending=0 violations=0 ' \
+    "saxpy's two launches ran as its twin, with no violation"
+  expect "$work/valid" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0$' "saxpy validated"
+  expect "$work/valid" '^validated closure_kernel launches=0 .* skipped=not a kernel of the module.s PTX$' \
+    "a function the PTX does not define is not validated"
+  run "$work/planted" PHOS_VALIDATE=1 PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX" FAKE_SAXPY_WRITES_X=1
+  x=$(awk '$1 == "x" {print $2}' "$work/planted.out")
+  xs=$(printf '0x%x' $((x + 16)))
+  expect "$work/planted" "^validated _Z5saxpyPKfPffi launches=2 violations=2 launches_with_violations=2 first=$xs site=0\$" \
+    "the planted write to x (speculated read only) is caught, at x"
+else
+  echo "[speculation] no nvcc: validation is not tested here"
+fi
+
 # Recording too: kernel records carry their sets (unit and first byte of each buffer).
 run "$work/record" PHOS_SPECULATE=1 PHOS_RECORD_LAUNCHES=1
 x=$(awk '$1 == "x" {print $2}' "$work/record.out"); y=$(awk '$1 == "y" {print $2}' "$work/record.out")

@@ -9,7 +9,9 @@
  *   one device-to-device copy: an exact set.
  *
  * With PHOS_TEST_FATBIN=FILE the module is that fatbin (nvcc's, holding
- * saxpy), so the layout is checked against the cubin's records.
+ * saxpy), so the layout is checked against the cubin's records; with
+ * PHOS_TEST_PTX=FILE it is that PTX text, whose kernels PHOS_VALIDATE=1
+ * runs as twins.
  *
  * usage: speculation_client [wait]   wait: print "ready" before the launches
  *                                    and "launched" after them, and wait for
@@ -40,11 +42,14 @@ int main(int argc, char **argv) {
   static unsigned char header[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
   static unsigned char fatbin[1 << 20];
   const void *image = header;
-  const char *fatbin_path = getenv("PHOS_TEST_FATBIN");
-  if (fatbin_path && *fatbin_path) {
-    FILE *f = fopen(fatbin_path, "rb");
-    if (!f || fread(fatbin, 1, sizeof(fatbin), f) == 0) { printf("cannot read %s\n", fatbin_path); return 2; }
+  const char *fatbin_path = getenv("PHOS_TEST_FATBIN"), *ptx_path = getenv("PHOS_TEST_PTX");
+  const char *module_path = fatbin_path && *fatbin_path ? fatbin_path : ptx_path && *ptx_path ? ptx_path : NULL;
+  if (module_path) {
+    FILE *f = fopen(module_path, "rb");
+    size_t n = f ? fread(fatbin, 1, sizeof(fatbin) - 1, f) : 0;
+    if (!n) { printf("cannot read %s\n", module_path); return 2; }
     fclose(f);
+    fatbin[n] = 0;  /* PTX is NUL-terminated text */
     image = fatbin;
   }
   CUmodule m;

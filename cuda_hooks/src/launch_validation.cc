@@ -1,0 +1,231 @@
+#include "launch_validation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "driver.h"
+#include "kernel_info.h"
+#include "launch_speculation.h"
+#include "phos/ptx/range_table.h"
+#include "phos/ptx/twin.h"
+
+namespace phos::hooks {
+
+void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const char* ptx) {
+  auto m = std::make_shared<Module>();
+  m->hash = hash;
+  m->ptx = ptx;
+  std::lock_guard<std::mutex> lock(mu_);
+  modules_[handle] = std::move(m);
+  totals_.modules++;
+}
+
+void LaunchValidation::module_unloaded(const void* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(handle);
+  if (it == modules_.end()) return;
+  // Kernels keep the module alive (shared_ptr) until they are forgotten; the
+  // twins go with the program's module.
+  std::shared_ptr<Module> m = it->second;
+  modules_.erase(it);
+  std::erase_if(functions_, [&](const auto& f) { return f.second.first == m; });
+  for (auto k = kernels_.begin(); k != kernels_.end();) {
+    if (k->second->module == m) {
+      k->second->twin = nullptr;
+      retired_.push_back(std::move(k->second));
+      k = kernels_.erase(k);
+    } else {
+      ++k;
+    }
+  }
+  if (m->twins) PHOS_REAL(cuModuleUnload)(m->twins);
+}
+
+void LaunchValidation::function_taken(const void* module, const void* function, const char* name) {
+  if (!name) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(module);
+  if (it != modules_.end()) functions_[function] = {it->second, name};
+}
+
+// The twins of every kernel of the module, loaded as a module of their own
+// into the current context. A kernel whose twin is incomplete or names
+// module-scope variables is not validated (see the header).
+void LaunchValidation::build_locked(Module& m) {
+  m.built = true;
+  auto started = std::chrono::steady_clock::now();
+  ptx::TwinResult twins;
+  std::string error;
+  ptx::TwinOptions options;
+  if (!ptx::make_twins(m.ptx, options, &twins, &error)) {
+    m.skip[""] = "no twins: " + error;
+  } else {
+    for (const ptx::TwinKernel& k : twins.kernels) {
+      m.kernels[k.name] = true;
+      if (!k.complete) m.skip[k.name] = "twin incomplete: " + k.reason;
+      else if (!k.module_variables.empty()) m.skip[k.name] = "uses module variable " + k.module_variables[0];
+    }
+    PHOS_REAL(cuCtxGetCurrent)(&m.ctx);
+    CUresult r = PHOS_REAL(cuModuleLoadData)(&m.twins, twins.ptx.c_str());
+    if (r != CUDA_SUCCESS) {
+      const char* what = nullptr;
+      PHOS_REAL(cuGetErrorName)(r, &what);
+      m.twins = nullptr;
+      m.skip[""] = std::string("the driver refused the twin module: ") + (what ? what : "?");
+    }
+    totals_.twins += twins.kernels.size();
+    for (const ptx::TwinKernel& k : twins.kernels) totals_.incomplete += !k.complete;
+  }
+  m.ptx.clear();
+  m.ptx.shrink_to_fit();
+  uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+  totals_.twin_build_ns += ns;
+  totals_.twin_build_max_ns = std::max(totals_.twin_build_max_ns, ns);
+}
+
+LaunchValidation::Kernel* LaunchValidation::kernel_locked(CUfunction f) {
+  auto it = kernels_.find(f);
+  if (it != kernels_.end()) return it->second.get();
+  auto fn = functions_.find(f);
+  if (fn == functions_.end()) return nullptr;  // not from a PTX module: not ours to validate
+  Kernel& k = *(kernels_[f] = std::make_unique<Kernel>());
+  k.module = fn->second.first;
+  k.name = fn->second.second;
+  k.stats.name = k.name;
+  Module& m = *k.module;
+  if (!m.built) build_locked(m);
+  CUcontext ctx = nullptr;
+  PHOS_REAL(cuCtxGetCurrent)(&ctx);
+  auto why = m.skip.find(k.name);
+  auto module_wide = m.skip.find("");
+  if (module_wide != m.skip.end()) k.stats.skipped = module_wide->second;
+  else if (why != m.skip.end()) k.stats.skipped = why->second;
+  else if (!m.kernels.count(k.name)) k.stats.skipped = "not a kernel of the module's PTX";
+  else if (ctx != m.ctx) k.stats.skipped = "launched in another context than its twins were loaded into";
+  else if (PHOS_REAL(cuModuleGetFunction)(&k.twin, m.twins, (k.name + "__phos_twin").c_str()) != CUDA_SUCCESS) {
+    k.twin = nullptr;
+    k.stats.skipped = "no twin function in the twin module";
+  }
+  if (auto slots = kernel_param_slots(f)) k.params = uint32_t(slots->size());
+  else if (k.twin) k.stats.skipped = "parameter count unknown", k.twin = nullptr;
+  k.resolved = true;
+  return &k;
+}
+
+// A range table from the pool, in pinned host memory the device can address.
+bool LaunchValidation::table_locked(Table* out) {
+  if (free_.empty()) {
+    constexpr size_t kBytes = ptx::range_table_bytes(kTableRanges);
+    void* block = nullptr;
+    if (PHOS_REAL(cuMemHostAlloc)(&block, kBytes * kTablesPerBlock,
+                                  CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
+      return false;
+    CUdeviceptr device = 0;
+    if (PHOS_REAL(cuMemHostGetDevicePointer)(&device, block, 0) != CUDA_SUCCESS) {
+      PHOS_REAL(cuMemFreeHost)(block);
+      return false;
+    }
+    for (size_t i = 0; i < kTablesPerBlock; i++) {
+      Table t;
+      t.host = reinterpret_cast<uint64_t*>(static_cast<char*>(block) + i * kBytes);
+      t.device = device + i * kBytes;
+      free_.push_back(t);
+    }
+  }
+  *out = free_.back();
+  free_.pop_back();
+  if (!out->done && PHOS_REAL(cuEventCreate)(&out->done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    free_.push_back(*out);
+    return false;
+  }
+  return true;
+}
+
+bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, Prepared* out) {
+  if (!params || extra) return false;  // the packed form is not validated yet
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    collect_locked();
+    Kernel* k = kernel_locked(f);
+    if (!k || !k->twin) return false;
+  }
+  if (!speculation_.write_ranges(f, params, extra, &ranges)) return false;
+  std::vector<uint64_t> words;
+  ptx::build_range_table(ranges, &words);
+  if (words.size() > ptx::range_table_bytes(kTableRanges) / sizeof(uint64_t)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  Kernel* k = kernel_locked(f);
+  if (!k || !k->twin || !table_locked(&out->table)) return false;
+  std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
+  out->table.kernel = k;
+  out->twin = k->twin;
+  out->table_address = out->table.device;
+  out->params.assign(params, params + k->params);
+  out->params.push_back(&out->table_address);
+  return true;
+}
+
+bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Kernel& k = *static_cast<Kernel*>(p.table.kernel);
+  if (launched != CUDA_SUCCESS) {
+    const char* what = nullptr;
+    PHOS_REAL(cuGetErrorName)(launched, &what);
+    k.twin = nullptr;
+    k.stats.skipped = std::string("the twin's launch failed: ") + (what ? what : "?");
+    free_.push_back(p.table);
+    return false;
+  }
+  if (PHOS_REAL(cuEventRecord)(p.table.done, stream) != CUDA_SUCCESS) {
+    // The twin ran, but when it is done cannot be known: its count is lost.
+    free_.push_back(p.table);
+    return true;
+  }
+  k.stats.validated++;
+  totals_.validated++;
+  in_flight_.push_back(p.table);
+  return true;
+}
+
+// The tables of launches that have completed: their violations counted,
+// the tables back in the pool.
+void LaunchValidation::collect_locked() {
+  while (!in_flight_.empty()) {
+    Table& t = in_flight_.front();
+    if (PHOS_REAL(cuEventQuery)(t.done) == CUDA_ERROR_NOT_READY) break;
+    ptx::Violations v = ptx::read_violations(std::span<const uint64_t>(t.host, ptx::kTableHeaderWords));
+    Kernel& k = *static_cast<Kernel*>(t.kernel);
+    if (v.count) {
+      if (!k.stats.violations) {
+        k.stats.first_address = v.first_address;
+        k.stats.first_site = v.first_instruction;
+      }
+      k.stats.violations += v.count;
+      k.stats.launches_with_violations++;
+      totals_.violations += v.count;
+    }
+    free_.push_back(t);
+    in_flight_.pop_front();
+  }
+}
+
+LaunchValidation::Totals LaunchValidation::totals() {
+  std::lock_guard<std::mutex> lock(mu_);
+  collect_locked();
+  Totals t = totals_;
+  t.pending = in_flight_.size();
+  return t;
+}
+
+std::vector<LaunchValidation::KernelStats> LaunchValidation::kernels() {
+  std::lock_guard<std::mutex> lock(mu_);
+  collect_locked();
+  std::vector<KernelStats> out;
+  for (const auto& [f, k] : kernels_) out.push_back(k->stats);
+  for (const auto& k : retired_) out.push_back(k->stats);
+  return out;
+}
+
+}  // namespace phos::hooks

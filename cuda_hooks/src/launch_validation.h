@@ -1,0 +1,128 @@
+// Validation of the speculation with PTX twins (ptx/, PhOS §4.1): while it
+// is on (PHOS_VALIDATE=1), a kernel from a module the program loaded as PTX
+// text (Triton, NVRTC, cuModuleLoadData of PTX) is launched as its twin,
+// with a range table holding the launch's speculated write set; the twin
+// checks every store, atomic and bulk copy against it, counts the ones that
+// fall outside into the table and still performs them. The table lives in
+// pinned host memory mapped into the device, so the count is read on the
+// host once the launch has completed (an event), with no copy.
+//
+// What is not validated runs as it is: kernels whose twin is incomplete
+// (indirect calls, instructions phos does not know), kernels that use
+// module-scope variables (a separately loaded twin module has its own
+// copies: running it would change what the program does), launches whose
+// set is unknown, launches into a stream being captured, kernels of
+// modules loaded as cubins (the SASS-level validator's part, not here).
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "phos/images/result.h"
+
+namespace phos::hooks {
+
+class LaunchSpeculation;
+
+class LaunchValidation {
+ public:
+  explicit LaunchValidation(LaunchSpeculation& speculation) : speculation_(speculation) {}
+
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+  void set_active(bool on) { active_.store(on, std::memory_order_relaxed); }
+
+  // A module loaded from PTX text `ptx` (NUL-terminated) under `handle`.
+  void module_loaded(const void* handle, uint64_t hash, const char* ptx);
+  void module_unloaded(const void* handle);
+  // cuModuleGetFunction / cuLibraryGetKernel: `function` named `name` is in
+  // the module loaded under `module`.
+  void function_taken(const void* module, const void* function, const char* name);
+
+  struct Table {
+    uint64_t* host = nullptr;
+    CUdeviceptr device = 0;
+    CUevent done = nullptr;
+    void* kernel = nullptr;  // the Kernel it validates
+  };
+  // A launch to make as the twin: its function and kernelParams (the
+  // original ones plus the table's device address).
+  struct Prepared {
+    CUfunction twin = nullptr;
+    std::vector<void*> params;
+    CUdeviceptr table_address = 0;
+    Table table;
+  };
+  // True when `f`'s launch can be validated: the caller launches
+  // out->twin with out->params instead, then calls finish().
+  bool prepare(CUfunction f, void** params, void** extra, Prepared* out);
+  // False when the twin's launch failed: the kernel is not validated from
+  // then on, and the caller launches the original (validation must never
+  // change what the program gets).
+  bool finish(Prepared& p, CUresult launched, CUstream stream);
+
+  struct KernelStats {
+    std::string name;
+    uint64_t validated = 0, violations = 0, launches_with_violations = 0;
+    uint64_t first_address = 0, first_site = 0;
+    std::string skipped;  // why this kernel is not validated; empty if it is
+  };
+  struct Totals {
+    uint64_t validated = 0, pending = 0, violations = 0, modules = 0, twins = 0, incomplete = 0;
+    uint64_t twin_build_ns = 0, twin_build_max_ns = 0;
+  };
+  // Reads the tables of completed launches first.
+  Totals totals();
+  std::vector<KernelStats> kernels();
+
+ private:
+  struct Module {
+    uint64_t hash = 0;
+    std::string ptx;
+    bool built = false;
+    CUcontext ctx = nullptr;
+    CUmodule twins = nullptr;
+    std::map<std::string, std::string> skip;  // kernel -> why it is not validated
+    std::map<std::string, bool> kernels;      // the kernels the PTX defines (with twins)
+  };
+  struct Kernel {
+    std::shared_ptr<Module> module;
+    std::string name;
+    bool resolved = false;
+    CUfunction twin = nullptr;  // null: not validated (stats.skipped says why)
+    uint32_t params = 0;
+    KernelStats stats;
+  };
+  static constexpr size_t kTableRanges = 64;
+  static constexpr size_t kTablesPerBlock = 256;
+
+  // The twin to launch for `f`, or null; builds the module's twins at the
+  // first launch of any of its kernels.
+  Kernel* kernel_locked(CUfunction f);
+  void build_locked(Module& m);
+  bool table_locked(Table* out);
+  void collect_locked();
+
+  LaunchSpeculation& speculation_;
+  std::atomic<bool> active_{false};
+  std::mutex mu_;
+  std::unordered_map<const void*, std::shared_ptr<Module>> modules_;  // by module/library handle
+  std::unordered_map<const void*, std::pair<std::shared_ptr<Module>, std::string>> functions_;
+  // Boxed: tables in flight point at their kernel; kernels of an unloaded
+  // module move to retired_ and keep their statistics.
+  std::unordered_map<CUfunction, std::unique_ptr<Kernel>> kernels_;
+  std::vector<std::unique_ptr<Kernel>> retired_;
+  std::vector<Table> free_;
+  std::deque<Table> in_flight_;
+  Totals totals_;
+};
+
+}  // namespace phos::hooks
