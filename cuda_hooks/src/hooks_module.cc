@@ -35,9 +35,11 @@ void loaded_image(const void* handle, const void* image, const char* source) {
   ModuleImage identified = identify_image(image);
   runtime().modules.loaded(handle, identified, source);
   if (runtime().speculation.active()) runtime().speculation.module_loaded(identified.hash, image);
-  // PTX text (Triton, NVRTC): its kernels can be validated with twins.
-  if (runtime().validation.active() && identified.kind == ModuleKind::kPtx)
-    runtime().validation.module_loaded(handle, identified.hash, static_cast<const char*>(image));
+  // PTX text (NVRTC, cuModuleLoadData of PTX), or a fatbin's PTX (nvcc
+  // embeds compute_XX PTX next to the SASS by default): its kernels can be
+  // validated with twins.
+  if (runtime().validation.active() && (identified.kind == ModuleKind::kPtx || identified.kind == ModuleKind::kFatbin))
+    runtime().validation.module_loaded(handle, identified.hash, image, identified.kind == ModuleKind::kPtx);
 }
 
 }  // namespace
@@ -109,12 +111,18 @@ extern "C" PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule modu
 
 extern "C" PHOS_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuLibraryGetKernel)(kernel, library, name), [&] { runtime().modules.function(library, *kernel, name); });
+  return noted(PHOS_REAL(cuLibraryGetKernel)(kernel, library, name), [&] {
+    runtime().modules.function(library, *kernel, name);
+    if (runtime().validation.active()) runtime().validation.function_taken(library, *kernel, name);
+  });
 }
 
 extern "C" PHOS_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuKernelGetFunction)(f, kernel), [&] { runtime().modules.same_module(kernel, *f); });
+  return noted(PHOS_REAL(cuKernelGetFunction)(f, kernel), [&] {
+    runtime().modules.same_module(kernel, *f);
+    if (runtime().validation.active()) runtime().validation.same_function(kernel, *f);
+  });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule module,

@@ -9,13 +9,53 @@
 #include "launch_speculation.h"
 #include "phos/ptx/range_table.h"
 #include "phos/ptx/twin.h"
+#include "phos/speculation/fatbin.h"
 
 namespace phos::hooks {
 
-void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const char* ptx) {
+namespace {
+
+uint32_t device_arch() {
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  if (PHOS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS ||
+      PHOS_REAL(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+      PHOS_REAL(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+    return 0;
+  return uint32_t(major * 10 + minor);
+}
+
+// The newest PTX of the fatbin at `image` (or behind cudart's wrapper) that
+// a GPU of `arch` can JIT: compute_XX with XX <= arch. Empty if none.
+std::string fatbin_ptx(const void* image, uint32_t arch) {
+  auto* p = static_cast<const std::byte*>(image);
+  uint32_t magic = 0;
+  std::memcpy(&magic, p, sizeof(magic));
+  if (magic == speculation::kFatbinWrapperMagic) std::memcpy(&p, p + 8, sizeof(p));
+  if (!p) return {};
+  // The header's own size field bounds the read (read_fatbin checks it).
+  uint64_t size = 0;
+  std::memcpy(&magic, p, sizeof(magic));
+  if (magic != speculation::kFatbinMagic) return {};
+  std::memcpy(&size, p + 8, sizeof(size));
+  std::vector<speculation::FatbinEntry> entries;
+  std::string error;
+  if (size > (uint64_t(1) << 32) || !speculation::read_fatbin({p, size + 16}, &entries, &error)) return {};
+  const speculation::FatbinEntry* best = nullptr;
+  for (const auto& e : entries)
+    if (e.kind == speculation::FatbinEntryKind::kPtx && e.arch <= arch && (!best || e.arch > best->arch)) best = &e;
+  std::vector<std::byte> text;
+  if (!best || !speculation::entry_contents(*best, &text, &error)) return {};
+  return std::string(reinterpret_cast<const char*>(text.data()), strnlen(reinterpret_cast<const char*>(text.data()), text.size()));
+}
+
+}  // namespace
+
+void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx) {
   auto m = std::make_shared<Module>();
   m->hash = hash;
-  m->ptx = ptx;
+  m->ptx = is_ptx ? std::string(static_cast<const char*>(image)) : fatbin_ptx(image, device_arch());
+  if (m->ptx.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   modules_[handle] = std::move(m);
   totals_.modules++;
@@ -40,6 +80,12 @@ void LaunchValidation::module_unloaded(const void* handle) {
     }
   }
   if (m->twins) PHOS_REAL(cuModuleUnload)(m->twins);
+}
+
+void LaunchValidation::same_function(const void* kernel, const void* derived) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = functions_.find(kernel);
+  if (it != functions_.end()) functions_[derived] = it->second;
 }
 
 void LaunchValidation::function_taken(const void* module, const void* function, const char* name) {

@@ -40,12 +40,16 @@ class LaunchValidation {
   bool active() const { return active_.load(std::memory_order_relaxed); }
   void set_active(bool on) { active_.store(on, std::memory_order_relaxed); }
 
-  // A module loaded from PTX text `ptx` (NUL-terminated) under `handle`.
-  void module_loaded(const void* handle, uint64_t hash, const char* ptx);
+  // A module loaded under `handle` from `image`: PTX text (NUL-terminated)
+  // when is_ptx, else a fatbin (or cudart's wrapper of one), whose newest
+  // PTX entry this GPU can run is taken; nothing to validate without one.
+  void module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx);
   void module_unloaded(const void* handle);
   // cuModuleGetFunction / cuLibraryGetKernel: `function` named `name` is in
   // the module loaded under `module`.
   void function_taken(const void* module, const void* function, const char* name);
+  // cuKernelGetFunction: `derived` is `kernel`'s function.
+  void same_function(const void* kernel, const void* derived);
 
   struct Table {
     uint64_t* host = nullptr;

@@ -261,6 +261,51 @@ case_ptx_twins() {
   else line ptx_twins FAIL "rc $rc: $(grep -E 'FAIL' "$log/ptx_twins.out" | head -n4 | tr '\n' ' ')"; fi
 }
 
+# Validation with PTX twins (PHOS_VALIDATE=1): the planted mis-speculations
+# are caught with the right buffer, and the suite's workloads give the same
+# results and no violation (no false alarm).
+val_stats() {  # val_stats STATS: the totals, briefly
+  awk '/^validation / {for (i = 2; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}
+       printf "modules with PTX %d, twins %d (incomplete %d), validated launches %d, violations %d, twins built in %s ms (at most %s)",
+         v["modules"], v["twins"], v["incomplete"], v["validated"], v["violations"], v["twin_build_ms"], v["twin_build_max_ms"]}' "$1"
+}
+case_validation() {
+  local s=$log/validation_planted.stats
+  PHOS_VALIDATE=1 PHOS_STATS_FILE=$s LD_PRELOAD=$libphos "$bin/planted" > "$log/validation_planted.out" 2>&1
+  local rc=$? victim size ok=1 k
+  read -r _ victim size < <(grep '^victim' "$log/validation_planted.out")
+  for k in through_device_pointer through_struct_in_memory; do
+    local l first; l=$(grep "^validated _Z[0-9]*${k}" "$s")
+    first=$(grep -o 'first=0x[0-9a-f]*' <<<"$l" | cut -d= -f2)
+    if ! grep -q 'violations=64 ' <<<"$l" || [ -z "$first" ] || [ $((first)) -lt $((victim)) ] || [ $((first)) -ge $((victim + size)) ]; then
+      ok=0; echo "gpu: validation: $k: $l (victim $victim)"
+    fi
+  done
+  grep -q "^validated _Z6honestPKfPf launches=1 violations=0 " "$s" || { ok=0; echo "gpu: validation: honest: $(grep honest "$s")"; }
+  local global; global=$(grep -o '^validated _Z14through_globalf.*' "$s")
+  if [ $rc -eq 0 ] && [ $ok = 1 ] && grep -qx 'checksum 2240.0' "$log/validation_planted.out"; then
+    line validation_planted PASS "writes through a pointer in device memory and through a struct field behind a pointer to const: 64 violations each, first in the victim buffer; honest kernel: none; results unchanged; $(val_stats "$s"); through a __device__ pointer: ${global#validated }"
+  else line validation_planted FAIL "rc $rc; $(tr '\n' ' ' < "$log/validation_planted.out"); $(grep '^validat' "$s" | tr '\n' '|')"; fi
+  local name
+  for name in cuda_basic cublas torch_mlp torch_compile; do
+    local ref got vrc
+    case $name in
+      cuda_basic) set -- checksum "$bin/cuda_basic" 40 ;;
+      cublas) set -- checksum "$bin/cublas_gemm" ;;
+      *) set -- '^result' python3 "$here/torch_workloads.py" "${name#torch_}" ;;
+    esac
+    local pattern=$1; shift
+    ref=$("$@" 2>/dev/null | grep -E "$pattern")
+    PHOS_VALIDATE=1 PHOS_STATS_FILE=$log/validation_$name.stats LD_PRELOAD=$libphos "$@" > "$log/validation_$name.out" 2>&1
+    vrc=$?
+    got=$(grep -E "$pattern" "$log/validation_$name.out")
+    local violations; violations=$(grep -o '^validation .* violations=[0-9]*' "$log/validation_$name.stats" | grep -o '[0-9]*$')
+    if [ $vrc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] && [ "${violations:-x}" = 0 ]; then
+      line "validation_$name" PASS "same result, no violation; $(val_stats "$log/validation_$name.stats")"
+    else line "validation_$name" FAIL "rc $vrc; ref $ref; got $got; $(grep '^validat' "$log/validation_$name.stats" | head -n5 | tr '\n' '|')"; fi
+  done
+}
+
 # Alternating runs, median of each figure (one run is within noise).
 case_bench() {
   local r

@@ -68,6 +68,10 @@ if [ -n "${PHOS_TEST_SAXPY_PTX:-}" ]; then
   xs=$(printf '0x%x' $((x + 16)))
   expect "$work/planted" "^validated _Z5saxpyPKfPffi launches=2 violations=2 launches_with_violations=2 first=$xs site=0\$" \
     "the planted write to x (speculated read only) is caught, at x"
+  # The same kernel from nvcc's fatbin: its compute_90 PTX is taken.
+  run "$work/fatbin_ptx" PHOS_VALIDATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_FATBIN"
+  expect "$work/fatbin_ptx" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0$' \
+    "saxpy validated from the PTX inside its fatbin"
 else
   echo "[speculation] no nvcc: validation is not tested here"
 fi
