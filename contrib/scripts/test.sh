@@ -47,9 +47,10 @@ for path in sys.argv[2:]:
         out = t.get("stdout", "") or ""
         m = re.search(r"All tests passed \(\d+ assertions? in (\d+) test cases?\)", out)
         n = re.search(r"test cases: *(\d+) \| *(\d+) passed \| *(\d+) failed", out)
-        if t["name"] == "unit" and m:
+        name = t["name"].split(" / ")[-1]  # meson may prefix "project:suite / "
+        if name == "unit" and m:
             passed += int(m.group(1))
-        elif t["name"] == "unit" and n:
+        elif name == "unit" and n:
             passed += int(n.group(2)); failed += int(n.group(3))
         elif t["result"] in ("OK", "EXPECTEDFAIL"):
             passed += 1
