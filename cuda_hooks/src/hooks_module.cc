@@ -37,6 +37,13 @@ void loaded_image(const void* handle, const void* image, const char* source) {
   if (runtime().speculation.active()) runtime().speculation.module_loaded(identified.hash, image);
 }
 
+// The driver may hand a later module's functions the handles of this one's:
+// the speculation forgets what it cached by handle.
+void unloaded(const void* handle) {
+  uint64_t id = runtime().modules.unloaded(handle);
+  if (id) runtime().speculation.module_unloaded(id);
+}
+
 }  // namespace
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
@@ -82,12 +89,12 @@ extern "C" PHOS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const 
 
 extern "C" PHOS_EXPORT CUresult cuModuleUnload(CUmodule module) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuModuleUnload)(module), [&] { runtime().modules.unloaded(module); });
+  return noted(PHOS_REAL(cuModuleUnload)(module), [&] { unloaded(module); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuLibraryUnload)(library), [&] { runtime().modules.unloaded(library); });
+  return noted(PHOS_REAL(cuLibraryUnload)(library), [&] { unloaded(library); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
@@ -144,7 +151,7 @@ extern "C" PHOS_EXPORT void __cudaRegisterFatBinaryEnd(void** handle) {
 
 extern "C" PHOS_EXPORT void __cudaUnregisterFatBinary(void** handle) {
   if (auto real = PHOS_NEXT(__cudaUnregisterFatBinary, kCudart)) real(handle);
-  runtime().modules.unloaded(handle);
+  unloaded(handle);
 }
 
 extern "C" PHOS_EXPORT void __cudaRegisterFunction(void** handle, const char* host_function, char* device_function,
