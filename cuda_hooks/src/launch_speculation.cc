@@ -36,11 +36,9 @@ spec::LaunchArgs launch_args(void** params, void** extra) {
   if (params) {
     args.params = params;
   } else if (extra) {
-    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) args.packed = static_cast<const std::byte*>(extra[i + 1]);
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) args.packed_size = *static_cast<size_t*>(extra[i + 1]);
-    }
-    if (!args.packed) args.packed_size = 0;
+    PackedArgs packed = packed_args(extra);
+    args.packed = packed.data;
+    args.packed_size = packed.size;
   }
   return args;
 }
