@@ -46,14 +46,8 @@ NodeKernel node_kernel(CUgraphNode node) {
     for (size_t i = 0; i < slots->size(); i++)
       std::memcpy(k.args.data() + (*slots)[i].offset, p.kernelParams[i], (*slots)[i].size);
   } else if (p.extra) {
-    for (size_t i = 0; p.extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
-      if (p.extra[i] != CU_LAUNCH_PARAM_BUFFER_POINTER) continue;
-      for (size_t j = 0; p.extra[j] != CU_LAUNCH_PARAM_END && j < 16; j += 2)
-        if (p.extra[j] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-          auto* bytes = static_cast<const std::byte*>(p.extra[i + 1]);
-          k.args.assign(bytes, bytes + *static_cast<size_t*>(p.extra[j + 1]));
-        }
-    }
+    PackedArgs packed = packed_args(p.extra);
+    if (packed.data) k.args.assign(packed.data, packed.data + packed.size);
   }
   return k;
 }

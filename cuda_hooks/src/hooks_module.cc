@@ -42,6 +42,16 @@ void loaded_image(const void* handle, const void* image, const char* source) {
     runtime().validation.module_loaded(handle, identified.hash, image, identified.kind == ModuleKind::kPtx);
 }
 
+// The driver may hand a later module's functions the handles of this one's:
+// the speculation forgets what it cached by handle.
+// A module or library unloaded: the registry, the speculation's kernels of
+// it and its twins forget it.
+void unloaded(const void* handle) {
+  uint64_t id = runtime().modules.unloaded(handle);
+  if (id) runtime().speculation.module_unloaded(id);
+  if (runtime().validation.active()) runtime().validation.module_unloaded(handle);
+}
+
 }  // namespace
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
@@ -87,18 +97,12 @@ extern "C" PHOS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const 
 
 extern "C" PHOS_EXPORT CUresult cuModuleUnload(CUmodule module) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuModuleUnload)(module), [&] {
-    runtime().modules.unloaded(module);
-    if (runtime().validation.active()) runtime().validation.module_unloaded(module);
-  });
+  return noted(PHOS_REAL(cuModuleUnload)(module), [&] { unloaded(module); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuLibraryUnload)(library), [&] {
-    runtime().modules.unloaded(library);
-    if (runtime().validation.active()) runtime().validation.module_unloaded(library);
-  });
+  return noted(PHOS_REAL(cuLibraryUnload)(library), [&] { unloaded(library); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
@@ -164,7 +168,7 @@ extern "C" PHOS_EXPORT void __cudaRegisterFatBinaryEnd(void** handle) {
 
 extern "C" PHOS_EXPORT void __cudaUnregisterFatBinary(void** handle) {
   if (auto real = PHOS_NEXT(__cudaUnregisterFatBinary, kCudart)) real(handle);
-  runtime().modules.unloaded(handle);
+  unloaded(handle);
 }
 
 extern "C" PHOS_EXPORT void __cudaRegisterFunction(void** handle, const char* host_function, char* device_function,

@@ -36,4 +36,15 @@ std::optional<std::vector<ParamSlot>> kernel_param_slots(CUfunction f) {
   return slots;
 }
 
+PackedArgs packed_args(void* const* extra) {
+  PackedArgs args;
+  if (!extra) return args;
+  for (size_t i = 0; i < 2 * kMaxExtraPairs && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) args.data = static_cast<const std::byte*>(extra[i + 1]);
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) args.size = *static_cast<const size_t*>(extra[i + 1]);
+  }
+  if (!args.data) args.size = 0;
+  return args;
+}
+
 }  // namespace phos::hooks

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,5 +21,15 @@ std::string kernel_name(CUfunction f);
 // Every parameter's offset and size; nullopt where the driver answers for
 // neither form (not even for parameter 0 of a kernel that has one).
 std::optional<std::vector<ParamSlot>> kernel_param_slots(CUfunction f);
+
+// The packed argument buffer of a launch's `extra` array ({BUFFER_POINTER,
+// buf, BUFFER_SIZE, &size, END}); {nullptr, 0} where it names none. At most
+// kMaxExtraPairs pairs are read, each slot only after the bound is checked.
+struct PackedArgs {
+  const std::byte* data = nullptr;
+  size_t size = 0;
+};
+inline constexpr size_t kMaxExtraPairs = 8;
+PackedArgs packed_args(void* const* extra);
 
 }  // namespace phos::hooks

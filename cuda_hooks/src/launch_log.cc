@@ -97,17 +97,11 @@ void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t bloc
       r.arg_bytes = std::max(r.arg_bytes, p.offset + p.size);
     }
   } else if (extra) {
-    // {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END}
-    void* buffer = nullptr;
-    size_t size = 0;
-    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = extra[i + 1];
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *static_cast<size_t*>(extra[i + 1]);
-    }
-    if (buffer) {
-      r.truncated = size > LaunchRecord::kMaxArgBytes;
-      r.arg_bytes = uint32_t(std::min(size, LaunchRecord::kMaxArgBytes));
-      std::memcpy(r.args, buffer, r.arg_bytes);
+    PackedArgs packed = packed_args(extra);
+    if (packed.data) {
+      r.truncated = packed.size > LaunchRecord::kMaxArgBytes;
+      r.arg_bytes = uint32_t(std::min(packed.size, LaunchRecord::kMaxArgBytes));
+      std::memcpy(r.args, packed.data, r.arg_bytes);
     }
   }
 }

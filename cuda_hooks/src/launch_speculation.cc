@@ -36,11 +36,9 @@ spec::LaunchArgs launch_args(void** params, void** extra) {
   if (params) {
     args.params = params;
   } else if (extra) {
-    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) args.packed = static_cast<const std::byte*>(extra[i + 1]);
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) args.packed_size = *static_cast<size_t*>(extra[i + 1]);
-    }
-    if (!args.packed) args.packed_size = 0;
+    PackedArgs packed = packed_args(extra);
+    args.packed = packed.data;
+    args.packed_size = packed.size;
   }
   return args;
 }
@@ -61,6 +59,9 @@ LaunchSpeculation::ExactScope::ExactScope() { t_exact_depth++; }
 LaunchSpeculation::ExactScope::~ExactScope() { t_exact_depth--; }
 
 void LaunchSpeculation::set_active(bool on, DeviceMemory& memory) {
+  // Serialised: an "off" clearing the index after a concurrent "on" refilled
+  // it would leave speculation on over an empty index.
+  std::lock_guard<std::mutex> switching(switch_mu_);
   if (on == active()) return;
   if (!on) {
     active_.store(false, std::memory_order_relaxed);
@@ -97,15 +98,17 @@ void LaunchSpeculation::buffer_removed(uint64_t start) {
 
 void LaunchSpeculation::module_loaded(uint64_t hash, const void* image) {
   if (!hash || !image) return;
+  uint32_t arch = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (metadata_.count(hash)) return;
     if (!arch_) arch_ = current_arch();
+    arch = arch_;
   }
   ModuleMetadata m;
   m.read = true;
   std::string error;
-  spec::module_kernels(image, arch_, &m.kernels, &error);  // PTX only: no cubin, no kernels
+  spec::module_kernels(image, arch, &m.kernels, &error);  // PTX only: no cubin, no kernels
   std::lock_guard<std::mutex> lock(mu_);
   metadata_.try_emplace(hash, std::move(m));
 }
@@ -135,14 +138,28 @@ std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(CUfunction 
   sources.driver = kernel_param_slots(f);
   sources.name_kinds = spec::param_kinds_from_name(name.c_str());
   std::lock_guard<std::mutex> lock(mu_);
-  auto key = std::make_pair(module.hash ? module.hash : module.id, name);
-  auto cached = layouts_.find(key);
-  if (cached != layouts_.end()) return cached->second;
+  auto key = std::make_pair(module.hash, name);
+  if (module.hash) {
+    auto cached = layouts_.find(key);
+    if (cached != layouts_.end()) return cached->second;
+  }
   sources.cubin = cubin_kernel_locked(module, name);
   sources.signature = signatures_.find(name);
   auto layout = std::make_shared<const spec::KernelLayout>(spec::build_layout(sources));
-  layouts_.emplace(key, layout);
+  if (module.hash) layouts_.emplace(key, layout);
   return layout;
+}
+
+void LaunchSpeculation::module_unloaded(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = kernels_.begin(); it != kernels_.end();) {
+    if (it->second.module != id) {
+      ++it;
+      continue;
+    }
+    retired_.push_back(std::move(it->second));
+    it = kernels_.erase(it);
+  }
 }
 
 LaunchSpeculation::KernelEntry* LaunchSpeculation::entry_locked(CUfunction f) {
@@ -258,14 +275,14 @@ LaunchSpeculation::Totals LaunchSpeculation::totals() {
   std::lock_guard<std::mutex> lock(mu_);
   Totals t = totals_;
   t.indexed = index_.size();
-  t.kernels = kernels_.size();
+  t.kernels = kernels_.size() + retired_.size();
   return t;
 }
 
 std::vector<wire::KernelSpeculationEntry> LaunchSpeculation::kernels() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<wire::KernelSpeculationEntry> out;
-  for (const auto& [f, e] : kernels_) {
+  auto add = [&out](const KernelEntry& e) {
     wire::KernelSpeculationEntry k;
     k.name = e.name;
     k.module = e.module;
@@ -279,7 +296,9 @@ std::vector<wire::KernelSpeculationEntry> LaunchSpeculation::kernels() {
     k.types = spec::type_source_name(e.layout->types);
     k.note = e.layout->note;
     out.push_back(std::move(k));
-  }
+  };
+  for (const KernelEntry& e : retired_) add(e);
+  for (const auto& [f, e] : kernels_) add(e);
   return out;
 }
 

@@ -49,6 +49,10 @@ class LaunchSpeculation final : public BufferObserver {
   // A module image just loaded (content hash `hash`): its cubin's kernel
   // records are read now, for the layouts' cross-check.
   void module_loaded(uint64_t hash, const void* image);
+  // The module with registry id `id` was unloaded: its kernels' entries are
+  // retired (their statistics kept), since the driver may give a later
+  // kernel the same CUfunction.
+  void module_unloaded(uint64_t id);
   // A kernel whose arguments were copied aside, packed by the driver's
   // layout (a graph's kernel node, launched with its graph).
   void on_packed_kernel(CUfunction f, const std::byte* args, size_t size);
@@ -104,12 +108,15 @@ class LaunchSpeculation final : public BufferObserver {
 
   const ModuleRegistry& modules_;
   std::atomic<bool> active_{false};
+  std::mutex switch_mu_;  // one set_active at a time (taken before DeviceMemory's lock and mu_)
   std::mutex mu_;
   speculation::BufferIndex index_;
   speculation::SignatureDb signatures_;
   std::unordered_map<CUfunction, KernelEntry> kernels_;
+  std::vector<KernelEntry> retired_;  // of unloaded modules, for statistics
   // Layouts by (module hash, kernel name): a module loaded twice, or in two
-  // contexts, is analysed once.
+  // contexts, is analysed once. Kernels of modules without a hash are not
+  // shared: two of them may have the same name and different parameters.
   std::map<std::pair<uint64_t, std::string>, std::shared_ptr<const speculation::KernelLayout>> layouts_;
   std::unordered_map<uint64_t, ModuleMetadata> metadata_;  // by module hash
   uint32_t arch_ = 0;  // SM version of the device, for the cubin to read

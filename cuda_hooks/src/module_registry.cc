@@ -14,14 +14,15 @@ uint64_t ModuleRegistry::loaded(const void* handle, const ModuleImage& image, st
   return m.id;
 }
 
-void ModuleRegistry::unloaded(const void* handle) {
+uint64_t ModuleRegistry::unloaded(const void* handle) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(handle);
-  if (it == modules_.end()) return;
+  if (it == modules_.end()) return 0;
   uint64_t id = it->second.id;
   modules_.erase(it);
   handle_of_.erase(id);
   std::erase_if(function_module_, [&](const auto& f) { return f.second == id; });
+  return id;
 }
 
 void ModuleRegistry::function(const void* module, const void* function, const char* name) {

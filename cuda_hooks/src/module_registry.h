@@ -39,7 +39,8 @@ class ModuleRegistry {
  public:
   // A module loaded under `handle` (after the driver's success); its id.
   uint64_t loaded(const void* handle, const ModuleImage& image, std::string source, const void* image_data = nullptr);
-  void unloaded(const void* handle);
+  // The module under `handle` is gone; its id (0 where none was known).
+  uint64_t unloaded(const void* handle);
   // `function` (a CUfunction, CUkernel or cudart host function) named `name`
   // came from the module loaded under `module`.
   void function(const void* module, const void* function, const char* name);

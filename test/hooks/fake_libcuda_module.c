@@ -12,8 +12,13 @@ struct fake_handle {
   char name[64];
 };
 
+/* Set by a test: the next handle is this one again, renamed (the driver
+ * reusing a handle once its module is unloaded). */
+void *fake_next_handle;
+
 static void *handle(const char *name) {
-  struct fake_handle *h = calloc(1, sizeof(*h));
+  struct fake_handle *h = fake_next_handle ? fake_next_handle : calloc(1, sizeof(*h));
+  fake_next_handle = NULL;
   snprintf(h->name, sizeof(h->name), "%s", name ? name : "");
   return h;
 }

@@ -17,7 +17,7 @@ trap 'rm -rf "$work"' EXIT
 
 run() {  # run STATS [ENV...]
   local stats=$1; shift
-  env LD_PRELOAD="$libphos" PHOS_STATS_FILE="$stats" "$@" "$dir/speculation_client" > "$stats.out"
+  env LD_PRELOAD="$libphos" PHOS_STATS_FILE="$stats" "$@" "$dir/speculation_client" ${CLIENT_ARGS:-} > "$stats.out"
   grep -qx "calls failed 0" "$stats.out" || fail "a call failed through libphos.so: $(tr '\n' ' ' < "$stats.out")"
 }
 expect() {  # expect STATS LINE-REGEX WHAT
@@ -82,6 +82,15 @@ x=$(awk '$1 == "x" {print $2}' "$work/record.out"); y=$(awk '$1 == "y" {print $2
 expect "$work/record" "^record 0 kernel _Z5saxpyPKfPffi module=1 set=speculated r:#[0-9]+@$x rw:#[0-9]+@$y\$" \
   "the launch record names saxpy's set"
 expect "$work/record" '^record 3 kernel noinfo module=1 set=unknown$' "the launch record says noinfo's set is unknown"
+
+# A module unloaded and a new kernel given its kernel's CUfunction: the new
+# kernel gets its own layout, not the old one's (which would read four
+# kernelParams of a two-parameter kernel).
+CLIENT_ARGS=reuse run "$work/reuse" PHOS_SPECULATE=1
+! grep -q "handle not reused" "$work/reuse.out" || fail "the fake driver did not reuse the handle"
+expect "$work/reuse" '^speculated _Z5saxpyPKfPffi launches=1 .* types=name$' "saxpy before its module's unload"
+expect "$work/reuse" '^speculated closure_kernel launches=1 exact=0 speculated=1 unknown=0 buffers=2 reads=2 writes=2 types=none$' \
+  "closure_kernel under saxpy's old handle"
 
 run "$work/off"
 ! grep -q '^speculat' "$work/off" || fail "speculated without PHOS_SPECULATE: $(grep '^speculat' "$work/off" | head -n2)"

@@ -15,7 +15,10 @@
  *
  * usage: speculation_client [wait]   wait: print "ready" before the launches
  *                                    and "launched" after them, and wait for
- *                                    a line on stdin after each */
+ *                                    a line on stdin after each
+ *        speculation_client reuse    saxpy once, its module unloaded, then
+ *                                    closure_kernel of a new module under
+ *                                    saxpy's old CUfunction handle */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,32 @@ static CUdeviceptr alloc(const char *name, size_t size) {
   return p;
 }
 
+extern void *fake_next_handle;  /* fake_libcuda_module.c */
+
+static int reuse(void) {
+  int bad = 0;
+  CUdeviceptr x = alloc("x", 1u << 20), y = alloc("y", 1u << 20), in = alloc("in", 256), out = alloc("out", 4096);
+  static unsigned char header[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
+  CUmodule m1, m2;
+  CUfunction saxpy, closure;
+  bad |= cuModuleLoadData(&m1, header);
+  bad |= cuModuleGetFunction(&saxpy, m1, "_Z5saxpyPKfPffi");
+  float a = 2.0f;
+  int n = 1000;
+  void *saxpy_args[] = {&x, &y, &a, &n};
+  bad |= cuLaunchKernel(saxpy, 1, 1, 1, 32, 1, 1, 0, NULL, saxpy_args, NULL);
+  bad |= cuModuleUnload(m1);
+  bad |= cuModuleLoadData(&m2, header);
+  fake_next_handle = saxpy;
+  bad |= cuModuleGetFunction(&closure, m2, "closure_kernel");
+  if (closure != saxpy) printf("handle not reused\n");
+  struct { int tag; CUdeviceptr in, out; } c = {7, in, out};
+  void *closure_args[] = {&n, &c};
+  bad |= cuLaunchKernel(closure, 1, 1, 1, 32, 1, 1, 0, NULL, closure_args, NULL);
+  printf("calls failed %d\n", bad);
+  return 0;
+}
+
 static int pause_for(const char *what) {
   printf("%s\n", what);
   fflush(stdout);
@@ -38,6 +67,7 @@ static int pause_for(const char *what) {
 int main(int argc, char **argv) {
   int bad = 0;
   cuCtxSetCurrent((CUcontext)1);
+  if (argc > 1 && !strcmp(argv[1], "reuse")) return reuse();
   CUdeviceptr x = alloc("x", 1u << 20), y = alloc("y", 1u << 20), in = alloc("in", 256), out = alloc("out", 4u << 20);
   static unsigned char header[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
   static unsigned char fatbin[1 << 20];
