@@ -97,7 +97,7 @@ void write_record(FILE* f, const LaunchRecord& r, const std::unordered_map<CUfun
 void write_speculation(FILE* f) {
   auto t = runtime().speculation.totals();
   if (!runtime().speculation.active() && t.launches == 0 && t.calls == 0) return;
-  double rate = runtime().speculation.measure_lookup_rate(2000000);
+  double rate = runtime().speculation.measure_lookup_rate(200000);
   std::fprintf(f,
                "speculation kernels=%llu launches=%llu exact=%llu speculated=%llu unknown=%llu calls=%llu "
                "calls_exact=%llu calls_unknown=%llu buffers=%llu lookups=%llu indexed=%llu lookup_rate=%.0f "

@@ -47,7 +47,11 @@ bool apply_signature(KernelLayout& layout, const KernelSignature& sig) {
     p.fields_known = s.fields_known;
     p.pointer_fields = s.pointer_fields;
   }
-  layout.slots_known = true;
+  // The database's slots alone are not trusted for reading kernelParams: it
+  // matches by name only, and a name that means another kernel (extern "C"
+  // names collide across libraries) would make a launch read past the
+  // program's array. Without the driver's or the cubin's slots the layout
+  // serves packed arguments only (speculate_kernel then scans them whole).
   layout.types = TypeSource::kSignatureDb;
   return true;
 }

@@ -253,3 +253,21 @@ TEST_CASE("layout: without the driver, the cubin gives the slots") {
   CHECK(l.types == TypeSource::kName);
   CHECK(l.params[1].offset == 8);
 }
+
+TEST_CASE("layout: the signature database alone does not make kernelParams readable") {
+  // No driver, no cubin: a name-only match must not decide how many
+  // kernelParams entries a launch reads.
+  LayoutSources s;
+  KernelSignature sig;
+  sig.params = {P(0, 8, K::kPointer), P(8, 8, K::kPointer)};
+  s.signature = &sig;
+  KernelLayout l = build_layout(s);
+  CHECK(l.types == TypeSource::kSignatureDb);
+  CHECK_FALSE(l.slots_known);
+  BufferIndex index = three_buffers();
+  uint64_t a = 0x7f0000000000;
+  void* params[] = {&a};  // the kernel really has one parameter
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.kind == SetKind::kUnknown);
+}
