@@ -48,7 +48,10 @@ void loaded_image(const void* handle, const void* image, const char* source) {
 // it and its twins forget it.
 void unloaded(const void* handle) {
   uint64_t id = runtime().modules.unloaded(handle);
-  if (id) runtime().speculation.module_unloaded(id);
+  if (id) {
+    runtime().speculation.module_unloaded(id);
+    runtime().launches.module_unloaded(id);
+  }
   if (runtime().validation.active()) runtime().validation.module_unloaded(handle);
 }
 

@@ -117,9 +117,23 @@ std::vector<LaunchRecord> LaunchLog::recent() {
 
 std::vector<KernelSummary> LaunchLog::kernels() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<KernelSummary> out;
+  std::vector<KernelSummary> out = retired_;
   for (const auto& [f, k] : kernels_) out.push_back({f, k.module, k.name, k.launches, k.params});
   return out;
+}
+
+void LaunchLog::module_unloaded(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = kernels_.begin(); it != kernels_.end();) {
+    if (it->second.module != id) {
+      ++it;
+      continue;
+    }
+    const Kernel& k = it->second;
+    // Listed before the live kernels, so a reused handle names the live one.
+    retired_.push_back({it->first, k.module, k.name, k.launches, k.params});
+    it = kernels_.erase(it);
+  }
 }
 
 }  // namespace phos::hooks

@@ -91,6 +91,10 @@ class LaunchLog {
   uint64_t record_call(RecordKind kind, const char* call, CUstream stream, const ranges::RangeList& ranges);
   uint64_t recorded() const { return next_.load(); }
   std::vector<KernelSummary> kernels();
+  // The module `id` was unloaded: its kernels are forgotten here (the driver
+  // may hand their handles to new kernels, whose names and parameter
+  // layouts differ), their summaries kept for kernels(), listed first.
+  void module_unloaded(uint64_t id);
   // The records still in the ring, oldest first.
   std::vector<LaunchRecord> recent();
 
@@ -109,6 +113,7 @@ class LaunchLog {
   std::atomic<uint64_t> next_{0};
   std::mutex mu_;
   std::unordered_map<CUfunction, Kernel> kernels_;
+  std::vector<KernelSummary> retired_;
   std::unique_ptr<LaunchRecord[]> ring_;
 };
 

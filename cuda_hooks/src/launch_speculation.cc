@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -88,7 +89,9 @@ Result<void> LaunchSpeculation::load_signatures(const std::string& paths) {
 
 void LaunchSpeculation::buffer_added(uint64_t start, uint64_t size, uint64_t unit) {
   std::lock_guard<std::mutex> lock(mu_);
-  index_.insert(start, size, unit);
+  // An overlap would mean two live buffers at one address: counted (it
+  // should never happen), the buffer left out of the index.
+  if (!index_.insert(start, size, unit)) totals_.index_refused++;
 }
 
 void LaunchSpeculation::buffer_removed(uint64_t start) {
@@ -106,11 +109,23 @@ void LaunchSpeculation::module_loaded(uint64_t hash, const void* image) {
     arch = arch_;
   }
   ModuleMetadata m;
+  bool unreadable = false;
+  read_metadata(m, image, arch, &unreadable);
+  std::lock_guard<std::mutex> lock(mu_);
+  totals_.cubin_unreadable += unreadable;
+  metadata_.try_emplace(hash, std::move(m));
+}
+
+void LaunchSpeculation::read_metadata(ModuleMetadata& m, const void* image, uint32_t arch, bool* unreadable) {
   m.read = true;
   std::string error;
-  spec::module_kernels(image, arch, &m.kernels, &error);  // PTX only: no cubin, no kernels
-  std::lock_guard<std::mutex> lock(mu_);
-  metadata_.try_emplace(hash, std::move(m));
+  if (spec::module_kernels(image, arch, &m.kernels, &error)) return;
+  // PTX text, or a fatbin without a cubin for this GPU, has no records to
+  // read; a fatbin or cubin that fails to parse is what counts.
+  uint32_t magic = 0;
+  std::memcpy(&magic, image, sizeof(magic));
+  bool binary = magic == spec::kFatbinMagic || magic == spec::kFatbinWrapperMagic || std::memcmp(image, "\x7f" "ELF", 4) == 0;
+  *unreadable = binary && error.find("no cubin for") == std::string::npos;
 }
 
 const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef& module, const std::string& name) {
@@ -120,11 +135,10 @@ const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef&
     // Only images that stay valid (cudart registrations) are read this late.
     if (!module.image_data) return nullptr;
     found = metadata_.try_emplace(module.hash).first;
-    found->second.read = true;
     if (!arch_) arch_ = current_arch();
-    std::string error;
-    // A module without a cubin for this GPU (PTX only) simply has none.
-    spec::module_kernels(module.image_data, arch_, &found->second.kernels, &error);
+    bool unreadable = false;
+    read_metadata(found->second, module.image_data, arch_, &unreadable);
+    totals_.cubin_unreadable += unreadable;
   }
   ModuleMetadata& m = found->second;
   for (const spec::CubinKernel& k : m.kernels)

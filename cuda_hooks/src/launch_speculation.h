@@ -71,6 +71,8 @@ class LaunchSpeculation final : public BufferObserver {
     uint64_t calls = 0, calls_exact = 0, calls_unknown = 0;         // copies, memsets, library calls
     uint64_t buffers = 0, lookups = 0, indexed = 0, kernels = 0;
     uint64_t cubin_checked = 0;             // kernels whose driver layout was compared with the cubin's
+    uint64_t cubin_unreadable = 0;          // modules whose cubin could not be read (not: PTX only)
+    uint64_t index_refused = 0;             // buffers the index refused (overlapping one it holds)
     uint64_t analysis_ns = 0, analysis_max_ns = 0;  // time analysing kernels at their first launch
   };
   Totals totals();
@@ -102,6 +104,9 @@ class LaunchSpeculation final : public BufferObserver {
   void speculate(CUfunction f, const speculation::LaunchArgs& args, LaunchSet* out);
   KernelEntry* entry(CUfunction f, std::unique_lock<std::mutex>& lock);
   KernelEntry* entry_locked(CUfunction f);
+  // A module's cubin records into `m`; an unreadable cubin is counted (a
+  // module with no cubin for this GPU, PTX only, is not).
+  void read_metadata(ModuleMetadata& m, const void* image, uint32_t arch, bool* unreadable);
   std::shared_ptr<const speculation::KernelLayout> analyse(CUfunction f, const std::string& name,
                                                            const ModuleRef& module);
   const speculation::CubinKernel* cubin_kernel_locked(const ModuleRef& module, const std::string& name);

@@ -46,6 +46,12 @@ if [ -n "${PHOS_TEST_SAXPY_FATBIN:-}" ]; then
   run "$work/cubin" PHOS_SPECULATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_FATBIN"
   expect "$work/cubin" ' cubin_checked=1 ' "saxpy's layout was not checked against nvcc's cubin"
   ! grep -q ' note=' "$work/cubin" || fail "layout sources disagree: $(grep -o ' note=.*' "$work/cubin")"
+  expect "$work/cubin" ' cubin_unreadable=0 index_refused=0 ' "a readable cubin counted as unreadable"
+  # The same fatbin with its cubin's ELF header wiped: counted, not mistaken for PTX only.
+  python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[0x50:0x90] = bytes(0x40); open(sys.argv[2], "wb").write(b)' \
+    "$PHOS_TEST_SAXPY_FATBIN" "$work/broken.fatbin"
+  run "$work/broken" PHOS_SPECULATE=1 PHOS_TEST_FATBIN="$work/broken.fatbin"
+  expect "$work/broken" ' cubin_checked=0 cubin_unreadable=1 ' "a fatbin whose cubin cannot be read is not counted"
 else
   echo "[speculation] no nvcc: the cubin cross-check is not tested here"
 fi
@@ -91,6 +97,10 @@ CLIENT_ARGS=reuse run "$work/reuse" PHOS_SPECULATE=1
 expect "$work/reuse" '^speculated _Z5saxpyPKfPffi launches=1 .* types=name$' "saxpy before its module's unload"
 expect "$work/reuse" '^speculated closure_kernel launches=1 exact=0 speculated=1 unknown=0 buffers=2 reads=2 writes=2 types=none$' \
   "closure_kernel under saxpy's old handle"
+# The launch record's kernel table likewise.
+CLIENT_ARGS=reuse run "$work/reuse_record" PHOS_RECORD_LAUNCHES=1
+expect "$work/reuse_record" '^kernel closure_kernel 1 module=2 params=0:4,8:24$' \
+  "the launch record kept saxpy's layout for closure_kernel under the reused handle"
 
 run "$work/off"
 ! grep -q '^speculat' "$work/off" || fail "speculated without PHOS_SPECULATE: $(grep '^speculat' "$work/off" | head -n2)"
