@@ -44,7 +44,7 @@ inline bool validating(bool per_thread, CUstream stream) {
     GatePass pass(runtime().gate);                                                                             \
     seen(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                                 \
     LaunchValidation::Prepared twin;                                                                           \
-    if (validating(per_thread, stream) && runtime().validation.prepare(f, params, extra, &twin)) {            \
+    if (validating(per_thread, stream) && runtime().validation.prepare(f, params, extra, shmem, &twin)) {     \
       CUresult r = PHOS_REAL(name)(twin.twin, gx, gy, gz, bx, by, bz, shmem, stream, twin.params.data(), nullptr); \
       if (runtime().validation.finish(twin, r, stream)) return r;                                              \
     }                                                                                                          \
@@ -60,7 +60,7 @@ PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
     seen_ex(per_thread, config, f, params, extra);                                                      \
     LaunchValidation::Prepared twin;                                                                    \
     if (config && validating(per_thread, config->hStream) &&                                            \
-        runtime().validation.prepare(f, params, extra, &twin)) {                                        \
+        runtime().validation.prepare(f, params, extra, config->sharedMemBytes, &twin)) {                \
       CUresult r = PHOS_REAL(name)(config, twin.twin, twin.params.data(), nullptr);                     \
       if (runtime().validation.finish(twin, r, config->hStream)) return r;                              \
     }                                                                                                   \

@@ -40,6 +40,9 @@ void loaded_image(const void* handle, const void* image, const char* source) {
   // validated with twins.
   if (runtime().validation.active() && (identified.kind == ModuleKind::kPtx || identified.kind == ModuleKind::kFatbin))
     runtime().validation.module_loaded(handle, identified.hash, image, identified.kind == ModuleKind::kPtx);
+  // A bare cubin: Triton's, whose PTX its cache holds.
+  if (runtime().validation.active() && identified.kind == ModuleKind::kCubin)
+    runtime().validation.cubin_loaded(handle, identified.hash, image, identified.size);
 }
 
 // The driver may hand a later module's functions the handles of this one's:

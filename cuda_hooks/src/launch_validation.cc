@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "driver.h"
 #include "kernel_info.h"
@@ -49,7 +53,45 @@ std::string fatbin_ptx(const void* image, uint32_t arch) {
   return std::string(reinterpret_cast<const char*>(text.data()), strnlen(reinterpret_cast<const char*>(text.data()), text.size()));
 }
 
+// The PTX Triton kept beside the cubin identical to `image` in its cache
+// directory `dir` (one level of <hash>/ folders); empty if none.
+std::string cached_ptx(const std::filesystem::path& dir, const void* image, size_t size) {
+  std::error_code ec;
+  for (const auto& folder : std::filesystem::directory_iterator(dir, ec)) {
+    for (const auto& file : std::filesystem::directory_iterator(folder.path(), ec)) {
+      if (file.path().extension() != ".cubin" || file.file_size(ec) != size) continue;
+      std::ifstream in(file.path(), std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (bytes.size() != size || std::memcmp(bytes.data(), image, size) != 0) continue;
+      std::filesystem::path ptx = file.path();
+      ptx.replace_extension(".ptx");
+      std::ifstream text(ptx);
+      return std::string((std::istreambuf_iterator<char>(text)), std::istreambuf_iterator<char>());
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+std::string LaunchValidation::triton_ptx(const void* image, size_t size) {
+  const char* dir = std::getenv("TRITON_CACHE_DIR");
+  const char* home = std::getenv("HOME");
+  std::filesystem::path cache = dir && *dir ? std::filesystem::path(dir)
+                                : home ? std::filesystem::path(home) / ".triton" / "cache" : std::filesystem::path();
+  return cache.empty() ? std::string() : cached_ptx(cache, image, size);
+}
+
+void LaunchValidation::cubin_loaded(const void* handle, uint64_t hash, const void* image, size_t size) {
+  std::string ptx = triton_ptx(image, size);
+  if (ptx.empty()) return;
+  auto m = std::make_shared<Module>();
+  m->hash = hash;
+  m->ptx = std::move(ptx);
+  std::lock_guard<std::mutex> lock(mu_);
+  modules_[handle] = std::move(m);
+  totals_.modules++;
+}
 
 void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx) {
   auto m = std::make_shared<Module>();
@@ -188,7 +230,7 @@ bool LaunchValidation::table_locked(Table* out) {
   return true;
 }
 
-bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, Prepared* out) {
+bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes, Prepared* out) {
   if (!params || extra) return false;  // the packed form is not validated yet
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   {
@@ -210,6 +252,13 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, Prepar
   out->table_address = out->table.device;
   out->params.assign(params, params + k->params);
   out->params.push_back(&out->table_address);
+  if (shared_bytes > 48 * 1024 && shared_bytes > k->shared_opt_in) {
+    // Never more than the original was allowed: the original's launch
+    // with this size succeeds only if the program opted in as far.
+    if (PHOS_REAL(cuFuncSetAttribute)(k->twin, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_bytes)) ==
+        CUDA_SUCCESS)
+      k->shared_opt_in = shared_bytes;
+  }
   return true;
 }
 

@@ -44,6 +44,11 @@ class LaunchValidation {
   // when is_ptx, else a fatbin (or cudart's wrapper of one), whose newest
   // PTX entry this GPU can run is taken; nothing to validate without one.
   void module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx);
+  // A module loaded from an ELF cubin of `size` bytes: Triton assembles its
+  // kernels itself and loads the cubin, keeping the PTX beside it in its
+  // cache (TRITON_CACHE_DIR, else ~/.triton/cache: <hash>/<name>.cubin and
+  // <name>.ptx); a cubin found there byte for byte brings its PTX.
+  void cubin_loaded(const void* handle, uint64_t hash, const void* image, size_t size);
   void module_unloaded(const void* handle);
   // cuModuleGetFunction / cuLibraryGetKernel: `function` named `name` is in
   // the module loaded under `module`.
@@ -67,7 +72,9 @@ class LaunchValidation {
   };
   // True when `f`'s launch can be validated: the caller launches
   // out->twin with out->params instead, then calls finish().
-  bool prepare(CUfunction f, void** params, void** extra, Prepared* out);
+  // `shared_bytes`: the launch's dynamic shared memory; above the default
+  // 48 KiB the twin gets the same opt-in the original must have had.
+  bool prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes, Prepared* out);
   // False when the twin's launch failed: the kernel is not validated from
   // then on, and the caller launches the original (validation must never
   // change what the program gets).
@@ -103,6 +110,7 @@ class LaunchValidation {
     bool resolved = false;
     CUfunction twin = nullptr;  // null: not validated (stats.skipped says why)
     uint32_t params = 0;
+    uint32_t shared_opt_in = 0;  // dynamic shared memory the twin was allowed above 48 KiB
     KernelStats stats;
   };
   static constexpr size_t kTableRanges = 64;
@@ -114,6 +122,7 @@ class LaunchValidation {
   void build_locked(Module& m);
   bool table_locked(Table* out);
   void collect_locked();
+  std::string triton_ptx(const void* image, size_t size);
 
   LaunchSpeculation& speculation_;
   std::atomic<bool> active_{false};

@@ -78,6 +78,15 @@ if [ -n "${PHOS_TEST_SAXPY_PTX:-}" ]; then
   run "$work/fatbin_ptx" PHOS_VALIDATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_FATBIN"
   expect "$work/fatbin_ptx" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0$' \
     "saxpy validated from the PTX inside its fatbin"
+  # A bare cubin, as Triton loads it: its PTX comes from Triton's cache.
+  mkdir -p "$work/triton/0123abcd"
+  cp "$PHOS_TEST_SAXPY_CUBIN" "$work/triton/0123abcd/saxpy.cubin"
+  cp "$PHOS_TEST_SAXPY_PTX" "$work/triton/0123abcd/saxpy.ptx"
+  run "$work/triton_cubin" PHOS_VALIDATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" TRITON_CACHE_DIR="$work/triton"
+  expect "$work/triton_cubin" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0$' \
+    "saxpy's cubin validated with the PTX from Triton's cache"
+  run "$work/no_cache" PHOS_VALIDATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" TRITON_CACHE_DIR="$work/none"
+  expect "$work/no_cache" '^validation modules=0 ' "a cubin without PTX anywhere is not validated"
 else
   echo "[speculation] no nvcc: validation is not tested here"
 fi
