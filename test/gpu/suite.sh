@@ -306,6 +306,32 @@ case_validation() {
   done
 }
 
+# What validation costs while on (the paper reports 1-12%): the PyTorch
+# MLP and torch.compile steps and cuda_basic's run time, native, with
+# libphos.so speculating, and validating; median of PHOS_BENCH_RUNS (5)
+# alternating runs.
+case_bench_validation() {
+  local r runs=${PHOS_BENCH_RUNS:-5} mode
+  : > "$log/bench_val.native"; : > "$log/bench_val.speculate"; : > "$log/bench_val.validate"
+  for r in $(seq "$runs"); do
+    for mode in native speculate validate; do
+      local envs=()
+      case $mode in
+        speculate) envs=(LD_PRELOAD=$libphos PHOS_SPECULATE=1) ;;
+        validate) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=1) ;;
+      esac
+      env "${envs[@]}" python3 "$here/torch_workloads.py" mlp --steps 300 | awk '/^time/ {split($2, a, "="); print "bench mlp_step_ms", a[2]}' >> "$log/bench_val.$mode"
+      env "${envs[@]}" python3 "$here/torch_workloads.py" compile --steps 300 | awk '/^time/ {split($2, a, "="); print "bench compile_step_ms", a[2]}' >> "$log/bench_val.$mode"
+      local t0; t0=$(date +%s.%N)
+      env "${envs[@]}" "$bin/cuda_basic" 40 > /dev/null
+      awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "bench cuda_basic_s %.4f\n", b - a}' >> "$log/bench_val.$mode"
+    done
+  done
+  echo "gpu: bench: validation cost, median [min-max] of $runs alternating runs: native | speculating | validating"
+  join <(spread "$log/bench_val.native") <(spread "$log/bench_val.speculate") | join - <(spread "$log/bench_val.validate") |
+    awk '{printf "gpu: bench:   %-18s %9.4f [%s] | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+6.1f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100, $6, $7, ($6 / $2 - 1) * 100}'
+}
+
 # Alternating runs, median of each figure (one run is within noise).
 case_bench() {
   local r
