@@ -9,62 +9,78 @@ using namespace phos::hooks;
 
 namespace {
 
-inline void seen(bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                 unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra) {
-  if (__builtin_expect(stream_capturing(stream, per_thread), 0)) return runtime().count(Counter::kCapturedLaunches);
+// Every launch: counted; recorded and speculated while that is on. A launch
+// into a stream being captured runs later, with its graph (counted there).
+// `writes` (while validating) gets the launch's speculated write set.
+inline void seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                 unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
+                 WriteRanges* writes = nullptr) {
+  if (__builtin_expect(capturing, 0)) return runtime().count(Counter::kCapturedLaunches);
   runtime().count(Counter::kLaunches);
   bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
   if (__builtin_expect(!recording && !speculating, 1)) return;
   LaunchSet set;
-  if (speculating) runtime().speculation.on_kernel(f, params, extra, recording ? &set : nullptr);
+  if (speculating) runtime().speculation.on_kernel(f, params, extra, recording ? &set : nullptr, writes);
   if (recording) {
     const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     runtime().launches.record(f, grid, block, shmem, stream, params, extra, speculating ? &set : nullptr);
   }
 }
 
-inline void seen_ex(bool per_thread, const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
-  if (!c) return runtime().count(Counter::kLaunches);
-  seen(per_thread, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->sharedMemBytes,
-       c->hStream, params, extra);
+// While validation is on, a kernel with a twin runs as its twin
+// (launch_validation.h), with the write set seen() speculated (known only
+// then, and never for a captured launch); `launch_twin` launches a function
+// with kernelParams. True with *result when the twin ran; false: the caller
+// launches the original.
+template <class LaunchTwin>
+bool ran_as_twin(CUfunction f, void** params, void** extra, uint32_t shmem, CUstream stream,
+                 const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result) {
+  if (__builtin_expect(!writes.known, 1)) return false;
+  LaunchValidation::Prepared twin;
+  if (!runtime().validation.prepare(f, params, extra, shmem, writes, &twin)) return false;
+  *result = launch_twin(twin.twin, twin.params.data());
+  return runtime().validation.finish(twin, *result, stream);
 }
 
 }  // namespace
-
-// While validation is on, a kernel with a twin runs as its twin
-// (launch_validation.h); not into a stream being captured.
-inline bool validating(bool per_thread, CUstream stream) {
-  return __builtin_expect(runtime().validation.active(), 0) && !stream_capturing(stream, per_thread);
-}
 
 #define PHOS_LAUNCH_HOOK(name, per_thread)                                                                     \
   extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params, void** extra) {                         \
     GatePass pass(runtime().gate);                                                                             \
-    seen(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                                 \
-    LaunchValidation::Prepared twin;                                                                           \
-    if (validating(per_thread, stream) && runtime().validation.prepare(f, params, extra, shmem, &twin)) {     \
-      CUresult r = PHOS_REAL(name)(twin.twin, gx, gy, gz, bx, by, bz, shmem, stream, twin.params.data(), nullptr); \
-      if (runtime().validation.finish(twin, r, stream)) return r;                                              \
-    }                                                                                                          \
+    bool capturing = stream_capturing(stream, per_thread);                                                     \
+    WriteRanges writes;                                                                                        \
+    seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,                                   \
+         runtime().validation.active() ? &writes : nullptr);                                                   \
+    CUresult r;                                                                                                \
+    auto launch_twin = [&](CUfunction twin, void** twin_params) {                                              \
+      return PHOS_REAL(name)(twin, gx, gy, gz, bx, by, bz, shmem, stream, twin_params, nullptr);               \
+    };                                                                                                         \
+    if (ran_as_twin(f, params, extra, shmem, stream, writes, launch_twin, &r)) return r;                       \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                           \
   }
 PHOS_LAUNCH_HOOK(cuLaunchKernel, false)
 PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
 #define PHOS_LAUNCH_EX_HOOK(name, per_thread)                                                           \
-  extern "C" PHOS_EXPORT CUresult name(const CUlaunchConfig* config, CUfunction f, void** params,     \
-                                       void** extra) {                                                  \
+  extern "C" PHOS_EXPORT CUresult name(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) { \
     GatePass pass(runtime().gate);                                                                      \
-    seen_ex(per_thread, config, f, params, extra);                                                      \
-    LaunchValidation::Prepared twin;                                                                    \
-    if (config && validating(per_thread, config->hStream) &&                                            \
-        runtime().validation.prepare(f, params, extra, config->sharedMemBytes, &twin)) {                \
-      CUresult r = PHOS_REAL(name)(config, twin.twin, twin.params.data(), nullptr);                     \
-      if (runtime().validation.finish(twin, r, config->hStream)) return r;                              \
+    if (!c) {                                                                                           \
+      runtime().count(Counter::kLaunches);                                                              \
+      return PHOS_REAL(name)(c, f, params, extra);                                                      \
     }                                                                                                   \
-    return PHOS_REAL(name)(config, f, params, extra);                                                   \
+    bool capturing = stream_capturing(c->hStream, per_thread);                                          \
+    WriteRanges writes;                                                                                 \
+    seen(capturing, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, \
+         c->sharedMemBytes, c->hStream, params, extra, runtime().validation.active() ? &writes : nullptr); \
+    CUresult r;                                                                                         \
+    auto launch_twin = [&](CUfunction twin, void** twin_params) {                                       \
+      return PHOS_REAL(name)(c, twin, twin_params, nullptr);                                            \
+    };                                                                                                  \
+    if (ran_as_twin(f, params, extra, c->sharedMemBytes, c->hStream, writes, launch_twin, &r))         \
+      return r;                                                                                         \
+    return PHOS_REAL(name)(c, f, params, extra);                                                        \
   }
 PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
 PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
@@ -74,7 +90,7 @@ PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params) {                                       \
     GatePass pass(runtime().gate);                                                                             \
-    seen(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr);                               \
+    seen(stream_capturing(stream, per_thread), f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr);     \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                                  \
   }
 PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)

@@ -35,20 +35,29 @@ void loaded_image(const void* handle, const void* image, const char* source) {
   ModuleImage identified = identify_image(image);
   runtime().modules.loaded(handle, identified, source);
   if (runtime().speculation.active()) runtime().speculation.module_loaded(identified.hash, image);
-  // PTX text (NVRTC, cuModuleLoadData of PTX), or a fatbin's PTX (nvcc
-  // embeds compute_XX PTX next to the SASS by default): its kernels can be
-  // validated with twins.
-  if (runtime().validation.active() && (identified.kind == ModuleKind::kPtx || identified.kind == ModuleKind::kFatbin))
-    runtime().validation.module_loaded(handle, identified.hash, image, identified.kind == ModuleKind::kPtx);
-  // A bare cubin: Triton's, whose PTX its cache holds.
-  if (runtime().validation.active() && identified.kind == ModuleKind::kCubin)
-    runtime().validation.cubin_loaded(handle, identified.hash, image, identified.size);
+  if (!runtime().validation.active()) return;
+  // Where a PTX for twins comes from: the text itself (NVRTC, cuModuleLoadData
+  // of PTX), a fatbin's PTX (nvcc embeds compute_XX PTX by default), or for a
+  // bare cubin (Triton's) the PTX Triton's cache keeps beside it.
+  switch (identified.kind) {
+    case ModuleKind::kPtx:
+    case ModuleKind::kFatbin:
+      runtime().validation.module_loaded(handle, identified.hash, image, identified.kind == ModuleKind::kPtx);
+      break;
+    case ModuleKind::kCubin: runtime().validation.cubin_loaded(handle, identified.hash, image, identified.size); break;
+    default: break;
+  }
 }
 
-// The driver may hand a later module's functions the handles of this one's:
-// the speculation forgets what it cached by handle.
-// A module or library unloaded: the registry, the speculation's kernels of
-// it and its twins forget it.
+// A function or kernel taken from a module or library, by name.
+void taken(const void* module, const void* function, const char* name) {
+  runtime().modules.function(module, function, name);
+  if (runtime().validation.active()) runtime().validation.function_taken(module, function, name);
+}
+
+// A module or library unloaded: the registry, the launch log, the
+// speculation and the validation forget it (the driver may hand a later
+// module's functions the handles of this one's).
 void unloaded(const void* handle) {
   uint64_t id = runtime().modules.unloaded(handle);
   if (id) {
@@ -113,18 +122,12 @@ extern "C" PHOS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuModuleGetFunction)(f, module, name), [&] {
-    runtime().modules.function(module, *f, name);
-    if (runtime().validation.active()) runtime().validation.function_taken(module, *f, name);
-  });
+  return noted(PHOS_REAL(cuModuleGetFunction)(f, module, name), [&] { taken(module, *f, name); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuLibraryGetKernel)(kernel, library, name), [&] {
-    runtime().modules.function(library, *kernel, name);
-    if (runtime().validation.active()) runtime().validation.function_taken(library, *kernel, name);
-  });
+  return noted(PHOS_REAL(cuLibraryGetKernel)(kernel, library, name), [&] { taken(library, *kernel, name); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {

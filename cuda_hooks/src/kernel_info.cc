@@ -12,6 +12,16 @@ std::string kernel_name(CUfunction f) {
   return "";
 }
 
+uint32_t current_device_arch() {
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  if (PHOS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS ||
+      PHOS_REAL(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+      PHOS_REAL(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+    return 0;
+  return uint32_t(major * 10 + minor);
+}
+
 std::optional<std::vector<ParamSlot>> kernel_param_slots(CUfunction f) {
   // Parameter 0 tells which form the handle is: CUDA_ERROR_INVALID_VALUE
   // (index out of range) from a form that knows the handle means no

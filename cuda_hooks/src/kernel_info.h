@@ -18,6 +18,9 @@ namespace phos::hooks {
 using ParamSlot = speculation::ParamSlot;
 
 std::string kernel_name(CUfunction f);
+// SM version (major * 10 + minor) of the current context's device; 0 if
+// there is no current context.
+uint32_t current_device_arch();
 // Every parameter's offset and size; nullopt where the driver answers for
 // neither form (not even for parameter 0 of a kernel that has one).
 std::optional<std::vector<ParamSlot>> kernel_param_slots(CUfunction f);

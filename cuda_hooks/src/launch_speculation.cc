@@ -44,15 +44,6 @@ spec::LaunchArgs launch_args(void** params, void** extra) {
   return args;
 }
 
-uint32_t current_arch() {
-  CUdevice dev = 0;
-  int major = 0, minor = 0;
-  if (PHOS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS) return 0;
-  if (PHOS_REAL(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
-      PHOS_REAL(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
-    return 0;
-  return uint32_t(major * 10 + minor);
-}
 
 }  // namespace
 
@@ -105,7 +96,7 @@ void LaunchSpeculation::module_loaded(uint64_t hash, const void* image) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (metadata_.count(hash)) return;
-    if (!arch_) arch_ = current_arch();
+    if (!arch_) arch_ = current_device_arch();
     arch = arch_;
   }
   ModuleMetadata m;
@@ -135,7 +126,7 @@ const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef&
     // Only images that stay valid (cudart registrations) are read this late.
     if (!module.image_data) return nullptr;
     found = metadata_.try_emplace(module.hash).first;
-    if (!arch_) arch_ = current_arch();
+    if (!arch_) arch_ = current_device_arch();
     bool unreadable = false;
     read_metadata(found->second, module.image_data, arch_, &unreadable);
     totals_.cubin_unreadable += unreadable;
@@ -181,15 +172,15 @@ LaunchSpeculation::KernelEntry* LaunchSpeculation::entry_locked(CUfunction f) {
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
-void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out) {
-  speculate(f, launch_args(params, extra), out);
+void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out, WriteRanges* writes) {
+  speculate(f, launch_args(params, extra), out, writes);
 }
 
 void LaunchSpeculation::on_packed_kernel(CUfunction f, const std::byte* args, size_t size) {
   spec::LaunchArgs a;
   a.packed = args;
   a.packed_size = size;
-  speculate(f, a, nullptr);
+  speculate(f, a, nullptr, nullptr);
 }
 
 LaunchSpeculation::KernelEntry* LaunchSpeculation::entry(CUfunction f, std::unique_lock<std::mutex>& lock) {
@@ -215,23 +206,7 @@ LaunchSpeculation::KernelEntry* LaunchSpeculation::entry(CUfunction f, std::uniq
   return &it->second;
 }
 
-bool LaunchSpeculation::write_ranges(CUfunction f, void** params, void** extra,
-                                     std::vector<std::pair<uint64_t, uint64_t>>* out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  KernelEntry* e = entry(f, lock);
-  spec::AccessSet set;
-  spec::speculate_kernel(*e->layout, launch_args(params, extra), index_, &set);
-  if (set.kind == spec::SetKind::kUnknown) return false;
-  out->clear();
-  for (uint32_t i = 0; i < set.count; i++) {
-    if (!(set.items[i].access & spec::kWrite)) continue;
-    spec::Buffer b;
-    if (index_.find(set.items[i].start, &b)) out->emplace_back(b.start, b.end);
-  }
-  return true;
-}
-
-void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args, LaunchSet* out) {
+void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args, LaunchSet* out, WriteRanges* writes) {
   std::unique_lock<std::mutex> lock(mu_);
   KernelEntry* e = entry(f, lock);
   e->launches++;
@@ -255,6 +230,12 @@ void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args, La
     out->count = uint8_t(std::min<uint32_t>(set.count, LaunchSet::kMax));
     for (uint8_t i = 0; i < out->count; i++)
       out->items[i] = LaunchSet::Item{set.items[i].id, set.items[i].start, set.items[i].access};
+  }
+  if (writes) {
+    writes->known = set.kind != spec::SetKind::kUnknown;
+    writes->ranges.clear();
+    for (uint32_t i = 0; writes->known && i < set.count; i++)
+      if (set.items[i].access & spec::kWrite) writes->ranges.emplace_back(set.items[i].start, set.items[i].end);
   }
   if (set.kind == spec::SetKind::kUnknown) {
     e->unknown++;

@@ -33,6 +33,15 @@
 
 namespace phos::hooks {
 
+// The extents [start, end) of the buffers a launch is speculated to write,
+// for a validator's range table; known is false for an unknown set, and for
+// a kernel issued inside a known library call (its set is the call's exact
+// one, nothing to validate).
+struct WriteRanges {
+  bool known = false;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+};
+
 class LaunchSpeculation final : public BufferObserver {
  public:
   explicit LaunchSpeculation(const ModuleRegistry& modules) : modules_(modules) {}
@@ -44,8 +53,9 @@ class LaunchSpeculation final : public BufferObserver {
   // Signature databases (phos-sigdb) from a ':'-separated list of files.
   Result<void> load_signatures(const std::string& paths);
 
-  // `out`, if given, gets the set (for the launch record).
-  void on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out = nullptr);
+  // `out`, if given, gets the set (for the launch record); `writes`, if
+  // given, its written buffers (for the validator).
+  void on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out = nullptr, WriteRanges* writes = nullptr);
   // A module image just loaded (content hash `hash`): its cubin's kernel
   // records are read now, for the layouts' cross-check.
   void module_loaded(uint64_t hash, const void* image);
@@ -56,10 +66,6 @@ class LaunchSpeculation final : public BufferObserver {
   // A kernel whose arguments were copied aside, packed by the driver's
   // layout (a graph's kernel node, launched with its graph).
   void on_packed_kernel(CUfunction f, const std::byte* args, size_t size);
-  // The extents [start, end) of the buffers a launch of `f` is speculated
-  // to write (for a validator's range table); false when its set is
-  // unknown. Not counted in the statistics (on_kernel counts the launch).
-  bool write_ranges(CUfunction f, void** params, void** extra, std::vector<std::pair<uint64_t, uint64_t>>* out);
   void on_call(const ranges::RangeList& ranges);
 
   // BufferObserver (called under DeviceMemory's lock).
@@ -101,7 +107,7 @@ class LaunchSpeculation final : public BufferObserver {
     bool read = false;
     std::vector<speculation::CubinKernel> kernels;
   };
-  void speculate(CUfunction f, const speculation::LaunchArgs& args, LaunchSet* out);
+  void speculate(CUfunction f, const speculation::LaunchArgs& args, LaunchSet* out, WriteRanges* writes);
   KernelEntry* entry(CUfunction f, std::unique_lock<std::mutex>& lock);
   KernelEntry* entry_locked(CUfunction f);
   // A module's cubin records into `m`; an unreadable cubin is counted (a

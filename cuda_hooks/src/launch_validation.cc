@@ -10,7 +10,6 @@
 
 #include "driver.h"
 #include "kernel_info.h"
-#include "launch_speculation.h"
 #include "phos/ptx/range_table.h"
 #include "phos/ptx/twin.h"
 #include "phos/speculation/fatbin.h"
@@ -18,40 +17,6 @@
 namespace phos::hooks {
 
 namespace {
-
-uint32_t device_arch() {
-  CUdevice dev = 0;
-  int major = 0, minor = 0;
-  if (PHOS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS ||
-      PHOS_REAL(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
-      PHOS_REAL(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
-    return 0;
-  return uint32_t(major * 10 + minor);
-}
-
-// The newest PTX of the fatbin at `image` (or behind cudart's wrapper) that
-// a GPU of `arch` can JIT: compute_XX with XX <= arch. Empty if none.
-std::string fatbin_ptx(const void* image, uint32_t arch) {
-  auto* p = static_cast<const std::byte*>(image);
-  uint32_t magic = 0;
-  std::memcpy(&magic, p, sizeof(magic));
-  if (magic == speculation::kFatbinWrapperMagic) std::memcpy(&p, p + 8, sizeof(p));
-  if (!p) return {};
-  // The header's own size field bounds the read (read_fatbin checks it).
-  uint64_t size = 0;
-  std::memcpy(&magic, p, sizeof(magic));
-  if (magic != speculation::kFatbinMagic) return {};
-  std::memcpy(&size, p + 8, sizeof(size));
-  std::vector<speculation::FatbinEntry> entries;
-  std::string error;
-  if (size > (uint64_t(1) << 32) || !speculation::read_fatbin({p, size + 16}, &entries, &error)) return {};
-  const speculation::FatbinEntry* best = nullptr;
-  for (const auto& e : entries)
-    if (e.kind == speculation::FatbinEntryKind::kPtx && e.arch <= arch && (!best || e.arch > best->arch)) best = &e;
-  std::vector<std::byte> text;
-  if (!best || !speculation::entry_contents(*best, &text, &error)) return {};
-  return std::string(reinterpret_cast<const char*>(text.data()), strnlen(reinterpret_cast<const char*>(text.data()), text.size()));
-}
 
 // The PTX Triton kept beside the cubin identical to `image` in its cache
 // directory `dir` (one level of <hash>/ folders); empty if none.
@@ -96,8 +61,9 @@ void LaunchValidation::cubin_loaded(const void* handle, uint64_t hash, const voi
 void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx) {
   auto m = std::make_shared<Module>();
   m->hash = hash;
-  m->ptx = is_ptx ? std::string(static_cast<const char*>(image)) : fatbin_ptx(image, device_arch());
-  if (m->ptx.empty()) return;
+  std::string error;
+  if (is_ptx) m->ptx = static_cast<const char*>(image);
+  else if (!speculation::module_ptx(image, current_device_arch(), &m->ptx, &error)) return;  // no PTX to twin
   std::lock_guard<std::mutex> lock(mu_);
   modules_[handle] = std::move(m);
   totals_.modules++;
@@ -147,10 +113,10 @@ void LaunchValidation::build_locked(Module& m) {
   std::string error;
   ptx::TwinOptions options;
   if (!ptx::make_twins(m.ptx, options, &twins, &error)) {
-    m.skip[""] = "no twins: " + error;
+    m.unusable = "no twins: " + error;
   } else {
     for (const ptx::TwinKernel& k : twins.kernels) {
-      m.kernels[k.name] = true;
+      m.kernels[k.name] = k.twin_name;
       if (!k.complete) m.skip[k.name] = "twin incomplete: " + k.reason;
       else if (!k.module_variables.empty()) m.skip[k.name] = "uses module variable " + k.module_variables[0];
     }
@@ -160,7 +126,7 @@ void LaunchValidation::build_locked(Module& m) {
       const char* what = nullptr;
       PHOS_REAL(cuGetErrorName)(r, &what);
       m.twins = nullptr;
-      m.skip[""] = std::string("the driver refused the twin module: ") + (what ? what : "?");
+      m.unusable = std::string("the driver refused the twin module: ") + (what ? what : "?");
     }
     totals_.twins += twins.kernels.size();
     for (const ptx::TwinKernel& k : twins.kernels) totals_.incomplete += !k.complete;
@@ -186,12 +152,12 @@ LaunchValidation::Kernel* LaunchValidation::kernel_locked(CUfunction f) {
   CUcontext ctx = nullptr;
   PHOS_REAL(cuCtxGetCurrent)(&ctx);
   auto why = m.skip.find(k.name);
-  auto module_wide = m.skip.find("");
-  if (module_wide != m.skip.end()) k.stats.skipped = module_wide->second;
+  auto twin_name = m.kernels.find(k.name);
+  if (!m.unusable.empty()) k.stats.skipped = m.unusable;
   else if (why != m.skip.end()) k.stats.skipped = why->second;
-  else if (!m.kernels.count(k.name)) k.stats.skipped = "not a kernel of the module's PTX";
+  else if (twin_name == m.kernels.end()) k.stats.skipped = "not a kernel of the module's PTX";
   else if (ctx != m.ctx) k.stats.skipped = "launched in another context than its twins were loaded into";
-  else if (PHOS_REAL(cuModuleGetFunction)(&k.twin, m.twins, (k.name + "__phos_twin").c_str()) != CUDA_SUCCESS) {
+  else if (PHOS_REAL(cuModuleGetFunction)(&k.twin, m.twins, twin_name->second.c_str()) != CUDA_SUCCESS) {
     k.twin = nullptr;
     k.stats.skipped = "no twin function in the twin module";
   }
@@ -230,20 +196,14 @@ bool LaunchValidation::table_locked(Table* out) {
   return true;
 }
 
-bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes, Prepared* out) {
-  if (!params || extra) return false;  // the packed form is not validated yet
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    collect_locked();
-    Kernel* k = kernel_locked(f);
-    if (!k || !k->twin) return false;
-  }
-  if (!speculation_.write_ranges(f, params, extra, &ranges)) return false;
+bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes,
+                               const WriteRanges& writes, Prepared* out) {
+  if (!params || extra || !writes.known) return false;  // the packed form is not validated yet
   std::vector<uint64_t> words;
-  ptx::build_range_table(ranges, &words);
+  ptx::build_range_table(writes.ranges, &words);
   if (words.size() > ptx::range_table_bytes(kTableRanges) / sizeof(uint64_t)) return false;
   std::lock_guard<std::mutex> lock(mu_);
+  collect_locked();
   Kernel* k = kernel_locked(f);
   if (!k || !k->twin || !table_locked(&out->table)) return false;
   std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));

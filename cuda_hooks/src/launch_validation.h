@@ -27,16 +27,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "launch_speculation.h"
 #include "phos/images/result.h"
 
 namespace phos::hooks {
 
-class LaunchSpeculation;
-
 class LaunchValidation {
  public:
-  explicit LaunchValidation(LaunchSpeculation& speculation) : speculation_(speculation) {}
-
   bool active() const { return active_.load(std::memory_order_relaxed); }
   void set_active(bool on) { active_.store(on, std::memory_order_relaxed); }
 
@@ -74,7 +71,9 @@ class LaunchValidation {
   // out->twin with out->params instead, then calls finish().
   // `shared_bytes`: the launch's dynamic shared memory; above the default
   // 48 KiB the twin gets the same opt-in the original must have had.
-  bool prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes, Prepared* out);
+  // `writes`: the launch's speculated write set (LaunchSpeculation::on_kernel).
+  bool prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes, const WriteRanges& writes,
+               Prepared* out);
   // False when the twin's launch failed: the kernel is not validated from
   // then on, and the caller launches the original (validation must never
   // change what the program gets).
@@ -102,7 +101,8 @@ class LaunchValidation {
     CUcontext ctx = nullptr;
     CUmodule twins = nullptr;
     std::map<std::string, std::string> skip;  // kernel -> why it is not validated
-    std::map<std::string, bool> kernels;      // the kernels the PTX defines (with twins)
+    std::map<std::string, std::string> kernels;  // kernel the PTX defines -> its twin's name
+    std::string unusable;                     // why no kernel of it is validated; empty if some can be
   };
   struct Kernel {
     std::shared_ptr<Module> module;
@@ -124,7 +124,6 @@ class LaunchValidation {
   void collect_locked();
   std::string triton_ptx(const void* image, size_t size);
 
-  LaunchSpeculation& speculation_;
   std::atomic<bool> active_{false};
   std::mutex mu_;
   std::unordered_map<const void*, std::shared_ptr<Module>> modules_;  // by module/library handle

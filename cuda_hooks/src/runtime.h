@@ -40,7 +40,7 @@ class Runtime {
   ModuleRegistry modules;
   LaunchLog launches{modules};
   LaunchSpeculation speculation{modules};
-  LaunchValidation validation{speculation};
+  LaunchValidation validation;
 
   void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, uint64_t>> counters() const;

@@ -315,22 +315,40 @@ bool entry_contents(const FatbinEntry& entry, std::vector<std::byte>* out, std::
                             compression_name(entry.compression), inner.c_str()));
 }
 
+namespace {
+
+enum class ImageFatbin { kNotOne, kFound, kBroken };
+
+// The fatbin a module image is, or points at through cudart's wrapper
+// (kBroken, with *error, where the wrapper or header is unusable).
+ImageFatbin image_fatbin(const std::byte* p, Bytes* fatbin, std::string* error) {
+  if (load_le<uint32_t>(p) == kFatbinWrapperMagic) {
+    FatbinWrapper w;
+    std::memcpy(&w, p, sizeof w);
+    if (w.version != 1 && w.version != 2)
+      return fail(error, format("fatbin wrapper: unknown version %d", w.version)), ImageFatbin::kBroken;
+    if (!w.data) return fail(error, "fatbin wrapper: null fatbin pointer"), ImageFatbin::kBroken;
+    p = static_cast<const std::byte*>(w.data);
+    if (load_le<uint32_t>(p) != kFatbinMagic)
+      return fail(error, format("fatbin wrapper: data has magic %#x, not a fatbin's", load_le<uint32_t>(p))),
+             ImageFatbin::kBroken;
+  }
+  if (load_le<uint32_t>(p) != kFatbinMagic) return ImageFatbin::kNotOne;
+  return fatbin_at(p, fatbin, error) ? ImageFatbin::kFound : ImageFatbin::kBroken;
+}
+
+}  // namespace
+
 bool module_kernels(const void* image, uint32_t arch, std::vector<CubinKernel>* kernels, std::string* error) {
   kernels->clear();
   if (!image) return fail(error, "module image: null pointer");
   auto p = static_cast<const std::byte*>(image);
-  if (load_le<uint32_t>(p) == kFatbinWrapperMagic) {
-    FatbinWrapper w;
-    std::memcpy(&w, p, sizeof w);
-    if (w.version != 1 && w.version != 2) return fail(error, format("fatbin wrapper: unknown version %d", w.version));
-    if (!w.data) return fail(error, "fatbin wrapper: null fatbin pointer");
-    p = static_cast<const std::byte*>(w.data);
-    if (load_le<uint32_t>(p) != kFatbinMagic)
-      return fail(error, format("fatbin wrapper: data has magic %#x, not a fatbin's", load_le<uint32_t>(p)));
-  }
   Bytes fatbin;
-  if (load_le<uint32_t>(p) == kFatbinMagic)
-    return fatbin_at(p, &fatbin, error) && fatbin_kernels(fatbin, arch, kernels, error);
+  switch (image_fatbin(p, &fatbin, error)) {
+    case ImageFatbin::kFound: return fatbin_kernels(fatbin, arch, kernels, error);
+    case ImageFatbin::kBroken: return false;
+    case ImageFatbin::kNotOne: break;
+  }
   uint64_t size = 0;
   if (load_le<uint32_t>(p) != 0x464c457f)
     return fail(error, format("module image: magic %#x is none of fatbin, fatbin wrapper, ELF", load_le<uint32_t>(p)));
@@ -339,6 +357,29 @@ bool module_kernels(const void* image, uint32_t arch, std::vector<CubinKernel>* 
   if (!same_major_not_newer(cubin_arch(elf), arch))
     return fail(error, format("module image: cubin for sm_%u, which sm_%u cannot run", cubin_arch(elf), arch));
   return read_cubin_kernels(elf, kernels, error);
+}
+
+bool module_ptx(const void* image, uint32_t arch, std::string* ptx, std::string* error) {
+  ptx->clear();
+  if (!image) return fail(error, "module image: null pointer");
+  Bytes fatbin;
+  switch (image_fatbin(static_cast<const std::byte*>(image), &fatbin, error)) {
+    case ImageFatbin::kFound: break;
+    case ImageFatbin::kBroken: return false;
+    case ImageFatbin::kNotOne: return fail(error, "module image: not a fatbin");
+  }
+  std::vector<FatbinEntry> entries;
+  if (!read_fatbin(fatbin, &entries, error)) return false;
+  const FatbinEntry* best = nullptr;
+  for (const FatbinEntry& e : entries)
+    if (e.kind == FatbinEntryKind::kPtx && e.arch <= arch && (!best || e.arch > best->arch)) best = &e;
+  if (!best) return fail(error, format("fatbin: no PTX that sm_%u can run (has %s)", arch, list_entries(entries).c_str()));
+  std::vector<std::byte> text;
+  if (!entry_contents(*best, &text, error)) return false;
+  // Stored plain, the text keeps the entry's zero padding: up to the first NUL.
+  const char* chars = reinterpret_cast<const char*>(text.data());
+  ptx->assign(chars, strnlen(chars, text.size()));
+  return true;
 }
 
 }  // namespace phos::speculation

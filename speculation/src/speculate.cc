@@ -77,7 +77,7 @@ void AccessSet::add(const Buffer& b, uint8_t access) {
     kind = SetKind::kUnknown;
     return;
   }
-  items[count++] = BufferAccess{b.id, b.start, access};
+  items[count++] = BufferAccess{b.id, b.start, b.end, access};
 }
 
 uint32_t AccessSet::reads() const {

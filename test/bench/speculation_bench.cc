@@ -84,30 +84,22 @@ void bench(size_t n) {
   constexpr size_t kLaunches = 2000000;
   spec::AccessSet set;
   uint64_t named = 0;
-  t0 = Clock::now();
-  for (size_t i = 0; i < kLaunches; i++) {
-    uint64_t* v = &values[(i % 1024) * 8];
-    void* params[8] = {v, v + 1, v + 2, v + 3, v + 4, v + 5, v + 6, v + 7};
-    spec::speculate_kernel(ptr8, spec::LaunchArgs{params}, index, &set);
-    named += set.count;
-  }
-  double ptr8_s = seconds_since(t0);
-  t0 = Clock::now();
-  for (size_t i = 0; i < kLaunches; i++) {
-    void* params[1] = {&values[(i % 1024) * 8]};
-    spec::speculate_kernel(closure, spec::LaunchArgs{params}, index, &set);
-    named += set.count;
-  }
-  double closure_s = seconds_since(t0);
+  // Seconds for kLaunches launches of `layout`, the i-th passing the 8
+  // words at values[slot(i) * 8] as its parameters' values.
+  auto time_launches = [&](const spec::KernelLayout& layout, auto slot) {
+    auto start = Clock::now();
+    for (size_t i = 0; i < kLaunches; i++) {
+      uint64_t* v = &values[slot(i) * 8];
+      void* params[8] = {v, v + 1, v + 2, v + 3, v + 4, v + 5, v + 6, v + 7};
+      spec::speculate_kernel(layout, spec::LaunchArgs{params}, index, &set);
+      named += set.count;
+    }
+    return seconds_since(start);
+  };
+  double ptr8_s = time_launches(ptr8, [](size_t i) { return i % 1024; });
+  double closure_s = time_launches(closure, [](size_t i) { return i % 1024; });
   // The same 8 pointers launch after launch, as a training loop's kernels.
-  t0 = Clock::now();
-  for (size_t i = 0; i < kLaunches; i++) {
-    uint64_t* v = &values[(i % 16) * 8];
-    void* params[8] = {v, v + 1, v + 2, v + 3, v + 4, v + 5, v + 6, v + 7};
-    spec::speculate_kernel(ptr8, spec::LaunchArgs{params}, index, &set);
-    named += set.count;
-  }
-  double repeated_s = seconds_since(t0);
+  double repeated_s = time_launches(ptr8, [](size_t i) { return i % 16; });
 
   std::printf("speculation-bench: %6zu buffers: %6.1f M lookups/s, insert+erase %6.0f ns, "
               "launch with 8 pointers %5.0f ns (the same pointers again: %4.0f ns), 64-byte struct scanned %5.0f ns"

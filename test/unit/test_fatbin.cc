@@ -716,3 +716,28 @@ TEST_CASE("module_kernels: synthetic images, and what is none") {
   ByteVec bad = make_fatbin({plain_entry(kTestKindElf, 90, kElfish)});
   CHECK_THAT(image_error(bad.data(), 90), Contains("fatbin: sm_90 ELF at offset 0x50: ELF:"));
 }
+
+TEST_CASE("module_ptx: the newest PTX the GPU can run, from a fatbin or cudart's wrapper") {
+  const char* dir = fixture_dir();
+  if (!dir) return;
+  ByteVec fatbin = load(dir, "plain.fatbin");
+  std::string ptx, error;
+  REQUIRE(module_ptx(fatbin.data(), 90, &ptx, &error));
+  CHECK_THAT(ptx, Contains(".target sm_90"));
+  CHECK_THAT(ptx, Contains(".entry copy_ptrs"));
+  CHECK(ptx.find('\0') == std::string::npos);  // the entry's padding is not text
+  Wrapper w{int(kFatbinWrapperMagic), 1, fatbin.data(), nullptr};
+  std::string wrapped;
+  REQUIRE(module_ptx(&w, 100, &wrapped, &error));  // compute_90 PTX runs on sm_100 too
+  CHECK(wrapped == ptx);
+  std::string none;
+  CHECK_FALSE(module_ptx(fatbin.data(), 89, &none, &error));
+  CHECK_THAT(error, Contains("no PTX that sm_89 can run"));
+  ByteVec zstd = load(dir, "zstd.fatbin");
+  std::string unpacked;
+  REQUIRE(module_ptx(zstd.data(), 90, &unpacked, &error));
+  CHECK(unpacked == ptx);
+  ByteVec cubin = load(dir, "sm90.cubin");
+  CHECK_FALSE(module_ptx(cubin.data(), 90, &none, &error));
+  CHECK_THAT(error, Contains("not a fatbin"));
+}

@@ -93,4 +93,9 @@ uint32_t cubin_arch(std::span<const std::byte> elf);
 // another translation unit's, registered as a module of its own.
 bool module_kernels(const void* image, uint32_t arch, std::vector<CubinKernel>* kernels, std::string* error);
 
+// The PTX of a module image (a fatbin, or cudart's wrapper of one) that a
+// GPU of SM version `arch` can JIT: the newest compute_XX entry with
+// XX <= arch, decompressed, as text. false where there is none.
+bool module_ptx(const void* image, uint32_t arch, std::string* ptx, std::string* error);
+
 }  // namespace phos::speculation

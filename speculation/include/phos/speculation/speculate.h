@@ -34,6 +34,7 @@ const char* set_kind_name(SetKind k);
 struct BufferAccess {
   uint64_t id;     // the buffer's (BufferIndex)
   uint64_t start;  // its first byte
+  uint64_t end;    // one past its last
   uint8_t access;  // Access bits
 };
 
