@@ -88,7 +88,7 @@ void note_set_2d(const char* call, CUstream stream, bool per_thread, CUdeviceptr
 #define PHOS_RECORDED_HOOK(name, params, args, what)   \
   extern "C" PHOS_EXPORT CUresult name params {        \
     GatePass pass(runtime().gate);                     \
-    if (tracked()) what;                             \
+    if (tracked()) what;                               \
     auto real = PHOS_REAL(name);                       \
     return real ? real args : CUDA_ERROR_NOT_FOUND;    \
   }
