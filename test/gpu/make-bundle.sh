@@ -23,6 +23,9 @@ for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu
 done
 # PTX twins to run on the GPU (ptx_twin_check.cc): nvcc's PTX of
 # test/ptx/generic.cu and the Triton-shaped test/ptx/triton_like.ptx.
+# Probes for facts the design rests on (test/gpu/probes/); the sanitizer
+# probe needs the toolkit's sanitizer.h, so the GPU host builds it.
+"$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/dma_file_probe" "$src/test/gpu/probes/dma_file_probe.cu"
 "$cuda/bin/nvcc" -O2 -o "$out/gpu/ptx_twin_check" "$src/test/gpu/ptx_twin_check.cc" -lcuda
 "$cuda/bin/nvcc" -ptx -arch=sm_90 -o "$out/gpu/generic.ptx" "$src/test/ptx/generic.cu"
 twin=$src/build-gpu/ptx/tools/phos-ptx-twin
