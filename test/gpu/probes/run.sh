@@ -13,7 +13,7 @@ while [ $# -gt 0 ]; do
     sanitizer)
       shift
       echo "== sanitizer probe (toolkit: $($cuda/bin/nvcc --version | tail -n1))"
-      ls "$san"/include > "$out/sanitizer-headers.txt" 2>&1
+      cp -r "$san"/include "$out/sanitizer-include" 2>&1
       "$cuda/bin/nvcc" --fatbin --keep-device-functions -Xptxas --compile-as-tools-patch -I"$san/include" \
         -gencode arch=compute_90,code=sm_90 -o "$out/sanitizer_patch.fatbin" "$here/sanitizer_patch.cu" 2>&1 | tail -n 20
       "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -I"$san/include" -o "$out/sanitizer_probe" "$here/sanitizer_probe.cu" \

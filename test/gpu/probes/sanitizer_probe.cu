@@ -30,7 +30,7 @@ static void on_event(void*, Sanitizer_CallbackDomain domain, Sanitizer_CallbackI
 }
 
 static void set_table(unsigned long long* t, const void* a, size_t bytes) {
-  memset(t, 0, 64);
+  memset(t, 0, 64 * 8);
   t[0] = 1; t[4] = reinterpret_cast<uintptr_t>(a); t[5] = t[4] + bytes;
 }
 
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   set_table(table, a, n * sizeof(int));
   SAN(p_sanitizerSetCallbackData(f_fill, dtable));
   fill<<<n / 256, 256>>>(a, n); CK(cudaDeviceSynchronize());
-  printf("honest fill: violations=%llu\n", table[1]);
+  printf("honest fill: violations=%llu; calls=%llu, flags seen %#llx\n", table[1], table[63], table[62]);
   // 2. table holds half of a: the other half's stores are violations
   set_table(table, a, n / 2 * sizeof(int));
   fill<<<n / 256, 256>>>(a, n); CK(cudaDeviceSynchronize());
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   set_table(table, b, n * sizeof(int));
   SAN(p_sanitizerSetCallbackData(f_atomic, dtable));
   add_atomic<<<n / 256, 256>>>(a, n); CK(cudaDeviceSynchronize());
-  printf("atomics: violations=%llu (expect %d)\n", table[1], n);
+  printf("atomics: violations=%llu (expect %d); calls=%llu, flags seen %#llx\n", table[1], n, table[63], table[62]);
   // 5. cost while patched (table honest, in host-mapped memory)
   set_table(table, a, n * sizeof(int));
   double patched = time_fill(20);
