@@ -13,13 +13,14 @@ while [ $# -gt 0 ]; do
     sanitizer)
       shift
       echo "== sanitizer probe (toolkit: $($cuda/bin/nvcc --version | tail -n1))"
-      cp -r "$san"/include "$out/sanitizer-include" 2>&1
+      mkdir -p "$out/sanitizer-include" && cp "$san"/include/sanitizer{,_patching,_callbacks,_result,_memory}.h "$out/sanitizer-include/"
+      work=$(mktemp -d)
       "$cuda/bin/nvcc" --fatbin --keep-device-functions -Xptxas --compile-as-tools-patch -I"$san/include" \
-        -gencode arch=compute_90,code=sm_90 -o "$out/sanitizer_patch.fatbin" "$here/sanitizer_patch.cu" 2>&1 | tail -n 20
-      "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -I"$san/include" -o "$out/sanitizer_probe" "$here/sanitizer_probe.cu" \
+        -gencode arch=compute_90,code=sm_90 -o "$work/sanitizer_patch.fatbin" "$here/sanitizer_patch.cu" 2>&1 | tail -n 20
+      "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -I"$san/include" -o "$work/sanitizer_probe" "$here/sanitizer_probe.cu" \
         -lcuda -ldl 2>&1 | tail -n 20
       lib=$(ls "$san"/libsanitizer-public.so* 2>/dev/null | head -n1)
-      for mode in late early; do timeout 120 "$out/sanitizer_probe" "$lib" "$out/sanitizer_patch.fatbin" $mode 2>&1; echo "rc=$?"; done ;;
+      for mode in late early; do timeout 120 "$work/sanitizer_probe" "$lib" "$work/sanitizer_patch.fatbin" $mode 2>&1; echo "rc=$?"; done ;;
     dma)
       echo "== dma_file_probe $2 $3 $4 ($(df -h "$2" | tail -n1))"
       timeout 200 "$PHOS_BUNDLE/gpu/dma_file_probe" "$2" "$3" "$4" 2>&1; echo "rc=$?"

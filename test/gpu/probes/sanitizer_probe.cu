@@ -39,7 +39,18 @@ int main(int argc, char** argv) {
   bool early = argc > 3 && !strcmp(argv[3], "early");
   void* lib = nullptr;
   double t = now_ms();
-  if (early) lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  Sanitizer_SubscriberHandle sub{};
+  decltype(&sanitizerGetResultString) p_sanitizerGetResultString = nullptr;
+  if (early) {
+    lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) { printf("FAIL dlopen: %s\n", dlerror()); return 1; }
+    SYM(sanitizerSubscribe) SYM(sanitizerEnableDomain)
+    p_sanitizerGetResultString = reinterpret_cast<decltype(&sanitizerGetResultString)>(dlsym(lib, "sanitizerGetResultString"));
+    SAN(p_sanitizerSubscribe(&sub, on_event, nullptr));
+    SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_RESOURCE));
+    SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_LAUNCH));
+    printf("early: dlopen + subscribe before any CUDA call %.1f ms\n", now_ms() - t);
+  }
   const int n = 1 << 24;
   int *a, *b, **pp;
   CK(cudaMalloc(&a, n * sizeof(int))); CK(cudaMalloc(&b, n * sizeof(int))); CK(cudaMalloc(&pp, sizeof(int*)));
@@ -47,23 +58,30 @@ int main(int argc, char** argv) {
   fill<<<n / 256, 256>>>(a, n); CK(cudaDeviceSynchronize());
   auto time_fill = [&](int reps) { double s = now_ms(); for (int i = 0; i < reps; ++i) fill<<<n / 256, 256>>>(a, n); cudaDeviceSynchronize(); return (now_ms() - s) / reps; };
   double native = time_fill(50);
+  auto time_launch = [&](int reps) { double s = now_ms(); for (int i = 0; i < reps; ++i) fill<<<1, 32>>>(a, 0); cudaDeviceSynchronize(); return (now_ms() - s) * 1000 / reps; };
+  time_launch(1000);
+  printf("empty launch %.3f us (%s)\n", time_launch(20000), early ? "subscribed" : "no sanitizer");
   printf("mode %s; fill of %d ints natively %.3f ms\n", early ? "early (loaded before CUDA)" : "late (loaded after the context and module)", n, native);
   if (!lib) { t = now_ms(); lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL); }
   if (!lib) { printf("FAIL dlopen: %s\n", dlerror()); return 1; }
   printf("dlopen %.1f ms\n", now_ms() - t);
-  SYM(sanitizerGetResultString) SYM(sanitizerSubscribe) SYM(sanitizerEnableDomain) SYM(sanitizerAddPatchesFromFile)
+  p_sanitizerGetResultString = reinterpret_cast<decltype(&sanitizerGetResultString)>(dlsym(lib, "sanitizerGetResultString"));
+  SYM(sanitizerSubscribe) SYM(sanitizerEnableDomain) SYM(sanitizerAddPatchesFromFile)
   SYM(sanitizerPatchInstructions) SYM(sanitizerPatchModule) SYM(sanitizerUnpatchModule) SYM(sanitizerSetCallbackData)
   SYM(sanitizerUnsubscribe)
-  Sanitizer_SubscriberHandle sub{};
   CUcontext ctx; cuCtxGetCurrent(&ctx);
   CUfunction f_fill, f_through, f_atomic;
   CK(cudaGetFuncBySymbol(&f_fill, (const void*)fill)); CK(cudaGetFuncBySymbol(&f_through, (const void*)through_pointer));
   CK(cudaGetFuncBySymbol(&f_atomic, (const void*)add_atomic));
   CUmodule mod; CUresult cr = cuFuncGetModule(&mod, f_fill); printf("cuFuncGetModule -> %d\n", (int)cr);
   t = now_ms();
-  SAN(p_sanitizerSubscribe(&sub, on_event, nullptr));
-  SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_RESOURCE));
+  if (!early) {
+    SAN(p_sanitizerSubscribe(&sub, on_event, nullptr));
+    SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_RESOURCE));
+  }
+  printf("events so far: resource=%d launch=%d other=%d\n", events[0], events[1], events[2]);
   SAN(p_sanitizerAddPatchesFromFile(argv[2], ctx));
+  SAN(p_sanitizerAddPatchesFromFile(argv[2], nullptr));
   SAN(p_sanitizerPatchInstructions(SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS, mod, "probe_global_access"));
   SAN(p_sanitizerPatchModule(mod));
   printf("subscribe + patches + patch module %.1f ms\n", now_ms() - t);
@@ -92,6 +110,7 @@ int main(int argc, char** argv) {
   // 5. cost while patched (table honest, in host-mapped memory)
   set_table(table, a, n * sizeof(int));
   double patched = time_fill(20);
+  printf("empty launch while patched %.3f us\n", time_launch(20000));
   // table in device memory instead
   unsigned long long* devtable; CK(cudaMalloc(&devtable, 4096)); CK(cudaMemcpy(devtable, table, 64, cudaMemcpyHostToDevice));
   SAN(p_sanitizerSetCallbackData(f_fill, devtable));
