@@ -27,18 +27,19 @@ inline void seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigne
   }
 }
 
-// While validation is on, a kernel with a twin runs as its twin
+// While validation is on, a kernel with a twin runs as its twin, and one
+// validated at the SASS level runs in its patched module
 // (launch_validation.h), with the write set seen() speculated (known only
 // then, and never for a captured launch); `launch_twin` launches a function
-// with kernelParams. True with *result when the twin ran; false: the caller
-// launches the original.
+// with kernelParams. True with *result when that launch was made; false: the
+// caller launches the original.
 template <class LaunchTwin>
 bool ran_as_twin(CUfunction f, void** params, void** extra, uint32_t shmem, CUstream stream,
                  const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result) {
   if (__builtin_expect(!writes.known, 1)) return false;
   LaunchValidation::Prepared twin;
   if (!runtime().validation.prepare(f, params, extra, shmem, writes, &twin)) return false;
-  *result = launch_twin(twin.twin, twin.params.data());
+  *result = launch_twin(twin.twin, twin.launch_params);
   return runtime().validation.finish(twin, *result, stream);
 }
 

@@ -21,10 +21,11 @@ using namespace phos::hooks;
 
 namespace {
 
-// `note` runs after the driver's success.
+// `note` runs after the driver's success, unless the load is the Sanitizer
+// API's own (sass_validation.h: its patches are not the program's modules).
 template <class Note>
 CUresult noted(CUresult r, Note&& note) {
-  if (r == CUDA_SUCCESS) note();
+  if (r == CUDA_SUCCESS && !in_sanitizer_call()) note();
   return r;
 }
 
@@ -59,6 +60,7 @@ void taken(const void* module, const void* function, const char* name) {
 // speculation and the validation forget it (the driver may hand a later
 // module's functions the handles of this one's).
 void unloaded(const void* handle) {
+  if (in_sanitizer_call()) return;
   uint64_t id = runtime().modules.unloaded(handle);
   if (id) {
     runtime().speculation.module_unloaded(id);

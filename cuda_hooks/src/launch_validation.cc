@@ -47,7 +47,13 @@ std::string LaunchValidation::triton_ptx(const void* image, size_t size) {
   return cache.empty() ? std::string() : cached_ptx(cache, image, size);
 }
 
+void LaunchValidation::set_active(bool on) {
+  active_.store(on, std::memory_order_relaxed);
+  if (!on) sass_.unpatch_all();
+}
+
 void LaunchValidation::cubin_loaded(const void* handle, uint64_t hash, const void* image, size_t size) {
+  if (validators_ == Validators::kSass) return;
   std::string ptx = triton_ptx(image, size);
   if (ptx.empty()) return;
   auto m = std::make_shared<Module>();
@@ -59,6 +65,7 @@ void LaunchValidation::cubin_loaded(const void* handle, uint64_t hash, const voi
 }
 
 void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx) {
+  if (validators_ == Validators::kSass) return;
   auto m = std::make_shared<Module>();
   m->hash = hash;
   std::string error;
@@ -71,6 +78,18 @@ void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const vo
 
 void LaunchValidation::module_unloaded(const void* handle) {
   std::lock_guard<std::mutex> lock(mu_);
+  // SASS-validated kernels of the module are forgotten (a library's modules
+  // are not known by its handle: all of them); they come back at their next
+  // launch, under whatever name their handle then has.
+  sass_.unloaded(handle);
+  for (auto k = kernels_.begin(); k != kernels_.end();) {
+    if (k->second->sass && (k->second->sass_module == handle || !k->second->module)) {
+      retired_.push_back(std::move(k->second));
+      k = kernels_.erase(k);
+    } else {
+      ++k;
+    }
+  }
   auto it = modules_.find(handle);
   if (it == modules_.end()) return;
   // Kernels keep the module alive (shared_ptr) until they are forgotten; the
@@ -142,11 +161,23 @@ LaunchValidation::Kernel* LaunchValidation::kernel_locked(CUfunction f) {
   auto it = kernels_.find(f);
   if (it != kernels_.end()) return it->second.get();
   auto fn = functions_.find(f);
-  if (fn == functions_.end()) return nullptr;  // not from a PTX module: not ours to validate
+  // Not from a module with PTX: the SASS validator's, if it is attached.
+  if (fn == functions_.end() && !sass_.attached()) return nullptr;
   Kernel& k = *(kernels_[f] = std::make_unique<Kernel>());
-  k.module = fn->second.first;
-  k.name = fn->second.second;
+  if (fn != functions_.end()) {
+    k.module = fn->second.first;
+    k.name = fn->second.second;
+  } else {
+    k.name = kernel_name(f);
+  }
   k.stats.name = k.name;
+  if (k.module) resolve_twin_locked(k, f);
+  if (!k.twin && sass_.attached()) try_sass_locked(k, f);
+  k.resolved = true;
+  return &k;
+}
+
+void LaunchValidation::resolve_twin_locked(Kernel& k, CUfunction f) {
   Module& m = *k.module;
   if (!m.built) build_locked(m);
   CUcontext ctx = nullptr;
@@ -163,8 +194,20 @@ LaunchValidation::Kernel* LaunchValidation::kernel_locked(CUfunction f) {
   }
   if (auto slots = kernel_param_slots(f)) k.params = uint32_t(slots->size());
   else if (k.twin) k.stats.skipped = "parameter count unknown", k.twin = nullptr;
-  k.resolved = true;
-  return &k;
+  if (k.twin) k.stats.validator = "ptx";
+}
+
+// The kernel's own code, patched; the reason its twin could not be used
+// stays in the statistics when this cannot be either.
+void LaunchValidation::try_sass_locked(Kernel& k, CUfunction f) {
+  std::string why;
+  if (sass_.patch(f, &k.sass_module, &why)) {
+    k.sass = true;
+    k.stats.validator = "sass";
+    k.stats.skipped.clear();
+  } else {
+    k.stats.skipped += (k.stats.skipped.empty() ? "" : "; ") + std::string("sass: ") + why;
+  }
 }
 
 // A range table from the pool, in pinned host memory the device can address.
@@ -202,39 +245,72 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
   std::vector<uint64_t> words;
   ptx::build_range_table(writes.ranges, &words);
   if (words.size() > ptx::range_table_bytes(kTableRanges) / sizeof(uint64_t)) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  collect_locked();
-  Kernel* k = kernel_locked(f);
-  if (!k || !k->twin || !table_locked(&out->table)) return false;
-  std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
-  out->table.kernel = k;
-  out->twin = k->twin;
-  out->table_address = out->table.device;
-  out->params.assign(params, params + k->params);
-  out->params.push_back(&out->table_address);
-  if (shared_bytes > 48 * 1024 && shared_bytes > k->shared_opt_in) {
-    // Never more than the original was allowed: the original's launch
-    // with this size succeeds only if the program opted in as far.
-    if (PHOS_REAL(cuFuncSetAttribute)(k->twin, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_bytes)) ==
-        CUDA_SUCCESS)
-      k->shared_opt_in = shared_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    collect_locked();
+    Kernel* k = kernel_locked(f);
+    if (!k || (!k->twin && !k->sass)) return false;
+    if (k->sass) {
+      // Patched again if validation went off and on, or its module was
+      // forgotten.
+      std::string why;
+      if (!sass_.patch(f, &k->sass_module, &why)) {
+        k->sass = false;
+        k->stats.skipped = "sass: " + why;
+        return false;
+      }
+    }
+    if (!table_locked(&out->table)) return false;
+    std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
+    out->table.kernel = k;
+    out->table_address = out->table.device;
+    if (k->sass) {
+      out->sass = true;
+      out->twin = f;
+      out->launch_params = params;
+    } else {
+      out->twin = k->twin;
+      out->params.assign(params, params + k->params);
+      out->params.push_back(&out->table_address);
+      out->launch_params = out->params.data();
+      if (shared_bytes > 48 * 1024 && shared_bytes > k->shared_opt_in) {
+        // Never more than the original was allowed: the original's launch
+        // with this size succeeds only if the program opted in as far.
+        if (PHOS_REAL(cuFuncSetAttribute)(k->twin, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          int(shared_bytes)) == CUDA_SUCCESS)
+          k->shared_opt_in = shared_bytes;
+      }
+      return true;
+    }
   }
-  return true;
+  // Outside mu_: finish() takes mu_ while holding this lock.
+  sass_launch_mu_.lock();
+  if (sass_.set_table(f, out->table.device)) return true;
+  sass_launch_mu_.unlock();
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(out->table);
+  return false;
 }
 
 bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
+  if (p.sass) {
+    // Later launches of the function that are not validated pass no table.
+    sass_.set_table(p.twin, 0);
+    sass_launch_mu_.unlock();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Kernel& k = *static_cast<Kernel*>(p.table.kernel);
   if (launched != CUDA_SUCCESS) {
+    free_.push_back(p.table);
+    if (p.sass) return true;  // the program's own launch: its result stands
     const char* what = nullptr;
     PHOS_REAL(cuGetErrorName)(launched, &what);
     k.twin = nullptr;
     k.stats.skipped = std::string("the twin's launch failed: ") + (what ? what : "?");
-    free_.push_back(p.table);
     return false;
   }
   if (PHOS_REAL(cuEventRecord)(p.table.done, stream) != CUDA_SUCCESS) {
-    // The twin ran, but when it is done cannot be known: its count is lost.
+    // The launch ran, but when it is done cannot be known: its count is lost.
     free_.push_back(p.table);
     return true;
   }
@@ -271,6 +347,8 @@ LaunchValidation::Totals LaunchValidation::totals() {
   collect_locked();
   Totals t = totals_;
   t.pending = in_flight_.size();
+  t.sass_attached = sass_.attached();
+  t.sass = sass_.totals();
   return t;
 }
 

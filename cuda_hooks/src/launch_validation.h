@@ -7,12 +7,17 @@
 // pinned host memory mapped into the device, so the count is read on the
 // host once the launch has completed (an event), with no copy.
 //
-// What is not validated runs as it is: kernels whose twin is incomplete
-// (indirect calls, instructions phos does not know), kernels that use
-// module-scope variables (a separately loaded twin module has its own
-// copies: running it would change what the program does), launches whose
-// set is unknown, launches into a stream being captured, kernels of
-// modules loaded as cubins (the SASS-level validator's part, not here).
+// Kernels that have no twin to run go to the SASS-level validator
+// (sass_validation.h) when it is attached: kernels of modules loaded as
+// cubins (cuBLAS, cuDNN, PyTorch's own), twins that are incomplete (indirect
+// calls, instructions phos does not know), kernels that use module-scope
+// variables (a separately loaded twin module has its own copies: running
+// it would change what the program does). They run as they are, in their
+// patched module, with the same range table.
+//
+// What is not validated runs as it is: launches whose set is unknown,
+// launches into a stream being captured, the packed-argument form, and
+// kernels neither validator can take (the reason is in the statistics).
 #pragma once
 
 #include <cuda.h>
@@ -29,13 +34,22 @@
 
 #include "launch_speculation.h"
 #include "phos/images/result.h"
+#include "sass_validation.h"
 
 namespace phos::hooks {
 
 class LaunchValidation {
  public:
   bool active() const { return active_.load(std::memory_order_relaxed); }
-  void set_active(bool on) { active_.store(on, std::memory_order_relaxed); }
+  // Off: the patched modules are unpatched.
+  void set_active(bool on);
+  // PHOS_VALIDATE: "1" or "all" (twins, then SASS for the rest), "ptx"
+  // (twins only), "sass" (SASS only). SASS needs attach_sass() before the
+  // first CUDA call.
+  enum class Validators { kPtxAndSass, kPtx, kSass };
+  void set_validators(Validators v) { validators_ = v; }
+  Validators validators() const { return validators_; }
+  Result<void> attach_sass() { return sass_.attach(); }
 
   // A module loaded under `handle` from `image`: PTX text (NUL-terminated)
   // when is_ptx, else a fatbin (or cudart's wrapper of one), whose newest
@@ -59,16 +73,21 @@ class LaunchValidation {
     CUevent done = nullptr;
     void* kernel = nullptr;  // the Kernel it validates
   };
-  // A launch to make as the twin: its function and kernelParams (the
-  // original ones plus the table's device address).
+  // A launch to make: the twin with kernelParams the original ones plus
+  // the table's device address; or, validated at the SASS level, the
+  // original function with its own parameters in its patched module.
   struct Prepared {
     CUfunction twin = nullptr;
     std::vector<void*> params;
+    void** launch_params = nullptr;
+    bool sass = false;
     CUdeviceptr table_address = 0;
     Table table;
   };
   // True when `f`'s launch can be validated: the caller launches
-  // out->twin with out->params instead, then calls finish().
+  // out->twin with out->launch_params instead, then calls finish(). A SASS
+  // launch holds a lock from prepare() to finish(): a patched kernel's table
+  // is set per function, for the launches that follow.
   // `shared_bytes`: the launch's dynamic shared memory; above the default
   // 48 KiB the twin gets the same opt-in the original must have had.
   // `writes`: the launch's speculated write set (LaunchSpeculation::on_kernel).
@@ -76,18 +95,21 @@ class LaunchValidation {
                Prepared* out);
   // False when the twin's launch failed: the kernel is not validated from
   // then on, and the caller launches the original (validation must never
-  // change what the program gets).
+  // change what the program gets). A SASS launch was the original: true.
   bool finish(Prepared& p, CUresult launched, CUstream stream);
 
   struct KernelStats {
     std::string name;
     uint64_t validated = 0, violations = 0, launches_with_violations = 0;
-    uint64_t first_address = 0, first_site = 0;
+    uint64_t first_address = 0, first_site = 0;  // site: the twin's check ordinal, or the SASS pc
+    std::string validator;  // "ptx" or "sass"
     std::string skipped;  // why this kernel is not validated; empty if it is
   };
   struct Totals {
     uint64_t validated = 0, pending = 0, violations = 0, modules = 0, twins = 0, incomplete = 0;
     uint64_t twin_build_ns = 0, twin_build_max_ns = 0;
+    bool sass_attached = false;
+    SassPatcher::Totals sass;
   };
   // Reads the tables of completed launches first.
   Totals totals();
@@ -108,7 +130,9 @@ class LaunchValidation {
     std::shared_ptr<Module> module;
     std::string name;
     bool resolved = false;
-    CUfunction twin = nullptr;  // null: not validated (stats.skipped says why)
+    CUfunction twin = nullptr;  // null: not validated by a twin
+    bool sass = false;          // validated at the SASS level
+    CUmodule sass_module = nullptr;
     uint32_t params = 0;
     uint32_t shared_opt_in = 0;  // dynamic shared memory the twin was allowed above 48 KiB
     KernelStats stats;
@@ -119,12 +143,17 @@ class LaunchValidation {
   // The twin to launch for `f`, or null; builds the module's twins at the
   // first launch of any of its kernels.
   Kernel* kernel_locked(CUfunction f);
+  void resolve_twin_locked(Kernel& k, CUfunction f);
+  void try_sass_locked(Kernel& k, CUfunction f);
   void build_locked(Module& m);
   bool table_locked(Table* out);
   void collect_locked();
   std::string triton_ptx(const void* image, size_t size);
 
   std::atomic<bool> active_{false};
+  Validators validators_ = Validators::kPtxAndSass;
+  SassPatcher sass_;
+  std::mutex sass_launch_mu_;  // from a SASS launch's prepare() to its finish()
   std::mutex mu_;
   std::unordered_map<const void*, std::shared_ptr<Module>> modules_;  // by module/library handle
   std::unordered_map<const void*, std::pair<std::shared_ptr<Module>, std::string>> functions_;

@@ -16,9 +16,12 @@
 // the stats then hold "speculation ..." totals and one "speculated NAME ..."
 // line per kernel. PHOS_SIGDB=FILE[:FILE...]: signature databases written
 // by phos-sigdb, for kernels whose names carry no types.
-// PHOS_VALIDATE=1: speculate, and validate the speculation of kernels loaded
-// as PTX with their twins (launch_validation.h); the stats then hold
-// "validation ..." totals and one "validated NAME ..." line per kernel.
+// PHOS_VALIDATE=1 (or all): speculate, and validate the speculation: kernels
+// with PTX run as their twins, the others in modules patched through the
+// Sanitizer API (launch_validation.h, sass_validation.h; PHOS_SANITIZER_LIB
+// names libsanitizer-public.so if it is not under CUDA_HOME). =ptx and =sass
+// use one validator only. The stats then hold "validation ..." totals and
+// one "validated NAME ..." line per kernel.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -124,16 +127,19 @@ void write_validation(FILE* f) {
   PHOS_REAL(cuCtxSynchronize)();  // the last launches' tables
   auto t = runtime().validation.totals();
   std::fprintf(f, "validation modules=%llu twins=%llu incomplete=%llu validated=%llu pending=%llu violations=%llu "
-                  "twin_build_ms=%.3f twin_build_max_ms=%.3f\n",
+                  "twin_build_ms=%.3f twin_build_max_ms=%.3f sass=%s sass_modules=%llu sass_patch_ms=%.3f "
+                  "sass_patch_max_ms=%.3f\n",
                (unsigned long long)t.modules, (unsigned long long)t.twins, (unsigned long long)t.incomplete,
                (unsigned long long)t.validated, (unsigned long long)t.pending, (unsigned long long)t.violations,
-               t.twin_build_ns / 1e6, t.twin_build_max_ns / 1e6);
+               t.twin_build_ns / 1e6, t.twin_build_max_ns / 1e6, t.sass_attached ? "attached" : "off",
+               (unsigned long long)t.sass.modules, t.sass.patch_ns / 1e6, t.sass.patch_max_ns / 1e6);
   for (const auto& k : runtime().validation.kernels()) {
     std::fprintf(f, "validated %s launches=%llu violations=%llu launches_with_violations=%llu",
                  k.name.c_str(), (unsigned long long)k.validated, (unsigned long long)k.violations,
                  (unsigned long long)k.launches_with_violations);
     if (k.violations)
       std::fprintf(f, " first=0x%llx site=%llu", (unsigned long long)k.first_address, (unsigned long long)k.first_site);
+    if (!k.validator.empty()) std::fprintf(f, " via=%s", k.validator.c_str());
     if (!k.skipped.empty()) std::fprintf(f, " skipped=%s", k.skipped.c_str());
     std::fprintf(f, "\n");
   }
@@ -193,6 +199,16 @@ __attribute__((constructor)) static void phos_preload_init() {
   bool validating = validate && *validate && *validate != '0';
   if (validating || (speculate && *speculate && *speculate != '0'))
     runtime().speculation.set_active(true, runtime().memory);
+  if (validating) {
+    using V = LaunchValidation::Validators;
+    std::string which = validate;
+    V validators = which == "ptx" ? V::kPtx : which == "sass" ? V::kSass : V::kPtxAndSass;
+    runtime().validation.set_validators(validators);
+    // Now, before the program's first CUDA call (sass_validation.h).
+    if (validators != V::kPtx)
+      if (auto attached = runtime().validation.attach_sass(); !attached.ok())
+        std::fprintf(stderr, "phos: SASS-level validation unavailable: %s\n", attached.error().message.c_str());
+  }
   runtime().validation.set_active(validating);
   auto started = g_preload->agent.start();
   report("agent start", started);

@@ -261,33 +261,51 @@ case_ptx_twins() {
   else line ptx_twins FAIL "rc $rc: $(grep -E 'FAIL' "$log/ptx_twins.out" | head -n4 | tr '\n' ' ')"; fi
 }
 
-# Validation with PTX twins (PHOS_VALIDATE=1): the planted mis-speculations
-# are caught with the right buffer, and the suite's workloads give the same
-# results and no violation (no false alarm).
+# Validation (PHOS_VALIDATE): the planted mis-speculations are caught with
+# the right buffer by the PTX twins (=ptx) and by the SASS-level validator
+# (=sass), and the suite's workloads, validated by both (=1: twins where
+# there is PTX, patched modules for the rest), give the same results and no
+# violation (no false alarm).
 val_stats() {  # val_stats STATS: the totals, briefly
-  awk '/^validation / {for (i = 2; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}
-       printf "modules with PTX %d, twins %d (incomplete %d), validated launches %d, violations %d, twins built in %s ms (at most %s)",
-         v["modules"], v["twins"], v["incomplete"], v["validated"], v["violations"], v["twin_build_ms"], v["twin_build_max_ms"]}' "$1"
+  awk '/^validation / {for (i = 2; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}}
+       /^validated / {for (i = 3; i <= NF; i++) {split($i, kv, "="); f[kv[1]] = kv[2]}
+                      if (f["via"] == "sass") {sass += f["launches"]; sk++} else if (f["via"] == "ptx") {ptx += f["launches"]; pk++}
+                      delete f}
+       END {printf "validated launches %d (twins %d of %d kernels, SASS %d of %d kernels), violations %d; twins %d (incomplete %d) built in %s ms; SASS %s, %d modules patched in %s ms (at most %s)",
+              v["validated"], ptx, pk, sass, sk, v["violations"], v["twins"], v["incomplete"], v["twin_build_ms"],
+              v["sass"], v["sass_modules"], v["sass_patch_ms"], v["sass_patch_max_ms"]}' "$1"
 }
-case_validation() {
-  local s=$log/validation_planted.stats
-  PHOS_VALIDATE=1 PHOS_STATS_FILE=$s LD_PRELOAD=$libphos "$bin/planted" > "$log/validation_planted.out" 2>&1
-  local rc=$? victim size ok=1 k
-  read -r _ victim size < <(grep '^victim' "$log/validation_planted.out")
-  for k in through_device_pointer through_struct_in_memory; do
+case_sanitizer_abi() {
+  local san=${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer src=$here/../..
+  if g++ -std=c++20 -fsyntax-only -I"$san/include" -I"${CUDA_HOME:-/usr/local/cuda}/include" -I"$src/cuda_hooks/src" \
+       -I"$src/images/include" "$here/sanitizer_abi_check.cc" > "$log/sanitizer_abi.out" 2>&1; then
+    line sanitizer_abi PASS "phos's Sanitizer API declarations and patch signatures agree with $san/include/sanitizer.h"
+  else line sanitizer_abi FAIL "$(head -c 600 "$log/sanitizer_abi.out")"; fi
+}
+planted_case() {  # planted_case VALIDATE KERNEL...: each KERNEL caught, first write in the victim
+  local mode=$1; shift
+  local s=$log/validation_planted_$mode.stats out=$log/validation_planted_$mode.out
+  PHOS_VALIDATE=$mode PHOS_STATS_FILE=$s LD_PRELOAD=$libphos "$bin/planted" > "$out" 2>&1
+  local rc=$? victim size ok=1 k caught=()
+  read -r _ victim size < <(grep '^victim' "$out")
+  for k in "$@"; do
     local l first; l=$(grep "^validated _Z[0-9]*${k}" "$s")
     first=$(grep -o 'first=0x[0-9a-f]*' <<<"$l" | cut -d= -f2)
     if ! grep -q 'violations=64 ' <<<"$l" || [ -z "$first" ] || [ $((first)) -lt $((victim)) ] || [ $((first)) -ge $((victim + size)) ]; then
-      ok=0; echo "gpu: validation: $k: $l (victim $victim)"
-    fi
+      ok=0; echo "gpu: validation: $mode: $k: $l (victim $victim)"
+    else caught+=("$k ($(grep -o 'via=[a-z]*' <<<"$l"))"); fi
   done
   grep -q "^validated _Z6honestPKfPf launches=1 violations=0 " "$s" || { ok=0; echo "gpu: validation: honest: $(grep honest "$s")"; }
-  local global; global=$(grep -o '^validated _Z14through_globalf.*' "$s")
-  if [ $rc -eq 0 ] && [ $ok = 1 ] && grep -qx 'checksum 2240.0' "$log/validation_planted.out"; then
-    line validation_planted PASS "writes through a pointer in device memory and through a struct field behind a pointer to const: 64 violations each, first in the victim buffer; honest kernel: none; results unchanged; $(val_stats "$s"); through a __device__ pointer: ${global#validated }"
-  else line validation_planted FAIL "rc $rc; $(tr '\n' ' ' < "$log/validation_planted.out"); $(grep '^validat' "$s" | tr '\n' '|')"; fi
+  if [ $rc -eq 0 ] && [ $ok = 1 ] && grep -qx 'checksum 2240.0' "$out"; then
+    line "validation_planted_$mode" PASS "64 violations each, first in the victim buffer: ${caught[*]}; honest kernel: none; results unchanged; $(val_stats "$s")$(grep -o '^validated _Z14through_globalf.*skipped=.*' "$s" | sed 's/^validated /; not validated: /')"
+  else line "validation_planted_$mode" FAIL "rc $rc; $(tr '\n' ' ' < "$out"); $(grep '^validat' "$s" | tr '\n' '|')"; fi
+}
+case_validation() {
+  planted_case ptx through_device_pointer through_struct_in_memory
+  planted_case sass through_device_pointer through_struct_in_memory through_global
+  planted_case 1 through_device_pointer through_struct_in_memory through_global
   local name
-  for name in cuda_basic cublas torch_mlp torch_compile; do
+  for name in cuda_basic cublas torch_mlp torch_compile torch_conv; do
     local ref got vrc
     case $name in
       cuda_basic) set -- checksum "$bin/cuda_basic" 40 ;;
@@ -302,23 +320,25 @@ case_validation() {
     local violations; violations=$(grep -o '^validation .* violations=[0-9]*' "$log/validation_$name.stats" | grep -o '[0-9]*$')
     if [ $vrc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] && [ "${violations:-x}" = 0 ]; then
       line "validation_$name" PASS "same result, no violation; $(val_stats "$log/validation_$name.stats")"
-    else line "validation_$name" FAIL "rc $vrc; ref $ref; got $got; $(grep '^validat' "$log/validation_$name.stats" | head -n5 | tr '\n' '|')"; fi
+    else line "validation_$name" FAIL "rc $vrc; ref $ref; got $got; $(val_stats "$log/validation_$name.stats"); $(grep '^validated' "$log/validation_$name.stats" | grep -v 'violations=0 ' | head -n5 | tr '\n' '|'); $(grep -i 'error\|phos:' "$log/validation_$name.out" | head -n3 | tr '\n' ' ')"; fi
   done
 }
 
 # What validation costs while on (the paper reports 1-12%): the PyTorch
 # MLP and torch.compile steps and cuda_basic's run time, native, with
-# libphos.so speculating, and validating; median of PHOS_BENCH_RUNS (5)
-# alternating runs.
+# libphos.so speculating, validating with twins only, and with twins and
+# the SASS-level validator; median of PHOS_BENCH_RUNS (5) alternating runs.
 case_bench_validation() {
   local r runs=${PHOS_BENCH_RUNS:-5} mode
-  : > "$log/bench_val.native"; : > "$log/bench_val.speculate"; : > "$log/bench_val.validate"
+  local modes="native speculate ptx sass"
+  for mode in $modes; do : > "$log/bench_val.$mode"; done
   for r in $(seq "$runs"); do
-    for mode in native speculate validate; do
+    for mode in $modes; do
       local envs=()
       case $mode in
         speculate) envs=(LD_PRELOAD=$libphos PHOS_SPECULATE=1) ;;
-        validate) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=1) ;;
+        ptx) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=ptx) ;;
+        sass) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=1) ;;
       esac
       env "${envs[@]}" python3 "$here/torch_workloads.py" mlp --steps 300 | awk '/^time/ {split($2, a, "="); print "bench mlp_step_ms", a[2]}' >> "$log/bench_val.$mode"
       env "${envs[@]}" python3 "$here/torch_workloads.py" compile --steps 300 | awk '/^time/ {split($2, a, "="); print "bench compile_step_ms", a[2]}' >> "$log/bench_val.$mode"
@@ -327,9 +347,10 @@ case_bench_validation() {
       awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "bench cuda_basic_s %.4f\n", b - a}' >> "$log/bench_val.$mode"
     done
   done
-  echo "gpu: bench: validation cost, median [min-max] of $runs alternating runs: native | speculating | validating"
-  join <(spread "$log/bench_val.native") <(spread "$log/bench_val.speculate") | join - <(spread "$log/bench_val.validate") |
-    awk '{printf "gpu: bench:   %-18s %9.4f [%s] | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+6.1f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100, $6, $7, ($6 / $2 - 1) * 100}'
+  echo "gpu: bench: validation cost, median [min-max] of $runs alternating runs: native | speculating | validating with twins | with twins and SASS"
+  join <(spread "$log/bench_val.native") <(spread "$log/bench_val.speculate") | join - <(spread "$log/bench_val.ptx") |
+    join - <(spread "$log/bench_val.sass") |
+    awk '{printf "gpu: bench:   %-18s %9.4f [%s] | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+7.1f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100, $6, $7, ($6 / $2 - 1) * 100, $8, $9, ($8 / $2 - 1) * 100}'
 }
 
 # Alternating runs, median of each figure (one run is within noise).
@@ -370,7 +391,7 @@ case_bench_torch() {
     awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  slower by %+.2f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100}'
 }
 
-cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable speculation bench bench_torch}
+cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable speculation sanitizer_abi validation ptx_twins bench bench_torch}
 reference_cuda=
 for c in $cases; do
   [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic

@@ -9,7 +9,9 @@ typedef unsigned long long cuuint64_t;
 
 unsigned long long fake_calls;
 
-CUresult cuInit(unsigned flags) { (void)flags; return 0; }
+/* Read by the fake libsanitizer-public.so: whether it came too late. */
+int fake_cuda_initialized;
+CUresult cuInit(unsigned flags) { (void)flags; fake_cuda_initialized = 1; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
   (void)dst; (void)src; (void)n;

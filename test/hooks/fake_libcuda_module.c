@@ -2,6 +2,7 @@
  * structs that carry a name, so libphos.so's launch record can name kernels
  * and the module registry can be tested without a GPU. */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@ unsigned long long fake_launches;
 
 struct fake_handle {
   char name[64];
+  void *module; /* a function's module or library */
 };
 
 /* Set by a test: the next handle is this one again, renamed (the driver
@@ -31,11 +33,20 @@ CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *o, void
   *l = handle("library");
   return CUDA_SUCCESS;
 }
-CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { (void)m; *f = handle(name); return CUDA_SUCCESS; }
-CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) { (void)l; *k = handle(name); return CUDA_SUCCESS; }
+static void *handle_in(const char *name, void *module) {
+  struct fake_handle *h = handle(name);
+  h->module = module;
+  return h;
+}
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { *f = handle_in(name, m); return CUDA_SUCCESS; }
+CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) { *k = handle_in(name, l); return CUDA_SUCCESS; }
 CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) {
-  *f = handle(((struct fake_handle *)k)->name);
+  *f = handle_in(((struct fake_handle *)k)->name, ((struct fake_handle *)k)->module);
   return CUDA_SUCCESS;
+}
+CUresult cuFuncGetModule(CUmodule *m, CUfunction f) {
+  *m = ((struct fake_handle *)f)->module;
+  return *m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 CUresult cuModuleGetGlobal(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name) {
   (void)m; (void)name;
@@ -78,11 +89,13 @@ CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *offset, size_t *size
 }
 unsigned long long fake_twin_launches;
 
-/* What saxpy's twin would find: it writes y (parameter 1), and with
- * FAKE_SAXPY_WRITES_X=1 also x (parameter 0, a pointer to const: a planted
- * mis-speculation); each address outside the table's ranges counts. */
-static void fake_saxpy_twin(void **params) {
-  unsigned long long *table = (unsigned long long *)*(CUdeviceptr *)params[4];
+unsigned long long fake_patched_launches;
+
+/* What saxpy's checks would find, in its twin or in its patched module: it
+ * writes y (parameter 1), and with FAKE_SAXPY_WRITES_X=1 also x (parameter
+ * 0, a pointer to const: a planted mis-speculation); each address outside
+ * the table's ranges counts. */
+static void fake_saxpy_checks(void **params, unsigned long long *table) {
   const char *planted = getenv("FAKE_SAXPY_WRITES_X");
   CUdeviceptr written[2] = {*(CUdeviceptr *)params[1], *(CUdeviceptr *)params[0]};
   int n = planted && *planted == '1' ? 2 : 1;
@@ -102,10 +115,24 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
                         unsigned shmem, CUstream s, void **params, void **extra) {
   (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)extra;
   __atomic_add_fetch(&fake_launches, 1, __ATOMIC_RELAXED);
-  if (!strcmp(((struct fake_handle *)f)->name, "_Z5saxpyPKfPffi__phos_twin")) {
+  struct fake_handle *h = (struct fake_handle *)f;
+  if (!strcmp(h->name, "_Z5saxpyPKfPffi__phos_twin")) {
     __atomic_add_fetch(&fake_twin_launches, 1, __ATOMIC_RELAXED);
-    fake_saxpy_twin(params);
+    fake_saxpy_checks(params, (unsigned long long *)*(CUdeviceptr *)params[4]);
+    return CUDA_SUCCESS;
   }
+  /* A kernel in a module the fake libsanitizer-public.so patched: its
+   * patch runs with the callback data set for f (none: nothing checked). */
+  void *sanitizer = dlopen("libsanitizer-public.so", RTLD_NOW | RTLD_NOLOAD);
+  if (!sanitizer) return CUDA_SUCCESS;
+  int (*patched)(void *) = (int (*)(void *))dlsym(sanitizer, "fake_sanitizer_patched");
+  void *(*data)(void *) = (void *(*)(void *))dlsym(sanitizer, "fake_sanitizer_data");
+  if (patched && data && patched(h->module)) {
+    __atomic_add_fetch(&fake_patched_launches, 1, __ATOMIC_RELAXED);
+    unsigned long long *table = data(f);
+    if (table && !strcmp(h->name, "_Z5saxpyPKfPffi")) fake_saxpy_checks(params, table);
+  }
+  dlclose(sanitizer);
   return CUDA_SUCCESS;
 }
 

@@ -56,37 +56,67 @@ else
   echo "[speculation] no nvcc: the cubin cross-check is not tested here"
 fi
 
-# Validation: saxpy loaded as PTX runs as its twin with its speculated
-# write set (y) as the range table; the fake twin writes y, and with the
-# planted FAKE_SAXPY_WRITES_X=1 also x (a pointer to const): each such
-# write outside the table counts, with the first address. Kernels the PTX
-# does not define are not validated, and say why.
+# Validation with PTX twins (PHOS_VALIDATE=ptx): saxpy loaded as PTX runs
+# as its twin with its speculated write set (y) as the range table; the
+# fake twin writes y, and with the planted FAKE_SAXPY_WRITES_X=1 also x (a
+# pointer to const): each such write outside the table counts, with the
+# first address. Kernels the PTX does not define are not validated, and say
+# why.
 if [ -n "${PHOS_TEST_SAXPY_PTX:-}" ]; then
-  run "$work/valid" PHOS_VALIDATE=1 PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX"
+  run "$work/valid" PHOS_VALIDATE=ptx PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX"
   grep '^validat' "$work/valid" | sed 's/^/[speculation] /'
-  expect "$work/valid" '^validation modules=1 twins=1 incomplete=0 validated=2 pending=0 violations=0 ' \
+  expect "$work/valid" '^validation modules=1 twins=1 incomplete=0 validated=2 pending=0 violations=0 .* sass=off ' \
     "saxpy's two launches ran as its twin, with no violation"
-  expect "$work/valid" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0$' "saxpy validated"
+  expect "$work/valid" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0 via=ptx$' "saxpy validated"
   expect "$work/valid" '^validated closure_kernel launches=0 .* skipped=not a kernel of the module.s PTX$' \
-    "a function the PTX does not define is not validated"
-  run "$work/planted" PHOS_VALIDATE=1 PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX" FAKE_SAXPY_WRITES_X=1
+    "a function the PTX does not define is not validated by a twin"
+  run "$work/planted" PHOS_VALIDATE=ptx PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX" FAKE_SAXPY_WRITES_X=1
   x=$(awk '$1 == "x" {print $2}' "$work/planted.out")
   xs=$(printf '0x%x' $((x + 16)))
-  expect "$work/planted" "^validated _Z5saxpyPKfPffi launches=2 violations=2 launches_with_violations=2 first=$xs site=0\$" \
+  expect "$work/planted" "^validated _Z5saxpyPKfPffi launches=2 violations=2 launches_with_violations=2 first=$xs site=0 via=ptx\$" \
     "the planted write to x (speculated read only) is caught, at x"
   # The same kernel from nvcc's fatbin: its compute_90 PTX is taken.
-  run "$work/fatbin_ptx" PHOS_VALIDATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_FATBIN"
-  expect "$work/fatbin_ptx" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0$' \
+  run "$work/fatbin_ptx" PHOS_VALIDATE=ptx PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_FATBIN"
+  expect "$work/fatbin_ptx" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0 via=ptx$' \
     "saxpy validated from the PTX inside its fatbin"
   # A bare cubin, as Triton loads it: its PTX comes from Triton's cache.
   mkdir -p "$work/triton/0123abcd"
   cp "$PHOS_TEST_SAXPY_CUBIN" "$work/triton/0123abcd/saxpy.cubin"
   cp "$PHOS_TEST_SAXPY_PTX" "$work/triton/0123abcd/saxpy.ptx"
-  run "$work/triton_cubin" PHOS_VALIDATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" TRITON_CACHE_DIR="$work/triton"
-  expect "$work/triton_cubin" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0$' \
+  run "$work/triton_cubin" PHOS_VALIDATE=ptx PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" TRITON_CACHE_DIR="$work/triton"
+  expect "$work/triton_cubin" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0 via=ptx$' \
     "saxpy's cubin validated with the PTX from Triton's cache"
-  run "$work/no_cache" PHOS_VALIDATE=1 PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" TRITON_CACHE_DIR="$work/none"
-  expect "$work/no_cache" '^validation modules=0 ' "a cubin without PTX anywhere is not validated"
+  run "$work/no_cache" PHOS_VALIDATE=ptx PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" TRITON_CACHE_DIR="$work/none"
+  expect "$work/no_cache" '^validation modules=0 .* validated=0 ' "a cubin without PTX anywhere is not validated by a twin"
+
+  # The SASS-level validator, with the fake Sanitizer API: attached before
+  # the program's first CUDA call, it patches the cubin's module at the
+  # first validated launch, sets the launch's range table for the kernel
+  # and clears it after; the fake driver runs "the patch" on saxpy's
+  # writes in a patched module.
+  sanitizer="PHOS_SANITIZER_LIB=$PHOS_TEST_SANITIZER_LIB"
+  run "$work/sass" PHOS_VALIDATE=sass "$sanitizer" PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN"
+  grep '^validat' "$work/sass" | sed 's/^/[speculation] /'
+  expect "$work/sass" '^validation modules=0 twins=0 incomplete=0 validated=3 pending=0 violations=0 .* sass=attached sass_modules=1 ' \
+    "saxpy's and closure_kernel's launches validated in their patched module"
+  expect "$work/sass" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0 via=sass$' "saxpy validated at the SASS level"
+  expect "$work/sass" '^validated closure_kernel launches=1 violations=0 launches_with_violations=0 via=sass$' \
+    "closure_kernel validated at the SASS level"
+  run "$work/sass_planted" PHOS_VALIDATE=sass "$sanitizer" PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" FAKE_SAXPY_WRITES_X=1
+  x=$(awk '$1 == "x" {print $2}' "$work/sass_planted.out")
+  xs=$(printf '0x%x' $((x + 16)))
+  expect "$work/sass_planted" "^validated _Z5saxpyPKfPffi launches=2 violations=2 launches_with_violations=2 first=$xs site=0 via=sass\$" \
+    "the planted write to x is caught by the patch, at x"
+  # Both (PHOS_VALIDATE=1): the twin where there is one, the patch for the rest.
+  run "$work/both" PHOS_VALIDATE=1 "$sanitizer" PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX"
+  expect "$work/both" '^validated _Z5saxpyPKfPffi launches=2 .* via=ptx$' "saxpy runs as its twin"
+  expect "$work/both" '^validated closure_kernel launches=1 .* via=sass$' "closure_kernel, not in the PTX, is patched"
+  # A library that is not the Sanitizer API: said, and validation goes on with the twins.
+  run "$work/no_sanitizer" PHOS_VALIDATE=1 PHOS_SANITIZER_LIB=/nonexistent/libsanitizer-public.so \
+    PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX" 2> "$work/no_sanitizer.err"
+  grep -q "SASS-level validation unavailable: cannot load the Sanitizer API" "$work/no_sanitizer.err" ||
+    fail "a missing Sanitizer API library is not reported: $(cat "$work/no_sanitizer.err")"
+  expect "$work/no_sanitizer" '^validated _Z5saxpyPKfPffi launches=2 .* via=ptx$' "twins run without the Sanitizer API"
 else
   echo "[speculation] no nvcc: validation is not tested here"
 fi

@@ -20,7 +20,13 @@ while [ $# -gt 0 ]; do
       "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -I"$san/include" -o "$work/sanitizer_probe" "$here/sanitizer_probe.cu" \
         -lcuda -ldl 2>&1 | tail -n 20
       lib=$(ls "$san"/libsanitizer-public.so* 2>/dev/null | head -n1)
-      for mode in late early; do timeout 120 "$work/sanitizer_probe" "$lib" "$work/sanitizer_patch.fatbin" $mode 2>&1; echo "rc=$?"; done ;;
+      g++ -O2 -shared -fPIC -I"$san/include" -I"$cuda/include" -o "$work/sanitizer_inject.so" "$here/sanitizer_inject.cc" -ldl
+      for mode in late early-none early-resource; do
+        echo "-- $mode"; timeout 40 "$work/sanitizer_probe" "$lib" "$work/sanitizer_patch.fatbin" $mode 2>&1; echo "rc=$?"
+      done
+      echo "-- inject"
+      CUDA_INJECTION64_PATH=$work/sanitizer_inject.so PROBE_SANITIZER_LIB=$lib timeout 40 \
+        "$work/sanitizer_probe" "$lib" "$work/sanitizer_patch.fatbin" inject 2>&1; echo "rc=$?" ;;
     dma)
       echo "== dma_file_probe $2 $3 $4 ($(df -h "$2" | tail -n1))"
       timeout 200 "$PHOS_BUNDLE/gpu/dma_file_probe" "$2" "$3" "$4" 2>&1; echo "rc=$?"

@@ -2,7 +2,11 @@
 // the Sanitizer patching API be loaded late, into a process whose context
 // exists and whose module is already loaded, patch that module, report
 // writes outside a range table, be unpatched, and what does each step cost?
-// usage: sanitizer_probe LIBSANITIZER PATCH_FATBIN [early]
+// usage: sanitizer_probe LIBSANITIZER PATCH_FATBIN MODE
+//   late            load and subscribe after the context and module exist
+//   early-none      load and subscribe before any CUDA call, no domain enabled
+//   early-resource  the same with the resource and launch domains enabled
+//   inject          CUDA_INJECTION64_PATH=sanitizer_inject.so subscribed at cuInit
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -35,8 +39,10 @@ static void set_table(unsigned long long* t, const void* a, size_t bytes) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 3) { printf("usage: sanitizer_probe LIBSANITIZER PATCH_FATBIN [early]\n"); return 2; }
-  bool early = argc > 3 && !strcmp(argv[3], "early");
+  setvbuf(stdout, nullptr, _IONBF, 0);
+  if (argc < 4) { printf("usage: sanitizer_probe LIBSANITIZER PATCH_FATBIN MODE\n"); return 2; }
+  const char* mode = argv[3];
+  bool early = !strncmp(mode, "early", 5), inject = !strcmp(mode, "inject");
   void* lib = nullptr;
   double t = now_ms();
   Sanitizer_SubscriberHandle sub{};
@@ -47,8 +53,10 @@ int main(int argc, char** argv) {
     SYM(sanitizerSubscribe) SYM(sanitizerEnableDomain)
     p_sanitizerGetResultString = reinterpret_cast<decltype(&sanitizerGetResultString)>(dlsym(lib, "sanitizerGetResultString"));
     SAN(p_sanitizerSubscribe(&sub, on_event, nullptr));
-    SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_RESOURCE));
-    SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_LAUNCH));
+    if (!strcmp(mode, "early-resource")) {
+      SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_RESOURCE));
+      SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_LAUNCH));
+    }
     printf("early: dlopen + subscribe before any CUDA call %.1f ms\n", now_ms() - t);
   }
   const int n = 1 << 24;
@@ -60,8 +68,8 @@ int main(int argc, char** argv) {
   double native = time_fill(50);
   auto time_launch = [&](int reps) { double s = now_ms(); for (int i = 0; i < reps; ++i) fill<<<1, 32>>>(a, 0); cudaDeviceSynchronize(); return (now_ms() - s) * 1000 / reps; };
   time_launch(1000);
-  printf("empty launch %.3f us (%s)\n", time_launch(20000), early ? "subscribed" : "no sanitizer");
-  printf("mode %s; fill of %d ints natively %.3f ms\n", early ? "early (loaded before CUDA)" : "late (loaded after the context and module)", n, native);
+  printf("empty launch %.3f us (%s)\n", time_launch(20000), early || inject ? "subscribed" : "no sanitizer");
+  printf("mode %s; fill of %d ints natively %.3f ms\n", mode, n, native);
   if (!lib) { t = now_ms(); lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL); }
   if (!lib) { printf("FAIL dlopen: %s\n", dlerror()); return 1; }
   printf("dlopen %.1f ms\n", now_ms() - t);
@@ -75,7 +83,7 @@ int main(int argc, char** argv) {
   CK(cudaGetFuncBySymbol(&f_atomic, (const void*)add_atomic));
   CUmodule mod; CUresult cr = cuFuncGetModule(&mod, f_fill); printf("cuFuncGetModule -> %d\n", (int)cr);
   t = now_ms();
-  if (!early) {
+  if (!early && !inject) {
     SAN(p_sanitizerSubscribe(&sub, on_event, nullptr));
     SAN(p_sanitizerEnableDomain(1, sub, SANITIZER_CB_DOMAIN_RESOURCE));
   }
@@ -131,7 +139,7 @@ int main(int argc, char** argv) {
   fill<<<n / 256, 256>>>(a, n); CK(cudaDeviceSynchronize());
   printf("repatched: violations=%llu (expect %d), %.1f ms\n", table[1], n, now_ms() - t);
   SAN(p_sanitizerUnpatchModule(mod));
-  SAN(p_sanitizerUnsubscribe(sub));
+  if (!inject) SAN(p_sanitizerUnsubscribe(sub));
   printf("events: resource=%d launch=%d other=%d\n", events[0], events[1], events[2]);
   return 0;
 }
