@@ -201,7 +201,7 @@ void LaunchValidation::resolve_twin_locked(Kernel& k, CUfunction f) {
 // stays in the statistics when this cannot be either.
 void LaunchValidation::try_sass_locked(Kernel& k, CUfunction f) {
   std::string why;
-  if (sass_.patch(f, &k.sass_module, &why)) {
+  if (sass_.patch(f, &k.sass_module, &k.sass_function, &why)) {
     k.sass = true;
     k.stats.validator = "sass";
     k.stats.skipped.clear();
@@ -254,7 +254,7 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
       // Patched again if validation went off and on, or its module was
       // forgotten.
       std::string why;
-      if (!sass_.patch(f, &k->sass_module, &why)) {
+      if (!sass_.patch(f, &k->sass_module, &k->sass_function, &why)) {
         k->sass = false;
         k->stats.skipped = "sass: " + why;
         return false;
@@ -266,6 +266,7 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
     out->table_address = out->table.device;
     if (k->sass) {
       out->sass = true;
+      out->sass_function = k->sass_function;
       out->twin = f;
       out->launch_params = params;
     } else {
@@ -285,7 +286,7 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
   }
   // Outside mu_: finish() takes mu_ while holding this lock.
   sass_launch_mu_.lock();
-  if (sass_.set_table(f, out->table.device)) return true;
+  if (sass_.set_table(out->sass_function, out->table.device)) return true;
   sass_launch_mu_.unlock();
   std::lock_guard<std::mutex> lock(mu_);
   free_.push_back(out->table);
@@ -295,7 +296,7 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
 bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
   if (p.sass) {
     // Later launches of the function that are not validated pass no table.
-    sass_.set_table(p.twin, 0);
+    sass_.set_table(p.sass_function, 0);
     sass_launch_mu_.unlock();
   }
   std::lock_guard<std::mutex> lock(mu_);

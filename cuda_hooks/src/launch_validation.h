@@ -81,6 +81,7 @@ class LaunchValidation {
     std::vector<void*> params;
     void** launch_params = nullptr;
     bool sass = false;
+    CUfunction sass_function = nullptr;
     CUdeviceptr table_address = 0;
     Table table;
   };
@@ -133,6 +134,7 @@ class LaunchValidation {
     CUfunction twin = nullptr;  // null: not validated by a twin
     bool sass = false;          // validated at the SASS level
     CUmodule sass_module = nullptr;
+    CUfunction sass_function = nullptr;  // the one its table is set on
     uint32_t params = 0;
     uint32_t shared_opt_in = 0;  // dynamic shared memory the twin was allowed above 48 KiB
     KernelStats stats;

@@ -76,12 +76,18 @@ Result<void> SassPatcher::attach() {
   return {};
 }
 
-bool SassPatcher::patch(CUfunction f, CUmodule* module_out, std::string* why) {
+bool SassPatcher::patch(CUfunction f, CUmodule* module_out, CUfunction* function_out, std::string* why) {
   if (!attached_) return *why = "the Sanitizer API is not attached", false;
   CUmodule module = nullptr;
-  if (PHOS_REAL(cuFuncGetModule)(&module, f) != CUDA_SUCCESS || !module)
-    return *why = "the driver names no module for this function", false;
+  CUfunction function = f;
+  if (PHOS_REAL(cuFuncGetModule)(&module, f) != CUDA_SUCCESS || !module) {
+    // A CUkernel: its function in this context has the module.
+    if (PHOS_REAL(cuKernelGetFunction)(&function, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS ||
+        PHOS_REAL(cuFuncGetModule)(&module, function) != CUDA_SUCCESS || !module)
+      return *why = "the driver names no module for this function", false;
+  }
   *module_out = module;
+  *function_out = function;
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = modules_.find(module); it != modules_.end()) return *why = it->second, it->second.empty();
   uint64_t started = now_ns();

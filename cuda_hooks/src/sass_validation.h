@@ -67,11 +67,13 @@ class SassPatcher {
   bool attached() const { return attached_; }
 
   // f's module (into *module), patched: the patch image is added to the
-  // current context once, the module patched once. False with *why when it
-  // cannot be.
-  bool patch(CUfunction f, CUmodule* module, std::string* why);
-  // Launches of f from now on hand `table` (a device address; 0: none) to
-  // the patches.
+  // current context once, the module patched once. f may be a CUkernel
+  // (cudart 13 launches those): *function is then its function in the
+  // current context, which the table is set on. False with *why when it
+  // cannot be patched.
+  bool patch(CUfunction f, CUmodule* module, CUfunction* function, std::string* why);
+  // Launches of f (patch()'s *function) from now on hand `table` (a device
+  // address; 0: none) to the patches.
   bool set_table(CUfunction f, CUdeviceptr table);
   // Every patched module unpatched (validation going off).
   void unpatch_all();
