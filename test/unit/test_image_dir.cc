@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "fixtures.h"
+#include "phos/images/crc32c.h"
 #include "phos/images/data_file.h"
 #include "phos/images/image_dir.h"
 
@@ -306,6 +307,7 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
     auto chunk = (*writer)->write_chunk(0, bytes, c);
     REQUIRE(chunk.ok());
     CHECK(chunk->file_offset % 4096 == 0);
+    CHECK(chunk->crc32c == phos::crc32c(bytes));  // also when written in slices
     written.emplace_back(std::vector<std::byte>(bytes.begin(), bytes.end()), *chunk);
   };
   write(staging.span(), Compression::None);
@@ -313,6 +315,9 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
   write(std::span(aligned).subspan(1, 5000), Compression::None);
   write(std::span(packable), Compression::Zstd);
   write(staging.span(), Compression::None);
+  // Larger than a buffered write's slice (256 KiB), and not a multiple of it.
+  auto big = pattern((1 << 20) + 12345, 23, false);
+  write(std::span(big), Compression::None);
   CHECK(written[3].second.compression == Compression::Zstd);
   bool direct = (*writer)->direct();
   auto file = (*writer)->finish();
