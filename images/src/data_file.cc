@@ -226,7 +226,6 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   c.alloc_offset = alloc_offset;
   c.file_index = file_index_;
   c.raw_size = uint32_t(raw.size());
-  if (compression == Compression::None && !direct_) return write_sliced(raw, c);
   uint64_t t0 = now_ns();
   c.crc32c = crc32c(raw);
   t.checksum_ns = now_ns() - t0;
@@ -260,31 +259,6 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   t0 = now_ns();
   PHOS_TRY(write_extent(out, extent, c.file_offset));
   t.io_ns = now_ns() - t0;
-  std::lock_guard<std::mutex> lock(mu_);
-  times_ += t;
-  return c;
-}
-
-// Buffered and uncompressed: each slice is checksummed and then written
-// while it is still in this core's cache, so the chunk crosses the memory
-// bus once for both instead of twice (on a huge-page tmpfs, 32 GiB images
-// are written at the memory's pace, not the PCIe bus's).
-Result<Chunk> DataFileWriter::write_sliced(std::span<const std::byte> raw, Chunk c) {
-  constexpr size_t kSlice = 256 << 10;
-  ChunkTimes t;
-  c.stored_size = c.raw_size;
-  c.file_offset = end_.fetch_add(align_up(raw.size()));
-  uint32_t crc = 0;
-  for (size_t at = 0; at < raw.size(); at += kSlice) {
-    size_t n = std::min(kSlice, raw.size() - at);
-    uint64_t t0 = now_ns();
-    crc = crc32c(crc, raw.data() + at, n);
-    uint64_t t1 = now_ns();
-    PHOS_TRY(write_extent(raw.data() + at, n, c.file_offset + at));
-    t.checksum_ns += t1 - t0;
-    t.io_ns += now_ns() - t1;
-  }
-  c.crc32c = crc;
   std::lock_guard<std::mutex> lock(mu_);
   times_ += t;
   return c;

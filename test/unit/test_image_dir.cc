@@ -307,7 +307,7 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
     auto chunk = (*writer)->write_chunk(0, bytes, c);
     REQUIRE(chunk.ok());
     CHECK(chunk->file_offset % 4096 == 0);
-    CHECK(chunk->crc32c == phos::crc32c(bytes));  // also when written in slices
+    CHECK(chunk->crc32c == phos::crc32c(bytes));
     written.emplace_back(std::vector<std::byte>(bytes.begin(), bytes.end()), *chunk);
   };
   write(staging.span(), Compression::None);
@@ -315,7 +315,7 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
   write(std::span(aligned).subspan(1, 5000), Compression::None);
   write(std::span(packable), Compression::Zstd);
   write(staging.span(), Compression::None);
-  // Larger than a buffered write's slice (256 KiB), and not a multiple of it.
+  // A chunk of several MiB, not a multiple of the page size.
   auto big = pattern((1 << 20) + 12345, 23, false);
   write(std::span(big), Compression::None);
   CHECK(written[3].second.compression == Compression::Zstd);

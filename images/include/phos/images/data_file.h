@@ -92,7 +92,6 @@ class DataFileWriter {
  private:
   DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index, bool direct, std::string why_buffered);
   Result<void> write_extent(const std::byte* p, size_t n, uint64_t off);
-  Result<Chunk> write_sliced(std::span<const std::byte> raw, Chunk c);
 
   UniqueFd fd_;
   std::string name_;
