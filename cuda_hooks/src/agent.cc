@@ -346,6 +346,10 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       if (auto set = backend_.set_speculation(req.speculate->on); !set)
         return fail(set.error().code, "speculation " + std::string(req.speculate->on ? "on" : "off") + ": " +
                                           set.error().message);
+      if (req.speculate->has_validate)
+        if (auto set = backend_.set_validation(req.speculate->validate); !set)
+          return fail(set.error().code, "validation " + std::string(req.speculate->validate ? "on" : "off") + ": " +
+                                            set.error().message);
       Phos__Agent__SpeculateReply r = PHOS__AGENT__SPECULATE_REPLY__INIT;
       return send_reply(conn, PHOS__AGENT__REPLY__KIND_SPECULATE, &Phos__Agent__Reply::speculate, r).ok();
     }

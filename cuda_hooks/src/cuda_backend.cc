@@ -71,4 +71,11 @@ Result<void> CudaBackend::set_speculation(bool on) {
   return {};
 }
 
+Result<void> CudaBackend::set_validation(bool on) {
+  if (on && !runtime().speculation.active())
+    return make_error("validation needs speculation on", EINVAL);
+  runtime().validation.set_active(on);
+  return {};
+}
+
 }  // namespace phos::hooks

@@ -49,6 +49,7 @@ std::string LaunchValidation::triton_ptx(const void* image, size_t size) {
 
 void LaunchValidation::set_active(bool on) {
   active_.store(on, std::memory_order_relaxed);
+  if (on) ever_active_.store(true, std::memory_order_relaxed);
   if (!on) sass_.unpatch_all();
 }
 

@@ -43,6 +43,7 @@ class LaunchValidation {
   bool active() const { return active_.load(std::memory_order_relaxed); }
   // Off: the patched modules are unpatched.
   void set_active(bool on);
+  bool ever_active() const { return ever_active_.load(std::memory_order_relaxed); }
   // PHOS_VALIDATE: "1" or "all" (twins, then SASS for the rest), "ptx"
   // (twins only), "sass" (SASS only). SASS needs attach_sass() before the
   // first CUDA call.
@@ -152,7 +153,7 @@ class LaunchValidation {
   void collect_locked();
   std::string triton_ptx(const void* image, size_t size);
 
-  std::atomic<bool> active_{false};
+  std::atomic<bool> active_{false}, ever_active_{false};
   Validators validators_ = Validators::kPtxAndSass;
   SassPatcher sass_;
   std::mutex sass_launch_mu_;  // from a SASS launch's prepare() to its finish()

@@ -123,7 +123,7 @@ void write_speculation(FILE* f) {
 // "validation ..." totals, then one "validated NAME ..." line per kernel of
 // a PTX module (skipped=REASON for those not validated).
 void write_validation(FILE* f) {
-  if (!runtime().validation.active()) return;
+  if (!runtime().validation.active() && !runtime().validation.ever_active()) return;
   PHOS_REAL(cuCtxSynchronize)();  // the last launches' tables
   auto t = runtime().validation.totals();
   std::fprintf(f, "validation modules=%llu twins=%llu incomplete=%llu validated=%llu pending=%llu violations=%llu "

@@ -130,9 +130,17 @@ Result<AgentStatus> AgentClient::status() {
   return out;
 }
 
-Result<void> AgentClient::set_speculation(bool on) {
+Result<void> AgentClient::set_validation(bool on) {
+  return set_speculation(true, on);
+}
+
+Result<void> AgentClient::set_speculation(bool on, std::optional<bool> validate) {
   Phos__Agent__SpeculateRequest q = PHOS__AGENT__SPECULATE_REQUEST__INIT;
   q.on = on;
+  if (validate) {
+    q.has_validate = true;
+    q.validate = *validate;
+  }
   auto reply = call(PHOS__AGENT__REQUEST__KIND_SPECULATE, &Phos__Agent__Request::speculate, q,
                     PHOS__AGENT__REPLY__KIND_SPECULATE);
   if (!reply && reply.error().code == EPROTO)  // an agent older than the request answers "unknown request kind"

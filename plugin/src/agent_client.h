@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,15 @@ class AgentClient {
   Result<uint64_t> remap_all(const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds);
   Result<void> resume();
   // Read/write-set speculation of launches on or off.
-  Result<void> set_speculation(bool on);
+  Result<void> set_speculation(bool on) { return set_speculation(on, std::nullopt); }
+  // Validation on (speculation with it) or off (speculation stays on).
+  Result<void> set_validation(bool on);
   // Asks the agent to close its end and waits until it has, so that the
   // target holds no socket to us when CRIU dumps its files.
   Result<void> goodbye();
 
  private:
+  Result<void> set_speculation(bool on, std::optional<bool> validate);
   AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
   // Sends `msg` as the request of kind `kind` (stored in `field` of the
   // oneof) and returns the reply, which must be of kind `expected`.

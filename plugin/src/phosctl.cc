@@ -5,6 +5,7 @@
 //   phosctl status PID [--json]   ask a running process's agent
 //   phosctl kernels PID [--json]  its kernels' read/write-set speculation
 //   phosctl speculate PID on|off  turn that speculation on or off
+//   phosctl validate PID on|off   turn the validation of it on or off
 //   phosctl version
 #include <fcntl.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@ constexpr const char* kUsage =
     "       phosctl status PID [--json]   ask the phos agent of a running process\n"
     "       phosctl kernels PID [--json]  its kernels' read/write-set speculation, most unknown first\n"
     "       phosctl speculate PID on|off  turn that speculation on or off\n"
+    "       phosctl validate PID on|off   turn the validation of the speculation on (speculating) or off\n"
     "       phosctl version\n";
 
 std::string hex(uint64_t v) {
@@ -371,16 +373,19 @@ int cmd_kernels(const std::string& pid_text, bool as_json) {
   return 0;
 }
 
-int cmd_speculate(const std::string& pid_text, const std::string& switch_text) {
+// `phosctl speculate|validate PID on|off`.
+int cmd_switch(const std::string& what, const std::string& pid_text, const std::string& switch_text) {
   if (switch_text != "on" && switch_text != "off") {
-    std::fprintf(stderr, "phosctl: speculate takes on or off, not '%s'\n%s", switch_text.c_str(), kUsage);
+    std::fprintf(stderr, "phosctl: %s takes on or off, not '%s'\n%s", what.c_str(), switch_text.c_str(), kUsage);
     return 2;
   }
   pid_t pid = parse_pid(pid_text);
   if (!pid) return 2;
-  bool on = switch_text == "on";
-  int rc = with_client(pid, [on](phos::plugin::AgentClient& c) { return c.set_speculation(on); });
-  if (rc == 0) std::printf("process %d: speculation %s\n", int(pid), on ? "on" : "off");
+  bool on = switch_text == "on", validate = what == "validate";
+  int rc = with_client(pid, [on, validate](phos::plugin::AgentClient& c) {
+    return validate ? c.set_validation(on) : c.set_speculation(on);
+  });
+  if (rc == 0) std::printf("process %d: %s %s\n", int(pid), validate ? "validation" : "speculation", on ? "on" : "off");
   return rc;
 }
 
@@ -411,7 +416,8 @@ int main(int argc, char** argv) {
   if (pos.size() == 2 && pos[0] == "verify") return cmd_show(pos[1], false, true);
   if (pos.size() == 2 && pos[0] == "status") return cmd_status(pos[1], as_json);
   if (pos.size() == 2 && pos[0] == "kernels") return cmd_kernels(pos[1], as_json);
-  if (pos.size() == 3 && pos[0] == "speculate" && !as_json) return cmd_speculate(pos[1], pos[2]);
+  if (pos.size() == 3 && (pos[0] == "speculate" || pos[0] == "validate") && !as_json)
+    return cmd_switch(pos[0], pos[1], pos[2]);
   std::fprintf(stderr, "%s", kUsage);
   return 2;
 }

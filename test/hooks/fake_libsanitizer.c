@@ -7,7 +7,19 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* FAKE_SANITIZER_LOG=FILE: each patch, unpatch and callback-data call, a
+ * line each (handles print as the fake libcuda's names). */
+static void note(const char *what, const void *handle, const char *detail) {
+  const char *path = getenv("FAKE_SANITIZER_LOG");
+  FILE *f = path && *path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  fprintf(f, "%s %s%s%s\n", what, handle ? (const char *)handle : "-", detail ? " " : "", detail ? detail : "");
+  fclose(f);
+}
 
 enum { kSuccess = 0, kInvalidParameter = 1, kMaxLimitReached = 10 };
 #define MAX_ENTRIES 64
@@ -60,6 +72,7 @@ int sanitizerPatchModule(CUmodule m) {
   int i = module_slot(m);
   if (i < 0 || !modules[i].instructions) return kInvalidParameter;
   modules[i].patched++;
+  note("patch", m, NULL);
   return kSuccess;
 }
 
@@ -67,6 +80,7 @@ int sanitizerUnpatchModule(CUmodule m) {
   int i = module_slot(m);
   if (i < 0) return kInvalidParameter;
   modules[i].patched = modules[i].instructions = 0;
+  note("unpatch", m, NULL);
   return kSuccess;
 }
 
@@ -75,6 +89,7 @@ int sanitizerSetCallbackData(CUfunction f, const void *data) {
     if (callback_data[i].f == f || !callback_data[i].f) {
       callback_data[i].f = f;
       callback_data[i].data = data;
+      note("data", f, data ? "set" : "clear");
       return kSuccess;
     }
   return kInvalidParameter;

@@ -111,6 +111,28 @@ if [ -n "${PHOS_TEST_SAXPY_PTX:-}" ]; then
   run "$work/both" PHOS_VALIDATE=1 "$sanitizer" PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX"
   expect "$work/both" '^validated _Z5saxpyPKfPffi launches=2 .* via=ptx$' "saxpy runs as its twin"
   expect "$work/both" '^validated closure_kernel launches=1 .* via=sass$' "closure_kernel, not in the PTX, is patched"
+  # Switched at run time (phosctl validate): off unpatches the module, on
+  # patches it again at the next validated launch; each validated launch
+  # sets its kernel's table and clears it after.
+  mkfifo "$work/vin"
+  env FAKE_SANITIZER_LOG="$work/sanitizer.log" PHOS_VALIDATE=sass "$sanitizer" PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_CUBIN" \
+    PHOS_STATS_FILE="$work/switch" LD_PRELOAD="$libphos" "$dir/speculation_client" wait again < "$work/vin" > "$work/switch.out" &
+  vpid=$!
+  exec 4> "$work/vin"
+  said() { for _ in $(seq 100); do grep -qx "$1" "$work/switch.out" && return 0; sleep 0.05; done; fail "the client never said '$1'"; }
+  said ready; echo >&4; said launched
+  "$phosctl" validate "$vpid" off > "$work/vctl.out" 2>&1 || fail "phosctl validate off: $(cat "$work/vctl.out")"
+  "$phosctl" validate "$vpid" on >> "$work/vctl.out" 2>&1 || fail "phosctl validate on: $(cat "$work/vctl.out")"
+  echo >&4; said again; echo >&4
+  exec 4>&-
+  wait "$vpid" || fail "the client failed: $(cat "$work/switch.out")"
+  grep -qx "process $vpid: validation off" "$work/vctl.out" || fail "phosctl validate says: $(cat "$work/vctl.out")"
+  sequence=$(grep -E '^(patch|unpatch)' "$work/sanitizer.log" | tr '\n' ' ')
+  [ "$sequence" = "patch module unpatch module patch module " ] || fail "patched, unpatched, patched again: got '$sequence'"
+  [ "$(grep -c '^data _Z5saxpyPKfPffi set$' "$work/sanitizer.log")" = 3 ] &&
+    [ "$(grep -c '^data _Z5saxpyPKfPffi clear$' "$work/sanitizer.log")" = 3 ] ||
+    fail "saxpy's table not set and cleared around each of its 3 validated launches: $(tr '\n' '|' < "$work/sanitizer.log")"
+  expect "$work/switch" '^validation .* validated=4 .* sass=attached sass_modules=2 ' "4 launches validated, the module patched twice"
   # A library that is not the Sanitizer API: said, and validation goes on with the twins.
   run "$work/no_sanitizer" PHOS_VALIDATE=1 PHOS_SANITIZER_LIB=/nonexistent/libsanitizer-public.so \
     PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX" 2> "$work/no_sanitizer.err"

@@ -16,6 +16,7 @@
  * usage: speculation_client [wait]   wait: print "ready" before the launches
  *                                    and "launched" after them, and wait for
  *                                    a line on stdin after each
+ *        speculation_client wait again  then saxpy once more, "again", a line
  *        speculation_client reuse    saxpy once, its module unloaded, then
  *                                    closure_kernel of a new module under
  *                                    saxpy's old CUfunction handle */
@@ -113,5 +114,10 @@ int main(int argc, char **argv) {
   bad |= cuMemcpyDtoD(out, x, 4096);
   printf("calls failed %d\n", bad);
   if (wait && !pause_for("launched")) return 3;
+  if (wait && argc > 2 && !strcmp(argv[2], "again")) {
+    bad |= cuLaunchKernel(saxpy, 4, 1, 1, 256, 1, 1, 0, NULL, saxpy_args, NULL);
+    printf("calls failed %d\n", bad);
+    if (!pause_for("again")) return 3;
+  }
   return 0;
 }

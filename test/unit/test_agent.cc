@@ -72,8 +72,14 @@ class FakeBackend final : public AgentBackend {
     speculating = on;
     return {};
   }
-  bool speculating = false;
-  std::vector<bool> speculate_calls;
+  Result<void> set_validation(bool on) override {
+    validate_calls.push_back(on);
+    if (on && !speculating) return make_error("validation needs speculation on", EINVAL);
+    validating = on;
+    return {};
+  }
+  bool speculating = false, validating = false;
+  std::vector<bool> speculate_calls, validate_calls;
   std::string speculation_error;  // set_speculation fails with it where not empty
   uint64_t indexed_buffers = 0;
   std::vector<wire::KernelSpeculationEntry> kernels;
@@ -239,6 +245,22 @@ TEST_CASE("agent: speculate reaches the backend", "[agent][speculation]") {
   REQUIRE(c.set_speculation(false).ok());
   CHECK_FALSE(a.backend.speculating);
   CHECK(a.backend.speculate_calls == std::vector<bool>{true, false});
+  CHECK(c.goodbye().ok());
+}
+
+TEST_CASE("agent: validate turns speculation on with it, and off alone", "[agent][speculation]") {
+  RunningAgent a;
+  auto c = a.client();
+  REQUIRE(c.set_validation(true).ok());
+  CHECK(a.backend.speculating);
+  CHECK(a.backend.validating);
+  REQUIRE(c.set_validation(false).ok());
+  CHECK(a.backend.speculating);  // off leaves speculation on
+  CHECK_FALSE(a.backend.validating);
+  CHECK(a.backend.validate_calls == std::vector<bool>{true, false});
+  // A plain speculate request says nothing of validation.
+  REQUIRE(c.set_speculation(false).ok());
+  CHECK(a.backend.validate_calls.size() == 2);
   CHECK(c.goodbye().ok());
 }
 
