@@ -326,6 +326,26 @@ case_validation() {
   done
 }
 
+# Validation switched off and on in a running PyTorch training run
+# (phosctl validate): off unpatches the patched modules, on patches them
+# again at their next validated launch; the result must not change.
+case_validation_switch() {
+  local s=$log/validation_switch.stats ready=$log/validation_switch.ready ref
+  rm -f "$ready"
+  ref=$(python3 "$here/torch_workloads.py" mlp --steps 80 2>/dev/null | grep '^result')
+  PHOS_VALIDATE=1 PHOS_STATS_FILE=$s LD_PRELOAD=$libphos python3 "$here/torch_workloads.py" mlp --steps 80 --pace-ms 20 \
+    --ready "$ready" > "$log/validation_switch.out" 2>&1 &
+  local pid=$! ctl_rc=0
+  for _ in $(seq 600); do [ -e "$ready" ] && break; sleep 0.1; done
+  sleep 0.3
+  { "$PHOS_PHOSCTL_BIN" validate "$pid" off && sleep 0.4 && "$PHOS_PHOSCTL_BIN" validate "$pid" on; } > "$log/validation_switch.ctl" 2>&1 || ctl_rc=$?
+  wait "$pid"; local rc=$?
+  local violations; violations=$(grep -o '^validation .* violations=[0-9]*' "$s" | grep -o '[0-9]*$')
+  if [ $rc -eq 0 ] && [ $ctl_rc -eq 0 ] && [ "$(grep '^result' "$log/validation_switch.out")" = "$ref" ] && [ "${violations:-x}" = 0 ]; then
+    line validation_switch PASS "$(tr '\n' ';' < "$log/validation_switch.ctl") same result, no violation; $(val_stats "$s") (modules patched counts each patching: once before off, again after on)"
+  else line validation_switch FAIL "rc $rc ctl $ctl_rc: $(tr '\n' ' ' < "$log/validation_switch.ctl"); $(grep -E '^result|Error' "$log/validation_switch.out" | head -n3 | tr '\n' ' '); $(val_stats "$s")"; fi
+}
+
 # What validation costs while on (the paper reports 1-12%): the PyTorch
 # MLP and torch.compile steps and cuda_basic's run time, native, with
 # libphos.so speculating, validating with twins only, and with twins and
@@ -393,7 +413,7 @@ case_bench_torch() {
     awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  slower by %+.2f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100}'
 }
 
-cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable speculation sanitizer_abi validation ptx_twins bench bench_torch}
+cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable speculation sanitizer_abi validation validation_switch ptx_twins bench bench_torch}
 reference_cuda=
 for c in $cases; do
   [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic
