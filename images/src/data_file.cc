@@ -175,7 +175,7 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
   if (!fd.valid()) return errno_error("create " + name);
   auto header = encode_data_header(DataHeader{kDataFormatVersion, pid, file_index});
   PHOS_TRY(pwrite_all(fd.get(), header.data(), header.size(), 0, name));
-  bool direct = false, huge_pages = false;
+  bool direct = false;
   std::string why_buffered = "direct_io is off";
   struct statfs fs {};
   if (direct_io == DirectIo::Auto && ::fstatfs(fd.get(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
@@ -183,8 +183,7 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
     // pages are the storage), and measured slower with it on an H200 host:
     // 32 GiB at 10.2 GB/s with O_DIRECT, 13.4 GB/s without (8 workers).
     why_buffered = "tmpfs: its page cache is the storage";
-    huge_pages = tmpfs_has_huge_pages(fd.get());
-    if (!huge_pages)
+    if (!tmpfs_has_huge_pages(fd.get()))
       why_buffered += "; without huge pages (a tmpfs mounted with huge=within_size took 32 GiB at 41 GB/s on an "
                       "H200 host where /dev/shm took 30 GB/s)";
   } else if (direct_io == DirectIo::Auto) {
@@ -193,15 +192,8 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
     direct = enabled.ok();
     why_buffered = direct ? "" : "the file system refuses O_DIRECT";
   }
-  std::unique_ptr<DataFileWriter> writer(
+  return std::unique_ptr<DataFileWriter>(
       new DataFileWriter(std::move(fd), std::move(name), file_index, direct, std::move(why_buffered)));
-  if (huge_pages) writer->align_extents_to(kHugePageSize);
-  return writer;
-}
-
-void DataFileWriter::align_extents_to(uint64_t alignment) {
-  extent_alignment_ = std::max<uint64_t>(alignment, kExtentAlignment);
-  end_ = align_up(end_.load(), extent_alignment_);
 }
 
 std::string DataFileWriter::why_buffered() const {
@@ -263,7 +255,7 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   }
   c.stored_size = uint32_t(stored);
   // Every extent starts aligned, whichever way it is written.
-  c.file_offset = end_.fetch_add(align_up(stored, extent_alignment_));
+  c.file_offset = end_.fetch_add(align_up(stored));
   t0 = now_ns();
   PHOS_TRY(write_extent(out, extent, c.file_offset));
   t.io_ns = now_ns() - t0;

@@ -358,32 +358,6 @@ TEST_CASE("data file: direct_io off writes through the page cache", "[image][dir
   write_every_shape_and_read_back(dir, DirectIo::Off);
 }
 
-TEST_CASE("data file: extents aligned to huge pages read back", "[image][direct]") {
-  TempDir dir;
-  auto writer = DataFileWriter::create(dir.fd.get(), "phos-7-data-0.img", 7, 0, DirectIo::Off);
-  REQUIRE(writer.ok());
-  (*writer)->align_extents_to(kHugePageSize);
-  CHECK((*writer)->extent_alignment() == kHugePageSize);
-  std::vector<std::pair<std::vector<std::byte>, Chunk>> written;
-  for (size_t size : {size_t(4) << 20, size_t(10001), size_t(3) << 20}) {
-    auto bytes = pattern(size, uint32_t(size), false);
-    auto chunk = (*writer)->write_chunk(0, bytes, Compression::None);
-    REQUIRE(chunk.ok());
-    CHECK(chunk->file_offset % kHugePageSize == 0);  // the first one too, past the header
-    written.emplace_back(bytes, *chunk);
-  }
-  auto file = (*writer)->finish();
-  REQUIRE(file.ok());
-  phos::UniqueFd fd(::openat(dir.fd.get(), file->name.c_str(), O_RDONLY));
-  std::vector<std::byte> scratch;
-  ChunkTimes times;
-  for (const auto& [bytes, chunk] : written) {
-    std::vector<std::byte> got(bytes.size());
-    REQUIRE(read_chunk(fd.get(), file->name, chunk, got, scratch, &times).ok());
-    CHECK(got == bytes);
-  }
-}
-
 TEST_CASE("data file: a file system without O_DIRECT answers EINVAL", "[image][direct]") {
   phos::UniqueFd fd(::open("/proc/self/comm", O_WRONLY | O_CLOEXEC));
   REQUIRE(fd.valid());

@@ -24,8 +24,6 @@
 namespace phos::image {
 
 inline constexpr uint32_t kExtentAlignment = 4096;
-// A transparent huge page of tmpfs on x86-64 (PMD size).
-inline constexpr uint64_t kHugePageSize = 2 << 20;
 
 inline constexpr uint64_t align_up(uint64_t n, uint64_t alignment = kExtentAlignment) {
   return (n + alignment - 1) / alignment * alignment;
@@ -84,14 +82,6 @@ class DataFileWriter {
   // Flushes to stable storage and closes; the DataFile goes in the manifest.
   Result<DataFile> finish();
 
-  // Every extent from now on starts at a multiple of `alignment` (a power
-  // of two, at least kExtentAlignment); call before the first chunk. create()
-  // picks huge-page alignment for a tmpfs with huge pages: a write gets a
-  // huge page only where it covers the page's end (huge=within_size), so
-  // extents that start on one get huge pages throughout.
-  void align_extents_to(uint64_t alignment);
-  uint64_t extent_alignment() const { return extent_alignment_; }
-
   const std::string& name() const { return name_; }
   // Whether chunks go to the file with O_DIRECT, and why not if they do not.
   bool direct() const { return direct_; }
@@ -107,7 +97,6 @@ class DataFileWriter {
   std::string name_;
   uint32_t file_index_;
   std::atomic<uint64_t> end_{kDataHeaderSize};
-  uint64_t extent_alignment_ = kExtentAlignment;
   std::atomic<bool> direct_;
   mutable std::mutex mu_;  // guards why_buffered_ and times_
   std::string why_buffered_;
