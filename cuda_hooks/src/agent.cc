@@ -343,14 +343,19 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       return send_reply(conn, PHOS__AGENT__REPLY__KIND_RESUME, &Phos__Agent__Reply::resume, r).ok();
     }
     case PHOS__AGENT__REQUEST__KIND_SPECULATE: {
-      if (auto set = backend_.set_speculation(req.speculate->on); !set)
-        return fail(set.error().code, "speculation " + std::string(req.speculate->on ? "on" : "off") + ": " +
-                                          set.error().message);
-      if (req.speculate->has_validate)
-        if (auto set = backend_.set_validation(req.speculate->validate); !set)
+      Phos__Agent__SpeculateReply r = PHOS__AGENT__SPECULATE_REPLY__INIT;
+      if (req.speculate->has_validate) {
+        auto set = backend_.set_validation(req.speculate->validate);
+        if (!set)
           return fail(set.error().code, "validation " + std::string(req.speculate->validate ? "on" : "off") + ": " +
                                             set.error().message);
-      Phos__Agent__SpeculateReply r = PHOS__AGENT__SPECULATE_REPLY__INIT;
+        r.has_validating = r.has_sass_attached = true;
+        r.validating = req.speculate->validate;
+        r.sass_attached = *set;
+      } else if (auto set = backend_.set_speculation(req.speculate->on); !set) {
+        return fail(set.error().code, "speculation " + std::string(req.speculate->on ? "on" : "off") + ": " +
+                                          set.error().message);
+      }
       return send_reply(conn, PHOS__AGENT__REPLY__KIND_SPECULATE, &Phos__Agent__Reply::speculate, r).ok();
     }
     case PHOS__AGENT__REQUEST__KIND_GOODBYE: {

@@ -67,15 +67,15 @@ Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<U
 }
 
 Result<void> CudaBackend::set_speculation(bool on) {
+  if (!on) runtime().validation.set_active(false);  // nothing to validate without it
   runtime().speculation.set_active(on, runtime().memory);
   return {};
 }
 
-Result<void> CudaBackend::set_validation(bool on) {
-  if (on && !runtime().speculation.active())
-    return make_error("validation needs speculation on", EINVAL);
+Result<bool> CudaBackend::set_validation(bool on) {
+  if (on) runtime().speculation.set_active(true, runtime().memory);
   runtime().validation.set_active(on);
-  return {};
+  return runtime().validation.totals().sass_attached;
 }
 
 }  // namespace phos::hooks

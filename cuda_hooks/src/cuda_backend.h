@@ -14,7 +14,7 @@ class CudaBackend final : public AgentBackend {
   Result<uint64_t> release_mappings(bool drop_handles) override;
   Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) override;
   Result<void> set_speculation(bool on) override;
-  Result<void> set_validation(bool on) override;
+  Result<bool> set_validation(bool on) override;
 };
 
 }  // namespace phos::hooks

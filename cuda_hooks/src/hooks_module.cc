@@ -66,7 +66,9 @@ void unloaded(const void* handle) {
     runtime().speculation.module_unloaded(id);
     runtime().launches.module_unloaded(id);
   }
-  if (runtime().validation.active()) runtime().validation.module_unloaded(handle);
+  // Also while validation is off: it may come back on, and must not find a
+  // reused handle's old kernel then.
+  if (runtime().validation.ever_active()) runtime().validation.module_unloaded(handle);
 }
 
 }  // namespace

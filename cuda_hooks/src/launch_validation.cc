@@ -49,8 +49,14 @@ std::string LaunchValidation::triton_ptx(const void* image, size_t size) {
 
 void LaunchValidation::set_active(bool on) {
   active_.store(on, std::memory_order_relaxed);
-  if (on) ever_active_.store(true, std::memory_order_relaxed);
-  if (!on) sass_.unpatch_all();
+  if (on) {
+    ever_active_.store(true, std::memory_order_relaxed);
+    return;
+  }
+  // No SASS launch is between its patch and its launch now; those that come
+  // see validation off (prepare() checks under this lock).
+  std::lock_guard<std::mutex> launches(sass_launch_mu_);
+  sass_.unpatch_all();
 }
 
 void LaunchValidation::cubin_loaded(const void* handle, uint64_t hash, const void* image, size_t size) {
@@ -79,12 +85,12 @@ void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const vo
 
 void LaunchValidation::module_unloaded(const void* handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  // SASS-validated kernels of the module are forgotten (a library's modules
-  // are not known by its handle: all of them); they come back at their next
-  // launch, under whatever name their handle then has.
+  // SASS-validated kernels of the module or library are forgotten; a
+  // reused handle comes back at its next launch under its new name.
   sass_.unloaded(handle);
   for (auto k = kernels_.begin(); k != kernels_.end();) {
-    if (k->second->sass && (k->second->sass_module == handle || !k->second->module)) {
+    const SassPatcher::Patched& h = k->second->sass_handles;
+    if (k->second->sass && (static_cast<const void*>(h.module) == handle || static_cast<const void*>(h.library) == handle)) {
       retired_.push_back(std::move(k->second));
       k = kernels_.erase(k);
     } else {
@@ -202,7 +208,7 @@ void LaunchValidation::resolve_twin_locked(Kernel& k, CUfunction f) {
 // stays in the statistics when this cannot be either.
 void LaunchValidation::try_sass_locked(Kernel& k, CUfunction f) {
   std::string why;
-  if (sass_.patch(f, &k.sass_module, &k.sass_function, &why)) {
+  if (sass_.patch(f, &k.sass_handles, &why)) {
     k.sass = true;
     k.stats.validator = "sass";
     k.stats.skipped.clear();
@@ -251,23 +257,12 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
     collect_locked();
     Kernel* k = kernel_locked(f);
     if (!k || (!k->twin && !k->sass)) return false;
-    if (k->sass) {
-      // Patched again if validation went off and on, or its module was
-      // forgotten.
-      std::string why;
-      if (!sass_.patch(f, &k->sass_module, &k->sass_function, &why)) {
-        k->sass = false;
-        k->stats.skipped = "sass: " + why;
-        return false;
-      }
-    }
     if (!table_locked(&out->table)) return false;
     std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
     out->table.kernel = k;
     out->table_address = out->table.device;
     if (k->sass) {
       out->sass = true;
-      out->sass_function = k->sass_function;
       out->twin = f;
       out->launch_params = params;
     } else {
@@ -285,25 +280,40 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
       return true;
     }
   }
-  // Outside mu_: finish() takes mu_ while holding this lock.
+  // Held until finish(): the table is set per function, for the launches
+  // that follow. Taken before mu_, never after it.
   sass_launch_mu_.lock();
-  if (sass_.set_table(out->sass_function, out->table.device)) return true;
-  sass_launch_mu_.unlock();
+  std::string why;
+  SassPatcher::Patched handles;
+  // Validation may have gone off since seen(); the module is patched again
+  // here if it went off and on, or was unloaded and loaded.
+  bool ready = active() && sass_.patch(f, &handles, &why) && sass_.set_table(handles.function, out->table.device);
+  if (ready) {
+    out->sass_function = handles.function;
+    return true;
+  }
   std::lock_guard<std::mutex> lock(mu_);
+  if (!why.empty()) {
+    auto* k = static_cast<Kernel*>(out->table.kernel);
+    k->sass = false;
+    k->stats.skipped = "sass: " + why;
+  }
   free_.push_back(out->table);
+  sass_launch_mu_.unlock();
   return false;
 }
 
 bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
   if (p.sass) {
-    // Later launches of the function that are not validated pass no table.
-    sass_.set_table(p.sass_function, 0);
+    // Later launches of the function that are not validated pass no table;
+    // a table that could not be taken back is never handed out again.
+    p.table.keep_out = !sass_.set_table(p.sass_function, 0);
     sass_launch_mu_.unlock();
   }
   std::lock_guard<std::mutex> lock(mu_);
   Kernel& k = *static_cast<Kernel*>(p.table.kernel);
   if (launched != CUDA_SUCCESS) {
-    free_.push_back(p.table);
+    if (!p.table.keep_out) free_.push_back(p.table);
     if (p.sass) return true;  // the program's own launch: its result stands
     const char* what = nullptr;
     PHOS_REAL(cuGetErrorName)(launched, &what);
@@ -339,7 +349,7 @@ void LaunchValidation::collect_locked() {
       k.stats.launches_with_violations++;
       totals_.violations += v.count;
     }
-    free_.push_back(t);
+    if (!t.keep_out) free_.push_back(t);
     in_flight_.pop_front();
   }
 }

@@ -73,6 +73,7 @@ class LaunchValidation {
     CUdeviceptr device = 0;
     CUevent done = nullptr;
     void* kernel = nullptr;  // the Kernel it validates
+    bool keep_out = false;   // its function may still hand it out: never reused
   };
   // A launch to make: the twin with kernelParams the original ones plus
   // the table's device address; or, validated at the SASS level, the
@@ -82,7 +83,7 @@ class LaunchValidation {
     std::vector<void*> params;
     void** launch_params = nullptr;
     bool sass = false;
-    CUfunction sass_function = nullptr;
+    CUfunction sass_function = nullptr;  // the function the table is set on
     CUdeviceptr table_address = 0;
     Table table;
   };
@@ -134,8 +135,7 @@ class LaunchValidation {
     bool resolved = false;
     CUfunction twin = nullptr;  // null: not validated by a twin
     bool sass = false;          // validated at the SASS level
-    CUmodule sass_module = nullptr;
-    CUfunction sass_function = nullptr;  // the one its table is set on
+    SassPatcher::Patched sass_handles;  // its module, the function its table is set on, its library
     uint32_t params = 0;
     uint32_t shared_opt_in = 0;  // dynamic shared memory the twin was allowed above 48 KiB
     KernelStats stats;

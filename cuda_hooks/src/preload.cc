@@ -120,8 +120,9 @@ void write_speculation(FILE* f) {
                  k.note.empty() ? "" : " note=", k.note.c_str());
 }
 
-// "validation ..." totals, then one "validated NAME ..." line per kernel of
-// a PTX module (skipped=REASON for those not validated).
+// "validation ..." totals, then one "validated NAME ..." line per kernel a
+// validator looked at (via=ptx or via=sass; skipped=REASON for those not
+// validated).
 void write_validation(FILE* f) {
   if (!runtime().validation.active() && !runtime().validation.ever_active()) return;
   PHOS_REAL(cuCtxSynchronize)();  // the last launches' tables

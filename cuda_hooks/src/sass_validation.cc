@@ -76,25 +76,32 @@ Result<void> SassPatcher::attach() {
   return {};
 }
 
-bool SassPatcher::patch(CUfunction f, CUmodule* module_out, CUfunction* function_out, std::string* why) {
+bool SassPatcher::patch(CUfunction f, Patched* out, std::string* why) {
   if (!attached_) return *why = "the Sanitizer API is not attached", false;
-  CUmodule module = nullptr;
-  CUfunction function = f;
-  if (PHOS_REAL(cuFuncGetModule)(&module, f) != CUDA_SUCCESS || !module) {
-    // A CUkernel: its function in this context has the module.
-    if (PHOS_REAL(cuKernelGetFunction)(&function, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS ||
-        PHOS_REAL(cuFuncGetModule)(&module, function) != CUDA_SUCCESS || !module)
+  // A CUfunction names its module. A CUkernel does not (driver 580 answers
+  // cuFuncGetModule with an error for one, measured): its function in this
+  // context does, and its library is what an unload will name.
+  Patched p;
+  p.function = f;
+  if (PHOS_REAL(cuFuncGetModule)(&p.module, f) != CUDA_SUCCESS || !p.module) {
+    auto kernel = reinterpret_cast<CUkernel>(f);
+    if (PHOS_REAL(cuKernelGetFunction)(&p.function, kernel) != CUDA_SUCCESS ||
+        PHOS_REAL(cuFuncGetModule)(&p.module, p.function) != CUDA_SUCCESS || !p.module)
       return *why = "the driver names no module for this function", false;
+    if (PHOS_REAL(cuKernelGetLibrary)(&p.library, kernel) != CUDA_SUCCESS) p.library = nullptr;
   }
-  *module_out = module;
-  *function_out = function;
+  *out = p;
+  CUmodule module = p.module;
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = modules_.find(module); it != modules_.end()) return *why = it->second, it->second.empty();
+  if (auto it = modules_.find(module); it != modules_.end())
+    return *why = it->second.why_not, it->second.why_not.empty();
   uint64_t started = now_ns();
   SanitizerCall call;
   CUcontext ctx = nullptr;
   PHOS_REAL(cuCtxGetCurrent)(&ctx);
-  std::string& outcome = modules_[module];
+  ModuleState& state = modules_[module];
+  state.library = p.library;
+  std::string& outcome = state.why_not;
   if (!contexts_.count(ctx)) {
     if (sanitizer::Result r = add_patches_(kSassPatchImage, ctx); r != sanitizer::kSuccess)
       return *why = outcome = "sanitizerAddPatches: " + message(r), false;
@@ -127,15 +134,17 @@ void SassPatcher::unpatch_all() {
   if (!attached_) return;
   std::lock_guard<std::mutex> lock(mu_);
   SanitizerCall call;
-  for (const auto& [module, why] : modules_)
-    if (why.empty()) unpatch_module_(module);
+  for (const auto& [module, state] : modules_)
+    if (state.why_not.empty()) unpatch_module_(module);
   modules_.clear();
 }
 
 void SassPatcher::unloaded(const void* handle) {
   if (!attached_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (modules_.erase(static_cast<CUmodule>(const_cast<void*>(handle))) == 0) modules_.clear();
+  std::erase_if(modules_, [&](const auto& m) {
+    return static_cast<const void*>(m.first) == handle || static_cast<const void*>(m.second.library) == handle;
+  });
 }
 
 SassPatcher::Totals SassPatcher::totals() const {

@@ -66,20 +66,24 @@ class SassPatcher {
   Result<void> attach();
   bool attached() const { return attached_; }
 
-  // f's module (into *module), patched: the patch image is added to the
-  // current context once, the module patched once. f may be a CUkernel
-  // (cudart 13 launches those): *function is then its function in the
-  // current context, which the table is set on. False with *why when it
-  // cannot be patched.
-  bool patch(CUfunction f, CUmodule* module, CUfunction* function, std::string* why);
+  // What patch() found for a launched handle.
+  struct Patched {
+    CUmodule module = nullptr;
+    CUfunction function = nullptr;  // the one the table is set on
+    CUlibrary library = nullptr;    // for a CUkernel: its library
+  };
+  // f's module, patched: the patch image is added to the current context
+  // once, the module patched once. f may be a CUkernel (cudart 13 launches
+  // those): out->function is then its function in the current context.
+  // False with *why when it cannot be patched.
+  bool patch(CUfunction f, Patched* out, std::string* why);
   // Launches of f (patch()'s *function) from now on hand `table` (a device
   // address; 0: none) to the patches.
   bool set_table(CUfunction f, CUdeviceptr table);
   // Every patched module unpatched (validation going off).
   void unpatch_all();
-  // `handle` (a module or library) unloaded: its module is no longer
-  // patched. A library's modules are not known by handle: all are forgotten,
-  // and patched again at their next validated launch.
+  // `handle` (a module or library) unloaded: the modules it held are
+  // forgotten (they are gone with it).
   void unloaded(const void* handle);
 
   struct Totals {
@@ -103,7 +107,11 @@ class SassPatcher {
   // The API wants its patch calls serialized.
   mutable std::mutex mu_;
   std::unordered_set<CUcontext> contexts_;  // the patch image added
-  std::unordered_map<CUmodule, std::string> modules_;  // patched; or why it could not be
+  struct ModuleState {
+    CUlibrary library = nullptr;
+    std::string why_not;  // empty: patched
+  };
+  std::unordered_map<CUmodule, ModuleState> modules_;
   Totals totals_;
 };
 

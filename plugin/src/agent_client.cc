@@ -130,11 +130,7 @@ Result<AgentStatus> AgentClient::status() {
   return out;
 }
 
-Result<void> AgentClient::set_validation(bool on) {
-  return set_speculation(true, on);
-}
-
-Result<void> AgentClient::set_speculation(bool on, std::optional<bool> validate) {
+Result<wire::ReceivedReply> AgentClient::speculate_request(bool on, std::optional<bool> validate) {
   Phos__Agent__SpeculateRequest q = PHOS__AGENT__SPECULATE_REQUEST__INIT;
   q.on = on;
   if (validate) {
@@ -145,8 +141,22 @@ Result<void> AgentClient::set_speculation(bool on, std::optional<bool> validate)
                     PHOS__AGENT__REPLY__KIND_SPECULATE);
   if (!reply && reply.error().code == EPROTO)  // an agent older than the request answers "unknown request kind"
     return make_error(reply.error().message + " (the agent predates speculation)", EPROTO);
+  return reply;
+}
+
+Result<void> AgentClient::set_speculation(bool on) {
+  auto reply = speculate_request(on, std::nullopt);
   if (!reply) return reply.error();
   return {};
+}
+
+Result<bool> AgentClient::set_validation(bool on) {
+  auto reply = speculate_request(true, on);
+  if (!reply) return reply.error();
+  const auto* r = reply->reply->speculate;
+  // An agent from before validation reads the request as "speculation on".
+  if (!r->has_validating) return make_error("the agent predates validation (it turned speculation on only)", EPROTO);
+  return r->has_sass_attached && r->sass_attached;
 }
 
 Result<uint64_t> AgentClient::quiesce(uint32_t timeout_ms) {

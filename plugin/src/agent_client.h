@@ -43,16 +43,18 @@ class AgentClient {
   // at a time; with no allocations, the same memory as before (no fds).
   Result<uint64_t> remap_all(const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds);
   Result<void> resume();
-  // Read/write-set speculation of launches on or off.
-  Result<void> set_speculation(bool on) { return set_speculation(on, std::nullopt); }
-  // Validation on (speculation with it) or off (speculation stays on).
-  Result<void> set_validation(bool on);
+  // Read/write-set speculation of launches on or off (off: validation too).
+  Result<void> set_speculation(bool on);
+  // Validation on (speculation with it) or off (speculation stays on). True
+  // when the process has the SASS-level validator attached; an agent that
+  // does not know validation is an error.
+  Result<bool> set_validation(bool on);
   // Asks the agent to close its end and waits until it has, so that the
   // target holds no socket to us when CRIU dumps its files.
   Result<void> goodbye();
 
  private:
-  Result<void> set_speculation(bool on, std::optional<bool> validate);
+  Result<wire::ReceivedReply> speculate_request(bool on, std::optional<bool> validate);
   AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
   // Sends `msg` as the request of kind `kind` (stored in `field` of the
   // oneof) and returns the reply, which must be of kind `expected`.

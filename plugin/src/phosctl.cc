@@ -381,11 +381,19 @@ int cmd_switch(const std::string& what, const std::string& pid_text, const std::
   }
   pid_t pid = parse_pid(pid_text);
   if (!pid) return 2;
-  bool on = switch_text == "on", validate = what == "validate";
-  int rc = with_client(pid, [on, validate](phos::plugin::AgentClient& c) {
-    return validate ? c.set_validation(on) : c.set_speculation(on);
+  bool on = switch_text == "on", validate = what == "validate", sass = false;
+  int rc = with_client(pid, [on, validate, &sass](phos::plugin::AgentClient& c) -> phos::Result<void> {
+    if (!validate) return c.set_speculation(on);
+    auto set = c.set_validation(on);
+    if (!set) return set.error();
+    sass = *set;
+    return {};
   });
-  if (rc == 0) std::printf("process %d: %s %s\n", int(pid), validate ? "validation" : "speculation", on ? "on" : "off");
+  if (rc != 0) return rc;
+  std::printf("process %d: %s %s%s\n", int(pid), validate ? "validation" : "speculation", on ? "on" : "off",
+              validate && on && !sass ? " (PTX twins only: the SASS-level validator attaches only at start, with "
+                                        "PHOS_VALIDATE=1 or sass)"
+                                      : "");
   return rc;
 }
 

@@ -72,12 +72,13 @@ class FakeBackend final : public AgentBackend {
     speculating = on;
     return {};
   }
-  Result<void> set_validation(bool on) override {
+  Result<bool> set_validation(bool on) override {
     validate_calls.push_back(on);
-    if (on && !speculating) return make_error("validation needs speculation on", EINVAL);
+    if (on) speculating = true;
     validating = on;
-    return {};
+    return sass_attached;
   }
+  bool sass_attached = false;
   bool speculating = false, validating = false;
   std::vector<bool> speculate_calls, validate_calls;
   std::string speculation_error;  // set_speculation fails with it where not empty
@@ -250,14 +251,18 @@ TEST_CASE("agent: speculate reaches the backend", "[agent][speculation]") {
 
 TEST_CASE("agent: validate turns speculation on with it, and off alone", "[agent][speculation]") {
   RunningAgent a;
+  a.backend.sass_attached = true;
   auto c = a.client();
-  REQUIRE(c.set_validation(true).ok());
+  auto on = c.set_validation(true);
+  REQUIRE(on.ok());
+  CHECK(*on);  // the reply says the SASS validator is attached
   CHECK(a.backend.speculating);
   CHECK(a.backend.validating);
   REQUIRE(c.set_validation(false).ok());
   CHECK(a.backend.speculating);  // off leaves speculation on
   CHECK_FALSE(a.backend.validating);
   CHECK(a.backend.validate_calls == std::vector<bool>{true, false});
+  CHECK(a.backend.speculate_calls.empty());  // validate requests do not go through set_speculation
   // A plain speculate request says nothing of validation.
   REQUIRE(c.set_speculation(false).ok());
   CHECK(a.backend.validate_calls.size() == 2);

@@ -33,8 +33,9 @@ class AgentBackend {
   virtual Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) = 0;
   // Read/write-set speculation of every launch on or off (statistics are kept).
   virtual Result<void> set_speculation(bool on) = 0;
-  // Validation of the speculation on or off (statistics are kept).
-  virtual Result<void> set_validation(bool on) = 0;
+  // Validation of the speculation on (speculation with it) or off
+  // (statistics are kept). True when the SASS-level validator is attached.
+  virtual Result<bool> set_validation(bool on) = 0;
 };
 
 }  // namespace phos::hooks
