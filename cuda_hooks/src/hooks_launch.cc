@@ -32,15 +32,21 @@ inline void seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigne
 // (launch_validation.h), with the write set seen() speculated (known only
 // then, and never for a captured launch); `launch_twin` launches a function
 // with kernelParams. True with *result when that launch was made; false: the
-// caller launches the original.
+// caller launches the original, holding *unvalidated (a SASS-validated
+// kernel's launch that is not validated this time must not run inside
+// another launch's table window: the table is set per function).
 template <class LaunchTwin>
 bool ran_as_twin(CUfunction f, void** params, void** extra, uint32_t shmem, CUstream stream,
-                 const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result) {
-  if (__builtin_expect(!writes.known, 1)) return false;
+                 const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result,
+                 std::unique_lock<std::mutex>* unvalidated) {
+  if (__builtin_expect(!runtime().validation.active(), 1)) return false;
   LaunchValidation::Prepared twin;
-  if (!runtime().validation.prepare(f, params, extra, shmem, writes, &twin)) return false;
-  *result = launch_twin(twin.twin, twin.launch_params);
-  return runtime().validation.finish(twin, *result, stream);
+  if (writes.known && runtime().validation.prepare(f, params, extra, shmem, writes, &twin)) {
+    *result = launch_twin(twin.twin, twin.launch_params);
+    if (runtime().validation.finish(twin, *result, stream)) return true;
+  }
+  *unvalidated = runtime().validation.hold_unvalidated(f);
+  return false;
 }
 
 }  // namespace
@@ -58,7 +64,8 @@ bool ran_as_twin(CUfunction f, void** params, void** extra, uint32_t shmem, CUst
     auto launch_twin = [&](CUfunction twin, void** twin_params) {                                              \
       return PHOS_REAL(name)(twin, gx, gy, gz, bx, by, bz, shmem, stream, twin_params, nullptr);               \
     };                                                                                                         \
-    if (ran_as_twin(f, params, extra, shmem, stream, writes, launch_twin, &r)) return r;                       \
+    std::unique_lock<std::mutex> unvalidated;                                                                  \
+    if (ran_as_twin(f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated)) return r;         \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                           \
   }
 PHOS_LAUNCH_HOOK(cuLaunchKernel, false)
@@ -79,7 +86,8 @@ PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
     auto launch_twin = [&](CUfunction twin, void** twin_params) {                                       \
       return PHOS_REAL(name)(c, twin, twin_params, nullptr);                                            \
     };                                                                                                  \
-    if (ran_as_twin(f, params, extra, c->sharedMemBytes, c->hStream, writes, launch_twin, &r))         \
+    std::unique_lock<std::mutex> unvalidated;                                                           \
+    if (ran_as_twin(f, params, extra, c->sharedMemBytes, c->hStream, writes, launch_twin, &r, &unvalidated)) \
       return r;                                                                                         \
     return PHOS_REAL(name)(c, f, params, extra);                                                        \
   }

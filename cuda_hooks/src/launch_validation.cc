@@ -303,6 +303,15 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
   return false;
 }
 
+std::unique_lock<std::mutex> LaunchValidation::hold_unvalidated(CUfunction f) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = kernels_.find(f);
+    if (it == kernels_.end() || !it->second->sass) return {};
+  }
+  return std::unique_lock<std::mutex>(sass_launch_mu_);
+}
+
 bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
   if (p.sass) {
     // Later launches of the function that are not validated pass no table;

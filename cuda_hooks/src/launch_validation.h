@@ -101,6 +101,11 @@ class LaunchValidation {
   // change what the program gets). A SASS launch was the original: true.
   bool finish(Prepared& p, CUresult launched, CUstream stream);
 
+  // A launch of `f` that is not validated: when f is validated at the SASS
+  // level, the lock validated launches hold while f's table is set, so that
+  // this launch passes no table; empty for every other kernel.
+  std::unique_lock<std::mutex> hold_unvalidated(CUfunction f);
+
   struct KernelStats {
     std::string name;
     uint64_t validated = 0, violations = 0, launches_with_violations = 0;
