@@ -1,6 +1,8 @@
 #include "phos/images/crc32c.h"
 
 #include <array>
+
+#include "phos/images/crc32c_split.h"
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -13,33 +15,17 @@
 namespace phos {
 namespace {
 
-constexpr uint32_t kPolyReflected = 0x82F63B78u;
+using crc32c_split::multmodp;
 
 constexpr std::array<uint32_t, 256> make_table() {
   std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ kPolyReflected : c >> 1;
-    t[i] = c;
-  }
+  for (uint32_t i = 0; i < 256; i++) t[i] = crc32c_split::table_entry(i);
   return t;
 }
 constexpr auto kTable = make_table();
 
-// Polynomials over GF(2) modulo the Castagnoli polynomial, bit-reflected as
-// the CRC register holds them (x^0 is bit 31): zlib's crc32_combine technique.
-constexpr uint32_t multmodp(uint32_t a, uint32_t b) {
-  uint32_t m = 1u << 31, p = 0;
-  for (;;) {
-    if (a & m) {
-      p ^= b;
-      if ((a & (m - 1)) == 0) break;
-    }
-    m >>= 1;
-    b = (b & 1) ? (b >> 1) ^ kPolyReflected : b >> 1;
-  }
-  return p;
-}
+// Polynomials over GF(2) modulo the Castagnoli polynomial (crc32c_split.h);
+// the table of squares makes x8nmodp faster on the host.
 
 // kX2n[k] = x^(2^k) mod P, for every bit of a 64-bit length in bits.
 constexpr std::array<uint32_t, 64> make_x2n_table() {

@@ -217,7 +217,7 @@ Result<void> DataFileWriter::write_extent(const std::byte* p, size_t n, uint64_t
 }
 
 Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const std::byte> raw,
-                                          Compression compression, int zstd_level) {
+                                          Compression compression, int zstd_level, std::optional<uint32_t> crc) {
   if (raw.empty() || raw.size() > kMaxChunkSize)
     return make_error(name_ + ": chunk of " + std::to_string(raw.size()) + " bytes is outside 1.." +
                       std::to_string(kMaxChunkSize));
@@ -227,7 +227,7 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   c.file_index = file_index_;
   c.raw_size = uint32_t(raw.size());
   uint64_t t0 = now_ns();
-  c.crc32c = crc32c(raw);
+  c.crc32c = crc ? *crc : crc32c(raw);
   t.checksum_ns = now_ns() - t0;
 
   // What goes to the file: `extent` bytes from `out`, `stored` of them the chunk's.

@@ -43,6 +43,10 @@ namespace phos::plugin {
   X(cuStreamCreate)                          \
   X(cuStreamSynchronize)                     \
   X(cuStreamDestroy_v2)                      \
+  X(cuModuleLoadData)                        \
+  X(cuModuleGetFunction)                     \
+  X(cuLaunchKernel)                          \
+  X(cuMemHostGetDevicePointer_v2)            \
   X(cuCheckpointProcessGetRestoreThreadId)   \
   X(cuCheckpointProcessGetState)             \
   X(cuCheckpointProcessLock)                 \

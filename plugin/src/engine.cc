@@ -6,11 +6,13 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 
+#include "chunk_crc.h"
 #include "log.h"
 #include "phos/images/data_file.h"
 #include "phos/images/format.h"
@@ -40,7 +42,7 @@ CUmemAccessDesc read_write(int device) {
 }  // namespace
 
 EngineSettings EngineSettings::from(const PluginOptions& o) {
-  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io, o.compression, o.zstd_level};
+  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io, o.compression, o.zstd_level, o.gpu_checksums};
 }
 
 Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
@@ -68,7 +70,30 @@ CUcontext Engine::context(int ordinal, Result<void>& err) {
     return nullptr;
   }
   contexts_.emplace(ordinal, ctx);
+  // The checksum kernel goes with the context: workers only read the map.
+  CUfunction crc = nullptr;
+  if (!settings_.gpu_checksums) {
+    crc_unavailable_ = "gpu_checksums is off";
+  } else if (kChunkCrcImageSize == 0) {
+    crc_unavailable_ = "the plugin was built without nvcc";
+  } else {
+    CUmodule module = nullptr;
+    CUresult m = cu_.cuCtxSetCurrent(ctx);
+    if (m == CUDA_SUCCESS) m = cu_.cuModuleLoadData(&module, kChunkCrcImage);
+    if (m == CUDA_SUCCESS) m = cu_.cuModuleGetFunction(&crc, module, "phos_chunk_crc32c");
+    if (m != CUDA_SUCCESS) {
+      crc = nullptr;
+      crc_unavailable_ = cu_.error(("load the checksum kernel on device " + std::to_string(ordinal)).c_str(), m);
+      PHOS_WARN("%s; checksums on the CPU", crc_unavailable_.c_str());
+    }
+  }
+  crc_functions_[ordinal] = crc;
   return ctx;
+}
+
+CUfunction Engine::crc_function(int ordinal) const {
+  auto it = crc_functions_.find(ordinal);
+  return it == crc_functions_.end() ? nullptr : it->second;
 }
 
 void Engine::warm_up(int count) {
@@ -197,9 +222,11 @@ Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t
 
 Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
   PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(device)), "engine worker: use device context");
-  // Page-aligned, as O_DIRECT writes from it need.
+  // Page-aligned, as O_DIRECT writes from it need; the GPU checksum of the
+  // chunk in it lands in the tail (ChunkCrcTail), which the device writes.
   if (!slot.buffer)
-    PHOS_CU(cu_, cu_.cuMemHostAlloc(&slot.buffer, buffer_size, CU_MEMHOSTALLOC_PORTABLE),
+    PHOS_CU(cu_, cu_.cuMemHostAlloc(&slot.buffer, buffer_size + sizeof(ChunkCrcTail),
+                                    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
             "engine worker: allocate pinned staging buffer");
   if (!slot.streams.count(device)) {
     CUstream stream = nullptr;
@@ -294,14 +321,33 @@ Result<void> Engine::run_save(SaveJob& job) {
   if (job.allocs.empty()) return {};
   std::lock_guard<std::mutex> lock(run_mu_);
   PieceWork work;
+  std::atomic<uint64_t> gpu_checksummed{0};
   work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
-    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, job.vas[p.allocation] + p.offset, p.size, stream),
+    CUdeviceptr src = job.vas[p.allocation] + p.offset;
+    auto* tail = reinterpret_cast<ChunkCrcTail*>(static_cast<std::byte*>(buffer) + settings_.chunk_size);
+    tail->done = 0;
+    if (CUfunction crc = crc_function(p.device)) {
+      // On the same stream, before the copy: both only read the chunk.
+      CUdeviceptr out = 0;
+      unsigned long long size = p.size;
+      void* args[] = {&src, &size, &out};
+      if (cu_.cuMemHostGetDevicePointer_v2(&out, tail, 0) != CUDA_SUCCESS ||
+          cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr) != CUDA_SUCCESS)
+        tail->done = 0;  // the CPU checksums this one
+    }
+    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, src, p.size, stream),
             ("copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host").c_str());
     return {};
   };
   work.done = [&](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
+    const auto* tail = reinterpret_cast<const ChunkCrcTail*>(static_cast<std::byte*>(buffer) + settings_.chunk_size);
+    std::optional<uint32_t> crc;
+    if (tail->done == kChunkCrcDone) {
+      crc = tail->crc;
+      gpu_checksummed++;
+    }
     auto chunk = job.writers[worker]->write_chunk(p.offset, std::span(static_cast<const std::byte*>(buffer), p.size),
-                                                  settings_.compression, settings_.zstd_level);
+                                                  settings_.compression, settings_.zstd_level, crc);
     if (!chunk) return chunk.error();
     job.chunks[p.allocation][p.chunk] = *chunk;
     return {};
@@ -315,6 +361,12 @@ Result<void> Engine::run_save(SaveJob& job) {
     job.vas[i] = 0;
   }
   PHOS_TRY(copied);
+  if (gpu_checksummed == job.pieces.size())
+    PHOS_INFO("process %d: every chunk's CRC-32C computed on the GPU", job.vpid);
+  else
+    PHOS_INFO("process %d: %llu of %zu chunks' CRC-32C computed on the GPU (the rest on the CPU%s%s)", job.vpid,
+              (unsigned long long)gpu_checksummed.load(), job.pieces.size(), crc_unavailable_.empty() ? "" : ": ",
+              crc_unavailable_.c_str());
   return finish_save(job, elapsed, dma_wait_ns);
 }
 

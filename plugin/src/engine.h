@@ -36,6 +36,7 @@ struct EngineSettings {
   image::DirectIo direct_io = image::DirectIo::Auto;
   image::Compression compression = image::Compression::None;
   int zstd_level = 1;
+  bool gpu_checksums = true;  // a dump's chunk CRCs computed on the GPU (plugin/gpu/chunk_crc.cu)
 
   static EngineSettings from(const PluginOptions& o);
 };
@@ -112,9 +113,15 @@ class Engine {
   // After the copy: data files, allocations and statistics into the manifest.
   Result<void> finish_save(SaveJob& job, uint64_t elapsed_ns, const std::vector<uint64_t>& dma_wait_ns);
 
+  // The GPU checksum kernel in `ordinal`'s context (loaded with it); null
+  // where it could not be (crc_unavailable_ says why): the CPU checksums.
+  CUfunction crc_function(int ordinal) const;
+
   const CudaApi& cu_;
   EngineSettings settings_;
   std::map<int, CUcontext> contexts_;
+  std::map<int, CUfunction> crc_functions_;
+  std::string crc_unavailable_;
   std::mutex run_mu_;  // one copy at a time (the workers share the engine's contexts)
 };
 

@@ -56,6 +56,13 @@ std::string set_chunk_mib(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, image::kMaxChunkSize >> 20, o.chunk_mib);
 }
 
+std::string set_gpu_checksums(PluginOptions& o, std::string_view v) {
+  if (v == "on") o.gpu_checksums = true;
+  else if (v == "off") o.gpu_checksums = false;
+  else return "expected on or off";
+  return "";
+}
+
 std::string set_gpu_map(PluginOptions& o, std::string_view v) {
   auto spec = parse_gpu_map(v);
   if (!spec) return spec.error().message;
@@ -78,6 +85,7 @@ constexpr Key kKeys[] = {
     {"zstd_level", "PHOS_ZSTD_LEVEL", set_zstd_level},
     {"chunk_mib", "PHOS_CHUNK_MIB", set_chunk_mib},
     {"gpu_map", "PHOS_GPU_MAP", set_gpu_map},
+    {"gpu_checksums", "PHOS_GPU_CHECKSUMS", set_gpu_checksums},
 };
 
 const Key* find_key(std::string_view name) {
@@ -167,7 +175,7 @@ std::string PluginOptions::describe() const {
          " direct_io=" + (direct_io == image::DirectIo::Auto ? "auto" : "off") +
          " compression=" + std::string(image::compression_name(compression)) +
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
-         " gpu_map=" + describe_gpu_map(gpu_map);
+         " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + (gpu_checksums ? "on" : "off");
 }
 
 }  // namespace phos::plugin

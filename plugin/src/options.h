@@ -28,6 +28,7 @@ struct PluginOptions {
   int zstd_level = 1;                   // zstd_level: 1..19
   uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
   GpuMapSpec gpu_map;                   // gpu_map: restore onto other GPUs (gpu_map.h), e.g. 0=1
+  bool gpu_checksums = true;            // gpu_checksums: on | off, a dump's CRC-32C on the GPU
 
   uint32_t chunk_size() const { return chunk_mib << 20; }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "phos/images/crc32c.h"
+#include "phos/images/crc32c_split.h"
 
 using phos::crc32c;
 using phos::crc32c_portable;
@@ -95,4 +96,36 @@ TEST_CASE("crc32c: zero-filled buffers of many sizes", "[crc32c]") {
   std::vector<unsigned char> zeros(1 << 20);
   for (size_t len : {size_t(16) << 10, size_t(100) << 10, size_t(1) << 20})
     CHECK(crc32c(0, zeros.data(), len) == crc32c_portable(0, zeros.data(), len));
+}
+
+// The GPU's way (plugin/gpu/chunk_crc.cu): 1024 parts, each CRC'd by words
+// and bytes as one thread does it, joined; it must give the host's CRC.
+TEST_CASE("crc32c: parts joined as the GPU computes them equal the whole's", "[crc32c]") {
+  namespace split = phos::crc32c_split;
+  uint32_t table[256];
+  for (uint32_t i = 0; i < 256; i++) table[i] = split::table_entry(i);
+  std::mt19937 rng(7);
+  for (size_t size : {size_t(1), size_t(17), size_t(1000), size_t(4096), size_t(16384 + 3), size_t(3) << 20,
+                      size_t(4) << 20, (size_t(4) << 20) + 12}) {
+    std::vector<unsigned char> data(size);
+    for (auto& c : data) c = static_cast<unsigned char>(rng());
+    const uint32_t parts = 1024;
+    std::vector<uint32_t> crcs(parts, 0);
+    for (uint32_t i = 0; i < parts; i++) {
+      uint64_t begin = uint64_t(i) * split::part_size(size, parts), n = split::part_length(size, parts, i), at = 0;
+      uint32_t reg = ~0u;
+      for (; at + 4 <= n; at += 4) {
+        uint32_t w;
+        std::memcpy(&w, &data[begin + at], 4);
+        reg = split::step_word(reg, w, table);
+      }
+      for (; at < n; at++) reg = split::step_byte(reg, data[begin + at], table);
+      crcs[i] = ~reg;
+    }
+    INFO("size " << size);
+    CHECK(split::part_size(size, parts) % 16 == 0);
+    CHECK(split::join_parts(crcs.data(), size, parts) == phos::crc32c(0, data.data(), size));
+    CHECK(split::join(phos::crc32c(0, data.data(), size / 2), phos::crc32c(0, data.data() + size / 2, size - size / 2),
+                      size - size / 2) == phos::crc32c(0, data.data(), size));
+  }
 }

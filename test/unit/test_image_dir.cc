@@ -358,6 +358,30 @@ TEST_CASE("data file: direct_io off writes through the page cache", "[image][dir
   write_every_shape_and_read_back(dir, DirectIo::Off);
 }
 
+TEST_CASE("data file: a CRC the caller computed is stored as given, and the reader checks it", "[image]") {
+  TempDir dir;
+  auto writer = DataFileWriter::create(dir.fd.get(), "phos-7-data-0.img", 7, 0, DirectIo::Off);
+  REQUIRE(writer.ok());
+  auto bytes = pattern(100000, 31, false);
+  uint32_t right = phos::crc32c(bytes);
+  auto good = (*writer)->write_chunk(0, bytes, Compression::None, 1, right);
+  auto bad = (*writer)->write_chunk(0, bytes, Compression::None, 1, right ^ 1);
+  REQUIRE(good.ok());
+  REQUIRE(bad.ok());
+  CHECK(good->crc32c == right);
+  CHECK(bad->crc32c == (right ^ 1));
+  CHECK((*writer)->times().checksum_ns < 1000000);  // not computed again
+  auto file = (*writer)->finish();
+  REQUIRE(file.ok());
+  phos::UniqueFd fd(::openat(dir.fd.get(), file->name.c_str(), O_RDONLY));
+  std::vector<std::byte> got(bytes.size()), scratch;
+  ChunkTimes times;
+  CHECK(read_chunk(fd.get(), file->name, *good, got, scratch, &times).ok());
+  auto refused = read_chunk(fd.get(), file->name, *bad, got, scratch, &times);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("checksum mismatch"));
+}
+
 TEST_CASE("data file: a file system without O_DIRECT answers EINVAL", "[image][direct]") {
   phos::UniqueFd fd(::open("/proc/self/comm", O_WRONLY | O_CLOEXEC));
   REQUIRE(fd.valid());

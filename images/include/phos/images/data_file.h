@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,8 +77,10 @@ class DataFileWriter {
   // With O_DIRECT, `raw` goes to the file as it is when it starts 4 KiB-aligned
   // and its size is a multiple of 4 KiB; other chunks go through an aligned
   // copy.
+  // `crc`: the chunk's CRC-32C when the caller has it already (the engine
+  // computes it on the GPU); otherwise it is computed here.
   Result<Chunk> write_chunk(uint64_t alloc_offset, std::span<const std::byte> raw,
-                            Compression compression, int zstd_level = 1);
+                            Compression compression, int zstd_level = 1, std::optional<uint32_t> crc = std::nullopt);
 
   // Flushes to stable storage and closes; the DataFile goes in the manifest.
   Result<DataFile> finish();

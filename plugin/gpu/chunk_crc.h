@@ -1,0 +1,24 @@
+// The contract between the engine (engine.cc) and its checksum kernel
+// (chunk_crc.cu): one block of kChunkCrcThreads threads per chunk writes the
+// chunk's CRC-32C into the tail behind the chunk's staging buffer, then
+// marks it done; a tail not marked done means the CPU checksums the chunk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace phos::plugin {
+
+inline constexpr unsigned kChunkCrcThreads = 1024;
+inline constexpr uint32_t kChunkCrcDone = 0x43524333;  // "3CRC"
+
+struct ChunkCrcTail {
+  uint32_t crc;
+  uint32_t done;  // kChunkCrcDone once crc is written
+};
+
+// The kernel, built by nvcc and embedded (empty when the build had none).
+extern const unsigned char kChunkCrcImage[];
+extern const size_t kChunkCrcImageSize;
+
+}  // namespace phos::plugin
