@@ -75,7 +75,7 @@ Result<void> CudaBackend::set_speculation(bool on) {
 Result<bool> CudaBackend::set_validation(bool on) {
   if (on) runtime().speculation.set_active(true, runtime().memory);
   runtime().validation.set_active(on);
-  return runtime().validation.totals().sass_attached;
+  return runtime().validation.sass_attached();
 }
 
 }  // namespace phos::hooks

@@ -36,13 +36,13 @@ inline void seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigne
 // kernel's launch that is not validated this time must not run inside
 // another launch's table window: the table is set per function).
 template <class LaunchTwin>
-bool ran_as_twin(CUfunction f, void** params, void** extra, uint32_t shmem, CUstream stream,
+bool ran_as_twin(bool validating, CUfunction f, void** params, void** extra, uint32_t shmem, CUstream stream,
                  const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result,
                  std::unique_lock<std::mutex>* unvalidated) {
-  if (__builtin_expect(!runtime().validation.active(), 1)) return false;
+  if (__builtin_expect(!validating, 1)) return false;
   LaunchValidation::Prepared twin;
   if (writes.known && runtime().validation.prepare(f, params, extra, shmem, writes, &twin)) {
-    *result = launch_twin(twin.twin, twin.launch_params);
+    *result = launch_twin(twin.launch, twin.launch_params);
     if (runtime().validation.finish(twin, *result, stream)) return true;
   }
   *unvalidated = runtime().validation.hold_unvalidated(f);
@@ -58,14 +58,15 @@ bool ran_as_twin(CUfunction f, void** params, void** extra, uint32_t shmem, CUst
     GatePass pass(runtime().gate);                                                                             \
     bool capturing = stream_capturing(stream, per_thread);                                                     \
     WriteRanges writes;                                                                                        \
-    seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,                                   \
-         runtime().validation.active() ? &writes : nullptr);                                                   \
+    bool validating = runtime().validation.active();                                                           \
+    seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, validating ? &writes : nullptr);   \
     CUresult r;                                                                                                \
     auto launch_twin = [&](CUfunction twin, void** twin_params) {                                              \
       return PHOS_REAL(name)(twin, gx, gy, gz, bx, by, bz, shmem, stream, twin_params, nullptr);               \
     };                                                                                                         \
     std::unique_lock<std::mutex> unvalidated;                                                                  \
-    if (ran_as_twin(f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated)) return r;         \
+    if (ran_as_twin(validating, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))       \
+      return r;                                                                                                \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                           \
   }
 PHOS_LAUNCH_HOOK(cuLaunchKernel, false)
@@ -80,14 +81,16 @@ PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
     }                                                                                                   \
     bool capturing = stream_capturing(c->hStream, per_thread);                                          \
     WriteRanges writes;                                                                                 \
+    bool validating = runtime().validation.active();                                                    \
     seen(capturing, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, \
-         c->sharedMemBytes, c->hStream, params, extra, runtime().validation.active() ? &writes : nullptr); \
+         c->sharedMemBytes, c->hStream, params, extra, validating ? &writes : nullptr);                 \
     CUresult r;                                                                                         \
     auto launch_twin = [&](CUfunction twin, void** twin_params) {                                       \
       return PHOS_REAL(name)(c, twin, twin_params, nullptr);                                            \
     };                                                                                                  \
     std::unique_lock<std::mutex> unvalidated;                                                           \
-    if (ran_as_twin(f, params, extra, c->sharedMemBytes, c->hStream, writes, launch_twin, &r, &unvalidated)) \
+    if (ran_as_twin(validating, f, params, extra, c->sharedMemBytes, c->hStream, writes, launch_twin, &r, \
+                    &unvalidated))                                                                      \
       return r;                                                                                         \
     return PHOS_REAL(name)(c, f, params, extra);                                                        \
   }

@@ -208,7 +208,7 @@ void LaunchValidation::resolve_twin_locked(Kernel& k, CUfunction f) {
 // stays in the statistics when this cannot be either.
 void LaunchValidation::try_sass_locked(Kernel& k, CUfunction f) {
   std::string why;
-  if (sass_.patch(f, &k.sass_handles, &why)) {
+  if (sass_.resolve(f, &k.sass_handles, &why) && sass_.ensure_patched(k.sass_handles, &why)) {
     k.sass = true;
     k.stats.validator = "sass";
     k.stats.skipped.clear();
@@ -263,10 +263,11 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
     out->table_address = out->table.device;
     if (k->sass) {
       out->sass = true;
-      out->twin = f;
+      out->launch = f;
       out->launch_params = params;
+      out->sass_handles = k->sass_handles;
     } else {
-      out->twin = k->twin;
+      out->launch = k->twin;
       out->params.assign(params, params + k->params);
       out->params.push_back(&out->table_address);
       out->launch_params = out->params.data();
@@ -284,14 +285,11 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
   // that follow. Taken before mu_, never after it.
   sass_launch_mu_.lock();
   std::string why;
-  SassPatcher::Patched handles;
   // Validation may have gone off since seen(); the module is patched again
-  // here if it went off and on, or was unloaded and loaded.
-  bool ready = active() && sass_.patch(f, &handles, &why) && sass_.set_table(handles.function, out->table.device);
-  if (ready) {
-    out->sass_function = handles.function;
+  // here if it went off and on.
+  const SassPatcher::Patched& handles = out->sass_handles;
+  if (active() && sass_.ensure_patched(handles, &why) && sass_.set_table(handles.function, out->table.device))
     return true;
-  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!why.empty()) {
     auto* k = static_cast<Kernel*>(out->table.kernel);
@@ -316,7 +314,7 @@ bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
   if (p.sass) {
     // Later launches of the function that are not validated pass no table;
     // a table that could not be taken back is never handed out again.
-    p.table.keep_out = !sass_.set_table(p.sass_function, 0);
+    p.table.keep_out = !sass_.set_table(p.sass_handles.function, 0);
     sass_launch_mu_.unlock();
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -368,7 +366,7 @@ LaunchValidation::Totals LaunchValidation::totals() {
   collect_locked();
   Totals t = totals_;
   t.pending = in_flight_.size();
-  t.sass_attached = sass_.attached();
+  t.sass_attached = sass_attached();
   t.sass = sass_.totals();
   return t;
 }

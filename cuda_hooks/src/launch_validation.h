@@ -49,8 +49,8 @@ class LaunchValidation {
   // first CUDA call.
   enum class Validators { kPtxAndSass, kPtx, kSass };
   void set_validators(Validators v) { validators_ = v; }
-  Validators validators() const { return validators_; }
   Result<void> attach_sass() { return sass_.attach(); }
+  bool sass_attached() const { return sass_.attached(); }
 
   // A module loaded under `handle` from `image`: PTX text (NUL-terminated)
   // when is_ptx, else a fatbin (or cudart's wrapper of one), whose newest
@@ -79,16 +79,16 @@ class LaunchValidation {
   // the table's device address; or, validated at the SASS level, the
   // original function with its own parameters in its patched module.
   struct Prepared {
-    CUfunction twin = nullptr;
+    CUfunction launch = nullptr;  // the twin, or the original (SASS)
     std::vector<void*> params;
     void** launch_params = nullptr;
     bool sass = false;
-    CUfunction sass_function = nullptr;  // the function the table is set on
+    SassPatcher::Patched sass_handles;  // its module, and the function the table is set on
     CUdeviceptr table_address = 0;
     Table table;
   };
   // True when `f`'s launch can be validated: the caller launches
-  // out->twin with out->launch_params instead, then calls finish(). A SASS
+  // out->launch with out->launch_params instead, then calls finish(). A SASS
   // launch holds a lock from prepare() to finish(): a patched kernel's table
   // is set per function, for the launches that follow.
   // `shared_bytes`: the launch's dynamic shared memory; above the default

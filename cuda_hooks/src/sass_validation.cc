@@ -76,7 +76,7 @@ Result<void> SassPatcher::attach() {
   return {};
 }
 
-bool SassPatcher::patch(CUfunction f, Patched* out, std::string* why) {
+bool SassPatcher::resolve(CUfunction f, Patched* out, std::string* why) const {
   if (!attached_) return *why = "the Sanitizer API is not attached", false;
   // A CUfunction names its module. A CUkernel does not (driver 580 answers
   // cuFuncGetModule with an error for one, measured): its function in this
@@ -91,7 +91,11 @@ bool SassPatcher::patch(CUfunction f, Patched* out, std::string* why) {
     if (PHOS_REAL(cuKernelGetLibrary)(&p.library, kernel) != CUDA_SUCCESS) p.library = nullptr;
   }
   *out = p;
-  CUmodule module = p.module;
+  return true;
+}
+
+bool SassPatcher::ensure_patched(const Patched& handles, std::string* why) {
+  CUmodule module = handles.module;
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = modules_.find(module); it != modules_.end())
     return *why = it->second.why_not, it->second.why_not.empty();
@@ -100,7 +104,7 @@ bool SassPatcher::patch(CUfunction f, Patched* out, std::string* why) {
   CUcontext ctx = nullptr;
   PHOS_REAL(cuCtxGetCurrent)(&ctx);
   ModuleState& state = modules_[module];
-  state.library = p.library;
+  state.library = handles.library;
   std::string& outcome = state.why_not;
   if (!contexts_.count(ctx)) {
     if (sanitizer::Result r = add_patches_(kSassPatchImage, ctx); r != sanitizer::kSuccess)

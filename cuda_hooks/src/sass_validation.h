@@ -72,11 +72,14 @@ class SassPatcher {
     CUfunction function = nullptr;  // the one the table is set on
     CUlibrary library = nullptr;    // for a CUkernel: its library
   };
-  // f's module, patched: the patch image is added to the current context
-  // once, the module patched once. f may be a CUkernel (cudart 13 launches
-  // those): out->function is then its function in the current context.
-  // False with *why when it cannot be patched.
-  bool patch(CUfunction f, Patched* out, std::string* why);
+  // The handles of a launched f, from the driver (once per kernel: the
+  // caller keeps them). f may be a CUkernel (cudart 13 launches those):
+  // out->function is then its function in the current context.
+  bool resolve(CUfunction f, Patched* out, std::string* why) const;
+  // `handles.module` patched: the patch image is added to the current
+  // context once, the module patched once (again after unpatch_all or an
+  // unload). A lookup when it is already. False with *why when it cannot be.
+  bool ensure_patched(const Patched& handles, std::string* why);
   // Launches of f (patch()'s *function) from now on hand `table` (a device
   // address; 0: none) to the patches.
   bool set_table(CUfunction f, CUdeviceptr table);

@@ -331,9 +331,9 @@ Result<void> Engine::run_save(SaveJob& job) {
       CUdeviceptr out = 0;
       unsigned long long size = p.size;
       void* args[] = {&src, &size, &out};
-      if (cu_.cuMemHostGetDevicePointer_v2(&out, tail, 0) != CUDA_SUCCESS ||
-          cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr) != CUDA_SUCCESS)
-        tail->done = 0;  // the CPU checksums this one
+      // If either fails, the tail stays not done: the CPU checksums this one.
+      if (cu_.cuMemHostGetDevicePointer_v2(&out, tail, 0) == CUDA_SUCCESS)
+        (void)cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr);
     }
     PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, src, p.size, stream),
             ("copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host").c_str());

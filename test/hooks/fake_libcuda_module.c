@@ -89,8 +89,6 @@ CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *offset, size_t *size
 }
 unsigned long long fake_twin_launches;
 
-unsigned long long fake_patched_launches;
-
 /* What saxpy's checks would find, in its twin or in its patched module: it
  * writes y (parameter 1), and with FAKE_SAXPY_WRITES_X=1 also x (parameter
  * 0, a pointer to const: a planted mis-speculation); each address outside
@@ -128,7 +126,6 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   int (*patched)(void *) = (int (*)(void *))dlsym(sanitizer, "fake_sanitizer_patched");
   void *(*data)(void *) = (void *(*)(void *))dlsym(sanitizer, "fake_sanitizer_data");
   if (patched && data && patched(h->module)) {
-    __atomic_add_fetch(&fake_patched_launches, 1, __ATOMIC_RELAXED);
     unsigned long long *table = data(f);
     if (table && !strcmp(h->name, "_Z5saxpyPKfPffi")) fake_saxpy_checks(params, table);
   }
