@@ -2,8 +2,10 @@
 
 #include <time.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,6 +40,20 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+Checkpointer::Checkpointer(int image_dirfd, PluginOptions options)
+    : own_dir_(::fcntl(image_dirfd, F_DUPFD_CLOEXEC, 0)),
+      dirfd_(own_dir_.valid() ? own_dir_.get() : image_dirfd),
+      options_(options),
+      write_behind_(options.write_behind && criu_leaves_running()) {
+  if (write_behind_ && !own_dir_.valid()) {
+    PHOS_WARN("cannot duplicate the image directory's fd (%s): no write-behind", std::strerror(errno));
+    write_behind_ = false;
+  }
+  if (write_behind_)
+    PHOS_INFO("criu leaves the processes running: their device memory is snapshotted on the GPU where it fits, "
+              "and written while they run again (write_behind=auto)");
+}
 
 Result<bool> Checkpointer::pause(pid_t pid) {
   auto client = AgentClient::connect(pid, options_.agent_timeout_ms);
@@ -97,7 +113,20 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.manifest);
     if (!job) return job.error();
     t.save = std::move(*job);
-    t.copier = std::thread([this, &t] { t.copied = engine_->run_save(*t.save); });
+    t.preliminary = t.manifest;  // before the copy fills it in
+    std::promise<bool> snapshotted;
+    t.snapshotted = snapshotted.get_future();
+    t.copier = std::thread([this, &t, want = write_behind_, snapshotted = std::move(snapshotted)]() mutable {
+      bool taken = false;
+      if (want) {
+        auto snap = engine_->snapshot(*t.save);
+        if (!snap) PHOS_WARN("process %d: snapshot: %s; the image is written while the process is stopped", t.vpid,
+                             snap.error().message.c_str());
+        taken = snap && *snap;
+      }
+      snapshotted.set_value(taken);
+      t.copied = engine_->run_save(*t.save);
+    });
     taking(pid, t, kMappingsReleased);
     auto released = client.release_mappings(true);
     if (!released) return released.error();
@@ -144,8 +173,28 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
       return r.error();
     }
   }
-  PHOS_TRY(copy_done(t));
-  image::Manifest& m = t.manifest;
+  // Without device memory there is nothing to snapshot: the manifest waits
+  // for criu's exit all the same, one rule for every leave-running dump.
+  if (write_behind_ && (!t.snapshotted.valid() || t.snapshotted.get())) {
+    // The image is finished at criu's exit (complete_pending); until then
+    // this manifest, without allocations and without a completion marker,
+    // makes a restore refuse the image rather than ignore the process.
+    t.write_behind = true;
+    PHOS_TRY(write_manifest(pid, t, t.preliminary));
+    PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
+              t.snapshotted.valid() ? "device memory snapshotted" : "no device memory");
+  } else {
+    PHOS_TRY(copy_done(t));
+    PHOS_TRY(write_manifest(pid, t, t.manifest));
+  }
+  if (fault("stall-after-checkpoint")) {
+    PHOS_WARN("fault injection (PHOS_FAULT): stalling CHECKPOINT_DEVICES of %d for 60 s", pid);
+    ::sleep(60);
+  }
+  return true;
+}
+
+Result<void> Checkpointer::write_manifest(pid_t pid, Target& t, image::Manifest& m) {
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
   m.protocol = image::Protocol::StopTheWorld;
@@ -156,17 +205,13 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   t.manifest_file = std::move(*written);
   PHOS_INFO("process %d: wrote %s (%zu allocations, %.1f MiB)", pid, image::manifest_file_name(t.vpid).c_str(),
             m.allocations.size(), double(m.statistics.raw_bytes) / (1 << 20));
-  if (fault("stall-after-checkpoint")) {
-    PHOS_WARN("fault injection (PHOS_FAULT): stalling CHECKPOINT_DEVICES of %d for 60 s", pid);
-    ::sleep(60);
-  }
-  return true;
+  return {};
 }
 
 // Gives a process that lives on back what the dump took, in reverse order.
-void Checkpointer::give_back(pid_t pid, Target& t) {
+void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-  (void)copy_done(t);  // the engine's mapping goes before the process maps again
+  if (wait_copy) (void)copy_done(t);  // the engine's mapping goes before the process maps again
   auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms);
   if (!r) {
     PHOS_ERR("process %d: could not give back its GPU state: %s", pid, r.error().message.c_str());
@@ -208,8 +253,16 @@ void Checkpointer::start_keeper() {
   keeper_.emplace(std::move(*k));
 }
 
-void Checkpointer::finish(bool dump_succeeded) {
+bool Checkpointer::finish(bool dump_succeeded) {
+  bool pending = false;
   for (auto& [pid, t] : targets_) {
+    if (dump_succeeded && t.write_behind) {
+      // Its memory is in the snapshot: the process may run while the image
+      // is written; the marker comes with the manifest (complete_pending).
+      if (process_alive(pid)) give_back(pid, t, /*wait_copy=*/false);
+      pending = true;
+      continue;
+    }
     if (dump_succeeded && !t.manifest_file.empty()) {
       if (auto r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file); !r)
         PHOS_ERR("process %d: completion marker: %s", pid, r.error().message.c_str());
@@ -222,11 +275,34 @@ void Checkpointer::finish(bool dump_succeeded) {
     if (process_alive(pid)) give_back(pid, t);
     else (void)copy_done(t);
   }
-  targets_.clear();
+  if (!pending) targets_.clear();
   if (keeper_) {
     if (auto r = keeper_->done(); !r) PHOS_WARN("phos-keeper: %s", r.error().message.c_str());
     keeper_.reset();
   }
+  return pending;
+}
+
+Result<void> Checkpointer::complete_pending() {
+  Result<void> first;
+  for (auto& [pid, t] : targets_) {
+    if (!t.write_behind) continue;
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    Result<void> r = copy_done(t);
+    if (r && fault("fail-write-behind")) r = make_error("fault injection (PHOS_FAULT): the write-behind fails", EIO);
+    if (r) r = write_manifest(pid, t, t.manifest);
+    if (r) r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file);
+    if (!r) {
+      PHOS_ERR("process %d: its image could not be written after it ran again: %s; the image is incomplete", pid,
+               r.error().message.c_str());
+      if (first.ok()) first = r;
+      continue;
+    }
+    PHOS_INFO("process %d: image written behind the running process (criu waited %.1f ms for it at exit)", pid,
+              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+  }
+  targets_.clear();
+  return first;
 }
 
 }  // namespace phos::plugin

@@ -14,6 +14,15 @@
 //                            driver restore and unlock, its very memory mapped
 //                            again (zero copy), the gate opened
 //
+// Write-behind (criu dump --leave-running, write_behind=auto): at PAUSE the
+// engine snapshots the device memory on the GPU first; CHECKPOINT_DEVICES
+// then writes a manifest without allocations (restore refuses it: no
+// completion marker) and does not wait for the copy; exit(DUMP) gives the
+// process back at once, so it runs while the image is written, and
+// complete_pending(), at criu's exit, waits for the copy and writes the
+// manifest and the marker. The process's stall no longer grows with its
+// memory; criu still exits only once the image is whole.
+//
 // phos-keeper (keeper_link.h), started at the first pause, holds a second
 // reference to the memory and learns each step before it is taken, so a
 // criu that dies mid-dump does not leave a process without its GPU state.
@@ -22,6 +31,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,15 +49,20 @@ namespace phos::plugin {
 
 class Checkpointer {
  public:
-  Checkpointer(int image_dirfd, PluginOptions options) : dirfd_(image_dirfd), options_(options) {}
+  Checkpointer(int image_dirfd, PluginOptions options);
   // Waits for copies still running (a joinable thread must not be destroyed).
   ~Checkpointer();
 
   // false: the process has no phos agent (the hook answers -ENOTSUP).
   Result<bool> pause(pid_t pid);
   Result<bool> checkpoint(pid_t pid);
-  // Never fails the dump further; logs what it could not do.
-  void finish(bool dump_succeeded);
+  // Never fails the dump further; logs what it could not do. true: images
+  // are still being written behind processes that run again; criu must call
+  // complete_pending() before it exits.
+  bool finish(bool dump_succeeded);
+  // Waits for the write-behind copies, then writes their manifests and
+  // completion markers; the first failure (an incomplete image).
+  Result<void> complete_pending();
 
  private:
   struct Target {
@@ -60,6 +75,9 @@ class Checkpointer {
     std::unique_ptr<Engine::SaveJob> save;  // the copy, started in PAUSE_DEVICES
     std::thread copier;
     Result<void> copied;
+    std::future<bool> snapshotted;  // write-behind wanted: whether the engine took a snapshot
+    bool write_behind = false;      // the copy outlives the freeze (snapshotted)
+    image::Manifest preliminary;    // write-behind: the manifest as prepared, no allocations yet
     uint64_t paused_at_ns = 0;
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::vector<std::byte> manifest_file;  // once written
@@ -67,7 +85,10 @@ class Checkpointer {
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
   // Waits for the copy of `t` to end; its result.
   Result<void> copy_done(Target& t);
-  void give_back(pid_t pid, Target& t);
+  // wait_copy: the engine may still map the process's memory (no snapshot).
+  void give_back(pid_t pid, Target& t, bool wait_copy = true);
+  // The manifest's own fields, then the manifest written.
+  Result<void> write_manifest(pid_t pid, Target& t, image::Manifest& m);
   // Records that the dump is about to take `step` from the process: in the
   // target, and with the keeper, before it happens.
   void taking(pid_t pid, Target& t, uint32_t step);
@@ -76,12 +97,16 @@ class Checkpointer {
   // Starts phos-keeper once per dump; a dump goes on without one (warned).
   void start_keeper();
 
-  int dirfd_;
+  // criu's image directory, duplicated: criu closes its own before a
+  // write-behind finishes.
+  UniqueFd own_dir_;
+  int dirfd_;  // own_dir_, or criu's where it could not be duplicated
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
   std::map<pid_t, Target> targets_;
   std::optional<KeeperLink> keeper_;
   bool keeper_tried_ = false;
+  bool write_behind_ = false;  // write_behind=auto and criu leaves the processes running
 };
 
 }  // namespace phos::plugin

@@ -9,7 +9,10 @@ extern "C" {
 #include <criu/criu-plugin.h>
 }
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 
@@ -67,9 +70,28 @@ int phos_init(int stage) {
   });
 }
 
+// At criu's exit, after it let the processes go: the images written behind
+// them. A failure turns criu's exit status into one (criu reported success
+// before the GPU data was written), so a script sees it. The plugin is linked
+// -z nodelete, so it stays loaded after criu's dlclose for this to run.
+void complete_at_exit() {
+  int failed = guarded("exit", [&] {
+    auto r = g_checkpointer->complete_pending();
+    g_checkpointer.reset();
+    if (r) return 0;
+    PHOS_ERR("the dump failed after the processes ran again: %s", r.error().message.c_str());
+    return -1;
+  });
+  if (failed) _exit(1);
+}
+
 void phos_exit(int stage, int ret) {
   guarded("exit", [&] {
-    if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer) g_checkpointer->finish(ret == 0);
+    if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer && g_checkpointer->finish(ret == 0)) {
+      if (std::atexit(complete_at_exit) == 0) return 0;
+      PHOS_WARN("cannot run at criu's exit; the images are written now");
+      complete_at_exit();
+    }
     g_checkpointer.reset();
     g_restorer.reset();
     return 0;

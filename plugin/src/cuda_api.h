@@ -40,6 +40,10 @@ namespace phos::plugin {
   X(cuMemcpyHtoD_v2)                         \
   X(cuMemcpyDtoHAsync_v2)                    \
   X(cuMemcpyHtoDAsync_v2)                    \
+  X(cuMemcpyDtoDAsync_v2)                    \
+  X(cuMemAlloc_v2)                           \
+  X(cuMemFree_v2)                            \
+  X(cuMemGetInfo_v2)                         \
   X(cuStreamCreate)                          \
   X(cuStreamSynchronize)                     \
   X(cuStreamDestroy_v2)                      \

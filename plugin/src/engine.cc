@@ -262,8 +262,101 @@ void Engine::release_ring(std::vector<Slot>& ring) {
 }
 
 Engine::SaveJob::~SaveJob() {
-  for (size_t i = 0; i < vas.size(); i++)
-    if (vas[i]) engine->unmap(vas[i], allocs[i].size);
+  if (engine) engine->release_sources(*this);
+}
+
+void Engine::release_sources(SaveJob& job) {
+  if (job.snapshot_bases.empty()) {
+    for (size_t i = 0; i < job.vas.size(); i++)
+      if (job.vas[i]) unmap(job.vas[i], job.allocs[i].size);
+  }
+  for (auto& [device, base] : job.snapshot_bases) {
+    cu_.cuCtxSetCurrent(contexts_.at(device));
+    cu_.cuMemFree_v2(base);
+  }
+  job.snapshot_bases.clear();
+  std::fill(job.vas.begin(), job.vas.end(), CUdeviceptr(0));
+}
+
+Result<bool> Engine::snapshot(SaveJob& job) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  if (job.allocs.empty() || !job.snapshot_bases.empty()) return !job.snapshot_bases.empty();
+  uint64_t t0 = now_ns();
+  // One allocation per GPU, carved up: one driver call instead of one per
+  // buffer.
+  constexpr uint64_t kAlign = 2ull << 20;
+  auto aligned = [&](uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  std::map<int, uint64_t> need;
+  for (const auto& a : job.allocs) need[int(a.device)] += aligned(a.size);
+  std::map<int, CUdeviceptr> bases;
+  auto free_bases = [&] {
+    for (auto& [device, base] : bases) {
+      cu_.cuCtxSetCurrent(contexts_.at(device));
+      cu_.cuMemFree_v2(base);
+    }
+  };
+  for (auto [device, bytes] : need) {
+    Result<void> err;
+    CUcontext ctx = context(device, err);
+    if (!ctx) {
+      free_bases();
+      return err.error();
+    }
+    cu_.cuCtxSetCurrent(ctx);
+    size_t free_bytes = 0, total = 0;
+    CUresult r = cu_.cuMemGetInfo_v2(&free_bytes, &total);
+    const uint64_t keep = std::max<uint64_t>(total / 20, 1ull << 30);
+    if (r == CUDA_SUCCESS && free_bytes >= bytes + keep) {
+      CUdeviceptr base = 0;
+      r = cu_.cuMemAlloc_v2(&base, bytes);
+      if (r == CUDA_SUCCESS) {
+        bases[device] = base;
+        continue;
+      }
+    }
+    PHOS_INFO("process %d: no snapshot on device %d (%.1f GiB needed, %.1f GiB of %.1f free%s%s): the image is "
+              "written while the process is stopped", job.vpid, device, double(bytes) / (1 << 30),
+              double(free_bytes) / (1 << 30), double(total) / (1 << 30), r == CUDA_SUCCESS ? "" : "; ",
+              r == CUDA_SUCCESS ? "" : cu_.error("allocate", r).c_str());
+    free_bases();
+    return false;
+  }
+  uint64_t t1 = now_ns();
+  std::map<int, CUstream> streams;
+  std::map<int, uint64_t> used;
+  std::vector<CUdeviceptr> copies(job.allocs.size(), 0);
+  Result<void> copied;
+  for (size_t i = 0; i < job.allocs.size() && copied.ok(); i++) {
+    const int device = int(job.allocs[i].device);
+    cu_.cuCtxSetCurrent(contexts_.at(device));
+    CUresult r = CUDA_SUCCESS;
+    if (!streams.count(device)) r = cu_.cuStreamCreate(&streams[device], CU_STREAM_NON_BLOCKING);
+    copies[i] = bases.at(device) + used[device];
+    used[device] += aligned(job.allocs[i].size);
+    if (r == CUDA_SUCCESS) r = cu_.cuMemcpyDtoDAsync_v2(copies[i], job.vas[i], job.allocs[i].size, streams[device]);
+    if (r != CUDA_SUCCESS) copied = make_error(cu_.error(("snapshot allocation " + std::to_string(job.allocs[i].id)).c_str(), r), EIO);
+  }
+  for (auto& [device, stream] : streams) {
+    cu_.cuCtxSetCurrent(contexts_.at(device));
+    CUresult r = cu_.cuStreamSynchronize(stream);
+    if (r != CUDA_SUCCESS && copied.ok()) copied = make_error(cu_.error("snapshot", r), EIO);
+    cu_.cuStreamDestroy_v2(stream);
+  }
+  if (!copied) {
+    free_bases();
+    return copied.error();
+  }
+  for (size_t i = 0; i < job.allocs.size(); i++) {
+    unmap(job.vas[i], job.allocs[i].size);
+    job.vas[i] = copies[i];
+  }
+  job.snapshot_bases = std::move(bases);
+  uint64_t t2 = now_ns(), bytes = 0;
+  for (const auto& a : job.allocs) bytes += a.size;
+  PHOS_INFO("process %d: %.1f MiB snapshotted on the GPU in %.1f ms (allocated in %.1f ms, copied at %.0f GB/s)",
+            job.vpid, double(bytes) / (1 << 20), double(t2 - t0) / 1e6, double(t1 - t0) / 1e6,
+            double(bytes) / double(t2 - t1));
+  return true;
 }
 
 Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t vpid,
@@ -356,10 +449,7 @@ Result<void> Engine::run_save(SaveJob& job) {
   std::vector<uint64_t> dma_wait_ns;
   auto copied = run_workers(job.pieces, settings_.chunk_size, work, dma_wait_ns);
   uint64_t elapsed = now_ns() - t0;
-  for (size_t i = 0; i < job.vas.size(); i++) {
-    unmap(job.vas[i], job.allocs[i].size);
-    job.vas[i] = 0;
-  }
+  release_sources(job);
   PHOS_TRY(copied);
   if (gpu_checksummed == job.pieces.size())
     PHOS_INFO("process %d: every chunk's CRC-32C computed on the GPU", job.vpid);

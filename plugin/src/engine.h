@@ -57,9 +57,16 @@ class Engine {
   struct SaveJob;
   Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<AgentAllocation>& allocs,
                                                 const std::vector<UniqueFd>& fds, image::Manifest& m);
+  // Copies every allocation of a prepared job into device memory of criu's
+  // own, on the same GPU (device to device: ~40 ms for 32 GiB on an H200),
+  // and lets go of the process's memory: from then on the process may run
+  // while run_save writes the image from the snapshot. false, with the job
+  // unchanged, where a GPU lacks the free memory for it (the snapshot must
+  // leave 5% of the GPU, at least 1 GiB, to the process).
+  Result<bool> snapshot(SaveJob& job);
   // Copies into the process's data files, one per worker; fills the
   // manifest's allocations, data files and copy statistics. Unmaps what
-  // prepare_save mapped.
+  // prepare_save mapped (or frees the snapshot).
   Result<void> run_save(SaveJob& job);
 
   // Where each of the image's GPUs goes on this host (gpu_map.h): the same
@@ -78,6 +85,8 @@ class Engine {
   Result<CUdeviceptr> map(CUmemGenericAllocationHandle h, size_t size, int device);
   void unmap(CUdeviceptr va, size_t size);
   Result<image::Device> describe(int ordinal);
+  // Unmaps the process's memory from criu, or frees the snapshot.
+  void release_sources(SaveJob& job);
 
   // A piece of work for the workers: `size` bytes at `offset` of mapping `va`.
   struct Piece {
@@ -128,13 +137,14 @@ class Engine {
 struct Engine::SaveJob {
   int32_t vpid = 0;
   std::vector<AgentAllocation> allocs;
-  std::vector<CUdeviceptr> vas;
+  std::vector<CUdeviceptr> vas;  // where each allocation is read: criu's mapping of it, or its snapshot
+  std::map<int, CUdeviceptr> snapshot_bases;  // per device, once snapshot() took one
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
   std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker
   image::Manifest* manifest = nullptr;
   Engine* engine = nullptr;
-  ~SaveJob();  // unmaps what is still mapped
+  ~SaveJob();  // releases what it still holds
 };
 
 }  // namespace phos::plugin

@@ -63,6 +63,13 @@ std::string set_gpu_checksums(PluginOptions& o, std::string_view v) {
   return "";
 }
 
+std::string set_write_behind(PluginOptions& o, std::string_view v) {
+  if (v == "auto") o.write_behind = true;
+  else if (v == "off") o.write_behind = false;
+  else return "expected auto or off";
+  return "";
+}
+
 std::string set_gpu_map(PluginOptions& o, std::string_view v) {
   auto spec = parse_gpu_map(v);
   if (!spec) return spec.error().message;
@@ -86,6 +93,7 @@ constexpr Key kKeys[] = {
     {"chunk_mib", "PHOS_CHUNK_MIB", set_chunk_mib},
     {"gpu_map", "PHOS_GPU_MAP", set_gpu_map},
     {"gpu_checksums", "PHOS_GPU_CHECKSUMS", set_gpu_checksums},
+    {"write_behind", "PHOS_WRITE_BEHIND", set_write_behind},
 };
 
 const Key* find_key(std::string_view name) {
@@ -175,7 +183,8 @@ std::string PluginOptions::describe() const {
          " direct_io=" + (direct_io == image::DirectIo::Auto ? "auto" : "off") +
          " compression=" + std::string(image::compression_name(compression)) +
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
-         " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + (gpu_checksums ? "on" : "off");
+         " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + (gpu_checksums ? "on" : "off") +
+         " write_behind=" + (write_behind ? "auto" : "off");
 }
 
 }  // namespace phos::plugin

@@ -29,6 +29,11 @@ struct PluginOptions {
   uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
   GpuMapSpec gpu_map;                   // gpu_map: restore onto other GPUs (gpu_map.h), e.g. 0=1
   bool gpu_checksums = true;            // gpu_checksums: on | off, a dump's CRC-32C on the GPU
+  // write_behind: auto | off. auto: when criu's command line leaves the
+  // process running, its device memory is snapshotted on the GPU, the process
+  // runs again as soon as criu lets it, and criu exits once the image is
+  // written (with an error if that fails).
+  bool write_behind = true;
 
   uint32_t chunk_size() const { return chunk_mib << 20; }
 

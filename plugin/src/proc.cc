@@ -117,4 +117,50 @@ bool maps_library(pid_t pid, const std::string& name) {
   return false;
 }
 
+bool argv_leaves_running(const std::vector<std::string>& argv) {
+  // criu's short options (criu/config.c): these take an argument, which is
+  // the rest of the word or the next word; v and x take an optional one,
+  // always the rest of the word.
+  const std::string needs_argument = "tDorJWLM", optional_argument = "vx";
+  const std::string leave_running = "--leave-running";
+  bool dump = false, leave = false;
+  for (size_t i = 1; i < argv.size(); i++) {
+    const std::string& a = argv[i];
+    if (a == "--") break;
+    if (a.rfind("--", 0) == 0) {
+      std::string name = a.substr(0, a.find('='));
+      // "--leave-r" is the shortest that getopt_long does not confuse with
+      // --leave-stopped.
+      if (name.size() >= 9 && leave_running.rfind(name, 0) == 0) leave = true;
+      continue;
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      for (size_t k = 1; k < a.size(); k++) {
+        if (a[k] == 'R') leave = true;
+        if (optional_argument.find(a[k]) != std::string::npos) break;
+        if (needs_argument.find(a[k]) != std::string::npos) {
+          if (k + 1 == a.size()) i++;  // the next word is its argument
+          break;
+        }
+      }
+      continue;
+    }
+    if (a == "dump") dump = true;
+  }
+  return dump && leave;
+}
+
+bool criu_leaves_running() {
+  auto text = read_text("/proc/self/cmdline");
+  if (!text) return false;
+  std::vector<std::string> argv;
+  size_t start = 0;
+  for (size_t i = 0; i < text->size(); i++) {
+    if ((*text)[i] != '\0') continue;
+    argv.push_back(text->substr(start, i - start));
+    start = i + 1;
+  }
+  return argv_leaves_running(argv);
+}
+
 }  // namespace phos::plugin

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "phos/images/result.h"
 
@@ -29,5 +30,16 @@ bool process_alive(pid_t pid);
 // The abstract name (no leading NUL) of the listening unix socket of `pid`
 // whose name starts with `prefix`, or nothing when it has none.
 Result<std::optional<std::string>> find_listening_socket(pid_t pid, const std::string& prefix);
+
+// Whether a criu command line (argv, program name first) asks for a dump
+// that leaves the processes running: `dump` with -R, --leave-running or an
+// unambiguous abbreviation of it. false where the line does not say so, such
+// as `criu swrk` (its options come over RPC) or an option in a config file:
+// callers treat "don't know" as "the processes end".
+bool argv_leaves_running(const std::vector<std::string>& argv);
+
+// The same for this process (/proc/self/cmdline): the criu that loaded the
+// plugin.
+bool criu_leaves_running();
 
 }  // namespace phos::plugin

@@ -2,10 +2,14 @@
 # GPU checkpoint and restore through the real criu and the phos plugin, on a
 # GPU host (after test/gpu/run-on-host.sh): a CUDA process holding MIB MiB of
 # device memory
-#   1. dumped with --leave-running: it carries on with its device state;
-#   2. dumped and restored into a new process: token, host and device counters
-#      carry on, every byte of device memory is re-verified;
-#   3. restored from an image with a corrupted chunk: refused, no process left.
+#   1. dumped with --leave-running: it carries on with its device state (the
+#      image written behind it, from a snapshot on the GPU, where that fits);
+#   2. killed and restored from that image: it carries on from the dump, every
+#      byte of device memory re-verified (so the image is the memory as it was
+#      at the dump, not as the running process changed it after);
+#   3. the restored process dumped and restored into a new process: token,
+#      host and device counters carry on, every byte re-verified;
+#   4. restored from an image with a corrupted chunk: refused, no process left.
 # usage: checkpoint.sh [MIB]
 MIB=${1:-1024}
 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
@@ -38,6 +42,22 @@ say "leave-running dump in $(elapsed "$t0" "$t1") s; the process carries on: $(c
 phos_log "$WORK/dump.log"
 "$PHOSCTL" show "$IMG" | sed 's/^/    /'
 cat "$WORK/verify.txt" | sed 's/^/    /'
+slices=$(( (MIB + 63) / 64 ))
+
+# The leave-running image, restored: its memory is the memory of the dump.
+kill -9 "$WORKLOAD_PID"
+wait_pid_free
+rm -f "$WORK/state"  # what the killed process wrote last is not the restored one's
+t2=$(now); criu_restore || fail "criu restore of the leave-running image failed"; t3=$(now)
+pid=$(restored_pid) || fail "no process restored from the leave-running image"
+for _ in $(seq 200); do [ -s "$WORK/state" ] && break; sleep 0.05; done
+at=$(state_counter 2>/dev/null || echo 0)
+wait_counter_above $((at + slices + 5)) $((slices / 20 + 10))
+[ "$(state_token)" = "$token" ] || fail "token changed after restoring the leave-running image"
+consistent || fail "after restoring the leave-running image: $(cat "$WORK/state")"
+say "leave-running image restored in $(elapsed "$t2" "$t3") s as pid $pid: all $slices slices re-verified, 0 errors"
+phos_log "$WORK/restore.log"
+WORKLOAD_PID=$pid
 
 rm -rf "$IMG" && mkdir "$IMG"
 t0=$(now); criu_dump || fail "criu dump failed"; t1=$(now)
@@ -46,7 +66,6 @@ dumped=$(state_counter)
 wait_pid_free
 t2=$(now); criu_restore || fail "criu restore failed"; t3=$(now)
 pid=$(restored_pid) || fail "no restored process"
-slices=$(( (MIB + 63) / 64 ))
 wait_counter_above $((dumped + slices + 5)) $((slices / 20 + 10))
 [ "$(state_token)" = "$token" ] || fail "token changed after restore"
 consistent || fail "after restore: $(cat "$WORK/state")"

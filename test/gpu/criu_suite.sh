@@ -17,6 +17,9 @@
 #                        and restored, both carry on intact
 #   dump_disk_full       images on a 256 MiB tmpfs: the dump fails saying so,
 #                        the process carries on intact
+#   dump_disk_full_leave_running  the same with --leave-running: the image
+#                        is written behind the running process; criu still
+#                        fails, no completion marker
 #   dump_driver_refuses  CUPTI attached, so the driver refuses its checkpoint:
 #                        the dump fails, the process carries on intact
 #   dump_criu_killed     criu killed with SIGKILL while it copies 8 GiB: does
@@ -219,6 +222,27 @@ case_dump_disk_full() {
   pass "dump refused: $(phos_error "$WORK/dump.log"); the process carried on: $CARRIED"
 }
 
+# The same with --leave-running: the image is written behind the process
+# (from a snapshot on the GPU), so the disk fills after it runs again; criu
+# must still exit with an error, and leave no completion marker.
+case_dump_disk_full_leave_running() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024
+  wait_counter_above 5
+  local token; token=$(state_token)
+  IMG=$WORK/small && mkdir -p "$IMG"
+  mount -t tmpfs -o size=256m phos-test-full "$IMG" || fail "cannot mount a small tmpfs"
+  AT_EXIT='umount -l "$IMG"'
+  if criu_dump --leave-running; then fail "the leave-running dump of 1 GiB onto 256 MiB succeeded"; fi
+  grep -q "phos: Error: .*No space left on device" "$WORK/dump.log" ||
+    fail "the plugin's error does not name the full disk: $(phos_error "$WORK/dump.log")"
+  [ ! -e "$IMG"/phos-*-complete.img ] || fail "a completion marker was left behind"
+  local how="written while stopped"
+  grep -q "snapshotted on the GPU" "$WORK/dump.log" && how="snapshotted, written behind"
+  lived_on "$token" 1024
+  pass "dump refused ($how): $(phos_error "$WORK/dump.log"); the process carried on: $CARRIED"
+}
+
 case_dump_driver_refuses() {
   setup "$bin/gpu_counter"
   start_workload --preload 1024 --cupti
@@ -406,7 +430,7 @@ limit_of() {  # seconds a case may take
   esac
 }
 all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
-  dump_disk_full dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
+  dump_disk_full dump_disk_full_leave_running dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu"
 passed=0 failed=0

@@ -185,3 +185,15 @@ TEST_CASE("options: a bad gpu_map is warned about and ignored", "[options]") {
   CHECK(p.warnings[0].find("phos.conf:1: gpu_map = 0:1:") != std::string::npos);
   CHECK(p.options.gpu_map.empty());
 }
+
+TEST_CASE("options: write_behind is auto by default, off from the file or PHOS_WRITE_BEHIND", "[options]") {
+  CHECK(parse("").options.write_behind);
+  CHECK_FALSE(parse("write_behind = off\n").options.write_behind);
+  CHECK_FALSE(parse("", {{"PHOS_WRITE_BEHIND", "off"}}).options.write_behind);
+  CHECK(parse("write_behind = off\n", {{"PHOS_WRITE_BEHIND", "auto"}}).options.write_behind);
+  auto bad = parse("write_behind = yes\n");
+  CHECK(bad.options.write_behind);
+  REQUIRE(bad.warnings.size() == 1);
+  CHECK(bad.warnings[0] == "phos.conf:1: write_behind = yes: expected auto or off; ignored");
+  CHECK(parse("write_behind = off\n").options.describe().find("write_behind=off") != std::string::npos);
+}

@@ -51,3 +51,32 @@ TEST_CASE("proc: a process without an agent has no agent socket", "[proc]") {
   REQUIRE(found.ok());
   CHECK_FALSE(found->has_value());
 }
+
+TEST_CASE("proc: a criu dump with -R or --leave-running leaves the processes running", "[proc]") {
+  using V = std::vector<std::string>;
+  CHECK(argv_leaves_running(V{"criu", "dump", "-t", "5", "-D", "img", "--leave-running"}));
+  CHECK(argv_leaves_running(V{"criu", "dump", "-R", "-t", "5"}));
+  CHECK(argv_leaves_running(V{"criu", "-R", "dump", "-t", "5"}));   // getopt takes options anywhere
+  CHECK(argv_leaves_running(V{"criu", "dump", "-jR", "-t", "5"}));  // a cluster of short options
+  CHECK(argv_leaves_running(V{"criu", "dump", "--leave-r", "-t5"}));  // an unambiguous abbreviation
+  CHECK(argv_leaves_running(V{"/usr/sbin/criu", "dump", "--tree=5", "--leave-running", "--images-dir", "img"}));
+}
+
+TEST_CASE("proc: other criu command lines do not say the processes run on", "[proc]") {
+  using V = std::vector<std::string>;
+  CHECK_FALSE(argv_leaves_running(V{"criu", "dump", "-t", "5", "-D", "img"}));
+  CHECK_FALSE(argv_leaves_running(V{"criu", "restore", "-R", "-D", "img"}));
+  CHECK_FALSE(argv_leaves_running(V{"criu", "pre-dump", "-t", "5", "--leave-running"}));
+  CHECK_FALSE(argv_leaves_running(V{"criu", "swrk", "3"}));  // RPC: the options are not on the line
+  CHECK_FALSE(argv_leaves_running(V{"criu", "dump", "--leave-stopped", "-t", "5"}));
+  CHECK_FALSE(argv_leaves_running(V{"criu", "dump", "--leave", "-t", "5"}));  // ambiguous for getopt
+  CHECK_FALSE(argv_leaves_running(V{"criu", "dump", "-D", "-R", "-t", "5"}));  // -R is -D's argument here
+  CHECK_FALSE(argv_leaves_running(V{"criu", "dump", "-oR.log", "-t", "5"}));  // and -o's here
+  CHECK_FALSE(argv_leaves_running(V{"criu", "dump", "-v4R", "-t", "5"}));     // and -v's
+  CHECK_FALSE(argv_leaves_running(V{"criu", "dump", "-t", "5", "--", "-R"}));
+  CHECK_FALSE(argv_leaves_running(V{}));
+}
+
+TEST_CASE("proc: this test program is not a criu that leaves processes running", "[proc]") {
+  CHECK_FALSE(criu_leaves_running());
+}
