@@ -167,7 +167,12 @@ Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_com
 ImageReader::ImageReader(int dirfd, const Manifest& manifest)
     : dirfd_(dirfd), manifest_(manifest), files_(manifest.data_files.size()) {}
 
-Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> out) {
+std::string_view ImageReader::file_name(const Chunk& chunk) const {
+  return chunk.file_index < manifest_.data_files.size() ? std::string_view(manifest_.data_files[chunk.file_index].name)
+                                                         : std::string_view("?");
+}
+
+Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check) {
   if (chunk.file_index >= files_.size()) return make_error("chunk refers to a data file the manifest lacks");
   const std::string& name = manifest_.data_files[chunk.file_index].name;
   UniqueFd& fd = files_[chunk.file_index];
@@ -175,7 +180,7 @@ Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> ou
     fd.reset(::openat(dirfd_, name.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return errno_error("open " + name);
   }
-  return image::read_chunk(fd.get(), name, chunk, out, scratch_, &times_);
+  return image::read_chunk(fd.get(), name, chunk, out, scratch_, &times_, check);
 }
 
 Result<uint64_t> ImageReader::verify_all() {

@@ -175,14 +175,15 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   }
   // Without device memory there is nothing to snapshot: the manifest waits
   // for criu's exit all the same, one rule for every leave-running dump.
-  if (write_behind_ && (!t.snapshotted.valid() || t.snapshotted.get())) {
+  const bool has_memory = t.snapshotted.valid();
+  if (write_behind_ && (!has_memory || t.snapshotted.get())) {
     // The image is finished at criu's exit (complete_pending); until then
     // this manifest, without allocations and without a completion marker,
     // makes a restore refuse the image rather than ignore the process.
     t.write_behind = true;
     PHOS_TRY(write_manifest(pid, t, t.preliminary));
     PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
-              t.snapshotted.valid() ? "device memory snapshotted" : "no device memory");
+              has_memory ? "device memory snapshotted" : "no device memory");
   } else {
     PHOS_TRY(copy_done(t));
     PHOS_TRY(write_manifest(pid, t, t.manifest));

@@ -14,6 +14,7 @@
 
 #include "chunk_crc.h"
 #include "log.h"
+#include "phos/images/crc32c.h"
 #include "phos/images/data_file.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
@@ -37,6 +38,12 @@ CUmemAccessDesc read_write(int device) {
   a.location.id = device;
   a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   return a;
+}
+
+// The tail behind a staging buffer of `buffer_size` bytes, where the GPU
+// checksum kernel leaves its result.
+ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) {
+  return reinterpret_cast<ChunkCrcTail*>(static_cast<std::byte*>(buffer) + buffer_size);
 }
 
 }  // namespace
@@ -94,6 +101,18 @@ CUcontext Engine::context(int ordinal, Result<void>& err) {
 CUfunction Engine::crc_function(int ordinal) const {
   auto it = crc_functions_.find(ordinal);
   return it == crc_functions_.end() ? nullptr : it->second;
+}
+
+bool Engine::queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* tail, CUstream stream) const {
+  tail->done = 0;
+  CUfunction crc = crc_function(device);
+  if (!crc) return false;
+  CUdeviceptr out = 0;
+  unsigned long long n = size;
+  void* args[] = {&data, &n, &out};
+  // If either fails, the tail stays not done: the CPU checksums this one.
+  return cu_.cuMemHostGetDevicePointer_v2(&out, tail, 0) == CUDA_SUCCESS &&
+         cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS;
 }
 
 void Engine::warm_up(int count) {
@@ -417,23 +436,14 @@ Result<void> Engine::run_save(SaveJob& job) {
   std::atomic<uint64_t> gpu_checksummed{0};
   work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
     CUdeviceptr src = job.vas[p.allocation] + p.offset;
-    auto* tail = reinterpret_cast<ChunkCrcTail*>(static_cast<std::byte*>(buffer) + settings_.chunk_size);
-    tail->done = 0;
-    if (CUfunction crc = crc_function(p.device)) {
-      // On the same stream, before the copy: both only read the chunk.
-      CUdeviceptr out = 0;
-      unsigned long long size = p.size;
-      void* args[] = {&src, &size, &out};
-      // If either fails, the tail stays not done: the CPU checksums this one.
-      if (cu_.cuMemHostGetDevicePointer_v2(&out, tail, 0) == CUDA_SUCCESS)
-        (void)cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr);
-    }
+    // On the same stream, before the copy: both only read the chunk.
+    (void)queue_crc(p.device, src, p.size, crc_tail(buffer, settings_.chunk_size), stream);
     PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, src, p.size, stream),
             ("copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host").c_str());
     return {};
   };
   work.done = [&](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
-    const auto* tail = reinterpret_cast<const ChunkCrcTail*>(static_cast<std::byte*>(buffer) + settings_.chunk_size);
+    const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
     std::optional<uint32_t> crc;
     if (tail->done == kChunkCrcDone) {
       crc = tail->crc;
@@ -564,12 +574,34 @@ Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m,
   // Readers keep open files and a scratch buffer: one per worker.
   std::vector<std::unique_ptr<image::ImageReader>> readers(workers_for(pieces.size()));
   PieceWork work;
+  // Each chunk's CRC is checked on the GPU, after it went there, where the
+  // checksum kernel is loaded (the same one as a dump's): the workers then
+  // read each chunk once (pread), not twice (pread, CRC).
+  std::atomic<uint64_t> gpu_checked{0};
   work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned worker) -> Result<void> {
     if (!readers[worker]) readers[worker] = std::make_unique<image::ImageReader>(dirfd, m);
     const image::Chunk& c = m.allocations[p.allocation].chunks[p.chunk];
-    PHOS_TRY(readers[worker]->read_chunk(c, std::span(static_cast<std::byte*>(buffer), c.raw_size)));
-    PHOS_CU(cu_, cu_.cuMemcpyHtoDAsync_v2(vas[p.allocation] + c.alloc_offset, buffer, c.raw_size, stream),
+    const bool on_gpu = crc_function(p.device) != nullptr;
+    PHOS_TRY(readers[worker]->read_chunk(c, std::span(static_cast<std::byte*>(buffer), c.raw_size),
+                                         on_gpu ? image::CrcCheck::ByCaller : image::CrcCheck::Here));
+    const CUdeviceptr dst = vas[p.allocation] + c.alloc_offset;
+    PHOS_CU(cu_, cu_.cuMemcpyHtoDAsync_v2(dst, buffer, c.raw_size, stream),
             ("copy allocation " + std::to_string(m.allocations[p.allocation].id) + " to device").c_str());
+    if (on_gpu) (void)queue_crc(p.device, dst, c.raw_size, crc_tail(buffer, m.chunk_size), stream);
+    return {};
+  };
+  work.done = [&](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
+    if (!crc_function(p.device)) return {};  // read_chunk checked it
+    const image::Chunk& c = m.allocations[p.allocation].chunks[p.chunk];
+    const ChunkCrcTail* tail = crc_tail(buffer, m.chunk_size);
+    uint32_t crc = 0;
+    if (tail->done == kChunkCrcDone) {
+      crc = tail->crc;
+      gpu_checked++;
+    } else {
+      crc = phos::crc32c(std::span(static_cast<const std::byte*>(buffer), c.raw_size));
+    }
+    if (crc != c.crc32c) return image::checksum_mismatch(readers[worker]->file_name(c), c);
     return {};
   };
   uint64_t t0 = now_ns();
@@ -603,11 +635,13 @@ Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m,
     bytes += m.allocations[i].size;
   }
   if (bytes)
-    PHOS_INFO("process %d: %zu allocations, %.1f MiB restored to device memory in %.1f ms (%.2f GB/s, %zu workers); "
-              "summed over workers: reading %.1f ms, decompression %.1f ms, checksums %.1f ms, waiting for DMA %.1f ms",
+    PHOS_INFO("process %d: %zu allocations, %.1f MiB restored to device memory in %.1f ms (%.2f GB/s, %zu workers, "
+              "%llu of %zu chunks' CRC-32C checked on the GPU); summed over workers: reading %.1f ms, decompression "
+              "%.1f ms, checksums on the CPU %.1f ms, waiting for DMA %.1f ms",
               m.pid, m.allocations.size(), double(bytes) / (1 << 20), double(elapsed) / 1e6,
-              double(bytes) / double(elapsed), readers.size(), double(times.io_ns) / 1e6,
-              double(times.compress_ns) / 1e6, double(times.checksum_ns) / 1e6, double(dma_wait) / 1e6);
+              double(bytes) / double(elapsed), readers.size(), (unsigned long long)gpu_checked.load(), pieces.size(),
+              double(times.io_ns) / 1e6, double(times.compress_ns) / 1e6, double(times.checksum_ns) / 1e6,
+              double(dma_wait) / 1e6);
   return fds;
 }
 

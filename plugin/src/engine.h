@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent_client.h"
+#include "chunk_crc.h"
 #include "cuda_api.h"
 #include "gpu_map.h"
 #include "options.h"
@@ -125,6 +126,10 @@ class Engine {
   // The GPU checksum kernel in `ordinal`'s context (loaded with it); null
   // where it could not be (crc_unavailable_ says why): the CPU checksums.
   CUfunction crc_function(int ordinal) const;
+  // Queues the checksum of `size` bytes at `data` on `stream`, into `tail`
+  // (marked not done first); false where it could not be queued, and the
+  // CPU checksums the chunk.
+  bool queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* tail, CUstream stream) const;
 
   const CudaApi& cu_;
   EngineSettings settings_;

@@ -106,10 +106,18 @@ class DataFileWriter {
   ChunkTimes times_;
 };
 
+// Whether read_chunk checks a chunk's CRC, or leaves that to the caller
+// (the engine checks it on the GPU, after the chunk went there).
+enum class CrcCheck { Here, ByCaller };
+
 // Reads one chunk into `out` (exactly chunk.raw_size bytes) and checks its
 // CRC; `scratch` holds compressed bytes between calls; `times`, if given,
 // accumulates the time of each step.
 Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, std::span<std::byte> out,
-                        std::vector<std::byte>& scratch, ChunkTimes* times = nullptr);
+                        std::vector<std::byte>& scratch, ChunkTimes* times = nullptr,
+                        CrcCheck check = CrcCheck::Here);
+
+// The error of a chunk whose data does not match its CRC.
+Error checksum_mismatch(std::string_view file_name, const Chunk& chunk);
 
 }  // namespace phos::image
