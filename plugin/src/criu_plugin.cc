@@ -85,8 +85,17 @@ void complete_at_exit() {
   if (failed) _exit(1);
 }
 
+// A restore whose GPU state failed after criu created the processes (they
+// were killed): criu has no way to learn it from a plugin, so its exit
+// status is set here.
+void restore_failed_at_exit() { _exit(1); }
+
 void phos_exit(int stage, int ret) {
   guarded("exit", [&] {
+    if (stage == CR_PLUGIN_STAGE__RESTORE && g_restorer && g_restorer->failed() && ret == 0) {
+      PHOS_ERR("the restore failed: a process's GPU state could not be restored (see above); it was killed");
+      std::atexit(restore_failed_at_exit);
+    }
     if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer && g_checkpointer->finish(ret == 0)) {
       if (std::atexit(complete_at_exit) == 0) return 0;
       PHOS_WARN("cannot run at criu's exit; the images are written now");

@@ -520,57 +520,69 @@ Result<std::vector<GpuPlacement>> Engine::place_devices(const image::Manifest& m
   return place_gpus(spec, m.devices, host, manifest_name);
 }
 
-Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m,
-                                           const std::vector<GpuPlacement>& placement) {
+Engine::LoadJob::~LoadJob() {
+  if (engine) engine->release_load(*this);
+}
+
+void Engine::release_load(LoadJob& job) {
+  for (size_t i = 0; i < job.handles.size(); i++) {
+    if (job.vas[i] || job.handles[i]) cu_.cuCtxSetCurrent(contexts_.at(job.devices[i]));
+    if (job.vas[i]) unmap(job.vas[i], job.manifest->allocations[i].size);
+    if (job.handles[i]) cu_.cuMemRelease(job.handles[i]);
+    job.vas[i] = 0;
+    job.handles[i] = 0;
+  }
+}
+
+Result<std::unique_ptr<Engine::LoadJob>> Engine::prepare_load(const image::Manifest& m,
+                                                              const std::vector<GpuPlacement>& placement) {
   std::lock_guard<std::mutex> lock(run_mu_);
   auto host_device = [&](uint32_t image_ordinal) {
     for (const auto& p : placement)
       if (p.image_ordinal == image_ordinal) return p.host_ordinal;
     return int(image_ordinal);
   };
-  std::vector<CUmemGenericAllocationHandle> handles(m.allocations.size(), 0);
-  std::vector<CUdeviceptr> vas(m.allocations.size(), 0);
-  auto release_all = [&] {
-    for (size_t i = 0; i < m.allocations.size(); i++) {
-      if (vas[i]) unmap(vas[i], m.allocations[i].size);
-      if (handles[i]) cu_.cuMemRelease(handles[i]);
-      vas[i] = 0;
-      handles[i] = 0;
-    }
-  };
-  std::vector<Piece> pieces;
+  auto job = std::make_unique<LoadJob>();
+  job->manifest = &m;
+  job->engine = this;
+  job->handles.assign(m.allocations.size(), 0);
+  job->vas.assign(m.allocations.size(), 0);
+  job->devices.assign(m.allocations.size(), 0);
   for (size_t i = 0; i < m.allocations.size(); i++) {
     const auto& a = m.allocations[i];
     const int device = host_device(a.device);
+    job->devices[i] = device;
     Result<void> err;
     CUcontext ctx = context(device, err);
-    if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
-      release_all();
+    if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
       return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
-    }
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    CUresult r = cu_.cuMemCreate(&handles[i], a.size, &prop, 0);
+    CUresult r = cu_.cuMemCreate(&job->handles[i], a.size, &prop, 0);
     if (r != CUDA_SUCCESS) {
-      handles[i] = 0;
-      release_all();
+      job->handles[i] = 0;
       return make_error(cu_.error(("device " + std::to_string(device) + ": allocate " + std::to_string(a.size) +
                                    " bytes for allocation " + std::to_string(a.id)).c_str(), r),
                         ENOMEM);
     }
-    auto va = map(handles[i], a.size, device);
-    if (!va) {
-      release_all();
-      return va.error();
-    }
-    vas[i] = *va;
+    auto va = map(job->handles[i], a.size, device);
+    if (!va) return va.error();
+    job->vas[i] = *va;
     for (size_t k = 0; k < a.chunks.size(); k++)
-      pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, device});
+      job->pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, device});
   }
+  return job;
+}
 
+Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  const image::Manifest& m = *job.manifest;
+  const std::vector<Piece>& pieces = job.pieces;
+  std::vector<CUdeviceptr>& vas = job.vas;
+  std::vector<CUmemGenericAllocationHandle>& handles = job.handles;
   // Readers keep open files and a scratch buffer: one per worker.
   std::vector<std::unique_ptr<image::ImageReader>> readers(workers_for(pieces.size()));
   PieceWork work;
@@ -609,10 +621,7 @@ Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m,
   // Chunks hold at most the image's chunk size (validate_manifest checks).
   auto filled = run_workers(pieces, m.chunk_size, work, dma_wait_ns);
   uint64_t elapsed = now_ns() - t0;
-  if (!filled) {
-    release_all();
-    return filled.error();
-  }
+  if (!filled) return filled.error();  // the job releases the memory
   image::ChunkTimes times;
   for (const auto& r : readers)
     if (r) times += r->times();
@@ -627,10 +636,7 @@ Result<std::vector<UniqueFd>> Engine::load(int dirfd, const image::Manifest& m,
     CUresult r = cu_.cuMemExportToShareableHandle(&fd, handles[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     cu_.cuMemRelease(handles[i]);  // the fd keeps the memory
     handles[i] = 0;
-    if (r != CUDA_SUCCESS) {
-      release_all();
-      return make_error(cu_.error("export restored allocation", r), EIO);
-    }
+    if (r != CUDA_SUCCESS) return make_error(cu_.error("export restored allocation", r), EIO);
     fds.emplace_back(fd);
     bytes += m.allocations[i].size;
   }

@@ -75,10 +75,14 @@ class Engine {
   // `host` gets this host's GPUs.
   Result<std::vector<GpuPlacement>> place_devices(const image::Manifest& m, const std::string& manifest_name,
                                                   const GpuMapSpec& spec, std::vector<HostGpu>& host);
-  // Creates and fills each allocation of `m` on the GPU `placement` gives
-  // its device; one fd per allocation, in order.
-  Result<std::vector<UniqueFd>> load(int dirfd, const image::Manifest& m,
-                                     const std::vector<GpuPlacement>& placement);
+  // A restore of one process's device memory: each allocation of `m`
+  // created on the GPU `placement` gives its device (so too little memory
+  // shows before criu creates a process), then filled by run_load while criu
+  // restores the CPU side; one fd per allocation, in order.
+  struct LoadJob;
+  Result<std::unique_ptr<LoadJob>> prepare_load(const image::Manifest& m,
+                                                const std::vector<GpuPlacement>& placement);
+  Result<std::vector<UniqueFd>> run_load(int dirfd, LoadJob& job);
 
  private:
   Engine(const CudaApi& cu, const EngineSettings& settings) : cu_(cu), settings_(settings) {}
@@ -88,6 +92,8 @@ class Engine {
   Result<image::Device> describe(int ordinal);
   // Unmaps the process's memory from criu, or frees the snapshot.
   void release_sources(SaveJob& job);
+  // Unmaps and releases what a load job still holds.
+  void release_load(LoadJob& job);
 
   // A piece of work for the workers: `size` bytes at `offset` of mapping `va`.
   struct Piece {
@@ -150,6 +156,16 @@ struct Engine::SaveJob {
   image::Manifest* manifest = nullptr;
   Engine* engine = nullptr;
   ~SaveJob();  // releases what it still holds
+};
+
+struct Engine::LoadJob {
+  const image::Manifest* manifest = nullptr;
+  std::vector<CUmemGenericAllocationHandle> handles;
+  std::vector<CUdeviceptr> vas;
+  std::vector<int> devices;  // the host GPU of each allocation
+  std::vector<Piece> pieces;
+  Engine* engine = nullptr;
+  ~LoadJob();  // releases what it still holds
 };
 
 }  // namespace phos::plugin

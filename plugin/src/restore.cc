@@ -17,7 +17,7 @@ Result<void> Restorer::load() {
   for (pid_t vpid : *pids) {
     auto img = image::open_process_image(dirfd_, vpid, /*require_complete=*/true);
     if (!img) return img.error();
-    Loaded l{std::move(*img), {}, {}, {}};
+    Loaded l{std::move(*img), {}, {}, {}, {}, {}};
     const image::Manifest& m = l.image.manifest;
     if (!m.devices.empty() || !m.allocations.empty()) {
       if (!engine_) {
@@ -32,18 +32,39 @@ Result<void> Restorer::load() {
         if (p.moved())
           PHOS_INFO("%s: device %u (%s) restored onto GPU %d (%s)", l.image.manifest_name.c_str(), p.image_ordinal,
                     format_gpu_uuid(p.image_uuid).c_str(), p.host_ordinal, format_gpu_uuid(p.host_uuid).c_str());
-      auto fds = engine_->load(dirfd_, m, l.placement);
-      if (!fds) return make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
-      l.fds = std::move(*fds);
+      auto job = engine_->prepare_load(m, l.placement);
+      if (!job) return make_error(l.image.manifest_name + ": " + job.error().message, job.error().code);
+      l.job = std::move(*job);
     }
     PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
               m.devices.size(), m.allocations.size(), m.writer_version.c_str());
     images_.emplace(vpid, std::move(l));
   }
+  if (engine_) filler_ = std::thread([this] { fill_all(); });
   return {};
 }
 
+Restorer::~Restorer() {
+  if (filler_.joinable()) filler_.join();
+}
+
+void Restorer::fill_all() {
+  for (auto& [vpid, l] : images_) {
+    if (!l.job) continue;
+    auto fds = engine_->run_load(dirfd_, *l.job);
+    l.job.reset();
+    if (!fds) {
+      l.filled = make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
+      PHOS_ERR("cannot restore: %s", l.filled.error().message.c_str());
+      continue;
+    }
+    l.fds = std::move(*fds);
+  }
+}
+
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
+  if (filler_.joinable()) filler_.join();  // all images filled (criu calls this hook one process at a time)
+  PHOS_TRY(l.filled);
   // Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.
   if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
     // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h).
@@ -82,6 +103,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     // run on without its GPU state: it must not run at all.
     PHOS_ERR("process %d: restore of GPU state failed: %s; killing it", pid, r.error().message.c_str());
     ::kill(pid, SIGKILL);
+    failed_ = true;
     return r.error();
   }
   it->second.fds.clear();

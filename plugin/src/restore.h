@@ -1,21 +1,25 @@
 // The restore side of the plugin: one Restorer per `criu restore`.
 //
 //   init(RESTORE)            every GPU image in the directory is read and
-//                            checked, the GPUs too; device memory is created
-//                            and filled while criu restores the CPU side.
-//                            Any problem stops the restore before CRIU
-//                            creates a process
-//   RESUME_DEVICES_LATE(pid) the restored process is still stopped: the
-//                            driver restores and unlocks it, its agent maps
-//                            the memory at the original addresses and opens
-//                            the gate; on failure the process is killed,
-//                            never left running
+//                            checked, the GPUs too, and its device memory is
+//                            created: a problem there stops the restore
+//                            before CRIU creates a process. A thread then
+//                            fills the memory while criu restores the CPU
+//                            side
+//   RESUME_DEVICES_LATE(pid) the restored process is still stopped: once its
+//                            memory is filled, the driver restores and
+//                            unlocks it, its agent maps the memory at the
+//                            original addresses and opens the gate; on
+//                            failure (a chunk that fails its checksum, too)
+//                            the process is killed, never left running, and
+//                            criu's exit status says so (failed())
 #pragma once
 
 #include <sys/types.h>
 
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "engine.h"
 #include "options.h"
@@ -27,10 +31,14 @@ namespace phos::plugin {
 class Restorer {
  public:
   Restorer(int image_dirfd, PluginOptions options) : dirfd_(image_dirfd), options_(options) {}
+  // Waits for the thread that fills device memory.
+  ~Restorer();
 
   Result<void> load();
   // false: no GPU image for this process (the hook answers -ENOTSUP).
   Result<bool> resume_late(pid_t pid);
+  // Whether a process was killed because its GPU state could not be restored.
+  bool failed() const { return failed_; }
 
  private:
   struct Loaded {
@@ -38,13 +46,19 @@ class Restorer {
     std::vector<UniqueFd> fds;  // one per allocation, filled device memory
     std::vector<GpuPlacement> placement;  // where each of the image's GPUs went
     std::vector<HostGpu> host;            // this host's GPUs
+    std::unique_ptr<Engine::LoadJob> job;  // its device memory, until filled
+    Result<void> filled;                   // by the filling thread
   };
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
+  // Fills every image's device memory (the thread's work).
+  void fill_all();
 
   int dirfd_;
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
   std::map<pid_t, Loaded> images_;  // by pid in the process's namespace
+  std::thread filler_;
+  bool failed_ = false;
 };
 
 }  // namespace phos::plugin
