@@ -17,7 +17,8 @@ Result<void> Restorer::load() {
   for (pid_t vpid : *pids) {
     auto img = image::open_process_image(dirfd_, vpid, /*require_complete=*/true);
     if (!img) return img.error();
-    Loaded l{std::move(*img), {}, {}, {}, {}, {}};
+    // In place first: the load job keeps a pointer to the manifest.
+    Loaded& l = images_.emplace(vpid, Loaded{std::move(*img), {}, {}, {}, {}, {}}).first->second;
     const image::Manifest& m = l.image.manifest;
     if (!m.devices.empty() || !m.allocations.empty()) {
       if (!engine_) {
@@ -38,7 +39,6 @@ Result<void> Restorer::load() {
     }
     PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
               m.devices.size(), m.allocations.size(), m.writer_version.c_str());
-    images_.emplace(vpid, std::move(l));
   }
   if (engine_) filler_ = std::thread([this] { fill_all(); });
   return {};
