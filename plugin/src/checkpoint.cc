@@ -116,7 +116,9 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     t.preliminary = t.manifest;  // before the copy fills it in
     std::promise<bool> snapshotted;
     t.snapshotted = snapshotted.get_future();
-    t.copier = std::thread([this, &t, want = write_behind_, snapshotted = std::move(snapshotted)]() mutable {
+    std::future<void> go = t.write_go.get_future();
+    t.copier = std::thread([this, &t, want = write_behind_, snapshotted = std::move(snapshotted),
+                            go = std::move(go)]() mutable {
       bool taken = false;
       if (want) {
         auto snap = engine_->snapshot(*t.save);
@@ -125,6 +127,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
         taken = snap && *snap;
       }
       snapshotted.set_value(taken);
+      if (taken) go.wait();
       t.copied = engine_->run_save(*t.save);
     });
     taking(pid, t, kMappingsReleased);
@@ -154,7 +157,14 @@ Checkpointer::~Checkpointer() {
   for (auto& [pid, t] : targets_) (void)copy_done(t);
 }
 
+void Checkpointer::let_write(Target& t) {
+  if (t.write_go_given) return;
+  t.write_go_given = true;
+  t.write_go.set_value();
+}
+
 Result<void> Checkpointer::copy_done(Target& t) {
+  let_write(t);
   if (t.copier.joinable()) t.copier.join();
   t.save.reset();
   return t.copied;
@@ -261,6 +271,7 @@ bool Checkpointer::finish(bool dump_succeeded) {
       // Its memory is in the snapshot: the process may run while the image
       // is written; the marker comes with the manifest (complete_pending).
       if (process_alive(pid)) give_back(pid, t, /*wait_copy=*/false);
+      let_write(t);
       pending = true;
       continue;
     }

@@ -76,6 +76,11 @@ class Checkpointer {
     std::thread copier;
     Result<void> copied;
     std::future<bool> snapshotted;  // write-behind wanted: whether the engine took a snapshot
+    // Write-behind: the copy from the snapshot waits for this, so that it
+    // does not compete with the driver checkpoint and criu for PCIe and
+    // memory bandwidth while the process is stopped.
+    std::promise<void> write_go;
+    bool write_go_given = false;
     bool write_behind = false;      // the copy outlives the freeze (snapshotted)
     image::Manifest preliminary;    // write-behind: the manifest as prepared, no allocations yet
     uint64_t paused_at_ns = 0;
@@ -85,6 +90,8 @@ class Checkpointer {
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
   // Waits for the copy of `t` to end; its result.
   Result<void> copy_done(Target& t);
+  // Lets a write-behind copy start (once).
+  static void let_write(Target& t);
   // wait_copy: the engine may still map the process's memory (no snapshot).
   void give_back(pid_t pid, Target& t, bool wait_copy = true);
   // The manifest's own fields, then the manifest written.
