@@ -32,7 +32,9 @@
 #   restore_next_to_gpu_process  another GPU process runs throughout: the
 #                        restore works and the other process is unharmed
 #   multi_gpu_process    (2 GPUs) one process with memory on two GPUs: a
-#                        leave-running dump, a dump and restore, both intact
+#                        leave-running dump (snapshots on both GPUs), its
+#                        image restored, then a dump and restore of the
+#                        restored process, each intact
 #   restore_other_gpu    (2 GPUs) dumped on GPU 0, restored onto GPU 1 with
 #                        PHOS_GPU_MAP=0=1; nvidia-smi shows it there
 #
@@ -383,9 +385,21 @@ case_multi_gpu_process() {  # one process with 2 GiB on each of two GPUs
   setup "$bin/gpu_counter"
   start_workload --preload 2048 --devices 2
   wait_counter_above 5 60
+  local token; token=$(state_token)
   local t0 t1; t0=$(now); criu_dump --leave-running || fail "leave-running dump failed (rc $?)"; t1=$(now)
-  carried_on "$WORK/state" "$(state_token)" 2048
+  carried_on "$WORK/state" "$token" 2048
   local lr="leave-running dump in $(dt "$t0" "$t1") s, $CARRIED"
+  local snap; snap=$(grep -o "[0-9.]* MiB snapshotted on the GPU in [0-9.]* ms" "$WORK/dump.log" | head -n1)
+  [ -n "$snap" ] || fail "the leave-running dump took no snapshot: $(grep -o 'phos: process [0-9]*: no snapshot.*' "$WORK/dump.log")"
+  # Its image, written behind the running process from snapshots on both
+  # GPUs, restored: the memory as it was at the dump.
+  kill -9 "$WORKLOAD_PID"; gone "$WORKLOAD_PID"
+  rm -f "$WORK/state"
+  criu_restore || fail "restore of the leave-running image failed (rc $?)"
+  WORKLOAD_PID=$(restored_pid) || fail "no process restored from the leave-running image"
+  for _ in $(seq 200); do [ -s "$WORK/state" ] && break; sleep 0.05; done
+  carried_on "$WORK/state" "$token" 2048
+  lr="$lr ($snap); its image restored: $CARRIED"
   rm -rf "$IMG" && mkdir "$IMG"
   dump_restore
   carried_on "$WORK/state" "$TOKEN" 2048
