@@ -114,6 +114,14 @@ criu_restore() {
   wait_pid_free
   criu_limit "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
 }
+# restore_refused PATTERN WHAT: criu restore fails (WHAT: the image, for the
+# message), its log says PATTERN, and no workload runs after it.
+restore_refused() {
+  if criu_restore; then fail "restore succeeded from $2"; fi
+  grep -q -- "$1" "$WORK/restore.log" || fail "restore log does not say '$1'"
+  sleep 0.3
+  [ -z "$(workload_pids)" ] || fail "a process runs after the refused restore"
+}
 # The pid of the restored root process, once it runs.
 restored_pid() {
   for _ in $(seq 100); do

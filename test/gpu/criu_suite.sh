@@ -209,14 +209,21 @@ lived_on() {
   CARRIED="$CARRIED, gate open"
 }
 
-case_dump_disk_full() {
+# onto_small_tmpfs SIZE: a 1 GiB gpu_counter whose images go to a tmpfs of
+# SIZE (mount's size=); sets TOKEN.
+onto_small_tmpfs() {
   setup "$bin/gpu_counter"
   start_workload --preload 1024
   wait_counter_above 5
-  local token; token=$(state_token)
+  TOKEN=$(state_token)
   IMG=$WORK/small && mkdir -p "$IMG"
-  mount -t tmpfs -o size=256m phos-test-full "$IMG" || fail "cannot mount a small tmpfs"
+  mount -t tmpfs -o size="$1" phos-test-full "$IMG" || fail "cannot mount a small tmpfs"
   AT_EXIT='umount -l "$IMG"'
+}
+
+case_dump_disk_full() {
+  onto_small_tmpfs 256m
+  local token=$TOKEN
   if criu_dump; then fail "the dump of 1 GiB onto 256 MiB succeeded"; fi
   grep -q "phos: Error: .*No space left on device" "$WORK/dump.log" ||
     fail "the plugin's error does not name the full disk: $(phos_error "$WORK/dump.log")"
@@ -229,14 +236,8 @@ case_dump_disk_full() {
 # must still exit with an error, and leave no completion marker. 1000 MiB:
 # room for criu's own images (~550 MiB), not for the 1 GiB of GPU data.
 case_dump_disk_full_leave_running() {
-  setup "$bin/gpu_counter"
-  start_workload --preload 1024
-  wait_counter_above 5
-  local token; token=$(state_token)
-  IMG=$WORK/small && mkdir -p "$IMG"
-  mount -t tmpfs -o size=1000m phos-test-full "$IMG" || fail "cannot mount a small tmpfs"
-  AT_EXIT='umount -l "$IMG"'
-  local rc=0
+  onto_small_tmpfs 1000m
+  local token=$TOKEN rc=0
   criu_dump --leave-running || rc=$?
   [ $rc -ne 0 ] || fail "the leave-running dump of 1 GiB onto 1000 MiB succeeded"
   grep -q "phos: Error: .*its image could not be written after it ran again: .*No space left on device" \
