@@ -246,6 +246,16 @@ bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
       r.allocation_count = s.allocation_count;
       r.allocated_bytes = s.allocated_bytes;
       r.device_count = s.device_count;
+      std::vector<Phos__Agent__Device> devices(s.devices.size());
+      std::vector<Phos__Agent__Device*> device_ptrs;
+      for (size_t i = 0; i < s.devices.size(); i++) {
+        phos__agent__device__init(&devices[i]);
+        devices[i].ordinal = s.devices[i].ordinal;
+        devices[i].uuid = {s.devices[i].uuid.size(), s.devices[i].uuid.data()};
+        device_ptrs.push_back(&devices[i]);
+      }
+      r.n_devices = device_ptrs.size();
+      r.devices = device_ptrs.data();
       r.n_unsupported_calls = calls.size();
       r.unsupported_calls = calls.data();
       std::vector<Phos__Agent__Counter> counters(s.counters.size());

@@ -32,6 +32,7 @@ BackendStatus CudaBackend::status() {
   s.allocation_count = m.units;
   s.allocated_bytes = m.physical_bytes;
   s.device_count = m.devices;
+  for (const auto& [dev, uuid] : m.uuids) s.devices.push_back({uint32_t(dev), uuid});
   s.unsupported_calls = runtime().unsupported();
   if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
   if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include <functional>
 #include <string>
@@ -59,6 +60,11 @@ DeviceMemory::Device* DeviceMemory::device_locked(CUdevice dev, CUresult* err) {
     CUmemAllocationProp prop = unit_prop(dev);
     *err = PHOS_REAL(cuMemGetAllocationGranularity)(&d.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (*err == CUDA_SUCCESS) *err = PHOS_REAL(cuCtxGetCurrent)(&d.ctx);
+    CUuuid uuid;
+    if (*err == CUDA_SUCCESS && PHOS_REAL(cuDeviceGetUuid_v2) && PHOS_REAL(cuDeviceGetUuid_v2)(&uuid, dev) == CUDA_SUCCESS) {
+      d.uuid.emplace();
+      std::memcpy(d.uuid->data(), uuid.bytes, 16);
+    }
     int mps = 0;
     if (*err == CUDA_SUCCESS &&
         PHOS_REAL(cuDeviceGetAttribute)(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps)
@@ -287,6 +293,8 @@ DeviceMemory::Stats DeviceMemory::stats() const {
   for (const auto& [p, b] : blocks_) s.requested_bytes += b.size;
   for (const auto& [id, u] : units_) s.physical_bytes += u.size;
   s.devices = uint32_t(devices_.size());
+  for (const auto& [dev, d] : devices_)
+    if (d.uuid) s.uuids.emplace_back(dev, *d.uuid);
   return s;
 }
 

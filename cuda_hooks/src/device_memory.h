@@ -14,12 +14,14 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <vector>
@@ -78,6 +80,8 @@ class DeviceMemory {
   struct Stats {
     uint64_t units = 0, blocks = 0, requested_bytes = 0, physical_bytes = 0;
     uint32_t devices = 0;
+    // Each device's UUID, where the driver gave it.
+    std::vector<std::pair<CUdevice, std::array<uint8_t, 16>>> uuids;
   };
   Stats stats() const;
   // A device this process uses runs its contexts through MPS.
@@ -124,6 +128,7 @@ class DeviceMemory {
     CUcontext ctx = nullptr;
     size_t granularity = 0;
     RangeAllocator va;
+    std::optional<std::array<uint8_t, 16>> uuid;
   };
   struct Deferred {
     CUdeviceptr ptr;

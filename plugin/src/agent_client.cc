@@ -98,6 +98,14 @@ Result<AgentStatus> AgentClient::status() {
   out.allocation_count = r->allocation_count;
   out.allocated_bytes = r->allocated_bytes;
   out.device_count = r->device_count;
+  for (size_t i = 0; i < r->n_devices; i++) {
+    const auto* d = r->devices[i];
+    if (d->uuid.len != 16) return make_error("agent status: a device UUID of " + std::to_string(d->uuid.len) + " bytes");
+    wire::AgentDevice dev;
+    dev.ordinal = d->ordinal;
+    std::memcpy(dev.uuid.data(), d->uuid.data, 16);
+    out.devices.push_back(dev);
+  }
   for (size_t i = 0; i < r->n_unsupported_calls; i++) out.unsupported_calls.emplace_back(r->unsupported_calls[i]);
   for (size_t i = 0; i < r->n_counters; i++) out.counters.emplace_back(r->counters[i]->name, r->counters[i]->value);
   for (size_t i = 0; i < r->n_modules; i++) {

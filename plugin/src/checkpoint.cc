@@ -72,8 +72,15 @@ Result<bool> Checkpointer::pause(pid_t pid) {
     return make_error("process " + std::to_string(pid) + " used " + join(status->unsupported_calls) +
                       ", which phos cannot checkpoint");
 
-  // CUDA start-up in criu while the process still runs (gate open).
-  if (status->allocation_count > 0) PHOS_TRY(start_engine(int(status->device_count)));
+  // CUDA start-up in criu while the process still runs (gate open), and the
+  // process's GPUs found in criu's own numbering.
+  std::map<uint32_t, int> host_ordinal;
+  if (status->allocation_count > 0) {
+    PHOS_TRY(start_engine());
+    auto ordinals = process_gpus(pid, *status);
+    if (!ordinals) return ordinals.error();
+    host_ordinal = std::move(*ordinals);
+  }
 
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto drained = client->quiesce(options_.quiesce_timeout_ms);
@@ -87,6 +94,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   t.hello = client->hello();
   t.status = *status;
   t.paused_at_ns = t0;
+  t.host_ordinal = std::move(host_ordinal);
   t.manifest.statistics.quiesce_ns = *drained;
   PHOS_TRY(pause_target(pid, *client, t));
   PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations%s", pid,
@@ -106,11 +114,11 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     }
   }
   if (!t.allocations.empty()) {
-    PHOS_TRY(start_engine(0));
+    PHOS_TRY(start_engine());
     // Mapped into criu now; copied in the background, off criu's freeze
     // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
     // so the process lets go of its own at once.
-    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.manifest);
+    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
     if (!job) return job.error();
     t.save = std::move(*job);
     t.preliminary = t.manifest;  // before the copy fills it in
@@ -243,14 +251,31 @@ void Checkpointer::taking(pid_t pid, Target& t, uint32_t step) {
   }
 }
 
-Result<void> Checkpointer::start_engine(int devices) {
-  if (!engine_) {
-    auto engine = Engine::start(EngineSettings::from(options_));
-    if (!engine) return engine.error();
-    engine_ = std::move(*engine);
-  }
-  engine_->warm_up(devices);
+Result<void> Checkpointer::start_engine() {
+  if (engine_) return {};
+  auto engine = Engine::start(EngineSettings::from(options_));
+  if (!engine) return engine.error();
+  engine_ = std::move(*engine);
   return {};
+}
+
+Result<std::map<uint32_t, int>> Checkpointer::process_gpus(pid_t pid, const AgentStatus& status) {
+  auto host = engine_->host_gpus();
+  if (!host) return host.error();
+  auto ordinals = host_ordinals(status.devices, *host);
+  if (!ordinals) return make_error("process " + std::to_string(pid) + ": " + ordinals.error().message, ENODEV);
+  std::vector<int> warm;
+  for (auto [theirs, ours] : *ordinals) {
+    warm.push_back(ours);
+    if (int(theirs) != ours)
+      PHOS_INFO("process %d: its device %u is GPU %d here (%s; CUDA_VISIBLE_DEVICES)", pid, theirs, ours,
+                format_gpu_uuid((*host)[size_t(ours)].uuid).c_str());
+  }
+  // An agent that names no UUIDs: the process's ordinals are taken as criu's.
+  if (status.devices.empty())
+    for (uint32_t d = 0; d < status.device_count; d++) warm.push_back(int(d));
+  engine_->warm_up(warm);
+  return ordinals;
 }
 
 void Checkpointer::start_keeper() {

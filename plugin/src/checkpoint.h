@@ -85,6 +85,7 @@ class Checkpointer {
     image::Manifest preliminary;    // write-behind: the manifest as prepared, no allocations yet
     uint64_t paused_at_ns = 0;
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
+    std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
     std::vector<std::byte> manifest_file;  // once written
   };
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
@@ -99,8 +100,11 @@ class Checkpointer {
   // Records that the dump is about to take `step` from the process: in the
   // target, and with the keeper, before it happens.
   void taking(pid_t pid, Target& t, uint32_t step);
-  // The engine, started once, with contexts on devices 0..devices-1.
-  Result<void> start_engine(int devices);
+  // The engine, started once.
+  Result<void> start_engine();
+  // The process's GPUs in criu's numbering (gpu_map.h: host_ordinals), and
+  // criu's contexts on them started.
+  Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const AgentStatus& status);
   // Starts phos-keeper once per dump; a dump goes on without one (warned).
   void start_keeper();
 

@@ -115,12 +115,24 @@ bool Engine::queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* 
          cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS;
 }
 
-void Engine::warm_up(int count) {
+void Engine::warm_up(const std::vector<int>& ordinals) {
   std::lock_guard<std::mutex> lock(run_mu_);
-  for (int d = 0; d < count; d++) {
+  for (int d : ordinals) {
     Result<void> err;
     if (!context(d, err)) PHOS_WARN("engine warm-up: %s", err.error().message.c_str());
   }
+}
+
+Result<std::vector<HostGpu>> Engine::host_gpus() {
+  int count = 0;
+  PHOS_CU(cu_, cu_.cuDeviceGetCount(&count), "count GPUs");
+  std::vector<HostGpu> host;
+  for (int i = 0; i < count; i++) {
+    auto d = describe(i);
+    if (!d) return make_error("GPU " + std::to_string(i) + ": " + d.error().message, ENODEV);
+    host.push_back({i, d->name, d->uuid});
+  }
+  return host;
 }
 
 Result<CUdeviceptr> Engine::map(CUmemGenericAllocationHandle h, size_t size, int device) {
@@ -306,7 +318,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
   constexpr uint64_t kAlign = 2ull << 20;
   auto aligned = [&](uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   std::map<int, uint64_t> need;
-  for (const auto& a : job.allocs) need[int(a.device)] += aligned(a.size);
+  for (size_t i = 0; i < job.allocs.size(); i++) need[job.devices[i]] += aligned(job.allocs[i].size);
   std::map<int, CUdeviceptr> bases;
   auto free_bases = [&] {
     for (auto& [device, base] : bases) {
@@ -346,7 +358,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
   std::vector<CUdeviceptr> copies(job.allocs.size(), 0);
   Result<void> copied;
   for (size_t i = 0; i < job.allocs.size() && copied.ok(); i++) {
-    const int device = int(job.allocs[i].device);
+    const int device = job.devices[i];
     cu_.cuCtxSetCurrent(contexts_.at(device));
     CUresult r = CUDA_SUCCESS;
     if (!streams.count(device)) r = cu_.cuStreamCreate(&streams[device], CU_STREAM_NON_BLOCKING);
@@ -380,37 +392,46 @@ Result<bool> Engine::snapshot(SaveJob& job) {
 
 Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t vpid,
                                                               const std::vector<AgentAllocation>& allocs,
-                                                              const std::vector<UniqueFd>& fds, image::Manifest& m) {
+                                                              const std::vector<UniqueFd>& fds,
+                                                              const std::map<uint32_t, int>& host_ordinal,
+                                                              image::Manifest& m) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
   std::lock_guard<std::mutex> lock(run_mu_);
+  auto host_device = [&](uint32_t ordinal) {
+    auto it = host_ordinal.find(ordinal);
+    return it == host_ordinal.end() ? int(ordinal) : it->second;
+  };
   const uint32_t chunk_size = settings_.chunk_size;
   m.chunk_size = chunk_size;
   std::set<uint32_t> devices;
   for (const auto& a : allocs) devices.insert(a.device);
   for (uint32_t d : devices) {
-    auto desc = describe(int(d));
+    auto desc = describe(host_device(d));
     if (!desc) return desc.error();
+    desc->ordinal = d;  // the process's numbering: what its allocations and a restore's gpu_map use
     m.devices.push_back(*desc);
   }
   auto job = std::make_unique<SaveJob>();
   job->vpid = vpid;
   job->allocs = allocs;
   job->vas.assign(allocs.size(), 0);
+  for (const auto& a : allocs) job->devices.push_back(host_device(a.device));
   job->chunks.resize(allocs.size());
   job->manifest = &m;
   job->engine = this;
   if (allocs.empty()) return job;
   for (size_t i = 0; i < allocs.size(); i++) {
     const AgentAllocation& a = allocs[i];
+    const int device = job->devices[i];
     Result<void> err;
-    CUcontext ctx = context(int(a.device), err);
+    CUcontext ctx = context(device, err);
     if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
-      return err.ok() ? make_error("cannot use device " + std::to_string(a.device), ENODEV) : err.error();
+      return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
     CUmemGenericAllocationHandle h = 0;
     PHOS_CU(cu_, cu_.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(intptr_t(fds[i].get())),
                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
             ("import allocation " + std::to_string(a.id)).c_str());
-    auto va = map(h, a.size, int(a.device));
+    auto va = map(h, a.size, device);
     cu_.cuMemRelease(h);  // the mapping keeps the memory
     if (!va) return va.error();
     job->vas[i] = *va;
@@ -418,7 +439,7 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
     job->chunks[i].resize(n);
     for (size_t k = 0; k < n; k++) {
       uint64_t off = uint64_t(k) * chunk_size;
-      job->pieces.push_back({i, k, off, size_t(std::min<uint64_t>(chunk_size, a.size - off)), int(a.device)});
+      job->pieces.push_back({i, k, off, size_t(std::min<uint64_t>(chunk_size, a.size - off)), device});
     }
   }
   for (uint32_t w = 0; w < workers_for(job->pieces.size()); w++) {
@@ -507,14 +528,9 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
 
 Result<std::vector<GpuPlacement>> Engine::place_devices(const image::Manifest& m, const std::string& manifest_name,
                                                         const GpuMapSpec& spec, std::vector<HostGpu>& host) {
-  int count = 0;
-  PHOS_CU(cu_, cu_.cuDeviceGetCount(&count), "count GPUs");
-  host.clear();
-  for (int i = 0; i < count; i++) {
-    auto d = describe(i);
-    if (!d) return make_error(manifest_name + ": GPU " + std::to_string(i) + ": " + d.error().message, ENODEV);
-    host.push_back({i, d->name, d->uuid});
-  }
+  auto gpus = host_gpus();
+  if (!gpus) return make_error(manifest_name + ": " + gpus.error().message, gpus.error().code);
+  host = std::move(*gpus);
   // Too little free memory shows when load() creates the allocations: the
   // message names the device, the size and the driver's error.
   return place_gpus(spec, m.devices, host, manifest_name);

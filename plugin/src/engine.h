@@ -47,17 +47,24 @@ class Engine {
   static Result<std::unique_ptr<Engine>> start(const EngineSettings& settings);
   ~Engine();
 
-  // Creates criu's contexts on devices 0..count-1 ahead of time (a dump does
-  // it before the process's gate closes: ~0.1 s each that the process does
-  // not wait for). Best effort: a device that fails here fails later.
-  void warm_up(int count);
+  // Creates criu's contexts on these devices ahead of time (a dump does it
+  // before the process's gate closes: ~0.1 s each that the process does not
+  // wait for). Best effort: a device that fails here fails later.
+  void warm_up(const std::vector<int>& ordinals);
+
+  // This host's GPUs as criu numbers them.
+  Result<std::vector<HostGpu>> host_gpus();
 
   // A dump of one process's device memory: prepared (every allocation
   // imported and mapped into criu, so the process may let go of its own)
   // while criu's freeze timer runs, copied after, off that timer.
   struct SaveJob;
+  // `host_ordinal`: the process's device ordinals in criu's numbering
+  // (host_ordinals(), gpu_map.h); a device not in it keeps its ordinal. The
+  // manifest names each device by the process's ordinal.
   Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<AgentAllocation>& allocs,
-                                                const std::vector<UniqueFd>& fds, image::Manifest& m);
+                                                const std::vector<UniqueFd>& fds,
+                                                const std::map<uint32_t, int>& host_ordinal, image::Manifest& m);
   // Copies every allocation of a prepared job into device memory of criu's
   // own, on the same GPU (device to device: ~40 ms for 32 GiB on an H200),
   // and lets go of the process's memory: from then on the process may run
@@ -149,6 +156,7 @@ struct Engine::SaveJob {
   int32_t vpid = 0;
   std::vector<AgentAllocation> allocs;
   std::vector<CUdeviceptr> vas;  // where each allocation is read: criu's mapping of it, or its snapshot
+  std::vector<int> devices;      // each allocation's GPU, as criu numbers it
   std::map<int, CUdeviceptr> snapshot_bases;  // per device, once snapshot() took one
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;

@@ -58,6 +58,22 @@ std::string format_gpu_uuid(const std::array<uint8_t, 16>& u) {
   return buf;
 }
 
+Result<std::map<uint32_t, int>> host_ordinals(const std::vector<wire::AgentDevice>& devices,
+                                              const std::vector<HostGpu>& host) {
+  std::map<uint32_t, int> out;
+  for (const auto& d : devices) {
+    const HostGpu* found = nullptr;
+    for (const auto& h : host)
+      if (h.uuid == d.uuid) found = &h;
+    if (!found)
+      return make_error("the process's device " + std::to_string(d.ordinal) + " is " + format_gpu_uuid(d.uuid) +
+                            ", which criu does not see (CUDA_VISIBLE_DEVICES set for criu?)",
+                        ENODEV);
+    out[d.ordinal] = found->ordinal;
+  }
+  return out;
+}
+
 Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<image::Device>& image_devices,
                                              const std::vector<HostGpu>& host, const std::string& manifest_name) {
   auto image_matches = [](const image::Device& d, const std::string& key) {
@@ -77,7 +93,11 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
   std::vector<GpuPlacement> out;
   std::set<int> taken;
   for (const auto& d : image_devices) {
+    // By default the GPU itself where this host has it (its ordinal here
+    // may differ: CUDA_VISIBLE_DEVICES), else the same ordinal.
     std::string target = std::to_string(d.ordinal);
+    for (const auto& h : host)
+      if (h.uuid == d.uuid) target = format_gpu_uuid(d.uuid);
     for (const auto& e : spec)
       if (image_matches(d, e.from)) target = e.to;
     const HostGpu* h = find_host(target);

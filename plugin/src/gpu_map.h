@@ -1,8 +1,10 @@
 // Which GPU of this host each GPU of an image is restored onto. By default
-// the same ordinal; PHOS_GPU_MAP (or gpu_map in phos.conf) moves them:
-// "OLD=NEW[,OLD=NEW...]" where each side is an ordinal ("0=1") or a UUID as
-// nvidia-smi prints it ("GPU-bb919f8b-..."). The old side names a GPU of the
-// image, the new side one of this host. The models must match (the driver
+// the same GPU (by UUID) where the host has it, else the same ordinal;
+// PHOS_GPU_MAP (or gpu_map in phos.conf) moves them: "OLD=NEW[,OLD=NEW...]"
+// where each side is an ordinal ("0=1") or a UUID as nvidia-smi prints it
+// ("GPU-bb919f8b-..."). The old side names a GPU of the image (an ordinal
+// as the process numbered it), the new side one of this host (an ordinal as
+// nvidia-smi numbers it). The models must match (the driver
 // restores onto the same chip type only), and no two image GPUs may land on
 // one host GPU.
 #pragma once
@@ -14,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "phos/images/agent_messages.h"
 #include "phos/images/manifest.h"
 #include "phos/images/result.h"
 
@@ -43,6 +46,14 @@ struct GpuPlacement {
   std::array<uint8_t, 16> image_uuid{}, host_uuid{};
   bool moved() const { return image_uuid != host_uuid; }
 };
+
+// Each GPU of a process, as the process numbers it (its agent reports the
+// ordinal with the GPU's UUID), in this process's (criu's) own numbering:
+// they differ when the program runs with CUDA_VISIBLE_DEVICES. A device
+// reported without a UUID (an older agent) keeps its ordinal; a UUID this
+// host does not have is an error.
+Result<std::map<uint32_t, int>> host_ordinals(const std::vector<wire::AgentDevice>& devices,
+                                              const std::vector<HostGpu>& host);
 
 // One placement per image device, in the image's order. Errors name the
 // device, the spec entry or both models.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "agent_client.h"
+#include "gpu_map.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
 #include "phos/speculation/demangle.h"
@@ -43,13 +44,6 @@ constexpr const char* kUsage =
 std::string hex(uint64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
-  return buf;
-}
-
-std::string uuid_text(const std::array<uint8_t, 16>& u) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   return buf;
 }
 
@@ -82,7 +76,7 @@ json image_json(const phos::image::ProcessImage& img) {
             {"launch_log_entries", m.launch_log.size()}};
   if (!img.complete) j["incomplete_reason"] = img.incomplete_reason;
   for (const auto& d : m.devices)
-    j["devices"].push_back({{"ordinal", d.ordinal}, {"uuid", uuid_text(d.uuid)}, {"name", d.name},
+    j["devices"].push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}, {"name", d.name},
                             {"total_memory", d.total_memory},
                             {"compute_capability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)}});
   for (const auto& a : m.allocations) {
@@ -112,7 +106,7 @@ void print_image_text(const phos::image::ProcessImage& img) {
               m.allocations.size(), bytes_text(total).c_str(), m.data_files.size(), bytes_text(m.chunk_size).c_str());
   for (const auto& d : m.devices)
     std::printf("  device %u: %s, %s, compute %u.%u, GPU-%s\n", d.ordinal, d.name.c_str(),
-                bytes_text(d.total_memory).c_str(), d.compute_major, d.compute_minor, uuid_text(d.uuid).c_str());
+                bytes_text(d.total_memory).c_str(), d.compute_major, d.compute_minor, phos::plugin::format_gpu_uuid(d.uuid).c_str());
   if (!m.allocations.empty()) std::printf("  %8s %6s %18s %12s %7s\n", "id", "device", "address", "size", "chunks");
   for (const auto& a : m.allocations)
     std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
@@ -253,6 +247,12 @@ json kernel_json(const phos::wire::KernelSpeculationEntry& k) {
 
 // The speculation part of a status: the same keys in `status --json` and
 // `kernels --json`.
+json devices_json(const std::vector<phos::wire::AgentDevice>& devices) {
+  json out = json::array();
+  for (const auto& d : devices) out.push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}});
+  return out;
+}
+
 json speculation_json(const phos::plugin::AgentStatus& s) {
   json j = {{"speculation_active", s.speculation_active},
             {"indexed_buffers", s.indexed_buffers},
@@ -304,6 +304,7 @@ int cmd_status(const std::string& pid_text, bool as_json) {
               {"allocation_count", status->allocation_count},
               {"allocated_bytes", status->allocated_bytes},
               {"device_count", status->device_count},
+              {"devices", devices_json(status->devices)},
               {"unsupported_calls", status->unsupported_calls},
               {"counters", json::object()}};
     for (const auto& [name, value] : status->counters) j["counters"][name] = value;
@@ -320,6 +321,8 @@ int cmd_status(const std::string& pid_text, bool as_json) {
     std::printf("  gate: %s\n  CUDA: %s, %u devices\n  allocations: %" PRIu64 " (%s)\n",
                 status->gate_open ? "open" : "closed", status->cuda_initialized ? "initialized" : "not initialized",
                 status->device_count, status->allocation_count, bytes_text(status->allocated_bytes).c_str());
+    for (const auto& d : status->devices)
+      std::printf("  device %u: %s\n", d.ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
     for (const auto& [name, value] : status->counters) std::printf("  %s: %" PRIu64 "\n", name.c_str(), value);
     for (const auto& m : status->modules)

@@ -37,6 +37,9 @@
 #                        restored process, each intact
 #   restore_other_gpu    (2 GPUs) dumped on GPU 0, restored onto GPU 1 with
 #                        PHOS_GPU_MAP=0=1; nvidia-smi shows it there
+#   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
+#                        its device 0 is found as GPU 1, dumped with
+#                        --leave-running, restored onto GPU 1, intact
 #
 # Workloads run without a pid namespace (PHOS_NO_PIDNS=1: the driver's
 # exportable memory fails in one that sees the host's /proc); work dirs and
@@ -409,6 +412,34 @@ case_multi_gpu_process() {  # one process with 2 GiB on each of two GPUs
   pass "2 GPUs, $(phos_wrote); $lr; dump $DUMP_S s, restore $RESTORE_S s, restored process: $CARRIED on both GPUs"
 }
 
+case_cuda_visible_devices() {  # the program sees only GPU 1, as its device 0
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  setup "$bin/gpu_counter"
+  CUDA_VISIBLE_DEVICES=1 start_workload --preload 1024
+  wait_counter_above 5 60
+  local token; token=$(state_token)
+  local gpu1; gpu1=$(gpu_uuid 1)
+  [ "$(gpu_of_pid "$WORKLOAD_PID")" = "$gpu1" ] || fail "the workload does not run on GPU 1 ($gpu1)"
+  criu_dump --leave-running || fail "leave-running dump failed (rc $?)"
+  grep -q "its device 0 is GPU 1 here" "$WORK/dump.log" ||
+    fail "the plugin did not find the program's device 0 as GPU 1: $(grep -o 'phos: .*' "$WORK/dump.log" | head -n 8 | tr '\n' '|')"
+  "$PHOSCTL" show "$IMG" > "$WORK/show.txt" 2>&1
+  grep -q "$gpu1" "$WORK/show.txt" || fail "the image does not name GPU 1 ($gpu1): $(tr '\n' '|' < "$WORK/show.txt")"
+  carried_on "$WORK/state" "$token" 1024
+  local lr="leave-running: $CARRIED"
+  # The leave-running image restored: onto GPU 1 again, intact.
+  kill -9 "$WORKLOAD_PID"; gone "$WORKLOAD_PID"
+  rm -f "$WORK/state"
+  criu_restore || fail "restore failed (rc $?): $(phos_error "$WORK/restore.log")"
+  local pid; pid=$(restored_pid) || fail "no restored process"
+  for _ in $(seq 200); do [ -s "$WORK/state" ] && break; sleep 0.05; done
+  carried_on "$WORK/state" "$token" 1024
+  local after; after=$(gpu_of_pid "$pid")
+  [ "$after" = "$gpu1" ] || fail "the restored process runs on '$after', not on GPU 1 ($gpu1)"
+  ! grep -q "restored onto GPU" "$WORK/restore.log" || fail "the restore moved the GPU: $(grep -o 'phos: .*restored onto.*' "$WORK/restore.log")"
+  pass "CUDA_VISIBLE_DEVICES=1: dumped from GPU 1 as the program's device 0 ($lr), restored onto GPU 1 ($after): $CARRIED"
+}
+
 case_restore_other_gpu() {  # dumped on GPU 0, restored onto GPU 1 (PHOS_GPU_MAP=0=1)
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   setup "$bin/gpu_counter"
@@ -449,7 +480,7 @@ limit_of() {  # seconds a case may take
 all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
   dump_disk_full dump_disk_full_leave_running dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
-  restore_next_to_gpu_process multi_gpu_process restore_other_gpu"
+  restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

@@ -183,6 +183,10 @@ exec 3>&-
 wait "$pid"
 sed 's/^/[speculation] phosctl: /' "$work/kernels.out"
 grep -q "speculation: on, 4 buffers indexed" "$work/status.out" || fail "status does not say speculation is on: $(tr '\n' '|' < "$work/status.out")"
+# The agent names each GPU of the process's memory by UUID (the fake's
+# device 0), which the plugin maps into its own numbering.
+grep -qx "  device 0: GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00" "$work/status.out" ||
+  fail "status does not name device 0 by its UUID: $(tr '\n' '|' < "$work/status.out")"
 grep -Eq '^ +2 +0 +2 +0 +2\.0 +4 +2 +name +saxpy\(float const\*, float\*, float, int\)' "$work/kernels.out" ||
   fail "phosctl kernels does not list saxpy with its sets and demangled name"
 

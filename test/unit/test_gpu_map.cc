@@ -128,3 +128,27 @@ TEST_CASE("gpu map: GPUs a move does not touch keep their place", "[gpu_map]") {
   REQUIRE(pairs.size() == 3);
   CHECK(pairs[2] == std::make_pair(uuid_of(0xcc), uuid_of(0xcc)));
 }
+
+TEST_CASE("gpu map: without a spec a GPU goes where its UUID is, whatever the process called it", "[gpu_map]") {
+  // A process run with CUDA_VISIBLE_DEVICES=1 calls the host's GPU 1 its device 0.
+  auto p = place_gpus({}, {image_device(0, 0xbb)}, two_h200(), "m");
+  REQUIRE(p);
+  CHECK((*p)[0].host_ordinal == 1);
+  CHECK_FALSE((*p)[0].moved());
+}
+
+TEST_CASE("gpu map: a process's devices are found in criu's numbering by UUID", "[gpu_map]") {
+  std::vector<wire::AgentDevice> devices{{0, uuid_of(0xbb)}, {1, uuid_of(0xaa)}};
+  auto o = host_ordinals(devices, two_h200());
+  REQUIRE(o);
+  CHECK(*o == std::map<uint32_t, int>{{0, 1}, {1, 0}});
+  auto none = host_ordinals({}, two_h200());  // an agent that names no UUIDs
+  REQUIRE(none);
+  CHECK(none->empty());
+}
+
+TEST_CASE("gpu map: a process's device that criu does not see is refused, UUID named", "[gpu_map]") {
+  auto o = host_ordinals({{0, uuid_of(0xcc)}}, two_h200());
+  REQUIRE_FALSE(o);
+  CHECK(o.error().message.find("the process's device 0 is " + format_gpu_uuid(uuid_of(0xcc)) + ", which criu does not see") == 0);
+}

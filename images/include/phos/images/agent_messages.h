@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -55,6 +56,12 @@ struct KernelSpeculationEntry {
   std::string note;         // what the layout sources disagreed on; empty if nothing
 };
 
+// A GPU as the process numbers it, and its UUID.
+struct AgentDevice {
+  uint32_t ordinal = 0;
+  std::array<uint8_t, 16> uuid{};
+};
+
 struct AgentStatus {
   bool gate_open = false;
   bool cuda_initialized = false;
@@ -70,6 +77,7 @@ struct AgentStatus {
   // All kernels with statistics: more than kernels.size() where a status
   // reply carried only those with the most launches (0: kernels.size()).
   uint64_t kernel_count = 0;
+  std::vector<AgentDevice> devices;  // empty from an older agent
 };
 
 struct AllocationEntry {
