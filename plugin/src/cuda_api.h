@@ -36,6 +36,8 @@ namespace phos::plugin {
   X(cuMemSetAccess)                          \
   X(cuMemHostAlloc)                          \
   X(cuMemFreeHost)                           \
+  X(cuMemHostRegister_v2)                    \
+  X(cuMemHostUnregister)                     \
   X(cuMemcpyDtoH_v2)                         \
   X(cuMemcpyHtoD_v2)                         \
   X(cuMemcpyDtoHAsync_v2)                    \

@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <sys/mman.h>
 #include <time.h>
 
 #include <algorithm>
@@ -182,6 +183,7 @@ Result<image::Device> Engine::describe(int ordinal) {
 // and the piece whose DMA is in flight in it.
 struct Engine::Slot {
   void* buffer = nullptr;
+  size_t mapped = 0;  // bytes mmapped for `buffer` (registered huge pages); 0: cuMemHostAlloc
   std::map<int, CUstream> streams;
   const Piece* piece = nullptr;
 };
@@ -251,14 +253,45 @@ Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t
   return {};
 }
 
+// A staging buffer on transparent huge pages, pinned for the GPU; nothing
+// where the kernel gives none (the caller falls back to cuMemHostAlloc's
+// small pages).
+std::optional<std::pair<void*, size_t>> Engine::huge_staging(size_t size) const {
+  constexpr size_t kHuge = 2u << 20;
+  const size_t length = (size + kHuge - 1) / kHuge * kHuge;
+  void* raw = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return std::nullopt;
+  // 2 MiB-aligned, the slack on both sides given back.
+  auto begin = (reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge;
+  const size_t head = begin - reinterpret_cast<uintptr_t>(raw);
+  if (head) ::munmap(raw, head);
+  if (kHuge - head) ::munmap(reinterpret_cast<void*>(begin + length), kHuge - head);
+  void* p = reinterpret_cast<void*>(begin);
+  if (::madvise(p, length, MADV_HUGEPAGE) != 0 ||
+      cu_.cuMemHostRegister_v2(p, length, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS) {
+    ::munmap(p, length);
+    return std::nullopt;
+  }
+  return std::make_pair(p, length);
+}
+
 Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
   PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(device)), "engine worker: use device context");
   // Page-aligned, as O_DIRECT writes from it need; the GPU checksum of the
   // chunk in it lands in the tail (ChunkCrcTail), which the device writes.
-  if (!slot.buffer)
-    PHOS_CU(cu_, cu_.cuMemHostAlloc(&slot.buffer, buffer_size + sizeof(ChunkCrcTail),
-                                    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
-            "engine worker: allocate pinned staging buffer");
+  if (!slot.buffer) {
+    const size_t size = buffer_size + sizeof(ChunkCrcTail);
+    // Huge pages: on the H200 host, 32 GiB went device to image at 47.1-48.1
+    // GB/s with them, 45.4-45.6 with cuMemHostAlloc's pages (image to device
+    // 43.0-43.4 against 42.0-42.6), alternating in one call.
+    if (auto mapped = huge_staging(size)) {
+      slot.buffer = mapped->first;
+      slot.mapped = mapped->second;
+    }
+    if (!slot.buffer)
+      PHOS_CU(cu_, cu_.cuMemHostAlloc(&slot.buffer, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+              "engine worker: allocate pinned staging buffer");
+  }
   if (!slot.streams.count(device)) {
     CUstream stream = nullptr;
     PHOS_CU(cu_, cu_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "engine worker: create stream");
@@ -287,7 +320,12 @@ void Engine::release_ring(std::vector<Slot>& ring) {
       cu_.cuStreamSynchronize(stream);  // after an error a DMA may still use the buffer
       cu_.cuStreamDestroy_v2(stream);
     }
-    if (slot.buffer) cu_.cuMemFreeHost(slot.buffer);
+    if (slot.buffer && slot.mapped) {
+      cu_.cuMemHostUnregister(slot.buffer);
+      ::munmap(slot.buffer, slot.mapped);
+    } else if (slot.buffer) {
+      cu_.cuMemFreeHost(slot.buffer);
+    }
     slot = Slot{};
   }
 }

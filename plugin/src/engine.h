@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "agent_client.h"
@@ -131,6 +132,8 @@ class Engine {
                           const std::vector<Piece>& pieces, Queue& queue, const PieceWork& work,
                           uint64_t& dma_wait_ns);
   Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size);
+  // A pinned staging buffer on huge pages (its address and mapped length).
+  std::optional<std::pair<void*, size_t>> huge_staging(size_t size) const;
   Result<void> finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns);
   void release_ring(std::vector<Slot>& ring);
   // After the copy: data files, allocations and statistics into the manifest.
