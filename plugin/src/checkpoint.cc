@@ -107,6 +107,20 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   auto allocs = client.list_allocations(true, &t.fds);
   if (!allocs) return allocs.error();
   t.allocations = std::move(*allocs);
+  // Memory on a GPU the status before the gate closed did not name (allocated
+  // in between): ask again, so that no device is taken at its ordinal.
+  bool unnamed = false;
+  for (const auto& a : t.allocations) unnamed = unnamed || !t.host_ordinal.count(a.device);
+  if (unnamed && !t.allocations.empty()) {
+    auto status = client.status();
+    if (!status) return status.error();
+    if (!status->devices.empty()) {
+      PHOS_TRY(start_engine());
+      auto ordinals = process_gpus(pid, *status);
+      if (!ordinals) return ordinals.error();
+      t.host_ordinal = std::move(*ordinals);
+    }
+  }
   if (keeper_) {
     if (auto held = keeper_->hold(pid, t.allocations, t.fds); !held) {
       PHOS_WARN("phos-keeper: %s; going on without it", held.error().message.c_str());
@@ -136,6 +150,10 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       }
       snapshotted.set_value(taken);
       if (taken) go.wait();
+      if (taken && t.abandoned) {
+        t.copied = make_error("the dump failed; its image is not written", ECANCELED);
+        return;
+      }
       t.copied = engine_->run_save(*t.save);
     });
     taking(pid, t, kMappingsReleased);
@@ -296,10 +314,16 @@ bool Checkpointer::finish(bool dump_succeeded) {
       // Its memory is in the snapshot: the process may run while the image
       // is written; the marker comes with the manifest (complete_pending).
       if (process_alive(pid)) give_back(pid, t, /*wait_copy=*/false);
+      // The process holds its memory again: criu's fds must not keep what
+      // it frees from now on.
+      t.fds.clear();
       let_write(t);
       pending = true;
       continue;
     }
+    // A failed dump: a snapshot not written yet never will be (the copier
+    // skips it), so the process does not wait for a useless image.
+    if (!dump_succeeded) t.abandoned = true;
     if (dump_succeeded && !t.manifest_file.empty()) {
       if (auto r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file); !r)
         PHOS_ERR("process %d: completion marker: %s", pid, r.error().message.c_str());
@@ -312,6 +336,8 @@ bool Checkpointer::finish(bool dump_succeeded) {
     if (process_alive(pid)) give_back(pid, t);
     else (void)copy_done(t);
   }
+  // Only the write-behind targets stay (complete_pending), without fds.
+  std::erase_if(targets_, [](const auto& entry) { return !entry.second.write_behind || !entry.second.fds.empty(); });
   if (!pending) targets_.clear();
   if (keeper_) {
     if (auto r = keeper_->done(); !r) PHOS_WARN("phos-keeper: %s", r.error().message.c_str());

@@ -30,6 +30,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <future>
 #include <map>
@@ -81,6 +82,7 @@ class Checkpointer {
     // memory bandwidth while the process is stopped.
     std::promise<void> write_go;
     bool write_go_given = false;
+    std::atomic<bool> abandoned{false};  // the dump failed: a snapshot is not written
     bool write_behind = false;      // the copy outlives the freeze (snapshotted)
     image::Manifest preliminary;    // write-behind: the manifest as prepared, no allocations yet
     uint64_t paused_at_ns = 0;

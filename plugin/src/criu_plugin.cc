@@ -91,20 +91,28 @@ void complete_at_exit() {
 void restore_failed_at_exit() { _exit(1); }
 
 void phos_exit(int stage, int ret) {
+  bool pending = false;
   guarded("exit", [&] {
     if (stage == CR_PLUGIN_STAGE__RESTORE && g_restorer && g_restorer->failed() && ret == 0) {
       PHOS_ERR("the restore failed: a process's GPU state could not be restored (see above); it was killed");
       std::atexit(restore_failed_at_exit);
     }
-    if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer && g_checkpointer->finish(ret == 0)) {
-      if (std::atexit(complete_at_exit) == 0) return 0;
-      PHOS_WARN("cannot run at criu's exit; the images are written now");
-      complete_at_exit();
-    }
-    g_checkpointer.reset();
-    g_restorer.reset();
+    if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer) pending = g_checkpointer->finish(ret == 0);
     return 0;
   });
+  if (pending && std::atexit(complete_at_exit) == 0) return;
+  guarded("exit", [&] {
+    if (pending) {
+      // No exit handler: the images are finished now, before criu lets the
+      // processes go on (they already run); a failure is logged only.
+      PHOS_WARN("cannot run at criu's exit; the images are written now");
+      if (auto r = g_checkpointer->complete_pending(); !r)
+        PHOS_ERR("the dump failed after the processes ran again: %s", r.error().message.c_str());
+    }
+    return 0;
+  });
+  g_checkpointer.reset();
+  g_restorer.reset();
 }
 
 int phos_pause_devices(int pid) {

@@ -267,7 +267,9 @@ std::optional<std::pair<void*, size_t>> Engine::huge_staging(size_t size) const 
   if (head) ::munmap(raw, head);
   if (kHuge - head) ::munmap(reinterpret_cast<void*>(begin + length), kHuge - head);
   void* p = reinterpret_cast<void*>(begin);
-  if (::madvise(p, length, MADV_HUGEPAGE) != 0 ||
+  // DONTFORK: criu forks (restored tasks, scripts) while workers run; a
+  // child needs no copy of DMA buffers (cuMemHostAlloc's have the same).
+  if (::madvise(p, length, MADV_HUGEPAGE) != 0 || ::madvise(p, length, MADV_DONTFORK) != 0 ||
       cu_.cuMemHostRegister_v2(p, length, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS) {
     ::munmap(p, length);
     return std::nullopt;

@@ -48,14 +48,15 @@ Restorer::~Restorer() {
   if (filler_.joinable()) filler_.join();
 }
 
+// The jobs are released by the thread that made them (resume), not here:
+// criu clones restored tasks while this runs, and a free into the main
+// thread's malloc arena could hold its lock at that moment.
 void Restorer::fill_all() {
   for (auto& [vpid, l] : images_) {
     if (!l.job) continue;
     auto fds = engine_->run_load(dirfd_, *l.job);
-    l.job.reset();
     if (!fds) {
       l.filled = make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
-      PHOS_ERR("cannot restore: %s", l.filled.error().message.c_str());
       continue;
     }
     l.fds = std::move(*fds);
@@ -64,6 +65,8 @@ void Restorer::fill_all() {
 
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   if (filler_.joinable()) filler_.join();  // all images filled (criu calls this hook one process at a time)
+  l.job.reset();
+  if (!l.filled) PHOS_ERR("cannot restore: %s", l.filled.error().message.c_str());
   PHOS_TRY(l.filled);
   // Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.
   if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {

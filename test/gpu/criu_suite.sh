@@ -20,6 +20,9 @@
 #   dump_disk_full_leave_running  the same with --leave-running: the image
 #                        is written behind the running process; criu still
 #                        fails, no completion marker
+#   dump_fails_after_snapshot  a leave-running dump that fails after the
+#                        snapshot: the process carries on, the snapshot is
+#                        not written
 #   dump_driver_refuses  CUPTI attached, so the driver refuses its checkpoint:
 #                        the dump fails, the process carries on intact
 #   dump_criu_killed     criu killed with SIGKILL while it copies 8 GiB: does
@@ -251,6 +254,25 @@ case_dump_disk_full_leave_running() {
   pass "criu exit $rc: $(phos_error "$WORK/dump.log"); the process carried on: $CARRIED"
 }
 
+# A leave-running dump that fails after the snapshot (its manifest cannot be
+# written): the process gets its memory back at once, and the snapshot is
+# not written out for nothing.
+case_dump_fails_after_snapshot() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 8192
+  wait_counter_above 5
+  local token; token=$(state_token)
+  mkdir "$IMG/phos-$WORKLOAD_PID-manifest.img.tmp"   # the manifest's temporary file cannot be created
+  if criu_dump --leave-running; then fail "the dump succeeded although the manifest could not be written"; fi
+  grep -q "snapshotted on the GPU" "$WORK/dump.log" || fail "no snapshot was taken: $(phos_error "$WORK/dump.log")"
+  grep -q "phos: Error: .*manifest.img.tmp: Is a directory" "$WORK/dump.log" ||
+    fail "the dump log does not say why: $(phos_error "$WORK/dump.log")"
+  local written; written=$(find "$IMG" -name 'phos-*-data-*.img' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  [ "$written" -lt 1048576 ] || fail "$written bytes of the abandoned snapshot were written to the image"
+  lived_on "$token" 8192
+  pass "dump refused after the snapshot: $(phos_error "$WORK/dump.log"); $written bytes of data written; the process carried on: $CARRIED"
+}
+
 case_dump_driver_refuses() {
   setup "$bin/gpu_counter"
   start_workload --preload 1024 --cupti
@@ -478,7 +500,7 @@ limit_of() {  # seconds a case may take
   esac
 }
 all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
-  dump_disk_full dump_disk_full_leave_running dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
+  dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices"
 passed=0 failed=0
