@@ -121,15 +121,21 @@ def table(cases):
 def targets(cases):
     """The issue's targets, each with what this data says."""
     out = []
-    shm = sorted(m for (t, m, s) in cases if t == "phos" and s == "shm" and num(cases[(t, m, s)], "phos_copy_gbps"))
-    if shm:
-        rates = ", ".join(f"{m // 1024 if m % 1024 == 0 else m / 1024} GiB {num(cases[('phos', m, 'shm')], 'phos_copy_gbps'):.1f}"
+    # Both directions, at every size from 32 GiB (smaller ones are bound by
+    # fixed costs, not by the copy).
+    for key, what in (("phos_copy_gbps", "device→image"), ("phos_restore_gbps", "image→device")):
+        shm = sorted(m for (t, m, s) in cases if t == "phos" and s == "shm" and num(cases[(t, m, s)], key))
+        if not shm:
+            out.append(f"- {what} ≥ 45 GB/s to memory-backed storage: no phos data on shm")
+            continue
+        rates = ", ".join(f"{m // 1024 if m % 1024 == 0 else m / 1024} GiB {num(cases[('phos', m, 'shm')], key):.1f}"
                           for m in shm)
-        big = num(cases[("phos", shm[-1], "shm")], "phos_copy_gbps")
-        out.append(f"- device→image ≥ 45 GB/s to memory-backed storage: {'met' if big >= 45 else 'NOT met'} "
-                   f"at the largest size (GB/s: {rates})")
-    else:
-        out.append("- device→image ≥ 45 GB/s to memory-backed storage: no phos data on shm")
+        large = [m for m in shm if m >= 32768]
+        short = [m for m in large if num(cases[("phos", m, "shm")], key) < 45]
+        verdict = ("no size from 32 GiB" if not large else
+                   "met from 32 GiB on" if not short else
+                   "NOT met at " + ", ".join(f"{m // 1024} GiB" for m in short))
+        out.append(f"- {what} ≥ 45 GB/s to memory-backed storage: {verdict} (GB/s: {rates})")
     for storage in STORAGES:
         stall = num(cases.get(("phos", 32768, storage)), "stall_s")
         if stall is not None:
