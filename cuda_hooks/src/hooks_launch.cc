@@ -49,6 +49,25 @@ bool ran_as_twin(bool validating, CUfunction f, void** params, void** extra, uin
   return false;
 }
 
+// A launch through cuLaunchKernel or cuLaunchKernelEx: seen(), then while
+// validating its twin or patched run (ran_as_twin), else the original.
+// `launch(f, params, extra)` makes the real call with the hook's other
+// arguments.
+template <class Launch>
+inline CUresult launch_kernel(bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
+                              Launch&& launch) {
+  const bool capturing = stream_capturing(stream, per_thread);
+  const bool validating = runtime().validation.active();
+  WriteRanges writes;
+  seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, validating ? &writes : nullptr);
+  CUresult r;
+  std::unique_lock<std::mutex> unvalidated;
+  auto launch_twin = [&](CUfunction twin, void** twin_params) { return launch(twin, twin_params, nullptr); };
+  if (ran_as_twin(validating, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated)) return r;
+  return launch(f, params, extra);
+}
+
 }  // namespace
 
 #define PHOS_LAUNCH_HOOK(name, per_thread)                                                                     \
@@ -56,43 +75,24 @@ bool ran_as_twin(bool validating, CUfunction f, void** params, void** extra, uin
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params, void** extra) {                         \
     GatePass pass(runtime().gate);                                                                             \
-    bool capturing = stream_capturing(stream, per_thread);                                                     \
-    WriteRanges writes;                                                                                        \
-    bool validating = runtime().validation.active();                                                           \
-    seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, validating ? &writes : nullptr);   \
-    CUresult r;                                                                                                \
-    auto launch_twin = [&](CUfunction twin, void** twin_params) {                                              \
-      return PHOS_REAL(name)(twin, gx, gy, gz, bx, by, bz, shmem, stream, twin_params, nullptr);               \
-    };                                                                                                         \
-    std::unique_lock<std::mutex> unvalidated;                                                                  \
-    if (ran_as_twin(validating, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))       \
-      return r;                                                                                                \
-    return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                           \
+    return launch_kernel(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,                  \
+                         [&](CUfunction fn, void** p, void** e) {                                              \
+                           return PHOS_REAL(name)(fn, gx, gy, gz, bx, by, bz, shmem, stream, p, e);            \
+                         });                                                                                   \
   }
 PHOS_LAUNCH_HOOK(cuLaunchKernel, false)
 PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
-#define PHOS_LAUNCH_EX_HOOK(name, per_thread)                                                           \
+#define PHOS_LAUNCH_EX_HOOK(name, per_thread)                                                                \
   extern "C" PHOS_EXPORT CUresult name(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) { \
-    GatePass pass(runtime().gate);                                                                      \
-    if (!c) {                                                                                           \
-      runtime().count(Counter::kLaunches);                                                              \
-      return PHOS_REAL(name)(c, f, params, extra);                                                      \
-    }                                                                                                   \
-    bool capturing = stream_capturing(c->hStream, per_thread);                                          \
-    WriteRanges writes;                                                                                 \
-    bool validating = runtime().validation.active();                                                    \
-    seen(capturing, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, \
-         c->sharedMemBytes, c->hStream, params, extra, validating ? &writes : nullptr);                 \
-    CUresult r;                                                                                         \
-    auto launch_twin = [&](CUfunction twin, void** twin_params) {                                       \
-      return PHOS_REAL(name)(c, twin, twin_params, nullptr);                                            \
-    };                                                                                                  \
-    std::unique_lock<std::mutex> unvalidated;                                                           \
-    if (ran_as_twin(validating, f, params, extra, c->sharedMemBytes, c->hStream, writes, launch_twin, &r, \
-                    &unvalidated))                                                                      \
-      return r;                                                                                         \
-    return PHOS_REAL(name)(c, f, params, extra);                                                        \
+    GatePass pass(runtime().gate);                                                                           \
+    if (!c) {                                                                                                \
+      runtime().count(Counter::kLaunches);                                                                   \
+      return PHOS_REAL(name)(c, f, params, extra);                                                           \
+    }                                                                                                        \
+    return launch_kernel(per_thread, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,  \
+                         c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra,                         \
+                         [&](CUfunction fn, void** p, void** e) { return PHOS_REAL(name)(c, fn, p, e); });   \
   }
 PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
 PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)

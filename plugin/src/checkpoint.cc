@@ -111,7 +111,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   // in between): ask again, so that no device is taken at its ordinal.
   bool unnamed = false;
   for (const auto& a : t.allocations) unnamed = unnamed || !t.host_ordinal.count(a.device);
-  if (unnamed && !t.allocations.empty()) {
+  if (unnamed) {
     auto status = client.status();
     if (!status) return status.error();
     if (!status->devices.empty()) {
@@ -135,7 +135,6 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
     if (!job) return job.error();
     t.save = std::move(*job);
-    t.preliminary = t.manifest;  // before the copy fills it in
     std::promise<bool> snapshotted;
     t.snapshotted = snapshotted.get_future();
     std::future<void> go = t.write_go.get_future();
@@ -214,15 +213,16 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   const bool has_memory = t.snapshotted.valid();
   if (write_behind_ && (!has_memory || t.snapshotted.get())) {
     // The image is finished at criu's exit (complete_pending); until then
-    // this manifest, without allocations and without a completion marker,
-    // makes a restore refuse the image rather than ignore the process.
+    // this manifest, without allocations (the copier, which fills them in,
+    // waits for exit(DUMP)) and without a completion marker, makes a restore
+    // refuse the image rather than ignore the process.
     t.write_behind = true;
-    PHOS_TRY(write_manifest(pid, t, t.preliminary));
+    PHOS_TRY(write_manifest(pid, t));
     PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
               has_memory ? "device memory snapshotted" : "no device memory");
   } else {
     PHOS_TRY(copy_done(t));
-    PHOS_TRY(write_manifest(pid, t, t.manifest));
+    PHOS_TRY(write_manifest(pid, t));
   }
   if (fault("stall-after-checkpoint")) {
     PHOS_WARN("fault injection (PHOS_FAULT): stalling CHECKPOINT_DEVICES of %d for 60 s", pid);
@@ -231,7 +231,8 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   return true;
 }
 
-Result<void> Checkpointer::write_manifest(pid_t pid, Target& t, image::Manifest& m) {
+Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
+  image::Manifest& m = t.manifest;
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
   m.protocol = image::Protocol::StopTheWorld;
@@ -353,7 +354,7 @@ Result<void> Checkpointer::complete_pending() {
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     Result<void> r = copy_done(t);
     if (r && fault("fail-write-behind")) r = make_error("fault injection (PHOS_FAULT): the write-behind fails", EIO);
-    if (r) r = write_manifest(pid, t, t.manifest);
+    if (r) r = write_manifest(pid, t);
     if (r) r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file);
     if (!r) {
       PHOS_ERR("process %d: its image could not be written after it ran again: %s; the image is incomplete", pid,

@@ -84,7 +84,6 @@ class Checkpointer {
     bool write_go_given = false;
     std::atomic<bool> abandoned{false};  // the dump failed: a snapshot is not written
     bool write_behind = false;      // the copy outlives the freeze (snapshotted)
-    image::Manifest preliminary;    // write-behind: the manifest as prepared, no allocations yet
     uint64_t paused_at_ns = 0;
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
@@ -98,7 +97,7 @@ class Checkpointer {
   // wait_copy: the engine may still map the process's memory (no snapshot).
   void give_back(pid_t pid, Target& t, bool wait_copy = true);
   // The manifest's own fields, then the manifest written.
-  Result<void> write_manifest(pid_t pid, Target& t, image::Manifest& m);
+  Result<void> write_manifest(pid_t pid, Target& t);
   // Records that the dump is about to take `step` from the process: in the
   // target, and with the keeper, before it happens.
   void taking(pid_t pid, Target& t, uint32_t step);

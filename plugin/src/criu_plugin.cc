@@ -70,19 +70,24 @@ int phos_init(int stage) {
   });
 }
 
-// At criu's exit, after it let the processes go: the images written behind
-// them. A failure turns criu's exit status into one (criu reported success
-// before the GPU data was written), so a script sees it. The plugin is linked
-// -z nodelete, so it stays loaded after criu's dlclose for this to run.
-void complete_at_exit() {
-  int failed = guarded("exit", [&] {
+// The images written behind the processes, finished; false when one
+// failed (logged).
+bool complete_images() {
+  return guarded("exit", [&] {
     auto r = g_checkpointer->complete_pending();
     g_checkpointer.reset();
     if (r) return 0;
     PHOS_ERR("the dump failed after the processes ran again: %s", r.error().message.c_str());
     return -1;
-  });
-  if (failed) _exit(1);
+  }) == 0;
+}
+
+// At criu's exit, after it let the processes go. A failure turns criu's exit
+// status into one (criu reported success before the GPU data was written),
+// so a script sees it. The plugin is linked -z nodelete, so it stays loaded
+// after criu's dlclose for this to run.
+void complete_at_exit() {
+  if (!complete_images()) _exit(1);
 }
 
 // A restore whose GPU state failed after criu created the processes (they
@@ -100,17 +105,13 @@ void phos_exit(int stage, int ret) {
     if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer) pending = g_checkpointer->finish(ret == 0);
     return 0;
   });
-  if (pending && std::atexit(complete_at_exit) == 0) return;
-  guarded("exit", [&] {
-    if (pending) {
-      // No exit handler: the images are finished now, before criu lets the
-      // processes go on (they already run); a failure is logged only.
-      PHOS_WARN("cannot run at criu's exit; the images are written now");
-      if (auto r = g_checkpointer->complete_pending(); !r)
-        PHOS_ERR("the dump failed after the processes ran again: %s", r.error().message.c_str());
-    }
-    return 0;
-  });
+  if (pending) {
+    if (std::atexit(complete_at_exit) == 0) return;
+    // No exit handler: the images are finished now, inside criu's fini; a
+    // failure is logged only.
+    PHOS_WARN("cannot run at criu's exit; the images are written now");
+    (void)complete_images();
+  }
   g_checkpointer.reset();
   g_restorer.reset();
 }

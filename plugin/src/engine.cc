@@ -258,11 +258,11 @@ Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t
 // small pages).
 std::optional<std::pair<void*, size_t>> Engine::huge_staging(size_t size) const {
   constexpr size_t kHuge = 2u << 20;
-  const size_t length = (size + kHuge - 1) / kHuge * kHuge;
+  const size_t length = image::align_up(size, kHuge);
   void* raw = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return std::nullopt;
   // 2 MiB-aligned, the slack on both sides given back.
-  auto begin = (reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge;
+  auto begin = image::align_up(reinterpret_cast<uintptr_t>(raw), kHuge);
   const size_t head = begin - reinterpret_cast<uintptr_t>(raw);
   if (head) ::munmap(raw, head);
   if (kHuge - head) ::munmap(reinterpret_cast<void*>(begin + length), kHuge - head);
@@ -341,12 +341,16 @@ void Engine::release_sources(SaveJob& job) {
     for (size_t i = 0; i < job.vas.size(); i++)
       if (job.vas[i]) unmap(job.vas[i], job.allocs[i].size);
   }
-  for (auto& [device, base] : job.snapshot_bases) {
+  free_snapshot(job.snapshot_bases);
+  std::fill(job.vas.begin(), job.vas.end(), CUdeviceptr(0));
+}
+
+void Engine::free_snapshot(std::map<int, CUdeviceptr>& bases) {
+  for (auto& [device, base] : bases) {
     cu_.cuCtxSetCurrent(contexts_.at(device));
     cu_.cuMemFree_v2(base);
   }
-  job.snapshot_bases.clear();
-  std::fill(job.vas.begin(), job.vas.end(), CUdeviceptr(0));
+  bases.clear();
 }
 
 Result<bool> Engine::snapshot(SaveJob& job) {
@@ -356,21 +360,14 @@ Result<bool> Engine::snapshot(SaveJob& job) {
   // One allocation per GPU, carved up: one driver call instead of one per
   // buffer.
   constexpr uint64_t kAlign = 2ull << 20;
-  auto aligned = [&](uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   std::map<int, uint64_t> need;
-  for (size_t i = 0; i < job.allocs.size(); i++) need[job.devices[i]] += aligned(job.allocs[i].size);
+  for (size_t i = 0; i < job.allocs.size(); i++) need[job.devices[i]] += image::align_up(job.allocs[i].size, kAlign);
   std::map<int, CUdeviceptr> bases;
-  auto free_bases = [&] {
-    for (auto& [device, base] : bases) {
-      cu_.cuCtxSetCurrent(contexts_.at(device));
-      cu_.cuMemFree_v2(base);
-    }
-  };
   for (auto [device, bytes] : need) {
     Result<void> err;
     CUcontext ctx = context(device, err);
     if (!ctx) {
-      free_bases();
+      free_snapshot(bases);
       return err.error();
     }
     cu_.cuCtxSetCurrent(ctx);
@@ -389,7 +386,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
               "written while the process is stopped", job.vpid, device, double(bytes) / (1 << 30),
               double(free_bytes) / (1 << 30), double(total) / (1 << 30), r == CUDA_SUCCESS ? "" : "; ",
               r == CUDA_SUCCESS ? "" : cu_.error("allocate", r).c_str());
-    free_bases();
+    free_snapshot(bases);
     return false;
   }
   uint64_t t1 = now_ns();
@@ -403,7 +400,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
     CUresult r = CUDA_SUCCESS;
     if (!streams.count(device)) r = cu_.cuStreamCreate(&streams[device], CU_STREAM_NON_BLOCKING);
     copies[i] = bases.at(device) + used[device];
-    used[device] += aligned(job.allocs[i].size);
+    used[device] += image::align_up(job.allocs[i].size, kAlign);
     if (r == CUDA_SUCCESS) r = cu_.cuMemcpyDtoDAsync_v2(copies[i], job.vas[i], job.allocs[i].size, streams[device]);
     if (r != CUDA_SUCCESS) copied = make_error(cu_.error(("snapshot allocation " + std::to_string(job.allocs[i].id)).c_str(), r), EIO);
   }
@@ -414,7 +411,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
     cu_.cuStreamDestroy_v2(stream);
   }
   if (!copied) {
-    free_bases();
+    free_snapshot(bases);
     return copied.error();
   }
   for (size_t i = 0; i < job.allocs.size(); i++) {
@@ -571,8 +568,9 @@ Result<std::vector<GpuPlacement>> Engine::place_devices(const image::Manifest& m
   auto gpus = host_gpus();
   if (!gpus) return make_error(manifest_name + ": " + gpus.error().message, gpus.error().code);
   host = std::move(*gpus);
-  // Too little free memory shows when load() creates the allocations: the
-  // message names the device, the size and the driver's error.
+  // Too little free memory shows when prepare_load() creates the
+  // allocations: the message names the device, the size and the driver's
+  // error.
   return place_gpus(spec, m.devices, host, manifest_name);
 }
 

@@ -100,6 +100,8 @@ class Engine {
   Result<image::Device> describe(int ordinal);
   // Unmaps the process's memory from criu, or frees the snapshot.
   void release_sources(SaveJob& job);
+  // Frees snapshot memory, one allocation per device, and forgets it.
+  void free_snapshot(std::map<int, CUdeviceptr>& bases);
   // Unmaps and releases what a load job still holds.
   void release_load(LoadJob& job);
 
