@@ -42,6 +42,7 @@ cp /usr/local/sbin/criu "$out/bin/"
 cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"
 gcc -O2 -I"$cuda/include" -o "$out/bin/probe_driver_entry" "$src/test/gpu/probe_driver_entry.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_dlsym_logger.so" "$src/test/gpu/dlsym_logger.c" -ldl
+gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_driver_census.so" "$src/test/gpu/probes/driver_census.c" -ldl
 for f in "$out/bin/criu" "$out/build/plugin/phosctl" "$out/build/test/unit/phos-unit-tests" \
          "$out/build/test/hooks/phos-agent-tool" "$out/build/test/tools/phos-image-edit"; do
   ldd "$f" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' || true

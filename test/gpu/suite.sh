@@ -413,7 +413,71 @@ case_bench_torch() {
     awk '{printf "gpu: bench:   %-26s native %9.4f [%s]  phos %9.4f [%s]  slower by %+.2f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100}'
 }
 
-cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable speculation sanitizer_abi validation validation_switch ptx_twins bench bench_torch}
+# The launch-bound PyTorch step (torch_launch_bound.py): what the hooks cost
+# on every CUDA call of a real training loop. PHOS_BENCH_LAUNCH_RUNS (7)
+# rounds, each running native, libphos.so, and libphos.so speculating in
+# turn (and, with PHOS_BENCH_BASELINE_LIB=another libphos.so, that one, the
+# build before a change, plain and speculating). Per configuration: the
+# median over rounds of each run's 10th-percentile step time, its range, and
+# the median of the paired per-round differences to native.
+case_bench_launch() {
+  local r runs=${PHOS_BENCH_LAUNCH_RUNS:-7} cfg raw=$log/bench_launch.raw
+  local cfgs="native phos speculate"
+  [ -n "${PHOS_BENCH_BASELINE_LIB:-}" ] && cfgs="$cfgs before before_speculate"
+  : > "$raw"
+  for r in $(seq "$runs"); do
+    for cfg in $cfgs; do
+      local envs=()
+      case $cfg in
+        phos) envs=(LD_PRELOAD=$libphos) ;;
+        speculate) envs=(LD_PRELOAD=$libphos PHOS_SPECULATE=1) ;;
+        before) envs=(LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB) ;;
+        before_speculate) envs=(LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB PHOS_SPECULATE=1) ;;
+      esac
+      env "${envs[@]}" python3 "$here/torch_launch_bound.py" --steps 300 2>&1 |
+        awk -v r="$r" -v c="$cfg" '/^time/ {split($2, a, "="); split($3, b, "="); print r, c, a[2], b[2]}' >> "$raw"
+    done
+  done
+  echo "gpu: bench: launch-bound PyTorch step (transformer encoder, AdamW) in ms, $runs rounds of 300 steps:"
+  echo "gpu: bench:   config  p10 median [min-max]  vs native  paired difference (median)  step median"
+  python3 - "$raw" <<'PY' | sed 's/^/gpu: bench:   /'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    r, c, p10, med = line.split()
+    runs.setdefault(c, {})[r] = (float(p10), float(med))
+native = runs.get("native", {})
+for c, by_round in runs.items():
+    p10s = [v[0] for v in by_round.values()]
+    m = statistics.median(p10s)
+    pairs = [by_round[r][0] - native[r][0] for r in by_round if r in native]
+    base = statistics.median([v[0] for v in native.values()]) if native else m
+    diff = statistics.median(pairs) if pairs else 0.0
+    print(f"{c:17s} {m:8.4f} [{min(p10s):.4f}-{max(p10s):.4f}]  {(m / base - 1) * 100:+6.2f}%  "
+          f"{diff:+.4f} ms ({diff / base * 100:+.2f}%)  {statistics.median(v[1] for v in by_round.values()):8.4f}")
+PY
+}
+
+# How many driver calls of which functions the launch-bound step makes
+# (probes/driver_census.c, without libphos.so): per step, from the
+# difference of a 40- and a 240-step run; the 12 most called.
+case_census() {
+  local census=$PHOS_BUNDLE/lib-all/phos_driver_census.so
+  [ -e "$census" ] || { line census SKIP "no census probe in the bundle"; return; }
+  local n
+  for n in 40 240; do
+    PHOS_CENSUS_FILE=$log/census.$n LD_PRELOAD=$census python3 "$here/torch_launch_bound.py" --steps "$n" --warmup 5 > /dev/null 2>&1
+  done
+  # A name can come twice (two versions of one function): summed.
+  per_step() { join <(awk '{n[$2] += $3} END {for (k in n) print k, n[k]}' "$log/census.40" | sort) \
+                    <(awk '{n[$2] += $3} END {for (k in n) print k, n[k]}' "$log/census.240" | sort) |
+               awk '{d = ($3 - $2) / 200; if (d > 0) printf "%s %.1f\n", $1, d}' | sort -k2 -gr; }
+  echo "gpu: census: driver calls per launch-bound step (function calls/step), the 12 most called:"
+  per_step | head -n 12 | sed 's/^/gpu: census:   /'
+  per_step | awk '{t += $2} END {printf "gpu: census:   all %.1f\n", t}'
+}
+
+cases=${*:-cuda_basic cuda_roundtrip launch_record cuda_graph cublas torch_mlp torch_expandable torch_compile torch_conv torch_roundtrip torch_roundtrip_expandable speculation sanitizer_abi validation validation_switch ptx_twins bench bench_torch bench_launch census}
 reference_cuda=
 for c in $cases; do
   [ "$c" = cuda_roundtrip ] && [ -z "$reference_cuda" ] && case_cuda_basic
