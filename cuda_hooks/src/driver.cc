@@ -15,17 +15,23 @@ namespace {
 constexpr const char* kNames[] = {
 #define PHOS_DRIVER_FN(name, params, args) #name,
 #define PHOS_DRIVER_HOOKED(name, params, args) #name,
+#define PHOS_DRIVER_QUERY(name, params, args) #name,
 #include "driver_table.inc"
 #undef PHOS_DRIVER_FN
 #undef PHOS_DRIVER_HOOKED
+#undef PHOS_DRIVER_QUERY
 };
 
+// What a program gets for each function's real pointer: our wrapper, or for a
+// query (query_functions.txt) nothing, so that it keeps the real one.
 void* const kWrappers[] = {
 #define PHOS_DRIVER_FN(name, params, args) reinterpret_cast<void*>(&::name),
 #define PHOS_DRIVER_HOOKED(name, params, args) reinterpret_cast<void*>(&::name),
+#define PHOS_DRIVER_QUERY(name, params, args) nullptr,
 #include "driver_table.inc"
 #undef PHOS_DRIVER_FN
 #undef PHOS_DRIVER_HOOKED
+#undef PHOS_DRIVER_QUERY
 };
 
 static_assert(std::size(kNames) == kFunctionCount);
@@ -57,7 +63,7 @@ void resolve() {
   if (lib) {
     for (size_t i = 0; i < kFunctionCount; i++) {
       r->real[i] = glibc_dlsym()(lib, kNames[i]);
-      if (r->real[i]) r->wrapper_of.emplace(r->real[i], kWrappers[i]);
+      if (r->real[i] && kWrappers[i]) r->wrapper_of.emplace(r->real[i], kWrappers[i]);
     }
     r->real_gpa_v1 = glibc_dlsym()(lib, "cuGetProcAddress");
     if (r->real_gpa_v1) r->wrapper_of.emplace(r->real_gpa_v1, reinterpret_cast<void*>(&::cuGetProcAddress));

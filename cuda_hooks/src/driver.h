@@ -19,9 +19,11 @@
 extern "C" {
 #define PHOS_DRIVER_FN(name, params, args) CUresult name params;
 #define PHOS_DRIVER_HOOKED(name, params, args) CUresult name params;
+#define PHOS_DRIVER_QUERY(name, params, args) CUresult name params;
 #include "driver_table.inc"
 #undef PHOS_DRIVER_FN
 #undef PHOS_DRIVER_HOOKED
+#undef PHOS_DRIVER_QUERY
 // The 4-argument cuGetProcAddress of CUDA 11.3-12.x, still exported.
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 }
@@ -31,9 +33,11 @@ namespace phos::hooks::driver {
 enum class Fn : uint16_t {
 #define PHOS_DRIVER_FN(name, params, args) name,
 #define PHOS_DRIVER_HOOKED(name, params, args) name,
+#define PHOS_DRIVER_QUERY(name, params, args) name,
 #include "driver_table.inc"
 #undef PHOS_DRIVER_FN
 #undef PHOS_DRIVER_HOOKED
+#undef PHOS_DRIVER_QUERY
   kCount
 };
 
@@ -49,7 +53,9 @@ F real_as(Fn f) {
   return reinterpret_cast<F>(real(f));
 }
 
-// libphos's wrapper for a real libcuda function pointer, or `p` itself.
+// libphos's wrapper for a real libcuda function pointer, or `p` itself (for
+// functions libcuda has and phos does not wrap, and for the queries of
+// query_functions.txt, which pass no gate).
 void* substitute(void* p);
 
 // True once libcuda is loaded and its entry points resolved.

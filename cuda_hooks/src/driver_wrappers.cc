@@ -1,5 +1,6 @@
 // The generated wrappers: every driver function phos does not hook by hand
-// passes the gate and calls libcuda.
+// passes the gate and calls libcuda; a query (query_functions.txt) only
+// calls libcuda, for programs linked to the driver directly.
 #include "driver.h"
 #include "runtime.h"
 
@@ -12,6 +13,12 @@
     auto real = PHOS_REAL(name);                                                      \
     return real ? real args : CUDA_ERROR_NOT_FOUND;                                   \
   }
+#define PHOS_DRIVER_QUERY(name, params, args)                                         \
+  extern "C" PHOS_EXPORT CUresult name params {                                       \
+    auto real = PHOS_REAL(name);                                                      \
+    return real ? real args : CUDA_ERROR_NOT_FOUND;                                   \
+  }
 #include "driver_table.inc"
 #undef PHOS_DRIVER_FN
 #undef PHOS_DRIVER_HOOKED
+#undef PHOS_DRIVER_QUERY

@@ -2,8 +2,11 @@
 // "bench NAME MICROSECONDS" lines:
 //   launch_*:        host time to enqueue one kernel, in bursts of 256 into
 //                    an idle stream (so the GPU's queue never pushes back)
-//   driver_call:     one cheap driver call (cuCtxGetDevice): the bare cost of
-//                    the gate wrapper every driver function gets
+//   driver_call:     one cheap driver call (cuCtxSetCurrent of the current
+//                    context): the bare cost of the gate wrapper that every
+//                    driver function but the queries gets
+//   query_call:      one query (cuCtxGetDevice, which PyTorch calls thousands
+//                    of times a step): libphos.so hands these out unwrapped
 //   memset_async:    one cuMemsetD32Async of 256 bytes, in bursts like the
 //                    launches: with PHOS_RECORD_LAUNCHES=1, what recording a
 //                    set's range costs
@@ -78,14 +81,26 @@ int main() {
     for (void* p : live) CHECK_CUDA(cudaFree(p));
   }
 
+  constexpr long kCalls = 2000000;
+  using SetCurrent = CUresult (*)(CUcontext);
+  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &fn, 12000, cudaEnableDefault, &q));
+  auto set_current = reinterpret_cast<SetCurrent>(fn);
+  using GetCurrent = CUresult (*)(CUcontext*);
+  void* get_current = nullptr;
+  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get_current, 12000, cudaEnableDefault, &q));
+  CUcontext ctx = nullptr;
+  reinterpret_cast<GetCurrent>(get_current)(&ctx);
+  auto t0 = Clock::now();
+  for (long i = 0; i < kCalls; i++) set_current(ctx);
+  std::printf("bench driver_call_us %.4f\n", us(Clock::now() - t0) / kCalls);
+
   using GetDevice = CUresult (*)(CUdevice*);
   CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuCtxGetDevice", &fn, 12000, cudaEnableDefault, &q));
   auto get_device = reinterpret_cast<GetDevice>(fn);
   CUdevice dev;
-  constexpr long kCalls = 2000000;
-  auto t0 = Clock::now();
+  t0 = Clock::now();
   for (long i = 0; i < kCalls; i++) get_device(&dev);
-  std::printf("bench driver_call_us %.4f\n", us(Clock::now() - t0) / kCalls);
+  std::printf("bench query_call_us %.4f\n", us(Clock::now() - t0) / kCalls);
 
   using MemsetAsync = CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream);
   CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemsetD32Async", &fn, 12000, cudaEnableDefault, &q));

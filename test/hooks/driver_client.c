@@ -1,8 +1,12 @@
 /* Reaches the (fake or real) driver every way a program can, and reports
  * which object answered: run with LD_PRELOAD=libphos.so, every answer must
- * be libphos.so, and every call must still reach libcuda.
+ * be libphos.so, and every call must still reach libcuda; but a query
+ * (cuDriverGetVersion, in libphos's query_functions.txt) is libcuda's own
+ * but where the program links it directly.
  *
- * usage: driver_client where | loop STATE_FILE */
+ * usage: driver_client where | loop STATE_FILE | query-loop STATE_FILE
+ * (loop: calls through libphos's wrapper; query-loop: queries; each writes
+ * its count of calls made to STATE_FILE after every call) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,8 +18,10 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef CUresult (*memcpy_t)(CUdeviceptr, const void *, size_t);
 typedef CUresult (*gpa2_t)(const char *, void **, int, unsigned long long, int *);
+typedef CUresult (*version_t)(int *);
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t); /* linked directly */
+CUresult cuDriverGetVersion(int *);                          /* likewise */
 int call_next(void);                                          /* next_a.so */
 int phos_next_b_loaded(void);                                 /* keeps next_b.so loaded, after next_a.so */
 
@@ -37,13 +43,22 @@ int main(int argc, char **argv) {
   gpa("cuGetProcAddress", &gpa_of_gpa, 13000, 0, NULL);
   ((gpa2_t)gpa_of_gpa)("cuMemcpyHtoD", &by_gpa_of_gpa, 13000, 0, NULL);
 
-  if (argc > 2 && !strcmp(argv[1], "loop")) {
-    for (;;) {
-      by_gpa_of_gpa ? ((memcpy_t)by_gpa_of_gpa)(0, NULL, 0) : 0;
+  void *query_by_gpa = NULL;
+  gpa("cuDriverGetVersion", &query_by_gpa, 13000, 0, NULL);
+
+  if (argc > 2 && (!strcmp(argv[1], "loop") || !strcmp(argv[1], "query-loop"))) {
+    int queries = !strcmp(argv[1], "query-loop"), version;
+    for (unsigned long long n = 1;; n++) {
+      if (queries) {
+        ((version_t)query_by_gpa)(&version);
+        cuDriverGetVersion(&version);
+      } else if (by_gpa_of_gpa) {
+        ((memcpy_t)by_gpa_of_gpa)(0, NULL, 0);
+      }
       char tmp[4096];
       snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
       FILE *f = fopen(tmp, "w");  /* written aside and renamed: readers never see it half written */
-      if (f) { fprintf(f, "%llu\n", *calls); fclose(f); rename(tmp, argv[2]); }
+      if (f) { fprintf(f, "%llu\n", queries ? n : *calls); fclose(f); rename(tmp, argv[2]); }
       usleep(1000);
     }
   }
@@ -54,6 +69,9 @@ int main(int argc, char **argv) {
   printf("that(cuMemcpyHtoD) %s\n", owner(by_gpa_of_gpa));
   printf("direct %s\n", owner((void *)&cuMemcpyHtoD_v2));
   printf("missing %s\n", owner(dlsym(cuda, "cuNoSuchFunction")));
+  printf("query dlsym %s\n", owner(dlsym(cuda, "cuDriverGetVersion")));
+  printf("query cuGetProcAddress %s\n", owner(query_by_gpa));
+  printf("query direct %s\n", owner((void *)&cuDriverGetVersion));
   unsigned long long before = *calls;
   by_dlsym(0, NULL, 0);
   ((memcpy_t)by_gpa)(0, NULL, 0);

@@ -9,11 +9,15 @@ typedef unsigned long long cuuint64_t;
 
 unsigned long long fake_calls;
 
+/* The real cuGetProcAddress hands out libcuda's own functions; so must this
+ * one, not whatever a preloaded library exports under the same name. */
+#define FAKE_OWN __attribute__((visibility("protected")))
+
 /* Read by the fake libsanitizer-public.so: whether it came too late. */
 int fake_cuda_initialized;
 CUresult cuInit(unsigned flags) { (void)flags; fake_cuda_initialized = 1; return 0; }
-CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+FAKE_OWN CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+FAKE_OWN CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
   (void)dst; (void)src; (void)n;
   __atomic_add_fetch(&fake_calls, 1, __ATOMIC_RELAXED);
   return 0;
@@ -28,6 +32,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
   if (!strcmp(symbol, "cuMemcpyHtoD")) *pfn = (void *)cuMemcpyHtoD_v2;
   else if (!strcmp(symbol, "cuGetProcAddress")) *pfn = (void *)cuGetProcAddress_v2;
   else if (!strcmp(symbol, "cuInit")) *pfn = (void *)cuInit;
+  else if (!strcmp(symbol, "cuDriverGetVersion")) *pfn = (void *)cuDriverGetVersion;
   else { *pfn = 0; if (status) *status = 1; return 500; /* CUDA_ERROR_NOT_FOUND */ }
   return 0;
 }
