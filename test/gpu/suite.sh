@@ -414,14 +414,17 @@ case_bench_torch() {
 }
 
 # The launch-bound PyTorch step (torch_launch_bound.py): what the hooks cost
-# on every CUDA call of a real training loop. PHOS_BENCH_LAUNCH_RUNS (7)
+# on every CUDA call of a real training loop. PHOS_BENCH_LAUNCH_RUNS (9)
 # rounds, each running native, libphos.so, and libphos.so speculating in
 # turn (and, with PHOS_BENCH_BASELINE_LIB=another libphos.so, that one, the
 # build before a change, plain and speculating). Per configuration: the
 # median over rounds of each run's 10th-percentile step time, its range, and
-# the median of the paired per-round differences to native.
+# the median of the paired per-round differences to native. Every run is
+# pinned to the same two cores (PHOS_BENCH_CPUS, default 2,3): unpinned, the
+# same program's runs differed by 15% on the H100 host, more than any hook.
 case_bench_launch() {
-  local r runs=${PHOS_BENCH_LAUNCH_RUNS:-7} cfg raw=$log/bench_launch.raw
+  local r runs=${PHOS_BENCH_LAUNCH_RUNS:-9} cfg raw=$log/bench_launch.raw pin=()
+  command -v taskset > /dev/null && pin=(taskset -c "${PHOS_BENCH_CPUS:-2,3}")
   local cfgs="native phos speculate"
   [ -n "${PHOS_BENCH_BASELINE_LIB:-}" ] && cfgs="$cfgs before before_speculate"
   : > "$raw"
@@ -434,7 +437,7 @@ case_bench_launch() {
         before) envs=(LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB) ;;
         before_speculate) envs=(LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB PHOS_SPECULATE=1) ;;
       esac
-      env "${envs[@]}" python3 "$here/torch_launch_bound.py" --steps 300 2>&1 |
+      env "${envs[@]}" "${pin[@]}" python3 "$here/torch_launch_bound.py" --steps 300 2>&1 |
         awk -v r="$r" -v c="$cfg" '/^time/ {split($2, a, "="); split($3, b, "="); print r, c, a[2], b[2]}' >> "$raw"
     done
   done

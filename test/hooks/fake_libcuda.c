@@ -23,6 +23,14 @@ FAKE_OWN CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
   return 0;
 }
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
+/* Elsewhere in the fake (protected there too), for test/bench/launch_path_bench.c. */
+typedef struct CUctx_st *CUcontext;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
   return cuGetProcAddress_v2(symbol, pfn, version, flags, 0);
 }
@@ -33,6 +41,9 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
   else if (!strcmp(symbol, "cuGetProcAddress")) *pfn = (void *)cuGetProcAddress_v2;
   else if (!strcmp(symbol, "cuInit")) *pfn = (void *)cuInit;
   else if (!strcmp(symbol, "cuDriverGetVersion")) *pfn = (void *)cuDriverGetVersion;
+  else if (!strcmp(symbol, "cuLaunchKernel")) *pfn = (void *)cuLaunchKernel;
+  else if (!strcmp(symbol, "cuCtxSetCurrent")) *pfn = (void *)cuCtxSetCurrent;
+  else if (!strcmp(symbol, "cuMemcpyDtoD")) *pfn = (void *)cuMemcpyDtoD_v2;
   else { *pfn = 0; if (status) *status = 1; return 500; /* CUDA_ERROR_NOT_FOUND */ }
   return 0;
 }

@@ -9,7 +9,8 @@ static CUresult counted(void) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { (void)dst; (void)src; (void)n; return counted(); }
+/* protected: the fake cuGetProcAddress hands out its own (fake_libcuda.c) */
+__attribute__((visibility("protected"))) CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { (void)dst; (void)src; (void)n; return counted(); }
 CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) {
   (void)dst; (void)src; (void)n; (void)s; return counted();
 }

@@ -67,9 +67,11 @@ static CUresult param_info(const char *name, size_t i, size_t *offset, size_t *s
     return CUDA_SUCCESS;
   }
   if (!strcmp(name, "_Z5saxpyPKfPffi__phos_twin")) name = "_Z5saxpyPKfPffi";
-  static const struct { const char *name; size_t n; size_t slots[4][2]; } layouts[] = {
+  static const struct { const char *name; size_t n; size_t slots[8][2]; } layouts[] = {
     {"_Z5saxpyPKfPffi", 4, {{0, 8}, {8, 8}, {16, 4}, {20, 4}}},
     {"closure_kernel", 2, {{0, 4}, {8, 24}}},
+    /* test/bench/launch_path_bench.c's kernel: 4 const and 4 other pointers */
+    {"_Z10bench_ptr8PKfS0_S0_S0_PfS1_S1_S1_", 8, {{0, 8}, {8, 8}, {16, 8}, {24, 8}, {32, 8}, {40, 8}, {48, 8}, {56, 8}}},
   };
   if (!strcmp(name, "noinfo")) return CUDA_ERROR_NOT_SUPPORTED;
   for (size_t k = 0; k < sizeof(layouts) / sizeof(layouts[0]); k++) {
@@ -109,11 +111,13 @@ static void fake_saxpy_checks(void **params, unsigned long long *table) {
   }
 }
 
-CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+__attribute__((visibility("protected"))) CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shmem, CUstream s, void **params, void **extra) {
   (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)extra;
   __atomic_add_fetch(&fake_launches, 1, __ATOMIC_RELAXED);
   struct fake_handle *h = (struct fake_handle *)f;
+  /* The benchmark's kernel: as cheap as a launch can be, so what phos adds shows. */
+  if (h->name[0] == '_' && !strcmp(h->name, "_Z10bench_ptr8PKfS0_S0_S0_PfS1_S1_S1_")) return CUDA_SUCCESS;
   if (!strcmp(h->name, "_Z5saxpyPKfPffi__phos_twin")) {
     __atomic_add_fetch(&fake_twin_launches, 1, __ATOMIC_RELAXED);
     fake_saxpy_checks(params, (unsigned long long *)*(CUdeviceptr *)params[4]);

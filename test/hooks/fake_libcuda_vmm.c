@@ -28,7 +28,7 @@ static void logline(const char *fmt, ...) {
 
 void fake_mark(const char *what) { logline("mark %s\n", what); }
 
-CUresult cuCtxSetCurrent(CUcontext c) { t_ctx[t_depth] = (uintptr_t)c; return CUDA_SUCCESS; }
+__attribute__((visibility("protected"))) CUresult cuCtxSetCurrent(CUcontext c) { t_ctx[t_depth] = (uintptr_t)c; return CUDA_SUCCESS; }
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = (CUcontext)t_ctx[t_depth]; return CUDA_SUCCESS; }
 CUresult cuCtxGetDevice(CUdevice *d) {
   if (!t_ctx[t_depth]) return CUDA_ERROR_INVALID_CONTEXT;
