@@ -375,20 +375,30 @@ case_bench_validation() {
     awk '{printf "gpu: bench:   %-18s %9.4f [%s] | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+7.1f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100, $6, $7, ($6 / $2 - 1) * 100, $8, $9, ($8 / $2 - 1) * 100}'
 }
 
-# Alternating runs, median of each figure (one run is within noise).
+# Alternating runs, median of each figure (one run is within noise). With
+# PHOS_BENCH_BASELINE_LIB=another libphos.so (the build before a change),
+# that one too, with nothing on, as a last column.
 case_bench() {
   local r
+  : > "$log/bench.before"
   for r in 1 2 3 4 5; do
     "$bin/bench_hooks" >> "$log/bench.native" 2>&1
     LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.phos" 2>&1
     PHOS_RECORD_LAUNCHES=1 LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.record" 2>&1
     PHOS_SPECULATE=1 LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.speculate" 2>&1
+    [ -n "${PHOS_BENCH_BASELINE_LIB:-}" ] && LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB "$bin/bench_hooks" >> "$log/bench.before" 2>&1
   done
   echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs:"
-  echo "gpu: bench:   native | libphos.so | libphos.so recording launches | libphos.so speculating"
-  join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
-    join - <(spread "$log/bench.speculate") |
-    awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2}'
+  echo "gpu: bench:   native | libphos.so | libphos.so recording launches | libphos.so speculating${PHOS_BENCH_BASELINE_LIB:+ | baseline libphos.so}"
+  if [ -s "$log/bench.before" ]; then
+    join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
+      join - <(spread "$log/bench.speculate") | join -a 1 - <(spread "$log/bench.before") |
+      awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %s\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2, ($10 == "" ? "-" : sprintf("%9.4f [%s] %+7.4f", $10, $11, $10 - $2))}'
+  else
+    join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
+      join - <(spread "$log/bench.speculate") |
+      awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2}'
+  fi
 }
 
 # spread FILE: "name median min-max" for every "bench name value" line.
