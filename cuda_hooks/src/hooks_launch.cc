@@ -40,10 +40,10 @@ inline Kernel* seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsi
 // (launch_validation.h), with the write set seen() speculated (known only
 // then, and never for a captured launch) for `kernel`, the entry seen()
 // looked up (null where it looked none up); `launch_twin` launches a
-// function with kernelParams. True with *result when that launch was made; false: the
-// caller launches the original, holding *unvalidated (a SASS-validated
-// kernel's launch that is not validated this time must not run inside
-// another launch's table window: the table is set per function).
+// function with kernelParams. True with *result when that launch was made;
+// false: the caller launches the original, holding *unvalidated (a
+// SASS-validated kernel's launch that is not validated this time must not
+// run inside another launch's table window: the table is set per function).
 template <class LaunchTwin>
 bool ran_as_twin(bool validating, Kernel* kernel, CUfunction f, void** params, void** extra, uint32_t shmem,
                  CUstream stream, const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result,

@@ -70,8 +70,12 @@ class Kernel {
   // `feature`'s state, or null before it attached one; the caller holds the
   // feature's lock.
   template <class State>
-  State* state(KernelFeature feature) const {
+  State* state(KernelFeature feature) {
     return static_cast<State*>(states_[size_t(feature)].get());
+  }
+  template <class State>
+  const State* state(KernelFeature feature) const {
+    return static_cast<const State*>(states_[size_t(feature)].get());
   }
   template <class State>
   State& attach(KernelFeature feature, std::unique_ptr<State> state) {
