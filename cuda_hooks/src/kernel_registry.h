@@ -17,7 +17,9 @@
 // A known kernel is found without a lock: the entries are in an open
 // addressing table of (handle, entry) pairs, read with acquire loads and
 // written under the registry's mutex. A table outgrown is replaced and kept,
-// as a reader may still be in it; entries are never freed.
+// as a reader may still be in it; entries are never freed. The mutex may be
+// taken under a feature's lock, never the other way round; the module
+// registry's is taken under it.
 #pragma once
 
 #include <atomic>
