@@ -2,7 +2,8 @@
 // each executable graph's kernel nodes are counted when it is instantiated
 // and credited at every launch. While speculation is on, each kernel node's
 // arguments are copied aside at instantiation (the graph they came from may
-// be destroyed) and speculated at every launch of the graph. Updates of an
+// be destroyed), its kernel looked up in the kernel registry then, and
+// speculated at every launch of the graph. Updates of an
 // executable graph's node parameters (cuGraphExecKernelNodeSetParams,
 // cuGraphExecUpdate) are not followed yet.
 #include <algorithm>
@@ -25,7 +26,9 @@ std::mutex g_mu;
 std::map<CUgraphExec, uint64_t> g_kernel_nodes;  // per executable graph
 
 struct NodeKernel {
-  CUfunction function = nullptr;
+  // Its registry entry (kernel_registry.h): entries live for ever, and the
+  // graph cannot outlive its kernels' module.
+  Kernel* kernel = nullptr;
   std::vector<std::byte> args;  // packed by the driver's parameter layout
 };
 std::map<CUgraphExec, std::vector<NodeKernel>> g_node_kernels;  // while speculating
@@ -36,9 +39,11 @@ NodeKernel node_kernel(CUgraphNode node) {
   NodeKernel k;
   CUDA_KERNEL_NODE_PARAMS p{};
   if (PHOS_REAL(cuGraphKernelNodeGetParams_v2)(node, &p) != CUDA_SUCCESS) return k;
-  k.function = p.func ? p.func : reinterpret_cast<CUfunction>(p.kern);
+  CUfunction function = p.func ? p.func : reinterpret_cast<CUfunction>(p.kern);
+  if (!function) return k;
+  k.kernel = &runtime().kernels.get(function);
   if (p.kernelParams) {
-    auto slots = kernel_param_slots(k.function);
+    const auto& slots = k.kernel->params;
     if (!slots) return k;
     size_t end = 0;
     for (const ParamSlot& s : *slots) end = std::max<size_t>(end, s.offset + s.size);
@@ -94,7 +99,7 @@ CUresult launched(CUresult r, CUgraphExec exec) {
     auto k = g_node_kernels.find(exec);
     if (k != g_node_kernels.end())
       for (const NodeKernel& node : k->second)
-        if (node.function) runtime().speculation.on_packed_kernel(node.function, node.args.data(), node.args.size());
+        if (node.kernel) runtime().speculation.on_packed_kernel(*node.kernel, node.args.data(), node.args.size());
   }
   return r;
 }

@@ -1,5 +1,7 @@
 // Kernel launches: counted, and recorded (launch_log.h) and speculated
-// (launch_speculation.h) while a protocol needs it.
+// (launch_speculation.h) while a protocol needs it. A launch with a feature
+// on looks its kernel up once in the kernel registry (kernel_registry.h)
+// and hands the entry to each; with none on it looks nothing up.
 #include "driver.h"
 #include "runtime.h"
 
@@ -11,41 +13,48 @@ namespace {
 
 // Every launch: counted; recorded and speculated while that is on. A launch
 // into a stream being captured runs later, with its graph (counted there).
-// `writes` (while validating) gets the launch's speculated write set.
-inline void seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                 unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
-                 WriteRanges* writes = nullptr) {
-  if (__builtin_expect(capturing, 0)) return runtime().count(Counter::kCapturedLaunches);
+// `writes` (while validating) gets the launch's speculated write set. The
+// kernel's registry entry where it was looked up; null where nothing was on.
+inline Kernel* seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
+                    WriteRanges* writes = nullptr) {
+  if (__builtin_expect(capturing, 0)) {
+    runtime().count(Counter::kCapturedLaunches);
+    return nullptr;
+  }
   runtime().count(Counter::kLaunches);
   bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
-  if (__builtin_expect(!recording && !speculating, 1)) return;
+  if (__builtin_expect(!recording && !speculating, 1)) return nullptr;
+  Kernel& kernel = runtime().kernels.get(f);
   LaunchSet set;
-  if (speculating) runtime().speculation.on_kernel(f, params, extra, recording ? &set : nullptr, writes);
+  if (speculating) runtime().speculation.on_kernel(kernel, params, extra, recording ? &set : nullptr, writes);
   if (recording) {
     const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    runtime().launches.record(f, grid, block, shmem, stream, params, extra, speculating ? &set : nullptr);
+    runtime().launches.record(kernel, grid, block, shmem, stream, params, extra, speculating ? &set : nullptr);
   }
+  return &kernel;
 }
 
 // While validation is on, a kernel with a twin runs as its twin, and one
 // validated at the SASS level runs in its patched module
 // (launch_validation.h), with the write set seen() speculated (known only
-// then, and never for a captured launch); `launch_twin` launches a function
-// with kernelParams. True with *result when that launch was made; false: the
-// caller launches the original, holding *unvalidated (a SASS-validated
-// kernel's launch that is not validated this time must not run inside
-// another launch's table window: the table is set per function).
+// then, and never for a captured launch) for `kernel`, the entry seen()
+// looked up (null where it looked none up); `launch_twin` launches a
+// function with kernelParams. True with *result when that launch was made;
+// false: the caller launches the original, holding *unvalidated (a
+// SASS-validated kernel's launch that is not validated this time must not
+// run inside another launch's table window: the table is set per function).
 template <class LaunchTwin>
-bool ran_as_twin(bool validating, CUfunction f, void** params, void** extra, uint32_t shmem, CUstream stream,
-                 const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result,
+bool ran_as_twin(bool validating, Kernel* kernel, CUfunction f, void** params, void** extra, uint32_t shmem,
+                 CUstream stream, const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result,
                  std::unique_lock<std::mutex>* unvalidated) {
   if (__builtin_expect(!validating, 1)) return false;
   LaunchValidation::Prepared twin;
-  if (writes.known && runtime().validation.prepare(f, params, extra, shmem, writes, &twin)) {
+  if (kernel && writes.known && runtime().validation.prepare(*kernel, params, extra, shmem, writes, &twin)) {
     *result = launch_twin(twin.launch, twin.launch_params);
     if (runtime().validation.finish(twin, *result, stream)) return true;
   }
-  *unvalidated = runtime().validation.hold_unvalidated(f);
+  *unvalidated = runtime().validation.hold_unvalidated(kernel ? kernel : runtime().kernels.find(f));
   return false;
 }
 
@@ -60,11 +69,13 @@ inline CUresult launch_kernel(bool per_thread, CUfunction f, unsigned gx, unsign
   const bool capturing = stream_capturing(stream, per_thread);
   const bool validating = runtime().validation.active();
   WriteRanges writes;
-  seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, validating ? &writes : nullptr);
+  Kernel* kernel =
+      seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, validating ? &writes : nullptr);
   CUresult r;
   std::unique_lock<std::mutex> unvalidated;
   auto launch_twin = [&](CUfunction twin, void** twin_params) { return launch(twin, twin_params, nullptr); };
-  if (ran_as_twin(validating, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated)) return r;
+  if (ran_as_twin(validating, kernel, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))
+    return r;
   return launch(f, params, extra);
 }
 

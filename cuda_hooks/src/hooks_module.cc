@@ -34,7 +34,7 @@ CUresult noted(CUresult r, Note&& note) {
 // certainly valid (the caller may free it after the load).
 void loaded_image(const void* handle, const void* image, const char* source) {
   ModuleImage identified = identify_image(image);
-  runtime().modules.loaded(handle, identified, source);
+  uint64_t id = runtime().modules.loaded(handle, identified, source);
   if (runtime().speculation.active()) runtime().speculation.module_loaded(identified.hash, image);
   if (!runtime().validation.active()) return;
   // Where a PTX for twins comes from: the text itself (NVRTC, cuModuleLoadData
@@ -43,32 +43,22 @@ void loaded_image(const void* handle, const void* image, const char* source) {
   switch (identified.kind) {
     case ModuleKind::kPtx:
     case ModuleKind::kFatbin:
-      runtime().validation.module_loaded(handle, identified.hash, image, identified.kind == ModuleKind::kPtx);
+      runtime().validation.module_loaded(id, identified.hash, image, identified.kind == ModuleKind::kPtx);
       break;
-    case ModuleKind::kCubin: runtime().validation.cubin_loaded(handle, identified.hash, image, identified.size); break;
+    case ModuleKind::kCubin: runtime().validation.cubin_loaded(id, identified.hash, image, identified.size); break;
     default: break;
   }
 }
 
-// A function or kernel taken from a module or library, by name.
-void taken(const void* module, const void* function, const char* name) {
-  runtime().modules.function(module, function, name);
-  if (runtime().validation.active()) runtime().validation.function_taken(module, function, name);
-}
-
-// A module or library unloaded: the registry, the launch log, the
-// speculation and the validation forget it (the driver may hand a later
-// module's functions the handles of this one's).
+// A module or library unloaded: the module registry forgets it and the
+// kernel registry retires its kernels, with what the launch log, the
+// speculation and the validation kept for them (the driver may hand a later
+// module's functions the handles of this one's); the validation drops the
+// twins and patches it made of it.
 void unloaded(const void* handle) {
   if (in_sanitizer_call()) return;
-  uint64_t id = runtime().modules.unloaded(handle);
-  if (id) {
-    runtime().speculation.module_unloaded(id);
-    runtime().launches.module_unloaded(id);
-  }
-  // Also while validation is off: it may come back on, and must not find a
-  // reused handle's old kernel then.
-  if (runtime().validation.ever_active()) runtime().validation.module_unloaded(handle);
+  uint64_t id = runtime().kernels.module_unloaded(handle);
+  if (runtime().validation.ever_active()) runtime().validation.module_unloaded(handle, id);
 }
 
 }  // namespace
@@ -126,20 +116,18 @@ extern "C" PHOS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuModuleGetFunction)(f, module, name), [&] { taken(module, *f, name); });
+  return noted(PHOS_REAL(cuModuleGetFunction)(f, module, name), [&] { runtime().modules.function(module, *f, name); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuLibraryGetKernel)(kernel, library, name), [&] { taken(library, *kernel, name); });
+  return noted(PHOS_REAL(cuLibraryGetKernel)(kernel, library, name),
+               [&] { runtime().modules.function(library, *kernel, name); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
   GatePass pass(runtime().gate);
-  return noted(PHOS_REAL(cuKernelGetFunction)(f, kernel), [&] {
-    runtime().modules.same_module(kernel, *f);
-    if (runtime().validation.active()) runtime().validation.same_function(kernel, *f);
-  });
+  return noted(PHOS_REAL(cuKernelGetFunction)(f, kernel), [&] { runtime().modules.same_module(kernel, *f); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule module,

@@ -46,6 +46,11 @@ std::optional<std::vector<ParamSlot>> kernel_param_slots(CUfunction f) {
   return slots;
 }
 
+KernelDescription describe_kernel(const void* handle) {
+  CUfunction f = static_cast<CUfunction>(const_cast<void*>(handle));
+  return KernelDescription{kernel_name(f), kernel_param_slots(f)};
+}
+
 PackedArgs packed_args(void* const* extra) {
   PackedArgs args;
   if (!extra) return args;

@@ -11,11 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "phos/speculation/kernel_layout.h"
+#include "kernel_registry.h"
 
 namespace phos::hooks {
-
-using ParamSlot = speculation::ParamSlot;
 
 std::string kernel_name(CUfunction f);
 // SM version (major * 10 + minor) of the current context's device; 0 if
@@ -24,6 +22,10 @@ uint32_t current_device_arch();
 // Every parameter's offset and size; nullopt where the driver answers for
 // neither form (not even for parameter 0 of a kernel that has one).
 std::optional<std::vector<ParamSlot>> kernel_param_slots(CUfunction f);
+// Both, for the kernel registry (kernel_registry.h): `handle` is a CUfunction or a CUkernel.
+KernelDescription describe_kernel(const void* handle);
+// The handle a registry entry was made for, as the launch passed it.
+inline CUfunction function_of(const Kernel& k) { return static_cast<CUfunction>(const_cast<void*>(k.handle)); }
 
 // The packed argument buffer of a launch's `extra` array ({BUFFER_POINTER,
 // buf, BUFFER_SIZE, &size, END}); {nullptr, 0} where it names none. At most

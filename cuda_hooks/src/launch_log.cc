@@ -34,16 +34,6 @@ void LaunchLog::enable(bool on) {
   enabled_.store(on, std::memory_order_release);
 }
 
-LaunchLog::Kernel& LaunchLog::kernel_locked(CUfunction f) {
-  auto [it, inserted] = kernels_.try_emplace(f);
-  if (!inserted) return it->second;
-  Kernel& k = it->second;
-  k.module = modules_.module_of(f);
-  k.name = kernel_name(f);
-  if (auto slots = kernel_param_slots(f)) k.params = std::move(*slots);
-  return k;
-}
-
 LaunchRecord& LaunchLog::next_locked() {
   uint64_t seq = next_.fetch_add(1);
   LaunchRecord& r = ring_[seq % kRingSize];
@@ -52,6 +42,7 @@ LaunchRecord& LaunchLog::next_locked() {
   r.call = nullptr;
   r.ranges.count = 0;
   r.function = nullptr;
+  r.kernel = nullptr;
   r.module = 0;
   r.stream = nullptr;
   r.arg_bytes = 0;
@@ -70,16 +61,18 @@ uint64_t LaunchLog::record_call(RecordKind kind, const char* call, CUstream stre
   return r.sequence;
 }
 
-void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
+void LaunchLog::record(Kernel& k, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
                        CUstream stream, void** params, void** extra, const LaunchSet* set) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ring_) return;
-  Kernel& k = kernel_locked(f);
-  k.launches++;
+  Recorded* recorded = k.state<Recorded>(KernelFeature::kLaunchLog);
+  if (!recorded) recorded = &k.attach(KernelFeature::kLaunchLog, std::make_unique<Recorded>());
+  recorded->launches++;
   LaunchRecord& r = next_locked();
   r.kind = RecordKind::kKernel;
-  r.function = f;
-  r.module = k.module;
+  r.function = function_of(k);
+  r.kernel = &k;
+  r.module = k.module.id;
   std::memcpy(r.grid, grid, sizeof(r.grid));
   std::memcpy(r.block, block, sizeof(r.block));
   r.shared_bytes = shared_bytes;
@@ -87,8 +80,9 @@ void LaunchLog::record(CUfunction f, const uint32_t grid[3], const uint32_t bloc
   r.set.present = false;
   if (set) r.set = *set;
   if (params) {
-    for (size_t i = 0; i < k.params.size(); i++) {
-      const ParamSlot& p = k.params[i];
+    const size_t n = k.params ? k.params->size() : 0;  // no layout: no arguments kept
+    for (size_t i = 0; i < n; i++) {
+      const ParamSlot& p = (*k.params)[i];
       if (p.offset + p.size > LaunchRecord::kMaxArgBytes) {
         r.truncated = true;
         continue;
@@ -116,24 +110,18 @@ std::vector<LaunchRecord> LaunchLog::recent() {
 }
 
 std::vector<KernelSummary> LaunchLog::kernels() {
+  KernelRegistry::Entries entries = kernels_.entries();
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<KernelSummary> out = retired_;
-  for (const auto& [f, k] : kernels_) out.push_back({f, k.module, k.name, k.launches, k.params});
+  std::vector<KernelSummary> out;
+  auto add = [&out](const std::vector<Kernel*>& kernels) {
+    for (const Kernel* k : kernels)
+      if (const Recorded* recorded = k->state<Recorded>(KernelFeature::kLaunchLog))
+        out.push_back({function_of(*k), k->module.id, k->name, recorded->launches,
+                       k->params.value_or(std::vector<ParamSlot>{})});
+  };
+  add(entries.retired);
+  add(entries.live);
   return out;
-}
-
-void LaunchLog::module_unloaded(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = kernels_.begin(); it != kernels_.end();) {
-    if (it->second.module != id) {
-      ++it;
-      continue;
-    }
-    const Kernel& k = it->second;
-    // Listed before the live kernels, so a reused handle names the live one.
-    retired_.push_back({it->first, k.module, k.name, k.launches, k.params});
-    it = kernels_.erase(it);
-  }
 }
 
 }  // namespace phos::hooks

@@ -17,12 +17,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "call_ranges.h"
 #include "kernel_info.h"
-#include "module_registry.h"
+#include "kernel_registry.h"
 
 namespace phos::hooks {
 
@@ -59,6 +58,7 @@ struct LaunchRecord {
   uint64_t within = 0;         // 1 + the sequence of the library call that issued this one; 0: none
   ranges::RangeList ranges;    // what the call reads and writes (not for kernels)
   CUfunction function = nullptr;
+  const Kernel* kernel = nullptr;  // its registry entry (kernel_registry.h): names it even once retired
   uint64_t module = 0;  // the kernel's (module_registry.h); 0: not known
   uint32_t grid[3] = {};
   uint32_t block[3] = {};
@@ -81,39 +81,33 @@ struct KernelSummary {
 class LaunchLog {
  public:
   static constexpr size_t kRingSize = 4096;
-  explicit LaunchLog(const ModuleRegistry& modules) : modules_(modules) {}
+  explicit LaunchLog(const KernelRegistry& kernels) : kernels_(kernels) {}
 
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void enable(bool on);
-  void record(CUfunction f, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes, CUstream stream,
+  void record(Kernel& k, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes, CUstream stream,
               void** params, void** extra, const LaunchSet* set = nullptr);
   // A call with known buffers; returns its sequence number.
   uint64_t record_call(RecordKind kind, const char* call, CUstream stream, const ranges::RangeList& ranges);
   uint64_t recorded() const { return next_.load(); }
+  // The kernels recorded: those of unloaded modules first (the registry
+  // retired them; the driver may have handed their handles to new kernels),
+  // then the live ones.
   std::vector<KernelSummary> kernels();
-  // The module `id` was unloaded: its kernels are forgotten here (the driver
-  // may hand their handles to new kernels, whose names and parameter
-  // layouts differ), their summaries kept for kernels(), listed first.
-  void module_unloaded(uint64_t id);
   // The records still in the ring, oldest first.
   std::vector<LaunchRecord> recent();
 
  private:
-  struct Kernel {
-    uint64_t module = 0;
-    std::string name;
-    std::vector<ParamSlot> params;
+  // What the log keeps per kernel, in its registry entry.
+  struct Recorded final : KernelState {
     uint64_t launches = 0;
   };
-  Kernel& kernel_locked(CUfunction f);
   LaunchRecord& next_locked();
 
-  const ModuleRegistry& modules_;
+  const KernelRegistry& kernels_;
   std::atomic<bool> enabled_{false};
   std::atomic<uint64_t> next_{0};
   std::mutex mu_;
-  std::unordered_map<CUfunction, Kernel> kernels_;
-  std::vector<KernelSummary> retired_;
   std::unique_ptr<LaunchRecord[]> ring_;
 };
 

@@ -137,10 +137,11 @@ const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef&
   return nullptr;
 }
 
-std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(CUfunction f, const std::string& name,
-                                                                     const ModuleRef& module) {
+std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(const Kernel& k) {
+  const std::string& name = k.name;
+  const ModuleRef& module = k.module;
   spec::LayoutSources sources;
-  sources.driver = kernel_param_slots(f);
+  sources.driver = k.params;
   sources.name_kinds = spec::param_kinds_from_name(name.c_str());
   std::lock_guard<std::mutex> lock(mu_);
   auto key = std::make_pair(module.hash, name);
@@ -155,60 +156,39 @@ std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(CUfunction 
   return layout;
 }
 
-void LaunchSpeculation::module_unloaded(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = kernels_.begin(); it != kernels_.end();) {
-    if (it->second.module != id) {
-      ++it;
-      continue;
-    }
-    retired_.push_back(std::move(it->second));
-    it = kernels_.erase(it);
-  }
+void LaunchSpeculation::on_kernel(Kernel& k, void** params, void** extra, LaunchSet* out, WriteRanges* writes) {
+  speculate(k, launch_args(params, extra), out, writes);
 }
 
-LaunchSpeculation::KernelEntry* LaunchSpeculation::entry_locked(CUfunction f) {
-  auto it = kernels_.find(f);
-  return it == kernels_.end() ? nullptr : &it->second;
-}
-
-void LaunchSpeculation::on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out, WriteRanges* writes) {
-  speculate(f, launch_args(params, extra), out, writes);
-}
-
-void LaunchSpeculation::on_packed_kernel(CUfunction f, const std::byte* args, size_t size) {
+void LaunchSpeculation::on_packed_kernel(Kernel& k, const std::byte* args, size_t size) {
   spec::LaunchArgs a;
   a.packed = args;
   a.packed_size = size;
-  speculate(f, a, nullptr, nullptr);
+  speculate(k, a, nullptr, nullptr);
 }
 
-LaunchSpeculation::KernelEntry* LaunchSpeculation::entry(CUfunction f, std::unique_lock<std::mutex>& lock) {
-  KernelEntry* e = entry_locked(f);
-  if (e) return e;
-  // First launch of this function: analysed without the lock held for the
-  // driver's answers (the module's metadata is read under it, once).
+LaunchSpeculation::KernelEntry& LaunchSpeculation::entry(Kernel& k, std::unique_lock<std::mutex>& lock) {
+  if (KernelEntry* e = k.state<KernelEntry>(KernelFeature::kSpeculation)) return *e;
+  // First launch of this kernel: its layout put together without the lock
+  // held for the name's demangling (the module's metadata is read under it,
+  // once).
   lock.unlock();
   auto started = std::chrono::steady_clock::now();
-  KernelEntry fresh;
-  fresh.name = kernel_name(f);
-  ModuleRef module = modules_.module_ref(f);
-  fresh.module = module.id;
-  fresh.layout = analyse(f, fresh.name, module);
+  auto fresh = std::make_unique<KernelEntry>();
+  fresh->layout = analyse(k);
   uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
   lock.lock();
-  auto [it, inserted] = kernels_.try_emplace(f, std::move(fresh));
-  if (inserted) {
-    totals_.analysis_ns += ns;
-    totals_.analysis_max_ns = std::max(totals_.analysis_max_ns, ns);
-    totals_.cubin_checked += it->second.layout->cubin_checked;
-  }
-  return &it->second;
+  if (KernelEntry* e = k.state<KernelEntry>(KernelFeature::kSpeculation)) return *e;  // another launch's
+  totals_.kernels++;
+  totals_.analysis_ns += ns;
+  totals_.analysis_max_ns = std::max(totals_.analysis_max_ns, ns);
+  totals_.cubin_checked += fresh->layout->cubin_checked;
+  return k.attach(KernelFeature::kSpeculation, std::move(fresh));
 }
 
-void LaunchSpeculation::speculate(CUfunction f, const spec::LaunchArgs& args, LaunchSet* out, WriteRanges* writes) {
+void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, LaunchSet* out, WriteRanges* writes) {
   std::unique_lock<std::mutex> lock(mu_);
-  KernelEntry* e = entry(f, lock);
+  KernelEntry* e = &entry(k, lock);
   e->launches++;
   totals_.launches++;
   if (t_exact_depth > 0) {
@@ -270,17 +250,17 @@ LaunchSpeculation::Totals LaunchSpeculation::totals() {
   std::lock_guard<std::mutex> lock(mu_);
   Totals t = totals_;
   t.indexed = index_.size();
-  t.kernels = kernels_.size() + retired_.size();
   return t;
 }
 
 std::vector<wire::KernelSpeculationEntry> LaunchSpeculation::kernels() {
+  KernelRegistry::Entries entries = kernels_.entries();
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<wire::KernelSpeculationEntry> out;
-  auto add = [&out](const KernelEntry& e) {
+  auto add = [&out](const Kernel& kernel, const KernelEntry& e) {
     wire::KernelSpeculationEntry k;
-    k.name = e.name;
-    k.module = e.module;
+    k.name = kernel.name;
+    k.module = kernel.module.id;
     k.launches = e.launches;
     k.exact = e.exact;
     k.speculated = e.speculated;
@@ -292,8 +272,9 @@ std::vector<wire::KernelSpeculationEntry> LaunchSpeculation::kernels() {
     k.note = e.layout->note;
     out.push_back(std::move(k));
   };
-  for (const KernelEntry& e : retired_) add(e);
-  for (const auto& [f, e] : kernels_) add(e);
+  for (const auto* list : {&entries.retired, &entries.live})
+    for (const Kernel* kernel : *list)
+      if (const KernelEntry* e = kernel->state<KernelEntry>(KernelFeature::kSpeculation)) add(*kernel, *e);
   return out;
 }
 

@@ -1,8 +1,8 @@
 // Read/write-set speculation of every launch while a protocol needs it
 // (speculation/): the buffer index follows the program's allocations, each
-// kernel's parameter layout is put together at its first launch and cached
-// by module hash and name, and every launch, copy, memset and known library
-// call gets its set. For now the sets feed per-kernel statistics (agent
+// kernel's parameter layout is put together at its first launch, kept in
+// its registry entry (kernel_registry.h) and cached by module hash and name,
+// and every launch, copy, memset and known library call gets its set. For now the sets feed per-kernel statistics (agent
 // status, phosctl kernels, the stats file); the concurrent protocols will
 // consume them.
 //
@@ -24,6 +24,7 @@
 
 #include "call_ranges.h"
 #include "device_memory.h"
+#include "kernel_registry.h"
 #include "launch_log.h"
 #include "module_registry.h"
 #include "phos/images/agent_messages.h"
@@ -44,7 +45,7 @@ struct WriteRanges {
 
 class LaunchSpeculation final : public BufferObserver {
  public:
-  explicit LaunchSpeculation(const ModuleRegistry& modules) : modules_(modules) {}
+  explicit LaunchSpeculation(const KernelRegistry& kernels) : kernels_(kernels) {}
 
   bool active() const { return active_.load(std::memory_order_relaxed); }
   // On: the index is filled from `memory` and follows it from then on. Off:
@@ -55,17 +56,13 @@ class LaunchSpeculation final : public BufferObserver {
 
   // `out`, if given, gets the set (for the launch record); `writes`, if
   // given, its written buffers (for the validator).
-  void on_kernel(CUfunction f, void** params, void** extra, LaunchSet* out = nullptr, WriteRanges* writes = nullptr);
+  void on_kernel(Kernel& k, void** params, void** extra, LaunchSet* out = nullptr, WriteRanges* writes = nullptr);
   // A module image just loaded (content hash `hash`): its cubin's kernel
   // records are read now, for the layouts' cross-check.
   void module_loaded(uint64_t hash, const void* image);
-  // The module with registry id `id` was unloaded: its kernels' entries are
-  // retired (their statistics kept), since the driver may give a later
-  // kernel the same CUfunction.
-  void module_unloaded(uint64_t id);
   // A kernel whose arguments were copied aside, packed by the driver's
   // layout (a graph's kernel node, launched with its graph).
-  void on_packed_kernel(CUfunction f, const std::byte* args, size_t size);
+  void on_packed_kernel(Kernel& k, const std::byte* args, size_t size);
   void on_call(const ranges::RangeList& ranges);
 
   // BufferObserver (called under DeviceMemory's lock).
@@ -82,6 +79,7 @@ class LaunchSpeculation final : public BufferObserver {
     uint64_t analysis_ns = 0, analysis_max_ns = 0;  // time analysing kernels at their first launch
   };
   Totals totals();
+  // Kernels of unloaded modules first (the registry retired them), then the live ones.
   std::vector<wire::KernelSpeculationEntry> kernels();
   // Lookups a second on the live index, from `n` timed lookups of addresses
   // inside and between its buffers (statistics for the GPU suite).
@@ -97,34 +95,29 @@ class LaunchSpeculation final : public BufferObserver {
   };
 
  private:
-  struct KernelEntry {
+  // What the speculation keeps per kernel, in its registry entry.
+  struct KernelEntry final : KernelState {
     std::shared_ptr<const speculation::KernelLayout> layout;
-    std::string name;
-    uint64_t module = 0;
     uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0, buffers = 0, reads = 0, writes = 0;
   };
   struct ModuleMetadata {
     bool read = false;
     std::vector<speculation::CubinKernel> kernels;
   };
-  void speculate(CUfunction f, const speculation::LaunchArgs& args, LaunchSet* out, WriteRanges* writes);
-  KernelEntry* entry(CUfunction f, std::unique_lock<std::mutex>& lock);
-  KernelEntry* entry_locked(CUfunction f);
+  void speculate(Kernel& k, const speculation::LaunchArgs& args, LaunchSet* out, WriteRanges* writes);
+  KernelEntry& entry(Kernel& k, std::unique_lock<std::mutex>& lock);
   // A module's cubin records into `m`; an unreadable cubin is counted (a
   // module with no cubin for this GPU, PTX only, is not).
   void read_metadata(ModuleMetadata& m, const void* image, uint32_t arch, bool* unreadable);
-  std::shared_ptr<const speculation::KernelLayout> analyse(CUfunction f, const std::string& name,
-                                                           const ModuleRef& module);
+  std::shared_ptr<const speculation::KernelLayout> analyse(const Kernel& k);
   const speculation::CubinKernel* cubin_kernel_locked(const ModuleRef& module, const std::string& name);
 
-  const ModuleRegistry& modules_;
+  const KernelRegistry& kernels_;
   std::atomic<bool> active_{false};
   std::mutex switch_mu_;  // one set_active at a time (taken before DeviceMemory's lock and mu_)
   std::mutex mu_;
   speculation::BufferIndex index_;
   speculation::SignatureDb signatures_;
-  std::unordered_map<CUfunction, KernelEntry> kernels_;
-  std::vector<KernelEntry> retired_;  // of unloaded modules, for statistics
   // Layouts by (module hash, kernel name): a module loaded twice, or in two
   // contexts, is analysed once. Kernels of modules without a hash are not
   // shared: two of them may have the same name and different parameters.

@@ -59,7 +59,7 @@ void LaunchValidation::set_active(bool on) {
   sass_.unpatch_all();
 }
 
-void LaunchValidation::cubin_loaded(const void* handle, uint64_t hash, const void* image, size_t size) {
+void LaunchValidation::cubin_loaded(uint64_t id, uint64_t hash, const void* image, size_t size) {
   if (validators_ == Validators::kSass) return;
   std::string ptx = triton_ptx(image, size);
   if (ptx.empty()) return;
@@ -67,11 +67,11 @@ void LaunchValidation::cubin_loaded(const void* handle, uint64_t hash, const voi
   m->hash = hash;
   m->ptx = std::move(ptx);
   std::lock_guard<std::mutex> lock(mu_);
-  modules_[handle] = std::move(m);
+  modules_[id] = std::move(m);
   totals_.modules++;
 }
 
-void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx) {
+void LaunchValidation::module_loaded(uint64_t id, uint64_t hash, const void* image, bool is_ptx) {
   if (validators_ == Validators::kSass) return;
   auto m = std::make_shared<Module>();
   m->hash = hash;
@@ -79,54 +79,20 @@ void LaunchValidation::module_loaded(const void* handle, uint64_t hash, const vo
   if (is_ptx) m->ptx = static_cast<const char*>(image);
   else if (!speculation::module_ptx(image, current_device_arch(), &m->ptx, &error)) return;  // no PTX to twin
   std::lock_guard<std::mutex> lock(mu_);
-  modules_[handle] = std::move(m);
+  modules_[id] = std::move(m);
   totals_.modules++;
 }
 
-void LaunchValidation::module_unloaded(const void* handle) {
+void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  // SASS-validated kernels of the module or library are forgotten; a
-  // reused handle comes back at its next launch under its new name.
   sass_.unloaded(handle);
-  for (auto k = kernels_.begin(); k != kernels_.end();) {
-    const SassPatcher::Patched& h = k->second->sass_handles;
-    if (k->second->sass && (static_cast<const void*>(h.module) == handle || static_cast<const void*>(h.library) == handle)) {
-      retired_.push_back(std::move(k->second));
-      k = kernels_.erase(k);
-    } else {
-      ++k;
-    }
-  }
-  auto it = modules_.find(handle);
-  if (it == modules_.end()) return;
-  // Kernels keep the module alive (shared_ptr) until they are forgotten; the
-  // twins go with the program's module.
+  auto it = modules_.find(id);
+  if (!id || it == modules_.end()) return;
+  // Its kernels' entries are retired (they keep the module alive, shared_ptr,
+  // for their statistics); the twins go with the program's module.
   std::shared_ptr<Module> m = it->second;
   modules_.erase(it);
-  std::erase_if(functions_, [&](const auto& f) { return f.second.first == m; });
-  for (auto k = kernels_.begin(); k != kernels_.end();) {
-    if (k->second->module == m) {
-      k->second->twin = nullptr;
-      retired_.push_back(std::move(k->second));
-      k = kernels_.erase(k);
-    } else {
-      ++k;
-    }
-  }
   if (m->twins) PHOS_REAL(cuModuleUnload)(m->twins);
-}
-
-void LaunchValidation::same_function(const void* kernel, const void* derived) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = functions_.find(kernel);
-  if (it != functions_.end()) functions_[derived] = it->second;
-}
-
-void LaunchValidation::function_taken(const void* module, const void* function, const char* name) {
-  if (!name) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = modules_.find(module);
-  if (it != modules_.end()) functions_[function] = {it->second, name};
 }
 
 // The twins of every kernel of the module, loaded as a module of their own
@@ -164,56 +130,55 @@ void LaunchValidation::build_locked(Module& m) {
   totals_.twin_build_max_ns = std::max(totals_.twin_build_max_ns, ns);
 }
 
-LaunchValidation::Kernel* LaunchValidation::kernel_locked(CUfunction f) {
-  auto it = kernels_.find(f);
-  if (it != kernels_.end()) return it->second.get();
-  auto fn = functions_.find(f);
+LaunchValidation::ValidatedKernel* LaunchValidation::kernel_locked(Kernel& k) {
+  if (auto* v = k.state<ValidatedKernel>(KernelFeature::kValidation)) return v;
+  auto m = k.module.id ? modules_.find(k.module.id) : modules_.end();
   // Not from a module with PTX: the SASS validator's, if it is attached.
-  if (fn == functions_.end() && !sass_.attached()) return nullptr;
-  Kernel& k = *(kernels_[f] = std::make_unique<Kernel>());
-  if (fn != functions_.end()) {
-    k.module = fn->second.first;
-    k.name = fn->second.second;
-  } else {
-    k.name = kernel_name(f);
+  if (m == modules_.end() && !sass_.attached()) return nullptr;
+  ValidatedKernel& v = k.attach(KernelFeature::kValidation, std::make_unique<ValidatedKernel>());
+  v.stats.name = k.name;
+  if (m != modules_.end()) {
+    v.module = m->second;
+    resolve_twin_locked(v, k);
   }
-  k.stats.name = k.name;
-  if (k.module) resolve_twin_locked(k, f);
-  if (!k.twin && sass_.attached()) try_sass_locked(k, f);
-  k.resolved = true;
-  return &k;
+  if (!v.twin && sass_.attached()) try_sass_locked(v, k);
+  return &v;
 }
 
-void LaunchValidation::resolve_twin_locked(Kernel& k, CUfunction f) {
-  Module& m = *k.module;
+void LaunchValidation::resolve_twin_locked(ValidatedKernel& v, const Kernel& k) {
+  Module& m = *v.module;
   if (!m.built) build_locked(m);
   CUcontext ctx = nullptr;
   PHOS_REAL(cuCtxGetCurrent)(&ctx);
   auto why = m.skip.find(k.name);
   auto twin_name = m.kernels.find(k.name);
-  if (!m.unusable.empty()) k.stats.skipped = m.unusable;
-  else if (why != m.skip.end()) k.stats.skipped = why->second;
-  else if (twin_name == m.kernels.end()) k.stats.skipped = "not a kernel of the module's PTX";
-  else if (ctx != m.ctx) k.stats.skipped = "launched in another context than its twins were loaded into";
-  else if (PHOS_REAL(cuModuleGetFunction)(&k.twin, m.twins, twin_name->second.c_str()) != CUDA_SUCCESS) {
-    k.twin = nullptr;
-    k.stats.skipped = "no twin function in the twin module";
+  if (!m.unusable.empty()) v.stats.skipped = m.unusable;
+  else if (why != m.skip.end()) v.stats.skipped = why->second;
+  else if (twin_name == m.kernels.end()) v.stats.skipped = "not a kernel of the module's PTX";
+  else if (ctx != m.ctx) v.stats.skipped = "launched in another context than its twins were loaded into";
+  else if (PHOS_REAL(cuModuleGetFunction)(&v.twin, m.twins, twin_name->second.c_str()) != CUDA_SUCCESS) {
+    v.twin = nullptr;
+    v.stats.skipped = "no twin function in the twin module";
   }
-  if (auto slots = kernel_param_slots(f)) k.params = uint32_t(slots->size());
-  else if (k.twin) k.stats.skipped = "parameter count unknown", k.twin = nullptr;
-  if (k.twin) k.stats.validator = "ptx";
+  if (k.params) v.params = uint32_t(k.params->size());
+  else if (v.twin) v.stats.skipped = "parameter count unknown", v.twin = nullptr;
+  if (v.twin) v.stats.validator = "ptx";
 }
 
 // The kernel's own code, patched; the reason its twin could not be used
-// stays in the statistics when this cannot be either.
-void LaunchValidation::try_sass_locked(Kernel& k, CUfunction f) {
+// stays in the statistics when this cannot be either. An unload of the
+// module or library the driver names for it retires its entry, whether or
+// not the module registry knows that module.
+void LaunchValidation::try_sass_locked(ValidatedKernel& v, Kernel& k) {
   std::string why;
-  if (sass_.resolve(f, &k.sass_handles, &why) && sass_.ensure_patched(k.sass_handles, &why)) {
-    k.sass = true;
-    k.stats.validator = "sass";
-    k.stats.skipped.clear();
+  if (sass_.resolve(function_of(k), &v.sass_handles, &why) && sass_.ensure_patched(v.sass_handles, &why)) {
+    v.sass = true;
+    v.stats.validator = "sass";
+    v.stats.skipped.clear();
+    kernels_.unloaded_with(k, v.sass_handles.module);
+    kernels_.unloaded_with(k, v.sass_handles.library);
   } else {
-    k.stats.skipped += (k.stats.skipped.empty() ? "" : "; ") + std::string("sass: ") + why;
+    v.stats.skipped += (v.stats.skipped.empty() ? "" : "; ") + std::string("sass: ") + why;
   }
 }
 
@@ -246,7 +211,7 @@ bool LaunchValidation::table_locked(Table* out) {
   return true;
 }
 
-bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes,
+bool LaunchValidation::prepare(Kernel& kernel, void** params, void** extra, uint32_t shared_bytes,
                                const WriteRanges& writes, Prepared* out) {
   if (!params || extra || !writes.known) return false;  // the packed form is not validated yet
   std::vector<uint64_t> words;
@@ -255,7 +220,7 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
   {
     std::lock_guard<std::mutex> lock(mu_);
     collect_locked();
-    Kernel* k = kernel_locked(f);
+    ValidatedKernel* k = kernel_locked(kernel);
     if (!k || (!k->twin && !k->sass)) return false;
     if (!table_locked(&out->table)) return false;
     std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
@@ -263,7 +228,7 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
     out->table_address = out->table.device;
     if (k->sass) {
       out->sass = true;
-      out->launch = f;
+      out->launch = function_of(kernel);
       out->launch_params = params;
       out->sass_handles = k->sass_handles;
     } else {
@@ -292,7 +257,7 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
     return true;
   std::lock_guard<std::mutex> lock(mu_);
   if (!why.empty()) {
-    auto* k = static_cast<Kernel*>(out->table.kernel);
+    auto* k = static_cast<ValidatedKernel*>(out->table.kernel);
     k->sass = false;
     k->stats.skipped = "sass: " + why;
   }
@@ -301,11 +266,12 @@ bool LaunchValidation::prepare(CUfunction f, void** params, void** extra, uint32
   return false;
 }
 
-std::unique_lock<std::mutex> LaunchValidation::hold_unvalidated(CUfunction f) {
+std::unique_lock<std::mutex> LaunchValidation::hold_unvalidated(const Kernel* k) {
+  if (!k) return {};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = kernels_.find(f);
-    if (it == kernels_.end() || !it->second->sass) return {};
+    const ValidatedKernel* v = k->state<ValidatedKernel>(KernelFeature::kValidation);
+    if (!v || !v->sass) return {};
   }
   return std::unique_lock<std::mutex>(sass_launch_mu_);
 }
@@ -318,7 +284,7 @@ bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
     sass_launch_mu_.unlock();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  Kernel& k = *static_cast<Kernel*>(p.table.kernel);
+  ValidatedKernel& k = *static_cast<ValidatedKernel*>(p.table.kernel);
   if (launched != CUDA_SUCCESS) {
     if (!p.table.keep_out) free_.push_back(p.table);
     if (p.sass) return true;  // the program's own launch: its result stands
@@ -346,7 +312,7 @@ void LaunchValidation::collect_locked() {
     Table& t = in_flight_.front();
     if (PHOS_REAL(cuEventQuery)(t.done) == CUDA_ERROR_NOT_READY) break;
     ptx::Violations v = ptx::read_violations(std::span<const uint64_t>(t.host, ptx::kTableHeaderWords));
-    Kernel& k = *static_cast<Kernel*>(t.kernel);
+    ValidatedKernel& k = *static_cast<ValidatedKernel*>(t.kernel);
     if (v.count) {
       if (!k.stats.violations) {
         k.stats.first_address = v.first_address;
@@ -372,11 +338,13 @@ LaunchValidation::Totals LaunchValidation::totals() {
 }
 
 std::vector<LaunchValidation::KernelStats> LaunchValidation::kernels() {
+  KernelRegistry::Entries entries = kernels_.entries();
   std::lock_guard<std::mutex> lock(mu_);
   collect_locked();
   std::vector<KernelStats> out;
-  for (const auto& [f, k] : kernels_) out.push_back(k->stats);
-  for (const auto& k : retired_) out.push_back(k->stats);
+  for (const auto* list : {&entries.live, &entries.retired})
+    for (const Kernel* k : *list)
+      if (const ValidatedKernel* v = k->state<ValidatedKernel>(KernelFeature::kValidation)) out.push_back(v->stats);
   return out;
 }
 

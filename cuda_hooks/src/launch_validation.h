@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernel_registry.h"
 #include "launch_speculation.h"
 #include "phos/images/result.h"
 #include "sass_validation.h"
@@ -40,6 +41,8 @@ namespace phos::hooks {
 
 class LaunchValidation {
  public:
+  explicit LaunchValidation(KernelRegistry& kernels) : kernels_(kernels) {}
+
   bool active() const { return active_.load(std::memory_order_relaxed); }
   // Off: the patched modules are unpatched.
   void set_active(bool on);
@@ -52,27 +55,26 @@ class LaunchValidation {
   Result<void> attach_sass() { return sass_.attach(); }
   bool sass_attached() const { return sass_.attached(); }
 
-  // A module loaded under `handle` from `image`: PTX text (NUL-terminated)
-  // when is_ptx, else a fatbin (or cudart's wrapper of one), whose newest
-  // PTX entry this GPU can run is taken; nothing to validate without one.
-  void module_loaded(const void* handle, uint64_t hash, const void* image, bool is_ptx);
+  // A module loaded (module registry id `id`) from `image`: PTX text
+  // (NUL-terminated) when is_ptx, else a fatbin (or cudart's wrapper of
+  // one), whose newest PTX entry this GPU can run is taken; nothing to
+  // validate without one. Its kernels find it through their registry entry.
+  void module_loaded(uint64_t id, uint64_t hash, const void* image, bool is_ptx);
   // A module loaded from an ELF cubin of `size` bytes: Triton assembles its
   // kernels itself and loads the cubin, keeping the PTX beside it in its
   // cache (TRITON_CACHE_DIR, else ~/.triton/cache: <hash>/<name>.cubin and
   // <name>.ptx); a cubin found there byte for byte brings its PTX.
-  void cubin_loaded(const void* handle, uint64_t hash, const void* image, size_t size);
-  void module_unloaded(const void* handle);
-  // cuModuleGetFunction / cuLibraryGetKernel: `function` named `name` is in
-  // the module loaded under `module`.
-  void function_taken(const void* module, const void* function, const char* name);
-  // cuKernelGetFunction: `derived` is `kernel`'s function.
-  void same_function(const void* kernel, const void* derived);
+  void cubin_loaded(uint64_t id, uint64_t hash, const void* image, size_t size);
+  // The module or library under `handle` (module registry id `id`, 0 where
+  // not known) was unloaded: its twins and patched modules go with it. Its
+  // kernels' state went with their registry entries.
+  void module_unloaded(const void* handle, uint64_t id);
 
   struct Table {
     uint64_t* host = nullptr;
     CUdeviceptr device = 0;
     CUevent done = nullptr;
-    void* kernel = nullptr;  // the Kernel it validates
+    void* kernel = nullptr;  // the ValidatedKernel it validates
     bool keep_out = false;   // its function may still hand it out: never reused
   };
   // A launch to make: the twin with kernelParams the original ones plus
@@ -87,24 +89,25 @@ class LaunchValidation {
     CUdeviceptr table_address = 0;
     Table table;
   };
-  // True when `f`'s launch can be validated: the caller launches
+  // True when `k`'s launch can be validated: the caller launches
   // out->launch with out->launch_params instead, then calls finish(). A SASS
   // launch holds a lock from prepare() to finish(): a patched kernel's table
   // is set per function, for the launches that follow.
   // `shared_bytes`: the launch's dynamic shared memory; above the default
   // 48 KiB the twin gets the same opt-in the original must have had.
   // `writes`: the launch's speculated write set (LaunchSpeculation::on_kernel).
-  bool prepare(CUfunction f, void** params, void** extra, uint32_t shared_bytes, const WriteRanges& writes,
+  bool prepare(Kernel& k, void** params, void** extra, uint32_t shared_bytes, const WriteRanges& writes,
                Prepared* out);
   // False when the twin's launch failed: the kernel is not validated from
   // then on, and the caller launches the original (validation must never
   // change what the program gets). A SASS launch was the original: true.
   bool finish(Prepared& p, CUresult launched, CUstream stream);
 
-  // A launch of `f` that is not validated: when f is validated at the SASS
-  // level, the lock validated launches hold while f's table is set, so that
-  // this launch passes no table; empty for every other kernel.
-  std::unique_lock<std::mutex> hold_unvalidated(CUfunction f);
+  // A launch of `k` that is not validated: when k is validated at the SASS
+  // level, the lock validated launches hold while k's table is set, so that
+  // this launch passes no table; empty for every other kernel (and for null,
+  // a kernel not in the registry).
+  std::unique_lock<std::mutex> hold_unvalidated(const Kernel* k);
 
   struct KernelStats {
     std::string name;
@@ -121,6 +124,7 @@ class LaunchValidation {
   };
   // Reads the tables of completed launches first.
   Totals totals();
+  // Live kernels first, then those of unloaded modules.
   std::vector<KernelStats> kernels();
 
  private:
@@ -134,10 +138,9 @@ class LaunchValidation {
     std::map<std::string, std::string> kernels;  // kernel the PTX defines -> its twin's name
     std::string unusable;                     // why no kernel of it is validated; empty if some can be
   };
-  struct Kernel {
+  // What the validation keeps per kernel, in its registry entry.
+  struct ValidatedKernel final : KernelState {
     std::shared_ptr<Module> module;
-    std::string name;
-    bool resolved = false;
     CUfunction twin = nullptr;  // null: not validated by a twin
     bool sass = false;          // validated at the SASS level
     SassPatcher::Patched sass_handles;  // its module, the function its table is set on, its library
@@ -148,27 +151,25 @@ class LaunchValidation {
   static constexpr size_t kTableRanges = 64;
   static constexpr size_t kTablesPerBlock = 256;
 
-  // The twin to launch for `f`, or null; builds the module's twins at the
-  // first launch of any of its kernels.
-  Kernel* kernel_locked(CUfunction f);
-  void resolve_twin_locked(Kernel& k, CUfunction f);
-  void try_sass_locked(Kernel& k, CUfunction f);
+  // `k`'s state, made at its first validated launch (null: neither
+  // validator can take it); builds the module's twins at the first launch of
+  // any of its kernels.
+  ValidatedKernel* kernel_locked(Kernel& k);
+  void resolve_twin_locked(ValidatedKernel& v, const Kernel& k);
+  void try_sass_locked(ValidatedKernel& v, Kernel& k);
   void build_locked(Module& m);
   bool table_locked(Table* out);
   void collect_locked();
   std::string triton_ptx(const void* image, size_t size);
 
+  KernelRegistry& kernels_;
   std::atomic<bool> active_{false}, ever_active_{false};
   Validators validators_ = Validators::kPtxAndSass;
   SassPatcher sass_;
   std::mutex sass_launch_mu_;  // from a SASS launch's prepare() to its finish()
   std::mutex mu_;
-  std::unordered_map<const void*, std::shared_ptr<Module>> modules_;  // by module/library handle
-  std::unordered_map<const void*, std::pair<std::shared_ptr<Module>, std::string>> functions_;
-  // Boxed: tables in flight point at their kernel; kernels of an unloaded
-  // module move to retired_ and keep their statistics.
-  std::unordered_map<CUfunction, std::unique_ptr<Kernel>> kernels_;
-  std::vector<std::unique_ptr<Kernel>> retired_;
+  // By module registry id. Kernels keep theirs (shared_ptr) in their entry.
+  std::unordered_map<uint64_t, std::shared_ptr<Module>> modules_;
   std::vector<Table> free_;
   std::deque<Table> in_flight_;
   Totals totals_;

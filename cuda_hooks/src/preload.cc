@@ -28,7 +28,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unordered_map>
 
 #include "cuda_backend.h"
 #include "driver.h"
@@ -82,12 +81,9 @@ std::string set_text(const LaunchSet& s) {
   return text;
 }
 
-void write_record(FILE* f, const LaunchRecord& r, const std::unordered_map<CUfunction, std::string>& names) {
+void write_record(FILE* f, const LaunchRecord& r) {
   const char* name = r.call;
-  if (r.kind == RecordKind::kKernel) {
-    auto it = names.find(r.function);
-    name = it == names.end() || it->second.empty() ? "?" : it->second.c_str();
-  }
+  if (r.kind == RecordKind::kKernel) name = !r.kernel || r.kernel->name.empty() ? "?" : r.kernel->name.c_str();
   std::string line = "record " + std::to_string(r.sequence) + " " + record_kind_name(r.kind) + " " + (name ? name : "?");
   if (r.within) line += " within=" + std::to_string(r.within);
   if (r.kind == RecordKind::kKernel) line += " module=" + std::to_string(r.module);
@@ -173,9 +169,7 @@ void write_stats() {
       for (size_t i = 0; i < k.params.size(); i++) std::fprintf(f, "%s%u:%u", i ? "," : "", k.params[i].offset, k.params[i].size);
       std::fprintf(f, "\n");
     }
-    std::unordered_map<CUfunction, std::string> names;
-    for (const auto& k : runtime().launches.kernels()) names[k.function] = k.name;
-    for (const auto& r : runtime().launches.recent()) write_record(f, r, names);
+    for (const auto& r : runtime().launches.recent()) write_record(f, r);
   }
   write_speculation(f);
   write_validation(f);

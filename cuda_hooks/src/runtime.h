@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "device_memory.h"
+#include "kernel_info.h"
+#include "kernel_registry.h"
 #include "launch_log.h"
 #include "launch_speculation.h"
 #include "launch_validation.h"
@@ -38,9 +40,11 @@ class Runtime {
   Gate gate;
   DeviceMemory memory;
   ModuleRegistry modules;
-  LaunchLog launches{modules};
-  LaunchSpeculation speculation{modules};
-  LaunchValidation validation;
+  // One entry per launched kernel, shared by the three features below (kernel_registry.h).
+  KernelRegistry kernels{modules, describe_kernel};
+  LaunchLog launches{kernels};
+  LaunchSpeculation speculation{kernels};
+  LaunchValidation validation{kernels};
 
   void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, uint64_t>> counters() const;
