@@ -4,8 +4,14 @@
 
 namespace phos::hooks {
 
-Runtime& runtime() {
-  static Runtime* r = new Runtime();
+std::atomic<Runtime*> g_runtime{nullptr};
+
+Runtime& make_runtime() {
+  static Runtime* r = [] {
+    auto* made = new Runtime();
+    g_runtime.store(made, std::memory_order_release);
+    return made;
+  }();
   return *r;
 }
 

@@ -65,7 +65,15 @@ class Runtime {
   std::set<std::string> unsupported_;
 };
 
-Runtime& runtime();
+// The one Runtime, made at first use (a hook may run before libphos.so's
+// constructor, from another library's). Inline: every hook asks for it
+// several times per call.
+Runtime& make_runtime();
+extern std::atomic<Runtime*> g_runtime;
+inline Runtime& runtime() {
+  Runtime* r = g_runtime.load(std::memory_order_acquire);
+  return __builtin_expect(r != nullptr, 1) ? *r : make_runtime();
+}
 
 // Whether work queued on `stream` now goes into a graph being captured.
 bool stream_capturing(CUstream stream, bool per_thread_stream);

@@ -29,6 +29,10 @@ BufferIndex& BufferIndex::operator=(BufferIndex&& other) noexcept {
   firsts_ = std::move(other.firsts_);
   leaves_ = std::move(other.leaves_);
   size_ = other.size_;
+  lowest_ = other.lowest_;
+  highest_ = other.highest_;
+  other.lowest_ = UINT64_MAX;
+  other.highest_ = 0;
   generation_++;  // this cache is stale; so is the emptied one's
   other.size_ = 0;
   other.firsts_.clear();
@@ -44,6 +48,9 @@ size_t BufferIndex::leaf_for(uint64_t start) const {
 }
 
 bool BufferIndex::find(uint64_t address, Buffer* out) const {
+  // Most words a launch's by-value structs hold (sizes, strides, floats)
+  // are nowhere near a buffer: two compares, no cache line touched.
+  if (address < lowest_ || address >= highest_) return false;
   // Buffers are at least 256-byte aligned and pointers into them often
   // aligned too: mix in higher bits so neighbours spread over the cache.
   CacheEntry& c = cache_[((address >> 8) ^ (address >> 20) ^ address) & (kCacheSize - 1)];
@@ -86,6 +93,8 @@ bool BufferIndex::insert(uint64_t start, uint64_t size, uint64_t id) {
   uint64_t next_start = pos < leaf.count ? leaf.starts[pos] : li + 1 < leaves_.size() ? firsts_[li + 1] : UINT64_MAX;
   if (next_start < end) return false;  // reaches into the next one
   insert_at(li, pos, start, end, id);
+  lowest_ = std::min(lowest_, start);
+  highest_ = std::max(highest_, end);
   generation_++;
   return true;
 }
@@ -167,6 +176,8 @@ void BufferIndex::clear() {
   firsts_.clear();
   leaves_.clear();
   size_ = 0;
+  lowest_ = UINT64_MAX;
+  highest_ = 0;
 }
 
 std::vector<Buffer> BufferIndex::buffers() const {

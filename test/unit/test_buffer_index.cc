@@ -146,3 +146,27 @@ TEST_CASE("buffer index: a cached lookup never outlives the buffer it found") {
   moved.clear();
   CHECK_FALSE(moved.find(0x10010, &b));
 }
+
+TEST_CASE("buffer index: addresses below and above all buffers miss, as the bounds grow and after clear") {
+  BufferIndex index;
+  Buffer b;
+  CHECK_FALSE(index.find(0x1000, &b));
+  REQUIRE(index.insert(0x10000, 0x1000, 1));
+  CHECK_FALSE(index.find(0xffff, &b));
+  CHECK_FALSE(index.find(0x11000, &b));
+  CHECK(index.find(0x10fff, &b));
+  REQUIRE(index.insert(0x100000, 0x100, 2));  // above: the bounds grow
+  CHECK(index.find(0x1000ff, &b));
+  CHECK(b.id == 2);
+  CHECK_FALSE(index.find(0x100100, &b));
+  REQUIRE(index.insert(0x100, 0x100, 3));  // below
+  CHECK(index.find(0x100, &b));
+  CHECK(b.id == 3);
+  REQUIRE(index.erase(0x100000));  // erased: gone, though the bounds stay
+  CHECK_FALSE(index.find(0x100000, &b));
+  index.clear();
+  CHECK_FALSE(index.find(0x10000, &b));
+  REQUIRE(index.insert(0x20000, 0x1000, 4));
+  CHECK(index.find(0x20000, &b));
+  CHECK_FALSE(index.find(0x10000, &b));
+}

@@ -86,6 +86,10 @@ class BufferIndex {
   std::vector<uint64_t> firsts_;  // firsts_[i] == leaves_[i]->starts[0]
   std::vector<std::unique_ptr<Leaf>> leaves_;
   size_t size_ = 0;
+  // Every buffer lies in [lowest_, highest_): bounds that grow with inserts
+  // (an erase leaves them, which only makes them looser).
+  uint64_t lowest_ = UINT64_MAX;
+  uint64_t highest_ = 0;
   uint64_t generation_ = 1;
   mutable CacheEntry cache_[kCacheSize];
 };
