@@ -21,7 +21,11 @@ std::vector<std::pair<std::string, uint64_t>> Runtime::counters() const {
                                        "captured_launches"};
   static_assert(std::size(kNames) == size_t(Counter::kCount));
   std::vector<std::pair<std::string, uint64_t>> out;
-  for (size_t i = 0; i < size_t(Counter::kCount); i++) out.emplace_back(kNames[i], counters_[i].load());
+  for (size_t i = 0; i < size_t(Counter::kCount); i++) {
+    uint64_t sum = 0;
+    for (const CounterStripe& s : counters_) sum += s.values[i].load(std::memory_order_relaxed);
+    out.emplace_back(kNames[i], sum);
+  }
   return out;
 }
 

@@ -19,6 +19,7 @@
 #include "launch_validation.h"
 #include "module_registry.h"
 #include "phos/hooks/gate.h"
+#include "phos/hooks/thread_stripe.h"
 
 namespace phos::hooks {
 
@@ -46,7 +47,11 @@ class Runtime {
   LaunchSpeculation speculation{kernels};
   LaunchValidation validation{kernels};
 
-  void count(Counter c, uint64_t n = 1) { counters_[size_t(c)].fetch_add(n, std::memory_order_relaxed); }
+  // Each thread counts in its own stripe (thread_stripe.h): launches from
+  // several threads do not share a cache line.
+  void count(Counter c, uint64_t n = 1) {
+    counters_[thread_stripe()].values[size_t(c)].fetch_add(n, std::memory_order_relaxed);
+  }
   std::vector<std::pair<std::string, uint64_t>> counters() const;
 
   // A call that makes a checkpoint impossible (managed memory, IPC handles):
@@ -60,7 +65,10 @@ class Runtime {
   std::atomic<int> captures_active{0};
 
  private:
-  std::atomic<uint64_t> counters_[size_t(Counter::kCount)]{};
+  struct alignas(64) CounterStripe {
+    std::atomic<uint64_t> values[size_t(Counter::kCount)]{};
+  };
+  CounterStripe counters_[kThreadStripes];
   mutable std::mutex mu_;
   std::set<std::string> unsupported_;
 };

@@ -1,7 +1,9 @@
 // The gate every intercepted CUDA call passes. Closed during a checkpoint:
 // new calls wait (they do not fail) and close() returns once no call is
-// inside. enter()/leave() are on every CUDA call's path: two atomic
-// operations when the gate is open.
+// inside. enter()/leave() are on every CUDA call's path: when the gate is
+// open, an atomic increment and decrement of the calling thread's own stripe
+// of the count (thread_stripe.h) and a load of the flag every thread only
+// reads.
 #pragma once
 
 #include <atomic>
@@ -9,6 +11,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+
+#include "phos/hooks/thread_stripe.h"
 
 namespace phos::hooks {
 
@@ -22,14 +26,19 @@ class Gate {
   bool close(std::chrono::milliseconds timeout);
   void open();
   bool is_open() const { return !closed_.load(std::memory_order_acquire); }
-  int64_t inside() const { return inside_.load(std::memory_order_acquire); }
+  // Calls inside now, summed over the stripes.
+  int64_t inside() const;
 
  private:
+  struct alignas(64) Stripe {
+    std::atomic<int64_t> inside{0};
+  };
   void wake();
-  std::atomic<bool> closed_{false};
-  std::atomic<int64_t> inside_{0};
+  alignas(64) std::atomic<bool> closed_{false};
+  Stripe stripes_[kThreadStripes];
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable emptied_;  // close() waits here for the last call to leave
+  std::condition_variable opened_;   // calls wait here while the gate is closed
 };
 
 // RAII pass through a gate.
