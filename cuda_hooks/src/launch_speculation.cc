@@ -274,11 +274,11 @@ LaunchSpeculation::Totals LaunchSpeculation::totals() {
   return t;
 }
 
-std::vector<wire::KernelSpeculationEntry> LaunchSpeculation::kernels() {
+std::vector<agent::KernelSpeculation> LaunchSpeculation::kernels() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<wire::KernelSpeculationEntry> out;
+  std::vector<agent::KernelSpeculation> out;
   auto add = [&out](const KernelEntry& e) {
-    wire::KernelSpeculationEntry k;
+    agent::KernelSpeculation k;
     k.name = e.name;
     k.module = e.module;
     k.launches = e.launches;

@@ -82,7 +82,7 @@ class LaunchSpeculation final : public BufferObserver {
     uint64_t analysis_ns = 0, analysis_max_ns = 0;  // time analysing kernels at their first launch
   };
   Totals totals();
-  std::vector<wire::KernelSpeculationEntry> kernels();
+  std::vector<agent::KernelSpeculation> kernels();
   // Lookups a second on the live index, from `n` timed lookups of addresses
   // inside and between its buffers (statistics for the GPU suite).
   double measure_lookup_rate(size_t n);
