@@ -54,7 +54,8 @@ Result<Message> decode(const Phos__Keeper__Message& m) {
   switch (m.kind_case) {
     case PHOS__KEEPER__MESSAGE__KIND_HOLD: {
       Hold out{m.hold->pid, {}};
-      for (size_t i = 0; i < m.hold->n_allocations; i++) out.allocations.push_back(agent::pb::from_pb(*m.hold->allocations[i]));
+      for (size_t i = 0; i < m.hold->n_allocations; i++)
+        out.allocations.push_back(agent::pb::from_pb(*m.hold->allocations[i]));
       return Message(std::move(out));
     }
     case PHOS__KEEPER__MESSAGE__KIND_STATE:

@@ -138,7 +138,8 @@ Result<uint64_t> AgentClient::remap(const std::vector<uint64_t>& ids, const std:
   return reply->mapped_bytes;
 }
 
-Result<uint64_t> AgentClient::remap_all(const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds) {
+Result<uint64_t> AgentClient::remap_all(const std::vector<agent::Allocation>& allocs,
+                                        const std::vector<UniqueFd>& fds) {
   if (allocs.empty()) return remap({}, {});
   if (fds.size() != allocs.size())
     return make_error(std::to_string(fds.size()) + " fds for " + std::to_string(allocs.size()) + " allocations");

@@ -80,7 +80,8 @@ Result<KeeperLink> KeeperLink::start(int image_dirfd, int agent_timeout_ms) {
   return KeeperLink(std::move(ours));
 }
 
-Result<void> KeeperLink::hold(pid_t pid, const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds) {
+Result<void> KeeperLink::hold(pid_t pid, const std::vector<agent::Allocation>& allocs,
+                              const std::vector<UniqueFd>& fds) {
   if (allocs.size() != fds.size()) return make_error("keeper: one fd per allocation expected");
   // A frame's worth at a time; one (empty) Hold for a process without any.
   size_t at = 0;

@@ -275,13 +275,15 @@ TEST_CASE("agent protocol: a device UUID that is not 16 bytes is refused", "[age
   PbWriter device;
   device.varint(1, 2).bytes(2, three);
   auto e = reply_error(status_reply(old_status().message(13, device)));
-  CHECK_THAT(e.message, Catch::Contains("malformed reply") && Catch::Contains("device 2 has a UUID of 3 bytes, not 16"));
+  CHECK_THAT(e.message,
+             Catch::Contains("malformed reply") && Catch::Contains("device 2 has a UUID of 3 bytes, not 16"));
 }
 
 TEST_CASE("agent protocol: an unknown kind is refused, naming its field", "[agent_protocol][malformed]") {
   CHECK_THAT(request_error(PbWriter().message(12, PbWriter())).message,
              Catch::Contains("malformed request: unknown kind (field 12)"));
-  CHECK_THAT(reply_error(PbWriter().varint(14, 1)).message, Catch::Contains("malformed reply: unknown kind (field 14)"));
+  CHECK_THAT(reply_error(PbWriter().varint(14, 1)).message,
+             Catch::Contains("malformed reply: unknown kind (field 14)"));
   CHECK_THAT(request_error(PbWriter()).message, Catch::Contains("malformed request: no kind"));
   CHECK_THAT(reply_error(PbWriter()).message, Catch::Contains("malformed reply: no kind"));
 }
