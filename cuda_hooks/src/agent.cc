@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <type_traits>
+#include <variant>
 
 namespace phos::hooks {
 namespace {
@@ -23,7 +25,7 @@ std::string make_socket_name() {
   if (::getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != sizeof(nonce))
     nonce = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%d.%016llx", kAgentSocketPrefix, int(::getpid()),
+  std::snprintf(buf, sizeof(buf), "%s%d.%016llx", agent::kSocketPrefix, int(::getpid()),
                 static_cast<unsigned long long>(nonce));
   return buf;
 }
@@ -32,79 +34,6 @@ uint64_t now_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now().time_since_epoch())
                       .count());
-}
-
-// Sends `msg` as the reply of kind `kind` (stored in `field` of the oneof).
-template <class Msg>
-Result<void> send_reply(int conn, Phos__Agent__Reply__KindCase kind, Msg* Phos__Agent__Reply::*field, Msg& msg,
-                        std::span<const int> fds = {}) {
-  Phos__Agent__Reply reply = PHOS__AGENT__REPLY__INIT;
-  reply.kind_case = kind;
-  reply.*field = &msg;
-  return wire::send_message(conn, reply.base, fds);
-}
-
-// Module names in a status reply: a frame stays far below its limit even for
-// a process with thousands of modules.
-constexpr size_t kMaxModuleFunctions = 1000;
-
-// The Module messages of a status reply; they point into `modules`, and into
-// `names` (pointer arrays), which must outlive the reply.
-std::vector<Phos__Agent__Module> module_messages(std::vector<wire::ModuleEntry>& modules,
-                                                std::vector<std::vector<char*>>& names) {
-  std::vector<Phos__Agent__Module> out(modules.size());
-  names.resize(2 * modules.size());
-  for (size_t i = 0; i < modules.size(); i++) {
-    auto& m = modules[i];
-    auto& functions = names[2 * i];
-    auto& globals = names[2 * i + 1];
-    for (size_t f = 0; f < std::min(m.functions.size(), kMaxModuleFunctions); f++) functions.push_back(m.functions[f].data());
-    for (auto& g : m.globals) globals.push_back(g.data());
-    phos__agent__module__init(&out[i]);
-    out[i].id = m.id;
-    out[i].kind = m.kind.data();
-    out[i].size = m.size;
-    out[i].hash = m.hash;
-    out[i].source = m.source.data();
-    out[i].n_functions = functions.size();
-    out[i].functions = functions.data();
-    out[i].function_count = std::max<uint64_t>(m.function_count, m.functions.size());
-    out[i].n_globals = globals.size();
-    out[i].globals = globals.data();
-  }
-  return out;
-}
-
-// Kernels in a status reply: those with the most launches, for the same
-// reason (a kernel's mangled name can run to kilobytes).
-constexpr size_t kMaxStatusKernels = 1000;
-
-// The KernelSpeculation messages of a status reply, of the kernels with the
-// most launches (`kernels` is reordered and cut to those); they point into
-// `kernels`, which must outlive the reply.
-std::vector<Phos__Agent__KernelSpeculation> kernel_messages(std::vector<wire::KernelSpeculationEntry>& kernels) {
-  if (kernels.size() > kMaxStatusKernels) {
-    std::stable_sort(kernels.begin(), kernels.end(),
-                     [](const auto& a, const auto& b) { return a.launches > b.launches; });
-    kernels.resize(kMaxStatusKernels);
-  }
-  std::vector<Phos__Agent__KernelSpeculation> out(kernels.size());
-  for (size_t i = 0; i < kernels.size(); i++) {
-    auto& k = kernels[i];
-    phos__agent__kernel_speculation__init(&out[i]);
-    out[i].name = k.name.data();
-    out[i].module = k.module;
-    out[i].launches = k.launches;
-    out[i].exact = k.exact;
-    out[i].speculated = k.speculated;
-    out[i].unknown = k.unknown;
-    out[i].buffers = k.buffers;
-    out[i].reads = k.reads;
-    out[i].writes = k.writes;
-    out[i].types = k.types.data();
-    if (!k.note.empty()) out[i].note = k.note.data();
-  }
-  return out;
 }
 
 }  // namespace
@@ -165,7 +94,7 @@ void Agent::run(std::promise<void>& named) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
-  prctl(PR_SET_NAME, kAgentThreadName);
+  prctl(PR_SET_NAME, agent::kThreadName);
   tid_ = ::gettid();
   named.set_value();
 
@@ -189,193 +118,129 @@ bool Agent::peer_allowed(int conn) {
   socklen_t len = sizeof(cred);
   if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
   if (cred.uid == 0 || cred.uid == ::getuid()) return true;
-  (void)wire::send_error_reply(conn, EPERM,
-                               "permission denied: uid " + std::to_string(cred.uid) +
-                                   " is neither root nor the owner of process " + std::to_string(::getpid()));
+  std::string why = "permission denied: uid " + std::to_string(cred.uid) +
+                    " is neither root nor the owner of process " + std::to_string(::getpid());
+  (void)agent::send_reply(conn, make_error(why, EPERM));
   return false;
 }
 
 void Agent::serve(int conn) {
   bool greeted = false;
   for (;;) {
-    auto req = wire::recv_request(conn, options_.idle_timeout_ms);
+    auto req = agent::recv_request(conn, options_.idle_timeout_ms);
     if (!req) {
       // EPROTO: tell the peer what was wrong before hanging up.
-      if (req.error().code == EPROTO) (void)wire::send_error_reply(conn, EPROTO, req.error().message);
+      if (req.error().code == EPROTO) (void)agent::send_reply(conn, req.error());
       return;
     }
     if (!handle(conn, *req, greeted)) return;
   }
 }
 
-bool Agent::handle(int conn, wire::ReceivedRequest& received, bool& greeted) {
-  const Phos__Agent__Request& req = *received.request;
-  auto fail = [&](int code, const std::string& msg) {
-    (void)wire::send_error_reply(conn, code, msg);
-    return true;
-  };
-  if (!greeted && req.kind_case != PHOS__AGENT__REQUEST__KIND_HELLO) {
-    (void)wire::send_error_reply(conn, EPROTO, "the first request must be hello");
+bool Agent::handle(int conn, agent::ReceivedRequest& received, bool& greeted) {
+  const bool hello = std::holds_alternative<agent::Hello>(received.request);
+  if (!greeted && !hello) {
+    (void)agent::send_reply(conn, make_error("the first request must be hello", EPROTO));
     return false;
   }
-  switch (req.kind_case) {
-    case PHOS__AGENT__REQUEST__KIND_HELLO: {
-      if (req.hello->protocol_version != wire::kAgentProtocolVersion) {
-        (void)wire::send_error_reply(conn, EPROTONOSUPPORT,
-                                     "agent protocol " + std::to_string(req.hello->protocol_version) +
-                                         " not supported; this agent speaks " +
-                                         std::to_string(wire::kAgentProtocolVersion));
-        return false;
-      }
-      greeted = true;
-      Phos__Agent__HelloReply r = PHOS__AGENT__HELLO_REPLY__INIT;
-      r.protocol_version = wire::kAgentProtocolVersion;
-      r.agent_version = const_cast<char*>(PHOS_VERSION);
-      r.pid = ::getpid();
-      r.agent_tid = tid_.load();
-      r.uid = ::getuid();
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_HELLO, &Phos__Agent__Reply::hello, r).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_STATUS: {
-      BackendStatus s = backend_.status();
-      std::vector<char*> calls;
-      for (auto& c : s.unsupported_calls) calls.push_back(c.data());
-      Phos__Agent__StatusReply r = PHOS__AGENT__STATUS_REPLY__INIT;
-      r.gate_open = gate_.is_open();
-      r.cuda_initialized = s.cuda_initialized;
-      r.allocation_count = s.allocation_count;
-      r.allocated_bytes = s.allocated_bytes;
-      r.device_count = s.device_count;
-      std::vector<Phos__Agent__Device> devices(s.devices.size());
-      std::vector<Phos__Agent__Device*> device_ptrs;
-      for (size_t i = 0; i < s.devices.size(); i++) {
-        phos__agent__device__init(&devices[i]);
-        devices[i].ordinal = s.devices[i].ordinal;
-        devices[i].uuid = {s.devices[i].uuid.size(), s.devices[i].uuid.data()};
-        device_ptrs.push_back(&devices[i]);
-      }
-      r.n_devices = device_ptrs.size();
-      r.devices = device_ptrs.data();
-      r.n_unsupported_calls = calls.size();
-      r.unsupported_calls = calls.data();
-      std::vector<Phos__Agent__Counter> counters(s.counters.size());
-      std::vector<Phos__Agent__Counter*> counter_ptrs;
-      for (size_t i = 0; i < s.counters.size(); i++) {
-        phos__agent__counter__init(&counters[i]);
-        counters[i].name = s.counters[i].first.data();
-        counters[i].value = s.counters[i].second;
-        counter_ptrs.push_back(&counters[i]);
-      }
-      r.n_counters = counter_ptrs.size();
-      r.counters = counter_ptrs.data();
-      std::vector<std::vector<char*>> module_names;
-      auto modules = module_messages(s.modules, module_names);
-      std::vector<Phos__Agent__Module*> module_ptrs;
-      for (auto& m : modules) module_ptrs.push_back(&m);
-      r.n_modules = module_ptrs.size();
-      r.modules = module_ptrs.data();
-      r.has_speculation_active = 1;
-      r.speculation_active = s.speculation_active;
-      r.has_indexed_buffers = 1;
-      r.indexed_buffers = s.indexed_buffers;
-      r.has_kernel_count = 1;
-      r.kernel_count = std::max<uint64_t>(s.kernel_count, s.kernels.size());
-      auto kernels = kernel_messages(s.kernels);
-      std::vector<Phos__Agent__KernelSpeculation*> kernel_ptrs;
-      for (auto& k : kernels) kernel_ptrs.push_back(&k);
-      r.n_kernels = kernel_ptrs.size();
-      r.kernels = kernel_ptrs.data();
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_STATUS, &Phos__Agent__Reply::status, r).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS: {
-      const auto* q = req.list_allocations;
-      auto all = backend_.allocations();
-      uint64_t first = std::min<uint64_t>(q->first_index, all.size());
-      uint64_t count = std::min({uint64_t(q->max_count), uint64_t(all.size() - first), uint64_t(wire::kMaxFdsPerFrame)});
-      std::vector<Phos__Agent__Allocation> msgs(count);
-      std::vector<Phos__Agent__Allocation*> ptrs;
-      std::vector<UniqueFd> owned;
-      std::vector<int> fds;
-      for (uint64_t i = 0; i < count; i++) {
-        const AllocationInfo& a = all[first + i];
-        wire::to_message(wire::AllocationEntry{a.id, a.device, a.address, a.size, a.flags}, msgs[i]);
-        ptrs.push_back(&msgs[i]);
-        if (q->with_fds) {
-          auto fd = backend_.export_allocation(a.id);
-          if (!fd) return fail(fd.error().code, fd.error().message);
-          fds.push_back(fd->get());
-          owned.push_back(std::move(*fd));
-        }
-      }
-      Phos__Agent__ListAllocationsReply r = PHOS__AGENT__LIST_ALLOCATIONS_REPLY__INIT;
-      r.n_allocations = ptrs.size();
-      r.allocations = ptrs.data();
-      r.total_count = all.size();
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_LIST_ALLOCATIONS, &Phos__Agent__Reply::list_allocations, r, fds).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_QUIESCE: {
-      uint64_t t0 = now_ns();
-      auto timeout = std::chrono::milliseconds(req.quiesce->timeout_ms);
-      if (!gate_.close(timeout))
-        return fail(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +
-                                   std::to_string(req.quiesce->timeout_ms) + " ms; gate reopened");
-      if (auto d = backend_.drain(timeout); !d) {
-        gate_.open();
-        return fail(d.error().code, "drain: " + d.error().message + "; gate reopened");
-      }
-      Phos__Agent__QuiesceReply r = PHOS__AGENT__QUIESCE_REPLY__INIT;
-      r.drained_ns = now_ns() - t0;
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_QUIESCE, &Phos__Agent__Reply::quiesce, r).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS: {
-      if (gate_.is_open()) return fail(EBUSY, "release mappings needs a quiesced process (gate is open)");
-      auto released = backend_.release_mappings(req.release_mappings->release_handles);
-      if (!released) return fail(released.error().code, released.error().message);
-      Phos__Agent__ReleaseMappingsReply r = PHOS__AGENT__RELEASE_MAPPINGS_REPLY__INIT;
-      r.released_bytes = *released;
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS, &Phos__Agent__Reply::release_mappings, r).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_REMAP: {
-      const auto* q = req.remap;
-      if (!received.fds.empty() && received.fds.size() != q->n_allocation_ids)
-        return fail(EINVAL, "remap: " + std::to_string(received.fds.size()) + " fds for " +
-                                std::to_string(q->n_allocation_ids) + " allocations");
-      auto mapped = backend_.remap(std::span<const uint64_t>(q->allocation_ids, q->n_allocation_ids),
-                                   std::move(received.fds));
-      if (!mapped) return fail(mapped.error().code, mapped.error().message);
-      Phos__Agent__RemapReply r = PHOS__AGENT__REMAP_REPLY__INIT;
-      r.mapped_bytes = *mapped;
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_REMAP, &Phos__Agent__Reply::remap, r).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_RESUME: {
-      gate_.open();
-      Phos__Agent__ResumeReply r = PHOS__AGENT__RESUME_REPLY__INIT;
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_RESUME, &Phos__Agent__Reply::resume, r).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_SPECULATE: {
-      Phos__Agent__SpeculateReply r = PHOS__AGENT__SPECULATE_REPLY__INIT;
-      if (req.speculate->has_validate) {
-        auto set = backend_.set_validation(req.speculate->validate);
-        if (!set)
-          return fail(set.error().code, "validation " + std::string(req.speculate->validate ? "on" : "off") + ": " +
-                                            set.error().message);
-        r.has_validating = r.has_sass_attached = true;
-        r.validating = req.speculate->validate;
-        r.sass_attached = *set;
-      } else if (auto set = backend_.set_speculation(req.speculate->on); !set) {
-        return fail(set.error().code, "speculation " + std::string(req.speculate->on ? "on" : "off") + ": " +
-                                          set.error().message);
-      }
-      return send_reply(conn, PHOS__AGENT__REPLY__KIND_SPECULATE, &Phos__Agent__Reply::speculate, r).ok();
-    }
-    case PHOS__AGENT__REQUEST__KIND_GOODBYE: {
-      Phos__Agent__GoodbyeReply r = PHOS__AGENT__GOODBYE_REPLY__INIT;
-      (void)send_reply(conn, PHOS__AGENT__REPLY__KIND_GOODBYE, &Phos__Agent__Reply::goodbye, r);
-      return false;  // run() closes our end now, before the peer closes its own
-    }
-    default:
-      return fail(EPROTO, "unknown request kind " + std::to_string(int(req.kind_case)));
-  }
+  Answer a = std::visit(
+      [&](const auto& q) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(q)>, agent::RemapRequest>)
+          return answer(q, std::move(received.fds));
+        else
+          return answer(q);
+      },
+      received.request);
+  greeted = greeted || (hello && !a.hang_up);
+  std::vector<int> fds;
+  for (const auto& fd : a.fds) fds.push_back(fd.get());
+  auto sent = agent::send_reply(conn, a.reply, fds);
+  return sent.ok() && !a.hang_up;
 }
+
+Agent::Answer Agent::failure(int code, const std::string& message) { return Answer(make_error(message, code)); }
+
+Agent::Answer Agent::answer(const agent::Hello& q) {
+  if (q.protocol_version != agent::kProtocolVersion)
+    return {make_error("agent protocol " + std::to_string(q.protocol_version) + " not supported; this agent speaks " +
+                           std::to_string(agent::kProtocolVersion),
+                       EPROTONOSUPPORT),
+            true};
+  return {agent::HelloReply{agent::kProtocolVersion, PHOS_VERSION, ::getpid(), tid_.load(), ::getuid()}};
+}
+
+Agent::Answer Agent::answer(const agent::StatusRequest&) {
+  agent::StatusReply s = backend_.status();
+  s.gate_open = gate_.is_open();
+  return {std::move(s)};
+}
+
+Agent::Answer Agent::answer(const agent::ListAllocationsRequest& q) {
+  auto all = backend_.allocations();
+  uint64_t first = std::min<uint64_t>(q.first_index, all.size());
+  uint64_t count = std::min({uint64_t(q.max_count), uint64_t(all.size() - first), uint64_t(wire::kMaxFdsPerFrame)});
+  agent::ListAllocationsReply r;
+  r.allocations.assign(all.begin() + first, all.begin() + first + count);
+  r.total_count = all.size();
+  std::vector<UniqueFd> fds;
+  for (size_t i = 0; q.with_fds && i < r.allocations.size(); i++) {
+    auto fd = backend_.export_allocation(r.allocations[i].id);
+    if (!fd) return failure(fd.error().code, fd.error().message);
+    fds.push_back(std::move(*fd));
+  }
+  Answer out(std::move(r));
+  out.fds = std::move(fds);
+  return out;
+}
+
+Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
+  uint64_t t0 = now_ns();
+  auto timeout = std::chrono::milliseconds(q.timeout_ms);
+  if (!gate_.close(timeout))
+    return failure(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +
+                                  std::to_string(q.timeout_ms) + " ms; gate reopened");
+  if (auto d = backend_.drain(timeout); !d) {
+    gate_.open();
+    return failure(d.error().code, "drain: " + d.error().message + "; gate reopened");
+  }
+  return {agent::QuiesceReply{now_ns() - t0}};
+}
+
+Agent::Answer Agent::answer(const agent::ReleaseMappingsRequest& q) {
+  if (gate_.is_open()) return failure(EBUSY, "release mappings needs a quiesced process (gate is open)");
+  auto released = backend_.release_mappings(q.release_handles);
+  if (!released) return failure(released.error().code, released.error().message);
+  return {agent::ReleaseMappingsReply{*released}};
+}
+
+Agent::Answer Agent::answer(const agent::RemapRequest& q, std::vector<UniqueFd> fds) {
+  if (!fds.empty() && fds.size() != q.allocation_ids.size())
+    return failure(EINVAL, "remap: " + std::to_string(fds.size()) + " fds for " +
+                               std::to_string(q.allocation_ids.size()) + " allocations");
+  auto mapped = backend_.remap(q.allocation_ids, std::move(fds));
+  if (!mapped) return failure(mapped.error().code, mapped.error().message);
+  return {agent::RemapReply{*mapped}};
+}
+
+Agent::Answer Agent::answer(const agent::ResumeRequest&) {
+  gate_.open();
+  return {agent::ResumeReply{}};
+}
+
+Agent::Answer Agent::answer(const agent::SpeculateRequest& q) {
+  if (q.validate) {
+    auto set = backend_.set_validation(*q.validate);
+    if (!set)
+      return failure(set.error().code,
+                     "validation " + std::string(*q.validate ? "on" : "off") + ": " + set.error().message);
+    return {agent::SpeculateReply{*q.validate, *set}};
+  }
+  if (auto set = backend_.set_speculation(q.on); !set)
+    return failure(set.error().code, "speculation " + std::string(q.on ? "on" : "off") + ": " + set.error().message);
+  return {agent::SpeculateReply{}};
+}
+
+// run() closes our end after the reply, before the peer closes its own.
+Agent::Answer Agent::answer(const agent::GoodbyeRequest&) { return {agent::GoodbyeReply{}, true}; }
 
 }  // namespace phos::hooks

@@ -25,8 +25,8 @@ std::optional<std::string> profiler_attached() {
 
 }  // namespace
 
-BackendStatus CudaBackend::status() {
-  BackendStatus s;
+agent::StatusReply CudaBackend::status() {
+  agent::StatusReply s;
   auto m = runtime().memory.stats();
   s.cuda_initialized = runtime().cuda_used.load() || driver::loaded();
   s.allocation_count = m.units;
@@ -51,7 +51,7 @@ BackendStatus CudaBackend::status() {
   return s;
 }
 
-std::vector<AllocationInfo> CudaBackend::allocations() { return runtime().memory.units(); }
+std::vector<agent::Allocation> CudaBackend::allocations() { return runtime().memory.units(); }
 
 Result<UniqueFd> CudaBackend::export_allocation(uint64_t id) { return runtime().memory.export_unit(id); }
 

@@ -7,8 +7,8 @@ namespace phos::hooks {
 
 class CudaBackend final : public AgentBackend {
  public:
-  BackendStatus status() override;
-  std::vector<AllocationInfo> allocations() override;
+  agent::StatusReply status() override;
+  std::vector<agent::Allocation> allocations() override;
   Result<UniqueFd> export_allocation(uint64_t id) override;
   Result<void> drain(std::chrono::milliseconds timeout) override;
   Result<uint64_t> release_mappings(bool drop_handles) override;

@@ -298,9 +298,9 @@ DeviceMemory::Stats DeviceMemory::stats() const {
   return s;
 }
 
-std::vector<AllocationInfo> DeviceMemory::units() const {
+std::vector<agent::Allocation> DeviceMemory::units() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<AllocationInfo> out;
+  std::vector<agent::Allocation> out;
   for (const auto& [id, u] : units_) out.push_back({id, uint32_t(u.device), u.va, u.size, u.flags});
   return out;
 }

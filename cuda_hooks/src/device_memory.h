@@ -89,7 +89,7 @@ class DeviceMemory {
 
   // For the agent (its own thread; the gate is closed for the operations
   // that change mappings).
-  std::vector<AllocationInfo> units() const;
+  std::vector<agent::Allocation> units() const;
   Result<UniqueFd> export_unit(uint64_t id);
   Result<void> synchronize();
   Result<uint64_t> release_mappings(bool drop_handles);

@@ -253,12 +253,12 @@ LaunchSpeculation::Totals LaunchSpeculation::totals() {
   return t;
 }
 
-std::vector<wire::KernelSpeculationEntry> LaunchSpeculation::kernels() {
+std::vector<agent::KernelSpeculation> LaunchSpeculation::kernels() {
   KernelRegistry::Entries entries = kernels_.entries();
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<wire::KernelSpeculationEntry> out;
+  std::vector<agent::KernelSpeculation> out;
   auto add = [&out](const Kernel& kernel, const KernelEntry& e) {
-    wire::KernelSpeculationEntry k;
+    agent::KernelSpeculation k;
     k.name = kernel.name;
     k.module = kernel.module.id;
     k.launches = e.launches;

@@ -80,7 +80,7 @@ class LaunchSpeculation final : public BufferObserver {
   };
   Totals totals();
   // Kernels of unloaded modules first (the registry retired them), then the live ones.
-  std::vector<wire::KernelSpeculationEntry> kernels();
+  std::vector<agent::KernelSpeculation> kernels();
   // Lookups a second on the live index, from `n` timed lookups of addresses
   // inside and between its buffers (statistics for the GPU suite).
   double measure_lookup_rate(size_t n);

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -36,6 +37,14 @@ void take_fds(struct msghdr& msg, std::vector<UniqueFd>& out) {
 }
 
 }  // namespace
+
+socklen_t abstract_socket_address(const std::string& name, struct sockaddr_un& addr) {
+  addr = {};
+  addr.sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof(addr.sun_path)) return 0;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: leading NUL
+  return socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+}
 
 Result<void> send_frame(int sock, std::span<const std::byte> payload, std::span<const int> fds) {
   if (payload.size() > kMaxFrameBytes)

@@ -181,7 +181,7 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
   }
   for (size_t i = 0; i < m.n_allocations; i++) {
     const auto& a = *m.allocations[i];
-    Allocation o{a.id, a.device, a.address, a.size, a.flags, {}};
+    Allocation o{{a.id, a.device, a.address, a.size, a.flags}, {}};
     o.chunks.reserve(a.n_chunks);
     for (size_t k = 0; k < a.n_chunks; k++) {
       const auto& c = *a.chunks[k];

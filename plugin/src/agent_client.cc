@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <variant>
 
 #include "proc.h"
 
@@ -48,106 +49,39 @@ Result<UniqueFd> connect_in_netns(pid_t pid, const std::string& name) {
 }  // namespace
 
 Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms) {
-  auto name = find_listening_socket(pid, kAgentSocketPrefix);
+  auto name = find_listening_socket(pid, agent::kSocketPrefix);
   if (!name) return name.error();
   if (!name->has_value()) return make_error("process " + std::to_string(pid) + " has no phos agent", ENOENT);
   auto sock = connect_in_netns(pid, **name);
   if (!sock) return sock.error();
   AgentClient client(std::move(*sock), timeout_ms);
-
-  Phos__Agent__Hello hello = PHOS__AGENT__HELLO__INIT;
-  hello.protocol_version = wire::kAgentProtocolVersion;
-  hello.client_version = const_cast<char*>(PHOS_VERSION);
-  auto reply = client.call(PHOS__AGENT__REQUEST__KIND_HELLO, &Phos__Agent__Request::hello, hello,
-                           PHOS__AGENT__REPLY__KIND_HELLO);
-  if (!reply) return reply.error();
-  const auto* h = reply->reply->hello;
-  client.hello_ = AgentHello{h->protocol_version, h->agent_version, h->pid, h->agent_tid, h->uid};
+  auto hello = client.call<agent::HelloReply>(agent::Hello{agent::kProtocolVersion, PHOS_VERSION});
+  if (!hello) return hello.error();
+  client.hello_ = std::move(*hello);
   return client;
 }
 
-template <class Msg>
-Result<wire::ReceivedReply> AgentClient::call(Phos__Agent__Request__KindCase kind, Msg* Phos__Agent__Request::*field,
-                                              Msg& msg, Phos__Agent__Reply__KindCase expected,
-                                              std::span<const int> fds) {
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = kind;
-  req.*field = &msg;
-  PHOS_TRY(wire::send_message(sock_.get(), req.base, fds));
-  auto reply = wire::recv_reply(sock_.get(), timeout_ms_);
-  if (!reply) return reply.error();
-  const auto* r = reply->reply.get();
-  if (r->kind_case == PHOS__AGENT__REPLY__KIND_ERROR)
-    return make_error(std::string("agent: ") + (r->error->message ? r->error->message : "error"), r->error->code);
-  if (r->kind_case != expected)
-    return make_error("agent answered with reply kind " + std::to_string(int(r->kind_case)) + ", expected " +
-                          std::to_string(int(expected)),
+template <class R>
+Result<R> AgentClient::call(const agent::Request& request, std::span<const int> fds,
+                            std::vector<UniqueFd>* reply_fds) {
+  PHOS_TRY(agent::send_request(sock_.get(), request, fds));
+  auto received = agent::recv_reply(sock_.get(), timeout_ms_);
+  if (!received) return received.error();
+  if (const auto* e = std::get_if<Error>(&received->reply)) return make_error("agent: " + e->message, e->code);
+  R* reply = std::get_if<R>(&received->reply);
+  if (!reply)
+    return make_error("agent answered " + std::string(agent::kind_name(request)) + " with a " +
+                          std::string(agent::kind_name(received->reply)) + " reply",
                       EPROTO);
-  return reply;
+  if (reply_fds) *reply_fds = std::move(received->fds);
+  return std::move(*reply);
 }
 
-Result<AgentStatus> AgentClient::status() {
-  Phos__Agent__StatusRequest q = PHOS__AGENT__STATUS_REQUEST__INIT;
-  auto reply = call(PHOS__AGENT__REQUEST__KIND_STATUS, &Phos__Agent__Request::status, q,
-                    PHOS__AGENT__REPLY__KIND_STATUS);
-  if (!reply) return reply.error();
-  const auto* r = reply->reply->status;
-  AgentStatus out;
-  out.gate_open = r->gate_open != 0;
-  out.cuda_initialized = r->cuda_initialized != 0;
-  out.allocation_count = r->allocation_count;
-  out.allocated_bytes = r->allocated_bytes;
-  out.device_count = r->device_count;
-  for (size_t i = 0; i < r->n_devices; i++) {
-    const auto* d = r->devices[i];
-    if (d->uuid.len != 16) return make_error("agent status: a device UUID of " + std::to_string(d->uuid.len) + " bytes");
-    wire::AgentDevice dev;
-    dev.ordinal = d->ordinal;
-    std::memcpy(dev.uuid.data(), d->uuid.data, 16);
-    out.devices.push_back(dev);
-  }
-  for (size_t i = 0; i < r->n_unsupported_calls; i++) out.unsupported_calls.emplace_back(r->unsupported_calls[i]);
-  for (size_t i = 0; i < r->n_counters; i++) out.counters.emplace_back(r->counters[i]->name, r->counters[i]->value);
-  for (size_t i = 0; i < r->n_modules; i++) {
-    const auto* m = r->modules[i];
-    wire::ModuleEntry e{m->id, m->kind, m->size, m->hash, m->source, {}, m->function_count, {}};
-    e.functions.assign(m->functions, m->functions + m->n_functions);
-    e.globals.assign(m->globals, m->globals + m->n_globals);
-    out.modules.push_back(std::move(e));
-  }
-  // Absent from an older agent's reply: speculation off, no kernels.
-  out.speculation_active = r->has_speculation_active && r->speculation_active;
-  out.indexed_buffers = r->has_indexed_buffers ? r->indexed_buffers : 0;
-  for (size_t i = 0; i < r->n_kernels; i++) {
-    const auto* k = r->kernels[i];
-    wire::KernelSpeculationEntry e;
-    e.name = k->name;
-    e.module = k->module;
-    e.launches = k->launches;
-    e.exact = k->exact;
-    e.speculated = k->speculated;
-    e.unknown = k->unknown;
-    e.buffers = k->buffers;
-    e.reads = k->reads;
-    e.writes = k->writes;
-    e.types = k->types;
-    if (k->note) e.note = k->note;
-    out.kernels.push_back(std::move(e));
-  }
-  out.kernel_count = std::max<uint64_t>(r->has_kernel_count ? r->kernel_count : 0, out.kernels.size());
-  return out;
-}
+Result<agent::StatusReply> AgentClient::status() { return call<agent::StatusReply>(agent::StatusRequest{}); }
 
-Result<wire::ReceivedReply> AgentClient::speculate_request(bool on, std::optional<bool> validate) {
-  Phos__Agent__SpeculateRequest q = PHOS__AGENT__SPECULATE_REQUEST__INIT;
-  q.on = on;
-  if (validate) {
-    q.has_validate = true;
-    q.validate = *validate;
-  }
-  auto reply = call(PHOS__AGENT__REQUEST__KIND_SPECULATE, &Phos__Agent__Request::speculate, q,
-                    PHOS__AGENT__REPLY__KIND_SPECULATE);
-  if (!reply && reply.error().code == EPROTO)  // an agent older than the request answers "unknown request kind"
+Result<agent::SpeculateReply> AgentClient::speculate_request(bool on, std::optional<bool> validate) {
+  auto reply = call<agent::SpeculateReply>(agent::SpeculateRequest{on, validate});
+  if (!reply && reply.error().code == EPROTO)  // an agent older than the request does not know its kind
     return make_error(reply.error().message + " (the agent predates speculation)", EPROTO);
   return reply;
 }
@@ -161,67 +95,51 @@ Result<void> AgentClient::set_speculation(bool on) {
 Result<bool> AgentClient::set_validation(bool on) {
   auto reply = speculate_request(true, on);
   if (!reply) return reply.error();
-  const auto* r = reply->reply->speculate;
   // An agent from before validation reads the request as "speculation on".
-  if (!r->has_validating) return make_error("the agent predates validation (it turned speculation on only)", EPROTO);
-  return r->has_sass_attached && r->sass_attached;
+  if (!reply->validating) return make_error("the agent predates validation (it turned speculation on only)", EPROTO);
+  return reply->sass_attached;
 }
 
 Result<uint64_t> AgentClient::quiesce(uint32_t timeout_ms) {
-  Phos__Agent__QuiesceRequest q = PHOS__AGENT__QUIESCE_REQUEST__INIT;
-  q.timeout_ms = timeout_ms;
-  auto reply = call(PHOS__AGENT__REQUEST__KIND_QUIESCE, &Phos__Agent__Request::quiesce, q,
-                    PHOS__AGENT__REPLY__KIND_QUIESCE);
+  auto reply = call<agent::QuiesceReply>(agent::QuiesceRequest{timeout_ms});
   if (!reply) return reply.error();
-  return uint64_t(reply->reply->quiesce->drained_ns);
+  return reply->drained_ns;
 }
 
-Result<std::vector<AgentAllocation>> AgentClient::list_allocations(bool with_fds, std::vector<UniqueFd>* fds) {
-  std::vector<AgentAllocation> out;
+Result<std::vector<agent::Allocation>> AgentClient::list_allocations(bool with_fds, std::vector<UniqueFd>* fds) {
+  std::vector<agent::Allocation> out;
   for (;;) {
-    Phos__Agent__ListAllocationsRequest q = PHOS__AGENT__LIST_ALLOCATIONS_REQUEST__INIT;
-    q.first_index = out.size();
-    q.max_count = wire::kMaxFdsPerFrame;
-    q.with_fds = with_fds;
-    auto reply = call(PHOS__AGENT__REQUEST__KIND_LIST_ALLOCATIONS, &Phos__Agent__Request::list_allocations, q,
-                      PHOS__AGENT__REPLY__KIND_LIST_ALLOCATIONS);
+    std::vector<UniqueFd> page_fds;
+    auto reply = call<agent::ListAllocationsReply>(
+        agent::ListAllocationsRequest{out.size(), uint32_t(wire::kMaxFdsPerFrame), with_fds}, {}, &page_fds);
     if (!reply) return reply.error();
-    const auto* r = reply->reply->list_allocations;
-    if (with_fds && reply->fds.size() != r->n_allocations)
-      return make_error("agent sent " + std::to_string(reply->fds.size()) + " fds for " +
-                            std::to_string(r->n_allocations) + " allocations",
+    const auto& page = reply->allocations;
+    if (with_fds && page_fds.size() != page.size())
+      return make_error("agent sent " + std::to_string(page_fds.size()) + " fds for " + std::to_string(page.size()) +
+                            " allocations",
                         EPROTO);
-    for (size_t i = 0; i < r->n_allocations; i++) {
-      const auto* a = r->allocations[i];
-      out.push_back(wire::from_message(*a));
-      if (with_fds && fds) fds->push_back(std::move(reply->fds[i]));
-    }
-    if (out.size() >= r->total_count || r->n_allocations == 0) break;
+    out.insert(out.end(), page.begin(), page.end());
+    if (with_fds && fds)
+      for (auto& fd : page_fds) fds->push_back(std::move(fd));
+    if (out.size() >= reply->total_count || page.empty()) break;
   }
   return out;
 }
 
 Result<uint64_t> AgentClient::release_mappings(bool release_handles) {
-  Phos__Agent__ReleaseMappingsRequest q = PHOS__AGENT__RELEASE_MAPPINGS_REQUEST__INIT;
-  q.has_release_handles = 1;
-  q.release_handles = release_handles;
-  auto reply = call(PHOS__AGENT__REQUEST__KIND_RELEASE_MAPPINGS, &Phos__Agent__Request::release_mappings, q,
-                    PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS);
+  auto reply = call<agent::ReleaseMappingsReply>(agent::ReleaseMappingsRequest{release_handles});
   if (!reply) return reply.error();
-  return uint64_t(reply->reply->release_mappings->released_bytes);
+  return reply->released_bytes;
 }
 
 Result<uint64_t> AgentClient::remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds) {
-  Phos__Agent__RemapRequest q = PHOS__AGENT__REMAP_REQUEST__INIT;
-  q.n_allocation_ids = ids.size();
-  q.allocation_ids = const_cast<uint64_t*>(ids.data());
-  auto reply = call(PHOS__AGENT__REQUEST__KIND_REMAP, &Phos__Agent__Request::remap, q,
-                    PHOS__AGENT__REPLY__KIND_REMAP, fds);
+  auto reply = call<agent::RemapReply>(agent::RemapRequest{ids}, fds);
   if (!reply) return reply.error();
-  return uint64_t(reply->reply->remap->mapped_bytes);
+  return reply->mapped_bytes;
 }
 
-Result<uint64_t> AgentClient::remap_all(const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds) {
+Result<uint64_t> AgentClient::remap_all(const std::vector<agent::Allocation>& allocs,
+                                        const std::vector<UniqueFd>& fds) {
   if (allocs.empty()) return remap({}, {});
   if (fds.size() != allocs.size())
     return make_error(std::to_string(fds.size()) + " fds for " + std::to_string(allocs.size()) + " allocations");
@@ -241,17 +159,13 @@ Result<uint64_t> AgentClient::remap_all(const std::vector<AgentAllocation>& allo
 }
 
 Result<void> AgentClient::resume() {
-  Phos__Agent__ResumeRequest q = PHOS__AGENT__RESUME_REQUEST__INIT;
-  auto reply = call(PHOS__AGENT__REQUEST__KIND_RESUME, &Phos__Agent__Request::resume, q,
-                    PHOS__AGENT__REPLY__KIND_RESUME);
+  auto reply = call<agent::ResumeReply>(agent::ResumeRequest{});
   if (!reply) return reply.error();
   return {};
 }
 
 Result<void> AgentClient::goodbye() {
-  Phos__Agent__GoodbyeRequest q = PHOS__AGENT__GOODBYE_REQUEST__INIT;
-  auto reply = call(PHOS__AGENT__REQUEST__KIND_GOODBYE, &Phos__Agent__Request::goodbye, q,
-                    PHOS__AGENT__REPLY__KIND_GOODBYE);
+  auto reply = call<agent::GoodbyeReply>(agent::GoodbyeRequest{});
   if (!reply) return reply.error();
   auto eof = wire::recv_frame(sock_.get(), timeout_ms_);
   if (eof.ok()) return make_error("agent sent a frame after goodbye", EPROTO);
@@ -271,7 +185,7 @@ Result<void> AgentClient::goodbye() {
 namespace phos::plugin {
 
 Result<void> with_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn) {
-  auto tid = find_thread(pid, kAgentThreadName);
+  auto tid = find_thread(pid, agent::kThreadName);
   if (!tid) return tid.error();
   auto tracer = tracer_of(pid, *tid);
   if (!tracer) return tracer.error();

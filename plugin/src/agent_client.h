@@ -8,24 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "phos/images/agent_messages.h"
+#include "phos/images/agent_protocol.h"
 #include "phos/images/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::plugin {
-
-using wire::kAgentSocketPrefix;
-using wire::kAgentThreadName;
-using AgentStatus = wire::AgentStatus;
-using AgentAllocation = wire::AllocationEntry;
-
-struct AgentHello {
-  uint32_t protocol_version = 0;
-  std::string agent_version;
-  pid_t pid = 0;        // in the target's pid namespace
-  pid_t agent_tid = 0;  // likewise
-  uint32_t uid = 0;
-};
 
 class AgentClient {
  public:
@@ -33,15 +20,15 @@ class AgentClient {
   // where its abstract socket lives) and says hello. ENOENT: no agent.
   static Result<AgentClient> connect(pid_t pid, int timeout_ms);
 
-  const AgentHello& hello() const { return hello_; }
-  Result<AgentStatus> status();
+  const agent::HelloReply& hello() const { return hello_; }
+  Result<agent::StatusReply> status();
   Result<uint64_t> quiesce(uint32_t timeout_ms);  // drained_ns
-  Result<std::vector<AgentAllocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
+  Result<std::vector<agent::Allocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
   Result<uint64_t> release_mappings(bool release_handles = false);
   Result<uint64_t> remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds);
   // Maps `allocs` back with their fds (fds[i] for allocs[i]), a frame's worth
   // at a time; with no allocations, the same memory as before (no fds).
-  Result<uint64_t> remap_all(const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds);
+  Result<uint64_t> remap_all(const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds);
   Result<void> resume();
   // Read/write-set speculation of launches on or off (off: validation too).
   Result<void> set_speculation(bool on);
@@ -54,17 +41,18 @@ class AgentClient {
   Result<void> goodbye();
 
  private:
-  Result<wire::ReceivedReply> speculate_request(bool on, std::optional<bool> validate);
   AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
-  // Sends `msg` as the request of kind `kind` (stored in `field` of the
-  // oneof) and returns the reply, which must be of kind `expected`.
-  template <class Msg>
-  Result<wire::ReceivedReply> call(Phos__Agent__Request__KindCase kind, Msg* Phos__Agent__Request::*field, Msg& msg,
-                                   Phos__Agent__Reply__KindCase expected, std::span<const int> fds = {});
+  // Sends `request` (with `fds`) and returns its reply, which must be a
+  // `R`; an Error reply is the error. The fds that came with the reply go
+  // to `reply_fds`.
+  template <class R>
+  Result<R> call(const agent::Request& request, std::span<const int> fds = {},
+                 std::vector<UniqueFd>* reply_fds = nullptr);
+  Result<agent::SpeculateReply> speculate_request(bool on, std::optional<bool> validate);
 
   UniqueFd sock_;
   int timeout_ms_;
-  AgentHello hello_;
+  agent::HelloReply hello_;
 };
 
 }  // namespace phos::plugin

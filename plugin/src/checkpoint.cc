@@ -278,7 +278,7 @@ Result<void> Checkpointer::start_engine() {
   return {};
 }
 
-Result<std::map<uint32_t, int>> Checkpointer::process_gpus(pid_t pid, const AgentStatus& status) {
+Result<std::map<uint32_t, int>> Checkpointer::process_gpus(pid_t pid, const agent::StatusReply& status) {
   auto host = engine_->host_gpus();
   if (!host) return host.error();
   auto ordinals = host_ordinals(status.devices, *host);

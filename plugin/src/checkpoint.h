@@ -68,9 +68,9 @@ class Checkpointer {
  private:
   struct Target {
     pid_t vpid = 0;
-    AgentHello hello;
-    AgentStatus status;
-    std::vector<AgentAllocation> allocations;
+    agent::HelloReply hello;
+    agent::StatusReply status;
+    std::vector<agent::Allocation> allocations;
     std::vector<UniqueFd> fds;  // the device memory, while the process has let go of it
     image::Manifest manifest;
     std::unique_ptr<Engine::SaveJob> save;  // the copy, started in PAUSE_DEVICES
@@ -105,7 +105,7 @@ class Checkpointer {
   Result<void> start_engine();
   // The process's GPUs in criu's numbering (gpu_map.h: host_ordinals), and
   // criu's contexts on them started.
-  Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const AgentStatus& status);
+  Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const agent::StatusReply& status);
   // Starts phos-keeper once per dump; a dump goes on without one (warned).
   void start_keeper();
 

@@ -428,7 +428,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
 }
 
 Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t vpid,
-                                                              const std::vector<AgentAllocation>& allocs,
+                                                              const std::vector<agent::Allocation>& allocs,
                                                               const std::vector<UniqueFd>& fds,
                                                               const std::map<uint32_t, int>& host_ordinal,
                                                               image::Manifest& m) {
@@ -458,7 +458,7 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   job->engine = this;
   if (allocs.empty()) return job;
   for (size_t i = 0; i < allocs.size(); i++) {
-    const AgentAllocation& a = allocs[i];
+    const agent::Allocation& a = allocs[i];
     const int device = job->devices[i];
     Result<void> err;
     CUcontext ctx = context(device, err);
@@ -544,8 +544,8 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
     m.data_files.push_back(*file);
   }
   for (size_t i = 0; i < job.allocs.size(); i++) {
-    const AgentAllocation& a = job.allocs[i];
-    m.allocations.push_back(image::Allocation{a.id, a.device, a.address, a.size, a.flags, std::move(job.chunks[i])});
+    const agent::Allocation& a = job.allocs[i];
+    m.allocations.push_back(image::Allocation{a, std::move(job.chunks[i])});
     s.raw_bytes += a.size;
   }
   s.copy_ns = elapsed_ns;

@@ -63,7 +63,7 @@ class Engine {
   // `host_ordinal`: the process's device ordinals in criu's numbering
   // (host_ordinals(), gpu_map.h); a device not in it keeps its ordinal. The
   // manifest names each device by the process's ordinal.
-  Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<AgentAllocation>& allocs,
+  Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<agent::Allocation>& allocs,
                                                 const std::vector<UniqueFd>& fds,
                                                 const std::map<uint32_t, int>& host_ordinal, image::Manifest& m);
   // Copies every allocation of a prepared job into device memory of criu's
@@ -159,7 +159,7 @@ class Engine {
 
 struct Engine::SaveJob {
   int32_t vpid = 0;
-  std::vector<AgentAllocation> allocs;
+  std::vector<agent::Allocation> allocs;
   std::vector<CUdeviceptr> vas;  // where each allocation is read: criu's mapping of it, or its snapshot
   std::vector<int> devices;      // each allocation's GPU, as criu numbers it
   std::map<int, CUdeviceptr> snapshot_bases;  // per device, once snapshot() took one

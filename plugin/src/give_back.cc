@@ -5,7 +5,7 @@
 
 namespace phos::plugin {
 
-Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<AgentAllocation>& allocs,
+Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
                                  const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant) {
   Result<void> first;
   auto keep = [&](Result<void> r) {

@@ -30,7 +30,7 @@ enum Taken : uint32_t {
 // `tolerant`: the record may claim steps that never happened (the keeper
 // learns of each step just before it is taken), so a driver restore that
 // fails falls back to an unlock.
-Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<AgentAllocation>& allocs,
+Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
                                  const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant = false);
 
 }  // namespace phos::plugin

@@ -58,7 +58,7 @@ std::string format_gpu_uuid(const std::array<uint8_t, 16>& u) {
   return buf;
 }
 
-Result<std::map<uint32_t, int>> host_ordinals(const std::vector<wire::AgentDevice>& devices,
+Result<std::map<uint32_t, int>> host_ordinals(const std::vector<agent::Device>& devices,
                                               const std::vector<HostGpu>& host) {
   std::map<uint32_t, int> out;
   for (const auto& d : devices) {

@@ -52,7 +52,7 @@ struct GpuPlacement {
 // they differ when the program runs with CUDA_VISIBLE_DEVICES. A device
 // reported without a UUID (an older agent) keeps its ordinal; a UUID this
 // host does not have is an error.
-Result<std::map<uint32_t, int>> host_ordinals(const std::vector<wire::AgentDevice>& devices,
+Result<std::map<uint32_t, int>> host_ordinals(const std::vector<agent::Device>& devices,
                                               const std::vector<HostGpu>& host);
 
 // One placement per image device, in the image's order. Errors name the

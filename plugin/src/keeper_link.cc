@@ -10,9 +10,9 @@
 #include <climits>
 #include <cstdlib>
 
-#include "keeper.pb-c.h"
 #include "log.h"
-#include "phos/images/agent_messages.h"
+#include "phos/images/agent_wire.h"
+#include "phos/images/keeper_protocol.h"
 
 extern char** environ;
 
@@ -27,10 +27,6 @@ std::string own_directory() {
   if (!::realpath(info.dli_fname, real)) return {};
   std::string path(real);
   return path.substr(0, path.rfind('/'));
-}
-
-Result<void> send(int sock, Phos__Keeper__Message& msg, std::span<const int> fds = {}) {
-  return wire::send_message(sock, msg.base, fds);
 }
 
 }  // namespace
@@ -84,49 +80,28 @@ Result<KeeperLink> KeeperLink::start(int image_dirfd, int agent_timeout_ms) {
   return KeeperLink(std::move(ours));
 }
 
-Result<void> KeeperLink::hold(pid_t pid, const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds) {
+Result<void> KeeperLink::hold(pid_t pid, const std::vector<agent::Allocation>& allocs,
+                              const std::vector<UniqueFd>& fds) {
   if (allocs.size() != fds.size()) return make_error("keeper: one fd per allocation expected");
   // A frame's worth at a time; one (empty) Hold for a process without any.
   size_t at = 0;
   do {
     size_t end = std::min(allocs.size(), at + wire::kMaxFdsPerFrame);
-    std::vector<Phos__Agent__Allocation> entries(end - at);
-    std::vector<Phos__Agent__Allocation*> ptrs;
+    keeper::Hold hold{pid, std::vector<agent::Allocation>(allocs.begin() + at, allocs.begin() + end)};
     std::vector<int> raw;
-    for (size_t i = at; i < end; i++) {
-      wire::to_message(allocs[i], entries[i - at]);
-      ptrs.push_back(&entries[i - at]);
-      raw.push_back(fds[i].get());
-    }
-    Phos__Keeper__Hold h = PHOS__KEEPER__HOLD__INIT;
-    h.pid = pid;
-    h.n_allocations = ptrs.size();
-    h.allocations = ptrs.data();
-    Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-    m.kind_case = PHOS__KEEPER__MESSAGE__KIND_HOLD;
-    m.hold = &h;
-    PHOS_TRY(send(sock_.get(), m, raw));
+    for (size_t i = at; i < end; i++) raw.push_back(fds[i].get());
+    PHOS_TRY(keeper::send_message(sock_.get(), hold, raw));
     at = end;
   } while (at < allocs.size());
   return {};
 }
 
 Result<void> KeeperLink::state(pid_t pid, uint32_t taken) {
-  Phos__Keeper__State s = PHOS__KEEPER__STATE__INIT;
-  s.pid = pid;
-  s.taken = taken;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_STATE;
-  m.state = &s;
-  return send(sock_.get(), m);
+  return keeper::send_message(sock_.get(), keeper::State{pid, taken});
 }
 
 Result<void> KeeperLink::done() {
-  Phos__Keeper__Done d = PHOS__KEEPER__DONE__INIT;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_DONE;
-  m.done = &d;
-  auto r = send(sock_.get(), m);
+  auto r = keeper::send_message(sock_.get(), keeper::Done{});
   sock_.reset();
   return r;
 }

@@ -26,7 +26,7 @@ class KeeperLink {
   KeeperLink(KeeperLink&&) = default;
   KeeperLink& operator=(KeeperLink&&) = default;
 
-  Result<void> hold(pid_t pid, const std::vector<AgentAllocation>& allocs, const std::vector<UniqueFd>& fds);
+  Result<void> hold(pid_t pid, const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds);
   Result<void> state(pid_t pid, uint32_t taken);
   // Tells the keeper to let go and exit; closes the link.
   Result<void> done();

@@ -15,12 +15,12 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "give_back.h"
-#include "keeper.pb-c.h"
 #include "log.h"
-#include "phos/images/agent_wire.h"
+#include "phos/images/keeper_protocol.h"
 #include "proc.h"
 
 namespace {
@@ -33,7 +33,7 @@ constexpr int kImageDirFd = 4;
 constexpr int kDetachWaitMs = 30000;
 
 struct Held {
-  std::vector<AgentAllocation> allocations;
+  std::vector<agent::Allocation> allocations;
   std::vector<UniqueFd> fds;
   uint32_t taken = 0;
 };
@@ -43,22 +43,23 @@ struct KeeperState {
   std::vector<pid_t> order;  // as first heard of
 };
 
-void apply(KeeperState& k, const Phos__Keeper__Message& m, std::vector<UniqueFd>& fds) {
-  if (m.kind_case == PHOS__KEEPER__MESSAGE__KIND_HOLD) {
-    pid_t pid = m.hold->pid;
-    if (!k.processes.count(pid)) k.order.push_back(pid);
-    Held& h = k.processes[pid];
-    for (size_t i = 0; i < m.hold->n_allocations; i++) {
-      const auto* a = m.hold->allocations[i];
-      h.allocations.push_back(wire::from_message(*a));
-      if (i < fds.size()) h.fds.push_back(std::move(fds[i]));
-    }
-  } else if (m.kind_case == PHOS__KEEPER__MESSAGE__KIND_STATE) {
-    pid_t pid = m.state->pid;
-    if (!k.processes.count(pid)) k.order.push_back(pid);
-    k.processes[pid].taken = m.state->taken;
+void apply(KeeperState& k, const keeper::Hold& hold, std::vector<UniqueFd>& fds) {
+  pid_t pid = hold.pid;
+  if (!k.processes.count(pid)) k.order.push_back(pid);
+  Held& h = k.processes[pid];
+  for (size_t i = 0; i < hold.allocations.size(); i++) {
+    h.allocations.push_back(hold.allocations[i]);
+    if (i < fds.size()) h.fds.push_back(std::move(fds[i]));
   }
 }
+
+void apply(KeeperState& k, const keeper::State& state, std::vector<UniqueFd>&) {
+  pid_t pid = state.pid;
+  if (!k.processes.count(pid)) k.order.push_back(pid);
+  k.processes[pid].taken = state.taken;
+}
+
+void apply(KeeperState&, const keeper::Done&, std::vector<UniqueFd>&) {}
 
 // Waits until nothing traces `pid` any more (criu's seize ends with criu).
 bool wait_untraced(pid_t pid) {
@@ -122,15 +123,10 @@ int main(int argc, char** argv) {
   }
   KeeperState k;
   for (;;) {
-    auto frame = wire::recv_frame(kLinkFd, -1);
-    if (!frame) break;  // criu is gone: end of stream without Done
-    auto* m = phos__keeper__message__unpack(nullptr, frame->payload.size(),
-                                            reinterpret_cast<const uint8_t*>(frame->payload.data()));
-    if (!m) break;
-    bool done = m->kind_case == PHOS__KEEPER__MESSAGE__KIND_DONE;
-    apply(k, *m, frame->fds);
-    protobuf_c_message_free_unpacked(&m->base, nullptr);
-    if (done) return 0;
+    auto received = keeper::recv_message(kLinkFd, -1);
+    if (!received) break;  // criu is gone (end of stream without Done), or sent what does not decode
+    std::visit([&](const auto& m) { apply(k, m, received->fds); }, received->message);
+    if (std::holds_alternative<keeper::Done>(received->message)) return 0;
   }
   recover(k, agent_timeout_ms);
   return 0;

@@ -210,8 +210,8 @@ int with_client(pid_t pid, const std::function<phos::Result<void>(phos::plugin::
 }
 
 // The agent's status, or nullopt (after saying why).
-std::optional<phos::plugin::AgentStatus> fetch_status(pid_t pid, phos::plugin::AgentHello* hello = nullptr) {
-  std::optional<phos::plugin::AgentStatus> out;
+std::optional<phos::agent::StatusReply> fetch_status(pid_t pid, phos::agent::HelloReply* hello = nullptr) {
+  std::optional<phos::agent::StatusReply> out;
   int rc = with_client(pid, [&](phos::plugin::AgentClient& c) -> phos::Result<void> {
     auto status = c.status();
     if (!status) return status.error();
@@ -229,7 +229,7 @@ std::string percent(uint64_t part, uint64_t whole) {
   return buf;
 }
 
-json kernel_json(const phos::wire::KernelSpeculationEntry& k) {
+json kernel_json(const phos::agent::KernelSpeculation& k) {
   json j = {{"name", k.name},
             {"demangled", phos::speculation::demangle(k.name.c_str())},
             {"module", k.module},
@@ -247,13 +247,13 @@ json kernel_json(const phos::wire::KernelSpeculationEntry& k) {
 
 // The speculation part of a status: the same keys in `status --json` and
 // `kernels --json`.
-json devices_json(const std::vector<phos::wire::AgentDevice>& devices) {
+json devices_json(const std::vector<phos::agent::Device>& devices) {
   json out = json::array();
   for (const auto& d : devices) out.push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}});
   return out;
 }
 
-json speculation_json(const phos::plugin::AgentStatus& s) {
+json speculation_json(const phos::agent::StatusReply& s) {
   json j = {{"speculation_active", s.speculation_active},
             {"indexed_buffers", s.indexed_buffers},
             {"kernel_count", s.kernel_count},
@@ -266,7 +266,7 @@ json speculation_json(const phos::plugin::AgentStatus& s) {
 struct LaunchTotals {
   uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0;
 };
-LaunchTotals launch_totals(const std::vector<phos::wire::KernelSpeculationEntry>& kernels) {
+LaunchTotals launch_totals(const std::vector<phos::agent::KernelSpeculation>& kernels) {
   LaunchTotals t;
   for (const auto& k : kernels) {
     t.launches += k.launches;
@@ -279,7 +279,7 @@ LaunchTotals launch_totals(const std::vector<phos::wire::KernelSpeculationEntry>
 
 // "12", or "1000 of 1500 (those with the most launches)" where the agent
 // sent only those.
-std::string kernel_count_text(const phos::plugin::AgentStatus& s) {
+std::string kernel_count_text(const phos::agent::StatusReply& s) {
   if (s.kernel_count > s.kernels.size())
     return std::to_string(s.kernels.size()) + " of " + std::to_string(s.kernel_count) +
            " (those with the most launches)";
@@ -289,7 +289,7 @@ std::string kernel_count_text(const phos::plugin::AgentStatus& s) {
 int cmd_status(const std::string& pid_text, bool as_json) {
   pid_t pid = parse_pid(pid_text);
   if (!pid) return 2;
-  phos::plugin::AgentHello h;
+  phos::agent::HelloReply h;
   auto status = fetch_status(pid, &h);
   if (!status) return 1;
   if (as_json) {
@@ -420,7 +420,7 @@ int main(int argc, char** argv) {
   }
   if (pos.size() == 1 && pos[0] == "version") {
     std::printf("phosctl %s (image format %u, agent protocol %u)\n", PHOS_VERSION, phos::image::kManifestFormatVersion,
-                phos::wire::kAgentProtocolVersion);
+                phos::agent::kProtocolVersion);
     return 0;
   }
   if (pos.size() == 2 && pos[0] == "show") return cmd_show(pos[1], as_json, false);

@@ -83,8 +83,8 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
     PHOS_TRY(driver_restore_and_unlock(pid, pairs));
     PHOS_INFO("process %d: driver restored and unlocked", pid);
   }
-  std::vector<AgentAllocation> allocs;
-  for (const auto& a : l.image.manifest.allocations) allocs.push_back({a.id, a.device, a.address, a.size, a.flags});
+  const auto& recorded = l.image.manifest.allocations;
+  std::vector<agent::Allocation> allocs(recorded.begin(), recorded.end());  // without their chunks
   return with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
     if (c.hello().pid != vpid)
       return make_error("agent reports pid " + std::to_string(c.hello().pid) + ", the image is for " +

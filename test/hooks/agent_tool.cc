@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     auto t2 = std::chrono::steady_clock::now();
-    auto mapped = client->remap_all(drop ? *allocs : std::vector<phos::plugin::AgentAllocation>{}, fds);
+    auto mapped = client->remap_all(drop ? *allocs : std::vector<phos::agent::Allocation>{}, fds);
     if (!mapped) return fail("remap", mapped.error());
     double remap_ms = ms_since(t2);
     std::printf("roundtrip%s: %zu allocations, %" PRIu64 " bytes released in %.2f ms, %" PRIu64

@@ -43,7 +43,7 @@ inline image::Manifest full_manifest() {
   d.compute_minor = 0;
   m.devices.push_back(d);
   m.data_files.push_back({"phos-42-data-0.img", 4096 + (3 << 20)});
-  image::Allocation a{7, 0, 0x7f0000000000ull, (2 << 20) + 100, image::kAllocAsync, {}};
+  image::Allocation a{{7, 0, 0x7f0000000000ull, (2 << 20) + 100, image::kAllocAsync}, {}};
   a.chunks.push_back({0, 0, 4096, 1 << 20, 1 << 20, 0x1111, image::Compression::None});
   a.chunks.push_back({1 << 20, 0, 4096 + (1 << 20), 1 << 20, 1000, 0x2222, image::Compression::Zstd});
   a.chunks.push_back({2 << 20, 0, 4096 + (1 << 20) + 1000, 100, 100, 0x3333, image::Compression::None});

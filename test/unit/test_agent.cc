@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <thread>
+#include <variant>
 
 #include "../../images/src/bytes.h"
 #include "agent_client.h"
@@ -29,8 +30,8 @@ class FakeBackend final : public AgentBackend {
   explicit FakeBackend(size_t n) {
     for (size_t i = 0; i < n; i++) allocs_.push_back({i + 1, 0, 0x7f0000000000ull + (i << 21), 1u << 21, 0});
   }
-  BackendStatus status() override {
-    BackendStatus s;
+  agent::StatusReply status() override {
+    agent::StatusReply s;
     s.cuda_initialized = true;
     s.allocation_count = allocs_.size();
     s.allocated_bytes = allocs_.size() << 21;
@@ -43,7 +44,7 @@ class FakeBackend final : public AgentBackend {
     s.kernels = kernels;
     return s;
   }
-  std::vector<AllocationInfo> allocations() override { return allocs_; }
+  std::vector<agent::Allocation> allocations() override { return allocs_; }
   Result<UniqueFd> export_allocation(uint64_t id) override {
     UniqueFd fd(::memfd_create("fake-alloc", MFD_CLOEXEC));
     if (::write(fd.get(), &id, sizeof(id)) != sizeof(id)) return errno_error("write memfd");
@@ -83,9 +84,9 @@ class FakeBackend final : public AgentBackend {
   std::vector<bool> speculate_calls, validate_calls;
   std::string speculation_error;  // set_speculation fails with it where not empty
   uint64_t indexed_buffers = 0;
-  std::vector<wire::KernelSpeculationEntry> kernels;
+  std::vector<agent::KernelSpeculation> kernels;
   std::vector<std::string> unsupported;
-  std::vector<wire::ModuleEntry> modules;
+  std::vector<agent::Module> modules;
   bool released = false;
   bool dropped_handles = false;
   std::vector<uint64_t> remapped_ids;
@@ -94,7 +95,7 @@ class FakeBackend final : public AgentBackend {
   size_t mismatched_fds = 0;
 
  private:
-  std::vector<AllocationInfo> allocs_;
+  std::vector<agent::Allocation> allocs_;
 };
 
 struct RunningAgent {
@@ -119,11 +120,18 @@ struct RunningAgent {
   }
 };
 
-wire::ReceivedReply raw_call(int sock, Phos__Agent__Request& req) {
-  REQUIRE(wire::send_message(sock, req.base).ok());
-  auto reply = wire::recv_reply(sock, 2000);
+agent::Reply raw_call(int sock, const agent::Request& req) {
+  REQUIRE(agent::send_request(sock, req).ok());
+  auto reply = agent::recv_reply(sock, 2000);
   REQUIRE(reply.ok());
-  return std::move(reply.value());
+  return std::move(reply->reply);
+}
+
+// The Error a reply must be.
+Error error_of(const agent::Reply& reply) {
+  const auto* e = std::get_if<Error>(&reply);
+  REQUIRE(e);
+  return *e;
 }
 
 }  // namespace
@@ -169,8 +177,8 @@ TEST_CASE("agent: status carries the loaded modules, function names capped", "[a
 }
 
 namespace {
-wire::KernelSpeculationEntry kernel_entry(std::string name, uint64_t launches) {
-  wire::KernelSpeculationEntry k;
+agent::KernelSpeculation kernel_entry(std::string name, uint64_t launches) {
+  agent::KernelSpeculation k;
   k.name = std::move(name);
   k.launches = launches;
   return k;
@@ -189,7 +197,7 @@ TEST_CASE("agent: status carries the speculation and its kernels", "[agent][spec
   }
   a.backend.speculating = true;
   a.backend.indexed_buffers = 17;
-  wire::KernelSpeculationEntry k = kernel_entry("_Z7vec_addPKfS0_Pfi", 10);
+  agent::KernelSpeculation k = kernel_entry("_Z7vec_addPKfS0_Pfi", 10);
   k.module = 3;
   k.exact = 2;
   k.speculated = 7;
@@ -284,12 +292,12 @@ TEST_CASE("agent: a backend that cannot speculate yields an error reply", "[agen
 
 TEST_CASE("agent: its socket is found through /proc and its thread is named", "[agent]") {
   RunningAgent a;
-  auto found = plugin::find_listening_socket(::getpid(), kAgentSocketPrefix);
+  auto found = plugin::find_listening_socket(::getpid(), agent::kSocketPrefix);
   REQUIRE(found.ok());
   REQUIRE(found->has_value());
   CHECK(**found == a.agent.socket_name());
   CHECK(a.agent.socket_name().rfind("phos-agent." + std::to_string(::getpid()) + ".", 0) == 0);
-  auto tid = plugin::find_thread(::getpid(), kAgentThreadName);
+  auto tid = plugin::find_thread(::getpid(), agent::kThreadName);
   REQUIRE(tid.ok());
   CHECK(*tid == a.agent.thread_id());
 }
@@ -415,29 +423,17 @@ TEST_CASE("agent: unsupported calls are reported", "[agent]") {
 TEST_CASE("agent: the first request must be hello", "[agent][protocol]") {
   RunningAgent a;
   UniqueFd s = a.raw_connect();
-  Phos__Agent__StatusRequest st = PHOS__AGENT__STATUS_REQUEST__INIT;
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_STATUS;
-  req.status = &st;
-  auto r = raw_call(s.get(), req);
-  REQUIRE(r.reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
-  CHECK(r.reply->error->code == EPROTO);
+  auto r = raw_call(s.get(), agent::StatusRequest{});
+  CHECK(error_of(r).code == EPROTO);
   CHECK(wire::recv_frame(s.get(), 1000).error().code == ENODATA);  // closed
 }
 
 TEST_CASE("agent: an unknown protocol version is refused", "[agent][protocol]") {
   RunningAgent a;
   UniqueFd s = a.raw_connect();
-  Phos__Agent__Hello hello = PHOS__AGENT__HELLO__INIT;
-  hello.protocol_version = 99;
-  hello.client_version = const_cast<char*>("future");
-  Phos__Agent__Request req = PHOS__AGENT__REQUEST__INIT;
-  req.kind_case = PHOS__AGENT__REQUEST__KIND_HELLO;
-  req.hello = &hello;
-  auto r = raw_call(s.get(), req);
-  REQUIRE(r.reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
-  CHECK(r.reply->error->code == EPROTONOSUPPORT);
-  CHECK_THAT(r.reply->error->message, Catch::Contains("agent protocol 99 not supported"));
+  auto r = raw_call(s.get(), agent::Hello{99, "future"});
+  CHECK(error_of(r).code == EPROTONOSUPPORT);
+  CHECK_THAT(error_of(r).message, Catch::Contains("agent protocol 99 not supported"));
 }
 
 TEST_CASE("agent: a malformed frame is answered and the agent serves on", "[agent][malformed]") {
@@ -448,10 +444,9 @@ TEST_CASE("agent: a malformed frame is answered and the agent serves on", "[agen
     bytes::put_u32(junk, 0x01020304);
     bytes::put_u32(junk + 4, 0);
     REQUIRE(::send(s.get(), junk, 8, MSG_NOSIGNAL) == 8);
-    auto r = wire::recv_reply(s.get(), 2000);
+    auto r = agent::recv_reply(s.get(), 2000);
     REQUIRE(r.ok());
-    REQUIRE(r->reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
-    CHECK(r->reply->error->code == EPROTO);
+    CHECK(error_of(r->reply).code == EPROTO);
   }
   CHECK(a.client().status().ok());
 }
@@ -461,10 +456,9 @@ TEST_CASE("agent: a payload that is not a request is answered", "[agent][malform
   UniqueFd s = a.raw_connect();
   std::vector<std::byte> junk(16, std::byte{0xff});
   REQUIRE(wire::send_frame(s.get(), junk).ok());
-  auto r = wire::recv_reply(s.get(), 2000);
+  auto r = agent::recv_reply(s.get(), 2000);
   REQUIRE(r.ok());
-  REQUIRE(r->reply->kind_case == PHOS__AGENT__REPLY__KIND_ERROR);
-  CHECK_THAT(r->reply->error->message, Catch::Contains("malformed request"));
+  CHECK_THAT(error_of(r->reply).message, Catch::Contains("malformed request"));
 }
 
 TEST_CASE("agent: an oversized frame is refused", "[agent][malformed]") {
@@ -474,9 +468,9 @@ TEST_CASE("agent: an oversized frame is refused", "[agent][malformed]") {
   bytes::put_u32(header, wire::kFrameMagic);
   bytes::put_u32(header + 4, 512u << 20);
   REQUIRE(::send(s.get(), header, 8, MSG_NOSIGNAL) == 8);
-  auto r = wire::recv_reply(s.get(), 2000);
+  auto r = agent::recv_reply(s.get(), 2000);
   REQUIRE(r.ok());
-  CHECK_THAT(r->reply->error->message, Catch::Contains("oversized frame"));
+  CHECK_THAT(error_of(r->reply).message, Catch::Contains("oversized frame"));
 }
 
 TEST_CASE("agent: a client that disconnects mid-message does not stop it", "[agent][disconnect]") {
@@ -522,9 +516,10 @@ TEST_CASE("agent: refuses a peer that is neither root nor its owner", "[agent][s
     struct sockaddr_un addr;
     socklen_t len = wire::abstract_socket_address(name, addr);
     if (::connect(s, reinterpret_cast<sockaddr*>(&addr), len) != 0) _exit(11);
-    auto r = wire::recv_reply(s, 2000);
+    auto r = agent::recv_reply(s, 2000);
     if (!r.ok()) _exit(12);
-    if (r->reply->kind_case != PHOS__AGENT__REPLY__KIND_ERROR || r->reply->error->code != EPERM) _exit(13);
+    const auto* e = std::get_if<Error>(&r->reply);
+    if (!e || e->code != EPERM) _exit(13);
     _exit(0);
   }
   int status = 0;
@@ -544,7 +539,7 @@ TEST_CASE("agent: restarts under a new name after fork", "[agent][fork]") {
     bool ok = a.agent.restart_after_fork().ok();
     std::string name = a.agent.socket_name();
     bool own = name.rfind("phos-agent." + std::to_string(::getpid()) + ".", 0) == 0;
-    auto found = plugin::find_listening_socket(::getpid(), kAgentSocketPrefix);
+    auto found = plugin::find_listening_socket(::getpid(), agent::kSocketPrefix);
     bool only_own = found.ok() && found->has_value() && **found == name;
     char result = ok && own && only_own ? 'y' : 'n';
     (void)!::write(p[1], &result, 1);

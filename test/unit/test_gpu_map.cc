@@ -138,7 +138,7 @@ TEST_CASE("gpu map: without a spec a GPU goes where its UUID is, whatever the pr
 }
 
 TEST_CASE("gpu map: a process's devices are found in criu's numbering by UUID", "[gpu_map]") {
-  std::vector<wire::AgentDevice> devices{{0, uuid_of(0xbb)}, {1, uuid_of(0xaa)}};
+  std::vector<agent::Device> devices{{0, uuid_of(0xbb)}, {1, uuid_of(0xaa)}};
   auto o = host_ordinals(devices, two_h200());
   REQUIRE(o);
   CHECK(*o == std::map<uint32_t, int>{{0, 1}, {1, 0}});

@@ -9,17 +9,15 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "phos/hooks/agent_backend.h"
 #include "phos/hooks/gate.h"
-#include "phos/images/agent_messages.h"
+#include "phos/images/agent_protocol.h"
 #include "phos/images/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::hooks {
-
-using wire::kAgentSocketPrefix;
-using wire::kAgentThreadName;
 
 struct AgentOptions {
   int idle_timeout_ms = 30000;  // a silent client is dropped after this long
@@ -47,7 +45,26 @@ class Agent {
   void serve(int conn);
   bool peer_allowed(int conn);
   // Handles one request; false ends the connection (after the reply).
-  bool handle(int conn, wire::ReceivedRequest& req, bool& greeted);
+  bool handle(int conn, agent::ReceivedRequest& req, bool& greeted);
+
+  // What the agent answers to one request.
+  struct Answer {
+    Answer(agent::Reply r, bool hang_up_after = false) : reply(std::move(r)), hang_up(hang_up_after) {}
+    agent::Reply reply;
+    std::vector<UniqueFd> fds;  // go with the reply
+    bool hang_up = false;       // close the connection after the reply
+  };
+  // An error reply; the session goes on.
+  static Answer failure(int code, const std::string& message);
+  Answer answer(const agent::Hello& q);
+  Answer answer(const agent::StatusRequest& q);
+  Answer answer(const agent::ListAllocationsRequest& q);
+  Answer answer(const agent::QuiesceRequest& q);
+  Answer answer(const agent::ReleaseMappingsRequest& q);
+  Answer answer(const agent::RemapRequest& q, std::vector<UniqueFd> fds);
+  Answer answer(const agent::ResumeRequest& q);
+  Answer answer(const agent::GoodbyeRequest& q);
+  Answer answer(const agent::SpeculateRequest& q);
 
   Gate& gate_;
   AgentBackend& backend_;

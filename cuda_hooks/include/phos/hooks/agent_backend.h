@@ -14,15 +14,13 @@
 
 namespace phos::hooks {
 
-// status().gate_open is filled in by the agent, which owns the gate.
-using BackendStatus = wire::AgentStatus;
-using AllocationInfo = wire::AllocationEntry;
-
 class AgentBackend {
  public:
   virtual ~AgentBackend() = default;
-  virtual BackendStatus status() = 0;
-  virtual std::vector<AllocationInfo> allocations() = 0;
+  // The status reply but for gate_open, which the agent fills in: it owns
+  // the gate.
+  virtual agent::StatusReply status() = 0;
+  virtual std::vector<agent::Allocation> allocations() = 0;
   // A new fd for the allocation's physical memory; the caller closes it.
   virtual Result<UniqueFd> export_allocation(uint64_t id) = 0;
   // With the gate closed: wait for all submitted GPU work.

@@ -1,119 +1,201 @@
-// Typed agent-protocol messages (images/proto/agent.proto) on top of the
-// framing: pack/send and receive/unpack, with the protobuf-c structs owned.
+// The agent protocol's messages (images/proto/agent.proto) as C++ values:
+// what the CRIU plugin and phosctl say to the agent inside an application
+// that runs with libphos.so, and what it answers. agent_protocol.h encodes,
+// sends and receives them; protobuf-c stays inside images/src. Each struct
+// is the one name of its concept on both sides: the hooks fill them, the
+// plugin reads them.
 #pragma once
-
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <array>
 #include <cstdint>
-#include <memory>
-#include <span>
+#include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
-#include "agent.pb-c.h"
-#include "phos/images/agent_wire.h"
 #include "phos/images/result.h"
 
-namespace phos::wire {
+namespace phos::agent {
 
-inline constexpr uint32_t kAgentProtocolVersion = 1;
-inline constexpr const char* kAgentSocketPrefix = "phos-agent.";
-inline constexpr const char* kAgentThreadName = "phos-agent";
+inline constexpr uint32_t kProtocolVersion = 1;
+// The agent listens on the abstract socket "<prefix><pid>.<nonce>", from a
+// thread of this name: the plugin finds it through /proc.
+inline constexpr const char* kSocketPrefix = "phos-agent.";
+inline constexpr const char* kThreadName = "phos-agent";
 
-// The address of the abstract unix socket `name` (no leading NUL); returns
-// the address length to pass to bind/connect, 0 when the name is too long.
-socklen_t abstract_socket_address(const std::string& name, struct sockaddr_un& addr);
+// A session starts with Hello; the agent refuses anything else first.
+struct Hello {
+  uint32_t protocol_version = kProtocolVersion;
+  std::string client_version;
+  bool operator==(const Hello&) const = default;
+};
+struct HelloReply {
+  uint32_t protocol_version = 0;
+  std::string agent_version;
+  int32_t pid = 0;        // in the agent's own pid namespace
+  int32_t agent_tid = 0;  // likewise
+  uint32_t uid = 0;
+  bool operator==(const HelloReply&) const = default;
+};
 
-// What StatusReply, Module and Allocation carry, as values both sides use.
-struct ModuleEntry {
-  uint64_t id = 0;
-  std::string kind;
-  uint64_t size = 0;
-  uint64_t hash = 0;
-  std::string source;
-  std::vector<std::string> functions;
-  uint64_t function_count = 0;
+struct StatusRequest {
+  bool operator==(const StatusRequest&) const = default;
+};
+
+// Code the process loaded (a module or library, or a fatbin registered with
+// the shared cudart), and what the program took from it.
+struct Module {
+  uint64_t id = 0;  // the id launch records name
+  std::string kind;  // fatbin, cubin, ptx, file, unknown
+  uint64_t size = 0;  // bytes of the image; 0 where not known
+  uint64_t hash = 0;  // 64-bit hash of those bytes
+  std::string source;  // the file, or the call that loaded it
+  std::vector<std::string> functions;  // in the order taken; a reply carries at most kMaxModuleFunctions
+  uint64_t function_count = 0;  // all of them (at least functions.size())
   std::vector<std::string> globals;
+  bool operator==(const Module&) const = default;
 };
 
-// One kernel's read/write-set speculation so far (the speculation issue):
-// what each launch's set was, how many buffers it named, and where the
-// kernel's parameter types came from.
-struct KernelSpeculationEntry {
-  std::string name;    // as the driver names it (mangled, or plain for extern "C")
-  uint64_t module = 0; // the module's id (ModuleEntry)
+// One kernel's read/write-set speculation so far: how each launch's set came
+// about, how many buffers the sets named, and where the kernel's parameter
+// types came from.
+struct KernelSpeculation {
+  std::string name;  // as the driver names it (mangled, or plain for extern "C")
+  uint64_t module = 0;  // Module::id; 0: not known
   uint64_t launches = 0;
-  uint64_t exact = 0;       // launches covered by an exact set (issued inside a known library call)
+  uint64_t exact = 0;  // launches covered by an exact set (issued inside a known library call)
   uint64_t speculated = 0;  // launches with a speculated set
-  uint64_t unknown = 0;     // launches whose set is unknown (every buffer counts as touched)
-  uint64_t buffers = 0;     // buffers named, summed over launches
-  uint64_t reads = 0;       // of those, read
-  uint64_t writes = 0;      // of those, written
-  std::string types;        // where parameter types came from: sigdb, name, cubin, none
-  std::string note;         // what the layout sources disagreed on; empty if nothing
+  uint64_t unknown = 0;  // launches whose set is unknown (every buffer counts as touched)
+  uint64_t buffers = 0;  // buffers named, summed over launches
+  uint64_t reads = 0;  // of those, read
+  uint64_t writes = 0;  // of those, written
+  std::string types;  // where parameter types came from: sigdb, name, cubin, none
+  std::string note;  // what the layout sources disagreed on; empty if nothing
+  bool operator==(const KernelSpeculation&) const = default;
 };
 
-// A GPU as the process numbers it, and its UUID.
-struct AgentDevice {
+// A GPU as the process numbers it (its CUdevice), and its UUID.
+struct Device {
   uint32_t ordinal = 0;
   std::array<uint8_t, 16> uuid{};
+  bool operator==(const Device&) const = default;
 };
 
-struct AgentStatus {
-  bool gate_open = false;
+struct StatusReply {
+  bool gate_open = false;  // the agent fills it in: it owns the gate
   bool cuda_initialized = false;
   uint64_t allocation_count = 0;
   uint64_t allocated_bytes = 0;
   uint32_t device_count = 0;
-  std::vector<std::string> unsupported_calls;
-  std::vector<std::pair<std::string, uint64_t>> counters;
-  std::vector<ModuleEntry> modules;
+  std::vector<std::string> unsupported_calls;  // make a checkpoint impossible
+  std::vector<std::pair<std::string, uint64_t>> counters;  // what the hooks saw, by name
+  std::vector<Module> modules;
+  // Speculation; an older agent sends none of it (off, nothing indexed).
   bool speculation_active = false;
   uint64_t indexed_buffers = 0;  // buffers in the speculation's index
-  std::vector<KernelSpeculationEntry> kernels;  // empty until speculation has run
-  // All kernels with statistics: more than kernels.size() where a status
-  // reply carried only those with the most launches (0: kernels.size()).
+  // A reply carries the kMaxStatusKernels with the most launches.
+  std::vector<KernelSpeculation> kernels;
+  // All kernels with statistics: more than kernels.size() where a reply
+  // carried only those with the most launches.
   uint64_t kernel_count = 0;
-  std::vector<AgentDevice> devices;  // empty from an older agent
+  std::vector<Device> devices;  // empty from an older agent
+  bool operator==(const StatusReply&) const = default;
 };
 
-struct AllocationEntry {
+// A device allocation of the process: what the agent lists, the keeper
+// holds and an image records (image::Allocation adds where its bytes are).
+struct Allocation {
   uint64_t id = 0;
-  uint32_t device = 0;
+  uint32_t device = 0;  // Device::ordinal
   uint64_t address = 0;
   uint64_t size = 0;
-  uint32_t flags = 0;
+  uint32_t flags = 0;  // image::kAlloc*
+  bool operator==(const Allocation&) const = default;
 };
 
-// An Allocation message from an entry (initialized, then filled), and back.
-void to_message(const AllocationEntry& a, Phos__Agent__Allocation& m);
-AllocationEntry from_message(const Phos__Agent__Allocation& m);
-
-struct UnpackedDeleter {
-  void operator()(ProtobufCMessage* m) const { protobuf_c_message_free_unpacked(m, nullptr); }
-  void operator()(Phos__Agent__Request* m) const { operator()(&m->base); }
-  void operator()(Phos__Agent__Reply* m) const { operator()(&m->base); }
+// Allocations come in pages so that a page's fds fit one frame.
+struct ListAllocationsRequest {
+  uint64_t first_index = 0;
+  uint32_t max_count = 0;
+  bool with_fds = false;  // one fd per allocation comes with the reply, in order
+  bool operator==(const ListAllocationsRequest&) const = default;
 };
-using RequestPtr = std::unique_ptr<Phos__Agent__Request, UnpackedDeleter>;
-using ReplyPtr = std::unique_ptr<Phos__Agent__Reply, UnpackedDeleter>;
-
-Result<void> send_message(int sock, const ProtobufCMessage& message, std::span<const int> fds = {});
-
-struct ReceivedRequest {
-  RequestPtr request;
-  std::vector<UniqueFd> fds;
+struct ListAllocationsReply {
+  std::vector<Allocation> allocations;
+  uint64_t total_count = 0;
+  bool operator==(const ListAllocationsReply&) const = default;
 };
-struct ReceivedReply {
-  ReplyPtr reply;
-  std::vector<UniqueFd> fds;
+
+// Close the gate (CUDA calls block, they do not fail) and drain all work.
+struct QuiesceRequest {
+  uint32_t timeout_ms = 0;
+  bool operator==(const QuiesceRequest&) const = default;
 };
-Result<ReceivedRequest> recv_request(int sock, int timeout_ms);
-Result<ReceivedReply> recv_reply(int sock, int timeout_ms);
+struct QuiesceReply {
+  uint64_t drained_ns = 0;
+  bool operator==(const QuiesceReply&) const = default;
+};
 
-// An Error reply.
-Result<void> send_error_reply(int sock, int code, const std::string& message);
+// Unmap the application's device memory, keeping its address reservations;
+// with release_handles the process lets go of the memory itself too.
+struct ReleaseMappingsRequest {
+  bool release_handles = false;
+  bool operator==(const ReleaseMappingsRequest&) const = default;
+};
+struct ReleaseMappingsReply {
+  uint64_t released_bytes = 0;
+  bool operator==(const ReleaseMappingsReply&) const = default;
+};
 
-}  // namespace phos::wire
+// Map memory back at the recorded addresses: the same memory (no fds), or
+// the fds that come with the request, one per id.
+struct RemapRequest {
+  std::vector<uint64_t> allocation_ids;
+  bool operator==(const RemapRequest&) const = default;
+};
+struct RemapReply {
+  uint64_t mapped_bytes = 0;
+  bool operator==(const RemapReply&) const = default;
+};
+
+// Open the gate.
+struct ResumeRequest {
+  bool operator==(const ResumeRequest&) const = default;
+};
+struct ResumeReply {
+  bool operator==(const ResumeReply&) const = default;
+};
+
+// The agent closes its end after replying.
+struct GoodbyeRequest {
+  bool operator==(const GoodbyeRequest&) const = default;
+};
+struct GoodbyeReply {
+  bool operator==(const GoodbyeReply&) const = default;
+};
+
+// Speculation on or off; with `validate`, validation instead (see
+// SpeculateRequest in agent.proto).
+struct SpeculateRequest {
+  bool on = false;
+  std::optional<bool> validate;
+  bool operator==(const SpeculateRequest&) const = default;
+};
+// Answered to a request with `validate`: whether validation is on now, and
+// whether the SASS-level validator is attached. An agent older than
+// validation sends neither.
+struct SpeculateReply {
+  std::optional<bool> validating;
+  bool sass_attached = false;
+  bool operator==(const SpeculateReply&) const = default;
+};
+
+using Request = std::variant<Hello, StatusRequest, ListAllocationsRequest, QuiesceRequest, ReleaseMappingsRequest,
+                             RemapRequest, ResumeRequest, GoodbyeRequest, SpeculateRequest>;
+// Every request gets one reply: the matching kind, or an Error (its code an
+// errno value).
+using Reply = std::variant<HelloReply, StatusReply, ListAllocationsReply, QuiesceReply, ReleaseMappingsReply,
+                           RemapReply, ResumeReply, GoodbyeReply, SpeculateReply, Error>;
+
+}  // namespace phos::agent

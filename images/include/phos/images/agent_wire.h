@@ -3,9 +3,13 @@
 // with the header's sendmsg as SCM_RIGHTS.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "phos/images/result.h"
@@ -29,5 +33,9 @@ struct Frame {
 Result<void> send_frame(int sock, std::span<const std::byte> payload, std::span<const int> fds = {});
 // timeout_ms < 0 waits forever; the timeout applies to each wait for bytes.
 Result<Frame> recv_frame(int sock, int timeout_ms, size_t max_bytes = kMaxFrameBytes);
+
+// The address of the abstract unix socket `name` (no leading NUL); returns
+// the address length to pass to bind/connect, 0 when the name is too long.
+socklen_t abstract_socket_address(const std::string& name, struct sockaddr_un& addr);
 
 }  // namespace phos::wire

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "phos/images/agent_messages.h"
 #include "phos/images/format.h"
 #include "phos/images/result.h"
 
@@ -43,12 +44,9 @@ struct Chunk {
   bool operator==(const Chunk&) const = default;
 };
 
-struct Allocation {
-  uint64_t id = 0;
-  uint32_t device = 0;
-  uint64_t address = 0;
-  uint64_t size = 0;
-  uint32_t flags = 0;
+// An allocation of the process, as its agent listed it, and the chunks that
+// hold its bytes in the image.
+struct Allocation : agent::Allocation {
   std::vector<Chunk> chunks;
   bool operator==(const Allocation&) const = default;
 };

@@ -1,0 +1,55 @@
+// The link between the CRIU plugin and phos-keeper, its helper outside criu
+// during a dump (images/proto/keeper.proto), as C++ values, with their codec
+// and transport over the frames of agent_wire.h; protobuf-c stays inside
+// images/src.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "phos/images/agent_messages.h"
+#include "phos/images/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::keeper {
+
+// A process's allocations; their fds come with the message, one per
+// allocation, in order. Several Holds for one process add to its list.
+struct Hold {
+  int32_t pid = 0;  // in criu's pid namespace
+  std::vector<agent::Allocation> allocations;
+  bool operator==(const Hold&) const = default;
+};
+
+// What the dump has taken from a process so far: bits (plugin/src/give_back.h).
+struct State {
+  int32_t pid = 0;
+  uint32_t taken = 0;
+  bool operator==(const State&) const = default;
+};
+
+// The dump is over and every process has what it should.
+struct Done {
+  bool operator==(const Done&) const = default;
+};
+
+using Message = std::variant<Hold, State, Done>;
+
+std::vector<std::byte> encode_message(const Message& message);
+// EPROTO with what is wrong where the payload does not parse or holds no kind.
+Result<Message> decode_message(std::span<const std::byte> payload);
+
+struct ReceivedMessage {
+  Message message;
+  std::vector<UniqueFd> fds;
+};
+
+Result<void> send_message(int sock, const Message& message, std::span<const int> fds = {});
+// Errors are the framing's (agent_wire.h), and EPROTO for a payload that
+// does not decode.
+Result<ReceivedMessage> recv_message(int sock, int timeout_ms);
+
+}  // namespace phos::keeper

@@ -1,0 +1,420 @@
+// The agent protocol's and the keeper link's codecs (images/agent_protocol.h,
+// images/keeper_protocol.h): every message through encode and decode, the
+// bytes of agent.proto kept, what an older agent leaves out, and malformed
+// payloads refused with what is wrong. Payloads that phos never writes are
+// written here by hand, field by field.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "phos/images/agent_protocol.h"
+#include "phos/images/keeper_protocol.h"
+
+using namespace phos;
+
+namespace {
+
+// A protobuf message written field by field (proto2 wire format).
+class PbWriter {
+ public:
+  PbWriter& varint(uint32_t field, uint64_t v) {
+    put_varint(uint64_t(field) << 3);
+    put_varint(v);
+    return *this;
+  }
+  PbWriter& bytes(uint32_t field, std::span<const std::byte> b) {
+    put_varint(uint64_t(field) << 3 | 2);
+    put_varint(b.size());
+    out_.insert(out_.end(), b.begin(), b.end());
+    return *this;
+  }
+  PbWriter& text(uint32_t field, const std::string& s) {
+    return bytes(field, std::as_bytes(std::span<const char>(s.data(), s.size())));
+  }
+  PbWriter& message(uint32_t field, const PbWriter& m) { return bytes(field, m.out_); }
+  const std::vector<std::byte>& payload() const { return out_; }
+
+ private:
+  void put_varint(uint64_t v) {
+    do {
+      uint8_t b = v & 0x7f;
+      v >>= 7;
+      out_.push_back(std::byte(b | (v ? 0x80 : 0)));
+    } while (v);
+  }
+  std::vector<std::byte> out_;
+};
+
+std::string hex(const std::vector<std::byte>& b) {
+  std::string out;
+  char buf[3];
+  for (auto x : b) {
+    std::snprintf(buf, sizeof(buf), "%02x", unsigned(x));
+    out += buf;
+  }
+  return out;
+}
+
+// A StatusReply with its required fields only, as an agent from before
+// speculation and device UUIDs sent it.
+PbWriter old_status() { return PbWriter().varint(1, 1).varint(2, 1).varint(3, 2).varint(4, 4096).varint(5, 1); }
+
+PbWriter status_reply(const PbWriter& status) { return PbWriter().message(2, status); }
+
+agent::KernelSpeculation kernel(std::string name, uint64_t launches) {
+  agent::KernelSpeculation k;
+  k.name = std::move(name);
+  k.module = 3;
+  k.launches = launches;
+  k.exact = 1;
+  k.speculated = launches - 1;
+  k.buffers = 2 * launches;
+  k.reads = launches;
+  k.writes = launches;
+  k.types = "sigdb";
+  return k;
+}
+
+agent::StatusReply full_status() {
+  agent::StatusReply s;
+  s.gate_open = true;
+  s.cuda_initialized = true;
+  s.allocation_count = 2;
+  s.allocated_bytes = 4u << 20;
+  s.device_count = 2;
+  s.unsupported_calls = {"cudaMallocManaged"};
+  s.counters = {{"launches", 42}, {"live_blocks", 2}};
+  s.modules = {{1, "fatbin", 4096, 0x1234abcd, "cuLibraryLoadData", {"vec_add", "scale"}, 2, {"table"}},
+               {2, "file", 0, 0, "/tmp/x.cubin", {}, 0, {}}};
+  s.speculation_active = true;
+  s.indexed_buffers = 17;
+  s.kernels = {kernel("_Z7vec_addPKfS0_Pfi", 10), kernel("plain", 1)};
+  s.kernels[0].note = "cubin says 5 parameters, the name 4";
+  s.kernel_count = 2;
+  s.devices = {{0, {}}, {1, {}}};
+  for (uint8_t i = 0; i < 16; i++) {
+    s.devices[0].uuid[i] = i;
+    s.devices[1].uuid[i] = uint8_t(0xf0 | i);
+  }
+  return s;
+}
+
+agent::Request round_trip(const agent::Request& r) {
+  auto decoded = agent::decode_request(agent::encode_request(r));
+  REQUIRE(decoded.ok());
+  return std::move(decoded.value());
+}
+
+agent::Reply round_trip(const agent::Reply& r) {
+  auto decoded = agent::decode_reply(agent::encode_reply(r));
+  REQUIRE(decoded.ok());
+  return std::move(decoded.value());
+}
+
+// The error decoding `payload` as a reply must give.
+Error reply_error(const PbWriter& payload) {
+  auto r = agent::decode_reply(payload.payload());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EPROTO);
+  return r.error();
+}
+
+Error request_error(const PbWriter& payload) {
+  auto r = agent::decode_request(payload.payload());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EPROTO);
+  return r.error();
+}
+
+struct SocketPair {
+  UniqueFd a, b;
+  SocketPair() {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    a.reset(fds[0]);
+    b.reset(fds[1]);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("agent protocol: every request round trips", "[agent_protocol]") {
+  const std::vector<agent::Request> requests = {
+      agent::Hello{agent::kProtocolVersion, "0.1.0"},
+      agent::StatusRequest{},
+      agent::ListAllocationsRequest{253, 253, true},
+      agent::ListAllocationsRequest{0, 10, false},
+      agent::QuiesceRequest{5000},
+      agent::ReleaseMappingsRequest{true},
+      agent::ReleaseMappingsRequest{false},
+      agent::RemapRequest{{5, 6, 1ull << 40}},
+      agent::RemapRequest{},
+      agent::ResumeRequest{},
+      agent::GoodbyeRequest{},
+      agent::SpeculateRequest{true, std::nullopt},
+      agent::SpeculateRequest{false, std::nullopt},
+      agent::SpeculateRequest{true, true},
+      agent::SpeculateRequest{true, false},
+  };
+  for (const auto& r : requests) {
+    INFO(agent::kind_name(r));
+    CHECK(round_trip(r) == r);
+  }
+  std::vector<bool> seen(std::variant_size_v<agent::Request>);
+  for (const auto& r : requests) seen[r.index()] = true;
+  CHECK(std::find(seen.begin(), seen.end(), false) == seen.end());  // every kind
+}
+
+TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
+  const std::vector<agent::Reply> replies = {
+      agent::HelloReply{agent::kProtocolVersion, "0.1.0", 4242, 4243, 1000},
+      full_status(),
+      agent::StatusReply{},
+      agent::ListAllocationsReply{{{1, 0, 0x7f0000000000ull, 2u << 20, 0}, {9, 1, 0x7f0000400000ull, 4096, 1}}, 300},
+      agent::ListAllocationsReply{{}, 0},
+      agent::QuiesceReply{123456789},
+      agent::ReleaseMappingsReply{6u << 20},
+      agent::RemapReply{6u << 20},
+      agent::ResumeReply{},
+      agent::GoodbyeReply{},
+      agent::SpeculateReply{std::nullopt, false},
+      agent::SpeculateReply{true, true},
+      agent::SpeculateReply{false, false},
+  };
+  for (const auto& r : replies) {
+    INFO(agent::kind_name(r));
+    // Reply holds a phos::Error, which has no ==: compare alternatives.
+    auto back = round_trip(r);
+    REQUIRE(back.index() == r.index());
+    std::visit(
+        [&](const auto& want) {
+          using T = std::decay_t<decltype(want)>;
+          if constexpr (!std::is_same_v<T, Error>) CHECK(std::get<T>(back) == want);
+        },
+        r);
+  }
+  auto error = round_trip(make_error("release mappings needs a quiesced process", EBUSY));
+  REQUIRE(std::holds_alternative<Error>(error));
+  CHECK(std::get<Error>(error).code == EBUSY);
+  CHECK(std::get<Error>(error).message == "release mappings needs a quiesced process");
+}
+
+TEST_CASE("agent protocol: the bytes are agent.proto's", "[agent_protocol]") {
+  // Written by the hand-built protobuf-c code that came before the codec;
+  // an agent and a plugin of different builds must understand each other.
+  CHECK(hex(agent::encode_request(agent::Hello{1, "0.1.0"})) == "0a0908011205302e312e30");
+  CHECK(hex(agent::encode_request(agent::SpeculateRequest{true, false})) == "4a0408011000");
+  CHECK(hex(agent::encode_request(agent::ReleaseMappingsRequest{false})) == "2a020800");
+  CHECK(hex(agent::encode_reply(agent::ListAllocationsReply{{{1, 0, 0x7f0000000000ull, 2u << 20, 0}}, 9})) ==
+        "1a170a1308011000188080808080e01f208080800128001009");
+  CHECK(hex(keeper::encode_message(keeper::Hold{42, {{1, 0, 0x7f0000000000ull, 2u << 20, 0}}})) ==
+        "0a17082a121308011000188080808080e01f20808080012800");
+}
+
+TEST_CASE("agent protocol: a status reply carries at most 1000 kernels and function names", "[agent_protocol]") {
+  agent::StatusReply s;
+  for (uint64_t i = 1; i <= 1500; i++) s.kernels.push_back(kernel("k" + std::to_string(i), i));
+  std::vector<std::string> many;
+  for (int i = 0; i < 1200; i++) many.push_back("f" + std::to_string(i));
+  s.modules = {{7, "cubin", 100, 1, "cuModuleLoad", many, 0, {}}};
+  auto back = std::get<agent::StatusReply>(round_trip(s));
+  REQUIRE(back.kernels.size() == agent::kMaxStatusKernels);
+  CHECK(back.kernel_count == 1500);
+  CHECK(back.kernels.front().name == "k1500");  // most launches first
+  CHECK(back.kernels.back().launches == 501);
+  REQUIRE(back.modules.size() == 1);
+  CHECK(back.modules[0].functions.size() == agent::kMaxModuleFunctions);
+  CHECK(back.modules[0].functions.front() == "f0");
+  CHECK(back.modules[0].function_count == 1200);
+}
+
+TEST_CASE("agent protocol: what an older agent leaves out reads as off and empty", "[agent_protocol][compat]") {
+  auto status = agent::decode_reply(status_reply(old_status()).payload());
+  REQUIRE(status.ok());
+  const auto& s = std::get<agent::StatusReply>(*status);
+  CHECK(s.gate_open);
+  CHECK(s.allocation_count == 2);
+  CHECK_FALSE(s.speculation_active);
+  CHECK(s.indexed_buffers == 0);
+  CHECK(s.kernels.empty());
+  CHECK(s.kernel_count == 0);
+  CHECK(s.devices.empty());
+
+  // Kernels but no kernel_count: the kernels are all there are.
+  PbWriter k;
+  k.text(1, "vec_add").varint(2, 0).varint(3, 4).varint(4, 0).varint(5, 4).varint(6, 0);
+  k.varint(7, 8).varint(8, 4).varint(9, 4).text(10, "name");
+  auto counted = agent::decode_reply(status_reply(old_status().message(11, k)).payload());
+  REQUIRE(counted.ok());
+  const auto& c = std::get<agent::StatusReply>(*counted);
+  REQUIRE(c.kernels.size() == 1);
+  CHECK(c.kernels[0].note.empty());
+  CHECK(c.kernel_count == 1);
+
+  // A speculate reply from before validation.
+  auto speculate = agent::decode_reply(PbWriter().message(9, PbWriter()).payload());
+  REQUIRE(speculate.ok());
+  CHECK(std::get<agent::SpeculateReply>(*speculate) == agent::SpeculateReply{std::nullopt, false});
+
+  // A release request from a client that left release_handles out.
+  auto release = agent::decode_request(PbWriter().message(5, PbWriter()).payload());
+  REQUIRE(release.ok());
+  CHECK(std::get<agent::ReleaseMappingsRequest>(*release) == agent::ReleaseMappingsRequest{false});
+}
+
+TEST_CASE("agent protocol: a device UUID that is not 16 bytes is refused", "[agent_protocol][malformed]") {
+  std::byte three[3] = {std::byte{1}, std::byte{2}, std::byte{3}};
+  PbWriter device;
+  device.varint(1, 2).bytes(2, three);
+  auto e = reply_error(status_reply(old_status().message(13, device)));
+  CHECK_THAT(e.message,
+             Catch::Contains("malformed reply") && Catch::Contains("device 2 has a UUID of 3 bytes, not 16"));
+}
+
+TEST_CASE("agent protocol: an unknown kind is refused, naming its field", "[agent_protocol][malformed]") {
+  CHECK_THAT(request_error(PbWriter().message(12, PbWriter())).message,
+             Catch::Contains("malformed request: unknown kind (field 12)"));
+  CHECK_THAT(reply_error(PbWriter().varint(14, 1)).message,
+             Catch::Contains("malformed reply: unknown kind (field 14)"));
+  CHECK_THAT(request_error(PbWriter()).message, Catch::Contains("malformed request: no kind"));
+  CHECK_THAT(reply_error(PbWriter()).message, Catch::Contains("malformed reply: no kind"));
+}
+
+TEST_CASE("agent protocol: a missing required field is refused", "[agent_protocol][malformed]") {
+  // Hello without its client_version.
+  CHECK_THAT(request_error(PbWriter().message(1, PbWriter().varint(1, 1))).message,
+             Catch::Contains("malformed request: payload does not parse") && Catch::Contains("required field"));
+  // A status reply without allocated_bytes.
+  PbWriter status;
+  status.varint(1, 1).varint(2, 1).varint(3, 2).varint(5, 1);
+  CHECK_THAT(reply_error(status_reply(status)).message, Catch::Contains("malformed reply: payload does not parse"));
+  // An allocation without its address.
+  PbWriter alloc;
+  alloc.varint(1, 1).varint(2, 0).varint(4, 4096).varint(5, 0);
+  CHECK_THAT(reply_error(PbWriter().message(3, PbWriter().message(1, alloc).varint(2, 1))).message,
+             Catch::Contains("malformed reply: payload does not parse"));
+}
+
+TEST_CASE("agent protocol: a payload that does not parse is refused", "[agent_protocol][malformed]") {
+  std::vector<std::byte> junk(16, std::byte{0xff});
+  auto req = agent::decode_request(junk);
+  REQUIRE_FALSE(req.ok());
+  CHECK(req.error().code == EPROTO);
+  CHECK_THAT(req.error().message, Catch::Contains("malformed request: payload does not parse"));
+  auto rep = agent::decode_reply(junk);
+  REQUIRE_FALSE(rep.ok());
+  CHECK(rep.error().code == EPROTO);
+  // A length that runs past the payload's end.
+  std::vector<std::byte> cut = agent::encode_reply(full_status());
+  cut.resize(cut.size() / 2);
+  auto half = agent::decode_reply(cut);
+  REQUIRE_FALSE(half.ok());
+  CHECK(half.error().code == EPROTO);
+}
+
+TEST_CASE("agent protocol: counts that do not add up are refused", "[agent_protocol][malformed]") {
+  PbWriter k;
+  k.text(1, "a").varint(2, 0).varint(3, 1).varint(4, 0).varint(5, 1).varint(6, 0);
+  k.varint(7, 1).varint(8, 1).varint(9, 0).text(10, "none");
+  CHECK_THAT(reply_error(status_reply(old_status().message(11, k).message(11, k).varint(12, 1))).message,
+             Catch::Contains("kernel count 1 is below the 2 kernels"));
+
+  PbWriter module;
+  module.varint(1, 4).text(2, "cubin").varint(3, 0).varint(4, 0).text(5, "x").text(6, "f").text(6, "g").varint(7, 1);
+  CHECK_THAT(reply_error(status_reply(old_status().message(8, module))).message,
+             Catch::Contains("module 4 counts 1 functions but names 2"));
+
+  PbWriter alloc;
+  alloc.varint(1, 1).varint(2, 0).varint(3, 1 << 21).varint(4, 4096).varint(5, 0);
+  CHECK_THAT(reply_error(PbWriter().message(3, PbWriter().message(1, alloc).message(1, alloc).varint(2, 1))).message,
+             Catch::Contains("list allocations: 2 allocations of a total of 1"));
+}
+
+TEST_CASE("agent protocol: an error reply must carry an errno", "[agent_protocol][malformed]") {
+  // Returned as an error with code 0, it would read as success.
+  CHECK_THAT(reply_error(PbWriter().message(15, PbWriter().varint(1, 0).text(2, "fine"))).message,
+             Catch::Contains("error reply with code 0"));
+  CHECK_THAT(reply_error(PbWriter().message(15, PbWriter().varint(1, uint64_t(-5)).text(2, "x"))).message,
+             Catch::Contains("error reply with code -5"));
+}
+
+TEST_CASE("agent protocol: requests and replies travel with their fds", "[agent_protocol][fds]") {
+  SocketPair s;
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  REQUIRE(agent::send_request(s.a.get(), agent::RemapRequest{{5, 6}}, std::vector<int>{p[0], p[1]}).ok());
+  ::close(p[0]);
+  ::close(p[1]);
+  auto req = agent::recv_request(s.b.get(), 1000);
+  REQUIRE(req.ok());
+  CHECK(std::get<agent::RemapRequest>(req->request).allocation_ids == std::vector<uint64_t>{5, 6});
+  REQUIRE(req->fds.size() == 2);
+  char c = 'x', got = 0;
+  REQUIRE(::write(req->fds[1].get(), &c, 1) == 1);
+  REQUIRE(::read(req->fds[0].get(), &got, 1) == 1);
+  CHECK(got == 'x');
+
+  agent::ListAllocationsReply list{{{1, 0, 0x7f0000000000ull, 4096, 0}}, 1};
+  REQUIRE(agent::send_reply(s.b.get(), list).ok());
+  auto rep = agent::recv_reply(s.a.get(), 1000);
+  REQUIRE(rep.ok());
+  CHECK(std::get<agent::ListAllocationsReply>(rep->reply) == list);
+  CHECK(rep->fds.empty());
+
+  // What does not decode comes back as EPROTO from recv.
+  std::vector<std::byte> junk(4, std::byte{0xff});
+  REQUIRE(wire::send_frame(s.a.get(), junk).ok());
+  auto bad = agent::recv_request(s.b.get(), 1000);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code == EPROTO);
+}
+
+TEST_CASE("agent protocol: kinds are named as agent.proto names them", "[agent_protocol]") {
+  CHECK(agent::kind_name(agent::Request(agent::ListAllocationsRequest{})) == "list_allocations");
+  CHECK(agent::kind_name(agent::Request(agent::SpeculateRequest{})) == "speculate");
+  CHECK(agent::kind_name(agent::Reply(agent::HelloReply{})) == "hello");
+  CHECK(agent::kind_name(agent::Reply(make_error("x", EIO))) == "error");
+}
+
+TEST_CASE("keeper protocol: every message round trips, with its fds", "[agent_protocol][keeper]") {
+  const std::vector<keeper::Message> messages = {
+      keeper::Hold{42, {{1, 0, 0x7f0000000000ull, 2u << 20, 0}, {2, 1, 0x7f0000200000ull, 4096, 1}}},
+      keeper::Hold{43, {}},
+      keeper::State{42, 1 | 2 | 4},
+      keeper::Done{},
+  };
+  for (const auto& m : messages) {
+    auto back = keeper::decode_message(keeper::encode_message(m));
+    REQUIRE(back.ok());
+    CHECK(*back == m);
+  }
+  SocketPair s;
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  REQUIRE(keeper::send_message(s.a.get(), messages[0], std::vector<int>{p[0], p[1]}).ok());
+  ::close(p[0]);
+  ::close(p[1]);
+  auto got = keeper::recv_message(s.b.get(), 1000);
+  REQUIRE(got.ok());
+  CHECK(got->message == messages[0]);
+  CHECK(got->fds.size() == 2);
+}
+
+TEST_CASE("keeper protocol: a malformed message is refused", "[agent_protocol][keeper][malformed]") {
+  std::vector<std::byte> junk(8, std::byte{0xff});
+  auto bad = keeper::decode_message(junk);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code == EPROTO);
+  CHECK_THAT(bad.error().message, Catch::Contains("malformed keeper message: payload does not parse"));
+  auto unknown = keeper::decode_message(PbWriter().message(7, PbWriter()).payload());
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.error().message, Catch::Contains("unknown kind (field 7)"));
+}
