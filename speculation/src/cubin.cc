@@ -107,9 +107,11 @@ struct SectionCounts {
 };
 
 ImageResult<SectionCounts> section_counts(Bytes b, const ElfHeader& h) {
+  // No section table at all, whatever e_shnum says (else the ELF header
+  // itself would be read as one).
+  if (h.shoff == 0) return SectionCounts{};
   SectionCounts c{h.shnum, h.shstrndx};
   if (h.shnum != 0 && h.shstrndx != kShnXindex) return c;
-  if (h.shoff == 0) return c;  // no section table at all
   if (!fits(b, h.shoff, kShdrSize))
     return failure(ImageFault::kMalformed, "ELF: section 0 at offset %#llx lies past the end (%zu bytes)", ull(h.shoff),
                    b.size());
@@ -136,8 +138,9 @@ ImageResult<void> read_sections(Bytes b, Elf* elf) {
     Section& s = elf->sections[i];
     s = section_at(b, elf->header.shoff + i * kShdrSize);
     if (s.type != kShtNobits && !fits(b, s.offset, s.size))
-      return failure(ImageFault::kMalformed, "ELF: section %llu (offset %#llx, size %#llx) lies past the end (%zu bytes)",
-                     ull(i), ull(s.offset), ull(s.size), b.size());
+      return failure(ImageFault::kMalformed,
+                     "ELF: section %llu (offset %#llx, size %#llx) lies past the end (%zu bytes)", ull(i),
+                     ull(s.offset), ull(s.size), b.size());
   }
   if (count == 0) return {};
   if (counts->shstrndx >= count)

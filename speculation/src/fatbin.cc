@@ -298,8 +298,9 @@ ImageResult<uint64_t> fatbin_end(Bytes bytes, uint64_t start) {
     return failure(ImageFault::kTooLarge, "fatbin at offset %#llx: size %#llx beyond the %llu-byte limit", ull(start),
                    ull(size), ull(kMaxImageSize));
   if (!fits(bytes, start, header_size + size))
-    return failure(ImageFault::kMalformed, "fatbin at offset %#llx: header size %u and size %#llx run past the %zu bytes",
-                   ull(start), header_size, ull(size), bytes.size());
+    return failure(ImageFault::kMalformed,
+                   "fatbin at offset %#llx: header size %u and size %#llx run past the %zu bytes", ull(start),
+                   header_size, ull(size), bytes.size());
   return start + header_size + size;
 }
 

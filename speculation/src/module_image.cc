@@ -66,7 +66,8 @@ ImageResult<ImageExtent> wrapped_fatbin(const std::byte* p) {
 // PTX text: up to its NUL, which must lie inside `bytes`.
 ImageResult<ImageExtent> ptx_extent(Bytes bytes) {
   const void* nul = std::memchr(bytes.data(), 0, bytes.size());
-  if (!nul) return failure(ImageFault::kUnrecognized, "module image: no NUL-terminated text in %zu bytes", bytes.size());
+  if (!nul)
+    return failure(ImageFault::kUnrecognized, "module image: no NUL-terminated text in %zu bytes", bytes.size());
   return ImageExtent{ModuleKind::kPtx, bytes.first(size_t(static_cast<const std::byte*>(nul) - bytes.data()))};
 }
 
@@ -125,7 +126,8 @@ ImageResult<ImageExtent> image_extent(const void* image) {
 ImageResult<ImageExtent> image_extent(std::span<const std::byte> bytes) {
   uint32_t magic = fits(bytes, 0, 4) ? load_le<uint32_t>(bytes, 0) : 0;
   if (magic == kFatbinWrapperMagic)
-    return failure(ImageFault::kUnrecognized, "module image: cudart's fatbin wrapper, whose pointer leads outside the bytes");
+    return failure(ImageFault::kUnrecognized,
+                   "module image: cudart's fatbin wrapper, whose pointer leads outside the bytes");
   return has_binary_magic(magic) ? extent_in(bytes) : ptx_extent(bytes);
 }
 

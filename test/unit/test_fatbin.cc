@@ -733,7 +733,9 @@ ImageFault contents_fault(const FatbinEntry& entry) { return refused(entry_conte
 ImageFault cubin_fault(const ByteVec& elf) { return refused(read_cubin_kernels(elf)).fault; }
 
 // A fatbin holding one cubin for `arch` whose only kernel is two_params().
-ByteVec fatbin_with_cubin(uint32_t arch) { return make_fatbin({plain_entry(kTestKindElf, arch, make_cubin({two_params()}))}); }
+ByteVec fatbin_with_cubin(uint32_t arch) {
+  return make_fatbin({plain_entry(kTestKindElf, arch, make_cubin({two_params()}))});
+}
 
 }  // namespace
 
@@ -883,6 +885,16 @@ TEST_CASE("image_extent over bytes: each kind ends where its headers say, never 
   ImageError short_elf = refused(image_extent(std::span<const std::byte>(elf.data(), elf.size() - 1)));
   CHECK(short_elf.fault == ImageFault::kMalformed);
   CHECK_THAT(short_elf.message, Contains("ELF: section header table (offset 0x"));
+
+  // No section table (e_shoff 0) whatever e_shnum says: the header alone,
+  // for the extent and the kernel reader alike (found by fuzzing, when the
+  // reader took the ELF header for a section header).
+  ByteVec bare = make_cubin({});
+  patch_le(&bare, 40, 0, 8);  // e_shoff
+  auto header_only = read_ok(image_extent(std::span<const std::byte>(bare)));
+  CHECK(header_only.bytes.size() == 64);
+  CHECK(cubin_kernels(bare).empty());
+  CHECK(cubin_kernels(ByteVec(bare.begin(), bare.begin() + 64)).empty());
 
   ByteVec text = to_bytes(std::string(".version 9.0") + '\0' + "after");
   auto p = read_ok(image_extent(std::span<const std::byte>(text)));
