@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -72,8 +71,8 @@ Result<void> LaunchSpeculation::load_signatures(const std::string& paths) {
   std::lock_guard<std::mutex> lock(mu_);
   while (std::getline(list, path, ':')) {
     if (path.empty()) continue;
-    std::string error;
-    if (!signatures_.load(path, &error)) return make_error("signature database " + path + ": " + error);
+    Result<void> loaded = signatures_.load(path);
+    if (!loaded) return make_error("signature database " + loaded.error().message);
   }
   return {};
 }
@@ -109,14 +108,19 @@ void LaunchSpeculation::module_loaded(uint64_t hash, const void* image) {
 
 void LaunchSpeculation::read_metadata(ModuleMetadata& m, const void* image, uint32_t arch, bool* unreadable) {
   m.read = true;
-  std::string error;
-  if (spec::module_kernels(image, arch, &m.kernels, &error)) return;
-  // PTX text, or a fatbin without a cubin for this GPU, has no records to
+  auto kernels = spec::module_kernels(image, arch);
+  if (kernels) {
+    m.kernels = std::move(*kernels);
+    return;
+  }
+  // PTX text, or an image without a cubin for this GPU, has no records to
   // read; a fatbin or cubin that fails to parse is what counts.
-  uint32_t magic = 0;
-  std::memcpy(&magic, image, sizeof(magic));
-  bool binary = magic == spec::kFatbinMagic || magic == spec::kFatbinWrapperMagic || std::memcmp(image, "\x7f" "ELF", 4) == 0;
-  *unreadable = binary && error.find("no cubin for") == std::string::npos;
+  switch (kernels.error().fault) {
+    case spec::ImageFault::kUnrecognized:
+    case spec::ImageFault::kNoEntryForArch:
+    case spec::ImageFault::kPtxOnly: break;
+    default: *unreadable = true;
+  }
 }
 
 const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef& module, const std::string& name) {

@@ -75,9 +75,13 @@ void LaunchValidation::module_loaded(uint64_t id, uint64_t hash, const void* ima
   if (validators_ == Validators::kSass) return;
   auto m = std::make_shared<Module>();
   m->hash = hash;
-  std::string error;
-  if (is_ptx) m->ptx = static_cast<const char*>(image);
-  else if (!speculation::module_ptx(image, current_device_arch(), &m->ptx, &error)) return;  // no PTX to twin
+  if (is_ptx) {
+    m->ptx = static_cast<const char*>(image);
+  } else {
+    auto ptx = speculation::module_ptx(image, current_device_arch());
+    if (!ptx) return;  // no PTX to twin
+    m->ptx = std::move(*ptx);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   modules_[id] = std::move(m);
   totals_.modules++;
@@ -101,12 +105,12 @@ void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
 void LaunchValidation::build_locked(Module& m) {
   m.built = true;
   auto started = std::chrono::steady_clock::now();
-  ptx::TwinResult twins;
-  std::string error;
   ptx::TwinOptions options;
-  if (!ptx::make_twins(m.ptx, options, &twins, &error)) {
-    m.unusable = "no twins: " + error;
+  Result<ptx::TwinResult> made = ptx::make_twins(m.ptx, options);
+  if (!made) {
+    m.unusable = "no twins: " + made.error().message;
   } else {
+    const ptx::TwinResult& twins = *made;
     for (const ptx::TwinKernel& k : twins.kernels) {
       m.kernels[k.name] = k.twin_name;
       if (!k.complete) m.skip[k.name] = "twin incomplete: " + k.reason;

@@ -1,6 +1,7 @@
 // The code a process has loaded: every module and library the driver loaded
 // for it (cuModuleLoad*, cuLibraryLoad*, cudart's fatbin registrations), each
-// with a content hash, size and kind (module_image.h), and the functions,
+// with a content hash, size and kind (identify_image in the speculation
+// library's reader, phos/speculation/fatbin.h), and the functions,
 // kernels and globals the program took from it. Launch records name the
 // module of their kernel. Handles are the driver's (CUmodule, CUlibrary,
 // CUfunction, CUkernel) or cudart's (fatbin handles, host functions), all
@@ -13,9 +14,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "module_image.h"
+#include "phos/speculation/fatbin.h"
 
 namespace phos::hooks {
+
+// What a loaded module is comes from the one reader of module images.
+using speculation::identify_file;
+using speculation::identify_image;
+using speculation::module_kind_name;
+using speculation::ModuleImage;
+using speculation::ModuleKind;
 
 struct ModuleInfo {
   uint64_t id = 0;

@@ -178,7 +178,7 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
   bool direct = false;
   std::string why_buffered = "direct_io is off";
   struct statfs fs {};
-  if (direct_io == DirectIo::Auto && ::fstatfs(fd.get(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+  if (direct_io == DirectIo::kAuto && ::fstatfs(fd.get(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
     // tmpfs takes O_DIRECT but still copies through its page cache (the
     // pages are the storage), and measured slower with it on an H200 host:
     // 32 GiB at 10.2 GB/s with O_DIRECT, 13.4 GB/s without (8 workers).
@@ -186,7 +186,7 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
     if (!tmpfs_has_huge_pages(fd.get()))
       why_buffered += "; without huge pages (a tmpfs mounted with huge=within_size took 32 GiB at 41 GB/s on an "
                       "H200 host where /dev/shm took 30 GB/s)";
-  } else if (direct_io == DirectIo::Auto) {
+  } else if (direct_io == DirectIo::kAuto) {
     auto enabled = enable_direct_io(fd.get(), name);
     if (!enabled && enabled.error().code != EINVAL) return enabled.error();
     direct = enabled.ok();
@@ -234,20 +234,20 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   const std::byte* out = raw.data();
   size_t stored = raw.size(), extent = raw.size();
   AlignedBuffer aligned;
-  if (compression == Compression::Zstd) {
+  if (compression == Compression::kZstd) {
     t0 = now_ns();
     aligned = AlignedBuffer(ZSTD_compressBound(raw.size()));
     size_t n = ZSTD_compress(aligned.data(), aligned.capacity(), raw.data(), raw.size(), zstd_level);
     t.compress_ns = now_ns() - t0;
     if (ZSTD_isError(n)) return make_error(name_ + ": zstd: " + ZSTD_getErrorName(n), EIO);
     if (n < raw.size()) {
-      c.compression = Compression::Zstd;
+      c.compression = Compression::kZstd;
       out = aligned.data();
       stored = n;
       extent = aligned.pad(n);
     }
   }
-  if (c.compression == Compression::None && direct_ && !is_aligned_extent(raw.data(), raw.size())) {
+  if (c.compression == Compression::kNone && direct_ && !is_aligned_extent(raw.data(), raw.size())) {
     aligned = AlignedBuffer(raw.size());
     std::memcpy(aligned.data(), raw.data(), raw.size());
     out = aligned.data();
@@ -286,10 +286,10 @@ Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, 
   if (out.size() != chunk.raw_size)
     return make_error(std::string(file_name) + ": chunk buffer of " + std::to_string(out.size()) +
                       " bytes for a chunk of " + std::to_string(chunk.raw_size));
-  if (chunk.compression == Compression::None) {
+  if (chunk.compression == Compression::kNone) {
     PHOS_TRY(pread_all(fd, out.data(), out.size(), chunk.file_offset, file_name));
     t.io_ns = now_ns() - t0;
-  } else if (chunk.compression == Compression::Zstd) {
+  } else if (chunk.compression == Compression::kZstd) {
     scratch.resize(chunk.stored_size);
     PHOS_TRY(pread_all(fd, scratch.data(), scratch.size(), chunk.file_offset, file_name));
     uint64_t t1 = now_ns();
@@ -302,7 +302,7 @@ Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, 
   } else {
     return make_error(std::string(file_name) + ": chunk with unknown compression");
   }
-  if (check == CrcCheck::ByCaller) {
+  if (check == CrcCheck::kByCaller) {
     if (times) *times += t;
     return {};
   }

@@ -2,16 +2,6 @@
 
 #include <charconv>
 
-#include "phos/images/result.h"
-
-#include <cstring>
-
-namespace phos {
-
-Error errno_error(const std::string& what, int err) { return Error{what + ": " + std::strerror(err), err}; }
-
-}  // namespace phos
-
 namespace phos::image {
 
 std::string manifest_file_name(int32_t pid) { return "phos-" + std::to_string(pid) + "-manifest.img"; }

@@ -15,17 +15,17 @@ namespace phos::image {
 
 std::string_view protocol_name(Protocol p) {
   switch (p) {
-    case Protocol::StopTheWorld: return "stop-the-world";
-    case Protocol::SoftRecopy: return "soft-recopy";
-    case Protocol::SoftCopyOnWrite: return "soft-copy-on-write";
+    case Protocol::kStopTheWorld: return "stop-the-world";
+    case Protocol::kSoftRecopy: return "soft-recopy";
+    case Protocol::kSoftCopyOnWrite: return "soft-copy-on-write";
   }
   return "unknown";
 }
 
 std::string_view compression_name(Compression c) {
   switch (c) {
-    case Compression::None: return "none";
-    case Compression::Zstd: return "zstd";
+    case Compression::kNone: return "none";
+    case Compression::kZstd: return "zstd";
   }
   return "unknown";
 }
@@ -294,7 +294,7 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
       if (c.raw_size == 0 || c.raw_size > m.chunk_size)
         return fail(cw + " has " + std::to_string(c.raw_size) + " bytes, chunk size is " + std::to_string(m.chunk_size));
       if (compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
-      if (c.compression == Compression::None && c.stored_size != c.raw_size)
+      if (c.compression == Compression::kNone && c.stored_size != c.raw_size)
         return fail(cw + " is uncompressed but stores " + std::to_string(c.stored_size) + " of " +
                     std::to_string(c.raw_size) + " bytes");
       if (c.stored_size == 0 || c.stored_size > ZSTD_compressBound(c.raw_size))

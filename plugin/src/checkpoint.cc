@@ -235,7 +235,7 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   image::Manifest& m = t.manifest;
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
-  m.protocol = image::Protocol::StopTheWorld;
+  m.protocol = image::Protocol::kStopTheWorld;
   m.created_unix_ns = clock_ns(CLOCK_REALTIME);
   m.statistics.total_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
   auto written = image::write_manifest(dirfd_, m);

@@ -649,7 +649,7 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
     const image::Chunk& c = m.allocations[p.allocation].chunks[p.chunk];
     const bool on_gpu = crc_function(p.device) != nullptr;
     PHOS_TRY(readers[worker]->read_chunk(c, std::span(static_cast<std::byte*>(buffer), c.raw_size),
-                                         on_gpu ? image::CrcCheck::ByCaller : image::CrcCheck::Here));
+                                         on_gpu ? image::CrcCheck::kByCaller : image::CrcCheck::kHere));
     const CUdeviceptr dst = vas[p.allocation] + c.alloc_offset;
     PHOS_CU(cu_, cu_.cuMemcpyHtoDAsync_v2(dst, buffer, c.raw_size, stream),
             ("copy allocation " + std::to_string(m.allocations[p.allocation].id) + " to device").c_str());

@@ -35,8 +35,8 @@ namespace phos::plugin {
 struct EngineSettings {
   uint32_t chunk_size = image::kDefaultChunkSize;  // of a dump; a restore uses the image's
   unsigned workers = 0;                             // 0: one per core, at most 16
-  image::DirectIo direct_io = image::DirectIo::Auto;
-  image::Compression compression = image::Compression::None;
+  image::DirectIo direct_io = image::DirectIo::kAuto;
+  image::Compression compression = image::Compression::kNone;
   int zstd_level = 1;
   bool gpu_checksums = true;  // a dump's chunk CRCs computed on the GPU (plugin/gpu/chunk_crc.cu)
 

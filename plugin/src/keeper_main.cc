@@ -77,7 +77,7 @@ void recover(KeeperState& k, int agent_timeout_ms) {
     ::dup2(log_fd, 2);
     ::close(log_fd);
   }
-  set_stderr_level(LogLevel::Info);
+  set_stderr_level(LogLevel::kInfo);
   PHOS_WARN("criu went away before the dump ended; giving %zu process(es) back what the dump took", k.order.size());
   for (auto it = k.order.rbegin(); it != k.order.rend(); ++it) {
     pid_t pid = *it;

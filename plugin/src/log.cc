@@ -16,7 +16,7 @@ PrintOnLevel criu_printer() {
   return fn;
 }
 
-LogLevel g_stderr_level = LogLevel::Warn;
+LogLevel g_stderr_level = LogLevel::kWarn;
 
 }  // namespace
 
@@ -28,7 +28,7 @@ void log(LogLevel level, const char* format, ...) {
   va_start(ap, format);
   std::vsnprintf(msg, sizeof(msg), format, ap);
   va_end(ap);
-  const char* tag = level == LogLevel::Error ? "Error: " : level == LogLevel::Warn ? "Warn: " : "";
+  const char* tag = level == LogLevel::kError ? "Error: " : level == LogLevel::kWarn ? "Warn: " : "";
   if (auto print = criu_printer()) {
     print(static_cast<unsigned>(level), "phos: %s%s\n", tag, msg);
   } else if (level <= g_stderr_level) {

@@ -4,15 +4,15 @@
 
 namespace phos::plugin {
 
-enum class LogLevel : unsigned { Error = 1, Warn = 2, Info = 3, Debug = 4 };
+enum class LogLevel : unsigned { kError = 1, kWarn = 2, kInfo = 3, kDebug = 4 };
 
 void log(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
 // Outside criu, messages up to `level` go to stderr (default: warnings).
 void set_stderr_level(LogLevel level);
 
-#define PHOS_ERR(...) ::phos::plugin::log(::phos::plugin::LogLevel::Error, __VA_ARGS__)
-#define PHOS_WARN(...) ::phos::plugin::log(::phos::plugin::LogLevel::Warn, __VA_ARGS__)
-#define PHOS_INFO(...) ::phos::plugin::log(::phos::plugin::LogLevel::Info, __VA_ARGS__)
-#define PHOS_DEBUG(...) ::phos::plugin::log(::phos::plugin::LogLevel::Debug, __VA_ARGS__)
+#define PHOS_ERR(...) ::phos::plugin::log(::phos::plugin::LogLevel::kError, __VA_ARGS__)
+#define PHOS_WARN(...) ::phos::plugin::log(::phos::plugin::LogLevel::kWarn, __VA_ARGS__)
+#define PHOS_INFO(...) ::phos::plugin::log(::phos::plugin::LogLevel::kInfo, __VA_ARGS__)
+#define PHOS_DEBUG(...) ::phos::plugin::log(::phos::plugin::LogLevel::kDebug, __VA_ARGS__)
 
 }  // namespace phos::plugin

@@ -40,14 +40,14 @@ std::string set_engine_workers(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, 64, o.engine_workers).empty() ? "" : "expected auto or a whole number in 1..64";
 }
 std::string set_direct_io(PluginOptions& o, std::string_view v) {
-  if (v == "auto") o.direct_io = image::DirectIo::Auto;
-  else if (v == "off") o.direct_io = image::DirectIo::Off;
+  if (v == "auto") o.direct_io = image::DirectIo::kAuto;
+  else if (v == "off") o.direct_io = image::DirectIo::kOff;
   else return "expected auto or off";
   return "";
 }
 std::string set_compression(PluginOptions& o, std::string_view v) {
-  if (v == "none") o.compression = image::Compression::None;
-  else if (v == "zstd") o.compression = image::Compression::Zstd;
+  if (v == "none") o.compression = image::Compression::kNone;
+  else if (v == "zstd") o.compression = image::Compression::kZstd;
   else return "expected none or zstd";
   return "";
 }
@@ -180,7 +180,7 @@ std::string PluginOptions::describe() const {
   return "agent_timeout_ms=" + std::to_string(agent_timeout_ms) +
          " quiesce_timeout_ms=" + std::to_string(quiesce_timeout_ms) +
          " engine_workers=" + (engine_workers ? std::to_string(engine_workers) : std::string("auto")) +
-         " direct_io=" + (direct_io == image::DirectIo::Auto ? "auto" : "off") +
+         " direct_io=" + (direct_io == image::DirectIo::kAuto ? "auto" : "off") +
          " compression=" + std::string(image::compression_name(compression)) +
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
          " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + (gpu_checksums ? "on" : "off") +

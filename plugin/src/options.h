@@ -23,8 +23,8 @@ struct PluginOptions {
   int agent_timeout_ms = 10000;         // agent_timeout_ms: any one reply
   uint32_t quiesce_timeout_ms = 10000;  // quiesce_timeout_ms: CUDA calls to leave the gate
   unsigned engine_workers = 0;          // engine_workers: copy threads (0: one per core, at most 16)
-  image::DirectIo direct_io = image::DirectIo::Auto;          // direct_io: auto | off
-  image::Compression compression = image::Compression::None;  // compression: none | zstd
+  image::DirectIo direct_io = image::DirectIo::kAuto;          // direct_io: auto | off
+  image::Compression compression = image::Compression::kNone;  // compression: none | zstd
   int zstd_level = 1;                   // zstd_level: 1..19
   uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
   GpuMapSpec gpu_map;                   // gpu_map: restore onto other GPUs (gpu_map.h), e.g. 0=1

@@ -32,9 +32,11 @@ Space space_of(std::string_view d) {
 
 class Reader {
  public:
-  Reader(Module* m, std::string* error) : m_(*m), error_(*error) {}
+  explicit Reader(Module* m) : m_(*m) {}
 
+  // False where the structure cannot be followed; error() says where.
   bool run();
+  const std::string& error() const { return error_; }
 
  private:
   bool is(uint32_t t, std::string_view s) const { return t < m_.tokens.size() && m_.str(t) == s; }
@@ -61,7 +63,7 @@ class Reader {
 
   static constexpr uint32_t kUnclosed = std::numeric_limits<uint32_t>::max();
   Module& m_;
-  std::string& error_;
+  std::string error_;
 };
 
 uint32_t Reader::skip_group(uint32_t open) const {
@@ -302,22 +304,16 @@ const char* space_name(Space s) {
   return "invalid";
 }
 
-bool tokenize(std::string_view text, std::vector<Token>* tokens, std::string* error) {
+Result<std::vector<Token>> tokenize(std::string_view text) {
   size_t nul = text.find('\0');
   if (nul != std::string_view::npos) text = text.substr(0, nul);
-  if (text.size() >= std::numeric_limits<uint32_t>::max()) {
-    *error = "PTX text of 4 GiB or more";
-    return false;
-  }
-  tokens->clear();
+  if (text.size() >= std::numeric_limits<uint32_t>::max()) return make_error("PTX text of 4 GiB or more");
+  std::vector<Token> tokens;
   const size_t n = text.size();
   size_t i = 0;
   uint32_t line = 1;
   bool line_start = true;
-  auto fail = [&](const char* what) {
-    *error = "line " + std::to_string(line) + ": " + what;
-    return false;
-  };
+  auto fail = [&](const char* what) { return make_error("line " + std::to_string(line) + ": " + what); };
   while (i < n) {
     char c = text[i];
     if (c == '\n') {
@@ -396,9 +392,9 @@ bool tokenize(std::string_view text, std::vector<Token>* tokens, std::string* er
       i++;
     }
     tok.end = static_cast<uint32_t>(i);
-    tokens->push_back(tok);
+    tokens.push_back(tok);
   }
-  return true;
+  return tokens;
 }
 
 uint32_t Module::line_of(uint32_t token) const {
@@ -424,18 +420,21 @@ const Variable* Module::find_variable(std::string_view name) const {
   return nullptr;
 }
 
-bool read_module(std::string_view text, Module* out, std::string* error) {
-  *out = Module();
+Result<Module> read_module(std::string_view text) {
   size_t nul = text.find('\0');
   if (nul != std::string_view::npos) text = text.substr(0, nul);
-  out->text = text;
-  if (!tokenize(text, &out->tokens, error)) return false;
-  out->line_starts.push_back(0);
+  Module m;
+  m.text = text;
+  Result<std::vector<Token>> tokens = tokenize(text);
+  if (!tokens) return tokens.error();
+  m.tokens = std::move(*tokens);
+  m.line_starts.push_back(0);
   for (size_t i = 0; i < text.size(); i++) {
-    if (text[i] == '\n') out->line_starts.push_back(static_cast<uint32_t>(i + 1));
+    if (text[i] == '\n') m.line_starts.push_back(static_cast<uint32_t>(i + 1));
   }
-  Reader r(out, error);
-  return r.run();
+  Reader r(&m);
+  if (!r.run()) return make_error(r.error());
+  return m;
 }
 
 bool parse_instruction(const Module& m, const Statement& s, Instruction* out) {

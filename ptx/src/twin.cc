@@ -370,10 +370,10 @@ struct Edit {
 class Twins {
  public:
   Twins(const Module& m, const TwinOptions& o, TwinResult* out) : m_(m), o_(o), out_(*out) {}
-  bool run(std::string* error);
+  Result<void> run();
 
  private:
-  bool pick_names(std::string* error);
+  Result<void> pick_names();
   void analyze(size_t f);
   // False with `why` empty for an access that touches no global memory
   // (a variable of another space), with `why` set where the address cannot
@@ -413,16 +413,14 @@ class Twins {
   uint32_t args_ = 0;
 };
 
-bool Twins::pick_names(std::string* error) {
+Result<void> Twins::pick_names() {
   std::unordered_set<std::string_view> idents;
   for (uint32_t t = 0; t < m_.tokens.size(); t++) {
     if (m_.tokens[t].kind == TokenKind::kIdentifier) idents.insert(m_.str(t));
   }
   for (const Function& f : m_.functions) {
-    if (idents.count(f.name + o_.suffix)) {
-      *error = "the module already has a symbol named " + f.name + o_.suffix;
-      return false;
-    }
+    if (idents.count(f.name + o_.suffix))
+      return make_error("the module already has a symbol named " + f.name + o_.suffix);
   }
   for (int n = 0;; n++) {
     names_.prefix = n == 0 ? "phos" : "phos" + std::to_string(n);
@@ -431,7 +429,7 @@ bool Twins::pick_names(std::string* error) {
     for (std::string_view id : idents) {
       for (const std::string& s : starts) clash = clash || id.starts_with(s);
     }
-    if (!clash) return true;
+    if (!clash) return {};
   }
 }
 
@@ -871,12 +869,9 @@ void Twins::summarize() {
   }
 }
 
-bool Twins::run(std::string* error) {
-  if (m_.address_size != 64) {
-    *error = "only .address_size 64 is supported";
-    return false;
-  }
-  if (!pick_names(error)) return false;
+Result<void> Twins::run() {
+  if (m_.address_size != 64) return make_error("only .address_size 64 is supported");
+  PHOS_TRY(pick_names());
   out_.table_param = names_.table_param();
   for (size_t fi = 0; fi < m_.functions.size(); fi++) {
     auto [it, added] = functions_.emplace(m_.functions[fi].name, static_cast<int64_t>(fi));
@@ -917,7 +912,7 @@ bool Twins::run(std::string* error) {
   }
   o.append(m_.text.substr(pos));
   if (!o.empty() && o.back() != '\n') o += '\n';
-  return true;
+  return {};
 }
 
 }  // namespace
@@ -931,16 +926,13 @@ const char* access_kind_name(AccessKind k) {
   return "invalid";
 }
 
-bool make_twins(std::string_view ptx, const TwinOptions& options, TwinResult* out, std::string* error) {
-  *out = TwinResult();
-  Module m;
-  if (!read_module(ptx, &m, error)) return false;
-  Twins t(m, options, out);
-  if (!t.run(error)) {
-    *out = TwinResult();
-    return false;
-  }
-  return true;
+Result<TwinResult> make_twins(std::string_view ptx, const TwinOptions& options) {
+  Result<Module> m = read_module(ptx);
+  if (!m) return m.error();
+  TwinResult out;
+  Twins t(*m, options, &out);
+  PHOS_TRY(t.run());
+  return out;
 }
 
 }  // namespace phos::ptx

@@ -26,9 +26,9 @@ int usage() {
 
 // Faults of OUT's twins, one per line; empty when there are none.
 std::string verify(const phos::ptx::TwinResult& r) {
-  phos::ptx::Module m;
-  std::string error;
-  if (!phos::ptx::read_module(r.ptx, &m, &error)) return "the output cannot be read: " + error + "\n";
+  phos::Result<phos::ptx::Module> read = phos::ptx::read_module(r.ptx);
+  if (!read) return "the output cannot be read: " + read.error().message + "\n";
+  const phos::ptx::Module& m = *read;
   std::string faults;
   for (const phos::ptx::TwinKernel& k : r.kernels) {
     int64_t fi = m.find_function(k.twin_name);
@@ -95,12 +95,13 @@ int main(int argc, char** argv) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  phos::ptx::TwinResult result;
-  std::string error;
-  if (!phos::ptx::make_twins(text.str(), options, &result, &error)) {
-    std::cerr << "phos-ptx-twin: " << in_path << ": " << error << "\n";
+  std::string ptx = text.str();
+  phos::Result<phos::ptx::TwinResult> twins = phos::ptx::make_twins(ptx, options);
+  if (!twins) {
+    std::cerr << "phos-ptx-twin: " << in_path << ": " << twins.error().message << "\n";
     return 2;
   }
+  const phos::ptx::TwinResult& result = *twins;
   std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
   out << result.ptx;
   if (!out.flush()) {

@@ -60,25 +60,30 @@ struct Elf {
   Bytes shstrtab;
 };
 
-bool read_elf_header(Bytes b, ElfHeader* h, std::string* error) {
-  if (!fits(b, 0, kEhdrSize)) return fail(error, format("ELF: %zu bytes, shorter than an ELF header", b.size()));
-  if (load_le<uint32_t>(b, 0) != 0x464c457f) return fail(error, "ELF: no ELF magic at offset 0");
+// What the header says; kUnrecognized for bytes that are no 64-bit
+// little-endian CUDA ELF file.
+ImageResult<ElfHeader> read_elf_header(Bytes b) {
+  if (!fits(b, 0, kEhdrSize))
+    return failure(ImageFault::kMalformed, "ELF: %zu bytes, shorter than an ELF header", b.size());
+  if (load_le<uint32_t>(b, 0) != kElfMagic) return failure(ImageFault::kUnrecognized, "ELF: no ELF magic at offset 0");
   if (uint8_t(b[4]) != kElfClass64 || uint8_t(b[5]) != kElfDataLsb)
-    return fail(error, format("ELF: class %u data %u, not 64-bit little-endian", unsigned(b[4]), unsigned(b[5])));
+    return failure(ImageFault::kUnrecognized, "ELF: class %u data %u, not 64-bit little-endian", unsigned(b[4]),
+                   unsigned(b[5]));
   if (load_le<uint16_t>(b, 18) != kEmCuda)
-    return fail(error, format("ELF: e_machine %u, not EM_CUDA", unsigned(load_le<uint16_t>(b, 18))));
-  h->abi_version = uint8_t(b[8]);
-  h->phoff = load_le<uint64_t>(b, 32);
-  h->shoff = load_le<uint64_t>(b, 40);
-  h->flags = load_le<uint32_t>(b, 48);
-  h->phentsize = load_le<uint16_t>(b, 54);
-  h->phnum = load_le<uint16_t>(b, 56);
+    return failure(ImageFault::kUnrecognized, "ELF: e_machine %u, not EM_CUDA", unsigned(load_le<uint16_t>(b, 18)));
+  ElfHeader h;
+  h.abi_version = uint8_t(b[8]);
+  h.phoff = load_le<uint64_t>(b, 32);
+  h.shoff = load_le<uint64_t>(b, 40);
+  h.flags = load_le<uint32_t>(b, 48);
+  h.phentsize = load_le<uint16_t>(b, 54);
+  h.phnum = load_le<uint16_t>(b, 56);
   uint16_t shentsize = load_le<uint16_t>(b, 58);
-  h->shnum = load_le<uint16_t>(b, 60);
-  h->shstrndx = load_le<uint16_t>(b, 62);
-  if (h->shoff != 0 && shentsize != kShdrSize)
-    return fail(error, format("ELF: section header size %u, not %zu", unsigned(shentsize), kShdrSize));
-  return true;
+  h.shnum = load_le<uint16_t>(b, 60);
+  h.shstrndx = load_le<uint16_t>(b, 62);
+  if (h.shoff != 0 && shentsize != kShdrSize)
+    return failure(ImageFault::kMalformed, "ELF: section header size %u, not %zu", unsigned(shentsize), kShdrSize);
+  return h;
 }
 
 Section section_at(Bytes b, uint64_t offset) {
@@ -96,17 +101,24 @@ Section section_at(Bytes b, uint64_t offset) {
 // The number of sections and the index of .shstrtab: past 0xff00 sections
 // ELF keeps them in section 0 (e_shnum 0, e_shstrndx SHN_XINDEX); cubins of
 // large libraries get there.
-bool section_counts(Bytes b, const ElfHeader& h, uint64_t* count, uint32_t* shstrndx, std::string* error) {
-  *count = h.shnum;
-  *shstrndx = h.shstrndx;
-  if (h.shnum != 0 && h.shstrndx != kShnXindex) return true;
-  if (h.shoff == 0) return true;  // no section table at all
+struct SectionCounts {
+  uint64_t count = 0;
+  uint32_t shstrndx = 0;
+};
+
+ImageResult<SectionCounts> section_counts(Bytes b, const ElfHeader& h) {
+  // No section table at all, whatever e_shnum says (else the ELF header
+  // itself would be read as one).
+  if (h.shoff == 0) return SectionCounts{};
+  SectionCounts c{h.shnum, h.shstrndx};
+  if (h.shnum != 0 && h.shstrndx != kShnXindex) return c;
   if (!fits(b, h.shoff, kShdrSize))
-    return fail(error, format("ELF: section 0 at offset %#llx lies past the end (%zu bytes)", ull(h.shoff), b.size()));
+    return failure(ImageFault::kMalformed, "ELF: section 0 at offset %#llx lies past the end (%zu bytes)", ull(h.shoff),
+                   b.size());
   Section zero = section_at(b, h.shoff);
-  if (h.shnum == 0) *count = zero.size;
-  if (h.shstrndx == kShnXindex) *shstrndx = zero.link;
-  return true;
+  if (h.shnum == 0) c.count = zero.size;
+  if (h.shstrndx == kShnXindex) c.shstrndx = zero.link;
+  return c;
 }
 
 Bytes contents(const Elf& elf, const Section& s) {
@@ -114,30 +126,37 @@ Bytes contents(const Elf& elf, const Section& s) {
   return elf.bytes.subspan(s.offset, s.size);  // read_sections checked it
 }
 
-bool read_sections(Bytes b, Elf* elf, std::string* error) {
-  uint64_t count = 0;
-  uint32_t shstrndx = 0;
-  if (!section_counts(b, elf->header, &count, &shstrndx, error)) return false;
+ImageResult<void> read_sections(Bytes b, Elf* elf) {
+  auto counts = section_counts(b, elf->header);
+  if (!counts) return counts.error();
+  uint64_t count = counts->count;
   if (count > (b.size() / kShdrSize) || !fits(b, elf->header.shoff, count * kShdrSize))
-    return fail(error, format("ELF: %llu section headers at offset %#llx lie past the end (%zu bytes)",
-                              ull(count), ull(elf->header.shoff), b.size()));
+    return failure(ImageFault::kMalformed, "ELF: %llu section headers at offset %#llx lie past the end (%zu bytes)",
+                   ull(count), ull(elf->header.shoff), b.size());
   elf->sections.resize(count);
   for (uint64_t i = 0; i < count; i++) {
     Section& s = elf->sections[i];
     s = section_at(b, elf->header.shoff + i * kShdrSize);
     if (s.type != kShtNobits && !fits(b, s.offset, s.size))
-      return fail(error, format("ELF: section %llu (offset %#llx, size %#llx) lies past the end (%zu bytes)", ull(i),
-                                ull(s.offset), ull(s.size), b.size()));
+      return failure(ImageFault::kMalformed,
+                     "ELF: section %llu (offset %#llx, size %#llx) lies past the end (%zu bytes)", ull(i),
+                     ull(s.offset), ull(s.size), b.size());
   }
-  if (count == 0) return true;
-  if (shstrndx >= count) return fail(error, format("ELF: section name table index %u out of range", shstrndx));
-  elf->shstrtab = contents(*elf, elf->sections[shstrndx]);
-  return true;
+  if (count == 0) return {};
+  if (counts->shstrndx >= count)
+    return failure(ImageFault::kMalformed, "ELF: section name table index %u out of range", counts->shstrndx);
+  elf->shstrtab = contents(*elf, elf->sections[counts->shstrndx]);
+  return {};
 }
 
-bool open_elf(Bytes b, Elf* elf, std::string* error) {
-  elf->bytes = b;
-  return read_elf_header(b, &elf->header, error) && read_sections(b, elf, error);
+ImageResult<Elf> open_elf(Bytes b) {
+  Elf elf;
+  elf.bytes = b;
+  auto header = read_elf_header(b);
+  if (!header) return header.error();
+  elf.header = *header;
+  PHOS_TRY(read_sections(b, &elf));
+  return elf;
 }
 
 // The NUL-terminated string at `offset` of a string table; false where it
@@ -151,45 +170,51 @@ bool string_at(Bytes table, uint64_t offset, std::string_view* out) {
   return true;
 }
 
-bool section_name(const Elf& elf, size_t index, std::string_view* name, std::string* error) {
-  if (string_at(elf.shstrtab, elf.sections[index].name, name)) return true;
-  return fail(error, format("ELF: section %zu: name offset %#x outside the section name table", index,
-                            elf.sections[index].name));
+ImageResult<std::string_view> section_name(const Elf& elf, size_t index) {
+  std::string_view name;
+  if (string_at(elf.shstrtab, elf.sections[index].name, &name)) return name;
+  return failure(ImageFault::kMalformed, "ELF: section %zu: name offset %#x outside the section name table", index,
+                 elf.sections[index].name);
 }
 
 // Every kernel's name, in symbol table order.
-bool kernel_names(const Elf& elf, std::vector<std::string>* names, std::string* error) {
+ImageResult<std::vector<std::string>> kernel_names(const Elf& elf) {
+  std::vector<std::string> names;
   for (size_t i = 0; i < elf.sections.size(); i++) {
     const Section& symtab = elf.sections[i];
     if (symtab.type != kShtSymtab) continue;
     if (symtab.entsize != kSymSize)
-      return fail(error, format("ELF: symbol table (section %zu) entry size %llu, not %zu", i,
-                                ull(symtab.entsize), kSymSize));
+      return failure(ImageFault::kMalformed, "ELF: symbol table (section %zu) entry size %llu, not %zu", i,
+                     ull(symtab.entsize), kSymSize);
     if (symtab.link >= elf.sections.size())
-      return fail(error, format("ELF: symbol table (section %zu) links to section %u, out of range", i, symtab.link));
+      return failure(ImageFault::kMalformed, "ELF: symbol table (section %zu) links to section %u, out of range", i,
+                     symtab.link);
     Bytes syms = contents(elf, symtab), strtab = contents(elf, elf.sections[symtab.link]);
     for (uint64_t at = kSymSize; at + kSymSize <= syms.size(); at += kSymSize) {  // symbol 0 is null
       uint8_t type = uint8_t(syms[at + 4]) & 0xf, other = uint8_t(syms[at + 5]);
       if (type != kSttFunc || !(other & kStoCudaEntry)) continue;
       std::string_view name;
       if (!string_at(strtab, load_le<uint32_t>(syms, at), &name) || name.empty())
-        return fail(error, format("ELF: symbol %llu (kernel): bad name offset %#x", ull(at / kSymSize),
-                                  load_le<uint32_t>(syms, at)));
-      names->emplace_back(name);
+        return failure(ImageFault::kMalformed, "ELF: symbol %llu (kernel): bad name offset %#x", ull(at / kSymSize),
+                       load_le<uint32_t>(syms, at));
+      names.emplace_back(name);
     }
   }
-  return true;
+  return names;
 }
 
+using InfoSections = std::unordered_map<std::string_view, size_t>;
+
 // .nv.info.<name> sections by kernel name.
-bool info_sections(const Elf& elf, std::unordered_map<std::string_view, size_t>* out, std::string* error) {
+ImageResult<InfoSections> info_sections(const Elf& elf) {
+  InfoSections out;
   for (size_t i = 0; i < elf.sections.size(); i++) {
     if (elf.sections[i].type != kShtCudaInfo) continue;
-    std::string_view name;
-    if (!section_name(elf, i, &name, error)) return false;
-    if (name.starts_with(kInfoPrefix)) out->emplace(name.substr(kInfoPrefix.size()), i);
+    auto name = section_name(elf, i);
+    if (!name) return name.error();
+    if (name->starts_with(kInfoPrefix)) out.emplace(name->substr(kInfoPrefix.size()), i);
   }
-  return true;
+  return out;
 }
 
 struct Record {
@@ -200,28 +225,30 @@ struct Record {
 };
 
 // The record at *at of a .nv.info section; advances *at past it.
-bool next_record(Bytes info, uint64_t* at, Record* r, std::string* error) {
-  r->offset = *at;
-  if (!fits(info, *at, 4)) return fail(error, format("record at offset %#llx: truncated header", ull(*at)));
-  r->format = uint8_t(info[*at]);
-  r->attribute = uint8_t(info[*at + 1]);
-  r->value = load_le<uint16_t>(info, *at + 2);
+ImageResult<Record> next_record(Bytes info, uint64_t* at) {
+  Record r;
+  r.offset = *at;
+  if (!fits(info, *at, 4))
+    return failure(ImageFault::kMalformed, "record at offset %#llx: truncated header", ull(*at));
+  r.format = uint8_t(info[*at]);
+  r.attribute = uint8_t(info[*at + 1]);
+  r.value = load_le<uint16_t>(info, *at + 2);
   *at += 4;
-  switch (r->format) {
+  switch (r.format) {
     case kFmtNval:
     case kFmtBval:
     case kFmtHval:
-      r->bytes = {};
-      return true;
+      return r;
     case kFmtSval:
-      if (!fits(info, *at, r->value))
-        return fail(error, format("record at offset %#llx (attribute %#x): %u value bytes run past the section end",
-                                  ull(r->offset), r->attribute, r->value));
-      r->bytes = info.subspan(*at, r->value);
-      *at += r->value;
-      return true;
+      if (!fits(info, *at, r.value))
+        return failure(ImageFault::kMalformed,
+                       "record at offset %#llx (attribute %#x): %u value bytes run past the section end",
+                       ull(r.offset), r.attribute, r.value);
+      r.bytes = info.subspan(*at, r.value);
+      *at += r.value;
+      return r;
     default:
-      return fail(error, format("record at offset %#llx: unknown format %u", ull(r->offset), r->format));
+      return failure(ImageFault::kMalformed, "record at offset %#llx: unknown format %u", ull(r.offset), r.format);
   }
 }
 
@@ -243,135 +270,164 @@ void set_space(CubinParam* p, uint32_t space) {
 // EIATTR_KPARAM_INFO_V2, what nvcc 13 writes for large parameter lists (for a
 // 5000-byte struct, not for a 4100-byte one): the same up to the offset, then
 // u16 size, u8 log2 alignment, u8 space.
-bool read_kparam(const Record& r, CubinParam* p, std::string* error) {
+ImageResult<CubinParam> read_kparam(const Record& r) {
   if (r.bytes.size() < 12)
-    return fail(error, format("parameter record at offset %#llx: %zu bytes, not 12", ull(r.offset),
-                              r.bytes.size()));
-  p->ordinal = load_le<uint16_t>(r.bytes, 4);
-  p->offset = load_le<uint16_t>(r.bytes, 6);
+    return failure(ImageFault::kMalformed, "parameter record at offset %#llx: %zu bytes, not 12", ull(r.offset),
+                   r.bytes.size());
+  CubinParam p;
+  p.ordinal = load_le<uint16_t>(r.bytes, 4);
+  p.offset = load_le<uint16_t>(r.bytes, 6);
   if (r.attribute == kAttrKparamInfo) {
     uint32_t word = load_le<uint32_t>(r.bytes, 8);
-    p->size = word >> 18;
-    p->log_alignment = word & 0xff;
-    set_space(p, (word >> 8) & 0xf);
+    p.size = word >> 18;
+    p.log_alignment = word & 0xff;
+    set_space(&p, (word >> 8) & 0xf);
   } else {
-    p->size = load_le<uint16_t>(r.bytes, 8);
-    p->log_alignment = uint8_t(r.bytes[10]);
-    set_space(p, uint8_t(r.bytes[11]) & 0xf);
+    p.size = load_le<uint16_t>(r.bytes, 8);
+    p.log_alignment = uint8_t(r.bytes[10]);
+    set_space(&p, uint8_t(r.bytes[11]) & 0xf);
   }
-  return true;
+  return p;
 }
 
 // EIATTR_PARAM_CBANK: u32 symbol index of .nv.constant0.<name>, u16 offset of
 // the parameters in constant bank 0, u16 their size.
-bool read_param_cbank(const Record& r, uint32_t* size, std::string* error) {
+ImageResult<uint32_t> read_param_cbank(const Record& r) {
   if (r.bytes.size() < 8)
-    return fail(error, format("EIATTR_PARAM_CBANK at offset %#llx: %zu bytes, not 8", ull(r.offset),
-                              r.bytes.size()));
-  *size = load_le<uint16_t>(r.bytes, 6);
-  return true;
+    return failure(ImageFault::kMalformed, "EIATTR_PARAM_CBANK at offset %#llx: %zu bytes, not 8", ull(r.offset),
+                   r.bytes.size());
+  return uint32_t(load_le<uint16_t>(r.bytes, 6));
 }
 
-bool read_records(Bytes info, CubinKernel* k, std::string* error) {
+ImageResult<void> read_records(Bytes info, CubinKernel* k) {
   uint32_t cbank_size = 0, param_cbank_size = 0;
   for (uint64_t at = 0; at < info.size();) {
-    Record r;
-    if (!next_record(info, &at, &r, error)) return false;
-    bool sval = r.format == kFmtSval;
-    if (sval && (r.attribute == kAttrKparamInfo || r.attribute == kAttrKparamInfoV2)) {
-      if (!read_kparam(r, &k->params.emplace_back(), error)) return false;
-    } else if (sval && r.attribute == kAttrParamCbank) {
-      if (!read_param_cbank(r, &param_cbank_size, error)) return false;
-    } else if (r.format == kFmtHval && r.attribute == kAttrCbankParamSize) {
-      cbank_size = r.value;
+    auto r = next_record(info, &at);
+    if (!r) return r.error();
+    bool sval = r->format == kFmtSval;
+    if (sval && (r->attribute == kAttrKparamInfo || r->attribute == kAttrKparamInfoV2)) {
+      auto p = read_kparam(*r);
+      if (!p) return p.error();
+      k->params.push_back(*p);
+    } else if (sval && r->attribute == kAttrParamCbank) {
+      auto size = read_param_cbank(*r);
+      if (!size) return size.error();
+      param_cbank_size = *size;
+    } else if (r->format == kFmtHval && r->attribute == kAttrCbankParamSize) {
+      cbank_size = r->value;
     }
   }
   k->param_bytes = cbank_size ? cbank_size : param_cbank_size;
-  return true;
+  return {};
 }
 
 // The records come last ordinal first; each ordinal once, none missing, each
 // parameter inside the parameter bank where its size is known.
-bool order_params(CubinKernel* k, std::string* error) {
+ImageResult<void> order_params(CubinKernel* k) {
   auto& ps = k->params;
   std::sort(ps.begin(), ps.end(), [](const CubinParam& a, const CubinParam& b) { return a.ordinal < b.ordinal; });
   for (size_t i = 0; i < ps.size(); i++) {
-    if (ps[i].ordinal < i) return fail(error, format("parameter ordinal %u appears twice", ps[i].ordinal));
-    if (ps[i].ordinal > i) return fail(error, format("parameter ordinal %zu is missing", i));
+    if (ps[i].ordinal < i) return failure(ImageFault::kMalformed, "parameter ordinal %u appears twice", ps[i].ordinal);
+    if (ps[i].ordinal > i) return failure(ImageFault::kMalformed, "parameter ordinal %zu is missing", i);
     if (k->param_bytes && uint64_t(ps[i].offset) + ps[i].size > k->param_bytes)
-      return fail(error, format("parameter %zu (offset %u, size %u) ends past the %u parameter bytes", i,
-                                ps[i].offset, ps[i].size, k->param_bytes));
+      return failure(ImageFault::kMalformed, "parameter %zu (offset %u, size %u) ends past the %u parameter bytes", i,
+                     ps[i].offset, ps[i].size, k->param_bytes);
   }
-  return true;
+  return {};
 }
 
-bool read_kernel(const Elf& elf, size_t info_index, CubinKernel* k, std::string* error) {
-  std::string inner;
-  if (read_records(contents(elf, elf.sections[info_index]), k, &inner) && order_params(k, &inner)) return true;
-  return fail(error, format("ELF: kernel %s (section %zu): %s", k->name.c_str(), info_index, inner.c_str()));
+ImageResult<void> read_kernel(const Elf& elf, size_t info_index, CubinKernel* k) {
+  auto read = read_records(contents(elf, elf.sections[info_index]), k);
+  if (read) read = order_params(k);
+  if (read) return read;
+  return within(read.error(), format("ELF: kernel %s (section %zu): ", k->name.c_str(), info_index));
 }
 
 }  // namespace
 
-bool read_cubin_kernels(std::span<const std::byte> bytes, std::vector<CubinKernel>* kernels, std::string* error) {
-  kernels->clear();
-  Elf elf;
-  std::vector<std::string> names;
-  std::unordered_map<std::string_view, size_t> infos;
-  if (!open_elf(bytes, &elf, error) || !kernel_names(elf, &names, error) || !info_sections(elf, &infos, error))
-    return false;
-  for (std::string& name : names) {
-    CubinKernel& k = kernels->emplace_back();
+ImageResult<std::vector<CubinKernel>> read_cubin_kernels(std::span<const std::byte> bytes) {
+  auto elf = open_elf(bytes);
+  if (!elf) return elf.error();
+  auto names = kernel_names(*elf);
+  if (!names) return names.error();
+  auto infos = info_sections(*elf);
+  if (!infos) return infos.error();
+  std::vector<CubinKernel> kernels;
+  for (std::string& name : *names) {
+    CubinKernel& k = kernels.emplace_back();
     k.name = std::move(name);
-    auto it = infos.find(k.name);
-    if (it != infos.end() && !read_kernel(elf, it->second, &k, error)) {
-      kernels->clear();
-      return false;
-    }
+    auto it = infos->find(k.name);
+    if (it != infos->end()) PHOS_TRY(read_kernel(*elf, it->second, &k));
   }
-  return true;
+  return kernels;
 }
 
 uint32_t cubin_arch(std::span<const std::byte> elf) {
-  ElfHeader h;
-  if (!read_elf_header(elf, &h, nullptr)) return 0;
-  return h.abi_version >= kCudaAbiSmInBits8To15 ? (h.flags >> 8) & 0xff : h.flags & 0xff;
+  auto h = read_elf_header(elf);
+  if (!h) return 0;
+  return h->abi_version >= kCudaAbiSmInBits8To15 ? (h->flags >> 8) & 0xff : h->flags & 0xff;
 }
+
+namespace {
+
+// The end of what an ELF image's headers cover so far.
+class ElfEnd {
+ public:
+  explicit ElfEnd(Bytes bytes) : bytes_(bytes) {}
+  uint64_t end() const { return end_; }
+  // Covers [offset, offset + length) too; false with *fault where it lies
+  // beyond kMaxImageSize (kTooLarge, checked first: an image handed over by
+  // pointer has only that bound) or past the bytes (kMalformed).
+  bool cover(uint64_t offset, uint64_t length, ImageFault* fault) {
+    if (offset > kMaxImageSize || length > kMaxImageSize - offset) return *fault = ImageFault::kTooLarge, false;
+    if (!fits(bytes_, offset, length)) return *fault = ImageFault::kMalformed, false;
+    end_ = std::max(end_, offset + length);
+    return true;
+  }
+  ImageError error(ImageFault fault, const std::string& what, uint64_t offset, uint64_t length) const {
+    if (fault == ImageFault::kTooLarge)
+      return failure(fault, "ELF: %s (offset %#llx, size %#llx) beyond the %llu-byte limit", what.c_str(), ull(offset),
+                     ull(length), ull(kMaxImageSize));
+    return failure(fault, "ELF: %s (offset %#llx, size %#llx) lies past the end (%zu bytes)", what.c_str(),
+                   ull(offset), ull(length), bytes_.size());
+  }
+
+ private:
+  Bytes bytes_;
+  uint64_t end_ = kEhdrSize;
+};
+
+}  // namespace
 
 namespace detail {
 
 // The size is the furthest end of the header, the two tables and every
 // section with contents; each table is read only once its own extent is
-// known, so nothing past a valid image's bytes is touched.
-bool elf_image_size(const std::byte* image, uint64_t* size, std::string* error) {
-  ElfHeader h;
-  if (!read_elf_header(Bytes(image, kEhdrSize), &h, error)) return false;
-  uint64_t end = kEhdrSize;
-  auto extend = [&end](uint64_t offset, uint64_t length) {
-    if (offset > kMaxImageSize || length > kMaxImageSize - offset) return false;
-    end = std::max(end, offset + length);
-    return true;
-  };
-  if (h.phnum && !extend(h.phoff, uint64_t(h.phnum) * h.phentsize))
-    return fail(error, format("ELF: program header table at %#llx: implausible extent", ull(h.phoff)));
-  uint64_t count = 0;
-  uint32_t shstrndx = 0;
-  if (h.shoff) {
-    if (!extend(h.shoff, kShdrSize))
-      return fail(error, format("ELF: section table at %#llx: implausible offset", ull(h.shoff)));
-    if (!section_counts(Bytes(image, end), h, &count, &shstrndx, error)) return false;
-    if (count > kMaxImageSize / kShdrSize || !extend(h.shoff, count * kShdrSize))
-      return fail(error, format("ELF: %llu sections: implausible", ull(count)));
+// known to lie inside the bytes, so nothing past a valid image's end is
+// touched.
+ImageResult<uint64_t> elf_extent(Bytes bytes) {
+  auto header = read_elf_header(bytes);
+  if (!header) return header.error();
+  const ElfHeader& h = *header;
+  ElfEnd x(bytes);
+  ImageFault fault{};
+  uint64_t table = uint64_t(h.phnum) * h.phentsize;
+  if (h.phnum && !x.cover(h.phoff, table, &fault)) return x.error(fault, "program header table", h.phoff, table);
+  if (!h.shoff) return x.end();
+  if (!x.cover(h.shoff, kShdrSize, &fault)) return x.error(fault, "section 0", h.shoff, kShdrSize);
+  auto counts = section_counts(bytes, h);
+  if (!counts) return counts.error();
+  if (counts->count > kMaxImageSize / kShdrSize)
+    return failure(ImageFault::kTooLarge, "ELF: %llu sections, beyond the %llu-byte limit", ull(counts->count),
+                   ull(kMaxImageSize));
+  table = counts->count * kShdrSize;
+  if (!x.cover(h.shoff, table, &fault)) return x.error(fault, "section header table", h.shoff, table);
+  for (uint64_t i = 0; i < counts->count; i++) {
+    Section s = section_at(bytes, h.shoff + i * kShdrSize);
+    if (s.type != kShtNobits && !x.cover(s.offset, s.size, &fault))
+      return x.error(fault, format("section %llu", ull(i)), s.offset, s.size);
   }
-  Bytes table(image, end);
-  for (uint64_t i = 0; i < count; i++) {
-    Section s = section_at(table, h.shoff + i * kShdrSize);
-    if (s.type != kShtNobits && !extend(s.offset, s.size))
-      return fail(error, format("ELF: section %llu (offset %#llx, size %#llx): implausible extent",
-                                ull(i), ull(s.offset), ull(s.size)));
-  }
-  *size = end;
-  return true;
+  return x.end();
 }
 
 }  // namespace detail

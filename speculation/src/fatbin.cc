@@ -44,22 +44,51 @@
 namespace phos::speculation {
 
 namespace detail {
+namespace {
 
-std::string format(const char* fmt, ...) {
-  va_list args, again;
-  va_start(args, fmt);
+std::string vformat(const char* fmt, va_list args) {
+  va_list again;
   va_copy(again, args);
   int n = std::vsnprintf(nullptr, 0, fmt, args);
-  va_end(args);
   std::string out(n > 0 ? size_t(n) : 0, '\0');
   if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, again);
   va_end(again);
   return out;
 }
 
-bool fail(std::string* error, std::string message) {
-  if (error) *error = std::move(message);
-  return false;
+}  // namespace
+
+std::string format(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::string out = vformat(fmt, args);
+  va_end(args);
+  return out;
+}
+
+ImageError failure(ImageFault fault, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::string message = vformat(fmt, args);
+  va_end(args);
+  return make_image_error(fault, std::move(message));
+}
+
+ImageError within(ImageError e, const std::string& context) {
+  if (e.fault == ImageFault::kUnrecognized) e.fault = ImageFault::kMalformed;
+  e.message = context + e.message;
+  return e;
+}
+
+std::string describe(const FatbinEntry& e) {
+  const char* prefix = e.kind == FatbinEntryKind::kElf ? "sm_" : "compute_";
+  return format("%s%u %s", prefix, e.arch, fatbin_entry_kind_name(e.kind));
+}
+
+std::string list_entries(const std::vector<FatbinEntry>& entries) {
+  std::string out;
+  for (const FatbinEntry& e : entries) out += (out.empty() ? "" : ", ") + describe(e);
+  return out.empty() ? "no entries" : out;
 }
 
 }  // namespace detail
@@ -68,14 +97,9 @@ namespace {
 
 using namespace detail;
 
-constexpr size_t kFatbinHeaderSize = 16;
-constexpr uint16_t kFatbinVersion = 1;
 constexpr size_t kEntryHeaderSize = 0x40;
 constexpr uint16_t kKindPtx = 1, kKindElf = 2, kKindLtoIr = 8;
 constexpr uint64_t kFlagLz4 = 0x2000, kFlagZstd = 0x8000;
-// Larger than any real entry (a cubin of hundreds of MB is already rare);
-// bounds what a corrupt uncompressed size can make us allocate.
-constexpr uint64_t kMaxContentSize = uint64_t(1) << 30;
 
 bool has_fatbin_magic(Bytes b, uint64_t offset) {
   return fits(b, offset, 4) && load_le<uint32_t>(b, offset) == kFatbinMagic;
@@ -96,130 +120,119 @@ Compression compression_of(uint64_t flags) {
   return lz4 ? Compression::kLz4 : zstd ? Compression::kZstd : Compression::kNone;
 }
 
-// "sm_90 ELF", "compute_90 PTX": how errors name an entry.
-std::string describe(const FatbinEntry& e) {
-  const char* prefix = e.kind == FatbinEntryKind::kElf ? "sm_" : "compute_";
-  return format("%s%u %s", prefix, e.arch, fatbin_entry_kind_name(e.kind));
-}
-
 // The identifier string lies inside the entry (in the header extension as
 // nvcc writes it); trailing NULs are padding.
-bool read_identifier(Bytes entry, std::string* out, std::string* error) {
+ImageResult<std::string> read_identifier(Bytes entry) {
   uint32_t offset = load_le<uint32_t>(entry, 0x20), length = load_le<uint32_t>(entry, 0x24);
-  if (length == 0) return true;
+  if (length == 0) return std::string();
   if (!fits(entry, offset, length))
-    return fail(error, format("identifier (offset %#x, length %u) lies outside the entry's %zu bytes", offset, length,
-                              entry.size()));
-  out->assign(reinterpret_cast<const char*>(entry.data()) + offset, length);
-  out->resize(strnlen(out->c_str(), out->size()));
-  return true;
+    return failure(ImageFault::kMalformed, "identifier (offset %#x, length %u) lies outside the entry's %zu bytes",
+                   offset, length, entry.size());
+  std::string out(reinterpret_cast<const char*>(entry.data()) + offset, length);
+  out.resize(strnlen(out.c_str(), out.size()));
+  return out;
 }
 
 // The payload as stored: the compressed bytes without their padding where
 // the entry is compressed.
-bool read_payload(Bytes entry, uint32_t header_size, uint64_t size, FatbinEntry* e, std::string* error) {
+ImageResult<void> read_payload(Bytes entry, uint32_t header_size, uint64_t size, FatbinEntry* e) {
   e->payload = entry.subspan(header_size, size);
   e->uncompressed_size = size;
-  if (e->compression == Compression::kNone) return true;
+  if (e->compression == Compression::kNone) return {};
   uint32_t compressed = load_le<uint32_t>(entry, 0x10);
   e->uncompressed_size = load_le<uint64_t>(entry, 0x38);
   if (compressed == 0 || compressed > size)
-    return fail(error, format("%s compressed size %u, payload %llu bytes", compression_name(e->compression), compressed,
-                              ull(size)));
+    return failure(ImageFault::kMalformed, "%s compressed size %u, payload %llu bytes",
+                   compression_name(e->compression), compressed, ull(size));
   e->payload = e->payload.first(compressed);
-  return true;
+  return {};
 }
 
 // The entry at `at` (its offset in `fatbin`, which ends where the fatbin
 // ends); *next is where the following one starts.
-bool read_entry(Bytes fatbin, uint64_t at, FatbinEntry* e, uint64_t* next, std::string* error) {
+ImageResult<FatbinEntry> read_entry(Bytes fatbin, uint64_t at, uint64_t* next) {
   if (!fits(fatbin, at, kEntryHeaderSize))
-    return fail(error, format("header truncated: %llu bytes left", ull(fatbin.size() - at)));
+    return failure(ImageFault::kMalformed, "header truncated: %llu bytes left", ull(fatbin.size() - at));
   Bytes header = fatbin.subspan(at, kEntryHeaderSize);
   uint32_t header_size = load_le<uint32_t>(header, 0x04);
   uint64_t size = load_le<uint64_t>(header, 0x08);
   if (header_size < kEntryHeaderSize || !fits(fatbin, at, header_size))
-    return fail(error, format("header size %u (minimum %zu, %llu bytes left)", header_size, kEntryHeaderSize,
-                              ull(fatbin.size() - at)));
+    return failure(ImageFault::kMalformed, "header size %u (minimum %zu, %llu bytes left)", header_size,
+                   kEntryHeaderSize, ull(fatbin.size() - at));
   if (!fits(fatbin, at + header_size, size))
-    return fail(error, format("payload size %#llx runs past the fatbin's end (%llu bytes left)", ull(size),
-                              ull(fatbin.size() - at - header_size)));
+    return failure(ImageFault::kMalformed, "payload size %#llx runs past the fatbin's end (%llu bytes left)",
+                   ull(size), ull(fatbin.size() - at - header_size));
   Bytes entry = fatbin.subspan(at, header_size + size);
-  e->kind = kind_of(load_le<uint16_t>(header, 0x00));
-  e->version_minor = load_le<uint16_t>(header, 0x18);
-  e->version_major = load_le<uint16_t>(header, 0x1a);
-  e->arch = load_le<uint32_t>(header, 0x1c);
-  e->compression = compression_of(load_le<uint64_t>(header, 0x28));
+  FatbinEntry e;
+  e.kind = kind_of(load_le<uint16_t>(header, 0x00));
+  e.version_minor = load_le<uint16_t>(header, 0x18);
+  e.version_major = load_le<uint16_t>(header, 0x1a);
+  e.arch = load_le<uint32_t>(header, 0x1c);
+  e.compression = compression_of(load_le<uint64_t>(header, 0x28));
   *next = at + header_size + size;
-  return read_identifier(entry, &e->identifier, error) && read_payload(entry, header_size, size, e, error);
+  auto identifier = read_identifier(entry);
+  if (!identifier) return identifier.error();
+  e.identifier = std::move(*identifier);
+  PHOS_TRY(read_payload(entry, header_size, size, &e));
+  return e;
 }
 
 // The fatbin at `start` of `bytes`: its entries appended to *entries (their
-// offsets from the start of `bytes`), *end where it ends.
-bool read_one_fatbin(Bytes bytes, uint64_t start, std::vector<FatbinEntry>* entries, uint64_t* end,
-                     std::string* error) {
-  if (!fits(bytes, start, kFatbinHeaderSize))
-    return fail(error, format("fatbin at offset %#llx: header truncated (%llu bytes left)", ull(start),
-                              ull(bytes.size() - std::min<uint64_t>(start, bytes.size()))));
-  if (!has_fatbin_magic(bytes, start)) return fail(error, format("fatbin at offset %#llx: bad magic", ull(start)));
-  uint16_t version = load_le<uint16_t>(bytes, start + 4), header_size = load_le<uint16_t>(bytes, start + 6);
-  uint64_t size = load_le<uint64_t>(bytes, start + 8);
-  if (version != kFatbinVersion)
-    return fail(error, format("fatbin at offset %#llx: unsupported version %u", ull(start), version));
-  if (header_size < kFatbinHeaderSize || !fits(bytes, start, header_size) || !fits(bytes, start + header_size, size))
-    return fail(error, format("fatbin at offset %#llx: header size %u and size %#llx run past the %zu bytes",
-                              ull(start), header_size, ull(size), bytes.size()));
-  Bytes fatbin = bytes.subspan(0, start + header_size + size);
-  for (uint64_t at = start + header_size, next = 0; at < fatbin.size(); at = next) {
-    FatbinEntry& e = entries->emplace_back();
-    std::string inner;
-    if (!read_entry(fatbin, at, &e, &next, &inner))
-      return fail(error, format("fatbin entry %zu at offset %#llx: %s", entries->size() - 1, ull(at), inner.c_str()));
-    e.offset = uint64_t(e.payload.data() - bytes.data());
+// offsets from the start of `bytes`); where it ends.
+ImageResult<uint64_t> read_one_fatbin(Bytes bytes, uint64_t start, std::vector<FatbinEntry>* entries) {
+  auto end = fatbin_end(bytes, start);
+  if (!end) return end;
+  Bytes fatbin = bytes.first(*end);
+  for (uint64_t at = start + load_le<uint16_t>(bytes, start + 6), next = 0; at < fatbin.size(); at = next) {
+    auto e = read_entry(fatbin, at, &next);
+    if (!e) return within(e.error(), format("fatbin entry %zu at offset %#llx: ", entries->size(), ull(at)));
+    e->offset = uint64_t(e->payload.data() - bytes.data());
+    entries->push_back(std::move(*e));
   }
-  *end = fatbin.size();
-  return true;
+  return end;
 }
 
-bool decompress_lz4(const FatbinEntry& e, std::vector<std::byte>* out, std::string* error) {
+ImageResult<std::vector<std::byte>> decompress_lz4(const FatbinEntry& e) {
   // LZ4 expands at most 255 to 1: a larger claim is corrupt, whatever the data.
   if (e.uncompressed_size > uint64_t(e.payload.size()) * 255 + 16)
-    return fail(error, "uncompressed size beyond what LZ4 can expand to");
+    return failure(ImageFault::kMalformed, "uncompressed size beyond what LZ4 can expand to");
   if (e.payload.size() > size_t(std::numeric_limits<int>::max()))
-    return fail(error, format("%zu compressed bytes, more than LZ4 takes", e.payload.size()));
-  out->resize(e.uncompressed_size);
-  int n = LZ4_decompress_safe(reinterpret_cast<const char*>(e.payload.data()), reinterpret_cast<char*>(out->data()),
-                              int(e.payload.size()), int(out->size()));
-  if (n < 0) return fail(error, format("corrupt LZ4 data (error %d)", n));
+    return failure(ImageFault::kTooLarge, "%zu compressed bytes, more than LZ4 takes", e.payload.size());
+  std::vector<std::byte> out(e.uncompressed_size);
+  int n = LZ4_decompress_safe(reinterpret_cast<const char*>(e.payload.data()), reinterpret_cast<char*>(out.data()),
+                              int(e.payload.size()), int(out.size()));
+  if (n < 0) return failure(ImageFault::kMalformed, "corrupt LZ4 data (error %d)", n);
   if (uint64_t(n) != e.uncompressed_size)
-    return fail(error, format("LZ4 data holds %d bytes, the header says %llu", n, ull(e.uncompressed_size)));
-  return true;
+    return failure(ImageFault::kMalformed, "LZ4 data holds %d bytes, the header says %llu", n,
+                   ull(e.uncompressed_size));
+  return out;
 }
 
-bool decompress_zstd(const FatbinEntry& e, std::vector<std::byte>* out, std::string* error) {
+ImageResult<std::vector<std::byte>> decompress_zstd(const FatbinEntry& e) {
   // The frames' own headers bound their contents: checked before allocating.
   unsigned long long bound = ZSTD_decompressBound(e.payload.data(), e.payload.size());
-  if (bound == ZSTD_CONTENTSIZE_ERROR) return fail(error, "not zstd frames");
-  if (e.uncompressed_size > bound) return fail(error, format("zstd frames hold at most %llu bytes", bound));
-  out->resize(e.uncompressed_size);
-  size_t n = ZSTD_decompress(out->data(), out->size(), e.payload.data(), e.payload.size());
-  if (ZSTD_isError(n)) return fail(error, format("corrupt zstd data: %s", ZSTD_getErrorName(n)));
+  if (bound == ZSTD_CONTENTSIZE_ERROR) return failure(ImageFault::kMalformed, "not zstd frames");
+  if (e.uncompressed_size > bound) return failure(ImageFault::kMalformed, "zstd frames hold at most %llu bytes", bound);
+  std::vector<std::byte> out(e.uncompressed_size);
+  size_t n = ZSTD_decompress(out.data(), out.size(), e.payload.data(), e.payload.size());
+  if (ZSTD_isError(n)) return failure(ImageFault::kMalformed, "corrupt zstd data: %s", ZSTD_getErrorName(n));
   if (n != e.uncompressed_size)
-    return fail(error, format("zstd data holds %zu bytes, the header says %llu", n, ull(e.uncompressed_size)));
-  return true;
+    return failure(ImageFault::kMalformed, "zstd data holds %zu bytes, the header says %llu", n,
+                   ull(e.uncompressed_size));
+  return out;
 }
 
-bool decompress(const FatbinEntry& e, std::vector<std::byte>* out, std::string* error) {
-  if (e.uncompressed_size > kMaxContentSize)
-    return fail(error, format("uncompressed size %llu beyond the %llu limit", ull(e.uncompressed_size),
-                              ull(kMaxContentSize)));
+ImageResult<std::vector<std::byte>> decompress(const FatbinEntry& e) {
+  if (e.uncompressed_size > kMaxEntryContentSize)
+    return failure(ImageFault::kTooLarge, "uncompressed size %llu beyond the %llu limit", ull(e.uncompressed_size),
+                   ull(kMaxEntryContentSize));
   switch (e.compression) {
-    case Compression::kNone: out->assign(e.payload.begin(), e.payload.end()); return true;
-    case Compression::kLz4: return decompress_lz4(e, out, error);
-    case Compression::kZstd: return decompress_zstd(e, out, error);
+    case Compression::kNone: return std::vector<std::byte>(e.payload.begin(), e.payload.end());
+    case Compression::kLz4: return decompress_lz4(e);
+    case Compression::kZstd: return decompress_zstd(e);
     case Compression::kUnknown: break;
   }
-  return fail(error, "both LZ4 and ZSTD flags set");
+  return failure(ImageFault::kUnsupportedCompression, "both LZ4 and ZSTD flags set");
 }
 
 bool same_major_not_newer(uint32_t have, uint32_t want) { return have / 10 == want / 10 && have <= want; }
@@ -235,44 +248,76 @@ const FatbinEntry* pick_cubin(const std::vector<FatbinEntry>& entries, uint32_t 
   return best;
 }
 
-std::string list_entries(const std::vector<FatbinEntry>& entries) {
-  std::string out;
-  for (const FatbinEntry& e : entries) out += (out.empty() ? "" : ", ") + describe(e);
-  return out.empty() ? "no entries" : out;
+// The newest PTX entry a GPU of `arch` can JIT; nullptr where none.
+const FatbinEntry* pick_ptx(const std::vector<FatbinEntry>& entries, uint32_t arch) {
+  const FatbinEntry* best = nullptr;
+  for (const FatbinEntry& e : entries)
+    if (e.kind == FatbinEntryKind::kPtx && e.arch <= arch && (!best || e.arch > best->arch)) best = &e;
+  return best;
 }
 
-bool fatbin_kernels(Bytes fatbin, uint32_t arch, std::vector<CubinKernel>* kernels, std::string* error) {
-  std::vector<FatbinEntry> entries;
-  if (!read_fatbin(fatbin, &entries, error)) return false;
-  const FatbinEntry* e = pick_cubin(entries, arch);
+bool has_cubin(const std::vector<FatbinEntry>& entries) {
+  for (const FatbinEntry& e : entries)
+    if (e.kind == FatbinEntryKind::kElf) return true;
+  return false;
+}
+
+ImageResult<std::vector<CubinKernel>> fatbin_kernels(Bytes fatbin, uint32_t arch) {
+  auto entries = read_fatbin(fatbin);
+  if (!entries) return entries.error();
+  const FatbinEntry* e = pick_cubin(*entries, arch);
   if (!e)
-    return fail(error, format("fatbin: no cubin for sm_%u (has %s)", arch, list_entries(entries).c_str()));
-  std::vector<std::byte> elf;
-  std::string inner;
-  if (!entry_contents(*e, &elf, error)) return false;
-  if (read_cubin_kernels(elf, kernels, &inner)) return true;
-  return fail(error, format("fatbin: %s at offset %#llx: %s", describe(*e).c_str(), ull(e->offset), inner.c_str()));
+    return failure(has_cubin(*entries) ? ImageFault::kNoEntryForArch : ImageFault::kPtxOnly,
+                   "fatbin: no cubin for sm_%u (has %s)", arch, list_entries(*entries).c_str());
+  auto elf = entry_contents(*e);
+  if (!elf) return elf.error();
+  auto kernels = read_cubin_kernels(*elf);
+  if (kernels) return kernels;
+  return within(kernels.error(), format("fatbin: %s at offset %#llx: ", describe(*e).c_str(), ull(e->offset)));
 }
-
-// A fatbin handed over by pointer has no length but its header's.
-bool fatbin_at(const std::byte* p, Bytes* fatbin, std::string* error) {
-  uint64_t header_size = load_le<uint16_t>(p + 6), size = load_le<uint64_t>(p + 8);
-  if (size > detail::kMaxImageSize) return fail(error, format("fatbin: implausible size %#llx", ull(size)));
-  *fatbin = Bytes(p, header_size + size);
-  return true;
-}
-
-// cudart's __fatBinC_Wrapper_t, as __cudaRegisterFatBinary gets it: version
-// 1, or 2 for relocatable code (the fourth field then lists the fatbins to
-// link, which are not needed here).
-struct FatbinWrapper {
-  int32_t magic;
-  int32_t version;
-  const void* data;
-  void* filename_or_fatbins;
-};
 
 }  // namespace
+
+namespace detail {
+
+ImageResult<uint64_t> fatbin_end(Bytes bytes, uint64_t start) {
+  if (!fits(bytes, start, kFatbinHeaderSize))
+    return failure(ImageFault::kMalformed, "fatbin at offset %#llx: header truncated (%llu bytes left)", ull(start),
+                   ull(bytes.size() - std::min<uint64_t>(start, bytes.size())));
+  if (!has_fatbin_magic(bytes, start))
+    return failure(ImageFault::kUnrecognized, "fatbin at offset %#llx: bad magic", ull(start));
+  uint16_t version = load_le<uint16_t>(bytes, start + 4), header_size = load_le<uint16_t>(bytes, start + 6);
+  uint64_t size = load_le<uint64_t>(bytes, start + 8);
+  if (version != kFatbinVersion)
+    return failure(ImageFault::kUnsupportedVersion, "fatbin at offset %#llx: unsupported version %u", ull(start),
+                   version);
+  if (header_size < kFatbinHeaderSize)
+    return failure(ImageFault::kMalformed, "fatbin at offset %#llx: header size %u (minimum %zu)", ull(start),
+                   header_size, kFatbinHeaderSize);
+  if (size > kMaxImageSize - header_size)
+    return failure(ImageFault::kTooLarge, "fatbin at offset %#llx: size %#llx beyond the %llu-byte limit", ull(start),
+                   ull(size), ull(kMaxImageSize));
+  if (!fits(bytes, start, header_size + size))
+    return failure(ImageFault::kMalformed,
+                   "fatbin at offset %#llx: header size %u and size %#llx run past the %zu bytes", ull(start),
+                   header_size, ull(size), bytes.size());
+  return start + header_size + size;
+}
+
+}  // namespace detail
+
+const char* image_fault_name(ImageFault f) {
+  switch (f) {
+    case ImageFault::kUnrecognized: return "unrecognized";
+    case ImageFault::kNoEntryForArch: return "no entry for this GPU";
+    case ImageFault::kPtxOnly: return "PTX only";
+    case ImageFault::kMalformed: return "malformed";
+    case ImageFault::kUnsupportedVersion: return "unsupported version";
+    case ImageFault::kUnsupportedCompression: return "unsupported compression";
+    case ImageFault::kTooLarge: return "too large";
+  }
+  return "invalid";
+}
 
 const char* fatbin_entry_kind_name(FatbinEntryKind k) {
   switch (k) {
@@ -294,92 +339,49 @@ const char* compression_name(Compression c) {
   return "unknown";
 }
 
-bool read_fatbin(std::span<const std::byte> bytes, std::vector<FatbinEntry>* entries, std::string* error) {
-  entries->clear();
+ImageResult<std::vector<FatbinEntry>> read_fatbin(std::span<const std::byte> bytes) {
+  std::vector<FatbinEntry> entries;
   uint64_t at = 0;
   do {
-    if (!read_one_fatbin(bytes, at, entries, &at, error)) {
-      entries->clear();
-      return false;
-    }
+    auto end = read_one_fatbin(bytes, at, &entries);
+    if (!end) return end.error();
+    at = *end;
   } while (has_fatbin_magic(bytes, at));
-  return true;
+  return entries;
 }
 
-bool entry_contents(const FatbinEntry& entry, std::vector<std::byte>* out, std::string* error) {
-  out->clear();
-  std::string inner;
-  if (decompress(entry, out, &inner)) return true;
-  out->clear();
-  return fail(error, format("fatbin entry at offset %#llx (%s, %s): %s", ull(entry.offset), describe(entry).c_str(),
-                            compression_name(entry.compression), inner.c_str()));
+ImageResult<std::vector<std::byte>> entry_contents(const FatbinEntry& entry) {
+  auto contents = decompress(entry);
+  if (contents) return contents;
+  return within(contents.error(), format("fatbin entry at offset %#llx (%s, %s): ", ull(entry.offset),
+                                         describe(entry).c_str(), compression_name(entry.compression)));
 }
 
-namespace {
-
-enum class ImageFatbin { kNotOne, kFound, kBroken };
-
-// The fatbin a module image is, or points at through cudart's wrapper
-// (kBroken, with *error, where the wrapper or header is unusable).
-ImageFatbin image_fatbin(const std::byte* p, Bytes* fatbin, std::string* error) {
-  if (load_le<uint32_t>(p) == kFatbinWrapperMagic) {
-    FatbinWrapper w;
-    std::memcpy(&w, p, sizeof w);
-    if (w.version != 1 && w.version != 2)
-      return fail(error, format("fatbin wrapper: unknown version %d", w.version)), ImageFatbin::kBroken;
-    if (!w.data) return fail(error, "fatbin wrapper: null fatbin pointer"), ImageFatbin::kBroken;
-    p = static_cast<const std::byte*>(w.data);
-    if (load_le<uint32_t>(p) != kFatbinMagic)
-      return fail(error, format("fatbin wrapper: data has magic %#x, not a fatbin's", load_le<uint32_t>(p))),
-             ImageFatbin::kBroken;
-  }
-  if (load_le<uint32_t>(p) != kFatbinMagic) return ImageFatbin::kNotOne;
-  return fatbin_at(p, fatbin, error) ? ImageFatbin::kFound : ImageFatbin::kBroken;
+ImageResult<std::vector<CubinKernel>> module_kernels(const void* image, uint32_t arch) {
+  auto extent = binary_extent(image);
+  if (!extent) return extent.error();
+  if (extent->kind == ModuleKind::kFatbin) return fatbin_kernels(extent->bytes, arch);
+  uint32_t have = cubin_arch(extent->bytes);
+  if (!same_major_not_newer(have, arch))
+    return failure(ImageFault::kNoEntryForArch, "module image: cubin for sm_%u, which sm_%u cannot run", have, arch);
+  return read_cubin_kernels(extent->bytes);
 }
 
-}  // namespace
-
-bool module_kernels(const void* image, uint32_t arch, std::vector<CubinKernel>* kernels, std::string* error) {
-  kernels->clear();
-  if (!image) return fail(error, "module image: null pointer");
-  auto p = static_cast<const std::byte*>(image);
-  Bytes fatbin;
-  switch (image_fatbin(p, &fatbin, error)) {
-    case ImageFatbin::kFound: return fatbin_kernels(fatbin, arch, kernels, error);
-    case ImageFatbin::kBroken: return false;
-    case ImageFatbin::kNotOne: break;
-  }
-  uint64_t size = 0;
-  if (load_le<uint32_t>(p) != 0x464c457f)
-    return fail(error, format("module image: magic %#x is none of fatbin, fatbin wrapper, ELF", load_le<uint32_t>(p)));
-  if (!detail::elf_image_size(p, &size, error)) return false;
-  Bytes elf(p, size);
-  if (!same_major_not_newer(cubin_arch(elf), arch))
-    return fail(error, format("module image: cubin for sm_%u, which sm_%u cannot run", cubin_arch(elf), arch));
-  return read_cubin_kernels(elf, kernels, error);
-}
-
-bool module_ptx(const void* image, uint32_t arch, std::string* ptx, std::string* error) {
-  ptx->clear();
-  if (!image) return fail(error, "module image: null pointer");
-  Bytes fatbin;
-  switch (image_fatbin(static_cast<const std::byte*>(image), &fatbin, error)) {
-    case ImageFatbin::kFound: break;
-    case ImageFatbin::kBroken: return false;
-    case ImageFatbin::kNotOne: return fail(error, "module image: not a fatbin");
-  }
-  std::vector<FatbinEntry> entries;
-  if (!read_fatbin(fatbin, &entries, error)) return false;
-  const FatbinEntry* best = nullptr;
-  for (const FatbinEntry& e : entries)
-    if (e.kind == FatbinEntryKind::kPtx && e.arch <= arch && (!best || e.arch > best->arch)) best = &e;
-  if (!best) return fail(error, format("fatbin: no PTX that sm_%u can run (has %s)", arch, list_entries(entries).c_str()));
-  std::vector<std::byte> text;
-  if (!entry_contents(*best, &text, error)) return false;
+ImageResult<std::string> module_ptx(const void* image, uint32_t arch) {
+  auto extent = binary_extent(image);
+  if (!extent) return extent.error();
+  if (extent->kind != ModuleKind::kFatbin) return failure(ImageFault::kUnrecognized, "module image: not a fatbin");
+  auto entries = read_fatbin(extent->bytes);
+  if (!entries) return entries.error();
+  const FatbinEntry* best = pick_ptx(*entries, arch);
+  if (!best)
+    return failure(ImageFault::kNoEntryForArch, "fatbin: no PTX that sm_%u can run (has %s)", arch,
+                   list_entries(*entries).c_str());
+  auto text = entry_contents(*best);
+  if (!text) return text.error();
   // Stored plain, the text keeps the entry's zero padding: up to the first NUL.
-  const char* chars = reinterpret_cast<const char*>(text.data());
-  ptx->assign(chars, strnlen(chars, text.size()));
-  return true;
+  const char* chars = reinterpret_cast<const char*>(text->data());
+  return std::string(chars, strnlen(chars, text->size()));
 }
 
 }  // namespace phos::speculation

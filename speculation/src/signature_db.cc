@@ -26,14 +26,14 @@ std::string_view strip(std::string_view line) {
   return line;
 }
 
-// Reads one parameter from the front of `s`, consuming it; false with *why.
+// Reads one parameter from the front of `s`, consuming it; an error says what is wrong with it.
 class ParamParser {
  public:
   explicit ParamParser(std::string_view s) : s_(s) {}
 
-  bool parse(ParamLayout* p, bool* has_offset, std::string* why) {
+  Result<void> parse(ParamLayout* p, bool* has_offset) {
     std::string_view kind = take_while(is_word);
-    if (kind.empty()) return fail(why, "expected a parameter kind, found '" + rest_word() + "'");
+    if (kind.empty()) return make_error("expected a parameter kind, found '" + rest_word() + "'");
     bool is_struct = false;
     if (kind == "scalar") {
       p->kind = ParamKind::kScalar;
@@ -48,44 +48,44 @@ class ParamParser {
     } else if (kind == "opaque") {
       p->kind = ParamKind::kAggregate;
     } else {
-      return fail(why, "unknown parameter kind '" + std::string(kind) + "'");
+      return make_error("unknown parameter kind '" + std::string(kind) + "'");
     }
-    if (!eat(':')) return fail(why, "expected ':SIZE' after '" + std::string(kind) + "'");
-    if (!number(&p->size, "size", why)) return false;
-    if (p->size == 0) return fail(why, "size 0");
+    if (!eat(':')) return make_error("expected ':SIZE' after '" + std::string(kind) + "'");
+    PHOS_TRY(number(&p->size, "size"));
+    if (p->size == 0) return make_error("size 0");
     if ((p->kind == ParamKind::kPointer || p->kind == ParamKind::kConstPointer) &&
         p->size != kPointerSize)
-      return fail(why, "pointer size " + std::to_string(p->size) + " (pointers are 8 bytes)");
+      return make_error("pointer size " + std::to_string(p->size) + " (pointers are 8 bytes)");
     *has_offset = eat('@');
-    if (*has_offset && !number(&p->offset, "offset", why)) return false;
+    if (*has_offset) PHOS_TRY(number(&p->offset, "offset"));
     if (!is_struct) {
       if (!s_.empty() && s_.front() == '{')
-        return fail(why, "a field list '{' after " + std::string(kind) + " (only struct has one)");
-      return true;
+        return make_error("a field list '{' after " + std::string(kind) + " (only struct has one)");
+      return {};
     }
-    if (!eat('{')) return fail(why, "struct without its field list '{...}'");
-    if (eat('}')) return true;
+    if (!eat('{')) return make_error("struct without its field list '{...}'");
+    if (eat('}')) return {};
     for (;;) {
-      if (s_.empty() || is_space(s_.front())) return fail(why, "unterminated '{'");
+      if (s_.empty() || is_space(s_.front())) return make_error("unterminated '{'");
       PointerField f;
-      if (!number(&f.offset, "field offset", why)) return false;
-      if (!eat(':')) return fail(why, "expected ':ptr' or ':const_ptr' after field offset");
+      PHOS_TRY(number(&f.offset, "field offset"));
+      if (!eat(':')) return make_error("expected ':ptr' or ':const_ptr' after field offset");
       std::string_view fk = take_while(is_word);
       if (fk == "const_ptr") {
         f.const_pointee = true;
       } else if (fk != "ptr") {
-        return fail(why, "unknown field kind '" + std::string(fk) + "'");
+        return make_error("unknown field kind '" + std::string(fk) + "'");
       }
       if (f.offset > p->size || p->size - f.offset < kPointerSize)
-        return fail(why, "field at " + std::to_string(f.offset) + " does not fit in " +
+        return make_error("field at " + std::to_string(f.offset) + " does not fit in " +
                              std::to_string(p->size) + " bytes");
       if (!p->pointer_fields.empty() && f.offset < p->pointer_fields.back().offset + kPointerSize)
-        return fail(why, "field at " + std::to_string(f.offset) +
+        return make_error("field at " + std::to_string(f.offset) +
                              " overlaps the previous one (fields are in increasing order)");
       p->pointer_fields.push_back(f);
-      if (eat('}')) return true;
-      if (s_.empty() || is_space(s_.front())) return fail(why, "unterminated '{'");
-      if (!eat(',')) return fail(why, "expected ',' or '}' in the field list, found '" + rest_word() + "'");
+      if (eat('}')) return {};
+      if (s_.empty() || is_space(s_.front())) return make_error("unterminated '{'");
+      if (!eat(',')) return make_error("expected ',' or '}' in the field list, found '" + rest_word() + "'");
     }
   }
 
@@ -111,18 +111,13 @@ class ParamParser {
     while (n < s_.size() && !is_space(s_[n])) n++;
     return std::string(s_.substr(0, n));
   }
-  bool number(uint32_t* out, const char* what, std::string* why) {
+  Result<void> number(uint32_t* out, const char* what) {
     std::string_view digits = take_while([](char c) { return c >= '0' && c <= '9'; });
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *out);
     if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
-      return fail(why, std::string("bad ") + what + " '" + std::string(digits) + rest_word() + "'");
-    return true;
+      return make_error(std::string("bad ") + what + " '" + std::string(digits) + rest_word() + "'");
+    return {};
   }
-  static bool fail(std::string* why, std::string msg) {
-    *why = std::move(msg);
-    return false;
-  }
-
   std::string_view s_;
 };
 
@@ -132,61 +127,56 @@ uint32_t default_alignment(uint32_t size) {
   return a > 16 ? 16 : a;
 }
 
+struct KernelLine {
+  std::string name;
+  KernelSignature sig;
+};
+
 // One kernel line: the name and its parameters.
-bool parse_kernel(std::string_view line, std::string* name, KernelSignature* sig, std::string* why) {
+Result<KernelLine> parse_kernel(std::string_view line) {
+  KernelLine k;
   size_t n = 0;
   while (n < line.size() && !is_space(line[n])) n++;
-  *name = std::string(line.substr(0, n));
-  if (name->find_first_of(":{}@,") != std::string::npos) {
-    *why = "expected a kernel name first, found '" + *name + "'";
-    return false;
-  }
+  k.name = std::string(line.substr(0, n));
+  if (k.name.find_first_of(":{}@,") != std::string::npos)
+    return make_error("expected a kernel name first, found '" + k.name + "'");
   line.remove_prefix(n);
   uint64_t end = 0;  // of the previous parameter
   for (size_t index = 1;; index++) {
     size_t blanks = 0;
     while (blanks < line.size() && is_space(line[blanks])) blanks++;
     line.remove_prefix(blanks);
-    if (line.empty()) return true;
+    if (line.empty()) return k;
+    std::string where = "parameter " + std::to_string(index);
     ParamParser pp(line);
     ParamLayout p;
     bool has_offset = false;
-    std::string what;
-    if (!pp.parse(&p, &has_offset, &what)) {
-      *why = "parameter " + std::to_string(index) + ": " + what;
-      return false;
-    }
+    Result<void> parsed = pp.parse(&p, &has_offset);
+    if (!parsed) return make_error(where + ": " + parsed.error().message);
     std::string_view rest = pp.rest();
     if (!rest.empty() && !is_space(rest.front())) {
       size_t m = 0;
       while (m < rest.size() && !is_space(rest[m])) m++;
-      *why = "parameter " + std::to_string(index) + ": trailing '" + std::string(rest.substr(0, m)) + "'";
-      return false;
+      return make_error(where + ": trailing '" + std::string(rest.substr(0, m)) + "'");
     }
     if (!has_offset) {
       uint64_t a = default_alignment(p.size);
       end = (end + a - 1) / a * a;
-      if (end > UINT32_MAX) {
-        *why = "parameter " + std::to_string(index) + ": offset beyond 4 GiB";
-        return false;
-      }
+      if (end > UINT32_MAX) return make_error(where + ": offset beyond 4 GiB");
       p.offset = static_cast<uint32_t>(end);
     } else if (p.offset < end) {
-      *why = "parameter " + std::to_string(index) + " at offset " + std::to_string(p.offset) +
-             " overlaps the previous one (which ends at " + std::to_string(end) + ")";
-      return false;
+      return make_error(where + " at offset " + std::to_string(p.offset) +
+                        " overlaps the previous one (which ends at " + std::to_string(end) + ")");
     }
     end = uint64_t(p.offset) + p.size;
-    sig->params.push_back(std::move(p));
+    k.sig.params.push_back(std::move(p));
     line = rest;
   }
 }
 
 }  // namespace
 
-bool SignatureDb::parse(std::string_view text, std::string* error) {
-  std::string scratch;
-  if (!error) error = &scratch;
+Result<void> SignatureDb::parse(std::string_view text) {
   std::vector<std::pair<std::string, KernelSignature>> found;
   bool header_seen = false;
   size_t line_no = 0;
@@ -196,10 +186,7 @@ bool SignatureDb::parse(std::string_view text, std::string* error) {
     std::string_view raw = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
     std::string_view line = strip(raw);
-    auto fail = [&](const std::string& why) {
-      *error = "line " + std::to_string(line_no) + ": " + why;
-      return false;
-    };
+    auto fail = [&](const std::string& why) { return make_error("line " + std::to_string(line_no) + ": " + why); };
     if (line.empty()) {
       if (text.empty() && !header_seen) return fail("no header '" + std::string(kSignatureDbHeader) + "'");
       continue;
@@ -217,34 +204,23 @@ bool SignatureDb::parse(std::string_view text, std::string* error) {
     if (!header_seen)
       return fail("expected the header '" + std::string(kSignatureDbHeader) + "' before '" +
                   std::string(line.substr(0, 40)) + "'");
-    std::string name;
-    KernelSignature sig;
-    std::string why;
-    if (!parse_kernel(line, &name, &sig, &why)) return fail(why);
-    found.emplace_back(std::move(name), std::move(sig));
+    Result<KernelLine> kernel = parse_kernel(line);
+    if (!kernel) return fail(kernel.error().message);
+    found.emplace_back(std::move(kernel->name), std::move(kernel->sig));
   }
   for (auto& [name, sig] : found) kernels_.try_emplace(std::move(name), std::move(sig));
-  return true;
+  return {};
 }
 
-bool SignatureDb::load(const std::string& path, std::string* error) {
+Result<void> SignatureDb::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (error) *error = path + ": " + std::strerror(errno);
-    return false;
-  }
+  if (!in) return errno_error(path);
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) {
-    if (error) *error = path + ": read error";
-    return false;
-  }
-  std::string why;
-  if (!parse(text.str(), &why)) {
-    if (error) *error = path + ": " + why;
-    return false;
-  }
-  return true;
+  if (in.bad()) return make_error(path + ": read error", EIO);
+  Result<void> parsed = parse(text.str());
+  if (!parsed) return make_error(path + ": " + parsed.error().message);
+  return {};
 }
 
 const KernelSignature* SignatureDb::find(std::string_view mangled_name) const {

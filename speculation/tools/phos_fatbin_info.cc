@@ -55,16 +55,23 @@ bool map_file(const char* path, Mapped* out) {
 // fatbin or cubin itself.
 bool fatbin_bytes(const Mapped& file, std::span<const std::byte>* out, bool* is_cubin) {
   *is_cubin = false;
-  uint32_t magic = 0;
-  if (file.size >= 4) std::memcpy(&magic, file.data, 4);
-  if (magic == spec::kFatbinMagic) return *out = {file.data, file.size}, true;
+  std::span<const std::byte> all(file.data, file.size);
+  auto image = spec::image_extent(all);
+  if (image && image->kind != spec::ModuleKind::kPtx) {
+    *is_cubin = image->kind == spec::ModuleKind::kCubin;
+    *out = all;  // fatbins laid end to end are all read
+    return true;
+  }
+  if (!image && image.error().fault != spec::ImageFault::kUnrecognized) {
+    std::fprintf(stderr, "%s\n", image.error().message.c_str());
+    return false;
+  }
   if (file.size < sizeof(Elf64_Ehdr) || std::memcmp(file.data, ELFMAG, SELFMAG) != 0) {
     std::fprintf(stderr, "not a fatbin, cubin or ELF file\n");
     return false;
   }
   Elf64_Ehdr eh;
   std::memcpy(&eh, file.data, sizeof(eh));
-  if (eh.e_machine == EM_CUDA) return *is_cubin = true, *out = {file.data, file.size}, true;
   if (eh.e_shoff == 0 || eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shstrndx >= eh.e_shnum ||
       eh.e_shoff + uint64_t(eh.e_shnum) * sizeof(Elf64_Shdr) > file.size) {
     std::fprintf(stderr, "ELF section table out of the file\n");
@@ -120,7 +127,6 @@ int main(int argc, char** argv) {
 
   auto t0 = std::chrono::steady_clock::now();
   std::vector<spec::FatbinEntry> entries;
-  std::string error;
   if (is_cubin) {
     spec::FatbinEntry e;
     e.kind = spec::FatbinEntryKind::kElf;
@@ -128,8 +134,10 @@ int main(int argc, char** argv) {
     e.payload = bytes;
     e.uncompressed_size = bytes.size();
     entries.push_back(e);
-  } else if (!spec::read_fatbin(bytes, &entries, &error)) {
-    std::fprintf(stderr, "%s: %s\n", path, error.c_str());
+  } else if (auto read = spec::read_fatbin(bytes)) {
+    entries = std::move(*read);
+  } else {
+    std::fprintf(stderr, "%s: %s\n", path, read.error().message.c_str());
     return 1;
   }
   double read_s = seconds_since(t0);
@@ -151,15 +159,15 @@ int main(int argc, char** argv) {
   std::string first_error;
   for (const spec::FatbinEntry& e : entries) {
     if (e.kind != spec::FatbinEntryKind::kElf || e.arch != arch) continue;
-    std::vector<std::byte> elf;
-    std::vector<spec::CubinKernel> ks;
-    if (!spec::entry_contents(e, &elf, &error) || !spec::read_cubin_kernels(elf, &ks, &error)) {
-      if (failed++ == 0) first_error = error;
+    auto elf = spec::entry_contents(e);
+    auto ks = elf ? spec::read_cubin_kernels(*elf) : elf.error();
+    if (!ks) {
+      if (failed++ == 0) first_error = ks.error().message;
       continue;
     }
     cubins++;
-    bytes_out += elf.size();
-    for (const spec::CubinKernel& k : ks) {
+    bytes_out += elf->size();
+    for (const spec::CubinKernel& k : *ks) {
       kernels++;
       for (const spec::CubinParam& p : k.params) {
         params++;
@@ -182,11 +190,12 @@ int main(int argc, char** argv) {
   for (const spec::FatbinEntry& e : entries) {
     if (!ptx_dir || ptx_written == ptx_count) break;
     if (e.kind != spec::FatbinEntryKind::kPtx || e.arch != arch || e.uncompressed_size > ptx_max_bytes) continue;
-    std::vector<std::byte> text;
-    if (!spec::entry_contents(e, &text, &error)) {
-      if (failed++ == 0) first_error = error;
+    auto contents = spec::entry_contents(e);
+    if (!contents) {
+      if (failed++ == 0) first_error = contents.error().message;
       continue;
     }
+    const std::vector<std::byte>& text = *contents;
     size_t n = 0;
     while (n < text.size() && text[n] != std::byte{0}) n++;
     std::string out = std::string(ptx_dir) + "/ptx" + std::to_string(ptx_written++) + ".ptx";

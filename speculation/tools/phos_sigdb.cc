@@ -601,9 +601,8 @@ int main(int argc, char** argv) {
 
   // What we write must read back.
   ps::SignatureDb check;
-  std::string error;
-  if (!check.parse(text, &error)) {
-    std::fprintf(stderr, "phos-sigdb: internal error: the output does not parse: %s\n", error.c_str());
+  if (phos::Result<void> parsed = check.parse(text); !parsed) {
+    std::fprintf(stderr, "phos-sigdb: internal error: the output does not parse: %s\n", parsed.error().message.c_str());
     return 1;
   }
 

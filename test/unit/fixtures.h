@@ -31,7 +31,7 @@ inline image::Manifest full_manifest() {
   image::Manifest m;
   m.writer_version = "test";
   m.pid = 42;
-  m.protocol = image::Protocol::SoftRecopy;
+  m.protocol = image::Protocol::kSoftRecopy;
   m.chunk_size = 1 << 20;
   m.created_unix_ns = 1234567890123ull;
   image::Device d;
@@ -44,9 +44,9 @@ inline image::Manifest full_manifest() {
   m.devices.push_back(d);
   m.data_files.push_back({"phos-42-data-0.img", 4096 + (3 << 20)});
   image::Allocation a{{7, 0, 0x7f0000000000ull, (2 << 20) + 100, image::kAllocAsync}, {}};
-  a.chunks.push_back({0, 0, 4096, 1 << 20, 1 << 20, 0x1111, image::Compression::None});
-  a.chunks.push_back({1 << 20, 0, 4096 + (1 << 20), 1 << 20, 1000, 0x2222, image::Compression::Zstd});
-  a.chunks.push_back({2 << 20, 0, 4096 + (1 << 20) + 1000, 100, 100, 0x3333, image::Compression::None});
+  a.chunks.push_back({0, 0, 4096, 1 << 20, 1 << 20, 0x1111, image::Compression::kNone});
+  a.chunks.push_back({1 << 20, 0, 4096 + (1 << 20), 1 << 20, 1000, 0x2222, image::Compression::kZstd});
+  a.chunks.push_back({2 << 20, 0, 4096 + (1 << 20) + 1000, 100, 100, 0x3333, image::Compression::kNone});
   m.allocations.push_back(a);
   m.statistics = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, true};
   m.launch_log.push_back({1, "gemm_kernel", {7}, {7}});

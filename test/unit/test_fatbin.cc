@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <span>
 
 #include "fatbin_builders.h"
 #include "phos/speculation/fatbin.h"
@@ -39,37 +40,26 @@ ByteVec load(const char* dir, const std::string& name) {
   return out;
 }
 
-// Every reader fills an *out and says in *error what failed. read_ok: what
-// it read, the test failing with its error where it fails; refusal: its
-// error where it must fail (and leave *out empty).
-template <class Out, class Read>
-Out read_ok(Read read) {
-  Out out;
-  std::string error;
-  bool ok = read(&out, &error);
-  INFO(error);
-  REQUIRE(ok);
-  return out;
+// read_ok: what a reader read, the test failing with its error where it
+// fails; refused: its error where it must fail.
+template <class T>
+T read_ok(ImageResult<T> read) {
+  INFO((read ? std::string() : read.error().message));
+  REQUIRE(read.ok());
+  return std::move(read).value();
 }
-template <class Out, class Read>
-std::string refusal(Read read) {
-  Out out(1);
-  std::string error;
-  CHECK_FALSE(read(&out, &error));
-  CHECK(out.empty());
-  return error;
+template <class T>
+ImageError refused(const ImageResult<T>& read) {
+  REQUIRE_FALSE(read.ok());
+  return read.error();
 }
 
 using Kernels = std::vector<CubinKernel>;
 
 // The entries point into `fatbin`, which must outlive them.
-std::vector<FatbinEntry> entries_of(const ByteVec& fatbin) {
-  return read_ok<std::vector<FatbinEntry>>([&](auto* out, std::string* e) { return read_fatbin(fatbin, out, e); });
-}
+std::vector<FatbinEntry> entries_of(const ByteVec& fatbin) { return read_ok(read_fatbin(fatbin)); }
 
-ByteVec contents_of(const FatbinEntry& entry) {
-  return read_ok<ByteVec>([&](auto* out, std::string* e) { return entry_contents(entry, out, e); });
-}
+ByteVec contents_of(const FatbinEntry& entry) { return read_ok(entry_contents(entry)); }
 
 ByteVec payload_of(const FatbinEntry& e) { return ByteVec(e.payload.begin(), e.payload.end()); }
 
@@ -147,17 +137,13 @@ void check_kernels(const Kernels& ks) {
   }
 }
 
-Kernels cubin_kernels(const ByteVec& elf) {
-  return read_ok<Kernels>([&](auto* out, std::string* e) { return read_cubin_kernels(elf, out, e); });
-}
+Kernels cubin_kernels(const ByteVec& elf) { return read_ok(read_cubin_kernels(elf)); }
 
-Kernels image_kernels(const void* image, uint32_t arch) {
-  return read_ok<Kernels>([&](auto* out, std::string* e) { return module_kernels(image, arch, out, e); });
-}
+Kernels image_kernels(const void* image, uint32_t arch) { return read_ok(module_kernels(image, arch)); }
 
-std::string image_error(const void* image, uint32_t arch) {
-  return refusal<Kernels>([&](auto* out, std::string* e) { return module_kernels(image, arch, out, e); });
-}
+std::string image_error(const void* image, uint32_t arch) { return refused(module_kernels(image, arch)).message; }
+
+ImageFault image_fault(const void* image, uint32_t arch) { return refused(module_kernels(image, arch)).fault; }
 
 bool starts_with(const ByteVec& b, const std::string& prefix) {
   return b.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), b.begin(),
@@ -292,6 +278,7 @@ TEST_CASE("module_kernels: fatbin, cudart's wrapper, raw cubin, by the device's 
   CHECK(es[1].arch == 86);
   for (uint32_t arch : {80u, 86u, 87u, 89u}) check_kernels(image_kernels(multi.data(), arch));
   CHECK_THAT(image_error(multi.data(), 75), Contains("no cubin for sm_75 (has sm_80 ELF, sm_86 ELF)"));
+  CHECK(image_fault(multi.data(), 75) == ImageFault::kNoEntryForArch);
   CHECK_THAT(image_error(multi.data(), 90), Contains("no cubin for sm_90"));
   CHECK_THAT(image_error(fatbin.data(), 100), Contains("no cubin for sm_100"));
 }
@@ -304,6 +291,7 @@ TEST_CASE("module_kernels: a PTX-only fatbin has no cubin to read") {
   REQUIRE(es.size() == 1);
   CHECK(es[0].kind == FatbinEntryKind::kPtx);
   CHECK(image_error(fatbin.data(), 90) == "fatbin: no cubin for sm_90 (has compute_90 PTX)");
+  CHECK(image_fault(fatbin.data(), 90) == ImageFault::kPtxOnly);
 }
 
 TEST_CASE("fatbin: relocatable code and LTO IR") {
@@ -348,13 +336,9 @@ namespace {
 
 const ByteVec kElfish = to_bytes("\x7f" "ELF not really, but the container does not look inside");
 
-std::string fatbin_error(const ByteVec& bytes) {
-  return refusal<std::vector<FatbinEntry>>([&](auto* out, std::string* e) { return read_fatbin(bytes, out, e); });
-}
+std::string fatbin_error(const ByteVec& bytes) { return refused(read_fatbin(bytes)).message; }
 
-std::string contents_error(const FatbinEntry& entry) {
-  return refusal<ByteVec>([&](auto* out, std::string* e) { return entry_contents(entry, out, e); });
-}
+std::string contents_error(const FatbinEntry& entry) { return refused(entry_contents(entry)).message; }
 
 // The single entry of `fatbin` (which must outlive it).
 FatbinEntry only_entry(const ByteVec& fatbin) {
@@ -416,7 +400,11 @@ TEST_CASE("fatbin: broken containers are refused with where they break") {
 
   b = good;
   patch_le(&b, 8, ~uint64_t(0) - 4, 8);  // overflows when added to the offset
-  CHECK_THAT(fatbin_error(b), Contains("run past"));
+  CHECK_THAT(fatbin_error(b), Contains("size 0xfffffffffffffffb beyond the 4294967296-byte limit"));
+
+  b = good;
+  patch_le(&b, 6, 8, 2);  // a header size below the header's own
+  CHECK_THAT(fatbin_error(b), Contains("fatbin at offset 0: header size 8 (minimum 16)"));
 
   // A truncated copy: the header still claims the whole size.
   CHECK_THAT(fatbin_error(ByteVec(good.begin(), good.end() - 8)), Contains("run past"));
@@ -515,9 +503,7 @@ TEST_CASE("fatbin: broken compressed payloads are refused") {
 
 namespace {
 
-std::string cubin_error(const ByteVec& elf) {
-  return refusal<Kernels>([&](auto* out, std::string* e) { return read_cubin_kernels(elf, out, e); });
-}
+std::string cubin_error(const ByteVec& elf) { return refused(read_cubin_kernels(elf)).message; }
 
 TestKernel two_params() {
   TestKernel k;
@@ -721,23 +707,203 @@ TEST_CASE("module_ptx: the newest PTX the GPU can run, from a fatbin or cudart's
   const char* dir = fixture_dir();
   if (!dir) return;
   ByteVec fatbin = load(dir, "plain.fatbin");
-  std::string ptx, error;
-  REQUIRE(module_ptx(fatbin.data(), 90, &ptx, &error));
+  std::string ptx = read_ok(module_ptx(fatbin.data(), 90));
   CHECK_THAT(ptx, Contains(".target sm_90"));
   CHECK_THAT(ptx, Contains(".entry copy_ptrs"));
   CHECK(ptx.find('\0') == std::string::npos);  // the entry's padding is not text
   Wrapper w{int(kFatbinWrapperMagic), 1, fatbin.data(), nullptr};
-  std::string wrapped;
-  REQUIRE(module_ptx(&w, 100, &wrapped, &error));  // compute_90 PTX runs on sm_100 too
-  CHECK(wrapped == ptx);
-  std::string none;
-  CHECK_FALSE(module_ptx(fatbin.data(), 89, &none, &error));
-  CHECK_THAT(error, Contains("no PTX that sm_89 can run"));
+  CHECK(read_ok(module_ptx(&w, 100)) == ptx);  // compute_90 PTX runs on sm_100 too
+  ImageError none = refused(module_ptx(fatbin.data(), 89));
+  CHECK(none.fault == ImageFault::kNoEntryForArch);
+  CHECK_THAT(none.message, Contains("no PTX that sm_89 can run"));
   ByteVec zstd = load(dir, "zstd.fatbin");
-  std::string unpacked;
-  REQUIRE(module_ptx(zstd.data(), 90, &unpacked, &error));
-  CHECK(unpacked == ptx);
+  CHECK(read_ok(module_ptx(zstd.data(), 90)) == ptx);
   ByteVec cubin = load(dir, "sm90.cubin");
-  CHECK_FALSE(module_ptx(cubin.data(), 90, &none, &error));
-  CHECK_THAT(error, Contains("not a fatbin"));
+  ImageError not_fatbin = refused(module_ptx(cubin.data(), 90));
+  CHECK(not_fatbin.fault == ImageFault::kUnrecognized);
+  CHECK_THAT(not_fatbin.message, Contains("not a fatbin"));
+}
+
+// ---- typed errors: each fault from an input made to have it
+
+namespace {
+
+ImageFault fatbin_fault(const ByteVec& bytes) { return refused(read_fatbin(bytes)).fault; }
+ImageFault contents_fault(const FatbinEntry& entry) { return refused(entry_contents(entry)).fault; }
+ImageFault cubin_fault(const ByteVec& elf) { return refused(read_cubin_kernels(elf)).fault; }
+
+// A fatbin holding one cubin for `arch` whose only kernel is two_params().
+ByteVec fatbin_with_cubin(uint32_t arch) {
+  return make_fatbin({plain_entry(kTestKindElf, arch, make_cubin({two_params()}))});
+}
+
+}  // namespace
+
+TEST_CASE("image faults: what is not a fatbin or cubin is kUnrecognized") {
+  const char* ptx = ".version 9.0\n.target sm_90\n";
+  CHECK(image_fault(ptx, 90) == ImageFault::kUnrecognized);
+  CHECK(image_fault(nullptr, 90) == ImageFault::kUnrecognized);
+  CHECK(fatbin_fault(to_bytes(ptx)) == ImageFault::kUnrecognized);
+  ByteVec x86 = make_cubin({two_params()});
+  patch_le(&x86, 18, 62, 2);  // EM_X86_64
+  CHECK(cubin_fault(x86) == ImageFault::kUnrecognized);
+  CHECK(image_fault(x86.data(), 90) == ImageFault::kUnrecognized);
+  ByteVec cubin = make_cubin({two_params()});
+  CHECK(refused(module_ptx(cubin.data(), 90)).fault == ImageFault::kUnrecognized);
+  CHECK(refused(module_ptx(ptx, 90)).fault == ImageFault::kUnrecognized);
+}
+
+TEST_CASE("image faults: code for other GPUs is kNoEntryForArch, PTX alone kPtxOnly") {
+  ByteVec sm80 = fatbin_with_cubin(80);
+  CHECK(image_kernels(sm80.data(), 86).size() == 1);
+  ImageError other = refused(module_kernels(sm80.data(), 90));
+  CHECK(other.fault == ImageFault::kNoEntryForArch);
+  CHECK(other.message == "fatbin: no cubin for sm_90 (has sm_80 ELF)");
+  ByteVec cubin = make_cubin({two_params()});  // sm_90
+  CHECK(image_fault(cubin.data(), 100) == ImageFault::kNoEntryForArch);
+  CHECK(image_fault(cubin.data(), 89) == ImageFault::kNoEntryForArch);
+
+  ByteVec ptx_only = make_fatbin({plain_entry(kTestKindPtx, 90, kElfish), plain_entry(8, 90, kElfish)});
+  ImageError ptx = refused(module_kernels(ptx_only.data(), 90));
+  CHECK(ptx.fault == ImageFault::kPtxOnly);
+  CHECK(ptx.message == "fatbin: no cubin for sm_90 (has compute_90 PTX, compute_90 LTO IR)");
+  ByteVec empty = make_fatbin({});
+  CHECK(image_fault(empty.data(), 90) == ImageFault::kPtxOnly);
+
+  ByteVec newer_ptx = make_fatbin({plain_entry(kTestKindPtx, 100, kElfish)});
+  ImageError no_ptx = refused(module_ptx(newer_ptx.data(), 90));
+  CHECK(no_ptx.fault == ImageFault::kNoEntryForArch);
+  CHECK(no_ptx.message == "fatbin: no PTX that sm_90 can run (has compute_100 PTX)");
+}
+
+TEST_CASE("image faults: broken containers, entries and cubins are kMalformed") {
+  ByteVec good = fatbin_with_cubin(90);
+  CHECK(fatbin_fault(ByteVec(good.begin(), good.end() - 8)) == ImageFault::kMalformed);
+  ByteVec b = good;
+  patch_le(&b, kFirstEntry + 4, 0x20, 4);  // entry header size
+  CHECK(fatbin_fault(b) == ImageFault::kMalformed);
+  CHECK(image_fault(b.data(), 90) == ImageFault::kMalformed);
+
+  CubinLayout layout;
+  ByteVec elf = make_cubin({two_params()}, kTestElfFlagsSm90, 8, &layout);
+  patch_le(&elf, 62, 40, 2);  // e_shstrndx out of range
+  CHECK(cubin_fault(elf) == ImageFault::kMalformed);
+
+  // An ELF entry that is no cubin makes the fatbin malformed, not unrecognized.
+  ByteVec not_cubin = make_fatbin({plain_entry(kTestKindElf, 90, kElfish)});
+  CHECK(image_fault(not_cubin.data(), 90) == ImageFault::kMalformed);
+  ByteVec x86 = make_cubin({two_params()});
+  patch_le(&x86, 18, 62, 2);
+  ByteVec with_x86 = make_fatbin({plain_entry(kTestKindElf, 90, x86)});
+  ImageError e = refused(module_kernels(with_x86.data(), 90));
+  CHECK(e.fault == ImageFault::kMalformed);
+  CHECK(e.message == "fatbin: sm_90 ELF at offset 0x50: ELF: e_machine 62, not EM_CUDA");
+
+  ByteVec contents = to_bytes(std::string(4000, 'a'));
+  ByteVec lz4 = make_fatbin({lz4_entry(kTestKindElf, 90, contents)});
+  FatbinEntry entry = only_entry(lz4);
+  ByteVec garbage(entry.payload.size(), std::byte{0xff});
+  entry.payload = garbage;
+  CHECK(contents_fault(entry) == ImageFault::kMalformed);
+
+  // cudart's wrapper: null data, data that is no fatbin.
+  Wrapper w{int(kFatbinWrapperMagic), 1, nullptr, nullptr};
+  CHECK(image_fault(&w, 90) == ImageFault::kMalformed);
+  w.data = elf.data();
+  CHECK(image_fault(&w, 90) == ImageFault::kMalformed);
+}
+
+TEST_CASE("image faults: unknown versions are kUnsupportedVersion") {
+  ByteVec b = fatbin_with_cubin(90);
+  patch_le(&b, 4, 2, 2);
+  CHECK(fatbin_fault(b) == ImageFault::kUnsupportedVersion);
+  CHECK(image_fault(b.data(), 90) == ImageFault::kUnsupportedVersion);
+  ByteVec good = fatbin_with_cubin(90);
+  Wrapper w{int(kFatbinWrapperMagic), 3, good.data(), nullptr};
+  ImageError e = refused(module_kernels(&w, 90));
+  CHECK(e.fault == ImageFault::kUnsupportedVersion);
+  CHECK(e.message == "fatbin wrapper: unknown version 3");
+}
+
+TEST_CASE("image faults: both compression flags are kUnsupportedCompression") {
+  TestEntry both = zstd_entry(kTestKindElf, 90, make_cubin({two_params()}));
+  both.flags |= kTestFlagLz4;
+  ByteVec fatbin = make_fatbin({both});
+  CHECK(contents_fault(only_entry(fatbin)) == ImageFault::kUnsupportedCompression);
+  ImageError e = refused(module_kernels(fatbin.data(), 90));
+  CHECK(e.fault == ImageFault::kUnsupportedCompression);
+  CHECK_THAT(e.message, Contains("fatbin entry at offset 0x50 (sm_90 ELF, unknown): both LZ4 and ZSTD flags set"));
+}
+
+TEST_CASE("image faults: sizes beyond the limits are kTooLarge") {
+  ByteVec b = fatbin_with_cubin(90);
+  patch_le(&b, 8, kMaxImageSize, 8);
+  CHECK(fatbin_fault(b) == ImageFault::kTooLarge);
+  CHECK(image_fault(b.data(), 90) == ImageFault::kTooLarge);
+
+  ByteVec zstd = make_fatbin({zstd_entry(kTestKindElf, 90, to_bytes(std::string(4000, 'a')))});
+  patch_le(&zstd, kFirstEntry + kEntryUncompressedField, kMaxEntryContentSize + 1, 8);
+  CHECK(contents_fault(only_entry(zstd)) == ImageFault::kTooLarge);
+
+  // A cubin handed over by pointer has no length: a section said to lie past
+  // the limit is a damaged header, never read.
+  CubinLayout layout;
+  ByteVec elf = make_cubin({two_params()}, kTestElfFlagsSm90, 8, &layout);
+  patch_le(&elf, layout.first_info_section_header + 24, kMaxImageSize, 8);
+  ImageError e = refused(module_kernels(elf.data(), 90));
+  CHECK(e.fault == ImageFault::kTooLarge);
+  CHECK_THAT(e.message, Contains("ELF: section 4 (offset 0x100000000, size 0x"));
+  CHECK(refused(image_extent(elf.data())).fault == ImageFault::kTooLarge);
+}
+
+TEST_CASE("image faults: every fault has a name") {
+  for (ImageFault f : {ImageFault::kUnrecognized, ImageFault::kNoEntryForArch, ImageFault::kPtxOnly,
+                       ImageFault::kMalformed, ImageFault::kUnsupportedVersion,
+                       ImageFault::kUnsupportedCompression, ImageFault::kTooLarge})
+    CHECK(std::string(image_fault_name(f)) != "invalid");
+  CHECK(std::string(image_fault_name(ImageFault::kPtxOnly)) == "PTX only");
+}
+
+// ---- image extents within bytes (what the fuzzer reads)
+
+TEST_CASE("image_extent over bytes: each kind ends where its headers say, never past the bytes") {
+  ByteVec fatbin = fatbin_with_cubin(90);
+  ByteVec more = fatbin;
+  more.resize(more.size() + 40, std::byte{0xee});
+  auto f = read_ok(image_extent(std::span<const std::byte>(more)));
+  CHECK(f.kind == ModuleKind::kFatbin);
+  CHECK(f.bytes.size() == fatbin.size());
+  CHECK(f.bytes.data() == more.data());
+  ImageError cut = refused(image_extent(std::span<const std::byte>(fatbin.data(), fatbin.size() - 1)));
+  CHECK(cut.fault == ImageFault::kMalformed);
+  CHECK_THAT(cut.message, Contains("run past"));
+
+  ByteVec elf = make_cubin({two_params()});
+  auto c = read_ok(image_extent(std::span<const std::byte>(elf)));
+  CHECK(c.kind == ModuleKind::kCubin);
+  CHECK(c.bytes.size() == elf.size());
+  ImageError short_elf = refused(image_extent(std::span<const std::byte>(elf.data(), elf.size() - 1)));
+  CHECK(short_elf.fault == ImageFault::kMalformed);
+  CHECK_THAT(short_elf.message, Contains("ELF: section header table (offset 0x"));
+
+  // No section table (e_shoff 0) whatever e_shnum says: the header alone,
+  // for the extent and the kernel reader alike (found by fuzzing, when the
+  // reader took the ELF header for a section header).
+  ByteVec bare = make_cubin({});
+  patch_le(&bare, 40, 0, 8);  // e_shoff
+  auto header_only = read_ok(image_extent(std::span<const std::byte>(bare)));
+  CHECK(header_only.bytes.size() == 64);
+  CHECK(cubin_kernels(bare).empty());
+  CHECK(cubin_kernels(ByteVec(bare.begin(), bare.begin() + 64)).empty());
+
+  ByteVec text = to_bytes(std::string(".version 9.0") + '\0' + "after");
+  auto p = read_ok(image_extent(std::span<const std::byte>(text)));
+  CHECK(p.kind == ModuleKind::kPtx);
+  CHECK(p.bytes.size() == 12);
+  CHECK(refused(image_extent(std::span<const std::byte>(to_bytes("no NUL")))).fault == ImageFault::kUnrecognized);
+
+  Wrapper w{int(kFatbinWrapperMagic), 1, fatbin.data(), nullptr};
+  auto raw = std::as_bytes(std::span(&w, 1));
+  CHECK(refused(image_extent(raw)).fault == ImageFault::kUnrecognized);
+  CHECK(read_ok(image_extent(&w)).bytes.size() == fatbin.size());  // through the pointer, it is followed
 }

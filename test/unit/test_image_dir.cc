@@ -89,7 +89,7 @@ std::string open_error(const TempDir& dir) {
 TEST_CASE("image dir: write and read back, uncompressed", "[image]") {
   TempDir dir;
   std::vector<std::vector<std::byte>> bufs = {pattern(200000, 1, false), pattern(5, 2, false)};
-  write_image(dir, bufs, Compression::None);
+  write_image(dir, bufs, Compression::kNone);
   auto img = open_process_image(dir.fd.get(), 42, true);
   REQUIRE(img.ok());
   CHECK(img->complete);
@@ -100,10 +100,10 @@ TEST_CASE("image dir: write and read back, uncompressed", "[image]") {
 TEST_CASE("image dir: zstd is used where it helps and skipped where it does not", "[image][zstd]") {
   TempDir dir;
   std::vector<std::vector<std::byte>> bufs = {pattern(300000, 3, true), pattern(100000, 4, false)};
-  Manifest m = write_image(dir, bufs, Compression::Zstd);
-  CHECK(m.allocations[0].chunks[0].compression == Compression::Zstd);
+  Manifest m = write_image(dir, bufs, Compression::kZstd);
+  CHECK(m.allocations[0].chunks[0].compression == Compression::kZstd);
   CHECK(m.allocations[0].chunks[0].stored_size < m.allocations[0].chunks[0].raw_size);
-  CHECK(m.allocations[1].chunks[0].compression == Compression::None);
+  CHECK(m.allocations[1].chunks[0].compression == Compression::kNone);
   auto img = open_process_image(dir.fd.get(), 42, true);
   REQUIRE(img.ok());
   CHECK(read_allocation(dir, img->manifest, 0) == bufs[0]);
@@ -116,7 +116,7 @@ TEST_CASE("image dir: zstd is used where it helps and skipped where it does not"
 
 TEST_CASE("image dir: files are created 0600", "[image]") {
   TempDir dir;
-  write_image(dir, {pattern(1000, 5, false)}, Compression::None);
+  write_image(dir, {pattern(1000, 5, false)}, Compression::kNone);
   for (const auto& f : {manifest_file_name(42), marker_file_name(42), data_file_name(42, 0)}) {
     struct stat st {};
     REQUIRE(::stat(dir.file(f).c_str(), &st) == 0);
@@ -135,7 +135,7 @@ TEST_CASE("image dir: several threads write chunks of one data file", "[image][t
     threads.emplace_back([&, t] {
       for (int k = 0; k < kChunks; k++) {
         auto data = pattern(4096 + t * 100 + k, uint32_t(t * 1000 + k), false);
-        auto c = (*writer)->write_chunk(0, data, Compression::None);
+        auto c = (*writer)->write_chunk(0, data, Compression::kNone);
         if (c.ok()) chunks[t].push_back(*c);
       }
     });
@@ -157,7 +157,7 @@ TEST_CASE("image dir: several threads write chunks of one data file", "[image][t
 
 TEST_CASE("image dir: corrupted chunk is caught by its checksum", "[image][corrupt]") {
   TempDir dir;
-  Manifest m = write_image(dir, {pattern(200000, 6, false)}, Compression::None);
+  Manifest m = write_image(dir, {pattern(200000, 6, false)}, Compression::kNone);
   const Chunk& c = m.allocations[0].chunks[1];
   flip_byte(dir.file(data_file_name(42, 0)), off_t(c.file_offset + 10));
   ImageReader reader(dir.fd.get(), m);
@@ -170,9 +170,9 @@ TEST_CASE("image dir: corrupted chunk is caught by its checksum", "[image][corru
 
 TEST_CASE("image dir: corrupted zstd chunk does not decompress or fails its checksum", "[image][corrupt][zstd]") {
   TempDir dir;
-  Manifest m = write_image(dir, {pattern(100000, 7, true)}, Compression::Zstd);
+  Manifest m = write_image(dir, {pattern(100000, 7, true)}, Compression::kZstd);
   const Chunk& c = m.allocations[0].chunks[0];
-  REQUIRE(c.compression == Compression::Zstd);
+  REQUIRE(c.compression == Compression::kZstd);
   flip_byte(dir.file(data_file_name(42, 0)), off_t(c.file_offset + c.stored_size / 2));
   ImageReader reader(dir.fd.get(), m);
   std::vector<std::byte> out(c.raw_size);
@@ -183,7 +183,7 @@ TEST_CASE("image dir: corrupted zstd chunk does not decompress or fails its chec
 
 TEST_CASE("image dir: truncated data file", "[image][corrupt]") {
   TempDir dir;
-  write_image(dir, {pattern(100000, 8, false)}, Compression::None);
+  write_image(dir, {pattern(100000, 8, false)}, Compression::kNone);
   REQUIRE(::truncate(dir.file(data_file_name(42, 0)).c_str(), 50000) == 0);
   CHECK_THAT(open_error(dir), Catch::Contains("phos-42-data-0.img: 50000 bytes, the manifest says") &&
                                   Catch::Contains("(truncated)"));
@@ -191,24 +191,24 @@ TEST_CASE("image dir: truncated data file", "[image][corrupt]") {
 
 TEST_CASE("image dir: missing data file", "[image][corrupt]") {
   TempDir dir;
-  write_image(dir, {pattern(1000, 9, false)}, Compression::None);
+  write_image(dir, {pattern(1000, 9, false)}, Compression::kNone);
   REQUIRE(::unlink(dir.file(data_file_name(42, 0)).c_str()) == 0);
   CHECK_THAT(open_error(dir), Catch::Contains("data file phos-42-data-0.img is missing"));
 }
 
 TEST_CASE("image dir: data file header damaged", "[image][corrupt]") {
   TempDir dir;
-  write_image(dir, {pattern(1000, 10, false)}, Compression::None);
+  write_image(dir, {pattern(1000, 10, false)}, Compression::kNone);
   flip_byte(dir.file(data_file_name(42, 0)), 9);
   CHECK_THAT(open_error(dir), Catch::Contains("phos-42-data-0.img: data file: header checksum mismatch"));
 }
 
 TEST_CASE("image dir: data file of another process", "[image][corrupt]") {
   TempDir dir;
-  write_image(dir, {pattern(1000, 11, false)}, Compression::None);
+  write_image(dir, {pattern(1000, 11, false)}, Compression::kNone);
   auto other = DataFileWriter::create(dir.fd.get(), "phos-43-data-0.img", 43, 0);
   REQUIRE(other.ok());
-  REQUIRE((*other)->write_chunk(0, pattern(1000, 11, false), Compression::None).ok());
+  REQUIRE((*other)->write_chunk(0, pattern(1000, 11, false), Compression::kNone).ok());
   REQUIRE((*other)->finish().ok());
   REQUIRE(::rename(dir.file("phos-43-data-0.img").c_str(), dir.file(data_file_name(42, 0)).c_str()) == 0);
   CHECK_THAT(open_error(dir), Catch::Contains("belongs to process 43"));
@@ -216,7 +216,7 @@ TEST_CASE("image dir: data file of another process", "[image][corrupt]") {
 
 TEST_CASE("image dir: missing marker means incomplete", "[image][marker]") {
   TempDir dir;
-  write_image(dir, {pattern(1000, 12, false)}, Compression::None);
+  write_image(dir, {pattern(1000, 12, false)}, Compression::kNone);
   REQUIRE(remove_completion_marker(dir.fd.get(), 42).ok());
   CHECK_THAT(open_error(dir), Catch::Contains("incomplete image: phos-42-complete.img is missing"));
   auto lenient = open_process_image(dir.fd.get(), 42, false);
@@ -226,7 +226,7 @@ TEST_CASE("image dir: missing marker means incomplete", "[image][marker]") {
 
 TEST_CASE("image dir: manifest rewritten after the marker means incomplete", "[image][marker]") {
   TempDir dir;
-  Manifest m = write_image(dir, {pattern(1000, 13, false)}, Compression::None);
+  Manifest m = write_image(dir, {pattern(1000, 13, false)}, Compression::kNone);
   m.statistics.total_ns = 777;
   REQUIRE(write_manifest(dir.fd.get(), m).ok());
   CHECK_THAT(open_error(dir), Catch::Contains("does not match phos-42-manifest.img"));
@@ -234,7 +234,7 @@ TEST_CASE("image dir: manifest rewritten after the marker means incomplete", "[i
 
 TEST_CASE("image dir: lists manifests only", "[image]") {
   TempDir dir;
-  write_image(dir, {pattern(10, 14, false)}, Compression::None);
+  write_image(dir, {pattern(10, 14, false)}, Compression::kNone);
   std::ofstream(dir.file("core-1.img")) << "x";
   std::ofstream(dir.file("phos-x-manifest.img")) << "x";
   auto pids = list_process_images(dir.fd.get());
@@ -296,7 +296,7 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
   auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(42, 0), 42, 0, direct_io);
   REQUIRE(writer.ok());
   INFO(dir.path << ": " << ((*writer)->direct() ? std::string("O_DIRECT") : (*writer)->why_buffered()));
-  if (direct_io == DirectIo::Off) {
+  if (direct_io == DirectIo::kOff) {
     CHECK_FALSE((*writer)->direct());
     CHECK((*writer)->why_buffered() == "direct_io is off");
   }
@@ -310,15 +310,15 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
     CHECK(chunk->crc32c == phos::crc32c(bytes));
     written.emplace_back(std::vector<std::byte>(bytes.begin(), bytes.end()), *chunk);
   };
-  write(staging.span(), Compression::None);
-  write(std::span(odd), Compression::None);
-  write(std::span(aligned).subspan(1, 5000), Compression::None);
-  write(std::span(packable), Compression::Zstd);
-  write(staging.span(), Compression::None);
+  write(staging.span(), Compression::kNone);
+  write(std::span(odd), Compression::kNone);
+  write(std::span(aligned).subspan(1, 5000), Compression::kNone);
+  write(std::span(packable), Compression::kZstd);
+  write(staging.span(), Compression::kNone);
   // A chunk of several MiB, not a multiple of the page size.
   auto big = pattern((1 << 20) + 12345, 23, false);
-  write(std::span(big), Compression::None);
-  CHECK(written[3].second.compression == Compression::Zstd);
+  write(std::span(big), Compression::kNone);
+  CHECK(written[3].second.compression == Compression::kZstd);
   bool direct = (*writer)->direct();
   auto file = (*writer)->finish();
   REQUIRE(file.ok());
@@ -334,14 +334,14 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
     REQUIRE(read_chunk(fd.get(), file->name, chunk, got, scratch, &times).ok());
     CHECK(got == bytes);
   }
-  if (direct_io == DirectIo::Auto) WARN(dir.path << ": data file written " << (direct ? "with O_DIRECT" : "buffered"));
+  if (direct_io == DirectIo::kAuto) WARN(dir.path << ": data file written " << (direct ? "with O_DIRECT" : "buffered"));
 }
 
 }  // namespace
 
 TEST_CASE("data file: O_DIRECT or its fallback on a disk directory", "[image][direct]") {
   TempDir dir("/tmp");
-  write_every_shape_and_read_back(dir, DirectIo::Auto);
+  write_every_shape_and_read_back(dir, DirectIo::kAuto);
 }
 
 TEST_CASE("data file: O_DIRECT or its fallback on tmpfs", "[image][direct]") {
@@ -350,22 +350,22 @@ TEST_CASE("data file: O_DIRECT or its fallback on tmpfs", "[image][direct]") {
     return;
   }
   TempDir dir("/dev/shm");
-  write_every_shape_and_read_back(dir, DirectIo::Auto);
+  write_every_shape_and_read_back(dir, DirectIo::kAuto);
 }
 
 TEST_CASE("data file: direct_io off writes through the page cache", "[image][direct]") {
   TempDir dir;
-  write_every_shape_and_read_back(dir, DirectIo::Off);
+  write_every_shape_and_read_back(dir, DirectIo::kOff);
 }
 
 TEST_CASE("data file: a CRC the caller computed is stored as given, and the reader checks it", "[image]") {
   TempDir dir;
-  auto writer = DataFileWriter::create(dir.fd.get(), "phos-7-data-0.img", 7, 0, DirectIo::Off);
+  auto writer = DataFileWriter::create(dir.fd.get(), "phos-7-data-0.img", 7, 0, DirectIo::kOff);
   REQUIRE(writer.ok());
   auto bytes = pattern(100000, 31, false);
   uint32_t right = phos::crc32c(bytes);
-  auto good = (*writer)->write_chunk(0, bytes, Compression::None, 1, right);
-  auto bad = (*writer)->write_chunk(0, bytes, Compression::None, 1, right ^ 1);
+  auto good = (*writer)->write_chunk(0, bytes, Compression::kNone, 1, right);
+  auto bad = (*writer)->write_chunk(0, bytes, Compression::kNone, 1, right ^ 1);
   REQUIRE(good.ok());
   REQUIRE(bad.ok());
   CHECK(good->crc32c == right);
@@ -432,7 +432,7 @@ TEST_CASE("image dir: chunks spread over several data files read back", "[image]
     Allocation a{i + 1, 0, address + i * (1ull << 30), bufs[i].size(), 0, {}};
     for (uint64_t off = 0; off < bufs[i].size(); off += m.chunk_size) {
       size_t n = std::min<uint64_t>(m.chunk_size, bufs[i].size() - off);
-      auto c = writers[next++ % kFiles]->write_chunk(off, std::span(bufs[i]).subspan(off, n), Compression::Zstd);
+      auto c = writers[next++ % kFiles]->write_chunk(off, std::span(bufs[i]).subspan(off, n), Compression::kZstd);
       REQUIRE(c.ok());
       a.chunks.push_back(*c);
     }

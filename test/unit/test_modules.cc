@@ -1,6 +1,7 @@
-// Module images and the module registry (cuda_hooks/src/module_image.h,
-// module_registry.h): kinds, sizes and hashes of synthetic images.
-#include <elf.h>
+// Module images and the module registry: kinds, sizes and hashes of
+// synthetic images as the one reader (identify_image, image_extent in
+// phos/speculation/fatbin.h) gives them to the hooks' module registry
+// (cuda_hooks/src/module_registry.h).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -9,78 +10,93 @@
 #include <string>
 #include <vector>
 
-#include "module_image.h"
+#include "fatbin_builders.h"
 #include "module_registry.h"
+#include "phos/speculation/fatbin.h"
 
 using namespace phos::hooks;
+using namespace phos::test;
+using phos::speculation::content_hash;
+using phos::speculation::kFatbinWrapperMagic;
 
 namespace {
 
-// A fatbin: 16-byte header (magic, version, header size, fat size) and payload.
-std::vector<unsigned char> fatbin(uint64_t payload, unsigned char fill = 0x5a) {
-  std::vector<unsigned char> b(16 + payload + 64, 0xee);  // bytes after the fatbin are not part of it
-  uint32_t magic = kFatbinMagic;
-  uint16_t version = 1, header = 16;
-  std::memcpy(b.data(), &magic, 4);
-  std::memcpy(b.data() + 4, &version, 2);
-  std::memcpy(b.data() + 6, &header, 2);
-  std::memcpy(b.data() + 8, &payload, 8);
-  std::memset(b.data() + 16, fill, payload);
+// Bytes after an image are not part of it.
+ByteVec followed_by_junk(ByteVec b) {
+  b.resize(b.size() + 64, std::byte{0xee});
   return b;
 }
 
-// A minimal ELF64 cubin: header, one section of `section` bytes, the section table last.
-std::vector<unsigned char> cubin(uint64_t section) {
-  Elf64_Ehdr eh{};
-  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
-  eh.e_ident[EI_CLASS] = ELFCLASS64;
-  eh.e_shentsize = sizeof(Elf64_Shdr);
-  eh.e_shnum = 2;
-  eh.e_shoff = sizeof(eh) + section;
-  Elf64_Shdr sh[2]{};
-  sh[1].sh_type = SHT_PROGBITS;
-  sh[1].sh_offset = sizeof(eh);
-  sh[1].sh_size = section;
-  std::vector<unsigned char> b(sizeof(eh) + section + sizeof(sh) + 32, 0);
-  std::memcpy(b.data(), &eh, sizeof(eh));
-  std::memcpy(b.data() + eh.e_shoff, sh, sizeof(sh));
-  return b;
-}
+// cudart's __fatBinC_Wrapper_t.
+struct Wrapper {
+  int magic, version;
+  const void* data;
+  void* filename;
+};
+
+const ByteVec kElfish = to_bytes("\x7f" "ELF not really, but the container does not look inside");
 
 }  // namespace
 
 TEST_CASE("module image: a fatbin's size is header size plus fat size", "[modules]") {
-  auto b = fatbin(1000);
+  ByteVec exact = make_fatbin({plain_entry(kTestKindElf, 90, kElfish), plain_entry(kTestKindPtx, 90, kElfish)});
+  ByteVec b = followed_by_junk(exact);
   ModuleImage m = identify_image(b.data());
   CHECK(m.kind == ModuleKind::kFatbin);
-  CHECK(m.size == 1016);
-  CHECK(m.hash == content_hash(b.data(), 1016));
+  CHECK(m.size == exact.size());
+  CHECK(m.hash == content_hash(exact.data(), exact.size()));
 }
 
 TEST_CASE("module image: cudart's wrapper leads to its fatbin", "[modules]") {
-  auto b = fatbin(200);
-  struct {
-    int magic, version;
-    const unsigned long long* data;
-    void* filename;
-  } wrapper{int(kFatbinWrapperMagic), 1, reinterpret_cast<const unsigned long long*>(b.data()), nullptr};
-  ModuleImage m = identify_image(&wrapper);
+  ByteVec exact = make_fatbin({plain_entry(kTestKindElf, 90, kElfish)});
+  ByteVec b = followed_by_junk(exact);
+  Wrapper w{int(kFatbinWrapperMagic), 1, b.data(), nullptr};
+  ModuleImage m = identify_image(&w);
   CHECK(m.kind == ModuleKind::kFatbin);
-  CHECK(m.size == 216);
+  CHECK(m.size == exact.size());
   CHECK(m.hash == identify_image(b.data()).hash);
+  auto extent = phos::speculation::image_extent(&w);
+  REQUIRE(extent);
+  CHECK(extent->bytes.data() == b.data());
 }
 
 TEST_CASE("module image: the hash follows the content, not the address", "[modules]") {
-  auto a = fatbin(300), b = fatbin(300), c = fatbin(300, 0x5b);
+  ByteVec a = make_fatbin({plain_entry(kTestKindElf, 90, kElfish)}), b = a, c = a;
+  c.back() = std::byte{1};
   CHECK(identify_image(a.data()).hash == identify_image(b.data()).hash);
   CHECK(identify_image(a.data()).hash != identify_image(c.data()).hash);
 }
 
-TEST_CASE("module image: a cubin ends at its section table", "[modules]") {
-  auto b = cubin(500);
+TEST_CASE("module image: a cubin ends at the end of its furthest table or section", "[modules]") {
+  ByteVec exact = make_cubin({});  // the section headers last, as nvcc places them
+  ByteVec b = followed_by_junk(exact);
   ModuleImage m = identify_image(b.data());
   CHECK(m.kind == ModuleKind::kCubin);
-  CHECK(m.size == sizeof(Elf64_Ehdr) + 500 + 2 * sizeof(Elf64_Shdr));
+  CHECK(m.size == exact.size());
+  CHECK(m.hash == content_hash(exact.data(), exact.size()));
+
+  // A section placed after the table extends the image to its end.
+  ByteVec longer = exact;
+  longer.resize(exact.size() + 100, std::byte{0x11});
+  patch_le(&longer, exact.size() - 64 + 24, exact.size() + 36, 8);  // the last section's sh_offset
+  patch_le(&longer, exact.size() - 64 + 32, 64, 8);                 // and sh_size
+  CHECK(identify_image(longer.data()).size == exact.size() + 100);
+}
+
+TEST_CASE("module image: a cubin with its section count in section 0 (e_shnum 0)", "[modules]") {
+  // Past 0xff00 sections ELF keeps the count in section 0's sh_size; the
+  // image must still reach its last section header.
+  ByteVec exact = make_cubin({});
+  uint64_t shoff = 0, shnum = 0;
+  std::memcpy(&shoff, exact.data() + 40, 8);
+  std::memcpy(&shnum, exact.data() + 60, 2);
+  ByteVec b = exact;
+  patch_le(&b, 60, 0, 2);                // e_shnum
+  patch_le(&b, shoff + 32, shnum, 8);    // section 0's sh_size
+  b = followed_by_junk(b);
+  ModuleImage m = identify_image(b.data());
+  CHECK(m.kind == ModuleKind::kCubin);
+  CHECK(m.size == exact.size());
 }
 
 TEST_CASE("module image: PTX is its text up to the NUL", "[modules]") {
@@ -88,20 +104,31 @@ TEST_CASE("module image: PTX is its text up to the NUL", "[modules]") {
   ModuleImage m = identify_image(ptx);
   CHECK(m.kind == ModuleKind::kPtx);
   CHECK(m.size == std::strlen(ptx));
+  CHECK(m.hash == content_hash(ptx, std::strlen(ptx)));
 }
 
-TEST_CASE("module image: a fatbin with a damaged header is unknown", "[modules]") {
-  auto b = fatbin(10);
-  uint16_t bad_header = 4;
-  std::memcpy(b.data() + 6, &bad_header, 2);
-  CHECK(identify_image(b.data()).kind == ModuleKind::kUnknown);
+TEST_CASE("module image: what the reader cannot size is unknown, without a hash", "[modules]") {
+  ByteVec fatbin = make_fatbin({plain_entry(kTestKindElf, 90, kElfish)});
+  patch_le(&fatbin, 6, 4, 2);  // a header size below the header's own 16 bytes
+  ModuleImage m = identify_image(fatbin.data());
+  CHECK(m.kind == ModuleKind::kUnknown);
+  CHECK(m.size == 0);
+  CHECK(m.hash == 0);
+
+  ByteVec x86 = followed_by_junk(make_cubin({}));
+  patch_le(&x86, 18, 62, 2);  // EM_X86_64: an ELF file, but no cubin
+  CHECK(identify_image(x86.data()).kind == ModuleKind::kUnknown);
+
+  Wrapper w{int(kFatbinWrapperMagic), 7, fatbin.data(), nullptr};
+  CHECK(identify_image(&w).kind == ModuleKind::kUnknown);
+  CHECK(identify_image(nullptr).kind == ModuleKind::kUnknown);
 }
 
 TEST_CASE("module image: a file is hashed whole; a missing one is unknown", "[modules]") {
   char path[] = "/tmp/phos-module-XXXXXX";
   int fd = ::mkstemp(path);
   REQUIRE(fd >= 0);
-  auto b = cubin(64);
+  ByteVec b = make_cubin({});
   REQUIRE(::write(fd, b.data(), b.size()) == ssize_t(b.size()));
   ::close(fd);
   ModuleImage m = identify_file(path);
@@ -110,6 +137,15 @@ TEST_CASE("module image: a file is hashed whole; a missing one is unknown", "[mo
   CHECK(m.size == b.size());
   CHECK(m.hash == content_hash(b.data(), b.size()));
   CHECK(identify_file(path).kind == ModuleKind::kUnknown);
+  CHECK(identify_file(nullptr).kind == ModuleKind::kUnknown);
+}
+
+TEST_CASE("module image: kind names, as phosctl shows them", "[modules]") {
+  CHECK(std::string(module_kind_name(ModuleKind::kFatbin)) == "fatbin");
+  CHECK(std::string(module_kind_name(ModuleKind::kCubin)) == "cubin");
+  CHECK(std::string(module_kind_name(ModuleKind::kPtx)) == "ptx");
+  CHECK(std::string(module_kind_name(ModuleKind::kFile)) == "file");
+  CHECK(std::string(module_kind_name(ModuleKind::kUnknown)) == "unknown");
 }
 
 TEST_CASE("module image: hashes of short inputs differ by length and content", "[modules]") {

@@ -36,8 +36,8 @@ TEST_CASE("options: no file and no variables give the defaults", "[options]") {
   CHECK(p.options.agent_timeout_ms == 10000);
   CHECK(p.options.quiesce_timeout_ms == 10000);
   CHECK(p.options.engine_workers == 0);
-  CHECK(p.options.direct_io == DirectIo::Auto);
-  CHECK(p.options.compression == Compression::None);
+  CHECK(p.options.direct_io == DirectIo::kAuto);
+  CHECK(p.options.compression == Compression::kNone);
   CHECK(p.options.zstd_level == 1);
   CHECK(p.options.chunk_mib == 4);
   CHECK(p.options.chunk_size() == 4u << 20);
@@ -56,8 +56,8 @@ TEST_CASE("options: every key is read from the file", "[options]") {
   CHECK(p.options.agent_timeout_ms == 2500);
   CHECK(p.options.quiesce_timeout_ms == 700);
   CHECK(p.options.engine_workers == 6);
-  CHECK(p.options.direct_io == DirectIo::Off);
-  CHECK(p.options.compression == Compression::Zstd);
+  CHECK(p.options.direct_io == DirectIo::kOff);
+  CHECK(p.options.compression == Compression::kZstd);
   CHECK(p.options.zstd_level == 3);
   CHECK(p.options.chunk_size() == 16u << 20);
 }
@@ -93,7 +93,7 @@ TEST_CASE("options: line without '=' is warned about", "[options]") {
   auto p = parse("\n\ndirect_io off\n");
   REQUIRE(p.warnings.size() == 1);
   CHECK(p.warnings[0].find("phos.conf:3: expected key = value") == 0);
-  CHECK(p.options.direct_io == DirectIo::Auto);
+  CHECK(p.options.direct_io == DirectIo::kAuto);
 }
 
 TEST_CASE("options: bad values keep the default", "[options]") {
@@ -132,8 +132,8 @@ TEST_CASE("options: environment variables override the file", "[options]") {
                   {"PHOS_ZSTD_LEVEL", "7"}, {"PHOS_AGENT_TIMEOUT_MS", "123"}, {"PHOS_QUIESCE_TIMEOUT_MS", "456"}});
   CHECK(p.warnings.empty());
   CHECK(p.options.engine_workers == 5);
-  CHECK(p.options.compression == Compression::None);
-  CHECK(p.options.direct_io == DirectIo::Off);
+  CHECK(p.options.compression == Compression::kNone);
+  CHECK(p.options.direct_io == DirectIo::kOff);
   CHECK(p.options.zstd_level == 7);
   CHECK(p.options.agent_timeout_ms == 123);
   CHECK(p.options.quiesce_timeout_ms == 456);

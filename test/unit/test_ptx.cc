@@ -32,12 +32,19 @@ std::string kernel(const std::string& body, const std::string& extra = "") {
 }
 
 TwinResult twins(const std::string& ptx, TwinOptions options = TwinOptions()) {
-  TwinResult r;
-  std::string error;
   INFO(ptx);
-  REQUIRE(make_twins(ptx, options, &r, &error));
-  CHECK(error.empty());
-  return r;
+  phos::Result<TwinResult> r = make_twins(ptx, options);
+  INFO((r ? std::string() : r.error().message));
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+// The module read from `text` (which must outlive it); REQUIREs success.
+Module module_of(std::string_view text) {
+  phos::Result<Module> m = read_module(text);
+  INFO((m ? std::string() : m.error().message));
+  REQUIRE(m.ok());
+  return std::move(m).value();
 }
 
 TwinOptions loads_only() {
@@ -69,9 +76,9 @@ TEST_CASE("ptx: tokens keep their bytes, comments and white space make none") {
                      "cp.async.bulk.tensor.1d x; mov.f32 %f1, 0f3F800000; \"s\\\"t\"";
   text.push_back('\0');
   text += "ignored after NUL";
-  std::vector<Token> toks;
-  std::string error;
-  REQUIRE(tokenize(text, &toks, &error));
+  phos::Result<std::vector<Token>> tokenized = tokenize(text);
+  REQUIRE(tokenized.ok());
+  const std::vector<Token>& toks = *tokenized;
   std::vector<std::string> s;
   for (const Token& t : toks) s.push_back(text.substr(t.begin, t.end - t.begin));
   std::vector<std::string> want = {".version", "9.0", "st", ".global", ".v4", ".shared::cta", ".L2::256B", "[", "%rd1",
@@ -86,9 +93,12 @@ TEST_CASE("ptx: tokens keep their bytes, comments and white space make none") {
   CHECK(toks[5].kind == TokenKind::kDirective);
   CHECK(toks[1].kind == TokenKind::kNumber);
 
-  CHECK_FALSE(tokenize("/* open", &toks, &error));
-  CHECK(error.find("unterminated comment") != std::string::npos);
-  CHECK_FALSE(tokenize("\"open", &toks, &error));
+  phos::Result<std::vector<Token>> open_comment = tokenize("/* open");
+  REQUIRE_FALSE(open_comment.ok());
+  CHECK(open_comment.error().message == "line 1: unterminated comment");
+  phos::Result<std::vector<Token>> open_string = tokenize("\n\"open");
+  REQUIRE_FALSE(open_string.ok());
+  CHECK(open_string.error().message == "line 2: unterminated string");
 }
 
 TEST_CASE("ptx: a module's directives, variables, functions and sections") {
@@ -102,9 +112,7 @@ TEST_CASE("ptx: a module's directives, variables, functions and sections") {
                      ".maxntid 128, 1, 1\n"
                      "{\n\t.reg .b32 %r<2>;\n$L0:\n\t{ .reg .pred q;\n\t@q bra $L0; }\n\t.loc 1 2 3\n\tret;\n}\n"
                      ".section .debug_info { .b8 1, 2\n .b64 $L0 }\n";
-  Module m;
-  std::string error;
-  REQUIRE(read_module(text, &m, &error));
+  Module m = module_of(text);
   CHECK(m.version_major == 8);
   CHECK(m.version_minor == 0);
   CHECK(m.target == "sm_90");
@@ -138,17 +146,20 @@ TEST_CASE("ptx: a module's directives, variables, functions and sections") {
   CHECK(m.find_function("k") == 2);
   CHECK(m.find_variable("table") == &m.variables[1]);
 
-  CHECK_FALSE(read_module(std::string(kHeader) + ".visible .entry k() {\n ret;\n", &m, &error));
-  CHECK(error.find("does not end") != std::string::npos);
-  CHECK_FALSE(read_module(std::string(kHeader) + ".visible .entry k() {\n ret\n}\n", &m, &error));
+  std::string unended = std::string(kHeader) + ".visible .entry k() {\n ret;\n";
+  phos::Result<Module> broken = read_module(unended);
+  REQUIRE_FALSE(broken.ok());
+  CHECK(broken.error().message.find("the body of k does not end") != std::string::npos);
+  std::string no_semicolon = std::string(kHeader) + ".visible .entry k() {\n ret\n}\n";
+  broken = read_module(no_semicolon);
+  REQUIRE_FALSE(broken.ok());
+  CHECK(broken.error().message.find("statement without ';' in k") != std::string::npos);
 }
 
 TEST_CASE("ptx: an instruction's guard, opcode, modifiers and operands") {
   std::string text = kernel("\t@!%p1 st.global.v4.f32 [%rd1+16], {%f1, %f2, %f3, %f4};\n"
                             "\tcall.uni (retval0), f, (param0, param1);\n");
-  Module m;
-  std::string error;
-  REQUIRE(read_module(text, &m, &error));
+  Module m = module_of(text);
   const Function& f = m.functions[0];
   Instruction in;
   REQUIRE(parse_instruction(m, f.statements[5], &in));
@@ -197,9 +208,7 @@ TEST_CASE("ptx twin: a global store gets a check, the table is the last paramete
   CHECK(r.sites[0].width == 4);
 
   // The parameter is checked by reading the output back.
-  Module m;
-  std::string error;
-  REQUIRE(read_module(r.ptx, &m, &error));
+  Module m = module_of(r.ptx);
   REQUIRE(m.functions.size() == 1);
   REQUIRE(m.functions[0].params.size() == 3);
   CHECK(m.functions[0].params[2].name == "__phos_range_table");
@@ -332,15 +341,13 @@ TEST_CASE("ptx twin: new names never clash with the module's") {
   CHECK(check_before(r.ptx, "st.global.f32 [%phos_a]").find("mov.b64 %phos1_a, %phos_a;") != std::string::npos);
 
   // A symbol already named like a twin is refused.
-  TwinResult out;
-  std::string error;
   std::string clash = kernel("", ".global .u32 k__phos_twin;\n");
-  CHECK_FALSE(make_twins(clash, TwinOptions(), &out, &error));
-  CHECK(error.find("k__phos_twin") != std::string::npos);
+  phos::Result<TwinResult> refused = make_twins(clash, TwinOptions());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message == "the module already has a symbol named k__phos_twin");
   TwinOptions other;
   other.suffix = "_v";
-  CHECK(make_twins(clash, other, &out, &error));
-  CHECK(out.kernels[0].twin_name == "k_v");
+  CHECK(twins(clash, other).kernels[0].twin_name == "k_v");
 }
 
 TEST_CASE("ptx twin: kernels without parameters and the table's offset") {
@@ -491,21 +498,22 @@ TEST_CASE("ptx twin: asynchronous and bulk copies") {
 }
 
 TEST_CASE("ptx twin: refusals") {
-  TwinResult r;
-  std::string error;
-  CHECK_FALSE(make_twins(".version 8.0\n.target sm_90\n.address_size 32\n", TwinOptions(), &r, &error));
-  CHECK(error == "only .address_size 64 is supported");
-  CHECK_FALSE(make_twins(".version 8.0\n.entry k( {\n", TwinOptions(), &r, &error));
+  phos::Result<TwinResult> refused = make_twins(".version 8.0\n.target sm_90\n.address_size 32\n", TwinOptions());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message == "only .address_size 64 is supported");
+  refused = make_twins(".version 8.0\n.entry k( {\n", TwinOptions());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message == "line 2: declaration without ';' or body");
   // No kernels: the module comes back as it was.
   std::string plain = std::string(kHeader) + ".global .u32 x;\n";
-  REQUIRE(make_twins(plain, TwinOptions(), &r, &error));
+  TwinResult r = twins(plain);
   CHECK(r.kernels.empty());
   CHECK(r.ptx == plain);
   // A NUL ends the text, as cuModuleLoadData reads it.
   std::string with_nul = kernel("\tst.global.f32 [%rd1], %f1;\n");
   with_nul.push_back('\0');
   with_nul += "garbage {";
-  REQUIRE(make_twins(with_nul, TwinOptions(), &r, &error));
+  r = twins(with_nul);
   CHECK(r.ptx.find("garbage") == std::string::npos);
   CHECK(r.sites.size() == 1);
 }

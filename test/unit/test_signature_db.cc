@@ -13,22 +13,21 @@ namespace {
 // Parses `text` into a fresh database; REQUIREs success.
 SignatureDb parsed(std::string_view text) {
   SignatureDb db;
-  std::string error;
   INFO(text);
-  bool ok = db.parse(text, &error);
-  INFO(error);
-  REQUIRE(ok);
+  phos::Result<void> ok = db.parse(text);
+  INFO((ok ? std::string() : ok.error().message));
+  REQUIRE(ok.ok());
   return db;
 }
 
 // The error for `text`, which must fail.
 std::string error_of(std::string_view text) {
   SignatureDb db;
-  std::string error;
   INFO(text);
-  REQUIRE_FALSE(db.parse(text, &error));
+  phos::Result<void> failed = db.parse(text);
+  REQUIRE_FALSE(failed.ok());
   CHECK(db.size() == 0);
-  return error;
+  return failed.error().message;
 }
 
 ParamLayout param(ParamKind kind, uint32_t offset, uint32_t size, bool fields_known = false,
@@ -124,8 +123,7 @@ TEST_CASE("signature db: a kernel seen twice keeps its first signature", "[sigdb
   REQUIRE(db.size() == 1);
   CHECK(db.find("k")->params[0].kind == ParamKind::kPointer);
 
-  std::string error;
-  REQUIRE(db.parse("phos-sigdb 1\nk scalar:4@0\nj scalar:4@0\n", &error));
+  REQUIRE(db.parse("phos-sigdb 1\nk scalar:4@0\nj scalar:4@0\n").ok());
   CHECK(db.size() == 2);
   CHECK(db.find("k")->params[0].kind == ParamKind::kPointer);
   CHECK(db.find("j")->params[0].kind == ParamKind::kScalar);
@@ -133,12 +131,12 @@ TEST_CASE("signature db: a kernel seen twice keeps its first signature", "[sigdb
 
 TEST_CASE("signature db: nothing from a malformed text is added", "[sigdb]") {
   SignatureDb db = parsed("phos-sigdb 1\nk ptr:8@0\n");
-  std::string error;
-  CHECK_FALSE(db.parse("phos-sigdb 1\nj ptr:8@0\nk2 pointer:8@0\n", &error));
-  CHECK(error == "line 3: parameter 1: unknown parameter kind 'pointer'");
+  phos::Result<void> failed = db.parse("phos-sigdb 1\nj ptr:8@0\nk2 pointer:8@0\n");
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().message == "line 3: parameter 1: unknown parameter kind 'pointer'");
   CHECK(db.size() == 1);
   CHECK(db.find("j") == nullptr);
-  CHECK_FALSE(db.parse("garbage", nullptr));  // error may be null
+  CHECK_FALSE(db.parse("garbage").ok());
   CHECK(db.size() == 1);
 }
 
@@ -238,15 +236,17 @@ TEST_CASE("signature db: load", "[sigdb]") {
   std::string path = dir.file("kernels.sigdb");
   std::ofstream(path) << "phos-sigdb 1\nk ptr:8@0\n";
   SignatureDb db;
-  std::string error;
-  REQUIRE(db.load(path, &error));
+  REQUIRE(db.load(path).ok());
   CHECK(db.find("k"));
 
   std::ofstream(dir.file("bad.sigdb")) << "phos-sigdb 1\nk ptr:8@0 bogus\n";
-  CHECK_FALSE(db.load(dir.file("bad.sigdb"), &error));
-  CHECK(error == dir.file("bad.sigdb") + ": line 2: parameter 2: unknown parameter kind 'bogus'");
-  CHECK_FALSE(db.load(dir.file("missing.sigdb"), &error));
-  CHECK(error == dir.file("missing.sigdb") + ": No such file or directory");
+  phos::Result<void> bad = db.load(dir.file("bad.sigdb"));
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message == dir.file("bad.sigdb") + ": line 2: parameter 2: unknown parameter kind 'bogus'");
+  phos::Result<void> missing = db.load(dir.file("missing.sigdb"));
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message == dir.file("missing.sigdb") + ": No such file or directory");
+  CHECK(missing.error().code == ENOENT);
 }
 
 TEST_CASE("param_kind_name", "[sigdb]") {

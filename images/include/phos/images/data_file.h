@@ -39,8 +39,8 @@ struct DataHeader {
 std::vector<std::byte> encode_data_header(const DataHeader& h);
 Result<DataHeader> decode_data_header(std::span<const std::byte> bytes, std::string_view name);
 
-// Auto: O_DIRECT where the file system allows it; Off: the page cache.
-enum class DirectIo { Auto, Off };
+// kAuto: O_DIRECT where the file system allows it; kOff: the page cache.
+enum class DirectIo { kAuto, kOff };
 
 // Time spent in each step of writing or reading chunks, summed over calls.
 struct ChunkTimes {
@@ -70,7 +70,7 @@ class DataFileWriter {
  public:
   // Creates `name` in `dirfd` (0600, failing if it exists).
   static Result<std::unique_ptr<DataFileWriter>> create(int dirfd, std::string name, int32_t pid,
-                                                        uint32_t file_index, DirectIo direct_io = DirectIo::Auto);
+                                                        uint32_t file_index, DirectIo direct_io = DirectIo::kAuto);
 
   // Stores `raw` (at most kMaxChunkSize bytes) as the bytes of the allocation
   // at `alloc_offset`. zstd is kept only where it makes the chunk smaller.
@@ -108,14 +108,14 @@ class DataFileWriter {
 
 // Whether read_chunk checks a chunk's CRC, or leaves that to the caller
 // (the engine checks it on the GPU, after the chunk went there).
-enum class CrcCheck { Here, ByCaller };
+enum class CrcCheck { kHere, kByCaller };
 
 // Reads one chunk into `out` (exactly chunk.raw_size bytes) and checks its
 // CRC; `scratch` holds compressed bytes between calls; `times`, if given,
 // accumulates the time of each step.
 Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, std::span<std::byte> out,
                         std::vector<std::byte>& scratch, ChunkTimes* times = nullptr,
-                        CrcCheck check = CrcCheck::Here);
+                        CrcCheck check = CrcCheck::kHere);
 
 // The error of a chunk whose data does not match its CRC.
 Error checksum_mismatch(std::string_view file_name, const Chunk& chunk);

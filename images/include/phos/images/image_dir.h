@@ -47,7 +47,7 @@ Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_com
 class ImageReader {
  public:
   ImageReader(int dirfd, const Manifest& manifest);
-  Result<void> read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check = CrcCheck::Here);
+  Result<void> read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check = CrcCheck::kHere);
   // The name of the data file that holds `chunk` (for messages).
   std::string_view file_name(const Chunk& chunk) const;
   // Reads every chunk of every allocation and checks it (phosctl verify).

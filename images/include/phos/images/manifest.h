@@ -17,8 +17,8 @@
 
 namespace phos::image {
 
-enum class Protocol : uint32_t { StopTheWorld = 1, SoftRecopy = 2, SoftCopyOnWrite = 3 };
-enum class Compression : uint32_t { None = 0, Zstd = 1 };
+enum class Protocol : uint32_t { kStopTheWorld = 1, kSoftRecopy = 2, kSoftCopyOnWrite = 3 };
+enum class Compression : uint32_t { kNone = 0, kZstd = 1 };
 
 std::string_view protocol_name(Protocol p);
 std::string_view compression_name(Compression c);
@@ -40,7 +40,7 @@ struct Chunk {
   uint32_t raw_size = 0;
   uint32_t stored_size = 0;
   uint32_t crc32c = 0;
-  Compression compression = Compression::None;
+  Compression compression = Compression::kNone;
   bool operator==(const Chunk&) const = default;
 };
 
@@ -85,7 +85,7 @@ struct Manifest {
   uint32_t format_version = kManifestFormatVersion;
   std::string writer_version;
   int32_t pid = 0;
-  Protocol protocol = Protocol::StopTheWorld;
+  Protocol protocol = Protocol::kStopTheWorld;
   uint32_t chunk_size = kDefaultChunkSize;
   uint64_t created_unix_ns = 0;
   std::vector<Device> devices;

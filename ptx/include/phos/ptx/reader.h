@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "phos/support/result.h"
+
 namespace phos::ptx {
 
 enum class TokenKind : uint8_t {
@@ -41,9 +43,9 @@ struct Token {
 
 // The text ends at its first NUL byte (PTX taken from a fatbin or handed to
 // cuModuleLoadData is NUL-terminated). Comments (// and /* */) and white
-// space make no tokens. False (error says where) for an unterminated comment
+// space make no tokens. An error (saying where) for an unterminated comment
 // or string, or text of 4 GiB or more.
-bool tokenize(std::string_view text, std::vector<Token>* tokens, std::string* error);
+Result<std::vector<Token>> tokenize(std::string_view text);
 
 enum class StatementKind : uint8_t {
   kInstruction,  // up to and including its ';' (guard included)
@@ -136,10 +138,11 @@ struct Module {
   const Variable* find_variable(std::string_view name) const;
 };
 
-// False (error says what and on which line) where the module's structure
+// The module, or an error saying what and on which line where its structure
 // cannot be followed: unbalanced braces or parentheses, a function header
-// without a name, a body that does not end.
-bool read_module(std::string_view text, Module* out, std::string* error);
+// without a name, a body that does not end. The module's views point into
+// `text`, which the caller keeps alive.
+Result<Module> read_module(std::string_view text);
 
 struct Operand {
   uint32_t first = 0;  // tokens [first, last)

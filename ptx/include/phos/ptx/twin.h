@@ -121,9 +121,9 @@ struct TwinResult {
   std::vector<CheckSite> sites;     // by ordinal
 };
 
-// False, with error saying why, where the input cannot be read (read_module),
-// uses 32-bit addresses (.address_size 32), or already has a symbol named
-// like a twin. A module without kernels gives an output without kernels.
-bool make_twins(std::string_view ptx, const TwinOptions& options, TwinResult* out, std::string* error);
+// An error saying why where the input cannot be read (read_module), uses
+// 32-bit addresses (.address_size 32), or already has a symbol named like a
+// twin. A module without kernels gives an output without kernels.
+Result<TwinResult> make_twins(std::string_view ptx, const TwinOptions& options);
 
 }  // namespace phos::ptx

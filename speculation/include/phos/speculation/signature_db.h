@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "phos/speculation/layout.h"
+#include "phos/support/result.h"
 
 namespace phos::speculation {
 
@@ -61,12 +62,11 @@ struct KernelSignature {
 class SignatureDb {
  public:
   // Adds the kernels of `text` (a database file's contents); a kernel seen
-  // twice keeps its first signature. false with *error naming the line on
-  // anything malformed ("line 3: ..."; nothing from that text is added then).
-  // error may be null.
-  bool parse(std::string_view text, std::string* error);
+  // twice keeps its first signature. An error naming the line on anything
+  // malformed ("line 3: ..."; nothing from that text is added then).
+  Result<void> parse(std::string_view text);
   // Reads and parses a file; errors are prefixed with the path.
-  bool load(const std::string& path, std::string* error);
+  Result<void> load(const std::string& path);
   // nullptr when the kernel is not in the database.
   const KernelSignature* find(std::string_view mangled_name) const;
   size_t size() const { return kernels_.size(); }
