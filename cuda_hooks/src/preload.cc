@@ -29,8 +29,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda_backend.h"
-#include "driver.h"
+#include "agent/cuda_backend.h"
+#include "driver/driver.h"
 #include "phos/hooks/agent.h"
 #include "runtime.h"
 

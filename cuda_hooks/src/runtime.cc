@@ -1,6 +1,6 @@
 #include "runtime.h"
 
-#include "driver.h"
+#include "driver/driver.h"
 
 namespace phos::hooks {
 

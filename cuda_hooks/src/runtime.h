@@ -11,13 +11,13 @@
 #include <utility>
 #include <vector>
 
-#include "device_memory.h"
-#include "kernel_info.h"
-#include "kernel_registry.h"
-#include "launch_log.h"
-#include "launch_speculation.h"
-#include "launch_validation.h"
-#include "module_registry.h"
+#include "memory/device_memory.h"
+#include "launch/kernel_info.h"
+#include "phos/hooks/kernel_registry.h"
+#include "launch/launch_log.h"
+#include "launch/launch_speculation.h"
+#include "launch/launch_validation.h"
+#include "phos/hooks/module_registry.h"
 #include "phos/hooks/gate.h"
 #include "phos/hooks/thread_stripe.h"
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "bytes.h"
+#include "phos/images/bytes.h"
 
 namespace phos::wire {
 namespace {

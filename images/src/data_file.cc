@@ -17,7 +17,7 @@
 
 #include <zstd.h>
 
-#include "bytes.h"
+#include "phos/images/bytes.h"
 #include "phos/images/crc32c.h"
 
 namespace phos::image {

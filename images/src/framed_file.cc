@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "bytes.h"
+#include "phos/images/bytes.h"
 #include "phos/images/crc32c.h"
 
 namespace phos::image {

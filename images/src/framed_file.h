@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 
 namespace phos::image {
 

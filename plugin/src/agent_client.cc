@@ -1,4 +1,4 @@
-#include "agent_client.h"
+#include "phos/plugin/agent_client.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <variant>
 
-#include "proc.h"
+#include "phos/plugin/proc.h"
 
 namespace phos::plugin {
 namespace {

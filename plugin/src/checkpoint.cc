@@ -14,7 +14,7 @@
 #include "log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
-#include "proc.h"
+#include "phos/plugin/proc.h"
 
 namespace phos::plugin {
 namespace {

@@ -39,12 +39,12 @@
 #include <thread>
 #include <vector>
 
-#include "agent_client.h"
+#include "phos/plugin/agent_client.h"
 #include "engine.h"
 #include "keeper_link.h"
-#include "options.h"
+#include "phos/plugin/options.h"
 #include "phos/images/manifest.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 
 namespace phos::plugin {
 

@@ -18,7 +18,7 @@ extern "C" {
 
 #include "checkpoint.h"
 #include "log.h"
-#include "options.h"
+#include "phos/plugin/options.h"
 #include "restore.h"
 
 namespace {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 
 #undef cuGetProcAddress
 

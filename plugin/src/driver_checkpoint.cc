@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cuda_api.h"
-#include "proc.h"
+#include "phos/plugin/proc.h"
 #include "stopped_thread.h"
 
 namespace phos::plugin {

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 
 namespace phos::plugin {
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "agent_client.h"
-#include "phos/images/result.h"
+#include "phos/plugin/agent_client.h"
+#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::plugin {

@@ -1,4 +1,4 @@
-#include "gpu_map.h"
+#include "phos/plugin/gpu_map.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "options.h"
+#include "phos/plugin/options.h"
 
 #include <fcntl.h>
 

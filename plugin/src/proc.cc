@@ -1,4 +1,4 @@
-#include "proc.h"
+#include "phos/plugin/proc.h"
 
 #include <dirent.h>
 #include <unistd.h>

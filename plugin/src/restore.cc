@@ -4,10 +4,10 @@
 
 #include <cstring>
 
-#include "agent_client.h"
+#include "phos/plugin/agent_client.h"
 #include "driver_checkpoint.h"
 #include "log.h"
-#include "proc.h"
+#include "phos/plugin/proc.h"
 
 namespace phos::plugin {
 

@@ -22,9 +22,9 @@
 #include <thread>
 
 #include "engine.h"
-#include "options.h"
+#include "phos/plugin/options.h"
 #include "phos/images/image_dir.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 
 namespace phos::plugin {
 

@@ -19,8 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernel_registry.h"
-#include "module_registry.h"
+#include "phos/hooks/kernel_registry.h"
+#include "phos/hooks/module_registry.h"
 
 namespace {
 

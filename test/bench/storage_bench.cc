@@ -1,7 +1,7 @@
 // phos-storage-bench: how fast N threads can put data into files of a
 // directory, each thread its own file, by the ways the engine could write
 // its image (a measurement to read, not a test). On the H200 host the
-// engine's tmpfs writes top out at 1.2-1.7 GB/s per worker (issue 4): this
+// engine's tmpfs writes top out at 1.2-1.7 GB/s per worker: this
 // tells which way is faster there before the engine changes.
 //   write       write() of 4 MiB chunks from one reused buffer (the engine today)
 //   prealloc    the same into a file fallocate()d to its final size first

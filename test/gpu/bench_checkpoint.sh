@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checkpoint benchmark of issue 4, on a GPU host (after
+# The checkpoint benchmark, on a GPU host (after
 # `source test/gpu/run-on-host.sh`): criu 4.1.1 with the phos plugin and
 # criu 4.1.1 with its own cuda plugin, side by side in one run, on the same
 # CUDA process (gpu_counter) holding SIZE MiB of device memory, with the

@@ -4,7 +4,7 @@
 Reads one or more CSVs (run,tool,size_mib,storage,measurement,value,note; a
 later row for the same tool, size, storage and measurement replaces an
 earlier one, so several calls and reruns can be concatenated), prints a
-markdown table and the issue's targets to stdout and, with matplotlib, draws
+markdown table and the checkpoint targets to stdout and, with matplotlib, draws
 dump, restore and leave-running stall time against size, phos against the
 cuda plugin, one column per storage, log scales.
 
@@ -119,7 +119,7 @@ def table(cases):
 
 
 def targets(cases):
-    """The issue's targets, each with what this data says."""
+    """The checkpoint targets (README), each with what this data says."""
     out = []
     # Both directions, at every size from 32 GiB (smaller ones are bound by
     # fixed costs, not by the copy).

@@ -1,4 +1,4 @@
-// PTX twins on the GPU (issue 6, validated speculation): runs the twins
+// PTX twins on the GPU (validated speculation): runs the twins
 // phos-ptx-twin made of test/ptx/generic.cu, globals.cu and triton_like.ptx
 // with range tables that leave a buffer out, and checks that each planted
 // mis-speculation is caught (count, first address, check ordinal), that

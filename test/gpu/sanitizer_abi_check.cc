@@ -1,6 +1,6 @@
 // Compiled on the GPU host (suite.sh sanitizer_abi) against the toolkit's
 // sanitizer.h: phos declares the Sanitizer API it uses itself
-// (cuda_hooks/src/sass_validation.h) and writes its patch without the
+// (cuda_hooks/include/phos/hooks/sass_validation.h) and writes its patch without the
 // header (cuda_hooks/sass/sass_patch.cu), so CI can build both; this checks
 // that every value and shape they rely on is the header's.
 #include <sanitizer.h>
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "sass_validation.h"
+#include "phos/hooks/sass_validation.h"
 
 namespace s = phos::hooks::sanitizer;
 

@@ -192,7 +192,7 @@ case_torch_roundtrip_expandable() {
   torch_roundtrip_case torch_roundtrip_expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 }
 
-# Speculation on every workload (the speculation issue): with PHOS_SPECULATE=1
+# Speculation on every workload: with PHOS_SPECULATE=1
 # the results must not change; the line says how many kernels and launches
 # there were, the share of launches whose read/write sets were exact (copies,
 # memsets, cuBLAS/NCCL calls and the kernels they issue), speculated or
@@ -277,7 +277,7 @@ val_stats() {  # val_stats STATS: the totals, briefly
 }
 case_sanitizer_abi() {
   local san=${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer src=$here/../..
-  if g++ -std=c++20 -fsyntax-only -I"$san/include" -I"${CUDA_HOME:-/usr/local/cuda}/include" -I"$src/cuda_hooks/src" \
+  if g++ -std=c++20 -fsyntax-only -I"$san/include" -I"${CUDA_HOME:-/usr/local/cuda}/include" -I"$src/cuda_hooks/include" -I"$src/support/include" \
        -I"$src/images/include" "$here/sanitizer_abi_check.cc" > "$log/sanitizer_abi.out" 2>&1; then
     line sanitizer_abi PASS "phos's Sanitizer API declarations and patch signatures agree with $san/include/sanitizer.h"
   else line sanitizer_abi FAIL "$(head -c 600 "$log/sanitizer_abi.out")"; fi
@@ -346,7 +346,7 @@ case_validation_switch() {
   else line validation_switch FAIL "rc $rc ctl $ctl_rc: $(tr '\n' ' ' < "$log/validation_switch.ctl"); $(grep -E '^result|Error' "$log/validation_switch.out" | head -n3 | tr '\n' ' '); $(val_stats "$s")"; fi
 }
 
-# What validation costs while on (the paper reports 1-12%): the PyTorch
+# What validation costs while on: the PyTorch
 # MLP and torch.compile steps and cuda_basic's run time, native, with
 # libphos.so speculating, validating with twins only, and with twins and
 # the SASS-level validator; median of PHOS_BENCH_RUNS (5) alternating runs.

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <thread>
 
-#include "agent_client.h"
+#include "phos/plugin/agent_client.h"
 
 using phos::make_error;
 using phos::plugin::AgentClient;

@@ -4,7 +4,7 @@
 # for itself, direct linking) it gets libphos.so's wrapper, the call still
 # reaches libcuda, RTLD_NEXT keeps its meaning for other libraries, and a
 # closed gate holds driver calls until it opens. Queries
-# (cuda_hooks/src/query_functions.txt) are handed out unwrapped, and a closed
+# (cuda_hooks/src/driver/query_functions.txt) are handed out unwrapped, and a closed
 # gate does not hold them.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}

@@ -12,10 +12,10 @@
 #include <thread>
 #include <variant>
 
-#include "../../images/src/bytes.h"
-#include "agent_client.h"
+#include "phos/images/bytes.h"
+#include "phos/plugin/agent_client.h"
 #include "phos/hooks/agent.h"
-#include "proc.h"
+#include "phos/plugin/proc.h"
 
 using namespace phos;
 using namespace phos::hooks;

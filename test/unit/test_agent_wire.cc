@@ -5,7 +5,7 @@
 #include <cstring>
 #include <thread>
 
-#include "../../images/src/bytes.h"
+#include "phos/images/bytes.h"
 #include "phos/images/agent_wire.h"
 
 using namespace phos::wire;

@@ -1,8 +1,8 @@
-// The ranges known calls read and write (cuda_hooks/src/call_ranges.h).
+// The ranges known calls read and write (cuda_hooks/include/phos/hooks/call_ranges.h).
 #include <catch2/catch.hpp>
 #include <library_types.h>
 
-#include "call_ranges.h"
+#include "phos/hooks/call_ranges.h"
 
 using namespace phos::hooks::ranges;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "gpu_map.h"
+#include "phos/plugin/gpu_map.h"
 
 using namespace phos;
 using namespace phos::plugin;

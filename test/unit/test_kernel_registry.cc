@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "kernel_registry.h"
-#include "module_registry.h"
+#include "phos/hooks/kernel_registry.h"
+#include "phos/hooks/module_registry.h"
 
 using namespace phos::hooks;
 

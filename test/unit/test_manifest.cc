@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "../../images/src/bytes.h"
+#include "phos/images/bytes.h"
 #include "fixtures.h"
 #include "phos/images/crc32c.h"
 #include "phos/images/manifest.h"

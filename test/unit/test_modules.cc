@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fatbin_builders.h"
-#include "module_registry.h"
+#include "phos/hooks/module_registry.h"
 #include "phos/speculation/fatbin.h"
 
 using namespace phos::hooks;

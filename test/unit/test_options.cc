@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "options.h"
+#include "phos/plugin/options.h"
 
 using phos::image::Compression;
 using phos::image::DirectIo;

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "proc.h"
+#include "phos/plugin/proc.h"
 
 using namespace phos::plugin;
 

@@ -2,7 +2,7 @@
 #include <random>
 #include <vector>
 
-#include "range_allocator.h"
+#include "phos/hooks/range_allocator.h"
 
 using phos::hooks::RangeAllocator;
 

@@ -1,4 +1,4 @@
-// Probe for issue 4's data rate: how fast can T threads move device memory
+// Probe for the engine's data rate: how fast can T threads move device memory
 // into files of a directory (and back), staged through pinned buffers and
 // write() (the engine's way today) or by DMA straight into the files' pages
 // (file mmapped MAP_SHARED, registered with cudaHostRegister)?

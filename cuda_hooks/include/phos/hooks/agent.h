@@ -14,7 +14,7 @@
 #include "phos/hooks/agent_backend.h"
 #include "phos/hooks/gate.h"
 #include "phos/images/agent_protocol.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::hooks {

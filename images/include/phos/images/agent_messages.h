@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 
 namespace phos::agent {
 

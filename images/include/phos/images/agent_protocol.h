@@ -14,7 +14,7 @@
 
 #include "phos/images/agent_messages.h"
 #include "phos/images/agent_wire.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::agent {

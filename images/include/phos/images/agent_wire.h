@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::wire {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "phos/images/manifest.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::image {

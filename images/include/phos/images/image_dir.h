@@ -9,7 +9,7 @@
 
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::image {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "phos/images/agent_messages.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
 
 namespace phos::keeper {

@@ -13,7 +13,7 @@
 
 #include "phos/images/agent_messages.h"
 #include "phos/images/format.h"
-#include "phos/images/result.h"
+#include "phos/support/result.h"
 
 namespace phos::image {
 

@@ -1,8 +1,7 @@
 // Twin kernels: copies of a module's kernels that check, before each memory
 // access of theirs that may touch a device buffer, that the bytes it touches
 // lie inside the ranges the runtime allows for this launch (the speculated
-// read or write set), and report the accesses that do not (PhOS §4.1,
-// "Runtime validation"). The access itself still happens, unchanged: a twin
+// read or write set), and report the accesses that do not. The access itself still happens, unchanged: a twin
 // reports, it never changes what the program computes.
 //
 // Pure text processing (no CUDA call): PTX in, PTX out. The runtime loads

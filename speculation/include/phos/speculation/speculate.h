@@ -1,5 +1,5 @@
 // Read and write sets of one piece of GPU work, at buffer granularity, before
-// it runs (PhOS §4.1, §6):
+// it runs (what the concurrent protocols check launches against):
 //   - exact, for calls whose semantics say which bytes they touch (memcpy,
 //     memset, the cuBLAS GEMM family, NCCL collectives): every buffer the
 //     ranges overlap;

@@ -1,0 +1,82 @@
+#include "agent/cuda_backend.h"
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "driver/driver.h"
+#include "runtime.h"
+
+namespace phos::hooks {
+namespace {
+
+// The driver's checkpoint refuses a process that a profiler is attached to
+// (lock fails with CUDA_ERROR_NOT_SUPPORTED): say so before a dump starts.
+// Profilers (Nsight Systems, Compute) inject theirs through
+// CUDA_INJECTION64_PATH. libcupti merely loaded is no refusal: on the H200
+// the driver checkpointed such processes until CUPTI was subscribed; the
+// plugin names libcupti when the lock is refused. Looked at when the status
+// is asked for, never on a CUDA call.
+std::optional<std::string> profiler_attached() {
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  if (injection && *injection) return std::string("CUPTI/profiler attached (CUDA_INJECTION64_PATH=") + injection + ")";
+  return std::nullopt;
+}
+
+}  // namespace
+
+agent::StatusReply CudaBackend::status() {
+  agent::StatusReply s;
+  auto m = runtime().memory.stats();
+  s.cuda_initialized = runtime().cuda_used.load() || driver::loaded();
+  s.allocation_count = m.units;
+  s.allocated_bytes = m.physical_bytes;
+  s.device_count = m.devices;
+  for (const auto& [dev, uuid] : m.uuids) s.devices.push_back({uint32_t(dev), uuid});
+  s.unsupported_calls = runtime().unsupported();
+  if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
+  if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
+  for (auto& m : runtime().modules.modules()) {
+    uint64_t count = m.functions.size();
+    s.modules.push_back({m.id, module_kind_name(m.image.kind), m.image.size, m.image.hash, std::move(m.source),
+                         std::move(m.functions), count, std::move(m.globals)});
+  }
+  s.speculation_active = runtime().speculation.active();
+  s.indexed_buffers = runtime().speculation.totals().indexed;
+  s.kernels = runtime().speculation.kernels();
+  s.counters = runtime().counters();
+  s.counters.emplace_back("live_blocks", m.blocks);
+  s.counters.emplace_back("requested_bytes", m.requested_bytes);
+  s.counters.emplace_back("physical_bytes", m.physical_bytes);
+  return s;
+}
+
+std::vector<agent::Allocation> CudaBackend::allocations() { return runtime().memory.units(); }
+
+Result<UniqueFd> CudaBackend::export_allocation(uint64_t id) { return runtime().memory.export_unit(id); }
+
+// cuCtxSynchronize has no timeout: a kernel that never ends makes the
+// checkpoint wait (the plugin's agent timeout then fails the dump).
+Result<void> CudaBackend::drain(std::chrono::milliseconds) { return runtime().memory.synchronize(); }
+
+Result<uint64_t> CudaBackend::release_mappings(bool drop_handles) {
+  return runtime().memory.release_mappings(drop_handles);
+}
+
+Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) {
+  return runtime().memory.remap(ids, std::move(fds));
+}
+
+Result<void> CudaBackend::set_speculation(bool on) {
+  if (!on) runtime().validation.set_active(false);  // nothing to validate without it
+  runtime().speculation.set_active(on, runtime().memory);
+  return {};
+}
+
+Result<bool> CudaBackend::set_validation(bool on) {
+  if (on) runtime().speculation.set_active(true, runtime().memory);
+  runtime().validation.set_active(on);
+  return runtime().validation.sass_attached();
+}
+
+}  // namespace phos::hooks

@@ -1,0 +1,24 @@
+// The generated wrappers: every driver function phos does not hook by hand
+// passes the gate and calls libcuda; a query (query_functions.txt) only
+// calls libcuda, for programs linked to the driver directly.
+#include "driver/driver.h"
+#include "runtime.h"
+
+#define PHOS_EXPORT __attribute__((visibility("default")))
+
+#define PHOS_DRIVER_HOOKED(name, params, args)
+#define PHOS_DRIVER_FN(name, params, args)                                            \
+  extern "C" PHOS_EXPORT CUresult name params {                                       \
+    ::phos::hooks::GatePass pass(::phos::hooks::runtime().gate);                      \
+    auto real = PHOS_REAL(name);                                                      \
+    return real ? real args : CUDA_ERROR_NOT_FOUND;                                   \
+  }
+#define PHOS_DRIVER_QUERY(name, params, args)                                         \
+  extern "C" PHOS_EXPORT CUresult name params {                                       \
+    auto real = PHOS_REAL(name);                                                      \
+    return real ? real args : CUDA_ERROR_NOT_FOUND;                                   \
+  }
+#include "driver_table.inc"
+#undef PHOS_DRIVER_FN
+#undef PHOS_DRIVER_HOOKED
+#undef PHOS_DRIVER_QUERY

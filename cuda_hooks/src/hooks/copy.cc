@@ -1,0 +1,194 @@
+// Copies and sets: while launches are recorded or speculated, each cuMemcpy*
+// and cuMemset* on linear device memory is recorded and given its exact set,
+// from the ranges it reads and writes (pitched 2D/3D ones as their enclosing extent, call_ranges.h). Off,
+// they cost what a generated wrapper costs plus one relaxed load.
+//
+// cuMemcpy / cuMemcpyAsync / cuMemcpyPeer take unified addresses: either
+// side may be host memory, which the buffer index simply does not match.
+// Copies from and to CUDA arrays record only their linear side; batched
+// copies (cuMemcpyBatchAsync, cuMemcpy3DBatchAsync) are not recorded yet.
+#include "driver/driver.h"
+#include "runtime.h"
+
+#define PHOS_EXPORT __attribute__((visibility("default")))
+
+using namespace phos::hooks;
+namespace ranges = phos::hooks::ranges;
+
+namespace {
+
+// Copies and sets are described only while recording or speculating.
+inline bool tracked() {
+  return __builtin_expect(runtime().launches.enabled() || runtime().speculation.active(), 0);
+}
+
+// Work queued into a stream being captured runs later, as part of a graph.
+void note(RecordKind kind, const char* call, CUstream stream, bool per_thread, const ranges::RangeList& l) {
+  if (stream_capturing(stream, per_thread)) return;
+  if (runtime().launches.enabled()) runtime().launches.record_call(kind, call, stream, l);
+  if (runtime().speculation.active()) runtime().speculation.on_call(l);
+}
+
+void note_copy(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  ranges::RangeList l;
+  if (src) l.add(src, n, ranges::kRead);
+  if (dst) l.add(dst, n, ranges::kWrite);
+  note(RecordKind::kCopy, call, stream, per_thread, l);
+}
+
+bool on_device(CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; }
+
+void note_copy_2d(const char* call, CUstream stream, bool per_thread, const CUDA_MEMCPY2D* c) {
+  if (!c) return;
+  ranges::RangeList l;
+  if (on_device(c->srcMemoryType)) {
+    auto e = ranges::pitched_2d(c->srcXInBytes, c->srcY, c->srcPitch, c->WidthInBytes, c->Height);
+    l.add(c->srcDevice + e.offset, e.bytes, ranges::kRead);
+  }
+  if (on_device(c->dstMemoryType)) {
+    auto e = ranges::pitched_2d(c->dstXInBytes, c->dstY, c->dstPitch, c->WidthInBytes, c->Height);
+    l.add(c->dstDevice + e.offset, e.bytes, ranges::kWrite);
+  }
+  note(RecordKind::kCopy, call, stream, per_thread, l);
+}
+
+// CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER name these fields alike.
+template <class Copy3D>
+void note_copy_3d(const char* call, CUstream stream, bool per_thread, const Copy3D* c) {
+  if (!c) return;
+  ranges::RangeList l;
+  if (on_device(c->srcMemoryType)) {
+    auto e = ranges::pitched_3d(c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, c->srcHeight, c->WidthInBytes,
+                                c->Height, c->Depth);
+    l.add(c->srcDevice + e.offset, e.bytes, ranges::kRead);
+  }
+  if (on_device(c->dstMemoryType)) {
+    auto e = ranges::pitched_3d(c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch, c->dstHeight, c->WidthInBytes,
+                                c->Height, c->Depth);
+    l.add(c->dstDevice + e.offset, e.bytes, ranges::kWrite);
+  }
+  note(RecordKind::kCopy, call, stream, per_thread, l);
+}
+
+void note_set(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, uint64_t bytes) {
+  ranges::RangeList l;
+  l.add(dst, bytes, ranges::kWrite);
+  note(RecordKind::kSet, call, stream, per_thread, l);
+}
+
+void note_set_2d(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, size_t pitch, size_t width_bytes,
+                 size_t height) {
+  auto e = ranges::pitched_2d(0, 0, pitch, width_bytes, height);
+  note_set(call, stream, per_thread, dst + e.offset, e.bytes);
+}
+
+}  // namespace
+
+// A hook that records `what` (a statement) before the real call.
+#define PHOS_RECORDED_HOOK(name, params, args, what)   \
+  extern "C" PHOS_EXPORT CUresult name params {        \
+    GatePass pass(runtime().gate);                     \
+    if (tracked()) what;                               \
+    auto real = PHOS_REAL(name);                       \
+    return real ? real args : CUDA_ERROR_NOT_FOUND;    \
+  }
+
+// Each entry point in its legacy-stream and per-thread-stream forms; the
+// synchronous ones run on the default stream (nullptr).
+#define PHOS_SYNC_HOOKS(macro, name) macro(name, false, nullptr) macro(name##_ptds, true, nullptr)
+#define PHOS_ASYNC_HOOKS(macro, name) macro(name, false, s) macro(name##_ptsz, true, s)
+
+#define PHOS_COPY_DTOD(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n), \
+                     note_copy(#name, stream, per_thread, dst, src, n))
+#define PHOS_COPY_DTOD_ASYNC(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), \
+                     note_copy(#name, stream, per_thread, dst, src, n))
+PHOS_SYNC_HOOKS(PHOS_COPY_DTOD, cuMemcpy)
+PHOS_ASYNC_HOOKS(PHOS_COPY_DTOD_ASYNC, cuMemcpyAsync)
+PHOS_SYNC_HOOKS(PHOS_COPY_DTOD, cuMemcpyDtoD_v2)
+PHOS_ASYNC_HOOKS(PHOS_COPY_DTOD_ASYNC, cuMemcpyDtoDAsync_v2)
+
+#define PHOS_COPY_HTOD(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, const void* src, size_t n), (dst, src, n), \
+                     note_copy(#name, stream, per_thread, dst, 0, n))
+#define PHOS_COPY_HTOD_ASYNC(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s), \
+                     note_copy(#name, stream, per_thread, dst, 0, n))
+PHOS_SYNC_HOOKS(PHOS_COPY_HTOD, cuMemcpyHtoD_v2)
+PHOS_ASYNC_HOOKS(PHOS_COPY_HTOD_ASYNC, cuMemcpyHtoDAsync_v2)
+
+#define PHOS_COPY_DTOH(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (void* dst, CUdeviceptr src, size_t n), (dst, src, n), \
+                     note_copy(#name, stream, per_thread, 0, src, n))
+#define PHOS_COPY_DTOH_ASYNC(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), \
+                     note_copy(#name, stream, per_thread, 0, src, n))
+PHOS_SYNC_HOOKS(PHOS_COPY_DTOH, cuMemcpyDtoH_v2)
+PHOS_ASYNC_HOOKS(PHOS_COPY_DTOH_ASYNC, cuMemcpyDtoHAsync_v2)
+
+#define PHOS_COPY_PEER(name, per_thread, stream)                                                               \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n),      \
+                     (dst, dctx, src, sctx, n), note_copy(#name, stream, per_thread, dst, src, n))
+#define PHOS_COPY_PEER_ASYNC(name, per_thread, stream)                                                         \
+  PHOS_RECORDED_HOOK(name,                                                                                     \
+                     (CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s), \
+                     (dst, dctx, src, sctx, n, s), note_copy(#name, stream, per_thread, dst, src, n))
+PHOS_SYNC_HOOKS(PHOS_COPY_PEER, cuMemcpyPeer)
+PHOS_ASYNC_HOOKS(PHOS_COPY_PEER_ASYNC, cuMemcpyPeerAsync)
+
+#define PHOS_COPY_ATOD(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, CUarray a, size_t offset, size_t n), (dst, a, offset, n), \
+                     note_copy(#name, stream, per_thread, dst, 0, n))
+#define PHOS_COPY_DTOA(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (CUarray a, size_t offset, CUdeviceptr src, size_t n), (a, offset, src, n), \
+                     note_copy(#name, stream, per_thread, 0, src, n))
+PHOS_SYNC_HOOKS(PHOS_COPY_ATOD, cuMemcpyAtoD_v2)
+PHOS_SYNC_HOOKS(PHOS_COPY_DTOA, cuMemcpyDtoA_v2)
+
+#define PHOS_COPY_2D(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (const CUDA_MEMCPY2D* c), (c), note_copy_2d(#name, stream, per_thread, c))
+#define PHOS_COPY_2D_ASYNC(name, per_thread, stream) \
+  PHOS_RECORDED_HOOK(name, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), note_copy_2d(#name, stream, per_thread, c))
+PHOS_SYNC_HOOKS(PHOS_COPY_2D, cuMemcpy2D_v2)
+PHOS_SYNC_HOOKS(PHOS_COPY_2D, cuMemcpy2DUnaligned_v2)
+PHOS_ASYNC_HOOKS(PHOS_COPY_2D_ASYNC, cuMemcpy2DAsync_v2)
+
+#define PHOS_COPY_3D(name, per_thread, stream, type) \
+  PHOS_RECORDED_HOOK(name, (const type* c), (c), note_copy_3d(#name, stream, per_thread, c))
+#define PHOS_COPY_3D_ASYNC(name, per_thread, stream, type) \
+  PHOS_RECORDED_HOOK(name, (const type* c, CUstream s), (c, s), note_copy_3d(#name, stream, per_thread, c))
+PHOS_COPY_3D(cuMemcpy3D_v2, false, nullptr, CUDA_MEMCPY3D)
+PHOS_COPY_3D(cuMemcpy3D_v2_ptds, true, nullptr, CUDA_MEMCPY3D)
+PHOS_COPY_3D_ASYNC(cuMemcpy3DAsync_v2, false, s, CUDA_MEMCPY3D)
+PHOS_COPY_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz, true, s, CUDA_MEMCPY3D)
+PHOS_COPY_3D(cuMemcpy3DPeer, false, nullptr, CUDA_MEMCPY3D_PEER)
+PHOS_COPY_3D(cuMemcpy3DPeer_ptds, true, nullptr, CUDA_MEMCPY3D_PEER)
+PHOS_COPY_3D_ASYNC(cuMemcpy3DPeerAsync, false, s, CUDA_MEMCPY3D_PEER)
+PHOS_COPY_3D_ASYNC(cuMemcpy3DPeerAsync_ptsz, true, s, CUDA_MEMCPY3D_PEER)
+
+// Sets of N elements of 1, 2 or 4 bytes, and their pitched 2D forms.
+#define PHOS_SET(name, per_thread, stream, type, bytes) \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, type v, size_t n), (dst, v, n), \
+                     note_set(#name, stream, per_thread, dst, uint64_t(n) * bytes))
+#define PHOS_SET_ASYNC(name, per_thread, stream, type, bytes) \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, type v, size_t n, CUstream s), (dst, v, n, s), \
+                     note_set(#name, stream, per_thread, dst, uint64_t(n) * bytes))
+#define PHOS_SET_2D(name, per_thread, stream, type, bytes)                                                     \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, size_t pitch, type v, size_t w, size_t h), (dst, pitch, v, w, h), \
+                     note_set_2d(#name, stream, per_thread, dst, pitch, uint64_t(w) * bytes, h))
+#define PHOS_SET_2D_ASYNC(name, per_thread, stream, type, bytes)                                  \
+  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, size_t pitch, type v, size_t w, size_t h, CUstream s), \
+                     (dst, pitch, v, w, h, s), note_set_2d(#name, stream, per_thread, dst, pitch, uint64_t(w) * bytes, h))
+#define PHOS_SET_FAMILY(bits, type)                                                  \
+  PHOS_SET(cuMemsetD##bits##_v2, false, nullptr, type, bits / 8)                     \
+  PHOS_SET(cuMemsetD##bits##_v2_ptds, true, nullptr, type, bits / 8)                 \
+  PHOS_SET_ASYNC(cuMemsetD##bits##Async, false, s, type, bits / 8)                   \
+  PHOS_SET_ASYNC(cuMemsetD##bits##Async_ptsz, true, s, type, bits / 8)               \
+  PHOS_SET_2D(cuMemsetD2D##bits##_v2, false, nullptr, type, bits / 8)                \
+  PHOS_SET_2D(cuMemsetD2D##bits##_v2_ptds, true, nullptr, type, bits / 8)            \
+  PHOS_SET_2D_ASYNC(cuMemsetD2D##bits##Async, false, s, type, bits / 8)              \
+  PHOS_SET_2D_ASYNC(cuMemsetD2D##bits##Async_ptsz, true, s, type, bits / 8)
+PHOS_SET_FAMILY(8, unsigned char)
+PHOS_SET_FAMILY(16, unsigned short)
+PHOS_SET_FAMILY(32, unsigned int)

@@ -1,0 +1,152 @@
+// Kernel launches: counted, and recorded (launch_log.h) and speculated
+// (launch_speculation.h) while a protocol needs it. A launch with a feature
+// on looks its kernel up once in the kernel registry (kernel_registry.h)
+// and hands the entry to each; with none on it looks nothing up.
+#include "driver/driver.h"
+#include "runtime.h"
+
+#define PHOS_EXPORT __attribute__((visibility("default")))
+
+using namespace phos::hooks;
+
+namespace {
+
+// Every launch: counted; recorded and speculated while that is on. A launch
+// into a stream being captured runs later, with its graph (counted there).
+// `writes` (while validating) gets the launch's speculated write set. The
+// kernel's registry entry where it was looked up; null where nothing was on.
+inline Kernel* seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
+                    WriteRanges* writes = nullptr) {
+  if (__builtin_expect(capturing, 0)) {
+    runtime().count(Counter::kCapturedLaunches);
+    return nullptr;
+  }
+  runtime().count(Counter::kLaunches);
+  bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
+  if (__builtin_expect(!recording && !speculating, 1)) return nullptr;
+  Kernel& kernel = runtime().kernels.get(f);
+  LaunchSet set;
+  if (speculating) runtime().speculation.on_kernel(kernel, params, extra, recording ? &set : nullptr, writes);
+  if (recording) {
+    const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    runtime().launches.record(kernel, grid, block, shmem, stream, params, extra, speculating ? &set : nullptr);
+  }
+  return &kernel;
+}
+
+// While validation is on, a kernel with a twin runs as its twin, and one
+// validated at the SASS level runs in its patched module
+// (launch_validation.h), with the write set seen() speculated (known only
+// then, and never for a captured launch) for `kernel`, the entry seen()
+// looked up (null where it looked none up); `launch_twin` launches a
+// function with kernelParams. True with *result when that launch was made;
+// false: the caller launches the original, holding *unvalidated (a
+// SASS-validated kernel's launch that is not validated this time must not
+// run inside another launch's table window: the table is set per function).
+template <class LaunchTwin>
+bool ran_as_twin(bool validating, Kernel* kernel, CUfunction f, void** params, void** extra, uint32_t shmem,
+                 CUstream stream, const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result,
+                 std::unique_lock<std::mutex>* unvalidated) {
+  if (__builtin_expect(!validating, 1)) return false;
+  LaunchValidation::Prepared twin;
+  if (kernel && writes.known && runtime().validation.prepare(*kernel, params, extra, shmem, writes, &twin)) {
+    *result = launch_twin(twin.launch, twin.launch_params);
+    if (runtime().validation.finish(twin, *result, stream)) return true;
+  }
+  *unvalidated = runtime().validation.hold_unvalidated(kernel ? kernel : runtime().kernels.find(f));
+  return false;
+}
+
+// A launch through cuLaunchKernel or cuLaunchKernelEx: seen(), then while
+// validating its twin or patched run (ran_as_twin), else the original.
+// `launch(f, params, extra)` makes the real call with the hook's other
+// arguments.
+template <class Launch>
+inline CUresult launch_kernel(bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
+                              Launch&& launch) {
+  const bool capturing = stream_capturing(stream, per_thread);
+  const bool validating = runtime().validation.active();
+  WriteRanges writes;
+  Kernel* kernel =
+      seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, validating ? &writes : nullptr);
+  CUresult r;
+  std::unique_lock<std::mutex> unvalidated;
+  auto launch_twin = [&](CUfunction twin, void** twin_params) { return launch(twin, twin_params, nullptr); };
+  if (ran_as_twin(validating, kernel, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))
+    return r;
+  return launch(f, params, extra);
+}
+
+}  // namespace
+
+#define PHOS_LAUNCH_HOOK(name, per_thread)                                                                     \
+  extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
+                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
+                                       CUstream stream, void** params, void** extra) {                         \
+    GatePass pass(runtime().gate);                                                                             \
+    return launch_kernel(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,                  \
+                         [&](CUfunction fn, void** p, void** e) {                                              \
+                           return PHOS_REAL(name)(fn, gx, gy, gz, bx, by, bz, shmem, stream, p, e);            \
+                         });                                                                                   \
+  }
+PHOS_LAUNCH_HOOK(cuLaunchKernel, false)
+PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
+
+#define PHOS_LAUNCH_EX_HOOK(name, per_thread)                                                                \
+  extern "C" PHOS_EXPORT CUresult name(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) { \
+    GatePass pass(runtime().gate);                                                                           \
+    if (!c) {                                                                                                \
+      runtime().count(Counter::kLaunches);                                                                   \
+      return PHOS_REAL(name)(c, f, params, extra);                                                           \
+    }                                                                                                        \
+    return launch_kernel(per_thread, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,  \
+                         c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra,                         \
+                         [&](CUfunction fn, void** p, void** e) { return PHOS_REAL(name)(c, fn, p, e); });   \
+  }
+PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
+PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
+
+#define PHOS_LAUNCH_COOP_HOOK(name, per_thread)                                                                \
+  extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
+                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
+                                       CUstream stream, void** params) {                                       \
+    GatePass pass(runtime().gate);                                                                             \
+    seen(stream_capturing(stream, per_thread), f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr);     \
+    return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                                  \
+  }
+PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)
+PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
+
+// Captures: begun and ended, so launches know when to ask about their stream.
+#define PHOS_CAPTURE_BEGIN_HOOK(name, params, args)                                          \
+  extern "C" PHOS_EXPORT CUresult name params {                                              \
+    GatePass pass(runtime().gate);                                                           \
+    CUresult r = PHOS_REAL(name) args;                                                       \
+    if (r == CUDA_SUCCESS) runtime().captures_active.fetch_add(1, std::memory_order_relaxed); \
+    return r;                                                                                \
+  }
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph,
+                        (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
+                         CUstreamCaptureMode mode),
+                        (s, g, deps, data, n, mode))
+PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph_ptsz,
+                        (CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
+                         CUstreamCaptureMode mode),
+                        (s, g, deps, data, n, mode))
+
+// A capture ends with this call whether or not it succeeds.
+#define PHOS_CAPTURE_END_HOOK(name)                                                        \
+  extern "C" PHOS_EXPORT CUresult name(CUstream s, CUgraph* graph) {                       \
+    GatePass pass(runtime().gate);                                                         \
+    CUresult r = PHOS_REAL(name)(s, graph);                                                \
+    int active = runtime().captures_active.load();                                         \
+    while (active > 0 && !runtime().captures_active.compare_exchange_weak(active, active - 1)) { \
+    }                                                                                      \
+    return r;                                                                              \
+  }
+PHOS_CAPTURE_END_HOOK(cuStreamEndCapture)
+PHOS_CAPTURE_END_HOOK(cuStreamEndCapture_ptsz)

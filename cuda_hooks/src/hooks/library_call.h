@@ -1,0 +1,38 @@
+// Library functions libphos.so stands in for (cuBLAS, NCCL): the real one is
+// always called; while launches are recorded, the call is recorded first with
+// the ranges it reads and writes, and the work it issues names it. They do
+// not pass the gate: the driver calls they make do.
+#pragma once
+
+#include <optional>
+
+#include "driver/library_next.h"
+#include "runtime.h"
+
+namespace phos::hooks {
+
+struct LibraryCall {
+  CUstream stream = nullptr;
+  ranges::RangeList ranges;
+};
+
+// `describe` (-> LibraryCall) runs only while recording or speculating; the
+// kernels the call issues are covered by its exact set.
+template <class Describe, class Real>
+auto library_call(const char* call, Describe&& describe, Real&& real) {
+  bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
+  if (__builtin_expect(!recording && !speculating, 1)) return real();
+  LibraryCall c = describe();
+  // Queued into a graph being captured: it runs later, with the graph.
+  if (stream_capturing(c.stream, false)) return real();
+  std::optional<LibraryCallScope> scope;
+  if (recording) scope.emplace(runtime().launches.record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
+  if (!speculating) return real();
+  runtime().speculation.on_call(c.ranges);
+  LaunchSpeculation::ExactScope exact;
+  return real();
+}
+
+inline uint64_t address_of(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+}  // namespace phos::hooks

@@ -1,0 +1,173 @@
+// Device allocations: every cuMemAlloc / pitch / async / pool allocation of
+// the program becomes phos VMM memory (device_memory.h). Managed memory and
+// IPC handles still work but make the process impossible to checkpoint;
+// they are recorded so a dump can say so.
+#include "driver/driver.h"
+#include "phos/images/format.h"
+#include "runtime.h"
+
+#define PHOS_EXPORT __attribute__((visibility("default")))
+
+using namespace phos::hooks;
+namespace image = phos::image;
+
+namespace {
+
+constexpr size_t kPitchAlignment = 512;
+
+CUresult allocate(CUdeviceptr* dptr, size_t size, uint32_t flags) {
+  CUresult r = runtime().memory.allocate(dptr, size, flags);
+  if (r == CUDA_SUCCESS) {
+    runtime().count(Counter::kAllocations);
+    if (flags & image::kAllocAsync) runtime().count(Counter::kAsyncAllocations);
+  }
+  return r;
+}
+
+// Stream-ordered allocation. phos memory is valid at once, which satisfies
+// the stream order; inside a stream capture the driver's own graph memory
+// nodes are used (and recorded: phos does not checkpoint them yet).
+template <class Real>
+CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_thread, const char* name,
+                        Real&& real) {
+  GatePass pass(runtime().gate);
+  if (stream_capturing(stream, per_thread)) {
+    runtime().note_unsupported(name);
+    return real();
+  }
+  return allocate(dptr, size, image::kAllocAsync);
+}
+
+template <class Real>
+CUresult free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, Real&& real) {
+  GatePass pass(runtime().gate);
+  CUresult r = CUDA_SUCCESS;
+  if (!stream_capturing(stream, per_thread) && runtime().memory.free_after(ptr, stream, per_thread, &r)) {
+    if (r == CUDA_SUCCESS) runtime().count(Counter::kFrees);
+    return r;
+  }
+  runtime().count(Counter::kForeignFrees);
+  return real();
+}
+
+}  // namespace
+
+extern "C" PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  GatePass pass(runtime().gate);
+  if (bytesize == 0) return PHOS_REAL(cuMemAlloc_v2)(dptr, bytesize);
+  return allocate(dptr, bytesize, 0);
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                                   unsigned int element_size) {
+  GatePass pass(runtime().gate);
+  if (!pitch || width == 0 || height == 0 || (element_size != 4 && element_size != 8 && element_size != 16))
+    return PHOS_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
+  size_t p = align_up(width, kPitchAlignment);
+  CUresult r = allocate(dptr, p * height, image::kAllocPitched);
+  if (r == CUDA_SUCCESS) *pitch = p;
+  return r;
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  GatePass pass(runtime().gate);
+  CUresult r = CUDA_SUCCESS;
+  if (runtime().memory.free(ptr, &r)) {
+    if (r == CUDA_SUCCESS) runtime().count(Counter::kFrees);
+    return r;
+  }
+  runtime().count(Counter::kForeignFrees);
+  return PHOS_REAL(cuMemFree_v2)(ptr);
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream stream) {
+  return allocate_async(dptr, size, stream, false, "cuMemAllocAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocAsync)(dptr, size, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream stream) {
+  return allocate_async(dptr, size, stream, true, "cuMemAllocAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocAsync_ptsz)(dptr, size, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                        CUstream stream) {
+  return allocate_async(dptr, size, stream, false, "cuMemAllocFromPoolAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocFromPoolAsync)(dptr, size, pool, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                             CUstream stream) {
+  return allocate_async(dptr, size, stream, true, "cuMemAllocFromPoolAsync during stream capture",
+                        [&] { return PHOS_REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, size, pool, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
+  return free_async(ptr, stream, false, [&] { return PHOS_REAL(cuMemFreeAsync)(ptr, stream); });
+}
+extern "C" PHOS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream) {
+  return free_async(ptr, stream, true, [&] { return PHOS_REAL(cuMemFreeAsync_ptsz)(ptr, stream); });
+}
+
+// A sub-allocation's own range, not its slab's.
+extern "C" PHOS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  GatePass pass(runtime().gate);
+  if (runtime().memory.address_range(ptr, base, size)) return CUDA_SUCCESS;
+  return PHOS_REAL(cuMemGetAddressRange_v2)(base, size, ptr);
+}
+
+extern "C" PHOS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) {
+  GatePass pass(runtime().gate);
+  runtime().note_unsupported("cuMemAllocManaged");
+  return PHOS_REAL(cuMemAllocManaged)(dptr, size, flags);
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
+  GatePass pass(runtime().gate);
+  runtime().note_unsupported("cuIpcGetMemHandle");
+  return PHOS_REAL(cuIpcGetMemHandle)(handle, ptr);
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
+  GatePass pass(runtime().gate);
+  runtime().note_unsupported("cuIpcOpenMemHandle");
+  return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
+}
+
+namespace {
+
+// The device of `ctx`: cuCtxGetDevice_v2 (CUDA 12.8+), or with `ctx` made
+// current for a moment on older drivers.
+CUresult device_of(CUcontext ctx, CUdevice* dev) {
+  if (auto v2 = PHOS_REAL(cuCtxGetDevice_v2)) return v2(dev, ctx);
+  CUresult r = PHOS_REAL(cuCtxPushCurrent_v2)(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  r = PHOS_REAL(cuCtxGetDevice)(dev);
+  CUcontext popped = nullptr;
+  PHOS_REAL(cuCtxPopCurrent_v2)(&popped);
+  return r;
+}
+
+}  // namespace
+
+// Peer access covers the driver's own allocations only: phos's memory on the
+// peer's device gets the access set on its mappings (device_memory.h).
+extern "C" PHOS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  GatePass pass(runtime().gate);
+  CUresult r = PHOS_REAL(cuCtxEnablePeerAccess)(peer, flags);
+  CUdevice self = 0, owner = 0;
+  if (r != CUDA_SUCCESS || PHOS_REAL(cuCtxGetDevice)(&self) != CUDA_SUCCESS || device_of(peer, &owner) != CUDA_SUCCESS)
+    return r;
+  r = runtime().memory.peer_access_enabled(owner, self);
+  // All or nothing: the program sees peer access fail rather than fault later.
+  if (r != CUDA_SUCCESS) {
+    runtime().memory.peer_access_disabled(owner, self);
+    PHOS_REAL(cuCtxDisablePeerAccess)(peer);
+  }
+  return r;
+}
+
+extern "C" PHOS_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  GatePass pass(runtime().gate);
+  CUresult r = PHOS_REAL(cuCtxDisablePeerAccess)(peer);
+  CUdevice self = 0, owner = 0;
+  if (r == CUDA_SUCCESS && PHOS_REAL(cuCtxGetDevice)(&self) == CUDA_SUCCESS && device_of(peer, &owner) == CUDA_SUCCESS)
+    runtime().memory.peer_access_disabled(owner, self);
+  return r;
+}

@@ -1,0 +1,102 @@
+// NCCL collectives and point-to-point calls, interposed so that a recorded
+// call carries its send and receive buffers (call_ranges.h): sizes from the
+// count and the data type, the rank count (ncclCommCount) for AllGather and
+// ReduceScatter, the caller's rank (ncclCommUserRank) for the root-only
+// sides of Broadcast and Reduce. Inside a group (ncclGroupStart/End) the
+// call is recorded where it is issued; the work runs at ncclGroupEnd.
+#include <nccl.h>
+
+#include "hooks/library_call.h"
+
+#define PHOS_EXPORT __attribute__((visibility("default")))
+
+using namespace phos::hooks;
+namespace ranges = phos::hooks::ranges;
+
+namespace {
+
+constexpr const char* kNccl = "libnccl.so";
+
+int rank_count(ncclComm_t comm) {
+  int n = 0;
+  auto count = PHOS_NEXT(ncclCommCount, kNccl);
+  return count && count(comm, &n) == ncclSuccess ? n : 0;
+}
+
+int rank_of(ncclComm_t comm) {
+  int r = -1;
+  auto rank = PHOS_NEXT(ncclCommUserRank, kNccl);
+  return rank && rank(comm, &r) == ncclSuccess ? r : -1;
+}
+
+LibraryCall describe(ranges::Collective op, const void* send, const void* recv, size_t count, ncclDataType_t type,
+                     ncclComm_t comm, cudaStream_t stream, int root = -1) {
+  ranges::CollectiveCall c{op, address_of(send), address_of(recv), count, ranges::nccl_data_type_bits(type)};
+  if (op == ranges::Collective::kAllGather || op == ranges::Collective::kReduceScatter) c.nranks = rank_count(comm);
+  if (root >= 0) {
+    c.root = root;
+    c.rank = rank_of(comm);
+  }
+  return {reinterpret_cast<CUstream>(stream), ranges::collective(c)};
+}
+
+}  // namespace
+
+#define PHOS_NCCL_FORWARD(name, args)                  \
+  [&] {                                                \
+    auto real = PHOS_NEXT(name, kNccl);                \
+    return real ? real args : ncclSystemError;         \
+  }
+
+extern "C" PHOS_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return library_call(
+      "ncclAllReduce", [&] { return describe(ranges::Collective::kAllReduce, send, recv, count, type, comm, stream); },
+      PHOS_NCCL_FORWARD(ncclAllReduce, (send, recv, count, type, op, comm, stream)));
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                                  int root, ncclComm_t comm, cudaStream_t stream) {
+  return library_call(
+      "ncclBroadcast",
+      [&] { return describe(ranges::Collective::kBroadcast, send, recv, count, type, comm, stream, root); },
+      PHOS_NCCL_FORWARD(ncclBroadcast, (send, recv, count, type, root, comm, stream)));
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return library_call(
+      "ncclReduce", [&] { return describe(ranges::Collective::kReduce, send, recv, count, type, comm, stream, root); },
+      PHOS_NCCL_FORWARD(ncclReduce, (send, recv, count, type, op, root, comm, stream)));
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count,
+                                                  ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  return library_call(
+      "ncclAllGather",
+      [&] { return describe(ranges::Collective::kAllGather, send, recv, send_count, type, comm, stream); },
+      PHOS_NCCL_FORWARD(ncclAllGather, (send, recv, send_count, type, comm, stream)));
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count,
+                                                      ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                                                      cudaStream_t stream) {
+  return library_call(
+      "ncclReduceScatter",
+      [&] { return describe(ranges::Collective::kReduceScatter, send, recv, recv_count, type, comm, stream); },
+      PHOS_NCCL_FORWARD(ncclReduceScatter, (send, recv, recv_count, type, op, comm, stream)));
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer,
+                                             ncclComm_t comm, cudaStream_t stream) {
+  return library_call(
+      "ncclSend", [&] { return describe(ranges::Collective::kSend, send, nullptr, count, type, comm, stream); },
+      PHOS_NCCL_FORWARD(ncclSend, (send, count, type, peer, comm, stream)));
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                                             cudaStream_t stream) {
+  return library_call(
+      "ncclRecv", [&] { return describe(ranges::Collective::kRecv, nullptr, recv, count, type, comm, stream); },
+      PHOS_NCCL_FORWARD(ncclRecv, (recv, count, type, peer, comm, stream)));
+}

@@ -1,0 +1,130 @@
+// Read/write-set speculation of every launch while a protocol needs it
+// (speculation/): the buffer index follows the program's allocations, each
+// kernel's parameter layout is put together at its first launch, kept in
+// its registry entry (kernel_registry.h) and cached by module hash and name,
+// and every launch, copy, memset and known library call gets its set. For now the sets feed per-kernel statistics (agent
+// status, phosctl kernels, the stats file); the concurrent protocols will
+// consume them.
+//
+// Off, a launch pays one relaxed load. On, one lock per launch: the index
+// and the caches are shared by every thread that launches.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "phos/hooks/call_ranges.h"
+#include "memory/device_memory.h"
+#include "phos/hooks/kernel_registry.h"
+#include "launch/launch_log.h"
+#include "phos/hooks/module_registry.h"
+#include "phos/images/agent_messages.h"
+#include "phos/speculation/fatbin.h"
+#include "phos/speculation/signature_db.h"
+#include "phos/speculation/speculate.h"
+
+namespace phos::hooks {
+
+// The extents [start, end) of the buffers a launch is speculated to write,
+// for a validator's range table; known is false for an unknown set, and for
+// a kernel issued inside a known library call (its set is the call's exact
+// one, nothing to validate).
+struct WriteRanges {
+  bool known = false;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+};
+
+class LaunchSpeculation final : public BufferObserver {
+ public:
+  explicit LaunchSpeculation(const KernelRegistry& kernels) : kernels_(kernels) {}
+
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+  // On: the index is filled from `memory` and follows it from then on. Off:
+  // the index is dropped, statistics are kept.
+  void set_active(bool on, DeviceMemory& memory);
+  // Signature databases (phos-sigdb) from a ':'-separated list of files.
+  Result<void> load_signatures(const std::string& paths);
+
+  // `out`, if given, gets the set (for the launch record); `writes`, if
+  // given, its written buffers (for the validator).
+  void on_kernel(Kernel& k, void** params, void** extra, LaunchSet* out = nullptr, WriteRanges* writes = nullptr);
+  // A module image just loaded (content hash `hash`): its cubin's kernel
+  // records are read now, for the layouts' cross-check.
+  void module_loaded(uint64_t hash, const void* image);
+  // A kernel whose arguments were copied aside, packed by the driver's
+  // layout (a graph's kernel node, launched with its graph).
+  void on_packed_kernel(Kernel& k, const std::byte* args, size_t size);
+  void on_call(const ranges::RangeList& ranges);
+
+  // BufferObserver (called under DeviceMemory's lock).
+  void buffer_added(uint64_t start, uint64_t size, uint64_t unit) override;
+  void buffer_removed(uint64_t start) override;
+
+  struct Totals {
+    uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0;  // kernels
+    uint64_t calls = 0, calls_exact = 0, calls_unknown = 0;         // copies, memsets, library calls
+    uint64_t buffers = 0, lookups = 0, indexed = 0, kernels = 0;
+    uint64_t cubin_checked = 0;             // kernels whose driver layout was compared with the cubin's
+    uint64_t cubin_unreadable = 0;          // modules whose cubin could not be read (not: PTX only)
+    uint64_t index_refused = 0;             // buffers the index refused (overlapping one it holds)
+    uint64_t analysis_ns = 0, analysis_max_ns = 0;  // time analysing kernels at their first launch
+  };
+  Totals totals();
+  // Kernels of unloaded modules first (the registry retired them), then the live ones.
+  std::vector<agent::KernelSpeculation> kernels();
+  // Lookups a second on the live index, from `n` timed lookups of addresses
+  // inside and between its buffers (statistics for the GPU suite).
+  double measure_lookup_rate(size_t n);
+
+  // Kernels issued inside a known library call are covered by its exact set.
+  class ExactScope {
+   public:
+    ExactScope();
+    ~ExactScope();
+    ExactScope(const ExactScope&) = delete;
+    ExactScope& operator=(const ExactScope&) = delete;
+  };
+
+ private:
+  // What the speculation keeps per kernel, in its registry entry.
+  struct KernelEntry final : KernelState {
+    std::shared_ptr<const speculation::KernelLayout> layout;
+    uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0, buffers = 0, reads = 0, writes = 0;
+  };
+  struct ModuleMetadata {
+    bool read = false;
+    std::vector<speculation::CubinKernel> kernels;
+  };
+  void speculate(Kernel& k, const speculation::LaunchArgs& args, LaunchSet* out, WriteRanges* writes);
+  KernelEntry& entry(Kernel& k, std::unique_lock<std::mutex>& lock);
+  // A module's cubin records into `m`; an unreadable cubin is counted (a
+  // module with no cubin for this GPU, PTX only, is not).
+  void read_metadata(ModuleMetadata& m, const void* image, uint32_t arch, bool* unreadable);
+  std::shared_ptr<const speculation::KernelLayout> analyse(const Kernel& k);
+  const speculation::CubinKernel* cubin_kernel_locked(const ModuleRef& module, const std::string& name);
+
+  const KernelRegistry& kernels_;
+  std::atomic<bool> active_{false};
+  std::mutex switch_mu_;  // one set_active at a time (taken before DeviceMemory's lock and mu_)
+  std::mutex mu_;
+  speculation::BufferIndex index_;
+  speculation::SignatureDb signatures_;
+  // Layouts by (module hash, kernel name): a module loaded twice, or in two
+  // contexts, is analysed once. Kernels of modules without a hash are not
+  // shared: two of them may have the same name and different parameters.
+  std::map<std::pair<uint64_t, std::string>, std::shared_ptr<const speculation::KernelLayout>> layouts_;
+  std::unordered_map<uint64_t, ModuleMetadata> metadata_;  // by module hash
+  uint32_t arch_ = 0;  // SM version of the device, for the cubin to read
+  Totals totals_;
+};
+
+}  // namespace phos::hooks

@@ -1,0 +1,355 @@
+#include "launch/launch_validation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "driver/driver.h"
+#include "launch/kernel_info.h"
+#include "phos/ptx/range_table.h"
+#include "phos/ptx/twin.h"
+#include "phos/speculation/fatbin.h"
+
+namespace phos::hooks {
+
+namespace {
+
+// The PTX Triton kept beside the cubin identical to `image` in its cache
+// directory `dir` (one level of <hash>/ folders); empty if none.
+std::string cached_ptx(const std::filesystem::path& dir, const void* image, size_t size) {
+  std::error_code ec;
+  for (const auto& folder : std::filesystem::directory_iterator(dir, ec)) {
+    for (const auto& file : std::filesystem::directory_iterator(folder.path(), ec)) {
+      if (file.path().extension() != ".cubin" || file.file_size(ec) != size) continue;
+      std::ifstream in(file.path(), std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (bytes.size() != size || std::memcmp(bytes.data(), image, size) != 0) continue;
+      std::filesystem::path ptx = file.path();
+      ptx.replace_extension(".ptx");
+      std::ifstream text(ptx);
+      return std::string((std::istreambuf_iterator<char>(text)), std::istreambuf_iterator<char>());
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string LaunchValidation::triton_ptx(const void* image, size_t size) {
+  const char* dir = std::getenv("TRITON_CACHE_DIR");
+  const char* home = std::getenv("HOME");
+  std::filesystem::path cache = dir && *dir ? std::filesystem::path(dir)
+                                : home ? std::filesystem::path(home) / ".triton" / "cache" : std::filesystem::path();
+  return cache.empty() ? std::string() : cached_ptx(cache, image, size);
+}
+
+void LaunchValidation::set_active(bool on) {
+  active_.store(on, std::memory_order_relaxed);
+  if (on) {
+    ever_active_.store(true, std::memory_order_relaxed);
+    return;
+  }
+  // No SASS launch is between its patch and its launch now; those that come
+  // see validation off (prepare() checks under this lock).
+  std::lock_guard<std::mutex> launches(sass_launch_mu_);
+  sass_.unpatch_all();
+}
+
+void LaunchValidation::cubin_loaded(uint64_t id, uint64_t hash, const void* image, size_t size) {
+  if (validators_ == Validators::kSass) return;
+  std::string ptx = triton_ptx(image, size);
+  if (ptx.empty()) return;
+  auto m = std::make_shared<Module>();
+  m->hash = hash;
+  m->ptx = std::move(ptx);
+  std::lock_guard<std::mutex> lock(mu_);
+  modules_[id] = std::move(m);
+  totals_.modules++;
+}
+
+void LaunchValidation::module_loaded(uint64_t id, uint64_t hash, const void* image, bool is_ptx) {
+  if (validators_ == Validators::kSass) return;
+  auto m = std::make_shared<Module>();
+  m->hash = hash;
+  if (is_ptx) {
+    m->ptx = static_cast<const char*>(image);
+  } else {
+    auto ptx = speculation::module_ptx(image, current_device_arch());
+    if (!ptx) return;  // no PTX to twin
+    m->ptx = std::move(*ptx);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  modules_[id] = std::move(m);
+  totals_.modules++;
+}
+
+void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sass_.unloaded(handle);
+  auto it = modules_.find(id);
+  if (!id || it == modules_.end()) return;
+  // Its kernels' entries are retired (they keep the module alive, shared_ptr,
+  // for their statistics); the twins go with the program's module.
+  std::shared_ptr<Module> m = it->second;
+  modules_.erase(it);
+  if (m->twins) PHOS_REAL(cuModuleUnload)(m->twins);
+}
+
+// The twins of every kernel of the module, loaded as a module of their own
+// into the current context. A kernel whose twin is incomplete or names
+// module-scope variables is not validated (see the header).
+void LaunchValidation::build_locked(Module& m) {
+  m.built = true;
+  auto started = std::chrono::steady_clock::now();
+  ptx::TwinOptions options;
+  Result<ptx::TwinResult> made = ptx::make_twins(m.ptx, options);
+  if (!made) {
+    m.unusable = "no twins: " + made.error().message;
+  } else {
+    const ptx::TwinResult& twins = *made;
+    for (const ptx::TwinKernel& k : twins.kernels) {
+      m.kernels[k.name] = k.twin_name;
+      if (!k.complete) m.skip[k.name] = "twin incomplete: " + k.reason;
+      else if (!k.module_variables.empty()) m.skip[k.name] = "uses module variable " + k.module_variables[0];
+    }
+    PHOS_REAL(cuCtxGetCurrent)(&m.ctx);
+    CUresult r = PHOS_REAL(cuModuleLoadData)(&m.twins, twins.ptx.c_str());
+    if (r != CUDA_SUCCESS) {
+      const char* what = nullptr;
+      PHOS_REAL(cuGetErrorName)(r, &what);
+      m.twins = nullptr;
+      m.unusable = std::string("the driver refused the twin module: ") + (what ? what : "?");
+    }
+    totals_.twins += twins.kernels.size();
+    for (const ptx::TwinKernel& k : twins.kernels) totals_.incomplete += !k.complete;
+  }
+  m.ptx.clear();
+  m.ptx.shrink_to_fit();
+  uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+  totals_.twin_build_ns += ns;
+  totals_.twin_build_max_ns = std::max(totals_.twin_build_max_ns, ns);
+}
+
+LaunchValidation::ValidatedKernel* LaunchValidation::kernel_locked(Kernel& k) {
+  if (auto* v = k.state<ValidatedKernel>(KernelFeature::kValidation)) return v;
+  auto m = k.module.id ? modules_.find(k.module.id) : modules_.end();
+  // Not from a module with PTX: the SASS validator's, if it is attached.
+  if (m == modules_.end() && !sass_.attached()) return nullptr;
+  ValidatedKernel& v = k.attach(KernelFeature::kValidation, std::make_unique<ValidatedKernel>());
+  v.stats.name = k.name;
+  if (m != modules_.end()) {
+    v.module = m->second;
+    resolve_twin_locked(v, k);
+  }
+  if (!v.twin && sass_.attached()) try_sass_locked(v, k);
+  return &v;
+}
+
+void LaunchValidation::resolve_twin_locked(ValidatedKernel& v, const Kernel& k) {
+  Module& m = *v.module;
+  if (!m.built) build_locked(m);
+  CUcontext ctx = nullptr;
+  PHOS_REAL(cuCtxGetCurrent)(&ctx);
+  auto why = m.skip.find(k.name);
+  auto twin_name = m.kernels.find(k.name);
+  if (!m.unusable.empty()) v.stats.skipped = m.unusable;
+  else if (why != m.skip.end()) v.stats.skipped = why->second;
+  else if (twin_name == m.kernels.end()) v.stats.skipped = "not a kernel of the module's PTX";
+  else if (ctx != m.ctx) v.stats.skipped = "launched in another context than its twins were loaded into";
+  else if (PHOS_REAL(cuModuleGetFunction)(&v.twin, m.twins, twin_name->second.c_str()) != CUDA_SUCCESS) {
+    v.twin = nullptr;
+    v.stats.skipped = "no twin function in the twin module";
+  }
+  if (k.params) v.params = uint32_t(k.params->size());
+  else if (v.twin) v.stats.skipped = "parameter count unknown", v.twin = nullptr;
+  if (v.twin) v.stats.validator = "ptx";
+}
+
+// The kernel's own code, patched; the reason its twin could not be used
+// stays in the statistics when this cannot be either. An unload of the
+// module or library the driver names for it retires its entry, whether or
+// not the module registry knows that module.
+void LaunchValidation::try_sass_locked(ValidatedKernel& v, Kernel& k) {
+  std::string why;
+  if (sass_.resolve(function_of(k), &v.sass_handles, &why) && sass_.ensure_patched(v.sass_handles, &why)) {
+    v.sass = true;
+    v.stats.validator = "sass";
+    v.stats.skipped.clear();
+    kernels_.unloaded_with(k, v.sass_handles.module);
+    kernels_.unloaded_with(k, v.sass_handles.library);
+  } else {
+    v.stats.skipped += (v.stats.skipped.empty() ? "" : "; ") + std::string("sass: ") + why;
+  }
+}
+
+// A range table from the pool, in pinned host memory the device can address.
+bool LaunchValidation::table_locked(Table* out) {
+  if (free_.empty()) {
+    constexpr size_t kBytes = ptx::range_table_bytes(kTableRanges);
+    void* block = nullptr;
+    if (PHOS_REAL(cuMemHostAlloc)(&block, kBytes * kTablesPerBlock,
+                                  CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
+      return false;
+    CUdeviceptr device = 0;
+    if (PHOS_REAL(cuMemHostGetDevicePointer)(&device, block, 0) != CUDA_SUCCESS) {
+      PHOS_REAL(cuMemFreeHost)(block);
+      return false;
+    }
+    for (size_t i = 0; i < kTablesPerBlock; i++) {
+      Table t;
+      t.host = reinterpret_cast<uint64_t*>(static_cast<char*>(block) + i * kBytes);
+      t.device = device + i * kBytes;
+      free_.push_back(t);
+    }
+  }
+  *out = free_.back();
+  free_.pop_back();
+  if (!out->done && PHOS_REAL(cuEventCreate)(&out->done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    free_.push_back(*out);
+    return false;
+  }
+  return true;
+}
+
+bool LaunchValidation::prepare(Kernel& kernel, void** params, void** extra, uint32_t shared_bytes,
+                               const WriteRanges& writes, Prepared* out) {
+  if (!params || extra || !writes.known) return false;  // the packed form is not validated yet
+  std::vector<uint64_t> words;
+  ptx::build_range_table(writes.ranges, &words);
+  if (words.size() > ptx::range_table_bytes(kTableRanges) / sizeof(uint64_t)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    collect_locked();
+    ValidatedKernel* k = kernel_locked(kernel);
+    if (!k || (!k->twin && !k->sass)) return false;
+    if (!table_locked(&out->table)) return false;
+    std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
+    out->table.kernel = k;
+    out->table_address = out->table.device;
+    if (k->sass) {
+      out->sass = true;
+      out->launch = function_of(kernel);
+      out->launch_params = params;
+      out->sass_handles = k->sass_handles;
+    } else {
+      out->launch = k->twin;
+      out->params.assign(params, params + k->params);
+      out->params.push_back(&out->table_address);
+      out->launch_params = out->params.data();
+      if (shared_bytes > 48 * 1024 && shared_bytes > k->shared_opt_in) {
+        // Never more than the original was allowed: the original's launch
+        // with this size succeeds only if the program opted in as far.
+        if (PHOS_REAL(cuFuncSetAttribute)(k->twin, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          int(shared_bytes)) == CUDA_SUCCESS)
+          k->shared_opt_in = shared_bytes;
+      }
+      return true;
+    }
+  }
+  // Held until finish(): the table is set per function, for the launches
+  // that follow. Taken before mu_, never after it.
+  sass_launch_mu_.lock();
+  std::string why;
+  // Validation may have gone off since seen(); the module is patched again
+  // here if it went off and on.
+  const SassPatcher::Patched& handles = out->sass_handles;
+  if (active() && sass_.ensure_patched(handles, &why) && sass_.set_table(handles.function, out->table.device))
+    return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!why.empty()) {
+    auto* k = static_cast<ValidatedKernel*>(out->table.kernel);
+    k->sass = false;
+    k->stats.skipped = "sass: " + why;
+  }
+  free_.push_back(out->table);
+  sass_launch_mu_.unlock();
+  return false;
+}
+
+std::unique_lock<std::mutex> LaunchValidation::hold_unvalidated(const Kernel* k) {
+  if (!k) return {};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const ValidatedKernel* v = k->state<ValidatedKernel>(KernelFeature::kValidation);
+    if (!v || !v->sass) return {};
+  }
+  return std::unique_lock<std::mutex>(sass_launch_mu_);
+}
+
+bool LaunchValidation::finish(Prepared& p, CUresult launched, CUstream stream) {
+  if (p.sass) {
+    // Later launches of the function that are not validated pass no table;
+    // a table that could not be taken back is never handed out again.
+    p.table.keep_out = !sass_.set_table(p.sass_handles.function, 0);
+    sass_launch_mu_.unlock();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ValidatedKernel& k = *static_cast<ValidatedKernel*>(p.table.kernel);
+  if (launched != CUDA_SUCCESS) {
+    if (!p.table.keep_out) free_.push_back(p.table);
+    if (p.sass) return true;  // the program's own launch: its result stands
+    const char* what = nullptr;
+    PHOS_REAL(cuGetErrorName)(launched, &what);
+    k.twin = nullptr;
+    k.stats.skipped = std::string("the twin's launch failed: ") + (what ? what : "?");
+    return false;
+  }
+  if (PHOS_REAL(cuEventRecord)(p.table.done, stream) != CUDA_SUCCESS) {
+    // The launch ran, but when it is done cannot be known: its count is lost.
+    free_.push_back(p.table);
+    return true;
+  }
+  k.stats.validated++;
+  totals_.validated++;
+  in_flight_.push_back(p.table);
+  return true;
+}
+
+// The tables of launches that have completed: their violations counted,
+// the tables back in the pool.
+void LaunchValidation::collect_locked() {
+  while (!in_flight_.empty()) {
+    Table& t = in_flight_.front();
+    if (PHOS_REAL(cuEventQuery)(t.done) == CUDA_ERROR_NOT_READY) break;
+    ptx::Violations v = ptx::read_violations(std::span<const uint64_t>(t.host, ptx::kTableHeaderWords));
+    ValidatedKernel& k = *static_cast<ValidatedKernel*>(t.kernel);
+    if (v.count) {
+      if (!k.stats.violations) {
+        k.stats.first_address = v.first_address;
+        k.stats.first_site = v.first_instruction;
+      }
+      k.stats.violations += v.count;
+      k.stats.launches_with_violations++;
+      totals_.violations += v.count;
+    }
+    if (!t.keep_out) free_.push_back(t);
+    in_flight_.pop_front();
+  }
+}
+
+LaunchValidation::Totals LaunchValidation::totals() {
+  std::lock_guard<std::mutex> lock(mu_);
+  collect_locked();
+  Totals t = totals_;
+  t.pending = in_flight_.size();
+  t.sass_attached = sass_attached();
+  t.sass = sass_.totals();
+  return t;
+}
+
+std::vector<LaunchValidation::KernelStats> LaunchValidation::kernels() {
+  KernelRegistry::Entries entries = kernels_.entries();
+  std::lock_guard<std::mutex> lock(mu_);
+  collect_locked();
+  std::vector<KernelStats> out;
+  for (const auto* list : {&entries.live, &entries.retired})
+    for (const Kernel* k : *list)
+      if (const ValidatedKernel* v = k->state<ValidatedKernel>(KernelFeature::kValidation)) out.push_back(v->stats);
+  return out;
+}
+
+}  // namespace phos::hooks

@@ -1,0 +1,178 @@
+// Validation of the speculation with PTX twins (ptx/): while it
+// is on (PHOS_VALIDATE=1), a kernel from a module the program loaded as PTX
+// text (Triton, NVRTC, cuModuleLoadData of PTX) is launched as its twin,
+// with a range table holding the launch's speculated write set; the twin
+// checks every store, atomic and bulk copy against it, counts the ones that
+// fall outside into the table and still performs them. The table lives in
+// pinned host memory mapped into the device, so the count is read on the
+// host once the launch has completed (an event), with no copy.
+//
+// Kernels that have no twin to run go to the SASS-level validator
+// (sass_validation.h) when it is attached: kernels of modules loaded as
+// cubins (cuBLAS, cuDNN, PyTorch's own), twins that are incomplete (indirect
+// calls, instructions phos does not know), kernels that use module-scope
+// variables (a separately loaded twin module has its own copies: running
+// it would change what the program does). They run as they are, in their
+// patched module, with the same range table.
+//
+// What is not validated runs as it is: launches whose set is unknown,
+// launches into a stream being captured, the packed-argument form, and
+// kernels neither validator can take (the reason is in the statistics).
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "phos/hooks/kernel_registry.h"
+#include "launch/launch_speculation.h"
+#include "phos/support/result.h"
+#include "phos/hooks/sass_validation.h"
+
+namespace phos::hooks {
+
+class LaunchValidation {
+ public:
+  explicit LaunchValidation(KernelRegistry& kernels) : kernels_(kernels) {}
+
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+  // Off: the patched modules are unpatched.
+  void set_active(bool on);
+  bool ever_active() const { return ever_active_.load(std::memory_order_relaxed); }
+  // PHOS_VALIDATE: "1" or "all" (twins, then SASS for the rest), "ptx"
+  // (twins only), "sass" (SASS only). SASS needs attach_sass() before the
+  // first CUDA call.
+  enum class Validators { kPtxAndSass, kPtx, kSass };
+  void set_validators(Validators v) { validators_ = v; }
+  Result<void> attach_sass() { return sass_.attach(); }
+  bool sass_attached() const { return sass_.attached(); }
+
+  // A module loaded (module registry id `id`) from `image`: PTX text
+  // (NUL-terminated) when is_ptx, else a fatbin (or cudart's wrapper of
+  // one), whose newest PTX entry this GPU can run is taken; nothing to
+  // validate without one. Its kernels find it through their registry entry.
+  void module_loaded(uint64_t id, uint64_t hash, const void* image, bool is_ptx);
+  // A module loaded from an ELF cubin of `size` bytes: Triton assembles its
+  // kernels itself and loads the cubin, keeping the PTX beside it in its
+  // cache (TRITON_CACHE_DIR, else ~/.triton/cache: <hash>/<name>.cubin and
+  // <name>.ptx); a cubin found there byte for byte brings its PTX.
+  void cubin_loaded(uint64_t id, uint64_t hash, const void* image, size_t size);
+  // The module or library under `handle` (module registry id `id`, 0 where
+  // not known) was unloaded: its twins and patched modules go with it. Its
+  // kernels' state went with their registry entries.
+  void module_unloaded(const void* handle, uint64_t id);
+
+  struct Table {
+    uint64_t* host = nullptr;
+    CUdeviceptr device = 0;
+    CUevent done = nullptr;
+    void* kernel = nullptr;  // the ValidatedKernel it validates
+    bool keep_out = false;   // its function may still hand it out: never reused
+  };
+  // A launch to make: the twin with kernelParams the original ones plus
+  // the table's device address; or, validated at the SASS level, the
+  // original function with its own parameters in its patched module.
+  struct Prepared {
+    CUfunction launch = nullptr;  // the twin, or the original (SASS)
+    std::vector<void*> params;
+    void** launch_params = nullptr;
+    bool sass = false;
+    SassPatcher::Patched sass_handles;  // its module, and the function the table is set on
+    CUdeviceptr table_address = 0;
+    Table table;
+  };
+  // True when `k`'s launch can be validated: the caller launches
+  // out->launch with out->launch_params instead, then calls finish(). A SASS
+  // launch holds a lock from prepare() to finish(): a patched kernel's table
+  // is set per function, for the launches that follow.
+  // `shared_bytes`: the launch's dynamic shared memory; above the default
+  // 48 KiB the twin gets the same opt-in the original must have had.
+  // `writes`: the launch's speculated write set (LaunchSpeculation::on_kernel).
+  bool prepare(Kernel& k, void** params, void** extra, uint32_t shared_bytes, const WriteRanges& writes,
+               Prepared* out);
+  // False when the twin's launch failed: the kernel is not validated from
+  // then on, and the caller launches the original (validation must never
+  // change what the program gets). A SASS launch was the original: true.
+  bool finish(Prepared& p, CUresult launched, CUstream stream);
+
+  // A launch of `k` that is not validated: when k is validated at the SASS
+  // level, the lock validated launches hold while k's table is set, so that
+  // this launch passes no table; empty for every other kernel (and for null,
+  // a kernel not in the registry).
+  std::unique_lock<std::mutex> hold_unvalidated(const Kernel* k);
+
+  struct KernelStats {
+    std::string name;
+    uint64_t validated = 0, violations = 0, launches_with_violations = 0;
+    uint64_t first_address = 0, first_site = 0;  // site: the twin's check ordinal, or the SASS pc
+    std::string validator;  // "ptx" or "sass"
+    std::string skipped;  // why this kernel is not validated; empty if it is
+  };
+  struct Totals {
+    uint64_t validated = 0, pending = 0, violations = 0, modules = 0, twins = 0, incomplete = 0;
+    uint64_t twin_build_ns = 0, twin_build_max_ns = 0;
+    bool sass_attached = false;
+    SassPatcher::Totals sass;
+  };
+  // Reads the tables of completed launches first.
+  Totals totals();
+  // Live kernels first, then those of unloaded modules.
+  std::vector<KernelStats> kernels();
+
+ private:
+  struct Module {
+    uint64_t hash = 0;
+    std::string ptx;
+    bool built = false;
+    CUcontext ctx = nullptr;
+    CUmodule twins = nullptr;
+    std::map<std::string, std::string> skip;  // kernel -> why it is not validated
+    std::map<std::string, std::string> kernels;  // kernel the PTX defines -> its twin's name
+    std::string unusable;                     // why no kernel of it is validated; empty if some can be
+  };
+  // What the validation keeps per kernel, in its registry entry.
+  struct ValidatedKernel final : KernelState {
+    std::shared_ptr<Module> module;
+    CUfunction twin = nullptr;  // null: not validated by a twin
+    bool sass = false;          // validated at the SASS level
+    SassPatcher::Patched sass_handles;  // its module, the function its table is set on, its library
+    uint32_t params = 0;
+    uint32_t shared_opt_in = 0;  // dynamic shared memory the twin was allowed above 48 KiB
+    KernelStats stats;
+  };
+  static constexpr size_t kTableRanges = 64;
+  static constexpr size_t kTablesPerBlock = 256;
+
+  // `k`'s state, made at its first validated launch (null: neither
+  // validator can take it); builds the module's twins at the first launch of
+  // any of its kernels.
+  ValidatedKernel* kernel_locked(Kernel& k);
+  void resolve_twin_locked(ValidatedKernel& v, const Kernel& k);
+  void try_sass_locked(ValidatedKernel& v, Kernel& k);
+  void build_locked(Module& m);
+  bool table_locked(Table* out);
+  void collect_locked();
+  std::string triton_ptx(const void* image, size_t size);
+
+  KernelRegistry& kernels_;
+  std::atomic<bool> active_{false}, ever_active_{false};
+  Validators validators_ = Validators::kPtxAndSass;
+  SassPatcher sass_;
+  std::mutex sass_launch_mu_;  // from a SASS launch's prepare() to its finish()
+  std::mutex mu_;
+  // By module registry id. Kernels keep theirs (shared_ptr) in their entry.
+  std::unordered_map<uint64_t, std::shared_ptr<Module>> modules_;
+  std::vector<Table> free_;
+  std::deque<Table> in_flight_;
+  Totals totals_;
+};
+
+}  // namespace phos::hooks

@@ -1,0 +1,160 @@
+// Every device allocation of the program, made by phos: VMM memory created
+// exportable as POSIX fds and mapped in a VA arena phos reserves on each
+// device. Large requests get a physical unit of their own (rounded to the
+// allocation granularity, as the driver rounds them); small ones are
+// sub-allocated from 2 MiB slabs. A unit is what a checkpoint exports, copies
+// and maps back; a block is what the program holds.
+//
+// Programs that use the VMM API themselves (PyTorch's expandable segments)
+// keep doing so; each of their mappings becomes a unit too, backed by a
+// handle reference of phos's own. The handle values such a program holds are
+// virtual: equal to the driver's until a remap replaces the memory (after a
+// restore), then translated, so they stay valid.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "phos/hooks/agent_backend.h"
+#include "phos/support/result.h"
+#include "phos/images/unique_fd.h"
+#include "phos/hooks/range_allocator.h"
+
+namespace phos::hooks {
+
+// Told of every buffer the program can address: its allocations (blocks)
+// and its own VMM mappings; called with DeviceMemory's lock held.
+class BufferObserver {
+ public:
+  virtual ~BufferObserver() = default;
+  virtual void buffer_added(uint64_t start, uint64_t size, uint64_t unit) = 0;
+  virtual void buffer_removed(uint64_t start) = 0;
+};
+
+class DeviceMemory {
+ public:
+  // Replays the buffers there are to `o`, then keeps it told; nullptr stops.
+  void observe(BufferObserver* o);
+
+  static constexpr uint64_t kSlabMaxRequest = 512u << 10;  // larger requests get their own unit
+  static constexpr uint64_t kBlockAlignment = 256;         // what cudaMalloc guarantees
+
+  // On the calling thread's current context's device.
+  CUresult allocate(CUdeviceptr* out, size_t size, uint32_t flags);
+  // false: not ours (the caller forwards to the driver).
+  bool free(CUdeviceptr ptr, CUresult* result);
+  // Frees `ptr` once the work queued on `stream` so far is done.
+  bool free_after(CUdeviceptr ptr, CUstream stream, bool per_thread_stream, CUresult* result);
+  void reclaim_deferred();
+  bool address_range(CUdeviceptr p, CUdeviceptr* base, size_t* size);
+
+  // The program's own VMM calls (after the driver call succeeded).
+  void user_created(CUmemGenericAllocationHandle h, size_t size, CUdevice device);
+  void user_released(CUmemGenericAllocationHandle h);
+  // false: this mapping cannot be checkpointed (part of an allocation).
+  bool user_mapped(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h);
+  void user_unmapped(CUdeviceptr va, size_t size);
+  void user_access(CUdeviceptr va, size_t size, const CUmemAccessDesc* desc, size_t count);
+  // Peer access (cuCtxEnablePeerAccess from a context of `accessor` to one of
+  // `owner`): phos's memory on `owner` is mapped for its own device only, so
+  // each grant is applied to every phos mapping there, now and later, and
+  // again when the memory is mapped back after a checkpoint. The program's
+  // own VMM mappings keep the access the program set.
+  CUresult peer_access_enabled(CUdevice owner, CUdevice accessor);
+  CUresult peer_access_disabled(CUdevice owner, CUdevice accessor);
+  // The driver's handle for a program's handle value, and back.
+  CUmemGenericAllocationHandle translate(CUmemGenericAllocationHandle h);
+  CUmemGenericAllocationHandle virtual_of(CUmemGenericAllocationHandle real);
+
+  struct Stats {
+    uint64_t units = 0, blocks = 0, requested_bytes = 0, physical_bytes = 0;
+    uint32_t devices = 0;
+    // Each device's UUID, where the driver gave it.
+    std::vector<std::pair<CUdevice, std::array<uint8_t, 16>>> uuids;
+  };
+  Stats stats() const;
+  // A device this process uses runs its contexts through MPS.
+  bool mps_seen() const { return mps_seen_.load(); }
+
+  // For the agent (its own thread; the gate is closed for the operations
+  // that change mappings).
+  std::vector<agent::Allocation> units() const;
+  Result<UniqueFd> export_unit(uint64_t id);
+  Result<void> synchronize();
+  Result<uint64_t> release_mappings(bool drop_handles);
+  Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds);
+
+ private:
+  struct Unit {
+    uint64_t id = 0;
+    CUdevice device = 0;
+    CUdeviceptr va = 0;
+    size_t size = 0;  // mapped bytes
+    CUmemGenericAllocationHandle handle = 0;
+    bool mapped = false;
+    uint32_t flags = 0;
+    std::unique_ptr<RangeAllocator> slab;  // for slabs: the space inside
+    CUmemGenericAllocationHandle user_handle = 0;  // the program's (virtual) handle, for its mappings
+    // Where the memory came from an fd (after a checkpoint): imported handles
+    // cannot be exported again, so the fd itself is handed out. Dropped with
+    // the memory for a checkpoint (it is an open file of /dev/nvidiactl).
+    UniqueFd source_fd;
+    std::vector<CUmemAccessDesc> access;            // what the program granted (its mappings)
+  };
+  struct UserHandle {
+    CUmemGenericAllocationHandle real = 0;
+    size_t size = 0;
+    CUdevice device = 0;
+    bool held = true;     // the program has not released it
+    bool dropped = false; // phos released the program's reference for a checkpoint
+  };
+  struct Block {
+    size_t size;
+    uint64_t unit;
+    size_t reserved;  // bytes taken from the slab (aligned)
+  };
+  struct Device {
+    CUcontext ctx = nullptr;
+    size_t granularity = 0;
+    RangeAllocator va;
+    std::optional<std::array<uint8_t, 16>> uuid;
+  };
+  struct Deferred {
+    CUdeviceptr ptr;
+    CUevent done;
+  };
+
+  Device* device_locked(CUdevice dev, CUresult* err);
+  std::vector<CUmemAccessDesc> access_for_locked(CUdevice dev) const;
+  CUresult set_peer_access_locked(CUdevice owner, CUdevice accessor, CUmemAccess_flags flags);
+  CUresult grow_arena_locked(CUdevice dev, Device& d, size_t at_least);
+  CUresult new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out);
+  void drop_unit_locked(Unit& u);
+  CUresult free_locked(std::map<CUdeviceptr, Block>::iterator it);
+  Result<void> with_contexts(const std::function<Result<void>(CUdevice, Device&)>& fn);
+
+  mutable std::mutex mu_;
+  std::map<CUdeviceptr, Block> blocks_;
+  std::map<uint64_t, Unit> units_;
+  std::map<CUdevice, Device> devices_;
+  std::vector<Deferred> deferred_;
+  std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
+  std::map<CUdevice, std::set<CUdevice>> peers_;  // owner -> devices granted access to its memory
+  BufferObserver* observer_ = nullptr;  // under mu_
+  std::atomic<bool> any_user_handles_{false};
+  std::atomic<bool> mps_seen_{false};
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace phos::hooks

@@ -1,1 +1,0 @@
-#include "phos/support/result.h"  // IWYU pragma: export

@@ -1,0 +1,69 @@
+// The plugin's (and phosctl's) side of the agent protocol.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phos/images/agent_protocol.h"
+#include "phos/support/result.h"
+#include "phos/images/unique_fd.h"
+
+namespace phos::plugin {
+
+class AgentClient {
+ public:
+  // Finds the agent of `pid`, connects (in the target's network namespace,
+  // where its abstract socket lives) and says hello. ENOENT: no agent.
+  static Result<AgentClient> connect(pid_t pid, int timeout_ms);
+
+  const agent::HelloReply& hello() const { return hello_; }
+  Result<agent::StatusReply> status();
+  Result<uint64_t> quiesce(uint32_t timeout_ms);  // drained_ns
+  Result<std::vector<agent::Allocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
+  Result<uint64_t> release_mappings(bool release_handles = false);
+  Result<uint64_t> remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds);
+  // Maps `allocs` back with their fds (fds[i] for allocs[i]), a frame's worth
+  // at a time; with no allocations, the same memory as before (no fds).
+  Result<uint64_t> remap_all(const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds);
+  Result<void> resume();
+  // Read/write-set speculation of launches on or off (off: validation too).
+  Result<void> set_speculation(bool on);
+  // Validation on (speculation with it) or off (speculation stays on). True
+  // when the process has the SASS-level validator attached; an agent that
+  // does not know validation is an error.
+  Result<bool> set_validation(bool on);
+  // Asks the agent to close its end and waits until it has, so that the
+  // target holds no socket to us when CRIU dumps its files.
+  Result<void> goodbye();
+
+ private:
+  AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
+  // Sends `request` (with `fds`) and returns its reply, which must be a
+  // `R`; an Error reply is the error. The fds that came with the reply go
+  // to `reply_fds`.
+  template <class R>
+  Result<R> call(const agent::Request& request, std::span<const int> fds = {},
+                 std::vector<UniqueFd>* reply_fds = nullptr);
+  Result<agent::SpeculateReply> speculate_request(bool on, std::optional<bool> validate);
+
+  UniqueFd sock_;
+  int timeout_ms_;
+  agent::HelloReply hello_;
+};
+
+}  // namespace phos::plugin
+
+#include <functional>
+
+namespace phos::plugin {
+
+// Talks to the agent of `pid`, connects, runs `fn` and says goodbye. When
+// criu holds the process stopped under ptrace, the agent thread alone is let
+// run meanwhile and stopped again after.
+Result<void> with_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn);
+
+}  // namespace phos::plugin

@@ -1,0 +1,72 @@
+// Which GPU of this host each GPU of an image is restored onto. By default
+// the same GPU (by UUID) where the host has it, else the same ordinal;
+// PHOS_GPU_MAP (or gpu_map in phos.conf) moves them: "OLD=NEW[,OLD=NEW...]"
+// where each side is an ordinal ("0=1") or a UUID as nvidia-smi prints it
+// ("GPU-bb919f8b-..."). The old side names a GPU of the image (an ordinal
+// as the process numbered it), the new side one of this host (an ordinal as
+// nvidia-smi numbers it). The models must match (the driver
+// restores onto the same chip type only), and no two image GPUs may land on
+// one host GPU.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phos/images/agent_messages.h"
+#include "phos/images/manifest.h"
+#include "phos/support/result.h"
+
+namespace phos::plugin {
+
+struct GpuMapEntry {
+  std::string from, to;  // an ordinal or a GPU UUID each
+};
+using GpuMapSpec = std::vector<GpuMapEntry>;
+
+Result<GpuMapSpec> parse_gpu_map(std::string_view spec);
+// The spec as parse_gpu_map reads it; "none" when empty.
+std::string describe_gpu_map(const GpuMapSpec& spec);
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints UUIDs.
+std::string format_gpu_uuid(const std::array<uint8_t, 16>& uuid);
+
+struct HostGpu {
+  int ordinal = 0;
+  std::string name;
+  std::array<uint8_t, 16> uuid{};
+};
+
+struct GpuPlacement {
+  uint32_t image_ordinal = 0;
+  int host_ordinal = 0;
+  std::array<uint8_t, 16> image_uuid{}, host_uuid{};
+  bool moved() const { return image_uuid != host_uuid; }
+};
+
+// Each GPU of a process, as the process numbers it (its agent reports the
+// ordinal with the GPU's UUID), in this process's (criu's) own numbering:
+// they differ when the program runs with CUDA_VISIBLE_DEVICES. A device
+// reported without a UUID (an older agent) keeps its ordinal; a UUID this
+// host does not have is an error.
+Result<std::map<uint32_t, int>> host_ordinals(const std::vector<agent::Device>& devices,
+                                              const std::vector<HostGpu>& host);
+
+// One placement per image device, in the image's order. Errors name the
+// device, the spec entry or both models.
+Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<image::Device>& image_devices,
+                                             const std::vector<HostGpu>& host, const std::string& manifest_name);
+
+// The UUID pairs for the driver's restore when a GPU moves (empty when none
+// does): the driver wants every GPU the process had checkpointed, which on
+// the H200 host meant every GPU it could see (a pair for the used GPU alone
+// was refused with CUDA_ERROR_INVALID_VALUE). So the pairs cover all of
+// `host`, as a permutation: placed GPUs go where placed, the others stay,
+// or take a GPU a placement freed.
+std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_gpu_pairs(
+    const std::vector<GpuPlacement>& placement, const std::vector<HostGpu>& host);
+
+}  // namespace phos::plugin

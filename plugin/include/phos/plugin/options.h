@@ -1,0 +1,54 @@
+// Plugin settings. CRIU gives plugins no command-line options, so they come
+// from a small configuration file (/etc/phos/phos.conf, or the file PHOS_CONFIG
+// names) of `key = value` lines with # comments, and from PHOS_* environment
+// variables, which override the file. A missing file is fine; unknown keys and
+// bad values are warned about (file and line) and ignored.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phos/plugin/gpu_map.h"
+#include "phos/images/data_file.h"
+#include "phos/images/manifest.h"
+
+namespace phos::plugin {
+
+inline constexpr const char* kDefaultConfigPath = "/etc/phos/phos.conf";
+
+struct PluginOptions {
+  int agent_timeout_ms = 10000;         // agent_timeout_ms: any one reply
+  uint32_t quiesce_timeout_ms = 10000;  // quiesce_timeout_ms: CUDA calls to leave the gate
+  unsigned engine_workers = 0;          // engine_workers: copy threads (0: one per core, at most 16)
+  image::DirectIo direct_io = image::DirectIo::kAuto;          // direct_io: auto | off
+  image::Compression compression = image::Compression::kNone;  // compression: none | zstd
+  int zstd_level = 1;                   // zstd_level: 1..19
+  uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
+  GpuMapSpec gpu_map;                   // gpu_map: restore onto other GPUs (gpu_map.h), e.g. 0=1
+  bool gpu_checksums = true;            // gpu_checksums: on | off, a dump's CRC-32C on the GPU
+  // write_behind: auto | off. auto: when criu's command line leaves the
+  // process running, its device memory is snapshotted on the GPU, the process
+  // runs again as soon as criu lets it, and criu exits once the image is
+  // written (with an error if that fails).
+  bool write_behind = true;
+
+  uint32_t chunk_size() const { return chunk_mib << 20; }
+
+  // The settings of this process: the file, then the environment; warnings
+  // and the effective settings go to the log.
+  static PluginOptions load();
+
+  // The same from given sources, for tests. `getenv` returns nullptr for
+  // unset variables; each warning is one line naming where it comes from.
+  using GetEnv = std::function<const char*(const char*)>;
+  static PluginOptions parse(std::string_view config_text, const std::string& config_name, const GetEnv& getenv,
+                             std::vector<std::string>& warnings);
+
+  // One line: every setting as `key=value`.
+  std::string describe() const;
+};
+
+}  // namespace phos::plugin

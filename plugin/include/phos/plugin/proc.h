@@ -1,0 +1,45 @@
+// What the plugin reads about a target process from /proc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phos/support/result.h"
+
+namespace phos::plugin {
+
+// The pid of `pid` in its own (innermost) pid namespace: NSpid's last field.
+Result<pid_t> ns_pid(pid_t pid);
+
+// The thread of `pid` whose name (comm) is `name`.
+Result<pid_t> find_thread(pid_t pid, const std::string& name);
+
+// The ptrace tracer of thread `tid` of process `pid` (0: none).
+Result<pid_t> tracer_of(pid_t pid, pid_t tid);
+
+// Whether a file whose name contains `name` is mapped in `pid` (a loaded
+// shared library, for messages).
+bool maps_library(pid_t pid, const std::string& name);
+
+// True while `pid` exists and is not a zombie.
+bool process_alive(pid_t pid);
+
+// The abstract name (no leading NUL) of the listening unix socket of `pid`
+// whose name starts with `prefix`, or nothing when it has none.
+Result<std::optional<std::string>> find_listening_socket(pid_t pid, const std::string& prefix);
+
+// Whether a criu command line (argv, program name first) asks for a dump
+// that leaves the processes running: `dump` with -R, --leave-running or an
+// unambiguous abbreviation of it. false where the line does not say so, such
+// as `criu swrk` (its options come over RPC) or an option in a config file:
+// callers treat "don't know" as "the processes end".
+bool argv_leaves_running(const std::vector<std::string>& argv);
+
+// The same for this process (/proc/self/cmdline): the criu that loaded the
+// plugin.
+bool criu_leaves_running();
+
+}  // namespace phos::plugin

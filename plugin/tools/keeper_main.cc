@@ -1,0 +1,133 @@
+// phos-keeper: the plugin's helper outside criu during a dump (see
+// keeper_link.h and images/proto/keeper.proto). It holds a second reference
+// to each paused process's device memory; when criu goes away without
+// saying Done (killed, crashed), it waits until criu's ptrace hold on each
+// process is gone and gives the process back what the dump took, logging
+// into phos-keeper.log in the image directory.
+//
+// usage (by the plugin only): phos-keeper [--detach] [--agent-timeout-ms N]
+//   fd 3: the link to the plugin; fd 4: the image directory
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "give_back.h"
+#include "log.h"
+#include "phos/images/keeper_protocol.h"
+#include "phos/plugin/proc.h"
+
+namespace {
+
+using namespace phos;
+using namespace phos::plugin;
+
+constexpr int kLinkFd = 3;
+constexpr int kImageDirFd = 4;
+constexpr int kDetachWaitMs = 30000;
+
+struct Held {
+  std::vector<agent::Allocation> allocations;
+  std::vector<UniqueFd> fds;
+  uint32_t taken = 0;
+};
+
+struct KeeperState {
+  std::map<pid_t, Held> processes;
+  std::vector<pid_t> order;  // as first heard of
+};
+
+void apply(KeeperState& k, const keeper::Hold& hold, std::vector<UniqueFd>& fds) {
+  pid_t pid = hold.pid;
+  if (!k.processes.count(pid)) k.order.push_back(pid);
+  Held& h = k.processes[pid];
+  for (size_t i = 0; i < hold.allocations.size(); i++) {
+    h.allocations.push_back(hold.allocations[i]);
+    if (i < fds.size()) h.fds.push_back(std::move(fds[i]));
+  }
+}
+
+void apply(KeeperState& k, const keeper::State& state, std::vector<UniqueFd>&) {
+  pid_t pid = state.pid;
+  if (!k.processes.count(pid)) k.order.push_back(pid);
+  k.processes[pid].taken = state.taken;
+}
+
+void apply(KeeperState&, const keeper::Done&, std::vector<UniqueFd>&) {}
+
+// Waits until nothing traces `pid` any more (criu's seize ends with criu).
+bool wait_untraced(pid_t pid) {
+  for (int waited = 0; waited < kDetachWaitMs; waited += 10) {
+    auto tracer = tracer_of(pid, pid);
+    if (!tracer || *tracer == 0) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
+void recover(KeeperState& k, int agent_timeout_ms) {
+  int log_fd = ::openat(kImageDirFd, "phos-keeper.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log_fd >= 0) {
+    ::dup2(log_fd, 2);
+    ::close(log_fd);
+  }
+  set_stderr_level(LogLevel::kInfo);
+  PHOS_WARN("criu went away before the dump ended; giving %zu process(es) back what the dump took", k.order.size());
+  for (auto it = k.order.rbegin(); it != k.order.rend(); ++it) {
+    pid_t pid = *it;
+    Held& h = k.processes[pid];
+    if (h.taken == 0) continue;
+    if (!process_alive(pid)) {
+      PHOS_INFO("process %d is gone; nothing to give back", pid);
+      continue;
+    }
+    if (!wait_untraced(pid)) PHOS_WARN("process %d is still traced after %d ms; trying anyway", pid, kDetachWaitMs);
+    auto r = give_back_gpu_state(pid, h.taken, h.allocations, h.fds, agent_timeout_ms, /*tolerant=*/true);
+    if (r)
+      PHOS_INFO("process %d: given back what the dump took (steps 0x%x); it runs on", pid, h.taken);
+    else
+      PHOS_ERR("process %d: could not give back everything: %s", pid, r.error().message.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool detach = false;
+  int agent_timeout_ms = 10000;
+  for (int i = 1; i < argc; i++) {
+    if (std::strcmp(argv[i], "--detach") == 0) {
+      detach = true;
+    } else if (std::strcmp(argv[i], "--agent-timeout-ms") == 0 && i + 1 < argc) {
+      agent_timeout_ms = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--detach] [--agent-timeout-ms N] (started by the phos plugin)\n", argv[0]);
+      return 2;
+    }
+  }
+  if (::fcntl(kLinkFd, F_GETFD) < 0 || ::fcntl(kImageDirFd, F_GETFD) < 0) {
+    std::fprintf(stderr, "%s: expects its link on fd 3 and the image directory on fd 4\n", argv[0]);
+    return 2;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  if (detach) {
+    pid_t child = ::fork();
+    if (child < 0) return 1;
+    if (child > 0) ::_exit(0);
+  }
+  KeeperState k;
+  for (;;) {
+    auto received = keeper::recv_message(kLinkFd, -1);
+    if (!received) break;  // criu is gone (end of stream without Done), or sent what does not decode
+    std::visit([&](const auto& m) { apply(k, m, received->fds); }, received->message);
+    if (std::holds_alternative<keeper::Done>(received->message)) return 0;
+  }
+  recover(k, agent_timeout_ms);
+  return 0;
+}

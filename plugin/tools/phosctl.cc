@@ -1,0 +1,434 @@
+// phosctl: look at GPU images and at running agents.
+//
+//   phosctl show DIR [--json]     what a GPU image holds
+//   phosctl verify DIR            read every chunk and check its checksum
+//   phosctl status PID [--json]   ask a running process's agent
+//   phosctl kernels PID [--json]  its kernels' read/write-set speculation
+//   phosctl speculate PID on|off  turn that speculation on or off
+//   phosctl validate PID on|off   turn the validation of it on or off
+//   phosctl version
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phos/plugin/agent_client.h"
+#include "phos/plugin/gpu_map.h"
+#include "phos/images/format.h"
+#include "phos/images/image_dir.h"
+#include "phos/speculation/demangle.h"
+
+namespace {
+
+using nlohmann::json;
+using phos::image::Manifest;
+
+constexpr const char* kUsage =
+    "usage: phosctl show DIR [--json]     print the GPU image in a CRIU image directory\n"
+    "       phosctl verify DIR            read every chunk of it and check its checksum\n"
+    "       phosctl status PID [--json]   ask the phos agent of a running process\n"
+    "       phosctl kernels PID [--json]  its kernels' read/write-set speculation, most unknown first\n"
+    "       phosctl speculate PID on|off  turn that speculation on or off\n"
+    "       phosctl validate PID on|off   turn the validation of the speculation on (speculating) or off\n"
+    "       phosctl version\n";
+
+std::string hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
+  return buf;
+}
+
+std::string bytes_text(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, u++;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+double gb_per_s(uint64_t bytes, uint64_t ns) { return ns ? double(bytes) / double(ns) : 0.0; }
+
+json image_json(const phos::image::ProcessImage& img) {
+  const Manifest& m = img.manifest;
+  json j = {{"manifest", img.manifest_name},
+            {"complete", img.complete},
+            {"format_version", m.format_version},
+            {"writer_version", m.writer_version},
+            {"pid", m.pid},
+            {"protocol", std::string(phos::image::protocol_name(m.protocol))},
+            {"chunk_size", m.chunk_size},
+            {"created_unix_ns", m.created_unix_ns},
+            {"devices", json::array()},
+            {"allocations", json::array()},
+            {"data_files", json::array()},
+            {"unsupported_calls", m.unsupported_calls},
+            {"launch_log_entries", m.launch_log.size()}};
+  if (!img.complete) j["incomplete_reason"] = img.incomplete_reason;
+  for (const auto& d : m.devices)
+    j["devices"].push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}, {"name", d.name},
+                            {"total_memory", d.total_memory},
+                            {"compute_capability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)}});
+  for (const auto& a : m.allocations) {
+    uint64_t stored = 0;
+    for (const auto& c : a.chunks) stored += c.stored_size;
+    j["allocations"].push_back({{"id", a.id}, {"device", a.device}, {"address", hex(a.address)}, {"size", a.size},
+                                {"flags", a.flags}, {"chunks", a.chunks.size()}, {"stored_bytes", stored}});
+  }
+  for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
+  const auto& s = m.statistics;
+  j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
+                     {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"total_ns", s.total_ns},
+                     {"dma_wait_ns", s.dma_wait_ns}, {"checksum_ns", s.checksum_ns},
+                     {"compress_ns", s.compress_ns}, {"workers", s.workers}, {"direct_io", s.direct_io},
+                     {"copy_gb_per_s", gb_per_s(s.raw_bytes, s.copy_ns)}};
+  return j;
+}
+
+void print_image_text(const phos::image::ProcessImage& img) {
+  const Manifest& m = img.manifest;
+  uint64_t total = 0;
+  for (const auto& a : m.allocations) total += a.size;
+  std::printf("%s: process %d, %s, format v%u, written by phos %s\n", img.manifest_name.c_str(), m.pid,
+              std::string(phos::image::protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
+  std::printf("  complete: %s\n", img.complete ? "yes" : ("no (" + img.incomplete_reason + ")").c_str());
+  std::printf("  devices: %zu, allocations: %zu (%s), data files: %zu, chunk size %s\n", m.devices.size(),
+              m.allocations.size(), bytes_text(total).c_str(), m.data_files.size(), bytes_text(m.chunk_size).c_str());
+  for (const auto& d : m.devices)
+    std::printf("  device %u: %s, %s, compute %u.%u, GPU-%s\n", d.ordinal, d.name.c_str(),
+                bytes_text(d.total_memory).c_str(), d.compute_major, d.compute_minor, phos::plugin::format_gpu_uuid(d.uuid).c_str());
+  if (!m.allocations.empty()) std::printf("  %8s %6s %18s %12s %7s\n", "id", "device", "address", "size", "chunks");
+  for (const auto& a : m.allocations)
+    std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
+                bytes_text(a.size).c_str(), a.chunks.size());
+  const auto& s = m.statistics;
+  std::printf("  statistics: quiesce %.3f ms, copy %.3f ms (%.2f GB/s), total %.3f ms, %s raw, %s stored\n",
+              double(s.quiesce_ns) / 1e6, double(s.copy_ns) / 1e6, gb_per_s(s.raw_bytes, s.copy_ns),
+              double(s.total_ns) / 1e6, bytes_text(s.raw_bytes).c_str(), bytes_text(s.stored_bytes).c_str());
+  if (s.workers)
+    std::printf("  copy steps, summed over %u workers (%s): waiting for DMA %.3f ms, checksums %.3f ms, "
+                "compression %.3f ms, writing %.3f ms\n",
+                s.workers, s.direct_io ? "O_DIRECT" : "buffered I/O", double(s.dma_wait_ns) / 1e6,
+                double(s.checksum_ns) / 1e6, double(s.compress_ns) / 1e6, double(s.write_ns) / 1e6);
+  if (!m.unsupported_calls.empty()) {
+    std::printf("  unsupported calls:");
+    for (const auto& c : m.unsupported_calls) std::printf(" %s", c.c_str());
+    std::printf("\n");
+  }
+}
+
+int open_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) std::fprintf(stderr, "phosctl: %s: %s\n", dir.c_str(), std::strerror(errno));
+  return fd;
+}
+
+int cmd_show(const std::string& dir, bool as_json, bool verify) {
+  phos::UniqueFd dirfd(open_dir(dir));
+  if (!dirfd.valid()) return 1;
+  auto pids = phos::image::list_process_images(dirfd.get());
+  if (!pids) {
+    std::fprintf(stderr, "phosctl: %s: %s\n", dir.c_str(), pids.error().message.c_str());
+    return 1;
+  }
+  json all = {{"directory", dir}, {"images", json::array()}};
+  if (pids->empty()) {
+    if (as_json)
+      std::cout << all.dump(2) << "\n";
+    else
+      std::printf("%s: no phos GPU image here (no phos-*-manifest.img files)\n", dir.c_str());
+    return verify ? 1 : 0;
+  }
+  int rc = 0;
+  for (int32_t pid : *pids) {
+    auto img = phos::image::open_process_image(dirfd.get(), pid, /*require_complete=*/false);
+    if (!img) {
+      std::fprintf(stderr, "phosctl: %s\n", img.error().message.c_str());
+      if (as_json) all["images"].push_back({{"manifest", phos::image::manifest_file_name(pid)}, {"error", img.error().message}});
+      rc = 1;
+      continue;
+    }
+    if (verify) {
+      phos::image::ImageReader reader(dirfd.get(), img->manifest);
+      auto checked = reader.verify_all();
+      if (!checked) {
+        std::fprintf(stderr, "phosctl: %s\n", checked.error().message.c_str());
+        rc = 1;
+      } else if (!img->complete) {
+        std::fprintf(stderr, "phosctl: %s: %s\n", img->manifest_name.c_str(), img->incomplete_reason.c_str());
+        rc = 1;
+      } else {
+        std::printf("%s: ok, %s in %zu allocations checked\n", img->manifest_name.c_str(), bytes_text(*checked).c_str(),
+                    img->manifest.allocations.size());
+      }
+    } else if (as_json) {
+      all["images"].push_back(image_json(*img));
+    } else {
+      print_image_text(*img);
+    }
+  }
+  if (as_json && !verify) std::cout << all.dump(2) << "\n";
+  return rc;
+}
+
+// The pid in `text`, or 0 (after saying why) when it is not one.
+pid_t parse_pid(const std::string& text) {
+  char* end = nullptr;
+  long pid = std::strtol(text.c_str(), &end, 10);
+  if (*end || pid <= 0 || pid != long(pid_t(pid))) {
+    std::fprintf(stderr, "phosctl: '%s' is not a pid\n%s", text.c_str(), kUsage);
+    return 0;
+  }
+  return pid_t(pid);
+}
+
+// Runs `fn` with the agent of `pid` and says goodbye; the exit status: 1
+// where the agent cannot be reached or `fn` fails (which it says why).
+int with_client(pid_t pid, const std::function<phos::Result<void>(phos::plugin::AgentClient&)>& fn) {
+  auto client = phos::plugin::AgentClient::connect(pid, 5000);
+  if (!client) {
+    std::fprintf(stderr, "phosctl: %s\n", client.error().message.c_str());
+    return 1;
+  }
+  auto done = fn(*client);
+  (void)client->goodbye();
+  if (!done) {
+    std::fprintf(stderr, "phosctl: process %d: %s\n", int(pid), done.error().message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// The agent's status, or nullopt (after saying why).
+std::optional<phos::agent::StatusReply> fetch_status(pid_t pid, phos::agent::HelloReply* hello = nullptr) {
+  std::optional<phos::agent::StatusReply> out;
+  int rc = with_client(pid, [&](phos::plugin::AgentClient& c) -> phos::Result<void> {
+    auto status = c.status();
+    if (!status) return status.error();
+    if (hello) *hello = c.hello();
+    out = std::move(*status);
+    return {};
+  });
+  if (rc != 0) out.reset();
+  return out;
+}
+
+std::string percent(uint64_t part, uint64_t whole) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", whole ? 100.0 * double(part) / double(whole) : 0.0);
+  return buf;
+}
+
+json kernel_json(const phos::agent::KernelSpeculation& k) {
+  json j = {{"name", k.name},
+            {"demangled", phos::speculation::demangle(k.name.c_str())},
+            {"module", k.module},
+            {"launches", k.launches},
+            {"exact", k.exact},
+            {"speculated", k.speculated},
+            {"unknown", k.unknown},
+            {"buffers", k.buffers},
+            {"reads", k.reads},
+            {"writes", k.writes},
+            {"types", k.types}};
+  if (!k.note.empty()) j["note"] = k.note;
+  return j;
+}
+
+// The speculation part of a status: the same keys in `status --json` and
+// `kernels --json`.
+json devices_json(const std::vector<phos::agent::Device>& devices) {
+  json out = json::array();
+  for (const auto& d : devices) out.push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}});
+  return out;
+}
+
+json speculation_json(const phos::agent::StatusReply& s) {
+  json j = {{"speculation_active", s.speculation_active},
+            {"indexed_buffers", s.indexed_buffers},
+            {"kernel_count", s.kernel_count},
+            {"kernels", json::array()}};
+  for (const auto& k : s.kernels) j["kernels"].push_back(kernel_json(k));
+  return j;
+}
+
+// The kernels' launches summed: all, exact, speculated, unknown.
+struct LaunchTotals {
+  uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0;
+};
+LaunchTotals launch_totals(const std::vector<phos::agent::KernelSpeculation>& kernels) {
+  LaunchTotals t;
+  for (const auto& k : kernels) {
+    t.launches += k.launches;
+    t.exact += k.exact;
+    t.speculated += k.speculated;
+    t.unknown += k.unknown;
+  }
+  return t;
+}
+
+// "12", or "1000 of 1500 (those with the most launches)" where the agent
+// sent only those.
+std::string kernel_count_text(const phos::agent::StatusReply& s) {
+  if (s.kernel_count > s.kernels.size())
+    return std::to_string(s.kernels.size()) + " of " + std::to_string(s.kernel_count) +
+           " (those with the most launches)";
+  return std::to_string(s.kernels.size());
+}
+
+int cmd_status(const std::string& pid_text, bool as_json) {
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  phos::agent::HelloReply h;
+  auto status = fetch_status(pid, &h);
+  if (!status) return 1;
+  if (as_json) {
+    json j = {{"pid", pid},
+              {"agent_version", h.agent_version},
+              {"protocol_version", h.protocol_version},
+              {"pid_in_namespace", h.pid},
+              {"agent_tid", h.agent_tid},
+              {"uid", h.uid},
+              {"gate_open", status->gate_open},
+              {"cuda_initialized", status->cuda_initialized},
+              {"allocation_count", status->allocation_count},
+              {"allocated_bytes", status->allocated_bytes},
+              {"device_count", status->device_count},
+              {"devices", devices_json(status->devices)},
+              {"unsupported_calls", status->unsupported_calls},
+              {"counters", json::object()}};
+    for (const auto& [name, value] : status->counters) j["counters"][name] = value;
+    j["modules"] = json::array();
+    for (const auto& m : status->modules)
+      j["modules"].push_back({{"id", m.id}, {"kind", m.kind}, {"size", m.size}, {"hash", hex(m.hash)},
+                              {"source", m.source}, {"function_count", m.function_count},
+                              {"functions", m.functions}, {"globals", m.globals}});
+    j.update(speculation_json(*status));
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("process %d: phos agent %s (protocol %u), uid %u\n", int(pid), h.agent_version.c_str(),
+                h.protocol_version, h.uid);
+    std::printf("  gate: %s\n  CUDA: %s, %u devices\n  allocations: %" PRIu64 " (%s)\n",
+                status->gate_open ? "open" : "closed", status->cuda_initialized ? "initialized" : "not initialized",
+                status->device_count, status->allocation_count, bytes_text(status->allocated_bytes).c_str());
+    for (const auto& d : status->devices)
+      std::printf("  device %u: %s\n", d.ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str());
+    for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
+    for (const auto& [name, value] : status->counters) std::printf("  %s: %" PRIu64 "\n", name.c_str(), value);
+    for (const auto& m : status->modules)
+      std::printf("  module %" PRIu64 ": %s, %s, hash %016" PRIx64 ", %" PRIu64 " functions, %zu globals, from %s\n",
+                  m.id, m.kind.c_str(), bytes_text(m.size).c_str(), m.hash, m.function_count, m.globals.size(),
+                  m.source.c_str());
+    std::printf("  speculation: %s, %" PRIu64 " buffers indexed\n", status->speculation_active ? "on" : "off",
+                status->indexed_buffers);
+    if (!status->kernels.empty()) {
+      LaunchTotals t = launch_totals(status->kernels);
+      std::printf("  kernels: %s, %" PRIu64 " launches: %s exact, %s speculated, %s unknown\n",
+                  kernel_count_text(*status).c_str(), t.launches, percent(t.exact, t.launches).c_str(),
+                  percent(t.speculated, t.launches).c_str(), percent(t.unknown, t.launches).c_str());
+    }
+  }
+  return 0;
+}
+
+int cmd_kernels(const std::string& pid_text, bool as_json) {
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  auto status = fetch_status(pid);
+  if (!status) return 1;
+  // Most unknown launches first: those are the kernels whose sets cost a
+  // checkpoint the most; then the busiest.
+  auto kernels = status->kernels;
+  std::stable_sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) {
+    return a.unknown != b.unknown ? a.unknown > b.unknown : a.launches > b.launches;
+  });
+  if (as_json) {
+    status->kernels = std::move(kernels);
+    json j = speculation_json(*status);
+    j["pid"] = pid;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("process %d: speculation %s, kernels: %s\n", int(pid), status->speculation_active ? "on" : "off",
+              kernel_count_text(*status).c_str());
+  if (kernels.empty()) return 0;
+  std::printf("  %10s %10s %10s %10s %10s %10s %10s %-6s %s\n", "launches", "exact", "speculated", "unknown",
+              "buf/launch", "reads", "writes", "types", "name");
+  for (const auto& k : kernels) {
+    char avg[32] = "-";
+    if (k.launches) std::snprintf(avg, sizeof(avg), "%.1f", double(k.buffers) / double(k.launches));
+    std::printf("  %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10s %10" PRIu64 " %10" PRIu64
+                " %-6s %s%s%s\n",
+                k.launches, k.exact, k.speculated, k.unknown, avg, k.reads, k.writes, k.types.c_str(),
+                phos::speculation::demangle(k.name.c_str()).c_str(), k.note.empty() ? "" : "  -- ",
+                k.note.c_str());
+  }
+  return 0;
+}
+
+// `phosctl speculate|validate PID on|off`.
+int cmd_switch(const std::string& what, const std::string& pid_text, const std::string& switch_text) {
+  if (switch_text != "on" && switch_text != "off") {
+    std::fprintf(stderr, "phosctl: %s takes on or off, not '%s'\n%s", what.c_str(), switch_text.c_str(), kUsage);
+    return 2;
+  }
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  bool on = switch_text == "on", validate = what == "validate", sass = false;
+  int rc = with_client(pid, [on, validate, &sass](phos::plugin::AgentClient& c) -> phos::Result<void> {
+    if (!validate) return c.set_speculation(on);
+    auto set = c.set_validation(on);
+    if (!set) return set.error();
+    sass = *set;
+    return {};
+  });
+  if (rc != 0) return rc;
+  std::printf("process %d: %s %s%s\n", int(pid), validate ? "validation" : "speculation", on ? "on" : "off",
+              validate && on && !sass ? " (PTX twins only: the SASS-level validator attaches only at start, with "
+                                        "PHOS_VALIDATE=1 or sass)"
+                                      : "");
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  bool as_json = false;
+  std::vector<std::string> pos;
+  for (const auto& a : args) {
+    if (a == "--json")
+      as_json = true;
+    else if (a == "-h" || a == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (a.rfind("--", 0) == 0) {
+      std::fprintf(stderr, "phosctl: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    } else
+      pos.push_back(a);
+  }
+  if (pos.size() == 1 && pos[0] == "version") {
+    std::printf("phosctl %s (image format %u, agent protocol %u)\n", PHOS_VERSION, phos::image::kManifestFormatVersion,
+                phos::agent::kProtocolVersion);
+    return 0;
+  }
+  if (pos.size() == 2 && pos[0] == "show") return cmd_show(pos[1], as_json, false);
+  if (pos.size() == 2 && pos[0] == "verify") return cmd_show(pos[1], false, true);
+  if (pos.size() == 2 && pos[0] == "status") return cmd_status(pos[1], as_json);
+  if (pos.size() == 2 && pos[0] == "kernels") return cmd_kernels(pos[1], as_json);
+  if (pos.size() == 3 && (pos[0] == "speculate" || pos[0] == "validate") && !as_json)
+    return cmd_switch(pos[0], pos[1], pos[2]);
+  std::fprintf(stderr, "%s", kUsage);
+  return 2;
+}
