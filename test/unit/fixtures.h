@@ -3,9 +3,11 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
 
@@ -13,6 +15,17 @@
 #include "phos/images/unique_fd.h"
 
 namespace phos::test {
+
+// A connected pair of unix stream sockets, for the agent protocol's ends.
+struct SocketPair {
+  UniqueFd a, b;
+  SocketPair() {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    a.reset(fds[0]);
+    b.reset(fds[1]);
+  }
+};
 
 struct TempDir {
   std::string path;

@@ -17,6 +17,7 @@
 
 #include "phos/images/agent_protocol.h"
 #include "phos/images/keeper_protocol.h"
+#include "fixtures.h"
 
 using namespace phos;
 
@@ -134,15 +135,7 @@ Error request_error(const PbWriter& payload) {
   return r.error();
 }
 
-struct SocketPair {
-  UniqueFd a, b;
-  SocketPair() {
-    int fds[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
-    a.reset(fds[0]);
-    b.reset(fds[1]);
-  }
-};
+using phos::test::SocketPair;
 
 }  // namespace
 

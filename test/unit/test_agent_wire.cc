@@ -7,21 +7,14 @@
 
 #include "phos/images/bytes.h"
 #include "phos/images/agent_wire.h"
+#include "fixtures.h"
 
 using namespace phos::wire;
 using phos::UniqueFd;
 
 namespace {
 
-struct SocketPair {
-  UniqueFd a, b;
-  SocketPair() {
-    int fds[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
-    a.reset(fds[0]);
-    b.reset(fds[1]);
-  }
-};
+using phos::test::SocketPair;
 
 std::vector<std::byte> bytes_of(const std::string& s) {
   std::vector<std::byte> v(s.size());
