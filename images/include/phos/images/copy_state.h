@@ -1,0 +1,174 @@
+// The copy state of a concurrent dump, shared by the engine (in criu) and
+// the hooks (in the application) through a memfd that the engine creates
+// and the agent maps: for every chunk of the process's device memory,
+// whether the dump has copied it, who is copying it, and where its content
+// waits when a write came first. While a window is open the hooks consult it
+// before every call that writes device memory, with no socket round trip.
+//
+// Soft copy-on-write (the image is the state at the freeze):
+//
+//   pending --engine claims--> copying --engine done--> copied
+//   pending --a write first--> saving --saved in pool slot S--> saved(S)
+//   saved(S) --engine claims--> copying(S) --done, S freed--> copied
+//
+// A write waits only for a chunk someone is copying right now (copying,
+// saving), or where the pool has no free slot: then the chunk goes to the
+// engine's urgent list and the write waits until it is copied.
+//
+// Soft recopy (the image is the latest state): a write marks each chunk it
+// touches dirty, whatever the engine has done with it; GPU work is
+// asynchronous, so only a copy made after the gate closed and the streams
+// drained counts for a chunk written in the window. The engine's first pass
+// copies the chunks not yet dirty; after the gate closes it copies the
+// dirty ones again.
+//
+// Each chunk's 32-bit word is also a futex (shared between processes): a
+// waiter sleeps on the word and whoever changes it wakes it. The layout is
+// fixed little-endian words; both sides are one phos build (the agent
+// refuses another version), so no codec is needed: the table is plain
+// shared memory, checked when mapped.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
+
+namespace phos::copystate {
+
+enum class Protocol : uint32_t { kCopyOnWrite = 1, kRecopy = 2 };
+
+enum class ChunkState : uint32_t {
+  kPending = 0,  // not copied; nobody at it
+  kCopying = 1,  // the engine is copying it (from the device, or its pool slot)
+  kCopied = 2,   // in the image
+  kSaving = 3,   // copy-on-write: a hook is saving it into a pool slot
+  kSaved = 4,    // copy-on-write: its content at the freeze waits in a pool slot
+};
+
+enum class Window : uint32_t { kOpen = 0, kClosed = 1, kAborted = 2 };
+
+// One allocation of the process, as the dump copies it.
+struct Region {
+  uint64_t id = 0;
+  uint64_t address = 0;
+  uint64_t size = 0;
+};
+
+// A chunk the engine claimed: where it lies, and where to copy it from.
+struct Claim {
+  uint64_t chunk = 0;
+  uint32_t region = 0;       // index into the regions
+  uint64_t offset = 0;       // within the region
+  uint64_t bytes = 0;
+  std::optional<uint32_t> pool_slot;  // copy-on-write: its content is there, not on the device
+};
+
+// What before_write() did, for the hooks' statistics.
+struct WriteReport {
+  uint32_t saved = 0;    // chunks saved into the pool
+  uint32_t waited = 0;   // chunks waited for (being copied, or no free slot)
+  uint32_t dirtied = 0;  // recopy: chunks marked dirty
+};
+
+// Copies `bytes` of device memory at `address` into pool slot `slot`, and
+// returns once the copy is complete (the hooks' side of copy-on-write).
+using SaveChunk = std::function<Result<void>(uint64_t address, uint64_t bytes, uint32_t slot)>;
+
+struct Statistics {
+  uint64_t saved = 0;    // chunks saved by copy-on-write
+  uint64_t waits = 0;    // chunks writes waited for
+  uint64_t dirtied = 0;  // chunk writes marked dirty (recopy)
+};
+
+class CopyState {
+ public:
+  struct Layout;  // where each part lies in the mapping (copy_state.cc)
+
+  // The engine's side: a new table, every chunk pending, the window open.
+  // Regions must not overlap; pool_slots is the copy-on-write pool's size in
+  // chunks (0: every write to a chunk not yet copied waits for the engine).
+  static Result<CopyState> create(Protocol protocol, uint64_t chunk_size, std::span<const Region> regions,
+                                  uint32_t pool_slots);
+  // The agent's side: the table behind `fd`, checked (magic, version, sizes
+  // within the file, regions in order).
+  static Result<CopyState> attach(int fd);
+
+  CopyState(CopyState&&) noexcept;
+  CopyState& operator=(CopyState&&) noexcept;
+  ~CopyState();
+
+  int fd() const { return fd_.get(); }
+  Protocol protocol() const;
+  uint64_t chunk_size() const;
+  uint64_t chunk_count() const;
+  uint32_t pool_slots() const;
+  std::span<const Region> regions() const;
+  ChunkState state(uint64_t chunk) const;
+  bool dirty(uint64_t chunk) const;
+  Window window() const;
+  Statistics statistics() const;
+
+  // --- the hooks ---
+  // Before a call writes [address, address + bytes): copy-on-write saves
+  // every chunk of it that is still pending into a free pool slot (`save`),
+  // waits for chunks being copied, and for chunks it finds no slot for (they
+  // go to the engine first); recopy marks them dirty. Bytes outside every
+  // region are not the dump's. Nothing to do once the window is closed. An
+  // error (a failed save, a wait past `timeout`) aborts the window: the
+  // image is then incomplete, and the call may go on.
+  Result<WriteReport> before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
+                                   std::chrono::milliseconds timeout);
+  // A call whose write set is unknown: waits until the window is closed.
+  Result<void> wait_closed(std::chrono::milliseconds timeout) const;
+
+  // --- the engine ---
+  // The next chunk to copy: those a write waits for first, then the others
+  // in order (recopy: those not dirty), each claimed once. Empty when none
+  // is left to claim now (some may still be saving, or copying).
+  std::optional<Claim> claim_next();
+  // Recopy, after the gate closed and the streams drained: the next dirty
+  // chunk, claimed (its dirty mark cleared).
+  std::optional<Claim> claim_dirty();
+  // The claimed chunk is in the image: its pool slot is free again, waiters
+  // are woken.
+  void copied(const Claim& claim);
+  // The engine could not copy it: back to where it was, for another try.
+  void unclaim(const Claim& claim);
+  // True when every chunk is copied (copy-on-write: the window can close).
+  bool all_copied() const;
+  // Closes the window (every chunk copied, or the dump given up); the
+  // hooks stop consulting the table, waiters wake.
+  void close(Window how);
+
+ private:
+  CopyState(UniqueFd fd, void* map, size_t map_bytes, std::unique_ptr<Layout> layout);
+  std::atomic<uint32_t>& word(uint64_t chunk) const;
+  Claim claim_of(uint64_t chunk, std::optional<uint32_t> slot) const;
+  // The chunks [first, last] that [address, address + bytes) touches in each
+  // region, appended as pairs.
+  void chunks_of(uint64_t address, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>& out) const;
+  Result<void> write_chunk(uint64_t chunk, const SaveChunk& save, std::chrono::steady_clock::time_point deadline,
+                           WriteReport& report);
+  std::optional<uint32_t> take_slot();
+  void free_slot(uint32_t slot);
+  void urgent(uint64_t chunk);
+  // Sleeps while `w` holds `seen` (or until the deadline); false at the deadline.
+  static bool wait_change(const std::atomic<uint32_t>& w, uint32_t seen, std::chrono::steady_clock::time_point deadline);
+  static void wake_all(std::atomic<uint32_t>& w);
+
+  UniqueFd fd_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  std::unique_ptr<Layout> l_;  // where each part lies in the mapping
+};
+
+}  // namespace phos::copystate

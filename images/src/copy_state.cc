@@ -1,0 +1,502 @@
+#include "phos/images/copy_state.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace phos::copystate {
+namespace {
+
+constexpr uint64_t kMagic = 0x5453504359504850ull;  // "PHPYCPST": phos copy state
+constexpr uint32_t kVersion = 1;
+constexpr size_t kUrgentEntries = 256;
+constexpr uint32_t kStateBits = 4;
+constexpr uint32_t kStateMask = (1u << kStateBits) - 1;
+constexpr uint64_t kMaxChunks = uint64_t(1) << 26;  // 256 TiB of 4 MiB chunks
+constexpr uint32_t kMaxPoolSlots = (1u << (32 - kStateBits)) - 2;
+constexpr uint32_t kMaxRegions = 1u << 24;
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "the table is shared between processes: its atomics must be address-free");
+
+// The table's first page. Offsets are from the start of the mapping.
+struct Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t protocol;
+  uint64_t chunk_size;
+  uint64_t chunk_count;
+  uint32_t region_count;
+  uint32_t pool_slots;
+  uint64_t regions_offset;
+  uint64_t chunks_offset;
+  uint64_t dirty_offset;
+  uint64_t pool_offset;
+  uint64_t urgent_offset;
+  uint64_t total_bytes;
+  std::atomic<uint32_t> window;
+  uint32_t reserved;
+  std::atomic<uint64_t> cursor;  // where the engine's scan goes on
+  std::atomic<uint64_t> saved, waits, dirtied;
+};
+
+struct RegionRecord {
+  uint64_t id, address, size, first_chunk;
+};
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t chunks_in(uint64_t size, uint64_t chunk_size) { return (size + chunk_size - 1) / chunk_size; }
+
+uint32_t encode(ChunkState s, std::optional<uint32_t> slot = std::nullopt) {
+  return uint32_t(s) | (slot ? (*slot + 1) << kStateBits : 0);
+}
+ChunkState state_of(uint32_t w) { return ChunkState(w & kStateMask); }
+std::optional<uint32_t> slot_of(uint32_t w) {
+  uint32_t s = w >> kStateBits;
+  return s ? std::optional<uint32_t>(s - 1) : std::nullopt;
+}
+
+long futex(const std::atomic<uint32_t>& w, int op, uint32_t value, const struct timespec* timeout) {
+  // Shared between processes: no FUTEX_PRIVATE_FLAG.
+  return ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&w), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+struct CopyState::Layout {
+  Header* header;
+  RegionRecord* records;
+  std::atomic<uint32_t>* chunks;
+  std::atomic<uint64_t>* dirty;
+  std::atomic<uint64_t>* pool;
+  std::atomic<uint32_t>* urgent;
+  std::vector<Region> regions;  // a private copy: what the hooks search
+};
+
+namespace {
+
+// Where each part of a table of this shape lies.
+struct Offsets {
+  uint64_t regions, chunks, dirty, pool, urgent, total;
+};
+Offsets offsets_for(uint64_t chunk_count, uint32_t region_count, uint32_t pool_slots) {
+  Offsets o;
+  o.regions = align_up(sizeof(Header), 64);
+  o.chunks = align_up(o.regions + uint64_t(region_count) * sizeof(RegionRecord), 64);
+  o.dirty = align_up(o.chunks + chunk_count * sizeof(uint32_t), 64);
+  o.pool = align_up(o.dirty + (chunk_count + 63) / 64 * 8, 64);
+  o.urgent = align_up(o.pool + (uint64_t(pool_slots) + 63) / 64 * 8, 64);
+  o.total = align_up(o.urgent + kUrgentEntries * sizeof(uint32_t), 4096);
+  return o;
+}
+
+}  // namespace
+
+CopyState::CopyState(UniqueFd fd, void* map, size_t map_bytes, std::unique_ptr<Layout> layout)
+    : fd_(std::move(fd)), map_(map), map_bytes_(map_bytes), l_(std::move(layout)) {}
+
+CopyState::CopyState(CopyState&& o) noexcept
+    : fd_(std::move(o.fd_)), map_(std::exchange(o.map_, nullptr)), map_bytes_(o.map_bytes_), l_(std::move(o.l_)) {}
+
+CopyState& CopyState::operator=(CopyState&& o) noexcept {
+  if (this != &o) {
+    if (map_) ::munmap(map_, map_bytes_);
+    fd_ = std::move(o.fd_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_bytes_ = o.map_bytes_;
+    l_ = std::move(o.l_);
+  }
+  return *this;
+}
+
+CopyState::~CopyState() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+namespace {
+
+// The parts of a mapped table, from its (checked) header.
+std::unique_ptr<CopyState::Layout> make_layout(void* map, const Offsets& o) {
+  auto* base = static_cast<std::byte*>(map);
+  auto l = std::unique_ptr<CopyState::Layout>(new CopyState::Layout{
+      reinterpret_cast<Header*>(base), reinterpret_cast<RegionRecord*>(base + o.regions),
+      reinterpret_cast<std::atomic<uint32_t>*>(base + o.chunks), reinterpret_cast<std::atomic<uint64_t>*>(base + o.dirty),
+      reinterpret_cast<std::atomic<uint64_t>*>(base + o.pool), reinterpret_cast<std::atomic<uint32_t>*>(base + o.urgent),
+      {}});
+  for (uint32_t i = 0; i < l->header->region_count; i++)
+    l->regions.push_back(Region{l->records[i].id, l->records[i].address, l->records[i].size});
+  return l;
+}
+
+}  // namespace
+
+Result<CopyState> CopyState::create(Protocol protocol, uint64_t chunk_size, std::span<const Region> regions,
+                                    uint32_t pool_slots) {
+  if (chunk_size == 0 || chunk_size % 4096) return make_error("copy state: chunk size " + std::to_string(chunk_size) + " is not a multiple of 4096");
+  if (regions.size() > kMaxRegions) return make_error("copy state: " + std::to_string(regions.size()) + " regions, at most " + std::to_string(kMaxRegions));
+  if (pool_slots > kMaxPoolSlots) return make_error("copy state: " + std::to_string(pool_slots) + " pool slots, too many");
+  std::vector<Region> sorted(regions.begin(), regions.end());
+  std::sort(sorted.begin(), sorted.end(), [](const Region& a, const Region& b) { return a.address < b.address; });
+  uint64_t chunk_count = 0;
+  for (size_t i = 0; i < sorted.size(); i++) {
+    const Region& r = sorted[i];
+    if (r.size == 0 || r.address + r.size < r.address)
+      return make_error("copy state: allocation " + std::to_string(r.id) + " is empty or wraps");
+    if (i && sorted[i - 1].address + sorted[i - 1].size > r.address)
+      return make_error("copy state: allocations " + std::to_string(sorted[i - 1].id) + " and " + std::to_string(r.id) +
+                        " overlap");
+    chunk_count += chunks_in(r.size, chunk_size);
+  }
+  if (chunk_count > kMaxChunks) return make_error("copy state: " + std::to_string(chunk_count) + " chunks, too many");
+
+  Offsets o = offsets_for(chunk_count, uint32_t(sorted.size()), pool_slots);
+  UniqueFd fd(::memfd_create("phos-copy-state", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) return errno_error("copy state: memfd_create");
+  if (::ftruncate(fd.get(), off_t(o.total)) != 0) return errno_error("copy state: size the memfd");
+  // The application maps it too: it must not be able to shrink it under
+  // the engine's mapping (a SIGBUS in criu), nor grow it.
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return errno_error("copy state: seal the memfd");
+  void* map = ::mmap(nullptr, o.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (map == MAP_FAILED) return errno_error("copy state: map the memfd");
+  // A fresh memfd reads as zeros: every chunk pending, the window open, no
+  // slot taken, no urgent chunk.
+  auto* h = new (map) Header{};
+  h->magic = kMagic;
+  h->version = kVersion;
+  h->protocol = uint32_t(protocol);
+  h->chunk_size = chunk_size;
+  h->chunk_count = chunk_count;
+  h->region_count = uint32_t(sorted.size());
+  h->pool_slots = pool_slots;
+  h->regions_offset = o.regions;
+  h->chunks_offset = o.chunks;
+  h->dirty_offset = o.dirty;
+  h->pool_offset = o.pool;
+  h->urgent_offset = o.urgent;
+  h->total_bytes = o.total;
+  auto* records = reinterpret_cast<RegionRecord*>(static_cast<std::byte*>(map) + o.regions);
+  uint64_t first = 0;
+  for (size_t i = 0; i < sorted.size(); i++) {
+    records[i] = RegionRecord{sorted[i].id, sorted[i].address, sorted[i].size, first};
+    first += chunks_in(sorted[i].size, chunk_size);
+  }
+  return CopyState(std::move(fd), map, o.total, make_layout(map, o));
+}
+
+Result<CopyState> CopyState::attach(int fd_in) {
+  UniqueFd fd(::fcntl(fd_in, F_DUPFD_CLOEXEC, 0));
+  if (!fd.valid()) return errno_error("copy state: duplicate its fd");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_error("copy state: fstat");
+  if (!S_ISREG(st.st_mode) || uint64_t(st.st_size) < sizeof(Header))
+    return make_error("copy state: the fd is not a copy-state table (" + std::to_string(st.st_size) + " bytes)", EPROTO);
+  int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    return make_error("copy state: the table's memfd is not sealed against shrinking", EPROTO);
+  size_t bytes = size_t(st.st_size);
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (map == MAP_FAILED) return errno_error("copy state: map the table");
+  auto fail = [&](const std::string& what) -> Error {
+    ::munmap(map, bytes);
+    return make_error("copy state: " + what, EPROTO);
+  };
+  const Header& h = *static_cast<const Header*>(map);
+  if (h.magic != kMagic) return fail("bad magic");
+  if (h.version != kVersion) return fail("version " + std::to_string(h.version) + ", this phos reads " + std::to_string(kVersion));
+  if (h.protocol != uint32_t(Protocol::kCopyOnWrite) && h.protocol != uint32_t(Protocol::kRecopy))
+    return fail("unknown protocol " + std::to_string(h.protocol));
+  if (h.chunk_size == 0 || h.chunk_size % 4096 || h.chunk_count > kMaxChunks || h.region_count > kMaxRegions ||
+      h.pool_slots > kMaxPoolSlots)
+    return fail("sizes out of range");
+  Offsets o = offsets_for(h.chunk_count, h.region_count, h.pool_slots);
+  if (o.regions != h.regions_offset || o.chunks != h.chunks_offset || o.dirty != h.dirty_offset ||
+      o.pool != h.pool_offset || o.urgent != h.urgent_offset || o.total != h.total_bytes || o.total > bytes)
+    return fail("its parts do not lie where its sizes say");
+  auto l = make_layout(map, o);
+  uint64_t first = 0;
+  for (uint32_t i = 0; i < h.region_count; i++) {
+    const RegionRecord& r = l->records[i];
+    if (r.size == 0 || r.address + r.size < r.address || r.first_chunk != first ||
+        (i && l->records[i - 1].address + l->records[i - 1].size > r.address))
+      return fail("allocation record " + std::to_string(i) + " is inconsistent");
+    first += chunks_in(r.size, h.chunk_size);
+  }
+  if (first != h.chunk_count) return fail("the allocations do not make up its chunks");
+  return CopyState(std::move(fd), map, bytes, std::move(l));
+}
+
+Protocol CopyState::protocol() const { return Protocol(l_->header->protocol); }
+uint64_t CopyState::chunk_size() const { return l_->header->chunk_size; }
+uint64_t CopyState::chunk_count() const { return l_->header->chunk_count; }
+uint32_t CopyState::pool_slots() const { return l_->header->pool_slots; }
+std::span<const Region> CopyState::regions() const { return l_->regions; }
+std::atomic<uint32_t>& CopyState::word(uint64_t chunk) const { return l_->chunks[chunk]; }
+ChunkState CopyState::state(uint64_t chunk) const { return state_of(word(chunk).load(std::memory_order_acquire)); }
+bool CopyState::dirty(uint64_t chunk) const {
+  return (l_->dirty[chunk / 64].load(std::memory_order_acquire) >> (chunk % 64)) & 1;
+}
+Window CopyState::window() const { return Window(l_->header->window.load(std::memory_order_acquire)); }
+
+Statistics CopyState::statistics() const {
+  const Header& h = *l_->header;
+  return Statistics{h.saved.load(), h.waits.load(), h.dirtied.load()};
+}
+
+Claim CopyState::claim_of(uint64_t chunk, std::optional<uint32_t> slot) const {
+  const RegionRecord* records = l_->records;
+  uint32_t n = l_->header->region_count;
+  // The last region whose first chunk is at or before `chunk`.
+  uint32_t lo = 0, hi = n;
+  while (hi - lo > 1) {
+    uint32_t mid = (lo + hi) / 2;
+    (records[mid].first_chunk <= chunk ? lo : hi) = mid;
+  }
+  const RegionRecord& r = records[lo];
+  Claim c;
+  c.chunk = chunk;
+  c.region = lo;
+  c.offset = (chunk - r.first_chunk) * chunk_size();
+  c.bytes = std::min(chunk_size(), r.size - c.offset);
+  c.pool_slot = slot;
+  return c;
+}
+
+void CopyState::chunks_of(uint64_t address, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>& out) const {
+  if (bytes == 0) return;
+  uint64_t end = address + bytes < address ? UINT64_MAX : address + bytes;
+  const auto& regions = l_->regions;
+  // The first region that ends after `address`.
+  auto it = std::upper_bound(regions.begin(), regions.end(), address,
+                             [](uint64_t a, const Region& r) { return a < r.address + r.size; });
+  for (; it != regions.end() && it->address < end; ++it) {
+    uint64_t from = std::max(address, it->address) - it->address;
+    uint64_t to = std::min(end, it->address + it->size) - it->address;  // exclusive
+    uint64_t first = l_->records[it - regions.begin()].first_chunk;
+    out.emplace_back(first + from / chunk_size(), first + (to - 1) / chunk_size());
+  }
+}
+
+bool CopyState::wait_change(const std::atomic<uint32_t>& w, uint32_t seen,
+                            std::chrono::steady_clock::time_point deadline) {
+  auto now = std::chrono::steady_clock::now();
+  if (now >= deadline) return false;
+  // Bounded sleeps: a window closed elsewhere is noticed even if nobody
+  // woke this word.
+  auto left = std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(10));
+  struct timespec ts {
+    time_t(left.count() / 1000000000), long(left.count() % 1000000000)
+  };
+  if (w.load(std::memory_order_acquire) == seen) futex(w, FUTEX_WAIT, seen, &ts);
+  return true;
+}
+
+void CopyState::wake_all(std::atomic<uint32_t>& w) { futex(w, FUTEX_WAKE, INT32_MAX, nullptr); }
+
+std::optional<uint32_t> CopyState::take_slot() {
+  uint32_t slots = pool_slots();
+  for (uint32_t i = 0; i * 64 < slots; i++) {
+    std::atomic<uint64_t>& bits = l_->pool[i];
+    uint64_t b = bits.load(std::memory_order_relaxed);
+    for (;;) {
+      uint64_t free = ~b;
+      if (i * 64 + 64 > slots) free &= (uint64_t(1) << (slots - i * 64)) - 1;
+      if (!free) break;
+      uint64_t bit = free & -free;
+      if (bits.compare_exchange_weak(b, b | bit, std::memory_order_acq_rel)) return i * 64 + uint32_t(__builtin_ctzll(bit));
+    }
+  }
+  return std::nullopt;
+}
+
+void CopyState::free_slot(uint32_t slot) {
+  if (slot >= pool_slots()) return;  // the application may have scribbled on the table
+  l_->pool[slot / 64].fetch_and(~(uint64_t(1) << (slot % 64)), std::memory_order_release);
+}
+
+void CopyState::urgent(uint64_t chunk) {
+  for (size_t i = 0; i < kUrgentEntries; i++) {
+    uint32_t empty = 0;
+    if (l_->urgent[i].compare_exchange_strong(empty, uint32_t(chunk + 1), std::memory_order_release)) return;
+    if (l_->urgent[i].load(std::memory_order_relaxed) == chunk + 1) return;  // asked for already
+  }
+  // A full list: the engine reaches the chunk in its order anyway.
+}
+
+Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
+                                    std::chrono::steady_clock::time_point deadline, WriteReport& report) {
+  std::atomic<uint32_t>& w = word(chunk);
+  bool counted_wait = false;
+  auto wait = [&](uint32_t seen) -> Result<void> {
+    if (!counted_wait) {
+      counted_wait = true;
+      report.waited++;
+      l_->header->waits.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!wait_change(w, seen, deadline)) return make_error("copy-on-write: chunk " + std::to_string(chunk) + " was not copied in time", ETIMEDOUT);
+    return {};
+  };
+  for (;;) {
+    if (window() != Window::kOpen) return {};
+    uint32_t seen = w.load(std::memory_order_acquire);
+    switch (state_of(seen)) {
+      case ChunkState::kCopied:
+      case ChunkState::kSaved: return {};
+      case ChunkState::kCopying:
+      case ChunkState::kSaving: PHOS_TRY(wait(seen)); continue;
+      case ChunkState::kPending: break;
+      default: return make_error("copy-on-write: chunk " + std::to_string(chunk) + " in an unknown state", EPROTO);
+    }
+    auto slot = take_slot();
+    if (!slot) {  // the pool is full: the engine takes this chunk next
+      urgent(chunk);
+      PHOS_TRY(wait(seen));
+      continue;
+    }
+    if (!w.compare_exchange_strong(seen, encode(ChunkState::kSaving), std::memory_order_acq_rel)) {
+      free_slot(*slot);  // someone else moved it on
+      continue;
+    }
+    Claim c = claim_of(chunk, slot);
+    auto saved = save(regions()[c.region].address + c.offset, c.bytes, *slot);
+    if (!saved) {
+      free_slot(*slot);
+      w.store(encode(ChunkState::kPending), std::memory_order_release);
+      wake_all(w);
+      return make_error("copy-on-write: save chunk " + std::to_string(chunk) + ": " + saved.error().message,
+                        saved.error().code);
+    }
+    w.store(encode(ChunkState::kSaved, slot), std::memory_order_release);
+    wake_all(w);
+    report.saved++;
+    l_->header->saved.fetch_add(1, std::memory_order_relaxed);
+    return {};
+  }
+}
+
+Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
+                                            std::chrono::milliseconds timeout) {
+  WriteReport report;
+  if (window() != Window::kOpen) return report;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  chunks_of(address, bytes, spans);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto [first, last] : spans) {
+    for (uint64_t c = first; c <= last; c++) {
+      if (protocol() == Protocol::kRecopy) {
+        uint64_t bit = uint64_t(1) << (c % 64);
+        if (!(l_->dirty[c / 64].fetch_or(bit, std::memory_order_acq_rel) & bit)) {
+          report.dirtied++;
+          l_->header->dirtied.fetch_add(1, std::memory_order_relaxed);
+        }
+        continue;
+      }
+      if (auto r = write_chunk(c, save, deadline, report); !r) {
+        close(Window::kAborted);
+        return r.error();
+      }
+    }
+  }
+  return report;
+}
+
+Result<void> CopyState::wait_closed(std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::atomic<uint32_t>& w = l_->header->window;
+  for (uint32_t seen; (seen = w.load(std::memory_order_acquire)) == uint32_t(Window::kOpen);)
+    if (!wait_change(w, seen, deadline)) return make_error("the dump's copy did not end in time", ETIMEDOUT);
+  return {};
+}
+
+std::optional<Claim> CopyState::claim_next() {
+  if (window() != Window::kOpen) return std::nullopt;
+  const uint64_t n = chunk_count();
+  // Chunks a write waits for.
+  for (size_t i = 0; i < kUrgentEntries; i++) {
+    uint32_t v = l_->urgent[i].exchange(0, std::memory_order_acq_rel);
+    if (!v || v - 1 >= n) continue;  // empty, or scribbled on
+    std::atomic<uint32_t>& w = word(v - 1);
+    uint32_t seen = w.load(std::memory_order_acquire);
+    if (state_of(seen) == ChunkState::kPending &&
+        w.compare_exchange_strong(seen, encode(ChunkState::kCopying), std::memory_order_acq_rel))
+      return claim_of(v - 1, std::nullopt);
+  }
+  // The others, in order from where the last scan stopped, around once:
+  // chunks being saved when it passed are found the next time round.
+  bool recopy = protocol() == Protocol::kRecopy;
+  uint64_t start = l_->header->cursor.load(std::memory_order_relaxed) % (n ? n : 1);
+  for (uint64_t k = 0; k < n; k++) {
+    uint64_t c = (start + k) % n;
+    if (recopy && dirty(c)) continue;  // copied again at the end
+    std::atomic<uint32_t>& w = word(c);
+    uint32_t seen = w.load(std::memory_order_acquire);
+    ChunkState s = state_of(seen);
+    if (s != ChunkState::kPending && s != ChunkState::kSaved) continue;
+    std::optional<uint32_t> slot = s == ChunkState::kSaved ? slot_of(seen) : std::nullopt;
+    if (slot && *slot >= pool_slots()) continue;  // scribbled on: left for the end check
+    if (!w.compare_exchange_strong(seen, encode(ChunkState::kCopying, slot), std::memory_order_acq_rel)) continue;
+    l_->header->cursor.store(c + 1, std::memory_order_relaxed);
+    return claim_of(c, slot);
+  }
+  return std::nullopt;
+}
+
+std::optional<Claim> CopyState::claim_dirty() {
+  const uint64_t n = chunk_count();
+  for (uint64_t i = 0; i * 64 < n; i++) {
+    uint64_t bits = l_->dirty[i].load(std::memory_order_acquire);
+    while (bits) {
+      uint64_t c = i * 64 + uint64_t(__builtin_ctzll(bits));
+      uint64_t bit = uint64_t(1) << (c % 64);
+      bits &= ~bit;
+      if (c >= n) break;
+      std::atomic<uint32_t>& w = word(c);
+      uint32_t seen = w.load(std::memory_order_acquire);
+      if (state_of(seen) == ChunkState::kCopying) continue;  // the engine has it already
+      if (!(l_->dirty[i].fetch_and(~bit, std::memory_order_acq_rel) & bit)) continue;
+      w.store(encode(ChunkState::kCopying), std::memory_order_release);
+      return claim_of(c, std::nullopt);
+    }
+  }
+  return std::nullopt;
+}
+
+void CopyState::copied(const Claim& claim) {
+  if (claim.chunk >= chunk_count()) return;
+  std::atomic<uint32_t>& w = word(claim.chunk);
+  w.store(encode(ChunkState::kCopied), std::memory_order_release);
+  if (claim.pool_slot) free_slot(*claim.pool_slot);
+  wake_all(w);
+}
+
+void CopyState::unclaim(const Claim& claim) {
+  if (claim.chunk >= chunk_count()) return;
+  std::atomic<uint32_t>& w = word(claim.chunk);
+  w.store(claim.pool_slot ? encode(ChunkState::kSaved, claim.pool_slot) : encode(ChunkState::kPending),
+          std::memory_order_release);
+  wake_all(w);
+}
+
+bool CopyState::all_copied() const {
+  const uint64_t n = chunk_count();
+  for (uint64_t c = 0; c < n; c++)
+    if (state(c) != ChunkState::kCopied || dirty(c)) return false;
+  return true;
+}
+
+void CopyState::close(Window how) {
+  uint32_t open = uint32_t(Window::kOpen);
+  // The first close counts: an abort after completion changes nothing.
+  l_->header->window.compare_exchange_strong(open, uint32_t(how), std::memory_order_acq_rel);
+  wake_all(l_->header->window);
+  for (uint64_t c = 0; c < chunk_count(); c++)
+    if (state(c) != ChunkState::kCopied) wake_all(word(c));
+}
+
+}  // namespace phos::copystate

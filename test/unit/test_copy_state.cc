@@ -1,0 +1,355 @@
+// The copy state of a concurrent dump (phos/images/copy_state.h): the
+// table the engine and the hooks share, its states, its checks when mapped,
+// and, on simulated device memory, that an image taken while writers keep
+// writing is the state at the freeze.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "phos/images/copy_state.h"
+
+using namespace phos;
+using namespace phos::copystate;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kChunk = 4096;
+
+Result<void> no_save(uint64_t, uint64_t, uint32_t) { return make_error("no save expected"); }
+
+CopyState make(Protocol p, std::vector<Region> regions, uint32_t slots) {
+  auto s = CopyState::create(p, kChunk, regions, slots);
+  REQUIRE(s.ok());
+  return std::move(s.value());
+}
+
+// Drains every chunk the engine can claim now, marking each copied.
+int drain(CopyState& s) {
+  int n = 0;
+  while (auto c = s.claim_next()) {
+    s.copied(*c);
+    n++;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("copy state: chunks of each allocation, in address order, all pending", "[copy_state]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{7, 0x200000, 3 * kChunk + 1}, {3, 0x100000, kChunk}}, 2);
+  CHECK(s.chunk_count() == 5);
+  REQUIRE(s.regions().size() == 2);
+  CHECK(s.regions()[0].id == 3);  // sorted by address
+  CHECK(s.regions()[1].id == 7);
+  for (uint64_t c = 0; c < 5; c++) CHECK(s.state(c) == ChunkState::kPending);
+  CHECK(s.window() == Window::kOpen);
+  auto c = s.claim_next();
+  REQUIRE(c);
+  CHECK(c->chunk == 0);
+  CHECK(c->region == 0);
+  CHECK(c->bytes == kChunk);
+  // The last chunk of a region is short.
+  for (int i = 0; i < 4; i++) c = s.claim_next();
+  REQUIRE(c);
+  CHECK(c->chunk == 4);
+  CHECK(c->offset == 3 * kChunk);
+  CHECK(c->bytes == 1);
+}
+
+TEST_CASE("copy state: create refuses overlapping, empty and wrapping allocations and odd chunk sizes",
+          "[copy_state]") {
+  auto overlap = CopyState::create(Protocol::kCopyOnWrite, kChunk, std::vector<Region>{{1, 0x1000, 0x2000}, {2, 0x2000, 0x1000}}, 0);
+  REQUIRE_FALSE(overlap.ok());
+  CHECK_THAT(overlap.error().message, Catch::Contains("overlap"));
+  CHECK_FALSE(CopyState::create(Protocol::kCopyOnWrite, kChunk, std::vector<Region>{{1, 0x1000, 0}}, 0).ok());
+  CHECK_FALSE(CopyState::create(Protocol::kCopyOnWrite, kChunk, std::vector<Region>{{1, ~0ull - 10, 100}}, 0).ok());
+  auto odd = CopyState::create(Protocol::kCopyOnWrite, 1000, std::vector<Region>{{1, 0x1000, 0x1000}}, 0);
+  REQUIRE_FALSE(odd.ok());
+  CHECK_THAT(odd.error().message, Catch::Contains("chunk size"));
+}
+
+TEST_CASE("copy state: attach maps the same table; refuses what is not one", "[copy_state]") {
+  CopyState engine = make(Protocol::kRecopy, {{1, 0x10000, 8 * kChunk}}, 0);
+  auto hooks = CopyState::attach(engine.fd());
+  REQUIRE(hooks.ok());
+  CHECK(hooks->protocol() == Protocol::kRecopy);
+  CHECK(hooks->chunk_count() == 8);
+  REQUIRE(hooks->before_write(0x10000 + 3 * kChunk, 10, no_save, 1s).ok());
+  CHECK(engine.dirty(3));  // one table
+
+  SECTION("a memfd that is not sealed") {
+    int fd = ::memfd_create("not-a-table", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, 8192) == 0);
+    auto r = CopyState::attach(fd);
+    ::close(fd);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == EPROTO);
+  }
+  SECTION("a sealed memfd with garbage") {
+    int fd = ::memfd_create("garbage", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE(fd >= 0);
+    std::vector<char> junk(8192, 'x');
+    REQUIRE(::write(fd, junk.data(), junk.size()) == ssize_t(junk.size()));
+    REQUIRE(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+    auto r = CopyState::attach(fd);
+    ::close(fd);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("magic"));
+  }
+  SECTION("a table whose allocation records were scribbled on") {
+    void* map = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, engine.fd(), 0);
+    REQUIRE(map != MAP_FAILED);
+    auto* words = static_cast<uint64_t*>(map);
+    // The first region record follows the 64-byte aligned header; its size field.
+    uint64_t* size = nullptr;
+    for (size_t i = 0; i < 4096 / 8 - 3; i++)
+      if (words[i] == 1 && words[i + 1] == 0x10000 && words[i + 2] == 8 * kChunk) size = &words[i + 2];
+    REQUIRE(size != nullptr);
+    *size = 3 * kChunk;
+    auto r = CopyState::attach(engine.fd());
+    ::munmap(map, 4096);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == EPROTO);
+  }
+}
+
+TEST_CASE("copy state: copy-on-write saves a pending chunk once, the engine takes it from its slot",
+          "[copy_state]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 2);
+  std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> saves;
+  auto save = [&](uint64_t a, uint64_t b, uint32_t slot) -> Result<void> {
+    saves.emplace_back(a, b, slot);
+    return {};
+  };
+  // Bytes 100.. of chunk 1 through byte 10 of chunk 2: both saved.
+  auto r = s.before_write(0x10000 + kChunk + 100, kChunk, save, 1s);
+  REQUIRE(r.ok());
+  CHECK(r->saved == 2);
+  REQUIRE(saves.size() == 2);
+  CHECK(std::get<0>(saves[0]) == 0x10000 + kChunk);
+  CHECK(std::get<1>(saves[0]) == kChunk);
+  CHECK(std::get<2>(saves[0]) != std::get<2>(saves[1]));
+  CHECK(s.state(1) == ChunkState::kSaved);
+  CHECK(s.state(2) == ChunkState::kSaved);
+  // Written again: nothing more to save.
+  REQUIRE(s.before_write(0x10000 + kChunk, 2 * kChunk, save, 1s).ok());
+  CHECK(saves.size() == 2);
+  // Outside every allocation: not the dump's.
+  REQUIRE(s.before_write(0x90000, kChunk, save, 1s).ok());
+  CHECK(saves.size() == 2);
+
+  std::vector<Claim> claims;
+  while (auto c = s.claim_next()) claims.push_back(*c);
+  REQUIRE(claims.size() == 4);
+  CHECK_FALSE(claims[0].pool_slot);
+  REQUIRE(claims[1].pool_slot);
+  CHECK(*claims[1].pool_slot == std::get<2>(saves[0]));
+  for (auto& c : claims) s.copied(c);
+  CHECK(s.all_copied());
+  CHECK(s.statistics().saved == 2);
+  // The slots are free again: a new table's worth of saves fits.
+  auto again = s.before_write(0x10000, kChunk, save, 1s);
+  REQUIRE(again.ok());
+  CHECK(again->saved == 0);  // copied already
+}
+
+TEST_CASE("copy state: a write waits for a chunk the engine is copying", "[copy_state]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
+  auto c = s.claim_next();
+  REQUIRE(c);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    auto r = s.before_write(0x10000, 8, no_save, 5s);
+    CHECK(r.ok());
+    CHECK(r->waited == 1);
+    CHECK(r->saved == 0);
+    done = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(done.load());
+  s.copied(*c);
+  writer.join();
+  CHECK(done.load());
+}
+
+TEST_CASE("copy state: with the pool full, the chunk goes to the engine first and the write waits",
+          "[copy_state]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 64 * kChunk}}, 0);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    auto r = s.before_write(0x10000 + 40 * kChunk, 8, no_save, 5s);
+    CHECK(r.ok());
+    done = true;
+  });
+  // Once the writer has asked, the engine's next claim is the chunk it
+  // waits for, not the next in order (those are put back until then).
+  std::optional<Claim> c;
+  for (int i = 0; i < 2000 && !c; i++) {
+    std::this_thread::sleep_for(1ms);
+    c = s.claim_next();
+    if (c && c->chunk != 40) {
+      s.unclaim(*c);
+      c = std::nullopt;
+    }
+  }
+  REQUIRE(c);
+  CHECK(c->chunk == 40);
+  CHECK_FALSE(done.load());
+  s.copied(*c);
+  writer.join();
+  CHECK(s.statistics().waits == 1);
+}
+
+TEST_CASE("copy state: a failed save or a wait past its time aborts the window", "[copy_state]") {
+  SECTION("a failed save") {
+    CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 2);
+    auto r = s.before_write(0x10000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> {
+      return make_error("device to device copy failed", EIO);
+    }, 1s);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == EIO);
+    CHECK_THAT(r.error().message, Catch::Contains("chunk 0"));
+    CHECK(s.state(0) == ChunkState::kPending);
+    CHECK(s.window() == Window::kAborted);
+    CHECK_FALSE(s.claim_next());  // the engine stops
+  }
+  SECTION("a wait past its time") {
+    CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
+    auto r = s.before_write(0x10000, 8, no_save, 30ms);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ETIMEDOUT);
+    CHECK(s.window() == Window::kAborted);
+  }
+  SECTION("closed: writes and unknown sets go on at once") {
+    CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
+    std::thread unknown([&] { CHECK(s.wait_closed(5s).ok()); });
+    CHECK(drain(s) == 2);
+    CHECK(s.all_copied());
+    s.close(Window::kClosed);
+    unknown.join();
+    CHECK(s.before_write(0x10000, 8, no_save, 10ms).ok());
+    s.close(Window::kAborted);  // the first close counts
+    CHECK(s.window() == Window::kClosed);
+  }
+}
+
+TEST_CASE("copy state: recopy marks written chunks dirty and copies them again at the end", "[copy_state]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x10000, 8 * kChunk}}, 0);
+  auto c0 = s.claim_next();
+  REQUIRE(c0);
+  s.copied(*c0);
+  auto r = s.before_write(0x10000, 3 * kChunk, no_save, 1s);  // chunks 0 (copied), 1, 2 (pending)
+  REQUIRE(r.ok());
+  CHECK(r->dirtied == 3);
+  CHECK(r->waited == 0);
+  REQUIRE(s.before_write(0x10000, 8, no_save, 1s)->dirtied == 0);  // dirty already
+  std::vector<uint64_t> first;
+  while (auto c = s.claim_next()) {
+    first.push_back(c->chunk);
+    s.copied(*c);
+  }
+  CHECK(first == std::vector<uint64_t>{3, 4, 5, 6, 7});  // the dirty ones wait for the end
+  CHECK_FALSE(s.all_copied());
+  std::vector<uint64_t> again;
+  while (auto c = s.claim_dirty()) {
+    again.push_back(c->chunk);
+    s.copied(*c);
+  }
+  CHECK(again == std::vector<uint64_t>{0, 1, 2});
+  CHECK(s.all_copied());
+}
+
+TEST_CASE("copy state: the hooks in another process share the table", "[copy_state]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 4);
+  auto c0 = s.claim_next();
+  auto c = s.claim_next();  // chunk 1 is being copied
+  REQUIRE(c0);
+  REQUIRE(c);
+  REQUIRE(c->chunk == 1);
+  s.unclaim(*c0);  // chunk 0 pending again
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto hooks = CopyState::attach(s.fd());
+    if (!hooks) _exit(2);
+    // Chunk 0 saved here, chunk 1 waited for until the parent copies it.
+    auto r = hooks->before_write(0x10000, 2 * kChunk, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 5s);
+    _exit(r && r->saved == 1 && r->waited == 1 ? 0 : 1);
+  }
+  REQUIRE(child > 0);
+  for (int i = 0; i < 500 && s.state(0) != ChunkState::kSaved; i++) std::this_thread::sleep_for(1ms);
+  CHECK(s.state(0) == ChunkState::kSaved);
+  s.copied(*c);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+// Writers keep changing simulated device memory while the engine copies it:
+// the image must equal the memory at the freeze, byte for byte, whatever the
+// pool's size.
+TEST_CASE("copy state: an image taken under concurrent writes is the state at the freeze", "[copy_state]") {
+  const uint32_t slots = GENERATE(0u, 3u, 64u);
+  const uint64_t chunks = 48;
+  std::vector<Region> regions{{1, 0x100000, 20 * kChunk}, {2, 0x200000, 28 * kChunk - 100}};
+  CopyState s = make(Protocol::kCopyOnWrite, regions, slots);
+  auto addr_of = [&](uint64_t address) -> size_t {
+    return address >= 0x200000 ? 20 * kChunk + (address - 0x200000) : address - 0x100000;
+  };
+  const size_t bytes = 20 * kChunk + 28 * kChunk - 100;
+  std::vector<uint8_t> device(bytes);
+  std::mt19937_64 rng(42);
+  for (auto& b : device) b = uint8_t(rng());
+  const std::vector<uint8_t> frozen = device;
+  std::vector<uint8_t> image(bytes, 0);
+  std::vector<std::vector<uint8_t>> pool(slots, std::vector<uint8_t>(kChunk));
+
+  auto save = [&](uint64_t address, uint64_t n, uint32_t slot) -> Result<void> {
+    std::memcpy(pool[slot].data(), device.data() + addr_of(address), n);
+    return {};
+  };
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; t++)
+    writers.emplace_back([&, t] {
+      std::mt19937_64 r(t + 1);
+      while (!stop) {
+        const Region& reg = regions[r() % 2];
+        uint64_t off = r() % reg.size, n = 1 + r() % std::min<uint64_t>(3 * kChunk, reg.size - off);
+        auto w = s.before_write(reg.address + off, n, save, 10s);
+        if (!w) FAIL(w.error().message);
+        std::memset(device.data() + addr_of(reg.address + off), int(r()), n);
+      }
+    });
+  uint64_t copied = 0;
+  while (copied < chunks) {
+    auto c = s.claim_next();
+    if (!c) {
+      std::this_thread::yield();
+      continue;
+    }
+    size_t at = addr_of(regions[c->region].address + c->offset);
+    const uint8_t* from = c->pool_slot ? pool[*c->pool_slot].data() : device.data() + at;
+    std::memcpy(image.data() + at, from, c->bytes);
+    s.copied(*c);
+    copied++;
+  }
+  CHECK(s.all_copied());
+  s.close(Window::kClosed);
+  stop = true;
+  for (auto& w : writers) w.join();
+  CHECK(image == frozen);
+  INFO("pool slots " << slots << ": saved " << s.statistics().saved << ", waits " << s.statistics().waits);
+  if (slots == 0) CHECK(s.statistics().saved == 0);
+}
