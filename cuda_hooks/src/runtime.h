@@ -11,14 +11,14 @@
 #include <utility>
 #include <vector>
 
-#include "memory/device_memory.h"
 #include "launch/kernel_info.h"
-#include "phos/hooks/kernel_registry.h"
 #include "launch/launch_log.h"
 #include "launch/launch_speculation.h"
 #include "launch/launch_validation.h"
-#include "phos/hooks/module_registry.h"
+#include "memory/device_memory.h"
 #include "phos/hooks/gate.h"
+#include "phos/hooks/kernel_registry.h"
+#include "phos/hooks/module_registry.h"
 #include "phos/hooks/thread_stripe.h"
 
 namespace phos::hooks {

@@ -19,17 +19,13 @@
 
 #include "phos/images/bytes.h"
 #include "phos/images/crc32c.h"
+#include "phos/support/clock.h"
 
 namespace phos::image {
 namespace {
 
 constexpr size_t kHeaderFieldsSize = 24;  // magic, version, pid, file_index, crc
 
-uint64_t now_ns() {
-  struct timespec ts {};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 // A heap buffer that starts 4 KiB-aligned and whose capacity is a multiple of
 // 4 KiB, as O_DIRECT needs.
@@ -226,19 +222,19 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   c.alloc_offset = alloc_offset;
   c.file_index = file_index_;
   c.raw_size = uint32_t(raw.size());
-  uint64_t t0 = now_ns();
+  uint64_t t0 = monotonic_ns();
   c.crc32c = crc ? *crc : crc32c(raw);
-  t.checksum_ns = now_ns() - t0;
+  t.checksum_ns = monotonic_ns() - t0;
 
   // What goes to the file: `extent` bytes from `out`, `stored` of them the chunk's.
   const std::byte* out = raw.data();
   size_t stored = raw.size(), extent = raw.size();
   AlignedBuffer aligned;
   if (compression == Compression::kZstd) {
-    t0 = now_ns();
+    t0 = monotonic_ns();
     aligned = AlignedBuffer(ZSTD_compressBound(raw.size()));
     size_t n = ZSTD_compress(aligned.data(), aligned.capacity(), raw.data(), raw.size(), zstd_level);
-    t.compress_ns = now_ns() - t0;
+    t.compress_ns = monotonic_ns() - t0;
     if (ZSTD_isError(n)) return make_error(name_ + ": zstd: " + ZSTD_getErrorName(n), EIO);
     if (n < raw.size()) {
       c.compression = Compression::kZstd;
@@ -256,9 +252,9 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   c.stored_size = uint32_t(stored);
   // Every extent starts aligned, whichever way it is written.
   c.file_offset = end_.fetch_add(align_up(stored));
-  t0 = now_ns();
+  t0 = monotonic_ns();
   PHOS_TRY(write_extent(out, extent, c.file_offset));
-  t.io_ns = now_ns() - t0;
+  t.io_ns = monotonic_ns() - t0;
   std::lock_guard<std::mutex> lock(mu_);
   times_ += t;
   return c;
@@ -282,23 +278,23 @@ Error checksum_mismatch(std::string_view file_name, const Chunk& chunk) {
 Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, std::span<std::byte> out,
                         std::vector<std::byte>& scratch, ChunkTimes* times, CrcCheck check) {
   ChunkTimes t;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = monotonic_ns();
   if (out.size() != chunk.raw_size)
     return make_error(std::string(file_name) + ": chunk buffer of " + std::to_string(out.size()) +
                       " bytes for a chunk of " + std::to_string(chunk.raw_size));
   if (chunk.compression == Compression::kNone) {
     PHOS_TRY(pread_all(fd, out.data(), out.size(), chunk.file_offset, file_name));
-    t.io_ns = now_ns() - t0;
+    t.io_ns = monotonic_ns() - t0;
   } else if (chunk.compression == Compression::kZstd) {
     scratch.resize(chunk.stored_size);
     PHOS_TRY(pread_all(fd, scratch.data(), scratch.size(), chunk.file_offset, file_name));
-    uint64_t t1 = now_ns();
+    uint64_t t1 = monotonic_ns();
     t.io_ns = t1 - t0;
     size_t n = ZSTD_decompress(out.data(), out.size(), scratch.data(), scratch.size());
     if (ZSTD_isError(n) || n != chunk.raw_size)
       return make_error(std::string(file_name) + ": chunk at offset " + std::to_string(chunk.file_offset) +
                         " does not decompress: " + (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
-    t.compress_ns = now_ns() - t1;
+    t.compress_ns = monotonic_ns() - t1;
   } else {
     return make_error(std::string(file_name) + ": chunk with unknown compression");
   }
@@ -306,9 +302,9 @@ Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, 
     if (times) *times += t;
     return {};
   }
-  t0 = now_ns();
+  t0 = monotonic_ns();
   uint32_t crc = crc32c(out);
-  t.checksum_ns = now_ns() - t0;
+  t.checksum_ns = monotonic_ns() - t0;
   if (times) *times += t;
   if (crc != chunk.crc32c) return checksum_mismatch(file_name, chunk);
   return {};

@@ -8,8 +8,8 @@
 #include <zstd.h>
 
 #include "framed_file.h"
-#include "phos/images/crc32c.h"
 #include "manifest.pb-c.h"
+#include "phos/images/crc32c.h"
 
 namespace phos::image {
 

@@ -39,11 +39,11 @@
 #include <thread>
 #include <vector>
 
-#include "phos/plugin/agent_client.h"
 #include "engine.h"
 #include "keeper_link.h"
-#include "phos/plugin/options.h"
 #include "phos/images/manifest.h"
+#include "phos/plugin/agent_client.h"
+#include "phos/plugin/options.h"
 #include "phos/support/result.h"
 
 namespace phos::plugin {

@@ -19,6 +19,7 @@
 #include "phos/images/data_file.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
+#include "phos/support/clock.h"
 
 namespace phos::plugin {
 namespace {
@@ -27,11 +28,6 @@ namespace {
 // while the worker does the CPU work of a third piece.
 constexpr size_t kRingDepth = 3;
 
-uint64_t now_ns() {
-  struct timespec ts {};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 CUmemAccessDesc read_write(int device) {
   CUmemAccessDesc a{};
@@ -305,9 +301,9 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
 Result<void> Engine::finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns) {
   const Piece& p = *std::exchange(slot.piece, nullptr);
   PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(p.device)), "engine worker: use device context");
-  uint64_t t0 = now_ns();
+  uint64_t t0 = monotonic_ns();
   CUresult r = cu_.cuStreamSynchronize(slot.streams.at(p.device));
-  dma_wait_ns += now_ns() - t0;
+  dma_wait_ns += monotonic_ns() - t0;
   if (r != CUDA_SUCCESS)
     return make_error(cu_.error(("copy of allocation #" + std::to_string(p.allocation) + " at offset " +
                                  std::to_string(p.offset) + " on device " + std::to_string(p.device)).c_str(), r),
@@ -356,7 +352,7 @@ void Engine::free_snapshot(std::map<int, CUdeviceptr>& bases) {
 Result<bool> Engine::snapshot(SaveJob& job) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (job.allocs.empty() || !job.snapshot_bases.empty()) return !job.snapshot_bases.empty();
-  uint64_t t0 = now_ns();
+  uint64_t t0 = monotonic_ns();
   // One allocation per GPU, carved up: one driver call instead of one per
   // buffer.
   constexpr uint64_t kAlign = 2ull << 20;
@@ -389,7 +385,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
     free_snapshot(bases);
     return false;
   }
-  uint64_t t1 = now_ns();
+  uint64_t t1 = monotonic_ns();
   std::map<int, CUstream> streams;
   std::map<int, uint64_t> used;
   std::vector<CUdeviceptr> copies(job.allocs.size(), 0);
@@ -419,7 +415,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
     job.vas[i] = copies[i];
   }
   job.snapshot_bases = std::move(bases);
-  uint64_t t2 = now_ns(), bytes = 0;
+  uint64_t t2 = monotonic_ns(), bytes = 0;
   for (const auto& a : job.allocs) bytes += a.size;
   PHOS_INFO("process %d: %.1f MiB snapshotted on the GPU in %.1f ms (allocated in %.1f ms, copied at %.0f GB/s)",
             job.vpid, double(bytes) / (1 << 20), double(t2 - t0) / 1e6, double(t1 - t0) / 1e6,
@@ -513,10 +509,10 @@ Result<void> Engine::run_save(SaveJob& job) {
     job.chunks[p.allocation][p.chunk] = *chunk;
     return {};
   };
-  uint64_t t0 = now_ns();
+  uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   auto copied = run_workers(job.pieces, settings_.chunk_size, work, dma_wait_ns);
-  uint64_t elapsed = now_ns() - t0;
+  uint64_t elapsed = monotonic_ns() - t0;
   release_sources(job);
   PHOS_TRY(copied);
   if (gpu_checksummed == job.pieces.size())
@@ -670,11 +666,11 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
     if (crc != c.crc32c) return image::checksum_mismatch(readers[worker]->file_name(c), c);
     return {};
   };
-  uint64_t t0 = now_ns();
+  uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   // Chunks hold at most the image's chunk size (validate_manifest checks).
   auto filled = run_workers(pieces, m.chunk_size, work, dma_wait_ns);
-  uint64_t elapsed = now_ns() - t0;
+  uint64_t elapsed = monotonic_ns() - t0;
   if (!filled) return filled.error();  // the job releases the memory
   image::ChunkTimes times;
   for (const auto& r : readers)

@@ -20,15 +20,15 @@
 #include <optional>
 #include <vector>
 
-#include "phos/plugin/agent_client.h"
 #include "chunk_crc.h"
 #include "cuda_api.h"
-#include "phos/plugin/gpu_map.h"
-#include "phos/plugin/options.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/plugin/agent_client.h"
+#include "phos/plugin/gpu_map.h"
+#include "phos/plugin/options.h"
+#include "phos/support/result.h"
 
 namespace phos::plugin {
 

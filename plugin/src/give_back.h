@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "phos/images/unique_fd.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/support/result.h"
-#include "phos/images/unique_fd.h"
 
 namespace phos::plugin {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "phos/images/unique_fd.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/support/result.h"
-#include "phos/images/unique_fd.h"
 
 namespace phos::plugin {
 

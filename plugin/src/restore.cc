@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "phos/plugin/agent_client.h"
 #include "driver_checkpoint.h"
 #include "log.h"
+#include "phos/plugin/agent_client.h"
 #include "phos/plugin/proc.h"
 
 namespace phos::plugin {

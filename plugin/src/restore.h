@@ -22,8 +22,8 @@
 #include <thread>
 
 #include "engine.h"
-#include "phos/plugin/options.h"
 #include "phos/images/image_dir.h"
+#include "phos/plugin/options.h"
 #include "phos/support/result.h"
 
 namespace phos::plugin {

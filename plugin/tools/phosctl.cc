@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "phos/plugin/agent_client.h"
-#include "phos/plugin/gpu_map.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
+#include "phos/plugin/agent_client.h"
+#include "phos/plugin/gpu_map.h"
 #include "phos/speculation/demangle.h"
 
 namespace {

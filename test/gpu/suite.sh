@@ -390,15 +390,12 @@ case_bench() {
   done
   echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs:"
   echo "gpu: bench:   native | libphos.so | libphos.so recording launches | libphos.so speculating${PHOS_BENCH_BASELINE_LIB:+ | baseline libphos.so}"
-  if [ -s "$log/bench.before" ]; then
-    join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
-      join - <(spread "$log/bench.speculate") | join -a 1 - <(spread "$log/bench.before") |
-      awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %s\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2, ($10 == "" ? "-" : sprintf("%9.4f [%s] %+7.4f", $10, $11, $10 - $2))}'
-  else
-    join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
-      join - <(spread "$log/bench.speculate") |
-      awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f\n", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2}'
-  fi
+  # The baseline's column only where it ran (join -a 1 keeps rows it lacks).
+  join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
+    join - <(spread "$log/bench.speculate") | join -a 1 - <(spread "$log/bench.before") |
+    awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2
+          if ($10 != "") printf " | %9.4f [%s] %+7.4f", $10, $11, $10 - $2
+          printf "\n"}'
 }
 
 # spread FILE: "name median min-max" for every "bench name value" line.

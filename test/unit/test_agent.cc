@@ -12,9 +12,9 @@
 #include <thread>
 #include <variant>
 
+#include "phos/hooks/agent.h"
 #include "phos/images/bytes.h"
 #include "phos/plugin/agent_client.h"
-#include "phos/hooks/agent.h"
 #include "phos/plugin/proc.h"
 
 using namespace phos;

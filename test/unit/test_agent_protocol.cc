@@ -15,9 +15,9 @@
 #include <variant>
 #include <vector>
 
+#include "fixtures.h"
 #include "phos/images/agent_protocol.h"
 #include "phos/images/keeper_protocol.h"
-#include "fixtures.h"
 
 using namespace phos;
 

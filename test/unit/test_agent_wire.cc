@@ -5,9 +5,9 @@
 #include <cstring>
 #include <thread>
 
-#include "phos/images/bytes.h"
-#include "phos/images/agent_wire.h"
 #include "fixtures.h"
+#include "phos/images/agent_wire.h"
+#include "phos/images/bytes.h"
 
 using namespace phos::wire;
 using phos::UniqueFd;

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "phos/images/bytes.h"
 #include "fixtures.h"
+#include "phos/images/bytes.h"
 #include "phos/images/crc32c.h"
 #include "phos/images/manifest.h"
 

@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <variant>
 
+#include "phos/support/clock.h"
+
 namespace phos::hooks {
 namespace {
 
@@ -30,11 +32,6 @@ std::string make_socket_name() {
   return buf;
 }
 
-uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
 
 }  // namespace
 
@@ -194,7 +191,7 @@ Agent::Answer Agent::answer(const agent::ListAllocationsRequest& q) {
 }
 
 Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = monotonic_ns();
   auto timeout = std::chrono::milliseconds(q.timeout_ms);
   if (!gate_.close(timeout))
     return failure(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +
@@ -203,7 +200,7 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
     gate_.open();
     return failure(d.error().code, "drain: " + d.error().message + "; gate reopened");
   }
-  return {agent::QuiesceReply{now_ns() - t0}};
+  return {agent::QuiesceReply{monotonic_ns() - t0}};
 }
 
 Agent::Answer Agent::answer(const agent::ReleaseMappingsRequest& q) {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "phos/hooks/call_ranges.h"
 #include "launch/kernel_info.h"
+#include "phos/hooks/call_ranges.h"
 #include "phos/hooks/kernel_registry.h"
 
 namespace phos::hooks {

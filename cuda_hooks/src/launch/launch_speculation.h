@@ -2,9 +2,9 @@
 // (speculation/): the buffer index follows the program's allocations, each
 // kernel's parameter layout is put together at its first launch, kept in
 // its registry entry (kernel_registry.h) and cached by module hash and name,
-// and every launch, copy, memset and known library call gets its set. For now the sets feed per-kernel statistics (agent
-// status, phosctl kernels, the stats file); the concurrent protocols will
-// consume them.
+// and every launch, copy, memset and known library call gets its set. For
+// now the sets feed per-kernel statistics (agent status, phosctl kernels,
+// the stats file); the concurrent protocols will consume them.
 //
 // Off, a launch pays one relaxed load. On, one lock per launch: the index
 // and the caches are shared by every thread that launches.
@@ -22,10 +22,10 @@
 #include <utility>
 #include <vector>
 
-#include "phos/hooks/call_ranges.h"
-#include "memory/device_memory.h"
-#include "phos/hooks/kernel_registry.h"
 #include "launch/launch_log.h"
+#include "memory/device_memory.h"
+#include "phos/hooks/call_ranges.h"
+#include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/module_registry.h"
 #include "phos/images/agent_messages.h"
 #include "phos/speculation/fatbin.h"

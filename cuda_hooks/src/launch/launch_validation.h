@@ -32,10 +32,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "phos/hooks/kernel_registry.h"
 #include "launch/launch_speculation.h"
-#include "phos/support/result.h"
+#include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/sass_validation.h"
+#include "phos/support/result.h"
 
 namespace phos::hooks {
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "driver/driver.h"
+#include "phos/support/clock.h"
 
 namespace phos::hooks {
 
@@ -33,11 +34,6 @@ std::vector<std::string> library_candidates() {
   return out;
 }
 
-uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
 
 }  // namespace
 
@@ -99,7 +95,7 @@ bool SassPatcher::ensure_patched(const Patched& handles, std::string* why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = modules_.find(module); it != modules_.end())
     return *why = it->second.why_not, it->second.why_not.empty();
-  uint64_t started = now_ns();
+  uint64_t started = monotonic_ns();
   SanitizerCall call;
   CUcontext ctx = nullptr;
   PHOS_REAL(cuCtxGetCurrent)(&ctx);
@@ -122,7 +118,7 @@ bool SassPatcher::ensure_patched(const Patched& handles, std::string* why) {
       return *why = outcome = "sanitizerPatchInstructions(" + std::to_string(instruction) + "): " + message(r), false;
   if (sanitizer::Result r = patch_module_(module); r != sanitizer::kSuccess)
     return *why = outcome = "sanitizerPatchModule: " + message(r), false;
-  uint64_t ns = now_ns() - started;
+  uint64_t ns = monotonic_ns() - started;
   totals_.modules++;
   totals_.patch_ns += ns;
   totals_.patch_max_ns = std::max(totals_.patch_max_ns, ns);

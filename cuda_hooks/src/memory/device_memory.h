@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "phos/hooks/agent_backend.h"
-#include "phos/support/result.h"
-#include "phos/images/unique_fd.h"
 #include "phos/hooks/range_allocator.h"
+#include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::hooks {
 

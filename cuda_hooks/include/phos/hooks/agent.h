@@ -14,8 +14,8 @@
 #include "phos/hooks/agent_backend.h"
 #include "phos/hooks/gate.h"
 #include "phos/images/agent_protocol.h"
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::hooks {
 

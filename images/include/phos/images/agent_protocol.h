@@ -14,8 +14,8 @@
 
 #include "phos/images/agent_messages.h"
 #include "phos/images/agent_wire.h"
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::agent {
 

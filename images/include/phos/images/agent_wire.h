@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::wire {
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "phos/images/manifest.h"
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::image {
 

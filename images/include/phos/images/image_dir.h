@@ -9,8 +9,8 @@
 
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::image {
 

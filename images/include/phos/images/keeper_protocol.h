@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "phos/images/agent_messages.h"
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::keeper {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "phos/images/agent_protocol.h"
-#include "phos/support/result.h"
 #include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
 
 namespace phos::plugin {
 

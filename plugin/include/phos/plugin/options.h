@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "phos/plugin/gpu_map.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
+#include "phos/plugin/gpu_map.h"
 
 namespace phos::plugin {
 
