@@ -9,6 +9,7 @@ std::atomic<Runtime*> g_runtime{nullptr};
 Runtime& make_runtime() {
   static Runtime* r = [] {
     auto* made = new Runtime();
+    made->memory.on_unit_dropped([](uint64_t address) { runtime().copy_window.unit_dropped(address); });
     g_runtime.store(made, std::memory_order_release);
     return made;
   }();

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "launch/copy_window.h"
 #include "launch/kernel_info.h"
 #include "launch/launch_log.h"
 #include "launch/launch_speculation.h"
@@ -46,6 +47,8 @@ class Runtime {
   LaunchLog launches{kernels};
   LaunchSpeculation speculation{kernels};
   LaunchValidation validation{kernels};
+  // A concurrent dump's copy window, while one is open (copy_window.h).
+  CopyWindow copy_window;
 
   // Each thread counts in its own stripe (thread_stripe.h): launches from
   // several threads do not share a cache line.

@@ -99,6 +99,26 @@ std::vector<std::byte> encode(const SpeculateRequest& q) {
   return pack_request(PHOS__AGENT__REQUEST__KIND_SPECULATE, &Phos__Agent__Request::speculate, m);
 }
 
+std::vector<std::byte> encode(const OpenCopyWindowRequest& q) {
+  Phos__Agent__OpenCopyWindowRequest m = PHOS__AGENT__OPEN_COPY_WINDOW_REQUEST__INIT;
+  m.trust = uint32_t(q.trust);
+  m.timeout_ms = q.timeout_ms;
+  m.pool_device = q.pool_device;
+  m.pool_bytes = q.pool_bytes;
+  return pack_request(PHOS__AGENT__REQUEST__KIND_OPEN_COPY_WINDOW, &Phos__Agent__Request::open_copy_window, m);
+}
+
+std::vector<std::byte> encode(const CloseCopyWindowRequest&) {
+  Phos__Agent__CloseCopyWindowRequest m = PHOS__AGENT__CLOSE_COPY_WINDOW_REQUEST__INIT;
+  return pack_request(PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW, &Phos__Agent__Request::close_copy_window, m);
+}
+
+Result<Request> decode(const Phos__Agent__OpenCopyWindowRequest& q) {
+  if (q.trust < uint32_t(CopyTrust::kExact) || q.trust > uint32_t(CopyTrust::kValidated))
+    return malformed("request", "open copy window: trust " + std::to_string(q.trust) + " is none of 1, 2, 3");
+  return Request(OpenCopyWindowRequest{CopyTrust(q.trust), q.timeout_ms, q.pool_device, q.pool_bytes});
+}
+
 Result<Request> decode(const Phos__Agent__Request& r) {
   switch (r.kind_case) {
     case PHOS__AGENT__REQUEST__KIND_HELLO:
@@ -129,6 +149,10 @@ Result<Request> decode(const Phos__Agent__Request& r) {
       if (q.has_validate) out.validate = q.validate != 0;
       return Request(out);
     }
+    case PHOS__AGENT__REQUEST__KIND_OPEN_COPY_WINDOW:
+      return decode(*r.open_copy_window);
+    case PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW:
+      return Request(CloseCopyWindowRequest{});
     default:
       break;
   }
@@ -334,6 +358,26 @@ std::vector<std::byte> encode(const SpeculateReply& r) {
   return pack_reply(PHOS__AGENT__REPLY__KIND_SPECULATE, &Phos__Agent__Reply::speculate, m);
 }
 
+std::vector<std::byte> encode(const OpenCopyWindowReply& r) {
+  Phos__Agent__OpenCopyWindowReply m = PHOS__AGENT__OPEN_COPY_WINDOW_REPLY__INIT;
+  m.validating = r.validating;
+  return pack_reply(PHOS__AGENT__REPLY__KIND_OPEN_COPY_WINDOW, &Phos__Agent__Reply::open_copy_window, m);
+}
+
+std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
+  Phos__Agent__CloseCopyWindowReply m = PHOS__AGENT__CLOSE_COPY_WINDOW_REPLY__INIT;
+  m.calls_checked = r.calls_checked;
+  m.chunks_saved = r.chunks_saved;
+  m.calls_waited = r.calls_waited;
+  m.unknown_waits = r.unknown_waits;
+  m.wait_ns = r.wait_ns;
+  m.violations = r.violations;
+  if (!r.violation.empty()) m.violation = c_text(r.violation);
+  m.aborted = r.aborted;
+  if (!r.abort_reason.empty()) m.abort_reason = c_text(r.abort_reason);
+  return pack_reply(PHOS__AGENT__REPLY__KIND_CLOSE_COPY_WINDOW, &Phos__Agent__Reply::close_copy_window, m);
+}
+
 std::vector<std::byte> encode(const Error& e) {
   Phos__Agent__Error m = PHOS__AGENT__ERROR__INIT;
   m.code = e.code;
@@ -440,6 +484,13 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
       out.sass_attached = s.has_sass_attached && s.sass_attached;
       return Reply(out);
     }
+    case PHOS__AGENT__REPLY__KIND_OPEN_COPY_WINDOW:
+      return Reply(OpenCopyWindowReply{r.open_copy_window->validating != 0});
+    case PHOS__AGENT__REPLY__KIND_CLOSE_COPY_WINDOW: {
+      const auto& c = *r.close_copy_window;
+      return Reply(CloseCopyWindowReply{c.calls_checked, c.chunks_saved, c.calls_waited, c.unknown_waits, c.wait_ns,
+                                        c.violations, text(c.violation), c.aborted != 0, text(c.abort_reason)});
+    }
     case PHOS__AGENT__REPLY__KIND_ERROR:
       // A code that is no errno would read as success where it is returned.
       if (r.error->code <= 0)
@@ -485,14 +536,16 @@ Result<Reply> decode_reply(std::span<const std::byte> payload) {
 
 std::string_view kind_name(const Request& request) {
   static constexpr std::string_view names[] = {"hello",  "status", "list_allocations", "quiesce",  "release_mappings",
-                                               "remap",  "resume", "goodbye",          "speculate"};
+                                               "remap",  "resume", "goodbye",          "speculate",
+                                               "open_copy_window", "close_copy_window"};
   static_assert(std::size(names) == std::variant_size_v<Request>);
   return names[request.index()];
 }
 
 std::string_view kind_name(const Reply& reply) {
   static constexpr std::string_view names[] = {"hello",  "status", "list_allocations", "quiesce",   "release_mappings",
-                                               "remap",  "resume", "goodbye",          "speculate", "error"};
+                                               "remap",  "resume", "goodbye",          "speculate",
+                                               "open_copy_window", "close_copy_window", "error"};
   static_assert(std::size(names) == std::variant_size_v<Reply>);
   return names[reply.index()];
 }

@@ -77,7 +77,12 @@ struct CopyState::Layout {
   std::atomic<uint64_t>* dirty;
   std::atomic<uint64_t>* pool;
   std::atomic<uint32_t>* urgent;
-  std::vector<Region> regions;  // a private copy: what the hooks search
+  // Private copies: what the hooks search and the engine computes claims
+  // from (the other side may scribble on the shared records).
+  std::vector<Region> regions;
+  std::vector<uint64_t> first_chunks;
+  // The hooks' side: regions the program freed while the window was open.
+  std::unique_ptr<std::atomic<bool>[]> forgotten;
 };
 
 namespace {
@@ -129,9 +134,12 @@ std::unique_ptr<CopyState::Layout> make_layout(void* map, const Offsets& o) {
       reinterpret_cast<Header*>(base), reinterpret_cast<RegionRecord*>(base + o.regions),
       reinterpret_cast<std::atomic<uint32_t>*>(base + o.chunks), reinterpret_cast<std::atomic<uint64_t>*>(base + o.dirty),
       reinterpret_cast<std::atomic<uint64_t>*>(base + o.pool), reinterpret_cast<std::atomic<uint32_t>*>(base + o.urgent),
-      {}});
-  for (uint32_t i = 0; i < l->header->region_count; i++)
+      {}, {}, {}});
+  for (uint32_t i = 0; i < l->header->region_count; i++) {
     l->regions.push_back(Region{l->records[i].id, l->records[i].address, l->records[i].size});
+    l->first_chunks.push_back(l->records[i].first_chunk);
+  }
+  l->forgotten = std::make_unique<std::atomic<bool>[]>(l->regions.size());
   return l;
 }
 
@@ -250,19 +258,15 @@ Statistics CopyState::statistics() const {
 }
 
 Claim CopyState::claim_of(uint64_t chunk, std::optional<uint32_t> slot) const {
-  const RegionRecord* records = l_->records;
-  uint32_t n = l_->header->region_count;
+  const auto& firsts = l_->first_chunks;
   // The last region whose first chunk is at or before `chunk`.
-  uint32_t lo = 0, hi = n;
-  while (hi - lo > 1) {
-    uint32_t mid = (lo + hi) / 2;
-    (records[mid].first_chunk <= chunk ? lo : hi) = mid;
-  }
-  const RegionRecord& r = records[lo];
+  uint32_t lo = uint32_t(std::upper_bound(firsts.begin(), firsts.end(), chunk) - firsts.begin());
+  lo = lo ? lo - 1 : 0;
+  const Region& r = l_->regions[lo];
   Claim c;
   c.chunk = chunk;
   c.region = lo;
-  c.offset = (chunk - r.first_chunk) * chunk_size();
+  c.offset = (chunk - firsts[lo]) * chunk_size();
   c.bytes = std::min(chunk_size(), r.size - c.offset);
   c.pool_slot = slot;
   return c;
@@ -276,9 +280,10 @@ void CopyState::chunks_of(uint64_t address, uint64_t bytes, std::vector<std::pai
   auto it = std::upper_bound(regions.begin(), regions.end(), address,
                              [](uint64_t a, const Region& r) { return a < r.address + r.size; });
   for (; it != regions.end() && it->address < end; ++it) {
+    if (l_->forgotten[it - regions.begin()].load(std::memory_order_acquire)) continue;
     uint64_t from = std::max(address, it->address) - it->address;
     uint64_t to = std::min(end, it->address + it->size) - it->address;  // exclusive
-    uint64_t first = l_->records[it - regions.begin()].first_chunk;
+    uint64_t first = l_->first_chunks[size_t(it - regions.begin())];
     out.emplace_back(first + from / chunk_size(), first + (to - 1) / chunk_size());
   }
 }
@@ -404,6 +409,14 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
     }
   }
   return report;
+}
+
+void CopyState::forget(uint64_t address) {
+  const auto& regions = l_->regions;
+  auto it = std::lower_bound(regions.begin(), regions.end(), address,
+                             [](const Region& r, uint64_t a) { return r.address < a; });
+  if (it != regions.end() && it->address == address)
+    l_->forgotten[it - regions.begin()].store(true, std::memory_order_release);
 }
 
 Result<void> CopyState::wait_closed(std::chrono::milliseconds timeout) const {

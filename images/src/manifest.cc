@@ -22,6 +22,15 @@ std::string_view protocol_name(Protocol p) {
   return "unknown";
 }
 
+std::string_view copy_trust_name(agent::CopyTrust t) {
+  switch (t) {
+    case agent::CopyTrust::kExact: return "exact";
+    case agent::CopyTrust::kSpeculated: return "speculated";
+    case agent::CopyTrust::kValidated: return "validated";
+  }
+  return uint32_t(t) == 0 ? "none" : "unknown";
+}
+
 std::string_view compression_name(Compression c) {
   switch (c) {
     case Compression::kNone: return "none";
@@ -135,7 +144,24 @@ struct PbManifest {
     stats.raw_bytes = s.raw_bytes;
     stats.stored_bytes = s.stored_bytes;
     stats.total_ns = s.total_ns;
+    // Copy-on-write's figures only where a dump had a window or a stall.
+    auto optional = [](protobuf_c_boolean& has, uint64_t& field, uint64_t value) {
+      has = value != 0;
+      field = value;
+    };
+    optional(stats.has_stall_ns, stats.stall_ns, s.stall_ns);
+    optional(stats.has_cow_pool_bytes, stats.cow_pool_bytes, s.cow_pool_bytes);
+    optional(stats.has_cow_saved_bytes, stats.cow_saved_bytes, s.cow_saved_bytes);
+    optional(stats.has_cow_calls_checked, stats.cow_calls_checked, s.cow_calls_checked);
+    optional(stats.has_cow_calls_waited, stats.cow_calls_waited, s.cow_calls_waited);
+    optional(stats.has_cow_unknown_waits, stats.cow_unknown_waits, s.cow_unknown_waits);
+    optional(stats.has_cow_wait_ns, stats.cow_wait_ns, s.cow_wait_ns);
+    optional(stats.has_cow_window_ns, stats.cow_window_ns, s.cow_window_ns);
     m.statistics = &stats;
+    if (in.copy_trust != agent::CopyTrust(0)) {
+      m.has_copy_trust = 1;
+      m.copy_trust = uint32_t(in.copy_trust);
+    }
 
     launches.resize(in.launch_log.size());
     for (size_t i = 0; i < in.launch_log.size(); i++) {
@@ -205,7 +231,16 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
     o.compress_ns = s->compress_ns;
     o.workers = s->workers;
     o.direct_io = s->direct_io;
+    o.stall_ns = s->stall_ns;
+    o.cow_pool_bytes = s->cow_pool_bytes;
+    o.cow_saved_bytes = s->cow_saved_bytes;
+    o.cow_calls_checked = s->cow_calls_checked;
+    o.cow_calls_waited = s->cow_calls_waited;
+    o.cow_unknown_waits = s->cow_unknown_waits;
+    o.cow_wait_ns = s->cow_wait_ns;
+    o.cow_window_ns = s->cow_window_ns;
   }
+  out.copy_trust = agent::CopyTrust(m.has_copy_trust ? m.copy_trust : 0);
   if (const auto* log = m.launch_log) {
     for (size_t i = 0; i < log->n_launches; i++) {
       const auto& r = *log->launches[i];
@@ -257,6 +292,8 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
   if (m.pid <= 0) return fail("invalid pid " + std::to_string(m.pid));
   if (protocol_name(m.protocol) == "unknown")
     return fail("unknown protocol " + std::to_string(static_cast<uint32_t>(m.protocol)));
+  if (copy_trust_name(m.copy_trust) == "unknown")
+    return fail("unknown copy trust " + std::to_string(static_cast<uint32_t>(m.copy_trust)));
   if (m.chunk_size < 4096 || m.chunk_size > kMaxChunkSize)
     return fail("chunk size " + std::to_string(m.chunk_size) + " is outside 4096.." + std::to_string(kMaxChunkSize));
 

@@ -77,6 +77,15 @@ Result<R> AgentClient::call(const agent::Request& request, std::span<const int> 
   return std::move(*reply);
 }
 
+Result<agent::OpenCopyWindowReply> AgentClient::open_copy_window(const agent::OpenCopyWindowRequest& q,
+                                                                 std::span<const int> fds) {
+  return call<agent::OpenCopyWindowReply>(q, fds);
+}
+
+Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window() {
+  return call<agent::CloseCopyWindowReply>(agent::CloseCopyWindowRequest{});
+}
+
 Result<agent::StatusReply> AgentClient::status() { return call<agent::StatusReply>(agent::StatusRequest{}); }
 
 Result<agent::SpeculateReply> AgentClient::speculate_request(bool on, std::optional<bool> validate) {

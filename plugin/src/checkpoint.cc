@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +98,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   t.host_ordinal = std::move(host_ordinal);
   t.manifest.statistics.quiesce_ns = *drained;
   PHOS_TRY(pause_target(pid, *client, t));
+  t.paused_done_ns = clock_ns(CLOCK_MONOTONIC);
   PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations%s", pid,
             t.vpid, t.hello.agent_version.c_str(), double(*drained) / 1e6, t.allocations.size(),
             (t.taken & kDriverLocked) ? ", driver locked" : "");
@@ -135,24 +137,21 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
     if (!job) return job.error();
     t.save = std::move(*job);
-    std::promise<bool> snapshotted;
-    t.snapshotted = snapshotted.get_future();
+    std::promise<CopyMode> decided;
+    t.mode = decided.get_future();
     std::future<void> go = t.write_go.get_future();
-    t.copier = std::thread([this, &t, want = write_behind_, snapshotted = std::move(snapshotted),
-                            go = std::move(go)]() mutable {
-      bool taken = false;
-      if (want) {
-        auto snap = engine_->snapshot(*t.save);
-        if (!snap) PHOS_WARN("process %d: snapshot: %s; the image is written while the process is stopped", t.vpid,
-                             snap.error().message.c_str());
-        taken = snap && *snap;
+    t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go)]() mutable {
+      const CopyMode mode = want ? choose_copy(t) : CopyMode::kStopped;
+      decided.set_value(mode);
+      if (mode == CopyMode::kSnapshot) {
+        go.wait();
+        if (t.abandoned) {
+          t.copied = make_error("the dump failed; its image is not written", ECANCELED);
+          return;
+        }
       }
-      snapshotted.set_value(taken);
-      if (taken) go.wait();
-      if (taken && t.abandoned) {
-        t.copied = make_error("the dump failed; its image is not written", ECANCELED);
-        return;
-      }
+      // Copy-on-write starts at once: until the process runs again nothing
+      // writes its memory.
       t.copied = engine_->run_save(*t.save);
     });
     taking(pid, t, kMappingsReleased);
@@ -175,6 +174,79 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       }
     }
   }
+  return {};
+}
+
+Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
+  using Cow = PluginOptions::CopyOnWrite;
+  if (options_.copy_on_write != Cow::kAlways) {
+    auto snap = engine_->snapshot(*t.save);
+    if (!snap) PHOS_WARN("process %d: snapshot: %s", t.vpid, snap.error().message.c_str());
+    if (snap && *snap) return CopyMode::kSnapshot;
+  }
+  if (options_.copy_on_write == Cow::kOff) {
+    PHOS_INFO("process %d: copy_on_write=off: the image is written while the process is stopped", t.vpid);
+    return CopyMode::kStopped;
+  }
+  auto window = engine_->open_window(*t.save, uint64_t(options_.cow_pool_mib) << 20);
+  if (!window) {
+    PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
+              window.error().message.c_str());
+    return CopyMode::kStopped;
+  }
+  t.manifest.statistics.cow_pool_bytes = (*window)->pool_bytes;
+  return CopyMode::kCopyOnWrite;
+}
+
+Result<void> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
+  const Engine::CopyWindow& w = *t.save->window;
+  // Copied while the process was stopped: nothing to protect.
+  if (w.table.window() != copystate::Window::kOpen) return {};
+  agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, w.device, w.pool_bytes};
+  std::vector<int> fds{w.table.fd()};
+  if (w.pool_fd.valid()) fds.push_back(w.pool_fd.get());
+  auto opened = c.open_copy_window(q, fds);
+  if (opened) {
+    if (q.trust == agent::CopyTrust::kValidated && !opened->validating)
+      PHOS_WARN("process %d: validation does not run in it (cow_trust=validated): every launch with a speculated "
+                "write set waits for the copy", pid);
+    return {};
+  }
+  // Without its window the process must not write: it runs again once its
+  // memory is copied, as a stopped dump would.
+  PHOS_WARN("process %d: %s; it stays stopped until its memory is copied", pid, opened.error().message.c_str());
+  t.copy_on_write = false;
+  return copy_done(t);
+}
+
+Result<void> Checkpointer::close_window(pid_t pid, Target& t) {
+  agent::CloseCopyWindowReply reply;
+  auto closed = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+    auto r = c.close_copy_window();
+    if (!r) return r.error();
+    reply = std::move(*r);
+    return {};
+  });
+  if (!closed) return make_error("close its copy-on-write window: " + closed.error().message, closed.error().code);
+  image::Statistics& s = t.manifest.statistics;
+  s.cow_saved_bytes = reply.chunks_saved * t.manifest.chunk_size;
+  s.cow_calls_checked = reply.calls_checked;
+  s.cow_calls_waited = reply.calls_waited;
+  s.cow_unknown_waits = reply.unknown_waits;
+  s.cow_wait_ns = reply.wait_ns;
+  PHOS_INFO("process %d: copy-on-write window closed: %llu calls checked, %llu chunks (%.1f MiB) saved into the pool, "
+            "%llu calls waited (%llu with an unknown write set) %.1f ms in all, %llu writes outside a validated set",
+            pid, (unsigned long long)reply.calls_checked, (unsigned long long)reply.chunks_saved,
+            double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)reply.calls_waited,
+            (unsigned long long)reply.unknown_waits, double(reply.wait_ns) / 1e6, (unsigned long long)reply.violations);
+  if (reply.aborted)
+    return make_error("the process gave up its copy-on-write window: " + reply.abort_reason, ECANCELED);
+  if (reply.violations)
+    return make_error((reply.violation.empty() ? std::string("a validated launch wrote outside its set")
+                                               : reply.violation) +
+                          " while its memory was being copied (" + std::to_string(reply.violations) +
+                          " such writes): the image could hold memory written after the freeze",
+                      EIO);
   return {};
 }
 
@@ -203,27 +275,34 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   // the process let go of its memory at PAUSE, so the two do not meet.
   if (t.taken & kDriverLocked) {
     taking(pid, t, kDriverCheckpointed);
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     if (auto r = driver_checkpoint(pid); !r) {
       t.taken &= ~uint32_t(kDriverCheckpointed);  // still locked: an unlock gives it back
       return r.error();
     }
+    t.driver_checkpoint_ns = clock_ns(CLOCK_MONOTONIC) - t0;
   }
   // Without device memory there is nothing to snapshot: the manifest waits
   // for criu's exit all the same, one rule for every leave-running dump.
-  const bool has_memory = t.snapshotted.valid();
-  if (write_behind_ && (!has_memory || t.snapshotted.get())) {
+  const bool has_memory = t.mode.valid();
+  const CopyMode mode = has_memory ? t.mode.get() : CopyMode::kStopped;
+  if (write_behind_ && (!has_memory || mode != CopyMode::kStopped)) {
     // The image is finished at criu's exit (complete_pending); until then
     // this manifest, without allocations (the copier, which fills them in,
     // waits for exit(DUMP)) and without a completion marker, makes a restore
     // refuse the image rather than ignore the process.
     t.write_behind = true;
+    t.copy_on_write = mode == CopyMode::kCopyOnWrite;
     PHOS_TRY(write_manifest(pid, t));
     PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
-              has_memory ? "device memory snapshotted" : "no device memory");
+              !has_memory ? "no device memory"
+              : t.copy_on_write ? "device memory copied while the process runs (copy-on-write)"
+                                : "device memory snapshotted");
   } else {
     PHOS_TRY(copy_done(t));
     PHOS_TRY(write_manifest(pid, t));
   }
+  t.checkpointed_at_ns = clock_ns(CLOCK_MONOTONIC);
   if (fault("stall-after-checkpoint")) {
     PHOS_WARN("fault injection (PHOS_FAULT): stalling CHECKPOINT_DEVICES of %d for 60 s", pid);
     ::sleep(60);
@@ -235,7 +314,8 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   image::Manifest& m = t.manifest;
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
-  m.protocol = image::Protocol::kStopTheWorld;
+  m.protocol = t.copy_on_write ? image::Protocol::kSoftCopyOnWrite : image::Protocol::kStopTheWorld;
+  m.copy_trust = t.copy_on_write ? options_.cow_trust : agent::CopyTrust(0);
   m.created_unix_ns = clock_ns(CLOCK_REALTIME);
   m.statistics.total_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
   auto written = image::write_manifest(dirfd_, m);
@@ -250,15 +330,28 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
 void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   if (wait_copy) (void)copy_done(t);  // the engine's mapping goes before the process maps again
-  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms);
+  std::function<Result<void>(AgentClient&)> before_resume;
+  if (t.copy_on_write) before_resume = [&](AgentClient& c) { return open_window(pid, t, c); };
+  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, false, before_resume);
+  t.resumed_at_ns = clock_ns(CLOCK_MONOTONIC);
+  t.manifest.statistics.stall_ns = t.resumed_at_ns - t.paused_at_ns;
   if (!r) {
     PHOS_ERR("process %d: could not give back its GPU state: %s", pid, r.error().message.c_str());
     return;
   }
   t.taken = 0;
   if (keeper_) (void)keeper_->state(pid, 0);
-  PHOS_INFO("process %d: gate reopened (device memory and driver state given back in %.1f ms)", pid,
-            double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+  // Where the stop went, so a user sees what to look at.
+  auto ms = [](uint64_t a, uint64_t b) { return a && b > a ? double(b - a) / 1e6 : 0.0; };
+  const uint64_t quiesced = t.paused_at_ns + t.manifest.statistics.quiesce_ns;
+  PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms, allocations, release and the driver's lock %.1f ms, "
+            "criu's freeze %.1f ms, driver checkpoint %.1f ms, criu's CPU dump %.1f ms, "
+            "give-back (driver restore, remap%s) %.1f ms",
+            pid, ms(t.paused_at_ns, t.resumed_at_ns), double(t.manifest.statistics.quiesce_ns) / 1e6,
+            ms(quiesced, t.paused_done_ns),
+            std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns) / 1e6),
+            double(t.driver_checkpoint_ns) / 1e6, ms(t.checkpointed_at_ns, t0), t.copy_on_write ? ", copy window" : "",
+            ms(t0, t.resumed_at_ns));
 }
 
 void Checkpointer::taking(pid_t pid, Target& t, uint32_t step) {
@@ -323,8 +416,13 @@ bool Checkpointer::finish(bool dump_succeeded) {
       continue;
     }
     // A failed dump: a snapshot not written yet never will be (the copier
-    // skips it), so the process does not wait for a useless image.
-    if (!dump_succeeded) t.abandoned = true;
+    // skips it), nor a copy-on-write copy (its window is given up), so the
+    // process does not wait for a useless image.
+    if (!dump_succeeded) {
+      t.abandoned = true;
+      if (t.mode.valid()) t.mode.wait();
+      if (t.save && t.save->window) t.save->window->table.close(copystate::Window::kAborted);
+    }
     if (dump_succeeded && !t.manifest_file.empty()) {
       if (auto r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file); !r)
         PHOS_ERR("process %d: completion marker: %s", pid, r.error().message.c_str());
@@ -353,6 +451,12 @@ Result<void> Checkpointer::complete_pending() {
     if (!t.write_behind) continue;
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     Result<void> r = copy_done(t);
+    if (t.copy_on_write) {
+      t.manifest.statistics.cow_window_ns = clock_ns(CLOCK_MONOTONIC) - t.resumed_at_ns;
+      // The window's account replaces the engine's "the process gave the
+      // window up": it names the kernel, or why.
+      if (auto closed = close_window(pid, t); !closed && (r.ok() || r.error().code == ECANCELED)) r = closed.error();
+    }
     if (r && fault("fail-write-behind")) r = make_error("fault injection (PHOS_FAULT): the write-behind fails", EIO);
     if (r) r = write_manifest(pid, t);
     if (r) r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file);

@@ -23,6 +23,16 @@
 // manifest and the marker. The process's stall no longer grows with its
 // memory; criu still exits only once the image is whole.
 //
+// Soft copy-on-write (copy_on_write=auto where the snapshot does not fit,
+// or always): at PAUSE the engine opens a copy table over the memory and a
+// pool on the GPU (Engine::open_window) and starts copying at once. The
+// process gets its memory back at exit(DUMP) like write-behind, with its
+// copy window opened before its gate (the hooks save a chunk into the pool
+// before any call writes it, copy_window.h); complete_pending() waits for
+// the copy, closes the window and refuses the image (no marker, criu exits
+// non-zero) where the process gave the window up or a validated launch
+// wrote outside its set.
+//
 // phos-keeper (keeper_link.h), started at the first pause, holds a second
 // reference to the memory and learns each step before it is taken, so a
 // criu that dies mid-dump does not leave a process without its GPU state.
@@ -50,6 +60,11 @@ namespace phos::plugin {
 
 class Checkpointer {
  public:
+  // How a dump's device memory is copied: while the process is stopped; from
+  // a snapshot on the GPU while it runs again (write-behind); or from its
+  // own memory while it runs again (copy-on-write).
+  enum class CopyMode { kStopped, kSnapshot, kCopyOnWrite };
+
   Checkpointer(int image_dirfd, PluginOptions options);
   // Waits for copies still running (a joinable thread must not be destroyed).
   ~Checkpointer();
@@ -76,14 +91,19 @@ class Checkpointer {
     std::unique_ptr<Engine::SaveJob> save;  // the copy, started in PAUSE_DEVICES
     std::thread copier;
     Result<void> copied;
-    std::future<bool> snapshotted;  // write-behind wanted: whether the engine took a snapshot
+    // How the copy goes on: decided by the copier at PAUSE.
+    std::future<CopyMode> mode;
     // Write-behind: the copy from the snapshot waits for this, so that it
     // does not compete with the driver checkpoint and criu for PCIe and
     // memory bandwidth while the process is stopped.
     std::promise<void> write_go;
     bool write_go_given = false;
     std::atomic<bool> abandoned{false};  // the dump failed: a snapshot is not written
-    bool write_behind = false;      // the copy outlives the freeze (snapshotted)
+    bool write_behind = false;      // the copy outlives the freeze (snapshotted, or copy-on-write)
+    bool copy_on_write = false;     // through a copy window
+    // The stall's parts (CLOCK_MONOTONIC): PAUSE done, the driver's
+    // checkpoint, CHECKPOINT_DEVICES done, the gate reopened.
+    uint64_t paused_done_ns = 0, driver_checkpoint_ns = 0, checkpointed_at_ns = 0, resumed_at_ns = 0;
     uint64_t paused_at_ns = 0;
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
@@ -98,6 +118,14 @@ class Checkpointer {
   void give_back(pid_t pid, Target& t, bool wait_copy = true);
   // The manifest's own fields, then the manifest written.
   Result<void> write_manifest(pid_t pid, Target& t);
+  // Snapshot, copy-on-write or neither (the copier, at PAUSE).
+  CopyMode choose_copy(Target& t);
+  // Copy-on-write: opens the process's copy window (before its gate opens);
+  // where that fails the process stays stopped until the copy is done.
+  Result<void> open_window(pid_t pid, Target& t, AgentClient& c);
+  // Copy-on-write, at criu's exit: closes the window; an error where the
+  // image cannot be trusted.
+  Result<void> close_window(pid_t pid, Target& t);
   // Records that the dump is about to take `step` from the process: in the
   // target, and with the keeper, before it happens.
   void taking(pid_t pid, Target& t, uint32_t step);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -181,12 +182,11 @@ struct Engine::Slot {
   void* buffer = nullptr;
   size_t mapped = 0;  // bytes mmapped for `buffer` (registered huge pages); 0: cuMemHostAlloc
   std::map<int, CUstream> streams;
-  const Piece* piece = nullptr;
+  std::optional<Piece> piece;
 };
 
-// The pieces the workers take, in order, and whether one of them failed.
+// Whether one of the workers failed.
 struct Engine::Queue {
-  std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
 };
 
@@ -201,6 +201,18 @@ Result<void> Engine::run_workers(const std::vector<Piece>& pieces, size_t buffer
     Result<void> err;
     if (!context(p.device, err)) return err;
   }
+  std::atomic<size_t> next{0};
+  NextPiece take = [&](Piece& out) {
+    size_t i = next++;
+    if (i >= pieces.size()) return Take::kDone;
+    out = pieces[i];
+    return Take::kTaken;
+  };
+  return run_workers(workers_for(pieces.size()), take, buffer_size, work, dma_wait_ns);
+}
+
+Result<void> Engine::run_workers(unsigned n, const NextPiece& next, size_t buffer_size, const PieceWork& work,
+                                 std::vector<uint64_t>& dma_wait_ns) {
   Queue queue;
   std::mutex mu;
   Error first_error;
@@ -208,14 +220,13 @@ Result<void> Engine::run_workers(const std::vector<Piece>& pieces, size_t buffer
     std::lock_guard<std::mutex> lock(mu);
     if (!queue.failed.exchange(true)) first_error = e;
   };
-  unsigned n = workers_for(pieces.size());
   dma_wait_ns.assign(n, 0);
   std::vector<std::thread> threads;
   for (unsigned w = 0; w < n; w++) {
     threads.emplace_back([&, w] {
       std::vector<Slot> ring(kRingDepth);
       try {
-        if (auto r = run_worker(w, ring, buffer_size, pieces, queue, work, dma_wait_ns[w]); !r) fail(r.error());
+        if (auto r = run_worker(w, ring, buffer_size, next, queue, work, dma_wait_ns[w]); !r) fail(r.error());
       } catch (const std::exception& e) {  // bad_alloc: must not end criu
         fail(make_error(std::string("engine worker: ") + e.what(), ENOMEM));
       }
@@ -229,18 +240,32 @@ Result<void> Engine::run_workers(const std::vector<Piece>& pieces, size_t buffer
 
 // Slot k % depth takes piece k of this worker once the piece before it in
 // that slot is finished; at the end the pieces still in flight are finished,
-// oldest first.
-Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size,
-                                const std::vector<Piece>& pieces, Queue& queue, const PieceWork& work,
-                                uint64_t& dma_wait_ns) {
+// oldest first. With none to take now but more to come, the worker finishes
+// what it has in flight (the chunks others may be waiting for) and looks
+// again shortly.
+Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size, const NextPiece& next,
+                                Queue& queue, const PieceWork& work, uint64_t& dma_wait_ns) {
   size_t k = 0;
-  for (size_t i = queue.next++; i < pieces.size() && !queue.failed; i = queue.next++, k++) {
-    Slot& slot = ring[k % ring.size()];
+  while (!queue.failed) {
+    Piece p;
+    Take taken = next(p);
+    if (taken == Take::kDone) break;
+    if (taken == Take::kLater) {
+      bool finished = false;
+      for (size_t j = 0; j < ring.size(); j++) {
+        Slot& slot = ring[(k + j) % ring.size()];
+        if (!slot.piece) continue;
+        PHOS_TRY(finish_slot(slot, worker, work, dma_wait_ns));
+        finished = true;
+      }
+      if (!finished) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    Slot& slot = ring[k++ % ring.size()];
     if (slot.piece) PHOS_TRY(finish_slot(slot, worker, work, dma_wait_ns));
-    const Piece& p = pieces[i];
     PHOS_TRY(prepare_slot(slot, p.device, buffer_size));
     PHOS_TRY(work.start(p, slot.buffer, slot.streams.at(p.device), worker));
-    slot.piece = &p;
+    slot.piece = std::move(p);
   }
   for (size_t j = 0; j < ring.size() && !queue.failed; j++) {
     Slot& slot = ring[(k + j) % ring.size()];
@@ -299,7 +324,8 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
 }
 
 Result<void> Engine::finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns) {
-  const Piece& p = *std::exchange(slot.piece, nullptr);
+  const Piece p = *slot.piece;
+  slot.piece.reset();
   PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(p.device)), "engine worker: use device context");
   uint64_t t0 = monotonic_ns();
   CUresult r = cu_.cuStreamSynchronize(slot.streams.at(p.device));
@@ -333,6 +359,11 @@ Engine::SaveJob::~SaveJob() {
 }
 
 void Engine::release_sources(SaveJob& job) {
+  if (job.pool_va) {
+    cu_.cuCtxSetCurrent(contexts_.at(job.devices.front()));
+    unmap(job.pool_va, job.window->pool_bytes);
+    job.pool_va = 0;
+  }
   if (job.snapshot_bases.empty()) {
     for (size_t i = 0; i < job.vas.size(); i++)
       if (job.vas[i]) unmap(job.vas[i], job.allocs[i].size);
@@ -483,13 +514,106 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   return job;
 }
 
+Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, uint64_t pool_bytes) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  if (job.window) return &*job.window;
+  if (job.allocs.empty()) return make_error("copy-on-write: no device memory to copy", EINVAL);
+  const std::set<int> devices(job.devices.begin(), job.devices.end());
+  if (devices.size() != 1)
+    return make_error("copy-on-write takes one GPU per process for now; this process has memory on " +
+                          std::to_string(devices.size()),
+                      ENOTSUP);
+  const int device = *devices.begin();
+  const uint64_t chunk = settings_.chunk_size;
+  Result<void> err;
+  CUcontext ctx = context(device, err);
+  if (!ctx) return err.error();
+  cu_.cuCtxSetCurrent(ctx);
+  // The pool takes what the GPU has free, as the snapshot does: 5% of it,
+  // at least 1 GiB, stays with the process.
+  size_t free_bytes = 0, total = 0;
+  if (CUresult r = cu_.cuMemGetInfo_v2(&free_bytes, &total); r != CUDA_SUCCESS)
+    return make_error(cu_.error("copy-on-write: free device memory", r), EIO);
+  const uint64_t keep = std::max<uint64_t>(total / 20, 1ull << 30);
+  const uint64_t room = free_bytes > keep ? free_bytes - keep : 0;
+  const uint64_t slots = std::min<uint64_t>(pool_bytes, room) / chunk;
+  constexpr uint64_t kGranule = 2ull << 20;
+  uint64_t bytes = slots ? image::align_up(slots * chunk, kGranule) : 0;
+  UniqueFd pool_fd;
+  CUdeviceptr pool_va = 0;
+  if (bytes) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = cu_.cuMemCreate(&h, bytes, &prop, 0);
+    if (r != CUDA_SUCCESS) {
+      PHOS_WARN("process %d: no copy-on-write pool (%s): writes to memory not yet copied wait for the engine",
+                job.vpid, cu_.error("allocate", r).c_str());
+      bytes = 0;
+    } else {
+      int fd = -1;
+      r = cu_.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      auto va = r == CUDA_SUCCESS ? map(h, bytes, device) : Result<CUdeviceptr>(make_error("export", EIO));
+      cu_.cuMemRelease(h);  // the mapping and the fd keep it
+      if (fd >= 0) pool_fd = UniqueFd(fd);
+      if (r != CUDA_SUCCESS) return make_error(cu_.error("copy-on-write: export the pool", r), EIO);
+      if (!va) return va.error();
+      pool_va = *va;
+    }
+  }
+  std::vector<copystate::Region> regions;
+  for (const auto& a : job.allocs) regions.push_back({a.id, a.address, a.size});
+  auto table = copystate::CopyState::create(copystate::Protocol::kCopyOnWrite, chunk, regions,
+                                            uint32_t(bytes ? slots : 0));
+  if (!table) {
+    if (pool_va) unmap(pool_va, bytes);
+    return table.error();
+  }
+  job.region_allocation.clear();
+  for (const auto& r : table->regions())
+    for (size_t i = 0; i < job.allocs.size(); i++)
+      if (job.allocs[i].id == r.id) job.region_allocation.push_back(i);
+  job.pool_va = pool_va;
+  job.window.emplace(CopyWindow{std::move(*table), std::move(pool_fd), bytes, job.allocs.front().device});
+  PHOS_INFO("process %d: copy-on-write window over %.1f MiB in %llu chunks of %llu KiB; pool of %llu slots "
+            "(%.1f MiB) on device %d",
+            job.vpid, double(regions.size() ? job.window->table.chunk_count() * chunk : 0) / (1 << 20),
+            (unsigned long long)job.window->table.chunk_count(), (unsigned long long)(chunk >> 10),
+            (unsigned long long)(bytes ? slots : 0), double(bytes) / (1 << 20), device);
+  return &*job.window;
+}
+
+Engine::Take Engine::next_claim(SaveJob& job, Piece& out) {
+  copystate::CopyState& table = job.window->table;
+  auto claim = table.claim_next();
+  if (!claim) {
+    if (table.window() != copystate::Window::kOpen) return Take::kDone;  // given up: run_save says so
+    return table.all_copied() ? Take::kDone : Take::kLater;
+  }
+  const size_t a = job.region_allocation.at(claim->region);
+  out = Piece{a, size_t(claim->offset / settings_.chunk_size), claim->offset, size_t(claim->bytes), job.devices[a],
+              claim};
+  return Take::kTaken;
+}
+
+void Engine::close_window(SaveJob& job, bool copied) {
+  if (!job.window) return;
+  job.window->table.close(copied ? copystate::Window::kClosed : copystate::Window::kAborted);
+}
+
 Result<void> Engine::run_save(SaveJob& job) {
   if (job.allocs.empty()) return {};
   std::lock_guard<std::mutex> lock(run_mu_);
   PieceWork work;
   std::atomic<uint64_t> gpu_checksummed{0};
   work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
-    CUdeviceptr src = job.vas[p.allocation] + p.offset;
+    // Copy-on-write: a chunk written since the freeze waits in its pool slot.
+    CUdeviceptr src = p.claim && p.claim->pool_slot
+                          ? job.pool_va + uint64_t(*p.claim->pool_slot) * settings_.chunk_size
+                          : job.vas[p.allocation] + p.offset;
     // On the same stream, before the copy: both only read the chunk.
     (void)queue_crc(p.device, src, p.size, crc_tail(buffer, settings_.chunk_size), stream);
     PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, src, p.size, stream),
@@ -497,6 +621,8 @@ Result<void> Engine::run_save(SaveJob& job) {
     return {};
   };
   work.done = [&](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
+    // On the host now: the process may write the chunk, its slot is free.
+    if (p.claim) job.window->table.copied(*p.claim);
     const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
     std::optional<uint32_t> crc;
     if (tail->done == kChunkCrcDone) {
@@ -511,7 +637,19 @@ Result<void> Engine::run_save(SaveJob& job) {
   };
   uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
-  auto copied = run_workers(job.pieces, settings_.chunk_size, work, dma_wait_ns);
+  Result<void> copied;
+  if (job.window) {
+    Result<void> err;
+    if (!context(job.devices.front(), err)) copied = err;
+    NextPiece next = [&](Piece& p) { return next_claim(job, p); };
+    if (copied) copied = run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, work, dma_wait_ns);
+    if (copied && !job.window->table.all_copied())
+      copied = make_error("the process gave up the copy-on-write window (the agent says why when it closes)",
+                          ECANCELED);
+    close_window(job, copied.ok());
+  } else {
+    copied = run_workers(job.pieces, settings_.chunk_size, work, dma_wait_ns);
+  }
   uint64_t elapsed = monotonic_ns() - t0;
   release_sources(job);
   PHOS_TRY(copied);

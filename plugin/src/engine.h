@@ -22,6 +22,7 @@
 
 #include "chunk_crc.h"
 #include "cuda_api.h"
+#include "phos/images/copy_state.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
 #include "phos/images/unique_fd.h"
@@ -73,9 +74,23 @@ class Engine {
   // unchanged, where a GPU lacks the free memory for it (the snapshot must
   // leave 5% of the GPU, at least 1 GiB, to the process).
   Result<bool> snapshot(SaveJob& job);
+  // Soft copy-on-write (copy_state.h), where the snapshot does not fit: a
+  // copy table over the job's allocations and a pool of up to `pool_bytes`
+  // on their GPU (less where the GPU has less free, none where it has no
+  // room for a chunk), exported for the process. From then on run_save takes
+  // the chunks the table hands out, from the process's memory or the pool.
+  // One GPU per process for now (ENOTSUP otherwise).
+  struct CopyWindow {
+    copystate::CopyState table;
+    UniqueFd pool_fd;  // for the process; invalid without a pool
+    uint64_t pool_bytes = 0;
+    uint32_t device = 0;  // the process's ordinal of the pool's GPU
+  };
+  Result<CopyWindow*> open_window(SaveJob& job, uint64_t pool_bytes);
   // Copies into the process's data files, one per worker; fills the
   // manifest's allocations, data files and copy statistics. Unmaps what
-  // prepare_save mapped (or frees the snapshot).
+  // prepare_save mapped (or frees the snapshot). With a copy window: closes
+  // it (copied, or aborted on failure) and frees the pool.
   Result<void> run_save(SaveJob& job);
 
   // Where each of the image's GPUs goes on this host (gpu_map.h): the same
@@ -112,7 +127,12 @@ class Engine {
     uint64_t offset;    // in the allocation
     size_t size;
     int device;
+    std::optional<copystate::Claim> claim = std::nullopt;  // copy-on-write: the table's chunk
   };
+  // The workers' next piece: kTaken, or none left (kDone), or none now but
+  // more to come (kLater: a copy window's chunk is being saved or copied).
+  enum class Take { kTaken, kDone, kLater };
+  using NextPiece = std::function<Take(Piece&)>;
   // What a copy does with each piece, in a slot of a worker's staging ring.
   struct PieceWork {
     // Queues the piece's DMA on `stream` (dump: device to host; restore: the
@@ -130,9 +150,14 @@ class Engine {
   // the time spent waiting for DMA.
   Result<void> run_workers(const std::vector<Piece>& pieces, size_t buffer_size, const PieceWork& work,
                            std::vector<uint64_t>& dma_wait_ns);
-  Result<void> run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size,
-                          const std::vector<Piece>& pieces, Queue& queue, const PieceWork& work,
-                          uint64_t& dma_wait_ns);
+  // The same over the pieces `next` hands out, on `workers` workers.
+  Result<void> run_workers(unsigned workers, const NextPiece& next, size_t buffer_size, const PieceWork& work,
+                           std::vector<uint64_t>& dma_wait_ns);
+  Result<void> run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size, const NextPiece& next,
+                          Queue& queue, const PieceWork& work, uint64_t& dma_wait_ns);
+  // A copy window's next chunk as a piece.
+  Take next_claim(SaveJob& job, Piece& out);
+  void close_window(SaveJob& job, bool copied);
   Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size);
   // A pinned staging buffer on huge pages (its address and mapped length).
   std::optional<std::pair<void*, size_t>> huge_staging(size_t size) const;
@@ -163,6 +188,9 @@ struct Engine::SaveJob {
   std::vector<CUdeviceptr> vas;  // where each allocation is read: criu's mapping of it, or its snapshot
   std::vector<int> devices;      // each allocation's GPU, as criu numbers it
   std::map<int, CUdeviceptr> snapshot_bases;  // per device, once snapshot() took one
+  std::optional<CopyWindow> window;            // soft copy-on-write, once open_window() opened one
+  CUdeviceptr pool_va = 0;                     // the window's pool, mapped in criu
+  std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
   std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker

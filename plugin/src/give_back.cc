@@ -6,7 +6,8 @@
 namespace phos::plugin {
 
 Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
-                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant) {
+                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant,
+                                 const std::function<Result<void>(AgentClient&)>& before_resume) {
   Result<void> first;
   auto keep = [&](Result<void> r) {
     if (!r) PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
@@ -28,7 +29,9 @@ Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<ag
         auto mapped = c.remap_all(allocs, fds);
         if (!mapped) return mapped.error();
       }
-      return c.resume();
+      Result<void> before = before_resume ? before_resume(c) : Result<void>{};
+      PHOS_TRY(c.resume());
+      return before;
     }));
   }
   return first;

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "phos/images/unique_fd.h"
@@ -30,7 +31,11 @@ enum Taken : uint32_t {
 // `tolerant`: the record may claim steps that never happened (the keeper
 // learns of each step just before it is taken), so a driver restore that
 // fails falls back to an unlock.
+// `before_resume`, where given, runs once the memory is mapped again and
+// before the gate opens (a copy window opens there); the gate opens even
+// where it fails (the process must run), and its error is returned.
 Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
-                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant = false);
+                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant = false,
+                                 const std::function<Result<void>(AgentClient&)>& before_resume = {});
 
 }  // namespace phos::plugin

@@ -77,6 +77,34 @@ std::string set_gpu_map(PluginOptions& o, std::string_view v) {
   return "";
 }
 
+std::string set_copy_on_write(PluginOptions& o, std::string_view v) {
+  if (v == "auto") o.copy_on_write = PluginOptions::CopyOnWrite::kAuto;
+  else if (v == "always") o.copy_on_write = PluginOptions::CopyOnWrite::kAlways;
+  else if (v == "off") o.copy_on_write = PluginOptions::CopyOnWrite::kOff;
+  else return "expected auto, always or off";
+  return "";
+}
+std::string set_cow_pool_mib(PluginOptions& o, std::string_view v) { return parse_number(v, 0, 1 << 20, o.cow_pool_mib); }
+std::string set_cow_trust(PluginOptions& o, std::string_view v) {
+  if (v == "exact") o.cow_trust = agent::CopyTrust::kExact;
+  else if (v == "speculated") o.cow_trust = agent::CopyTrust::kSpeculated;
+  else if (v == "validated") o.cow_trust = agent::CopyTrust::kValidated;
+  else return "expected exact, speculated or validated";
+  return "";
+}
+std::string set_cow_timeout(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 1, 3600000, o.cow_timeout_ms);
+}
+
+std::string_view copy_on_write_name(PluginOptions::CopyOnWrite c) {
+  switch (c) {
+    case PluginOptions::CopyOnWrite::kAuto: return "auto";
+    case PluginOptions::CopyOnWrite::kAlways: return "always";
+    case PluginOptions::CopyOnWrite::kOff: return "off";
+  }
+  return "?";
+}
+
 struct Key {
   const char* name;  // in the file
   const char* env;   // its environment variable
@@ -94,6 +122,10 @@ constexpr Key kKeys[] = {
     {"gpu_map", "PHOS_GPU_MAP", set_gpu_map},
     {"gpu_checksums", "PHOS_GPU_CHECKSUMS", set_gpu_checksums},
     {"write_behind", "PHOS_WRITE_BEHIND", set_write_behind},
+    {"copy_on_write", "PHOS_COPY_ON_WRITE", set_copy_on_write},
+    {"cow_pool_mib", "PHOS_COW_POOL_MIB", set_cow_pool_mib},
+    {"cow_trust", "PHOS_COW_TRUST", set_cow_trust},
+    {"cow_timeout_ms", "PHOS_COW_TIMEOUT_MS", set_cow_timeout},
 };
 
 const Key* find_key(std::string_view name) {
@@ -184,7 +216,11 @@ std::string PluginOptions::describe() const {
          " compression=" + std::string(image::compression_name(compression)) +
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
          " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + (gpu_checksums ? "on" : "off") +
-         " write_behind=" + (write_behind ? "auto" : "off");
+         " write_behind=" + (write_behind ? "auto" : "off") +
+         " copy_on_write=" + std::string(copy_on_write_name(copy_on_write)) +
+         " cow_pool_mib=" + std::to_string(cow_pool_mib) +
+         " cow_trust=" + std::string(image::copy_trust_name(cow_trust)) +
+         " cow_timeout_ms=" + std::to_string(cow_timeout_ms);
 }
 
 }  // namespace phos::plugin

@@ -40,6 +40,15 @@
 #                        restored process, each intact
 #   restore_other_gpu    (2 GPUs) dumped on GPU 0, restored onto GPU 1 with
 #                        PHOS_GPU_MAP=0=1; nvidia-smi shows it there
+#   cow_pattern_8GiB     pattern_8GiB with copy_on_write=always: the image is
+#                        copied while the process runs; restored, every byte
+#                        re-verified
+#   cow_random           the randomized differential test (cow_random.cu):
+#                        PHOS_COW_CYCLES (20) leave-running dumps at random
+#                        moments; each image restored equals the uninterrupted
+#                        run at its freeze, byte for byte
+#   cow_planted          writes outside the speculated set in every window,
+#                        validation on: every dump refused, none silently wrong
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -189,6 +198,91 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
 }
 case_torch_mlp() { torch_case; }
 case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
+
+# ---- copy-on-write (copy_on_write=always: the snapshot is not taken) ------
+
+# verified PID N: asks the cow_random process PID to verify itself against
+# an uninterrupted run and waits for the Nth line of its log; prints the
+# mismatches it found.
+verified() {
+  kill -USR1 "$1" 2>/dev/null || { echo "gone"; return; }
+  for _ in $(seq 1200); do
+    [ "$(wc -l < "$WORK/verify.log" 2>/dev/null || echo 0)" -ge "$2" ] && break
+    alive "$1" || break
+    sleep 0.05
+  done
+  sed -n "${2}p" "$WORK/verify.log" | grep -o 'mismatches=[0-9]*' | cut -d= -f2 | grep . || echo "no answer"
+}
+
+# cow_cycles MODE CYCLES: cow_random checkpointed with --leave-running at a
+# random moment, CYCLES times, each with a new process and seed, and a pool
+# of 0, 64 MiB or 2 GiB in turn. random: every image, restored, equals the
+# uninterrupted run at its freeze, and the checkpointed process is unharmed.
+# planted: writes outside the speculated set during every window; with
+# validation on, each dump must be refused, never give a wrong image.
+cow_cycles() {
+  local mode=$1 cycles=$2 mib=${PHOS_COW_RANDOM_MIB:-2048} k pools=(0 64 2048)
+  local dumps=0 refused=0 mismatches=0 harmed=0 silent=0 saved=0 waited=0 stalls=()
+  setup "$bin/cow_random"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  local plant=() trust=speculated
+  if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=1; fi
+  for k in $(seq "$cycles"); do
+    rm -f "$WORK/verify.log" "$WORK/state"
+    start_workload --preload "$WORK/verify.log" --mib "$mib" --seed "$k" "${plant[@]}"
+    wait_above "$WORK/state" 512 60 || fail "cycle $k: the workload does not run"
+    sleep "0.$((RANDOM % 9 + 1))"
+    local pool=${pools[$((k % 3))]} ok=1
+    PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=$trust criu_dump --leave-running || ok=0
+    dumps=$((dumps + 1))
+    cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true
+    local s; s=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | cut -d' ' -f1 | head -n1)
+    [ -n "$s" ] && stalls+=("$s")
+    saved=$((saved + $(grep -o '[0-9]* chunks ([0-9.]* MiB) saved' "$WORK/dump.log" | cut -d' ' -f1 | head -n1 || echo 0)))
+    waited=$((waited + $(grep -o '[0-9]* calls waited' "$WORK/dump.log" | cut -d' ' -f1 | head -n1 || echo 0)))
+    if [ "$mode" = planted ] && [ $ok = 0 ]; then
+      grep -q "outside" "$WORK/dump.log" || fail "cycle $k: the dump failed for another reason: $(phos_error "$WORK/dump.log")"
+      refused=$((refused + 1))
+    elif [ $ok = 0 ]; then
+      fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
+    fi
+    local m; m=$(verified "$WORKLOAD_PID" 1)
+    [ "$m" = 0 ] || { harmed=$((harmed + 1)); say "cycle $k: the checkpointed process: $m mismatches"; }
+    kill -9 "$WORKLOAD_PID"; gone "$WORKLOAD_PID"
+    if [ $ok = 1 ]; then
+      criu_restore || fail "cycle $k: restore failed: $(phos_error "$WORK/restore.log")"
+      local pid; pid=$(restored_pid) || fail "cycle $k: no restored process"
+      m=$(verified "$pid" 2)
+      if [ "$m" != 0 ]; then
+        mismatches=$((mismatches + 1))
+        [ "$mode" = planted ] && silent=$((silent + 1))
+        say "cycle $k (pool $pool MiB): the restored image differs from the uninterrupted run: $m mismatches"
+      fi
+      kill -9 "$pid"; gone "$pid"
+    fi
+  done
+  local stall; stall=$(printf '%s\n' "${stalls[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "stall median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
+  if [ "$mode" = planted ]; then
+    [ "$refused" = "$dumps" ] && [ "$silent" = 0 ] && [ "$harmed" = 0 ] ||
+      fail "caught $refused/$dumps planted; $silent silently wrong images; $harmed processes harmed"
+    pass "caught $refused/$dumps planted mis-speculations (every dump refused, 0 silently wrong images); the process carried on intact after each; $stall"
+  fi
+  [ "$mismatches" = 0 ] && [ "$harmed" = 0 ] || fail "$mismatches of $dumps images differ from the uninterrupted run; $harmed processes harmed"
+  pass "$dumps checkpoints at random moments ($mib MiB, pools 0/64/2048 MiB): 0 mismatches with the uninterrupted run, restored and checkpointed process alike; $saved chunks saved copy-on-write, $waited calls waited; $stall"
+}
+case_cow_random() { cow_cycles random "${PHOS_COW_CYCLES:-20}"; }
+case_cow_planted() { cow_cycles planted "${PHOS_COW_PLANTED_CYCLES:-6}"; }
+# The pattern program with copy-on-write instead of the snapshot: every byte
+# of the restored image re-verified.
+cow_pattern() {
+  local out rc
+  out=$(PHOS_COPY_ON_WRITE=always PHOS_COW_TRUST=speculated bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] || exit $rc
+  grep -q "copy-on-write window closed" <<<"$out" || fail "no copy-on-write window in the leave-running dump"
+  pass "$(grep -o 'leave-running dump in [0-9.]* s' <<<"$out"); $(grep -o 'gate reopened after [0-9.]* ms' <<<"$out" | head -n1); $(grep -o '[0-9]* chunks ([0-9.]* MiB) saved into the pool' <<<"$out" | head -n1); all $((($1 + 63) / 64)) slices of the restored image re-verified"
+}
+case_cow_pattern_8GiB() { cow_pattern 8192; }
 
 case_two_processes() {
   setup "$bin/gpu_counter"
@@ -495,14 +589,16 @@ export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp*) echo 420 ;;
-    pattern_8GiB | dump_criu_killed) echo 200 ;;
+    pattern_8GiB | dump_criu_killed | cow_pattern_8GiB) echo 200 ;;
+    cow_random | cow_planted) echo 590 ;;
     *) echo 150 ;;
   esac
 }
 all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
-  restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices"
+  restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
+  cow_pattern_8GiB cow_random cow_planted"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

@@ -156,6 +156,9 @@ TEST_CASE("agent protocol: every request round trips", "[agent_protocol]") {
       agent::SpeculateRequest{false, std::nullopt},
       agent::SpeculateRequest{true, true},
       agent::SpeculateRequest{true, false},
+      agent::OpenCopyWindowRequest{agent::CopyTrust::kValidated, 60000, 1, 2ull << 30},
+      agent::OpenCopyWindowRequest{agent::CopyTrust::kExact, 1, 0, 0},
+      agent::CloseCopyWindowRequest{},
   };
   for (const auto& r : requests) {
     INFO(agent::kind_name(r));
@@ -181,6 +184,10 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
       agent::SpeculateReply{std::nullopt, false},
       agent::SpeculateReply{true, true},
       agent::SpeculateReply{false, false},
+      agent::OpenCopyWindowReply{true},
+      agent::CloseCopyWindowReply{},
+      agent::CloseCopyWindowReply{12, 3, 4, 1, 5000000, 2, "kernel k wrote outside its speculated set", true,
+                                  "chunk 7 was not copied in time"},
   };
   for (const auto& r : replies) {
     INFO(agent::kind_name(r));

@@ -142,7 +142,8 @@ bool Agent::handle(int conn, agent::ReceivedRequest& received, bool& greeted) {
   }
   Answer a = std::visit(
       [&](const auto& q) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(q)>, agent::RemapRequest>)
+        using Q = std::decay_t<decltype(q)>;
+        if constexpr (std::is_same_v<Q, agent::RemapRequest> || std::is_same_v<Q, agent::OpenCopyWindowRequest>)
           return answer(q, std::move(received.fds));
         else
           return answer(q);
@@ -235,6 +236,21 @@ Agent::Answer Agent::answer(const agent::SpeculateRequest& q) {
   if (auto set = backend_.set_speculation(q.on); !set)
     return failure(set.error().code, "speculation " + std::string(q.on ? "on" : "off") + ": " + set.error().message);
   return {agent::SpeculateReply{}};
+}
+
+// With the gate closed: nothing writes device memory before every hook
+// consults the table.
+Agent::Answer Agent::answer(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds) {
+  if (gate_.is_open()) return failure(EBUSY, "open copy window needs a quiesced process (gate is open)");
+  auto opened = backend_.open_copy_window(q, std::move(fds));
+  if (!opened) return failure(opened.error().code, "open copy window: " + opened.error().message);
+  return {*opened};
+}
+
+Agent::Answer Agent::answer(const agent::CloseCopyWindowRequest&) {
+  auto closed = backend_.close_copy_window();
+  if (!closed) return failure(closed.error().code, closed.error().message);
+  return {*closed};
 }
 
 // run() closes our end after the reply, before the peer closes its own.

@@ -1,5 +1,6 @@
 #include "agent/cuda_backend.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -71,6 +72,42 @@ Result<void> CudaBackend::set_speculation(bool on) {
   if (!on) runtime().validation.set_active(false);  // nothing to validate without it
   runtime().speculation.set_active(on, runtime().memory);
   return {};
+}
+
+// Speculation goes on with the window (a call's write set comes from it),
+// validation too where the window trusts only validated sets; both stay on
+// after (their statistics are the program's).
+Result<agent::OpenCopyWindowReply> CudaBackend::open_copy_window(const agent::OpenCopyWindowRequest& q,
+                                                                 std::vector<UniqueFd> fds) {
+  runtime().speculation.set_active(true, runtime().memory);
+  agent::OpenCopyWindowReply reply;
+  if (q.trust == agent::CopyTrust::kValidated) runtime().validation.set_active(true);
+  reply.validating = runtime().validation.active();
+  violations_at_open_ = runtime().validation.totals().violations;
+  kernel_violations_at_open_.clear();
+  for (const auto& k : runtime().validation.kernels()) kernel_violations_at_open_[k.name] += k.violations;
+  PHOS_TRY(runtime().copy_window.start(q, std::move(fds)));
+  return reply;
+}
+
+Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
+  agent::CloseCopyWindowReply reply = runtime().copy_window.finish();
+  // Launches made while the window was open report their writes once they
+  // have run.
+  if (auto drained = runtime().memory.synchronize(); !drained)
+    return make_error("close copy window: wait for the launches made in it: " + drained.error().message, EIO);
+  reply.violations = runtime().validation.totals().violations - violations_at_open_;
+  std::map<std::string, uint64_t> now;
+  for (const auto& k : runtime().validation.kernels()) {
+    uint64_t& seen = now[k.name];
+    seen += k.violations;
+    if (reply.violation.empty() && k.violations > kernel_violations_at_open_[k.name]) {
+      char where[64];
+      std::snprintf(where, sizeof(where), "0x%llx", static_cast<unsigned long long>(k.first_address));
+      reply.violation = "kernel " + k.name + " wrote outside its speculated set (first at " + where + ")";
+    }
+  }
+  return reply;
 }
 
 Result<bool> CudaBackend::set_validation(bool on) {

@@ -1,6 +1,9 @@
 // The agent's view of a process that runs with the CUDA hooks.
 #pragma once
 
+#include <map>
+#include <string>
+
 #include "phos/hooks/agent_backend.h"
 
 namespace phos::hooks {
@@ -15,6 +18,14 @@ class CudaBackend final : public AgentBackend {
   Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) override;
   Result<void> set_speculation(bool on) override;
   Result<bool> set_validation(bool on) override;
+  Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,
+                                                      std::vector<UniqueFd> fds) override;
+  Result<agent::CloseCopyWindowReply> close_copy_window() override;
+
+ private:
+  // Validation's counts when the window opened: what a close compares.
+  uint64_t violations_at_open_ = 0;
+  std::map<std::string, uint64_t> kernel_violations_at_open_;
 };
 
 }  // namespace phos::hooks

@@ -17,7 +17,8 @@ namespace ranges = phos::hooks::ranges;
 
 namespace {
 
-// Copies and sets are described only while recording or speculating.
+// Copies and sets are described only while recording or speculating (a
+// copy window turns speculation on).
 inline bool tracked() {
   return __builtin_expect(runtime().launches.enabled() || runtime().speculation.active(), 0);
 }
@@ -27,6 +28,7 @@ void note(RecordKind kind, const char* call, CUstream stream, bool per_thread, c
   if (stream_capturing(stream, per_thread)) return;
   if (runtime().launches.enabled()) runtime().launches.record_call(kind, call, stream, l);
   if (runtime().speculation.active()) runtime().speculation.on_call(l);
+  if (runtime().copy_window.open()) runtime().copy_window.before_exact(l);
 }
 
 void note_copy(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, CUdeviceptr src, size_t n) {

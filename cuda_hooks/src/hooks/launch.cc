@@ -13,7 +13,8 @@ namespace {
 
 // Every launch: counted; recorded and speculated while that is on. A launch
 // into a stream being captured runs later, with its graph (counted there).
-// `writes` (while validating) gets the launch's speculated write set. The
+// `writes` (while validating, or a copy window is open) gets the launch's
+// speculated write set. The
 // kernel's registry entry where it was looked up; null where nothing was on.
 inline Kernel* seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
@@ -68,14 +69,20 @@ inline CUresult launch_kernel(bool per_thread, CUfunction f, unsigned gx, unsign
                               Launch&& launch) {
   const bool capturing = stream_capturing(stream, per_thread);
   const bool validating = runtime().validation.active();
+  // A launch into a capture runs with its graph (which waits there).
+  const bool window = __builtin_expect(runtime().copy_window.open(), 0) && !capturing;
   WriteRanges writes;
-  Kernel* kernel =
-      seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, validating ? &writes : nullptr);
+  Kernel* kernel = seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
+                        validating || window ? &writes : nullptr);
   CUresult r;
   std::unique_lock<std::mutex> unvalidated;
-  auto launch_twin = [&](CUfunction twin, void** twin_params) { return launch(twin, twin_params, nullptr); };
+  auto launch_twin = [&](CUfunction twin, void** twin_params) {
+    if (window) runtime().copy_window.before_kernel(writes, /*validated=*/true);
+    return launch(twin, twin_params, nullptr);
+  };
   if (ran_as_twin(validating, kernel, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))
     return r;
+  if (window) runtime().copy_window.before_kernel(writes, /*validated=*/false);
   return launch(f, params, extra);
 }
 
@@ -113,7 +120,11 @@ PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params) {                                       \
     GatePass pass(runtime().gate);                                                                             \
-    seen(stream_capturing(stream, per_thread), f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr);     \
+    const bool capturing = stream_capturing(stream, per_thread);                                               \
+    const bool window = __builtin_expect(runtime().copy_window.open(), 0) && !capturing;                       \
+    WriteRanges writes;                                                                                        \
+    seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr, window ? &writes : nullptr);    \
+    if (window) runtime().copy_window.before_kernel(writes, /*validated=*/false);                              \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                                  \
   }
 PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)

@@ -201,6 +201,10 @@ void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, Launc
       out->present = true;
       out->kind = uint8_t(spec::SetKind::kExact);  // the enclosing call's
     }
+    if (writes) {
+      writes->known = false;
+      writes->covered = true;
+    }
     return;
   }
   spec::AccessSet set;
@@ -216,6 +220,7 @@ void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, Launc
   }
   if (writes) {
     writes->known = set.kind != spec::SetKind::kUnknown;
+    writes->exact = set.kind == spec::SetKind::kExact;
     writes->ranges.clear();
     for (uint32_t i = 0; writes->known && i < set.count; i++)
       if (set.items[i].access & spec::kWrite) writes->ranges.emplace_back(set.items[i].start, set.items[i].end);

@@ -40,6 +40,9 @@ namespace phos::hooks {
 // one, nothing to validate).
 struct WriteRanges {
   bool known = false;
+  bool exact = false;    // the set is exact (not speculated)
+  bool covered = false;  // issued inside a known library call: its exact set covers it
+
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
 };
 

@@ -65,6 +65,8 @@ class Agent {
   Answer answer(const agent::ResumeRequest& q);
   Answer answer(const agent::GoodbyeRequest& q);
   Answer answer(const agent::SpeculateRequest& q);
+  Answer answer(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds);
+  Answer answer(const agent::CloseCopyWindowRequest& q);
 
   Gate& gate_;
   AgentBackend& backend_;

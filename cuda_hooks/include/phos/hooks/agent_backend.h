@@ -34,6 +34,17 @@ class AgentBackend {
   // Validation of the speculation on (speculation with it) or off
   // (statistics are kept). True when the SASS-level validator is attached.
   virtual Result<bool> set_validation(bool on) = 0;
+  // A concurrent dump's copy window (copy_window.h): opened with the
+  // table's fd and the pool's; closed with what it cost and whether a
+  // validated launch wrote outside its set meanwhile. A backend without
+  // device memory has nothing to protect.
+  virtual Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest&,
+                                                              std::vector<UniqueFd>) {
+    return make_error("this process has no copy window", ENOTSUP);
+  }
+  virtual Result<agent::CloseCopyWindowReply> close_copy_window() {
+    return make_error("this process has no copy window", ENOTSUP);
+  }
 };
 
 }  // namespace phos::hooks

@@ -191,11 +191,51 @@ struct SpeculateReply {
   bool operator==(const SpeculateReply&) const = default;
 };
 
+// Which write sets a call may rely on while a copy window is open; a call
+// whose set is not trusted waits until the window closes.
+enum class CopyTrust : uint32_t {
+  kExact = 1,       // only exact sets: copies, memsets, known library calls
+  kSpeculated = 2,  // speculated kernel sets too
+  kValidated = 3,   // speculated sets of launches that run validated
+};
+
+// Open a concurrent dump's copy window (copy_state.h); the table's memfd
+// and, where pool_bytes is not 0, the copy-on-write pool's fd come with it.
+struct OpenCopyWindowRequest {
+  CopyTrust trust = CopyTrust::kValidated;
+  uint32_t timeout_ms = 0;
+  uint32_t pool_device = 0;
+  uint64_t pool_bytes = 0;
+  bool operator==(const OpenCopyWindowRequest&) const = default;
+};
+struct OpenCopyWindowReply {
+  bool validating = false;
+  bool operator==(const OpenCopyWindowReply&) const = default;
+};
+struct CloseCopyWindowRequest {
+  bool operator==(const CloseCopyWindowRequest&) const = default;
+};
+// What the window cost the program, and whether its image can be trusted.
+struct CloseCopyWindowReply {
+  uint64_t calls_checked = 0;
+  uint64_t chunks_saved = 0;
+  uint64_t calls_waited = 0;
+  uint64_t unknown_waits = 0;
+  uint64_t wait_ns = 0;
+  uint64_t violations = 0;
+  std::string violation;  // the first: kernel and address
+  bool aborted = false;
+  std::string abort_reason;
+  bool operator==(const CloseCopyWindowReply&) const = default;
+};
+
 using Request = std::variant<Hello, StatusRequest, ListAllocationsRequest, QuiesceRequest, ReleaseMappingsRequest,
-                             RemapRequest, ResumeRequest, GoodbyeRequest, SpeculateRequest>;
+                             RemapRequest, ResumeRequest, GoodbyeRequest, SpeculateRequest, OpenCopyWindowRequest,
+                             CloseCopyWindowRequest>;
 // Every request gets one reply: the matching kind, or an Error (its code an
 // errno value).
 using Reply = std::variant<HelloReply, StatusReply, ListAllocationsReply, QuiesceReply, ReleaseMappingsReply,
-                           RemapReply, ResumeReply, GoodbyeReply, SpeculateReply, Error>;
+                           RemapReply, ResumeReply, GoodbyeReply, SpeculateReply, OpenCopyWindowReply,
+                           CloseCopyWindowReply, Error>;
 
 }  // namespace phos::agent

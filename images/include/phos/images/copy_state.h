@@ -127,6 +127,10 @@ class CopyState {
   // image is then incomplete, and the call may go on.
   Result<WriteReport> before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
                                    std::chrono::milliseconds timeout);
+  // The program freed the region that starts at `address` (its memory lives
+  // on in the engine's mapping): writes to that address from now on go to
+  // other memory, and are not the dump's.
+  void forget(uint64_t address);
   // A call whose write set is unknown: waits until the window is closed.
   Result<void> wait_closed(std::chrono::milliseconds timeout) const;
 

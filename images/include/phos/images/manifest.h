@@ -21,6 +21,8 @@ enum class Protocol : uint32_t { kStopTheWorld = 1, kSoftRecopy = 2, kSoftCopyOn
 enum class Compression : uint32_t { kNone = 0, kZstd = 1 };
 
 std::string_view protocol_name(Protocol p);
+// exact, speculated, validated; "none" for 0 (no copy window).
+std::string_view copy_trust_name(agent::CopyTrust t);
 std::string_view compression_name(Compression c);
 
 struct Device {
@@ -70,6 +72,16 @@ struct Statistics {
   uint64_t compress_ns = 0;
   uint32_t workers = 0;
   bool direct_io = false;
+  // A dump that left the process running: how long it was stopped, and
+  // what its copy-on-write window cost it (copy_state.h).
+  uint64_t stall_ns = 0;
+  uint64_t cow_pool_bytes = 0;
+  uint64_t cow_saved_bytes = 0;
+  uint64_t cow_calls_checked = 0;
+  uint64_t cow_calls_waited = 0;
+  uint64_t cow_unknown_waits = 0;
+  uint64_t cow_wait_ns = 0;
+  uint64_t cow_window_ns = 0;  // from the gate reopening to the last chunk copied
   bool operator==(const Statistics&) const = default;
 };
 
@@ -86,6 +98,8 @@ struct Manifest {
   std::string writer_version;
   int32_t pid = 0;
   Protocol protocol = Protocol::kStopTheWorld;
+  // Copy-on-write: which write sets the window trusted (0: no window).
+  agent::CopyTrust copy_trust = agent::CopyTrust(0);
   uint32_t chunk_size = kDefaultChunkSize;
   uint64_t created_unix_ns = 0;
   std::vector<Device> devices;

@@ -36,6 +36,11 @@ class AgentClient {
   // when the process has the SASS-level validator attached; an agent that
   // does not know validation is an error.
   Result<bool> set_validation(bool on);
+  // A concurrent dump's copy window (copy_state.h): `fds` are the table's
+  // memfd, then the pool's fd where q.pool_bytes is not 0.
+  Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,
+                                                      std::span<const int> fds);
+  Result<agent::CloseCopyWindowReply> close_copy_window();
   // Asks the agent to close its end and waits until it has, so that the
   // target holds no socket to us when CRIU dumps its files.
   Result<void> goodbye();

@@ -34,6 +34,18 @@ struct PluginOptions {
   // runs again as soon as criu lets it, and criu exits once the image is
   // written (with an error if that fails).
   bool write_behind = true;
+  // copy_on_write: auto | always | off. For a dump that leaves the process
+  // running where the snapshot does not fit (auto), or always instead of
+  // the snapshot: the process runs again at once while the engine copies
+  // its memory, and each call that writes memory not yet copied first
+  // saves it into a pool on the GPU (soft copy-on-write, copy_state.h).
+  enum class CopyOnWrite { kAuto, kAlways, kOff };
+  CopyOnWrite copy_on_write = CopyOnWrite::kAuto;
+  uint32_t cow_pool_mib = 2048;     // cow_pool_mib: 0..1048576, at most what the GPU has free
+  // cow_trust: exact | speculated | validated; a write set not trusted makes
+  // its call wait until the copy ends.
+  agent::CopyTrust cow_trust = agent::CopyTrust::kValidated;
+  uint32_t cow_timeout_ms = 60000;  // cow_timeout_ms: a call waits at most this long, then the image is given up
 
   uint32_t chunk_size() const { return chunk_mib << 20; }
 

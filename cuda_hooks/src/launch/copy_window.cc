@@ -1,0 +1,221 @@
+#include "launch/copy_window.h"
+
+#include <thread>
+
+#include "driver/driver.h"
+#include "launch/launch_speculation.h"
+#include "phos/support/clock.h"
+
+namespace phos::hooks {
+namespace {
+
+std::string cu_error(const char* what, CUresult r) {
+  const char* name = nullptr;
+  if (PHOS_REAL(cuGetErrorName)) PHOS_REAL(cuGetErrorName)(r, &name);
+  return std::string(what) + ": " + (name ? name : ("CUresult " + std::to_string(int(r))).c_str());
+}
+
+}  // namespace
+
+// Counts a call in while the window is open; finish() waits for none to be
+// inside before it unmaps the pool the calls copy into.
+class CopyWindow::Use {
+ public:
+  explicit Use(CopyWindow& w) : w_(w) {
+    w_.users_.fetch_add(1);
+    inside_ = w_.open_.load();
+    if (!inside_) w_.users_.fetch_sub(1);
+  }
+  ~Use() {
+    if (inside_) w_.users_.fetch_sub(1);
+  }
+  bool inside() const { return inside_; }
+
+ private:
+  CopyWindow& w_;
+  bool inside_ = false;
+};
+
+Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (open_.load() || table_) return make_error("a copy window is open already", EBUSY);
+  const size_t want = q.pool_bytes ? 2 : 1;
+  if (fds.size() != want)
+    return make_error("open copy window: " + std::to_string(fds.size()) + " fds, expected " + std::to_string(want),
+                      EINVAL);
+  auto table = copystate::CopyState::attach(fds[0].get());
+  if (!table) return table.error();
+  if (table->protocol() != copystate::Protocol::kCopyOnWrite)
+    return make_error("open copy window: only copy-on-write is implemented", ENOTSUP);
+  if (uint64_t(table->pool_slots()) * table->chunk_size() > q.pool_bytes)
+    return make_error("open copy window: " + std::to_string(table->pool_slots()) + " pool slots of " +
+                          std::to_string(table->chunk_size()) + " bytes do not fit a pool of " +
+                          std::to_string(q.pool_bytes) + " bytes",
+                      EINVAL);
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUresult r = PHOS_REAL(cuDeviceGet)(&dev, int(q.pool_device));
+  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev);
+  if (r != CUDA_SUCCESS) return make_error(cu_error("open copy window: device context", r), ENODEV);
+  CUdeviceptr pool = 0;
+  CUstream stream = nullptr;
+  CUmemGenericAllocationHandle h = 0;
+  auto fail = [&](const char* what, CUresult e) -> Error {
+    if (pool) {
+      PHOS_REAL(cuMemUnmap)(pool, q.pool_bytes);
+      PHOS_REAL(cuMemAddressFree)(pool, q.pool_bytes);
+    }
+    if (stream) PHOS_REAL(cuStreamDestroy_v2)(stream);
+    PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+    PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(dev);
+    return make_error(cu_error(what, e), EIO);
+  };
+  PHOS_REAL(cuCtxPushCurrent_v2)(ctx);
+  if (q.pool_bytes) {
+    r = PHOS_REAL(cuMemImportFromShareableHandle)(&h, reinterpret_cast<void*>(intptr_t(fds[1].get())),
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS) return fail("open copy window: import the pool", r);
+    r = PHOS_REAL(cuMemAddressReserve)(&pool, q.pool_bytes, 0, 0, 0);
+    if (r == CUDA_SUCCESS) r = PHOS_REAL(cuMemMap)(pool, q.pool_bytes, 0, h, 0);
+    PHOS_REAL(cuMemRelease)(h);  // the mapping keeps it
+    if (r != CUDA_SUCCESS) {
+      if (pool) PHOS_REAL(cuMemAddressFree)(pool, q.pool_bytes);
+      pool = 0;
+      return fail("open copy window: map the pool", r);
+    }
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = int(q.pool_device);
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = PHOS_REAL(cuMemSetAccess)(pool, q.pool_bytes, &access, 1);
+    if (r != CUDA_SUCCESS) return fail("open copy window: pool access", r);
+  }
+  r = PHOS_REAL(cuStreamCreate)(&stream, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS) return fail("open copy window: stream", r);
+  PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+  table_ = std::make_unique<copystate::CopyState>(std::move(*table));
+  device_ = dev;
+  ctx_ = ctx;
+  pool_ = pool;
+  pool_bytes_ = q.pool_bytes;
+  stream_ = stream;
+  trust_ = q.trust;
+  timeout_ = std::chrono::milliseconds(q.timeout_ms);
+  checked_ = waited_ = unknown_waits_ = wait_ns_ = 0;
+  abort_reason_.clear();
+  open_.store(true);
+  return {};
+}
+
+agent::CloseCopyWindowReply CopyWindow::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  agent::CloseCopyWindowReply out;
+  if (!table_) return out;
+  // The table says closed (the engine closed it) or aborted; a window the
+  // engine never closed (criu gone) is given up here, so no call waits.
+  table_->close(copystate::Window::kAborted);
+  open_.store(false);
+  while (users_.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  out.calls_checked = checked_;
+  out.chunks_saved = table_->statistics().saved;
+  out.calls_waited = waited_;
+  out.unknown_waits = unknown_waits_;
+  out.wait_ns = wait_ns_;
+  out.aborted = table_->window() == copystate::Window::kAborted;
+  out.abort_reason = abort_reason_;
+  // Given up without a reason of the hooks: by the engine (its error is in
+  // criu's log), or never closed by it (criu gone).
+  if (out.aborted && out.abort_reason.empty()) out.abort_reason = "the engine did not finish the copy";
+  PHOS_REAL(cuCtxPushCurrent_v2)(ctx_);
+  if (stream_) PHOS_REAL(cuStreamDestroy_v2)(stream_);
+  if (pool_) {
+    PHOS_REAL(cuMemUnmap)(pool_, pool_bytes_);
+    PHOS_REAL(cuMemAddressFree)(pool_, pool_bytes_);
+  }
+  PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+  PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(device_);
+  stream_ = nullptr;
+  pool_ = 0;
+  ctx_ = nullptr;
+  table_.reset();
+  return out;
+}
+
+Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot) {
+  std::lock_guard<std::mutex> lock(save_mu_);
+  PHOS_REAL(cuCtxPushCurrent_v2)(ctx_);
+  CUresult r = PHOS_REAL(cuMemcpyDtoDAsync_v2)(pool_ + uint64_t(slot) * table_->chunk_size(), address, bytes, stream_);
+  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuStreamSynchronize)(stream_);
+  PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+  if (r != CUDA_SUCCESS) return make_error(cu_error("copy into the pool", r), EIO);
+  return {};
+}
+
+void CopyWindow::give_up(const Error& e) {
+  table_->close(copystate::Window::kAborted);
+  std::lock_guard<std::mutex> lock(save_mu_);
+  if (abort_reason_.empty()) abort_reason_ = e.message;
+}
+
+void CopyWindow::count_wait(uint64_t since_ns, bool waited, bool unknown_set) {
+  if (!waited) return;
+  waited_.fetch_add(1, std::memory_order_relaxed);
+  if (unknown_set) unknown_waits_.fetch_add(1, std::memory_order_relaxed);
+  wait_ns_.fetch_add(monotonic_ns() - since_ns, std::memory_order_relaxed);
+}
+
+void CopyWindow::write(uint64_t address, uint64_t bytes) {
+  uint64_t t0 = monotonic_ns();
+  auto report = table_->before_write(
+      address, bytes, [this](uint64_t a, uint64_t n, uint32_t slot) { return save(a, n, slot); }, timeout_);
+  if (!report) return give_up(report.error());
+  count_wait(t0, report->waited > 0, false);
+}
+
+void CopyWindow::wait_closed(bool unknown_set) {
+  if (table_->window() != copystate::Window::kOpen) return;
+  uint64_t t0 = monotonic_ns();
+  if (auto r = table_->wait_closed(timeout_); !r) give_up(r.error());
+  count_wait(t0, true, unknown_set);
+}
+
+void CopyWindow::before_exact(const ranges::RangeList& l) {
+  Use use(*this);
+  if (!use.inside()) return;
+  checked_.fetch_add(1, std::memory_order_relaxed);
+  for (uint8_t i = 0; i < l.count; i++) {
+    const ranges::BufferRange& b = l.items[i];
+    if (!(b.access & ranges::kWrite)) continue;
+    // A written extent that is not known, or matrices behind an array of
+    // pointers: any memory may change.
+    if (b.access & (ranges::kExtentUnknown | ranges::kPointerArray)) return wait_closed(true);
+  }
+  for (uint8_t i = 0; i < l.count; i++)
+    if (l.items[i].access & ranges::kWrite) write(l.items[i].address, l.items[i].bytes);
+}
+
+void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
+  Use use(*this);
+  if (!use.inside()) return;
+  if (writes.covered) return;  // inside a library call that checked its exact set
+  checked_.fetch_add(1, std::memory_order_relaxed);
+  if (!writes.known) return wait_closed(true);
+  const bool trusted = writes.exact || (trust_ == agent::CopyTrust::kSpeculated) ||
+                       (trust_ == agent::CopyTrust::kValidated && validated);
+  if (!trusted) return wait_closed(false);
+  for (const auto& [start, end] : writes.ranges) write(start, end - start);
+}
+
+void CopyWindow::before_unknown() {
+  Use use(*this);
+  if (!use.inside()) return;
+  checked_.fetch_add(1, std::memory_order_relaxed);
+  wait_closed(true);
+}
+
+void CopyWindow::unit_dropped(uint64_t address) {
+  Use use(*this);
+  if (use.inside()) table_->forget(address);
+}
+
+}  // namespace phos::hooks

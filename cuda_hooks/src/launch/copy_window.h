@@ -1,0 +1,84 @@
+// The hooks' side of a concurrent dump's copy window (images/copy_state.h):
+// while the engine in criu copies the process's device memory, every call
+// that writes device memory first makes sure the memory it writes is safe to
+// change. Soft copy-on-write: a chunk the engine has not copied yet is
+// copied device to device into a pool slot first (the pool is device memory
+// the engine exported), and the engine takes it from there. Calls whose
+// write set is unknown, or not trusted (agent::CopyTrust), wait until the
+// window closes.
+//
+// Closed (no dump running), each call pays one relaxed load, and only where
+// it already described its set (recording or speculating is on).
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phos/hooks/call_ranges.h"
+#include "phos/images/agent_messages.h"
+#include "phos/images/copy_state.h"
+#include "phos/images/unique_fd.h"
+#include "phos/support/result.h"
+
+namespace phos::hooks {
+
+struct WriteRanges;
+
+class CopyWindow {
+ public:
+  bool open() const { return open_.load(std::memory_order_relaxed); }
+  agent::CopyTrust trust() const { return trust_; }
+
+  // The agent: `fds` holds the table's memfd, then the pool's fd where
+  // q.pool_bytes is not 0; the pool is mapped in the primary context of
+  // q.pool_device.
+  Result<void> start(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds);
+  // The agent: stops consulting the table once no call is inside, lets go
+  // of the pool; the statistics (without the validation's part).
+  agent::CloseCopyWindowReply finish();
+
+  // Before a call with an exact set (copies, memsets, library calls):
+  // ranges that are written, or whose extent is unknown.
+  void before_exact(const ranges::RangeList& l);
+  // Before a kernel launch: `validated` when it runs validated (a twin or
+  // a patched module checks its writes against `writes`).
+  void before_kernel(const WriteRanges& writes, bool validated);
+  // Before a call whose write set is unknown (a graph launch).
+  void before_unknown();
+  // The program let go of the memory at `address` (its unit, whose memory
+  // lives on in the engine's mapping).
+  void unit_dropped(uint64_t address);
+
+ private:
+  class Use;  // a call inside the window (finish() waits for none)
+  void write(uint64_t address, uint64_t bytes);
+  void wait_closed(bool unknown_set);
+  void give_up(const Error& e);
+  Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot);
+  void count_wait(uint64_t since_ns, bool waited, bool unknown_set);
+
+  std::atomic<bool> open_{false};
+  std::atomic<int64_t> users_{0};
+  agent::CopyTrust trust_ = agent::CopyTrust::kValidated;
+  std::chrono::milliseconds timeout_{0};
+  std::unique_ptr<copystate::CopyState> table_;
+  // The pool, mapped in the process: slot s at pool_ + s * chunk size.
+  CUdevice device_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUdeviceptr pool_ = 0;
+  uint64_t pool_bytes_ = 0;
+  CUstream stream_ = nullptr;
+  std::mutex save_mu_;  // one save at a time on stream_
+  std::atomic<uint64_t> checked_{0}, waited_{0}, unknown_waits_{0}, wait_ns_{0};
+  std::mutex mu_;
+  std::string abort_reason_;
+};
+
+}  // namespace phos::hooks
