@@ -81,6 +81,9 @@ struct CopyState::Layout {
   // from (the other side may scribble on the shared records).
   std::vector<Region> regions;
   std::vector<uint64_t> first_chunks;
+  Protocol protocol;
+  uint64_t chunk_size, chunk_count;
+  uint32_t pool_slots;
   // The hooks' side: regions the program freed while the window was open.
   std::unique_ptr<std::atomic<bool>[]> forgotten;
 };
@@ -134,7 +137,11 @@ std::unique_ptr<CopyState::Layout> make_layout(void* map, const Offsets& o) {
       reinterpret_cast<Header*>(base), reinterpret_cast<RegionRecord*>(base + o.regions),
       reinterpret_cast<std::atomic<uint32_t>*>(base + o.chunks), reinterpret_cast<std::atomic<uint64_t>*>(base + o.dirty),
       reinterpret_cast<std::atomic<uint64_t>*>(base + o.pool), reinterpret_cast<std::atomic<uint32_t>*>(base + o.urgent),
-      {}, {}, {}});
+      {}, {}, Protocol(0), 0, 0, 0, {}});
+  l->protocol = Protocol(l->header->protocol);
+  l->chunk_size = l->header->chunk_size;
+  l->chunk_count = l->header->chunk_count;
+  l->pool_slots = l->header->pool_slots;
   for (uint32_t i = 0; i < l->header->region_count; i++) {
     l->regions.push_back(Region{l->records[i].id, l->records[i].address, l->records[i].size});
     l->first_chunks.push_back(l->records[i].first_chunk);
@@ -240,10 +247,12 @@ Result<CopyState> CopyState::attach(int fd_in) {
   return CopyState(std::move(fd), map, bytes, std::move(l));
 }
 
-Protocol CopyState::protocol() const { return Protocol(l_->header->protocol); }
-uint64_t CopyState::chunk_size() const { return l_->header->chunk_size; }
-uint64_t CopyState::chunk_count() const { return l_->header->chunk_count; }
-uint32_t CopyState::pool_slots() const { return l_->header->pool_slots; }
+// The sizes as they were checked when the table was made or attached: the
+// other side may scribble on the header since.
+Protocol CopyState::protocol() const { return l_->protocol; }
+uint64_t CopyState::chunk_size() const { return l_->chunk_size; }
+uint64_t CopyState::chunk_count() const { return l_->chunk_count; }
+uint32_t CopyState::pool_slots() const { return l_->pool_slots; }
 std::span<const Region> CopyState::regions() const { return l_->regions; }
 std::atomic<uint32_t>& CopyState::word(uint64_t chunk) const { return l_->chunks[chunk]; }
 ChunkState CopyState::state(uint64_t chunk) const { return state_of(word(chunk).load(std::memory_order_acquire)); }

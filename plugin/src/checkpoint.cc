@@ -28,7 +28,8 @@ uint64_t clock_ns(clockid_t clock) {
 
 // Fault injection for tests, in the manner of CRIU's own (CRIU_FAULT):
 // PHOS_FAULT=stall-after-checkpoint holds CHECKPOINT_DEVICES for 60 s, so a
-// test can kill criu mid-dump at a known point.
+// test can kill criu mid-dump at a known point; the others are named where
+// they act.
 bool fault(const char* name) {
   const char* v = std::getenv("PHOS_FAULT");
   return v && std::strcmp(v, name) == 0;
@@ -143,7 +144,10 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go)]() mutable {
       const CopyMode mode = want ? choose_copy(t) : CopyMode::kStopped;
       decided.set_value(mode);
-      if (mode == CopyMode::kSnapshot) {
+      // PHOS_FAULT=cow-copy-after-resume: the whole copy-on-write copy runs
+      // while the process runs again (tests: a small process is otherwise
+      // copied before its stall ends, and nothing is written meanwhile).
+      if (mode == CopyMode::kSnapshot || (mode == CopyMode::kCopyOnWrite && fault("cow-copy-after-resume"))) {
         go.wait();
         if (t.abandoned) {
           t.copied = make_error("the dump failed; its image is not written", ECANCELED);

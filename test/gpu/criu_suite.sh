@@ -226,14 +226,18 @@ cow_cycles() {
   setup "$bin/cow_random"
   export CUBLAS_WORKSPACE_CONFIG=:4096:8
   local plant=() trust=speculated
-  if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=1; fi
+  # Twins only: the SASS-level validator attaches the sanitizer, and the
+  # driver then refuses to checkpoint the process.
+  if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
   for k in $(seq "$cycles"); do
     rm -f "$WORK/verify.log" "$WORK/state"
     start_workload --preload "$WORK/verify.log" --mib "$mib" --seed "$k" "${plant[@]}"
     wait_above "$WORK/state" 512 60 || fail "cycle $k: the workload does not run"
     sleep "0.$((RANDOM % 9 + 1))"
     local pool=${pools[$((k % 3))]} ok=1
-    PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=$trust criu_dump --leave-running || ok=0
+    # The copy starts once the process runs again: all of it in the window.
+    PHOS_FAULT=cow-copy-after-resume PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=$trust \
+      criu_dump --leave-running || ok=0
     dumps=$((dumps + 1))
     cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true
     local s; s=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | cut -d' ' -f1 | head -n1)

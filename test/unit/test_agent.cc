@@ -1,5 +1,6 @@
 // The agent in this process, with a fake backend, driven by the plugin's
 // client and by raw sockets for what a well-behaved client never sends.
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -24,8 +25,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Allocations whose exported fds are memfds holding their id.
-class FakeBackend final : public AgentBackend {
+// Allocations whose exported fds are memfds holding their id. It leaves the
+// copy window to AgentBackend's defaults (CopyWindowBackend below has one).
+class FakeBackend : public AgentBackend {
  public:
   explicit FakeBackend(size_t n) {
     for (size_t i = 0; i < n; i++) allocs_.push_back({i + 1, 0, 0x7f0000000000ull + (i << 21), 1u << 21, 0});
@@ -98,11 +100,12 @@ class FakeBackend final : public AgentBackend {
   std::vector<agent::Allocation> allocs_;
 };
 
-struct RunningAgent {
+template <class Backend>
+struct BasicRunningAgent {
   Gate gate;
-  FakeBackend backend;
+  Backend backend;
   Agent agent;
-  explicit RunningAgent(size_t allocs = 3, AgentOptions options = {})
+  explicit BasicRunningAgent(size_t allocs = 3, AgentOptions options = {})
       : backend(allocs), agent(gate, backend, options) {
     REQUIRE(agent.start().ok());
   }
@@ -119,6 +122,7 @@ struct RunningAgent {
     return s;
   }
 };
+using RunningAgent = BasicRunningAgent<FakeBackend>;
 
 agent::Reply raw_call(int sock, const agent::Request& req) {
   REQUIRE(agent::send_request(sock, req).ok());
@@ -551,4 +555,210 @@ TEST_CASE("agent: restarts under a new name after fork", "[agent][fork]") {
   ::close(p[0]);
   ::waitpid(child, nullptr, 0);
   CHECK(result == 'y');
+}
+
+// --- the copy window of a concurrent dump ---
+
+namespace {
+
+// A backend with a copy window: records what open_copy_window was given.
+class CopyWindowBackend final : public FakeBackend {
+ public:
+  using FakeBackend::FakeBackend;
+  Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,
+                                                      std::vector<UniqueFd> fds) override {
+    open_calls++;
+    opened_with = q;
+    fd_count = fds.size();
+    markers.clear();
+    for (const auto& fd : fds) {
+      char buf[16] = {};
+      ssize_t n = ::pread(fd.get(), buf, sizeof(buf) - 1, 0);
+      markers.push_back(n > 0 ? std::string(buf, size_t(n)) : std::string());
+    }
+    if (!open_error.empty()) return make_error(open_error, EINVAL);
+    return agent::OpenCopyWindowReply{validating_window};
+  }
+  Result<agent::CloseCopyWindowReply> close_copy_window() override {
+    close_calls++;
+    return close_reply;
+  }
+  size_t open_calls = 0, close_calls = 0;
+  agent::OpenCopyWindowRequest opened_with;
+  size_t fd_count = 0;
+  std::vector<std::string> markers;  // what each fd held
+  bool validating_window = false;
+  std::string open_error;  // open_copy_window fails with EINVAL and it where not empty
+  agent::CloseCopyWindowReply close_reply;
+};
+
+using CopyWindowAgent = BasicRunningAgent<CopyWindowBackend>;
+
+// A memfd holding `text`.
+UniqueFd memfd_with(const std::string& text) {
+  UniqueFd fd(::memfd_create("copy-window-test", MFD_CLOEXEC));
+  REQUIRE(fd.valid());
+  REQUIRE(::write(fd.get(), text.data(), text.size()) == ssize_t(text.size()));
+  return fd;
+}
+
+const agent::OpenCopyWindowRequest kOpen{agent::CopyTrust::kSpeculated, 1500, 1, 64u << 20};
+
+// True when every write end of the pipe whose read end is `r` is closed.
+bool write_ends_closed(int r) {
+  struct pollfd p {r, POLLIN, 0};
+  if (::poll(&p, 1, 1000) != 1) return false;
+  char c;
+  return ::read(r, &c, 1) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("agent: open copy window while the gate is open is refused with EBUSY", "[agent][copy_window]") {
+  RunningAgent a;
+  auto c = a.client();
+  auto opened = c.open_copy_window(kOpen, {});
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.error().code == EBUSY);
+  CHECK_THAT(opened.error().message, Catch::Contains("open copy window needs a quiesced process"));
+  CHECK(a.gate.is_open());
+  CHECK(c.status().ok());  // the session goes on
+}
+
+TEST_CASE("agent: open copy window while the gate is open does not reach the backend", "[agent][copy_window]") {
+  CopyWindowAgent a;
+  auto c = a.client();
+  UniqueFd table = memfd_with("table");
+  std::vector<int> fds{table.get()};
+  auto opened = c.open_copy_window(kOpen, fds);
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.error().code == EBUSY);
+  CHECK(a.backend.open_calls == 0);
+}
+
+TEST_CASE("agent: the fds of a refused open copy window are closed", "[agent][copy_window][fds]") {
+  RunningAgent a;
+  auto c = a.client();
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  auto opened = c.open_copy_window(kOpen, std::vector<int>{p[1]});
+  ::close(p[1]);
+  REQUIRE_FALSE(opened.ok());
+  CHECK(write_ends_closed(p[0]));  // the agent kept no copy
+  ::close(p[0]);
+}
+
+TEST_CASE("agent: open copy window on a backend without one answers ENOTSUP", "[agent][copy_window]") {
+  RunningAgent a;
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  auto opened = c.open_copy_window(kOpen, {});
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.error().code == ENOTSUP);
+  CHECK_THAT(opened.error().message,
+             Catch::Contains("open copy window") && Catch::Contains("this process has no copy window"));
+  CHECK(c.status().ok());
+  CHECK(c.resume().ok());
+}
+
+TEST_CASE("agent: a backend without a copy window closes the fds sent to open one", "[agent][copy_window][fds]") {
+  RunningAgent a;
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  auto opened = c.open_copy_window(kOpen, std::vector<int>{p[1]});
+  ::close(p[1]);
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.error().code == ENOTSUP);
+  CHECK(write_ends_closed(p[0]));
+  ::close(p[0]);
+  CHECK(c.resume().ok());
+}
+
+TEST_CASE("agent: close copy window on a backend without one answers ENOTSUP", "[agent][copy_window]") {
+  RunningAgent a;
+  auto c = a.client();
+  auto closed = c.close_copy_window();
+  REQUIRE_FALSE(closed.ok());
+  CHECK(closed.error().code == ENOTSUP);
+  CHECK_THAT(closed.error().message, Catch::Contains("this process has no copy window"));
+  CHECK(c.status().ok());
+}
+
+TEST_CASE("agent: open copy window hands the backend every fd sent with it", "[agent][copy_window][fds]") {
+  CopyWindowAgent a;
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  UniqueFd table = memfd_with("table"), pool = memfd_with("pool");
+  std::vector<int> fds{table.get(), pool.get()};
+  auto opened = c.open_copy_window(kOpen, fds);
+  REQUIRE(opened.ok());
+  CHECK(a.backend.open_calls == 1);
+  CHECK(a.backend.fd_count == 2);
+  // The same files, in the order sent.
+  CHECK(a.backend.markers == std::vector<std::string>{"table", "pool"});
+  CHECK(c.resume().ok());
+}
+
+TEST_CASE("agent: open copy window with no fds reaches the backend with none", "[agent][copy_window][fds]") {
+  CopyWindowAgent a;
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  REQUIRE(c.open_copy_window(kOpen, {}).ok());
+  CHECK(a.backend.open_calls == 1);
+  CHECK(a.backend.fd_count == 0);
+}
+
+TEST_CASE("agent: open copy window hands the backend the request as sent", "[agent][copy_window]") {
+  CopyWindowAgent a;
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  REQUIRE(c.open_copy_window(kOpen, {}).ok());
+  CHECK(a.backend.opened_with == kOpen);
+  CHECK(a.backend.opened_with.trust == agent::CopyTrust::kSpeculated);
+  CHECK(a.backend.opened_with.pool_bytes == 64u << 20);
+}
+
+TEST_CASE("agent: open copy window returns the backend's reply", "[agent][copy_window]") {
+  CopyWindowAgent a;
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  a.backend.validating_window = true;
+  auto on = c.open_copy_window(kOpen, {});
+  REQUIRE(on.ok());
+  CHECK(on->validating);
+  a.backend.validating_window = false;
+  auto off = c.open_copy_window(kOpen, {});
+  REQUIRE(off.ok());
+  CHECK_FALSE(off->validating);
+}
+
+TEST_CASE("agent: a backend that fails to open the window yields its errno and message", "[agent][copy_window]") {
+  CopyWindowAgent a;
+  a.backend.open_error = "the table is not a copy-state table";
+  auto c = a.client();
+  REQUIRE(c.quiesce(1000).ok());
+  auto opened = c.open_copy_window(kOpen, {});
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.error().code == EINVAL);
+  CHECK_THAT(opened.error().message,
+             Catch::Contains("open copy window: ") && Catch::Contains("the table is not a copy-state table"));
+  CHECK(c.status().ok());
+}
+
+TEST_CASE("agent: close copy window returns the backend's figures, gate open or not", "[agent][copy_window]") {
+  CopyWindowAgent a;
+  a.backend.close_reply = {12, 3, 4, 1, 5000000, 2, "kernel k wrote 0x7f0000001000", true, "chunk 7 timed out"};
+  auto c = a.client();
+  // The engine closes the window while the process runs again.
+  REQUIRE(a.gate.is_open());
+  auto closed = c.close_copy_window();
+  REQUIRE(closed.ok());
+  CHECK(*closed == a.backend.close_reply);
+  CHECK(a.backend.close_calls == 1);
+  REQUIRE(c.quiesce(1000).ok());
+  REQUIRE(c.close_copy_window().ok());
+  CHECK(a.backend.close_calls == 2);
+  CHECK(c.resume().ok());
 }

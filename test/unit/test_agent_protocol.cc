@@ -418,3 +418,69 @@ TEST_CASE("keeper protocol: a malformed message is refused", "[agent_protocol][k
   REQUIRE_FALSE(unknown.ok());
   CHECK_THAT(unknown.error().message, Catch::Contains("unknown kind (field 7)"));
 }
+
+// --- the copy window's requests as another build might send them ---
+
+namespace {
+
+// An OpenCopyWindowRequest (Request field 10) with every required field.
+PbWriter open_copy_window(uint64_t trust) {
+  return PbWriter().message(
+      10, PbWriter().varint(1, trust).varint(2, 60000).varint(3, 0).varint(4, 1ull << 30));
+}
+
+}  // namespace
+
+TEST_CASE("agent protocol: an open copy window request with trust 0 is refused", "[agent_protocol][malformed]") {
+  auto e = request_error(open_copy_window(0));
+  CHECK_THAT(e.message, Catch::Contains("malformed request") && Catch::Contains("open copy window: trust 0") &&
+                            Catch::Contains("none of 1, 2, 3"));
+}
+
+TEST_CASE("agent protocol: an open copy window request with trust 4 is refused", "[agent_protocol][malformed]") {
+  auto e = request_error(open_copy_window(4));
+  CHECK_THAT(e.message, Catch::Contains("malformed request") && Catch::Contains("open copy window: trust 4"));
+}
+
+TEST_CASE("agent protocol: every trust in 1..3 written by hand is accepted", "[agent_protocol]") {
+  for (uint64_t t : {1, 2, 3}) {
+    INFO("trust " << t);
+    auto r = agent::decode_request(open_copy_window(t).payload());
+    REQUIRE(r.ok());
+    const auto& q = std::get<agent::OpenCopyWindowRequest>(*r);
+    CHECK(uint32_t(q.trust) == t);
+    CHECK(q.timeout_ms == 60000);
+    CHECK(q.pool_device == 0);
+    CHECK(q.pool_bytes == 1ull << 30);
+  }
+}
+
+TEST_CASE("agent protocol: an open copy window request without its trust is refused",
+          "[agent_protocol][malformed]") {
+  PbWriter q = PbWriter().message(10, PbWriter().varint(2, 60000).varint(3, 0).varint(4, 0));
+  CHECK_THAT(request_error(q).message, Catch::Contains("malformed request: payload does not parse"));
+}
+
+TEST_CASE("agent protocol: a close copy window reply without its required figures is refused",
+          "[agent_protocol][malformed]") {
+  // calls_checked only: the rest of the required fields missing.
+  CHECK_THAT(reply_error(PbWriter().message(11, PbWriter().varint(1, 5))).message,
+             Catch::Contains("malformed reply: payload does not parse"));
+}
+
+TEST_CASE("agent protocol: a close copy window reply without its optional texts reads them empty",
+          "[agent_protocol][compat]") {
+  PbWriter c;
+  c.varint(1, 1).varint(2, 2).varint(3, 3).varint(4, 4).varint(5, 5).varint(6, 0).varint(8, 0);
+  auto r = agent::decode_reply(PbWriter().message(11, c).payload());
+  REQUIRE(r.ok());
+  const auto& got = std::get<agent::CloseCopyWindowReply>(*r);
+  CHECK(got == agent::CloseCopyWindowReply{1, 2, 3, 4, 5, 0, "", false, ""});
+}
+
+TEST_CASE("agent protocol: the copy window kinds are named as agent.proto names them", "[agent_protocol]") {
+  CHECK(agent::kind_name(agent::Request(agent::OpenCopyWindowRequest{})) == "open_copy_window");
+  CHECK(agent::kind_name(agent::Request(agent::CloseCopyWindowRequest{})) == "close_copy_window");
+  CHECK(agent::kind_name(agent::Reply(agent::OpenCopyWindowReply{})) == "open_copy_window");
+  CHECK(agent::kind_name(agent::Reply(agent::CloseCopyWindowReply{})) == "close_copy_window");
+}

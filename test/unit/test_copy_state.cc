@@ -4,6 +4,7 @@
 // writing is the state at the freeze.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -352,4 +353,373 @@ TEST_CASE("copy state: an image taken under concurrent writes is the state at th
   CHECK(image == frozen);
   INFO("pool slots " << slots << ": saved " << s.statistics().saved << ", waits " << s.statistics().waits);
   if (slots == 0) CHECK(s.statistics().saved == 0);
+}
+
+// --- forget: a region the program freed is no longer the dump's ---
+
+namespace {
+
+// A save that records what it was asked to save.
+struct Saves {
+  std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> calls;
+  SaveChunk fn() {
+    return [this](uint64_t address, uint64_t bytes, uint32_t slot) -> Result<void> {
+      calls.emplace_back(address, bytes, slot);
+      return {};
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("copy state: forget stops before_write saving a freed region", "[copy_state][forget]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}, {2, 0x40000, 4 * kChunk}}, 8);
+  s.forget(0x10000);
+  Saves saves;
+  auto r = s.before_write(0x10000, 4 * kChunk, saves.fn(), 1s);
+  REQUIRE(r.ok());
+  CHECK(r->saved == 0);
+  CHECK(r->waited == 0);
+  CHECK(saves.calls.empty());
+  for (uint64_t c = 0; c < 4; c++) CHECK(s.state(c) == ChunkState::kPending);
+  CHECK(s.statistics().saved == 0);
+}
+
+TEST_CASE("copy state: forget of a region leaves the other regions saved", "[copy_state][forget]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}, {2, 0x40000, 4 * kChunk}}, 8);
+  s.forget(0x10000);
+  Saves saves;
+  auto r = s.before_write(0x40000 + kChunk, 8, saves.fn(), 1s);
+  REQUIRE(r.ok());
+  CHECK(r->saved == 1);
+  REQUIRE(saves.calls.size() == 1);
+  CHECK(std::get<0>(saves.calls[0]) == 0x40000 + kChunk);
+  CHECK(s.state(5) == ChunkState::kSaved);
+}
+
+TEST_CASE("copy state: a write spanning a forgotten and a live region saves only the live one",
+          "[copy_state][forget]") {
+  // Adjacent regions: one write runs from the first into the second.
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}, {2, 0x12000, 2 * kChunk}}, 8);
+  s.forget(0x12000);
+  Saves saves;
+  auto r = s.before_write(0x10000 + kChunk, 2 * kChunk, saves.fn(), 1s);  // chunk 1 of region 1, chunk 0 of region 2
+  REQUIRE(r.ok());
+  CHECK(r->saved == 1);
+  REQUIRE(saves.calls.size() == 1);
+  CHECK(std::get<0>(saves.calls[0]) == 0x10000 + kChunk);
+  CHECK(s.state(1) == ChunkState::kSaved);
+  CHECK(s.state(2) == ChunkState::kPending);
+}
+
+TEST_CASE("copy state: a write to a forgotten region does not wait for a full pool", "[copy_state][forget]") {
+  // No pool: a write to a pending chunk would wait for the engine (and,
+  // with nobody copying, time out and abort the window).
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
+  s.forget(0x10000);
+  auto r = s.before_write(0x10000, 2 * kChunk, no_save, 20ms);
+  REQUIRE(r.ok());
+  CHECK(r->waited == 0);
+  CHECK(s.statistics().waits == 0);
+  CHECK(s.window() == Window::kOpen);
+}
+
+TEST_CASE("copy state: a write to a forgotten region does not wait for a chunk being copied",
+          "[copy_state][forget]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
+  auto c = s.claim_next();
+  REQUIRE(c);
+  REQUIRE(c->chunk == 0);
+  s.forget(0x10000);
+  auto r = s.before_write(0x10000, 8, no_save, 20ms);
+  REQUIRE(r.ok());
+  CHECK(r->waited == 0);
+  CHECK(s.state(0) == ChunkState::kCopying);  // the engine's copy goes on
+  CHECK(s.window() == Window::kOpen);
+}
+
+TEST_CASE("copy state: forget in recopy leaves a freed region's chunks clean", "[copy_state][forget]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x10000, 2 * kChunk}, {2, 0x40000, 2 * kChunk}}, 0);
+  s.forget(0x40000);
+  auto r = s.before_write(0x10000, 0x40000 + 2 * kChunk - 0x10000, no_save, 1s);
+  REQUIRE(r.ok());
+  CHECK(r->dirtied == 2);
+  CHECK(s.dirty(0));
+  CHECK(s.dirty(1));
+  CHECK_FALSE(s.dirty(2));
+  CHECK_FALSE(s.dirty(3));
+}
+
+TEST_CASE("copy state: forget of an address inside a region changes nothing", "[copy_state][forget]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 8);
+  s.forget(0x10000 + kChunk);  // inside, not the start
+  s.forget(0x10000 + 1);
+  Saves saves;
+  auto r = s.before_write(0x10000, 4 * kChunk, saves.fn(), 1s);
+  REQUIRE(r.ok());
+  CHECK(r->saved == 4);
+  CHECK(saves.calls.size() == 4);
+}
+
+TEST_CASE("copy state: forget of an address outside every region changes nothing", "[copy_state][forget]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}, {2, 0x40000, 2 * kChunk}}, 8);
+  for (uint64_t a : {uint64_t(0), uint64_t(0x8000), uint64_t(0x10000 + 2 * kChunk), uint64_t(0x20000),
+                     uint64_t(0x40000 + 2 * kChunk), ~uint64_t(0)})
+    s.forget(a);
+  Saves saves;
+  auto r = s.before_write(0x10000, 0x40000 + 2 * kChunk - 0x10000, saves.fn(), 1s);
+  REQUIRE(r.ok());
+  CHECK(r->saved == 4);
+  CHECK(saves.calls.size() == 4);
+}
+
+TEST_CASE("copy state: forget on the hooks' side leaves the engine's claims whole", "[copy_state][forget]") {
+  CopyState engine = make(Protocol::kCopyOnWrite, {{1, 0x10000, 3 * kChunk}}, 4);
+  auto hooks = CopyState::attach(engine.fd());
+  REQUIRE(hooks.ok());
+  hooks->forget(0x10000);
+  Saves saves;
+  REQUIRE(hooks->before_write(0x10000, 3 * kChunk, saves.fn(), 1s).ok());
+  CHECK(saves.calls.empty());
+  // The engine still copies every chunk of the freed region: its memory
+  // lives on in the engine's mapping, as it was at the freeze.
+  CHECK(drain(engine) == 3);
+  CHECK(engine.all_copied());
+}
+
+TEST_CASE("copy state: forget is the forgetting side's own; another attach still saves", "[copy_state][forget]") {
+  CopyState engine = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
+  auto a = CopyState::attach(engine.fd());
+  auto b = CopyState::attach(engine.fd());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  a->forget(0x10000);
+  Saves saves;
+  auto r = b->before_write(0x10000, 8, saves.fn(), 1s);
+  REQUIRE(r.ok());
+  CHECK(r->saved == 1);
+}
+
+// --- the application scribbling on the shared table ---
+
+namespace {
+
+// The table's region records, as the engine wrote them (copy_state.cc:
+// RegionRecord after the 64-byte aligned Header, whose regions_offset is
+// its 6th field, at byte 40).
+struct Records {
+  void* map = MAP_FAILED;
+  size_t bytes = 0;
+  uint64_t* words = nullptr;  // 4 words a record: id, address, size, first_chunk
+  uint32_t count = 0;
+
+  explicit Records(const CopyState& s) {
+    struct stat st {};
+    REQUIRE(::fstat(s.fd(), &st) == 0);
+    bytes = size_t(st.st_size);
+    map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd(), 0);
+    REQUIRE(map != MAP_FAILED);
+    auto* base = static_cast<std::byte*>(map);
+    uint32_t region_count = 0;
+    uint64_t regions_offset = 0;
+    std::memcpy(&region_count, base + 32, 4);
+    std::memcpy(&regions_offset, base + 40, 8);
+    REQUIRE(region_count == s.regions().size());
+    REQUIRE(regions_offset % 64 == 0);
+    REQUIRE(regions_offset + uint64_t(region_count) * 32 <= bytes);
+    words = reinterpret_cast<uint64_t*>(base + regions_offset);
+    count = region_count;
+    // Where the layout says: the first record is the first region's.
+    REQUIRE(words[0] == s.regions()[0].id);
+    REQUIRE(words[1] == s.regions()[0].address);
+    REQUIRE(words[2] == s.regions()[0].size);
+    REQUIRE(words[3] == 0);
+  }
+  ~Records() {
+    if (map != MAP_FAILED) ::munmap(map, bytes);
+  }
+  Records(const Records&) = delete;
+  Records& operator=(const Records&) = delete;
+
+  void fill(uint64_t (*garbage)(size_t word)) {
+    for (size_t i = 0; i < size_t(count) * 4; i++) words[i] = garbage(i);
+  }
+};
+
+// Claims every chunk there is; each must lie within its region.
+void claims_stay_within_regions(CopyState& s, const std::vector<Region>& expected) {
+  REQUIRE(s.regions().size() == expected.size());
+  for (size_t i = 0; i < expected.size(); i++) {
+    CHECK(s.regions()[i].id == expected[i].id);
+    CHECK(s.regions()[i].address == expected[i].address);
+    CHECK(s.regions()[i].size == expected[i].size);
+  }
+  std::vector<int> claimed(s.chunk_count());
+  uint64_t total = 0;
+  while (auto c = s.claim_next()) {
+    INFO("chunk " << c->chunk << " region " << c->region << " offset " << c->offset << " bytes " << c->bytes);
+    REQUIRE(c->chunk < s.chunk_count());
+    REQUIRE(c->region < s.regions().size());
+    CHECK(c->bytes > 0);
+    CHECK(c->offset % s.chunk_size() == 0);
+    CHECK(c->offset + c->bytes <= s.regions()[c->region].size);
+    claimed[c->chunk]++;
+    total += c->bytes;
+    s.copied(*c);
+  }
+  for (uint64_t c = 0; c < s.chunk_count(); c++) CHECK(claimed[c] == 1);
+  uint64_t sizes = 0;
+  for (const auto& r : expected) sizes += r.size;
+  CHECK(total == sizes);
+  CHECK(s.all_copied());
+}
+
+const std::vector<Region> kScribbled{{1, 0x100000, 3 * kChunk + 100}, {2, 0x200000, kChunk}, {3, 0x300000, 5 * kChunk}};
+
+}  // namespace
+
+TEST_CASE("copy state: claims stay within the regions when the records are all ones", "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  Records records(s);
+  records.fill([](size_t) { return ~uint64_t(0); });
+  claims_stay_within_regions(s, kScribbled);
+}
+
+TEST_CASE("copy state: claims stay within the regions when the records are all zeros", "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  Records records(s);
+  records.fill([](size_t) { return uint64_t(0); });
+  claims_stay_within_regions(s, kScribbled);
+}
+
+TEST_CASE("copy state: claims stay within the regions when the records are random", "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  Records records(s);
+  records.fill([](size_t i) { return std::mt19937_64(i + 7)(); });
+  claims_stay_within_regions(s, kScribbled);
+}
+
+TEST_CASE("copy state: claims stay within the regions when the records claim more chunks", "[copy_state][scribble]") {
+  // Plausible lies: every region larger, every first chunk shifted.
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  Records records(s);
+  for (uint32_t i = 0; i < records.count; i++) {
+    records.words[i * 4 + 2] *= 1000;
+    records.words[i * 4 + 3] += 2;
+  }
+  claims_stay_within_regions(s, kScribbled);
+}
+
+TEST_CASE("copy state: recopy's dirty claims stay within the regions when the records are scribbled on",
+          "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kRecopy, kScribbled, 0);
+  REQUIRE(s.before_write(0x100000, 0x300000 + 5 * kChunk - 0x100000, no_save, 1s).ok());  // every chunk dirty
+  Records records(s);
+  records.fill([](size_t) { return ~uint64_t(0); });
+  CHECK_FALSE(s.claim_next());  // dirty chunks wait for the end
+  uint64_t n = 0;
+  while (auto c = s.claim_dirty()) {
+    INFO("chunk " << c->chunk);
+    REQUIRE(c->region < s.regions().size());
+    CHECK(c->offset + c->bytes <= s.regions()[c->region].size);
+    s.copied(*c);
+    n++;
+  }
+  CHECK(n == s.chunk_count());
+}
+
+TEST_CASE("copy state: the hooks save the region they attached to when the records are scribbled on later",
+          "[copy_state][scribble]") {
+  CopyState engine = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  auto hooks = CopyState::attach(engine.fd());
+  REQUIRE(hooks.ok());
+  Records records(engine);
+  records.fill([](size_t) { return uint64_t(0); });
+  Saves saves;
+  auto r = hooks->before_write(0x200000, 8, saves.fn(), 1s);  // region 2, chunk 4
+  REQUIRE(r.ok());
+  CHECK(r->saved == 1);
+  REQUIRE(saves.calls.size() == 1);
+  CHECK(std::get<0>(saves.calls[0]) == 0x200000);
+  CHECK(std::get<1>(saves.calls[0]) == kChunk);
+  CHECK(engine.state(4) == ChunkState::kSaved);
+}
+
+TEST_CASE("copy state: a scribbled table is refused by a later attach", "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  Records records(s);
+  records.fill([](size_t) { return ~uint64_t(0); });
+  auto r = CopyState::attach(s.fd());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EPROTO);
+  CHECK_THAT(r.error().message, Catch::Contains("allocation record 0"));
+}
+
+// The application may scribble on the shared header just as on the records:
+// the engine's claims must still come from the sizes it checked (else a
+// claim lies outside its region, names a chunk the table does not have, or
+// a pool slot the pool does not have).
+namespace {
+
+std::byte* header_of(Records& r) { return static_cast<std::byte*>(r.map); }
+
+}  // namespace
+
+TEST_CASE("copy state: claims stay within the regions when the header's chunk size is scribbled on",
+          "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  const uint64_t chunks = s.chunk_count();
+  Records records(s);
+  uint64_t lie = 2 * kChunk;
+  std::memcpy(header_of(records) + 16, &lie, 8);  // Header::chunk_size
+  CHECK(s.chunk_size() == kChunk);
+  uint64_t n = 0;
+  while (auto c = s.claim_next()) {
+    INFO("chunk " << c->chunk << " region " << c->region << " offset " << c->offset << " bytes " << c->bytes);
+    REQUIRE(c->region < kScribbled.size());
+    CHECK(c->offset + c->bytes <= kScribbled[c->region].size);
+    CHECK(c->bytes <= kChunk);
+    s.copied(*c);
+    n++;
+  }
+  CHECK(n == chunks);
+}
+
+TEST_CASE("copy state: claims name only the table's chunks when the header's chunk count is scribbled on",
+          "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  const uint64_t chunks = s.chunk_count();
+  Records records(s);
+  uint64_t lie = chunks + 1;  // the word after the last chunk is padding: in the mapping, reads as pending
+  std::memcpy(header_of(records) + 24, &lie, 8);  // Header::chunk_count
+  CHECK(s.chunk_count() == chunks);
+  uint64_t n = 0;
+  while (auto c = s.claim_next()) {
+    INFO("chunk " << c->chunk << " region " << c->region << " offset " << c->offset << " bytes " << c->bytes);
+    CHECK(c->chunk < chunks);
+    CHECK(c->bytes > 0);
+    if (c->chunk < chunks) s.copied(*c);
+    n++;
+  }
+  CHECK(n == chunks);
+}
+
+TEST_CASE("copy state: claims name only the pool's slots when the header's pool size is scribbled on",
+          "[copy_state][scribble]") {
+  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  Records records(s);
+  uint32_t lie = 1u << 20;
+  std::memcpy(header_of(records) + 36, &lie, 4);  // Header::pool_slots
+  uint64_t chunks_offset = 0;
+  std::memcpy(&chunks_offset, header_of(records) + 48, 8);  // Header::chunks_offset
+  // Chunk 0 "saved" in slot 1000 (copy_state.cc: state | (slot + 1) << 4).
+  uint32_t word = uint32_t(ChunkState::kSaved) | (1000u + 1) << 4;
+  std::memcpy(header_of(records) + chunks_offset, &word, 4);
+  CHECK(s.pool_slots() == 4);
+  while (auto c = s.claim_next()) {
+    INFO("chunk " << c->chunk << " slot " << (c->pool_slot ? int64_t(*c->pool_slot) : -1));
+    CHECK((!c->pool_slot || *c->pool_slot < 4));
+    if (c->pool_slot && *c->pool_slot >= 4) continue;  // copied() would free a slot past the pool's bitmap
+    s.copied(*c);
+  }
 }

@@ -238,3 +238,134 @@ TEST_CASE("file names: manifest names parse back to pids", "[manifest][names]") 
   CHECK_FALSE(pid_of_manifest_file("phos-0-manifest.img").has_value());
   CHECK_FALSE(pid_of_manifest_file("core-1.img").has_value());
 }
+
+// --- copy-on-write: the window's trust and its statistics ---
+
+namespace {
+
+using phos::agent::CopyTrust;
+
+Manifest cow_manifest() {
+  Manifest m = full_manifest();
+  m.protocol = Protocol::kSoftCopyOnWrite;
+  m.copy_trust = CopyTrust::kValidated;
+  Statistics& s = m.statistics;
+  s.stall_ns = 11;
+  s.cow_pool_bytes = 2ull << 30;
+  s.cow_saved_bytes = 12ull << 20;
+  s.cow_calls_checked = 13;
+  s.cow_calls_waited = 14;
+  s.cow_unknown_waits = 15;
+  s.cow_wait_ns = 16;
+  s.cow_window_ns = 17;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("manifest: a copy-on-write manifest round trips with its trust and every statistic",
+          "[manifest][cow]") {
+  Manifest m = cow_manifest();
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(back->protocol == Protocol::kSoftCopyOnWrite);
+  CHECK(back->copy_trust == CopyTrust::kValidated);
+  const Statistics& s = back->statistics;
+  CHECK(s.stall_ns == 11);
+  CHECK(s.cow_pool_bytes == 2ull << 30);
+  CHECK(s.cow_saved_bytes == 12ull << 20);
+  CHECK(s.cow_calls_checked == 13);
+  CHECK(s.cow_calls_waited == 14);
+  CHECK(s.cow_unknown_waits == 15);
+  CHECK(s.cow_wait_ns == 16);
+  CHECK(s.cow_window_ns == 17);
+  CHECK(back.value() == m);
+}
+
+TEST_CASE("manifest: every copy trust round trips", "[manifest][cow]") {
+  for (CopyTrust t : {CopyTrust::kExact, CopyTrust::kSpeculated, CopyTrust::kValidated}) {
+    INFO(copy_trust_name(t));
+    Manifest m = cow_manifest();
+    m.copy_trust = t;
+    auto back = decode_manifest(encode_manifest(m), "m.img");
+    REQUIRE(back.ok());
+    CHECK(back->copy_trust == t);
+  }
+}
+
+TEST_CASE("manifest: copy-on-write statistics round trip one at a time", "[manifest][cow]") {
+  // Each field on its own: a field encoded into another's number shows.
+  uint64_t Statistics::*fields[] = {&Statistics::stall_ns,          &Statistics::cow_pool_bytes,
+                                    &Statistics::cow_saved_bytes,   &Statistics::cow_calls_checked,
+                                    &Statistics::cow_calls_waited,  &Statistics::cow_unknown_waits,
+                                    &Statistics::cow_wait_ns,       &Statistics::cow_window_ns};
+  for (size_t i = 0; i < std::size(fields); i++) {
+    INFO("field " << i);
+    Manifest m = full_manifest();
+    m.statistics.*fields[i] = 1000 + i;
+    auto back = decode_manifest(encode_manifest(m), "m.img");
+    REQUIRE(back.ok());
+    CHECK(back->statistics == m.statistics);
+  }
+}
+
+TEST_CASE("manifest: a manifest without a window decodes with trust none and no copy-on-write figures",
+          "[manifest][cow]") {
+  Manifest m = full_manifest();
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(uint32_t(back->copy_trust) == 0);
+  CHECK(copy_trust_name(back->copy_trust) == "none");
+  const Statistics& s = back->statistics;
+  CHECK(s.stall_ns == 0);
+  CHECK(s.cow_pool_bytes == 0);
+  CHECK(s.cow_saved_bytes == 0);
+  CHECK(s.cow_calls_checked == 0);
+  CHECK(s.cow_calls_waited == 0);
+  CHECK(s.cow_unknown_waits == 0);
+  CHECK(s.cow_wait_ns == 0);
+  CHECK(s.cow_window_ns == 0);
+  CHECK(s.quiesce_ns == 1);  // the others are kept
+}
+
+TEST_CASE("manifest: without a window the trust and the figures are left off the wire", "[manifest][cow]") {
+  // An image without a window reads the same to a phos from before
+  // copy-on-write: one small field each adds its tag and a one-byte value.
+  const size_t plain = encode_manifest(full_manifest()).size();
+  Manifest trusted = full_manifest();
+  trusted.copy_trust = CopyTrust::kExact;
+  CHECK(encode_manifest(trusted).size() == plain + 2);
+  Manifest stalled = full_manifest();
+  stalled.statistics.stall_ns = 1;
+  CHECK(encode_manifest(stalled).size() == plain + 2);
+}
+
+TEST_CASE("manifest: copy trust names", "[manifest][cow]") {
+  CHECK(copy_trust_name(CopyTrust(0)) == "none");
+  CHECK(copy_trust_name(CopyTrust::kExact) == "exact");
+  CHECK(copy_trust_name(CopyTrust::kSpeculated) == "speculated");
+  CHECK(copy_trust_name(CopyTrust::kValidated) == "validated");
+  CHECK(copy_trust_name(CopyTrust(4)) == "unknown");
+}
+
+TEST_CASE("manifest validation: accepts a copy-on-write manifest", "[manifest][validate][cow]") {
+  CHECK(validate_manifest(cow_manifest(), "m.img").ok());
+}
+
+TEST_CASE("manifest validation: unknown copy trust", "[manifest][validate][cow]") {
+  Manifest m = cow_manifest();
+  m.copy_trust = CopyTrust(9);
+  CHECK_THAT(validate_error(m), Catch::Contains("m.img: manifest: unknown copy trust 9"));
+}
+
+TEST_CASE("manifest validation: copy trust just past validated", "[manifest][validate][cow]") {
+  Manifest m = cow_manifest();
+  m.copy_trust = CopyTrust(4);
+  CHECK_THAT(validate_error(m), Catch::Contains("unknown copy trust 4"));
+}
+
+TEST_CASE("manifest: a file with an unknown copy trust is refused when decoded", "[manifest][cow][corrupt]") {
+  Manifest m = cow_manifest();
+  m.copy_trust = CopyTrust(9);
+  CHECK_THAT(decode_error(encode_manifest(m)), Catch::Contains("unknown copy trust 9"));
+}

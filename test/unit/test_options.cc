@@ -197,3 +197,155 @@ TEST_CASE("options: write_behind is auto by default, off from the file or PHOS_W
   CHECK(bad.warnings[0] == "phos.conf:1: write_behind = yes: expected auto or off; ignored");
   CHECK(parse("write_behind = off\n").options.describe().find("write_behind=off") != std::string::npos);
 }
+
+// --- copy-on-write ---
+
+using phos::agent::CopyTrust;
+using CopyOnWrite = PluginOptions::CopyOnWrite;
+
+TEST_CASE("options: copy-on-write defaults", "[options][cow]") {
+  auto p = parse("");
+  CHECK(p.options.copy_on_write == CopyOnWrite::kAuto);
+  CHECK(p.options.cow_pool_mib == 2048);
+  CHECK(p.options.cow_trust == CopyTrust::kValidated);
+  CHECK(p.options.cow_timeout_ms == 60000);
+}
+
+TEST_CASE("options: copy_on_write from the file", "[options][cow]") {
+  CHECK(parse("copy_on_write = always\n").options.copy_on_write == CopyOnWrite::kAlways);
+  CHECK(parse("copy_on_write = off\n").options.copy_on_write == CopyOnWrite::kOff);
+  CHECK(parse("copy_on_write = off\ncopy_on_write = auto\n").options.copy_on_write == CopyOnWrite::kAuto);
+  CHECK(parse("copy_on_write = always\n").warnings.empty());
+}
+
+TEST_CASE("options: cow_pool_mib from the file, bounds included", "[options][cow]") {
+  auto p = parse("cow_pool_mib = 512\n");
+  CHECK(p.warnings.empty());
+  CHECK(p.options.cow_pool_mib == 512);
+  CHECK(parse("cow_pool_mib = 0\n").options.cow_pool_mib == 0);
+  auto top = parse("cow_pool_mib = 1048576\n");
+  CHECK(top.warnings.empty());
+  CHECK(top.options.cow_pool_mib == 1048576);
+}
+
+TEST_CASE("options: cow_trust from the file", "[options][cow]") {
+  CHECK(parse("cow_trust = exact\n").options.cow_trust == CopyTrust::kExact);
+  CHECK(parse("cow_trust = speculated\n").options.cow_trust == CopyTrust::kSpeculated);
+  CHECK(parse("cow_trust = exact\ncow_trust = validated\n").options.cow_trust == CopyTrust::kValidated);
+  CHECK(parse("cow_trust = speculated\n").warnings.empty());
+}
+
+TEST_CASE("options: cow_timeout_ms from the file, bounds included", "[options][cow]") {
+  auto p = parse("cow_timeout_ms = 250\n");
+  CHECK(p.warnings.empty());
+  CHECK(p.options.cow_timeout_ms == 250);
+  CHECK(parse("cow_timeout_ms = 1\n").options.cow_timeout_ms == 1);
+  CHECK(parse("cow_timeout_ms = 3600000\n").options.cow_timeout_ms == 3600000);
+}
+
+TEST_CASE("options: every copy-on-write key from the environment", "[options][cow]") {
+  auto p = parse("", {{"PHOS_COPY_ON_WRITE", "always"},
+                      {"PHOS_COW_POOL_MIB", "64"},
+                      {"PHOS_COW_TRUST", "exact"},
+                      {"PHOS_COW_TIMEOUT_MS", "1500"}});
+  CHECK(p.warnings.empty());
+  CHECK(p.options.copy_on_write == CopyOnWrite::kAlways);
+  CHECK(p.options.cow_pool_mib == 64);
+  CHECK(p.options.cow_trust == CopyTrust::kExact);
+  CHECK(p.options.cow_timeout_ms == 1500);
+}
+
+TEST_CASE("options: copy-on-write variables override the file", "[options][cow]") {
+  auto p = parse("copy_on_write = off\ncow_pool_mib = 100\ncow_trust = speculated\ncow_timeout_ms = 9\n",
+                 {{"PHOS_COPY_ON_WRITE", "always"},
+                  {"PHOS_COW_POOL_MIB", "0"},
+                  {"PHOS_COW_TRUST", "validated"},
+                  {"PHOS_COW_TIMEOUT_MS", "77"}});
+  CHECK(p.warnings.empty());
+  CHECK(p.options.copy_on_write == CopyOnWrite::kAlways);
+  CHECK(p.options.cow_pool_mib == 0);
+  CHECK(p.options.cow_trust == CopyTrust::kValidated);
+  CHECK(p.options.cow_timeout_ms == 77);
+}
+
+TEST_CASE("options: copy-on-write keys the variables leave unset keep the file's value", "[options][cow]") {
+  auto p = parse("cow_pool_mib = 100\ncow_trust = exact\n", {{"PHOS_COW_TIMEOUT_MS", "77"}});
+  CHECK(p.warnings.empty());
+  CHECK(p.options.cow_pool_mib == 100);
+  CHECK(p.options.cow_trust == CopyTrust::kExact);
+  CHECK(p.options.cow_timeout_ms == 77);
+}
+
+TEST_CASE("options: bad copy-on-write values in the file warn and keep the defaults", "[options][cow]") {
+  for (const char* line : {"copy_on_write = on", "copy_on_write = ALWAYS", "copy_on_write =", "copy_on_write = 1",
+                           "cow_pool_mib = -1", "cow_pool_mib = 1048577", "cow_pool_mib = 2g", "cow_pool_mib = 1.5",
+                           "cow_pool_mib = 99999999999999999999", "cow_trust = none", "cow_trust = Exact",
+                           "cow_trust = 3", "cow_trust =", "cow_timeout_ms = 0", "cow_timeout_ms = 3600001",
+                           "cow_timeout_ms = -1", "cow_timeout_ms = 5s"}) {
+    INFO(line);
+    auto p = parse(line);
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("phos.conf:1: ") == 0);
+    CHECK(p.warnings[0].find("ignored") != std::string::npos);
+    CHECK(p.options.copy_on_write == CopyOnWrite::kAuto);
+    CHECK(p.options.cow_pool_mib == 2048);
+    CHECK(p.options.cow_trust == CopyTrust::kValidated);
+    CHECK(p.options.cow_timeout_ms == 60000);
+    CHECK(p.options.describe() == PluginOptions().describe());
+  }
+}
+
+TEST_CASE("options: a bad copy_on_write says what it expects", "[options][cow]") {
+  auto p = parse("copy_on_write = yes\n");
+  REQUIRE(p.warnings.size() == 1);
+  CHECK(p.warnings[0] == "phos.conf:1: copy_on_write = yes: expected auto, always or off; ignored");
+}
+
+TEST_CASE("options: a bad cow_trust says what it expects", "[options][cow]") {
+  auto p = parse("cow_trust = blind\n");
+  REQUIRE(p.warnings.size() == 1);
+  CHECK(p.warnings[0] == "phos.conf:1: cow_trust = blind: expected exact, speculated or validated; ignored");
+}
+
+TEST_CASE("options: a bad cow_pool_mib names its range", "[options][cow]") {
+  auto p = parse("cow_pool_mib = lots\n");
+  REQUIRE(p.warnings.size() == 1);
+  CHECK(p.warnings[0].find("0..1048576") != std::string::npos);
+}
+
+TEST_CASE("options: bad copy-on-write variables warn and keep the file's values", "[options][cow]") {
+  auto p = parse("copy_on_write = off\ncow_pool_mib = 100\ncow_trust = exact\ncow_timeout_ms = 9\n",
+                 {{"PHOS_COPY_ON_WRITE", "sometimes"},
+                  {"PHOS_COW_POOL_MIB", "2000000"},
+                  {"PHOS_COW_TRUST", "blind"},
+                  {"PHOS_COW_TIMEOUT_MS", "0"}});
+  REQUIRE(p.warnings.size() == 4);
+  CHECK(p.warnings[0].find("PHOS_COPY_ON_WRITE=sometimes") == 0);
+  CHECK(p.warnings[1].find("PHOS_COW_POOL_MIB=2000000") == 0);
+  CHECK(p.warnings[2].find("PHOS_COW_TRUST=blind") == 0);
+  CHECK(p.warnings[3].find("PHOS_COW_TIMEOUT_MS=0") == 0);
+  for (const auto& w : p.warnings) CHECK(w.find("ignored") != std::string::npos);
+  CHECK(p.options.copy_on_write == CopyOnWrite::kOff);
+  CHECK(p.options.cow_pool_mib == 100);
+  CHECK(p.options.cow_trust == CopyTrust::kExact);
+  CHECK(p.options.cow_timeout_ms == 9);
+}
+
+TEST_CASE("options: describe lists the copy-on-write defaults", "[options][cow]") {
+  std::string d = PluginOptions().describe();
+  for (const char* key : {"copy_on_write=auto", "cow_pool_mib=2048", "cow_trust=validated", "cow_timeout_ms=60000"}) {
+    INFO(key);
+    CHECK(d.find(key) != std::string::npos);
+  }
+}
+
+TEST_CASE("options: describe lists the copy-on-write settings as set", "[options][cow]") {
+  auto p = parse("copy_on_write = always\ncow_pool_mib = 0\ncow_trust = speculated\ncow_timeout_ms = 5\n");
+  std::string d = p.options.describe();
+  for (const char* key : {"copy_on_write=always", "cow_pool_mib=0", "cow_trust=speculated", "cow_timeout_ms=5"}) {
+    INFO(key);
+    CHECK(d.find(key) != std::string::npos);
+  }
+  std::string off = parse("copy_on_write = off\ncow_trust = exact\n").options.describe();
+  CHECK(off.find("copy_on_write=off cow_pool_mib=2048 cow_trust=exact cow_timeout_ms=60000") != std::string::npos);
+}
