@@ -207,7 +207,7 @@ case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segm
 verified() {
   kill -USR1 "$1" 2>/dev/null || { echo "gone"; return; }
   for _ in $(seq 1200); do
-    [ "$(wc -l < "$WORK/verify.log" 2>/dev/null || echo 0)" -ge "$2" ] && break
+    [ "$(wc -l 2>/dev/null < "$WORK/verify.log" || echo 0)" -ge "$2" ] && break
     alive "$1" || break
     sleep 0.05
   done

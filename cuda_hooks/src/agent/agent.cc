@@ -249,7 +249,7 @@ Agent::Answer Agent::answer(const agent::OpenCopyWindowRequest& q, std::vector<U
 
 Agent::Answer Agent::answer(const agent::CloseCopyWindowRequest&) {
   auto closed = backend_.close_copy_window();
-  if (!closed) return failure(closed.error().code, closed.error().message);
+  if (!closed) return failure(closed.error().code, "close copy window: " + closed.error().message);
   return {*closed};
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "driver/driver.h"
+#include "phos/speculation/demangle.h"
 #include "runtime.h"
 
 namespace phos::hooks {
@@ -102,9 +103,16 @@ Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
     uint64_t& seen = now[k.name];
     seen += k.violations;
     if (reply.violation.empty() && k.violations > kernel_violations_at_open_[k.name]) {
-      char where[64];
-      std::snprintf(where, sizeof(where), "0x%llx", static_cast<unsigned long long>(k.first_address));
-      reply.violation = "kernel " + k.name + " wrote outside its speculated set (first at " + where + ")";
+      char where[160];
+      CUdeviceptr base = 0;
+      size_t size = 0;
+      if (runtime().memory.address_range(k.first_address, &base, &size))
+        std::snprintf(where, sizeof(where), "0x%llx, in the buffer of %zu bytes at 0x%llx",
+                      static_cast<unsigned long long>(k.first_address), size, static_cast<unsigned long long>(base));
+      else
+        std::snprintf(where, sizeof(where), "0x%llx", static_cast<unsigned long long>(k.first_address));
+      reply.violation = "kernel " + speculation::demangle(k.name.c_str()) + " wrote outside its speculated set (first at " +
+                        where + ")";
     }
   }
   return reply;
