@@ -49,6 +49,11 @@
 #                        run at its freeze, byte for byte
 #   cow_planted          writes outside the speculated set in every window,
 #                        validation on: every dump refused, none silently wrong
+#   torch_cow, torch_cow_async  torch_train.py (default caching allocator;
+#                        backend:cudaMallocAsync) dumped with --leave-running
+#                        and copy-on-write while it trains: its own loss
+#                        curve and its image's, restored, equal the
+#                        uninterrupted run's; bytes saved copy-on-write
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -196,6 +201,42 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
   pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)"
 }
+# torch_cow_case [ENV=VALUE...]: a leave-running dump with copy-on-write
+# (its whole copy while the program trains on, 5 ms between steps); the
+# program's own loss curve and the curve of its image, restored, both equal
+# the uninterrupted run's; the bytes saved copy-on-write go in the result.
+torch_cow_case() {
+  local n=150
+  setup "$here/torch_train.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8 "$@"
+  timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
+  start_workload --preload "$WORK/run.losses" $n 5
+  reach 40 120 "before the dump"
+  TOKEN=$(state_token)
+  PHOS_FAULT=cow-copy-after-resume PHOS_COPY_ON_WRITE=always PHOS_COW_TRUST=speculated criu_dump --leave-running ||
+    fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"
+  local saved waited
+  saved=$(grep -o '[0-9]* chunks ([0-9.]* MiB) saved' "$WORK/dump.log" | head -n1)
+  waited=$(grep -o '[0-9]* calls waited ([0-9]* with an unknown write set) [0-9.]* ms' "$WORK/dump.log" | head -n1)
+  [ -n "$saved" ] || fail "no copy-on-write window in the dump"
+  reach $((n - 1)) 120 "after the leave-running dump"
+  gone "$(workload_pids)"
+  cmp -s "$WORK/ref.losses" "$WORK/run.losses" || fail "the checkpointed program's loss curve differs from the uninterrupted run's"
+  criu_restore || fail "criu restore failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  # The restored program appends from the step after its freeze on.
+  for _ in $(seq 2400); do [ "$(tail -n1 "$WORK/run.losses" | cut -d' ' -f1)" = $n ] && [ "$(wc -l < "$WORK/run.losses")" -gt $n ] && break; sleep 0.05; done
+  local first; first=$(sed -n "$((n + 1))p" "$WORK/run.losses" | cut -d' ' -f1)
+  [ -n "$first" ] || fail "the restored program wrote no loss"
+  tail -n +$((n + 1)) "$WORK/run.losses" > "$WORK/restored.losses"
+  tail -n +"$first" "$WORK/ref.losses" | cmp -s - "$WORK/restored.losses" ||
+    fail "the restored image's loss curve differs from the uninterrupted run's (frozen at step $((first - 1)))"
+  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited"
+}
+case_torch_cow() { torch_cow_case; }
+case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; }
+
 case_torch_mlp() { torch_case; }
 case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
 
@@ -592,7 +633,7 @@ mkdir -p "$log"
 export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
-    pattern_32GiB | torch_mlp*) echo 420 ;;
+    pattern_32GiB | torch_mlp* | torch_cow*) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB) echo 200 ;;
     cow_random | cow_planted) echo 590 ;;
     *) echo 150 ;;
@@ -602,7 +643,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_m
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted"
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Copy-on-write against the stopped copy, side by side in one run, on a GPU
+# host (after `source test/gpu/run-on-host.sh`); images on /dev/shm (warmed
+# first: the host's memory grows on first use).
+#
+#  1. Leave-running dumps of the pattern program (gpu_counter) holding SIZE
+#     MiB, once per copy_on_write mode (off: stopped while the engine copies
+#     what the snapshot cannot hold; auto: copy-on-write where the snapshot
+#     does not fit, the snapshot where it does; always: copy-on-write): the stall the program saw
+#     (its longest gap between two state writes), criu's time until the image
+#     is complete, the stall's parts, bytes saved copy-on-write, calls that
+#     waited. The program must carry on intact after each.
+#  2. The pool's size: cow_random (a program that writes at random all the
+#     time) of POOL_MIB MiB dumped with copy_on_write=always and pools of
+#     0, 256, 1024 and 2048 MiB: its operations per second from the dump's
+#     start to criu's exit, against before; calls that waited; bytes saved.
+# One CSV row per dump (--csv); the tables go to stdout.
+# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--csv FILE]
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+sizes=32768 pools=0,256,1024,2048 pool_mib=16384 csv=${OUT:-/tmp}/bench_cow.csv
+while [ $# -gt 0 ]; do
+  case $1 in
+    --sizes) sizes=$2; shift 2 ;;
+    --pools) pools=$2; shift 2 ;;
+    --pool-mib) pool_mib=$2; shift 2 ;;
+    --csv) csv=$2; shift 2 ;;
+    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--csv FILE]" >&2; exit 2 ;;
+  esac
+done
+export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
+export TMPDIR=/dev/shm PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
+source "$here/../e2e/lib.sh"
+TEST_NAME=bench_cow
+now() { date +%s.%N; }
+dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
+num() { grep -o "$1" "$WORK/dump.log" | head -n1 | grep -o '[0-9.]*' | head -n"${2:-1}" | tail -n1; }
+
+largest=$(tr ',' '\n' <<<"$sizes" | sort -n | tail -n1)
+say "warming /dev/shm with $((largest / 1024 + 2)) GiB"
+fallocate -l "$(((largest + 2048) << 20))" /dev/shm/phos-bench-warm && rm -f /dev/shm/phos-bench-warm
+
+echo "kind,size_mib,mode,stall_ms,criu_s,image_gbps,saved_mib,calls_waited,wait_ms,ops_before,ops_window,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms" > "$csv"
+row() { echo "$*" >> "$csv"; }
+
+# 1. The pattern program: stall and time until the image is complete.
+for size in ${sizes//,/ }; do
+  start_workload --preload "$size"
+  wait_counter_above 5 60
+  for mode in off auto always; do
+    touch "$WORK/state.reset"; sleep 0.3
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    t0=$(now)
+    PHOS_COPY_ON_WRITE=$mode criu_dump --leave-running || fail "$size MiB, copy_on_write=$mode: criu dump failed"
+    t1=$(now)
+    at=$(state_counter); wait_counter_above $((at + 10)) 30
+    read -r _ _ _ errors _ gap < "$WORK/state"
+    [ "$errors" = 0 ] || fail "$size MiB, copy_on_write=$mode: the program's memory is damaged ($errors errors)"
+    criu_s=$(dt "$t0" "$t1")
+    gbps=$(awk -v m="$size" -v s="$criu_s" 'BEGIN {printf "%.1f", m / 1024 * 1.073741824 / s}')
+    saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
+    row "pattern,$size,$mode,$gap,$criu_s,$gbps,${saved:-0},${waited:-0},${wait_ms:-0},,,$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms')"
+    cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.$size.$mode.log" 2>/dev/null || true
+  done
+  kill -9 "$WORKLOAD_PID"; wait_pid_free
+done
+
+# 2. The pool: a program that writes all the time, its throughput in the window.
+COUNTER=$PHOS_BUNDLE/gpu/cow_random
+MATCH="^$COUNTER $WORK/state"
+ops() { cut -d' ' -f2 "$WORK/state" 2>/dev/null || echo 0; }
+for pool in ${pools//,/ }; do
+  rm -f "$WORK/state"
+  start_workload --preload "$WORK/verify.log" --mib "$pool_mib" --seed 7
+  wait_above() { for _ in $(seq 1200); do [ "$(ops)" -gt "$1" ] && return 0; sleep 0.05; done; return 1; }
+  wait_above 4096 || fail "cow_random does not run"
+  o0=$(ops); s0=$(now); sleep 1; o1=$(ops); s1=$(now)
+  before=$(awk -v a="$o0" -v b="$o1" -v t="$(dt "$s0" "$s1")" 'BEGIN {printf "%.0f", (b - a) / t}')
+  rm -rf "$IMG" && mkdir -p "$IMG"
+  o2=$(ops); t0=$(now)
+  PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=speculated criu_dump --leave-running ||
+    fail "pool $pool MiB: criu dump failed"
+  t1=$(now); o3=$(ops)
+  # Operations per second from the dump's start to criu's exit (the image
+  # complete): the stall and the window together.
+  during=$(awk -v a="$o2" -v b="$o3" -v t="$(dt "$t0" "$t1")" 'BEGIN {printf "%.0f", (b - a) / t}')
+  saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
+  row "pool,$pool_mib,$pool,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),,${saved:-0},${waited:-0},${wait_ms:-0},$before,$during,,,,"
+  cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.pool$pool.log" 2>/dev/null || true
+  kill -9 "$WORKLOAD_PID"; wait_pid_free
+done
+
+echo "## copy_on_write=off, auto and always, leave-running dumps of the pattern program (images on /dev/shm)"
+echo "| size | copy_on_write | stall (program) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+awk -F, '$1 == "pattern" {printf "| %d GiB | %s | %s ms | %s s | %s | %s MiB | %s | %s ms | %s ms | %s ms | %s ms |\n", $2 / 1024, $3, $4, $5, $6, $7, $8, $12, $13, $14, $15}' "$csv"
+echo
+echo "## the pool's size: cow_random of $((pool_mib / 1024)) GiB, copy_on_write=always"
+echo "| pool | stall | criu until the image is complete | saved copy-on-write | calls waited | their wait | ops/s before | ops/s during the dump |"
+echo "|---|---|---|---|---|---|---|---|"
+awk -F, '$1 == "pool" {printf "| %s MiB | %s ms | %s s | %s MiB | %s | %s ms | %s | %s |\n", $3, $4, $5, $7, $8, $9, $10, $11}' "$csv"
