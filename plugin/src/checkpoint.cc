@@ -209,8 +209,12 @@ Result<void> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, w.device, w.pool_bytes};
   std::vector<int> fds{w.table.fd()};
   if (w.pool_fd.valid()) fds.push_back(w.pool_fd.get());
+  const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto opened = c.open_copy_window(q, fds);
   if (opened) {
+    PHOS_INFO("process %d: copy window opened in %.1f ms (cow_trust=%s%s)", pid,
+              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6, std::string(image::copy_trust_name(q.trust)).c_str(),
+              opened->validating ? ", validating" : "");
     if (q.trust == agent::CopyTrust::kValidated && !opened->validating)
       PHOS_WARN("process %d: validation does not run in it (cow_trust=validated): every launch with a speculated "
                 "write set waits for the copy", pid);

@@ -409,8 +409,7 @@ Result<bool> Engine::snapshot(SaveJob& job) {
         continue;
       }
     }
-    PHOS_INFO("process %d: no snapshot on device %d (%.1f GiB needed, %.1f GiB of %.1f free%s%s): the image is "
-              "written while the process is stopped", job.vpid, device, double(bytes) / (1 << 30),
+    PHOS_INFO("process %d: no snapshot on device %d (%.1f GiB needed, %.1f GiB of %.1f free%s%s)", job.vpid, device, double(bytes) / (1 << 30),
               double(free_bytes) / (1 << 30), double(total) / (1 << 30), r == CUDA_SUCCESS ? "" : "; ",
               r == CUDA_SUCCESS ? "" : cu_.error("allocate", r).c_str());
     free_snapshot(bases);

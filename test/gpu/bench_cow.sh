@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Copy-on-write against the stopped copy, side by side in one run, on a GPU
-# host (after `source test/gpu/run-on-host.sh`); images on /dev/shm (warmed
-# first: the host's memory grows on first use).
+# host (after `source test/gpu/run-on-host.sh`); images on a tmpfs of huge
+# pages (warmed first: the host's memory grows on first use).
 #
 #  1. Leave-running dumps of the pattern program (gpu_counter) holding SIZE
-#     MiB, once per copy_on_write mode (off: stopped while the engine copies
-#     what the snapshot cannot hold; auto: copy-on-write where the snapshot
-#     does not fit, the snapshot where it does; always: copy-on-write): the stall the program saw
+#     MiB, once per mode (off: copy_on_write=off, stopped while the engine
+#     copies what the snapshot cannot hold; auto: copy-on-write where the
+#     snapshot does not fit, the snapshot where it does, cow_trust=validated,
+#     the default; speculated: the same with cow_trust=speculated): the stall the program saw
 #     (its longest gap between two state writes), criu's time until the image
 #     is complete, the stall's parts, bytes saved copy-on-write, calls that
 #     waited. The program must carry on intact after each.
 #  2. The pool's size: cow_random (a program that writes at random all the
-#     time) of POOL_MIB MiB dumped with copy_on_write=always and pools of
-#     0, 256, 1024 and 2048 MiB: its operations per second from the dump's
-#     start to criu's exit, against before; calls that waited; bytes saved.
+#     time) of POOL_MIB MiB dumped with copy_on_write=always, cow_trust=
+#     speculated and pools of 0, 256, 1024 and 2048 MiB, its whole copy made
+#     after the stall (PHOS_FAULT=cow-copy-after-resume: else a copy at 45
+#     GB/s ends within the stall and nothing is written meanwhile): its
+#     operations per second from the dump's start to criu's exit, against
+#     before; calls that waited; bytes saved.
 # One CSV row per dump (--csv); the tables go to stdout.
 # usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--csv FILE]
 set -uo pipefail
@@ -29,16 +33,27 @@ while [ $# -gt 0 ]; do
   esac
 done
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
-export TMPDIR=/dev/shm PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
+# Images on a tmpfs of its own, on huge pages (/dev/shm holds half the
+# host's memory, too little for a 64 GiB image), unless PHOS_BENCH_SHM names
+# a directory.
+largest=$(tr ',' '\n' <<<"$sizes" | sort -n | tail -n1)
+shm=${PHOS_BENCH_SHM:-/mnt/phos-bench-cow}
+if [ -z "${PHOS_BENCH_SHM:-}" ]; then
+  opts=size=$(((largest >> 10) + 24))G,huge=within_size
+  if mountpoint -q "$shm"; then mount -o remount,"$opts" "$shm"
+  else mkdir -p "$shm" && mount -t tmpfs -o "$opts" phos-bench-cow "$shm"; fi ||
+    { echo "bench_cow: cannot mount a tmpfs on $shm" >&2; exit 1; }
+fi
+export TMPDIR=$shm PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_cow
 now() { date +%s.%N; }
 dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
-num() { grep -o "$1" "$WORK/dump.log" | head -n1 | grep -o '[0-9.]*' | head -n"${2:-1}" | tail -n1; }
+# num PATTERN [N]: the Nth number in the first match of PATTERN in criu's log; empty if none.
+num() { { grep -o "$1" "$WORK/dump.log" || true; } | head -n1 | { grep -o '[0-9.]*' || true; } | head -n"${2:-1}" | tail -n1; }
 
-largest=$(tr ',' '\n' <<<"$sizes" | sort -n | tail -n1)
-say "warming /dev/shm with $((largest / 1024 + 2)) GiB"
-fallocate -l "$(((largest + 2048) << 20))" /dev/shm/phos-bench-warm && rm -f /dev/shm/phos-bench-warm
+say "warming $shm with $((largest / 1024 + 2)) GiB"
+fallocate -l "$(((largest + 2048) << 20))" "$shm/warm" && rm -f "$shm/warm"
 
 echo "kind,size_mib,mode,stall_ms,criu_s,image_gbps,saved_mib,calls_waited,wait_ms,ops_before,ops_window,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms" > "$csv"
 row() { echo "$*" >> "$csv"; }
@@ -47,11 +62,14 @@ row() { echo "$*" >> "$csv"; }
 for size in ${sizes//,/ }; do
   start_workload --preload "$size"
   wait_counter_above 5 60
-  for mode in off auto always; do
+  for mode in off auto speculated; do
     touch "$WORK/state.reset"; sleep 0.3
     rm -rf "$IMG" && mkdir -p "$IMG"
     t0=$(now)
-    PHOS_COPY_ON_WRITE=$mode criu_dump --leave-running || fail "$size MiB, copy_on_write=$mode: criu dump failed"
+    cow=$mode trust=validated
+    [ "$mode" = speculated ] && cow=auto trust=speculated
+    PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running ||
+      fail "$size MiB, copy_on_write=$cow cow_trust=$trust: criu dump failed"
     t1=$(now)
     at=$(state_counter); wait_counter_above $((at + 10)) 30
     read -r _ _ _ errors _ gap < "$WORK/state"
@@ -78,7 +96,8 @@ for pool in ${pools//,/ }; do
   before=$(awk -v a="$o0" -v b="$o1" -v t="$(dt "$s0" "$s1")" 'BEGIN {printf "%.0f", (b - a) / t}')
   rm -rf "$IMG" && mkdir -p "$IMG"
   o2=$(ops); t0=$(now)
-  PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=speculated criu_dump --leave-running ||
+  PHOS_FAULT=cow-copy-after-resume PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=speculated \
+    criu_dump --leave-running ||
     fail "pool $pool MiB: criu dump failed"
   t1=$(now); o3=$(ops)
   # Operations per second from the dump's start to criu's exit (the image
@@ -90,8 +109,8 @@ for pool in ${pools//,/ }; do
   kill -9 "$WORKLOAD_PID"; wait_pid_free
 done
 
-echo "## copy_on_write=off, auto and always, leave-running dumps of the pattern program (images on /dev/shm)"
-echo "| size | copy_on_write | stall (program) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back |"
+echo "## off, auto and speculated, leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
+echo "| size | mode | stall (program) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 awk -F, '$1 == "pattern" {printf "| %d GiB | %s | %s ms | %s s | %s | %s MiB | %s | %s ms | %s ms | %s ms | %s ms |\n", $2 / 1024, $3, $4, $5, $6, $7, $8, $12, $13, $14, $15}' "$csv"
 echo
