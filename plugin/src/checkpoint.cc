@@ -144,18 +144,17 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go)]() mutable {
       const CopyMode mode = want ? choose_copy(t) : CopyMode::kStopped;
       decided.set_value(mode);
-      // PHOS_FAULT=cow-copy-after-resume: the whole copy-on-write copy runs
-      // while the process runs again (tests: a small process is otherwise
-      // copied before its stall ends, and nothing is written meanwhile).
-      if (mode == CopyMode::kSnapshot || (mode == CopyMode::kCopyOnWrite && fault("cow-copy-after-resume"))) {
+      // A copy-on-write copy waits for the process to run again too, unless
+      // cow_start=pause (it then competes with criu and the driver during
+      // the stall).
+      if (mode == CopyMode::kSnapshot ||
+          (mode == CopyMode::kCopyOnWrite && options_.cow_start == PluginOptions::CowStart::kResume)) {
         go.wait();
         if (t.abandoned) {
           t.copied = make_error("the dump failed; its image is not written", ECANCELED);
           return;
         }
       }
-      // Copy-on-write starts at once: until the process runs again nothing
-      // writes its memory.
       t.copied = engine_->run_save(*t.save);
     });
     taking(pid, t, kMappingsReleased);

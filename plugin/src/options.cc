@@ -96,6 +96,13 @@ std::string set_cow_timeout(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, 3600000, o.cow_timeout_ms);
 }
 
+std::string set_cow_start(PluginOptions& o, std::string_view v) {
+  if (v == "resume") o.cow_start = PluginOptions::CowStart::kResume;
+  else if (v == "pause") o.cow_start = PluginOptions::CowStart::kPause;
+  else return "expected resume or pause";
+  return "";
+}
+
 std::string_view copy_on_write_name(PluginOptions::CopyOnWrite c) {
   switch (c) {
     case PluginOptions::CopyOnWrite::kAuto: return "auto";
@@ -126,6 +133,7 @@ constexpr Key kKeys[] = {
     {"cow_pool_mib", "PHOS_COW_POOL_MIB", set_cow_pool_mib},
     {"cow_trust", "PHOS_COW_TRUST", set_cow_trust},
     {"cow_timeout_ms", "PHOS_COW_TIMEOUT_MS", set_cow_timeout},
+    {"cow_start", "PHOS_COW_START", set_cow_start},
 };
 
 const Key* find_key(std::string_view name) {
@@ -220,7 +228,8 @@ std::string PluginOptions::describe() const {
          " copy_on_write=" + std::string(copy_on_write_name(copy_on_write)) +
          " cow_pool_mib=" + std::to_string(cow_pool_mib) +
          " cow_trust=" + std::string(image::copy_trust_name(cow_trust)) +
-         " cow_timeout_ms=" + std::to_string(cow_timeout_ms);
+         " cow_timeout_ms=" + std::to_string(cow_timeout_ms) +
+         " cow_start=" + (cow_start == CowStart::kResume ? "resume" : "pause");
 }
 
 }  // namespace phos::plugin

@@ -7,28 +7,33 @@
 #     MiB, once per mode (off: copy_on_write=off, stopped while the engine
 #     copies what the snapshot cannot hold; auto: copy-on-write where the
 #     snapshot does not fit, the snapshot where it does, cow_trust=validated,
-#     the default; speculated: the same with cow_trust=speculated): the stall the program saw
+#     the default, the copy starting once the process runs again; speculated:
+#     the same with cow_trust=speculated; pause: speculated, the copy
+#     starting during the stall, cow_start=pause): the stall the program saw
 #     (its longest gap between two state writes), criu's time until the image
 #     is complete, the stall's parts, bytes saved copy-on-write, calls that
 #     waited. The program must carry on intact after each.
 #  2. The pool's size: cow_random (a program that writes at random all the
 #     time) of POOL_MIB MiB dumped with copy_on_write=always, cow_trust=
-#     speculated and pools of 0, 256, 1024 and 2048 MiB, its whole copy made
-#     after the stall (PHOS_FAULT=cow-copy-after-resume: else a copy at 45
-#     GB/s ends within the stall and nothing is written meanwhile): its
+#     speculated and pools of 0, 256, 1024 and 2048 MiB (the copy after the
+#     stall, cow_start=resume): its
 #     operations per second from the dump's start to criu's exit, against
 #     before; calls that waited; bytes saved.
 # One CSV row per dump (--csv); the tables go to stdout.
-# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--csv FILE]
+# Each size is dumped once first, unmeasured (a fresh host's first dumps are
+# slower: its memory grows on first use), then the modes take turns, --reps
+# times; the table gives each mode's median, and the stall's range.
+# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--csv FILE]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sizes=32768 pools=0,256,1024,2048 pool_mib=16384 csv=${OUT:-/tmp}/bench_cow.csv
+sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 csv=${OUT:-/tmp}/bench_cow.csv
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
     --pools) pools=$2; shift 2 ;;
     --pool-mib) pool_mib=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
     *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
@@ -62,13 +67,15 @@ row() { echo "$*" >> "$csv"; }
 for size in ${sizes//,/ }; do
   start_workload --preload "$size"
   wait_counter_above 5 60
-  for mode in off auto speculated; do
+  for mode in warmup $(for _ in $(seq "$reps"); do echo off auto speculated pause; done); do
     touch "$WORK/state.reset"; sleep 0.3
     rm -rf "$IMG" && mkdir -p "$IMG"
     t0=$(now)
-    cow=$mode trust=validated
+    cow=$mode trust=validated start=resume
     [ "$mode" = speculated ] && cow=auto trust=speculated
-    PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running ||
+    [ "$mode" = pause ] && cow=auto trust=speculated start=pause
+    [ "$mode" = warmup ] && cow=auto
+    PHOS_COW_START=$start PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running ||
       fail "$size MiB, copy_on_write=$cow cow_trust=$trust: criu dump failed"
     t1=$(now)
     at=$(state_counter); wait_counter_above $((at + 10)) 30
@@ -77,6 +84,7 @@ for size in ${sizes//,/ }; do
     criu_s=$(dt "$t0" "$t1")
     gbps=$(awk -v m="$size" -v s="$criu_s" 'BEGIN {printf "%.1f", m / 1024 * 1.073741824 / s}')
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
+    [ "$mode" = warmup ] && continue
     row "pattern,$size,$mode,$gap,$criu_s,$gbps,${saved:-0},${waited:-0},${wait_ms:-0},,,$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms')"
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.$size.$mode.log" 2>/dev/null || true
   done
@@ -96,7 +104,7 @@ for pool in ${pools//,/ }; do
   before=$(awk -v a="$o0" -v b="$o1" -v t="$(dt "$s0" "$s1")" 'BEGIN {printf "%.0f", (b - a) / t}')
   rm -rf "$IMG" && mkdir -p "$IMG"
   o2=$(ops); t0=$(now)
-  PHOS_FAULT=cow-copy-after-resume PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=speculated \
+  PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=speculated \
     criu_dump --leave-running ||
     fail "pool $pool MiB: criu dump failed"
   t1=$(now); o3=$(ops)
@@ -109,10 +117,32 @@ for pool in ${pools//,/ }; do
   kill -9 "$WORKLOAD_PID"; wait_pid_free
 done
 
-echo "## off, auto and speculated, leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
-echo "| size | mode | stall (program) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
-awk -F, '$1 == "pattern" {printf "| %d GiB | %s | %s ms | %s s | %s | %s MiB | %s | %s ms | %s ms | %s ms | %s ms |\n", $2 / 1024, $3, $4, $5, $6, $7, $8, $12, $13, $14, $15}' "$csv"
+echo "## off, auto, speculated and pause: leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
+echo "medians of $reps dumps each"
+echo "| size | mode | stall (program; range) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | driver checkpoint | criu's CPU dump | give-back |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+# Medians per (size, mode), in the order first seen; the stall's range too.
+awk -F, '
+  function median(key, col,   n, i, j, v, t) {
+    n = split(vals[key, col], v, " ")
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+    return v[int((n + 1) / 2)]
+  }
+  $1 == "pattern" {
+    key = $2 "," $3
+    if (!(key in seen)) { seen[key] = 1; order[++k] = key }
+    for (c = 4; c <= 15; c++) vals[key, c] = vals[key, c] " " $c
+    if (!(key in lo) || $4 + 0 < lo[key]) lo[key] = $4 + 0
+    if (!(key in hi) || $4 + 0 > hi[key]) hi[key] = $4 + 0
+  }
+  END {
+    for (i = 1; i <= k; i++) {
+      split(order[i], f, ",")
+      printf "| %d GiB | %s | %.0f ms (%.0f-%.0f) | %s s | %s | %s MiB | %s | %s ms | %s ms | %s ms |\n", f[1] / 1024, f[2],
+        median(order[i], 4), lo[order[i]], hi[order[i]], median(order[i], 5), median(order[i], 6), median(order[i], 7),
+        median(order[i], 8), median(order[i], 13), median(order[i], 14), median(order[i], 15)
+    }
+  }' "$csv"
 echo
 echo "## the pool's size: cow_random of $((pool_mib / 1024)) GiB, copy_on_write=always"
 echo "| pool | stall | criu until the image is complete | saved copy-on-write | calls waited | their wait | ops/s before | ops/s during the dump |"

@@ -214,7 +214,7 @@ torch_cow_case() {
   start_workload --preload "$WORK/run.losses" $n 5
   reach 40 120 "before the dump"
   TOKEN=$(state_token)
-  PHOS_FAULT=cow-copy-after-resume PHOS_COPY_ON_WRITE=always PHOS_COW_TRUST=speculated criu_dump --leave-running ||
+  PHOS_COPY_ON_WRITE=always PHOS_COW_TRUST=speculated criu_dump --leave-running ||
     fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"
   local saved waited
   saved=$(grep -o '[0-9]* chunks ([0-9.]* MiB) saved' "$WORK/dump.log" | head -n1)
@@ -276,8 +276,9 @@ cow_cycles() {
     wait_above "$WORK/state" 512 60 || fail "cycle $k: the workload does not run"
     sleep "0.$((RANDOM % 9 + 1))"
     local pool=${pools[$((k % 3))]} ok=1
-    # The copy starts once the process runs again: all of it in the window.
-    PHOS_FAULT=cow-copy-after-resume PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=$trust \
+    # The copy starts once the process runs again (cow_start=resume): all
+    # of it in the window.
+    PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=$trust \
       criu_dump --leave-running || ok=0
     dumps=$((dumps + 1))
     cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true
