@@ -493,7 +493,9 @@ case_restore_other_gpu_model() {
   restore_case 1024
   "$PHOS_BUILD/test/tools/phos-image-edit" "$IMG" "$PID" device-name 0 "NVIDIA Phos-Test-GPU" > "$WORK/edit.log" 2>&1 ||
     fail "phos-image-edit failed: $(cat "$WORK/edit.log")"
-  refused "device 0 (NVIDIA Phos-Test-GPU) would go to GPU 0 here, a NVIDIA H200; restoring needs the same model"
+  # The host's own model, as the driver names it (H100, H200, ...).
+  local model; model=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -n1)
+  refused "device 0 (NVIDIA Phos-Test-GPU) would go to GPU 0 here, a $model; restoring needs the same model"
 }
 case_restore_too_little_memory() {
   restore_case 2048
