@@ -201,29 +201,36 @@ Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
   return CopyMode::kCopyOnWrite;
 }
 
-Result<void> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
+Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   const Engine::CopyWindow& w = *t.save->window;
   // Copied while the process was stopped: nothing to protect.
-  if (w.table.window() != copystate::Window::kOpen) return {};
+  if (w.table.window() != copystate::Window::kOpen) return true;
   agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, w.device, w.pool_bytes};
   std::vector<int> fds{w.table.fd()};
   if (w.pool_fd.valid()) fds.push_back(w.pool_fd.get());
   const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto opened = c.open_copy_window(q, fds);
-  if (opened) {
+  std::string why;
+  if (!opened) {
+    why = opened.error().message;
+  } else if (q.trust == agent::CopyTrust::kValidated && !opened->validating) {
+    // Every launch with a speculated set would wait for the whole copy:
+    // no better than a stop, and less clear.
+    why = "cow_trust=validated, but no validator runs in it (start it with PHOS_VALIDATE=ptx, or set "
+          "cow_trust=speculated)";
+    if (auto closed = c.close_copy_window(); !closed)
+      return make_error("close the copy window it cannot use: " + closed.error().message, closed.error().code);
+  } else {
     PHOS_INFO("process %d: copy window opened in %.1f ms (cow_trust=%s%s)", pid,
               double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6, std::string(image::copy_trust_name(q.trust)).c_str(),
               opened->validating ? ", validating" : "");
-    if (q.trust == agent::CopyTrust::kValidated && !opened->validating)
-      PHOS_WARN("process %d: validation does not run in it (cow_trust=validated): every launch with a speculated "
-                "write set waits for the copy", pid);
-    return {};
+    return true;
   }
   // Without its window the process must not write: it runs again once its
   // memory is copied, as a stopped dump would.
-  PHOS_WARN("process %d: %s; it stays stopped until its memory is copied", pid, opened.error().message.c_str());
+  PHOS_WARN("process %d: no copy-on-write: %s; it stays stopped until its memory is copied", pid, why.c_str());
   t.copy_on_write = false;
-  return copy_done(t);
+  return false;
 }
 
 Result<void> Checkpointer::close_window(pid_t pid, Target& t) {
@@ -337,9 +344,21 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
 void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   if (wait_copy) (void)copy_done(t);  // the engine's mapping goes before the process maps again
-  std::function<Result<void>(AgentClient&)> before_resume;
-  if (t.copy_on_write) before_resume = [&](AgentClient& c) { return open_window(pid, t, c); };
+  std::function<Result<bool>(AgentClient&)> before_resume;
+  bool held = false;  // copy-on-write fell back: the gate stays closed for the copy
+  if (t.copy_on_write)
+    before_resume = [&](AgentClient& c) -> Result<bool> {
+      auto opened = open_window(pid, t, c);
+      held = opened && !*opened;
+      return opened;
+    };
   auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, false, before_resume);
+  if (r && held) {
+    // Outside the agent's session: the copy may outlast its idle timeout.
+    r = copy_done(t);
+    auto resumed = with_agent(pid, options_.agent_timeout_ms, [](AgentClient& c) { return c.resume(); });
+    if (r) r = resumed;
+  }
   t.resumed_at_ns = clock_ns(CLOCK_MONOTONIC);
   t.manifest.statistics.stall_ns = t.resumed_at_ns - t.paused_at_ns;
   if (!r) {

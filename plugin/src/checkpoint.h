@@ -120,9 +120,10 @@ class Checkpointer {
   Result<void> write_manifest(pid_t pid, Target& t);
   // Snapshot, copy-on-write or neither (the copier, at PAUSE).
   CopyMode choose_copy(Target& t);
-  // Copy-on-write: opens the process's copy window (before its gate opens);
-  // where that fails the process stays stopped until the copy is done.
-  Result<void> open_window(pid_t pid, Target& t, AgentClient& c);
+  // Copy-on-write: opens the process's copy window (before its gate opens).
+  // false: it cannot have one (the reason is logged), and must stay stopped
+  // until its memory is copied.
+  Result<bool> open_window(pid_t pid, Target& t, AgentClient& c);
   // Copy-on-write, at criu's exit: closes the window; an error where the
   // image cannot be trusted.
   Result<void> close_window(pid_t pid, Target& t);

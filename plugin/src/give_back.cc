@@ -7,7 +7,7 @@ namespace phos::plugin {
 
 Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
                                  const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant,
-                                 const std::function<Result<void>(AgentClient&)>& before_resume) {
+                                 const std::function<Result<bool>(AgentClient&)>& before_resume) {
   Result<void> first;
   auto keep = [&](Result<void> r) {
     if (!r) PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
@@ -29,9 +29,11 @@ Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<ag
         auto mapped = c.remap_all(allocs, fds);
         if (!mapped) return mapped.error();
       }
-      Result<void> before = before_resume ? before_resume(c) : Result<void>{};
+      Result<bool> resume_now = before_resume ? before_resume(c) : Result<bool>(true);
+      if (resume_now && !*resume_now) return {};
       PHOS_TRY(c.resume());
-      return before;
+      if (!resume_now) return resume_now.error();
+      return {};
     }));
   }
   return first;

@@ -32,10 +32,11 @@ enum Taken : uint32_t {
 // learns of each step just before it is taken), so a driver restore that
 // fails falls back to an unlock.
 // `before_resume`, where given, runs once the memory is mapped again and
-// before the gate opens (a copy window opens there); the gate opens even
-// where it fails (the process must run), and its error is returned.
+// before the gate opens (a copy window opens there): false leaves the gate
+// closed for the caller to open; an error opens it all the same (the
+// process must run) and is returned.
 Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
                                  const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant = false,
-                                 const std::function<Result<void>(AgentClient&)>& before_resume = {});
+                                 const std::function<Result<bool>(AgentClient&)>& before_resume = {});
 
 }  // namespace phos::plugin
