@@ -75,14 +75,14 @@ Result<void> CudaBackend::set_speculation(bool on) {
   return {};
 }
 
-// Speculation goes on with the window (a call's write set comes from it),
-// validation too where the window trusts only validated sets; both stay on
-// after (their statistics are the program's).
+// Speculation goes on with the window (a call's write set comes from it) and
+// stays on after (its statistics are the program's). Validation counts only
+// where it ran before: it takes each module's PTX when the module is loaded,
+// so turned on now it could validate none of the kernels already there.
 Result<agent::OpenCopyWindowReply> CudaBackend::open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                                  std::vector<UniqueFd> fds) {
   runtime().speculation.set_active(true, runtime().memory);
   agent::OpenCopyWindowReply reply;
-  if (q.trust == agent::CopyTrust::kValidated) runtime().validation.set_active(true);
   reply.validating = runtime().validation.active();
   violations_at_open_ = runtime().validation.totals().violations;
   kernel_violations_at_open_.clear();
