@@ -216,11 +216,14 @@ Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   } else if (q.trust == agent::CopyTrust::kValidated && !opened->validating) {
     // Every launch with a speculated set would wait for the whole copy:
     // no better than a stop, and less clear.
+    // The window stays open in the agent until criu's exit, harmless: the
+    // gate stays closed until the copy is done (closing it now would give
+    // the table up under the engine).
     why = "cow_trust=validated, but no validator runs in it (start it with PHOS_VALIDATE=ptx, or set "
           "cow_trust=speculated)";
-    if (auto closed = c.close_copy_window(); !closed)
-      return make_error("close the copy window it cannot use: " + closed.error().message, closed.error().code);
+    t.agent_window = true;
   } else {
+    t.agent_window = true;
     PHOS_INFO("process %d: copy window opened in %.1f ms (cow_trust=%s%s)", pid,
               double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6, std::string(image::copy_trust_name(q.trust)).c_str(),
               opened->validating ? ", validating" : "");
@@ -482,6 +485,10 @@ Result<void> Checkpointer::complete_pending() {
       // The window's account replaces the engine's "the process gave the
       // window up": it names the kernel, or why.
       if (auto closed = close_window(pid, t); !closed && (r.ok() || r.error().code == ECANCELED)) r = closed.error();
+    } else if (t.agent_window) {
+      // Opened, then not used (copied while the process was stopped).
+      if (auto closed = close_window(pid, t); !closed)
+        PHOS_WARN("process %d: %s", pid, closed.error().message.c_str());
     }
     if (r && fault("fail-write-behind")) r = make_error("fault injection (PHOS_FAULT): the write-behind fails", EIO);
     if (r) r = write_manifest(pid, t);

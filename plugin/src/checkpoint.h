@@ -101,6 +101,7 @@ class Checkpointer {
     std::atomic<bool> abandoned{false};  // the dump failed: a snapshot is not written
     bool write_behind = false;      // the copy outlives the freeze (snapshotted, or copy-on-write)
     bool copy_on_write = false;     // through a copy window
+    bool agent_window = false;      // the agent has a copy window open: closed at criu's exit
     // The stall's parts (CLOCK_MONOTONIC): PAUSE done, the driver's
     // checkpoint, CHECKPOINT_DEVICES done, the gate reopened.
     uint64_t paused_done_ns = 0, driver_checkpoint_ns = 0, checkpointed_at_ns = 0, resumed_at_ns = 0;
