@@ -219,6 +219,8 @@ struct PbStatus {
     add_modules(s);
     m.has_speculation_active = m.has_indexed_buffers = m.has_kernel_count = 1;
     m.speculation_active = s.speculation_active;
+    m.has_validation_active = 1;
+    m.validation_active = s.validation_active;
     m.indexed_buffers = s.indexed_buffers;
     m.kernel_count = std::max<uint64_t>(s.kernel_count, s.kernels.size());
     add_kernels(s);
@@ -427,6 +429,7 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
   // no kernels.
   out.speculation_active = r.has_speculation_active && r.speculation_active;
   out.indexed_buffers = r.has_indexed_buffers ? r.indexed_buffers : 0;
+  out.validation_active = r.has_validation_active && r.validation_active;
   for (size_t i = 0; i < r.n_kernels; i++) out.kernels.push_back(decode(*r.kernels[i]));
   if (r.has_kernel_count && r.kernel_count < r.n_kernels)
     return malformed("reply", "status: kernel count " + std::to_string(r.kernel_count) + " is below the " +

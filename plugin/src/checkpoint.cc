@@ -191,6 +191,13 @@ Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
     PHOS_INFO("process %d: copy_on_write=off: the image is written while the process is stopped", t.vpid);
     return CopyMode::kStopped;
   }
+  // Every launch with a speculated set would wait for the whole copy: the
+  // copy is better made now, during the stall.
+  if (options_.cow_trust == agent::CopyTrust::kValidated && !t.status.validation_active) {
+    PHOS_WARN("process %d: no copy-on-write: cow_trust=validated, but no validator runs in it (start it with "
+              "PHOS_VALIDATE=ptx, or set cow_trust=speculated); the image is written while it is stopped", t.vpid);
+    return CopyMode::kStopped;
+  }
   auto window = engine_->open_window(*t.save, uint64_t(options_.cow_pool_mib) << 20);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,

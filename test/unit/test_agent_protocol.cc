@@ -101,6 +101,7 @@ agent::StatusReply full_status() {
   s.kernels[0].note = "cubin says 5 parameters, the name 4";
   s.kernel_count = 2;
   s.devices = {{0, {}}, {1, {}}};
+  s.validation_active = true;
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);

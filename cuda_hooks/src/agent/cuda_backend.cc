@@ -44,6 +44,7 @@ agent::StatusReply CudaBackend::status() {
                          std::move(m.functions), count, std::move(m.globals)});
   }
   s.speculation_active = runtime().speculation.active();
+  s.validation_active = runtime().validation.active();
   s.indexed_buffers = runtime().speculation.totals().indexed;
   s.kernels = runtime().speculation.kernels();
   s.counters = runtime().counters();

@@ -100,6 +100,7 @@ struct StatusReply {
   // carried only those with the most launches.
   uint64_t kernel_count = 0;
   std::vector<Device> devices;  // empty from an older agent
+  bool validation_active = false;  // false from an older agent
   bool operator==(const StatusReply&) const = default;
 };
 
