@@ -148,3 +148,5 @@ echo "## the pool's size: cow_random of $((pool_mib / 1024)) GiB, copy_on_write=
 echo "| pool | stall | criu until the image is complete | saved copy-on-write | calls waited | their wait | ops/s before | ops/s during the dump |"
 echo "|---|---|---|---|---|---|---|---|"
 awk -F, '$1 == "pool" {printf "| %s MiB | %s ms | %s s | %s MiB | %s | %s ms | %s | %s |\n", $3, $4, $5, $7, $8, $9, $10, $11}' "$csv"
+grep -q '^pool,' "$csv" && python3 "$here/plot_cow.py" "$csv" "${csv%.csv}-pool.svg" && echo "plot: ${csv%.csv}-pool.svg"
+exit 0
