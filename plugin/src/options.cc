@@ -77,40 +77,47 @@ std::string set_gpu_map(PluginOptions& o, std::string_view v) {
   return "";
 }
 
-std::string set_copy_on_write(PluginOptions& o, std::string_view v) {
-  if (v == "auto") o.copy_on_write = PluginOptions::CopyOnWrite::kAuto;
-  else if (v == "always") o.copy_on_write = PluginOptions::CopyOnWrite::kAlways;
-  else if (v == "off") o.copy_on_write = PluginOptions::CopyOnWrite::kOff;
-  else return "expected auto, always or off";
-  return "";
+// A setting that takes one of a few words: the words and their values, in
+// the order the error message lists them.
+template <class T>
+struct Choice {
+  std::string_view word;
+  T value;
+};
+template <class T, size_t N>
+std::string parse_choice(std::string_view v, const Choice<T> (&choices)[N], T& out) {
+  std::string expected = "expected ";
+  for (size_t i = 0; i < N; i++) {
+    if (v == choices[i].word) {
+      out = choices[i].value;
+      return "";
+    }
+    expected += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + std::string(choices[i].word);
+  }
+  return expected;
 }
+template <class T, size_t N>
+std::string_view choice_word(const Choice<T> (&choices)[N], T value) {
+  for (const auto& c : choices)
+    if (c.value == value) return c.word;
+  return "?";
+}
+
+using Cow = PluginOptions::CopyOnWrite;
+using CowStart = PluginOptions::CowStart;
+constexpr Choice<Cow> kCopyOnWrite[] = {{"auto", Cow::kAuto}, {"always", Cow::kAlways}, {"off", Cow::kOff}};
+constexpr Choice<agent::CopyTrust> kCowTrust[] = {{"exact", agent::CopyTrust::kExact},
+                                                  {"speculated", agent::CopyTrust::kSpeculated},
+                                                  {"validated", agent::CopyTrust::kValidated}};
+constexpr Choice<CowStart> kCowStart[] = {{"resume", CowStart::kResume}, {"pause", CowStart::kPause}};
+
+std::string set_copy_on_write(PluginOptions& o, std::string_view v) { return parse_choice(v, kCopyOnWrite, o.copy_on_write); }
 std::string set_cow_pool_mib(PluginOptions& o, std::string_view v) { return parse_number(v, 0, 1 << 20, o.cow_pool_mib); }
-std::string set_cow_trust(PluginOptions& o, std::string_view v) {
-  if (v == "exact") o.cow_trust = agent::CopyTrust::kExact;
-  else if (v == "speculated") o.cow_trust = agent::CopyTrust::kSpeculated;
-  else if (v == "validated") o.cow_trust = agent::CopyTrust::kValidated;
-  else return "expected exact, speculated or validated";
-  return "";
-}
+std::string set_cow_trust(PluginOptions& o, std::string_view v) { return parse_choice(v, kCowTrust, o.cow_trust); }
 std::string set_cow_timeout(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, 3600000, o.cow_timeout_ms);
 }
-
-std::string set_cow_start(PluginOptions& o, std::string_view v) {
-  if (v == "resume") o.cow_start = PluginOptions::CowStart::kResume;
-  else if (v == "pause") o.cow_start = PluginOptions::CowStart::kPause;
-  else return "expected resume or pause";
-  return "";
-}
-
-std::string_view copy_on_write_name(PluginOptions::CopyOnWrite c) {
-  switch (c) {
-    case PluginOptions::CopyOnWrite::kAuto: return "auto";
-    case PluginOptions::CopyOnWrite::kAlways: return "always";
-    case PluginOptions::CopyOnWrite::kOff: return "off";
-  }
-  return "?";
-}
+std::string set_cow_start(PluginOptions& o, std::string_view v) { return parse_choice(v, kCowStart, o.cow_start); }
 
 struct Key {
   const char* name;  // in the file
@@ -225,11 +232,11 @@ std::string PluginOptions::describe() const {
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
          " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + (gpu_checksums ? "on" : "off") +
          " write_behind=" + (write_behind ? "auto" : "off") +
-         " copy_on_write=" + std::string(copy_on_write_name(copy_on_write)) +
+         " copy_on_write=" + std::string(choice_word(kCopyOnWrite, copy_on_write)) +
          " cow_pool_mib=" + std::to_string(cow_pool_mib) +
-         " cow_trust=" + std::string(image::copy_trust_name(cow_trust)) +
+         " cow_trust=" + std::string(choice_word(kCowTrust, cow_trust)) +
          " cow_timeout_ms=" + std::to_string(cow_timeout_ms) +
-         " cow_start=" + (cow_start == CowStart::kResume ? "resume" : "pause");
+         " cow_start=" + std::string(choice_word(kCowStart, cow_start));
 }
 
 }  // namespace phos::plugin
