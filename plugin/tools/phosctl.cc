@@ -67,6 +67,7 @@ json image_json(const phos::image::ProcessImage& img) {
             {"writer_version", m.writer_version},
             {"pid", m.pid},
             {"protocol", std::string(phos::image::protocol_name(m.protocol))},
+            {"copy_trust", std::string(phos::image::copy_trust_name(m.copy_trust))},
             {"chunk_size", m.chunk_size},
             {"created_unix_ns", m.created_unix_ns},
             {"devices", json::array()},
@@ -91,7 +92,11 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"total_ns", s.total_ns},
                      {"dma_wait_ns", s.dma_wait_ns}, {"checksum_ns", s.checksum_ns},
                      {"compress_ns", s.compress_ns}, {"workers", s.workers}, {"direct_io", s.direct_io},
-                     {"copy_gb_per_s", gb_per_s(s.raw_bytes, s.copy_ns)}};
+                     {"copy_gb_per_s", gb_per_s(s.raw_bytes, s.copy_ns)}, {"stall_ns", s.stall_ns},
+                     {"cow_pool_bytes", s.cow_pool_bytes}, {"cow_saved_bytes", s.cow_saved_bytes},
+                     {"cow_calls_checked", s.cow_calls_checked}, {"cow_calls_waited", s.cow_calls_waited},
+                     {"cow_unknown_waits", s.cow_unknown_waits}, {"cow_wait_ns", s.cow_wait_ns},
+                     {"cow_window_ns", s.cow_window_ns}};
   return j;
 }
 
@@ -120,6 +125,14 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 "compression %.3f ms, writing %.3f ms\n",
                 s.workers, s.direct_io ? "O_DIRECT" : "buffered I/O", double(s.dma_wait_ns) / 1e6,
                 double(s.checksum_ns) / 1e6, double(s.compress_ns) / 1e6, double(s.write_ns) / 1e6);
+  if (s.stall_ns) std::printf("  the process was stopped %.3f ms\n", double(s.stall_ns) / 1e6);
+  if (m.protocol == phos::image::Protocol::kSoftCopyOnWrite)
+    std::printf("  copy-on-write: trusted %s write sets; pool %s, %s saved into it, %" PRIu64 " calls checked, %" PRIu64
+                " waited (%" PRIu64 " with an unknown set) %.3f ms in all; the copy ended %.3f ms after the process "
+                "ran again\n",
+                std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(), bytes_text(s.cow_pool_bytes).c_str(),
+                bytes_text(s.cow_saved_bytes).c_str(), s.cow_calls_checked, s.cow_calls_waited, s.cow_unknown_waits,
+                double(s.cow_wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
   if (!m.unsupported_calls.empty()) {
     std::printf("  unsupported calls:");
     for (const auto& c : m.unsupported_calls) std::printf(" %s", c.c_str());
