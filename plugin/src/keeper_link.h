@@ -30,6 +30,10 @@ class KeeperLink {
   Result<void> state(pid_t pid, uint32_t taken);
   // Tells the keeper to let go and exit; closes the link.
   Result<void> done();
+  // Leaves the link open until criu exits, without Done: the keeper then
+  // gives back what the dump took to each process that outlives criu (one
+  // criu killed after the dump is gone by then).
+  void hand_over() { (void)sock_.release(); }
 
   // The keeper's executable: PHOS_KEEPER, else next to the plugin.
   static Result<std::string> executable();

@@ -1,8 +1,11 @@
 #include "phos/plugin/proc.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -66,6 +69,18 @@ Result<pid_t> find_thread(pid_t pid, const std::string& name) {
     if (comm && comm->substr(0, comm->find('\n')) == name) return pid_t(std::stoi(t));
   }
   return make_error("process " + std::to_string(pid) + " has no thread named " + name, ESRCH);
+}
+
+bool kill_pending(pid_t pid) {
+  auto status = read_text("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return true;
+  for (const char* field : {"\nSigPnd:", "\nShdPnd:"}) {
+    size_t at = status->find(field);
+    if (at == std::string::npos) continue;
+    unsigned long long pending = std::strtoull(status->c_str() + at + std::strlen(field), nullptr, 16);
+    if (pending & (1ull << (SIGKILL - 1))) return true;
+  }
+  return false;
 }
 
 bool process_alive(pid_t pid) {

@@ -1,9 +1,10 @@
 // phos-keeper: the plugin's helper outside criu during a dump (see
 // keeper_link.h and images/proto/keeper.proto). It holds a second reference
 // to each paused process's device memory; when criu goes away without
-// saying Done (killed, crashed), it waits until criu's ptrace hold on each
-// process is gone and gives the process back what the dump took, logging
-// into phos-keeper.log in the image directory.
+// saying Done (killed, crashed; or a dump that kills its processes, whose
+// give-back the plugin hands over), it waits until criu's ptrace hold on
+// each process is gone and gives each process that lives on back what the
+// dump took, logging into phos-keeper.log in the image directory.
 //
 // usage (by the plugin only): phos-keeper [--detach] [--agent-timeout-ms N]
 //   fd 3: the link to the plugin; fd 4: the image directory
@@ -78,7 +79,8 @@ void recover(KeeperState& k, int agent_timeout_ms) {
     ::close(log_fd);
   }
   set_stderr_level(LogLevel::kInfo);
-  PHOS_WARN("criu went away before the dump ended; giving %zu process(es) back what the dump took", k.order.size());
+  PHOS_WARN("criu went away without Done; giving what the dump took back to those of %zu process(es) that live on",
+            k.order.size());
   for (auto it = k.order.rbegin(); it != k.order.rend(); ++it) {
     pid_t pid = *it;
     Held& h = k.processes[pid];
@@ -88,6 +90,10 @@ void recover(KeeperState& k, int agent_timeout_ms) {
       continue;
     }
     if (!wait_untraced(pid)) PHOS_WARN("process %d is still traced after %d ms; trying anyway", pid, kDetachWaitMs);
+    if (!process_alive(pid) || kill_pending(pid)) {
+      PHOS_INFO("process %d ended with criu; nothing to give back", pid);
+      continue;
+    }
     auto r = give_back_gpu_state(pid, h.taken, h.allocations, h.fds, agent_timeout_ms, /*tolerant=*/true);
     if (r)
       PHOS_INFO("process %d: given back what the dump took (steps 0x%x); it runs on", pid, h.taken);

@@ -1,6 +1,7 @@
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -44,6 +45,25 @@ TEST_CASE("proc: a zombie and a reaped process are not alive", "[proc]") {
   CHECK_FALSE(process_alive(child));  // a zombie until reaped
   ::waitpid(child, nullptr, 0);
   CHECK_FALSE(process_alive(child));
+}
+
+TEST_CASE("proc: a running process has no kill pending", "[proc]") {
+  CHECK_FALSE(kill_pending(::getpid()));
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    _exit(0);
+  }
+  CHECK_FALSE(kill_pending(child));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
+TEST_CASE("proc: a process that is gone counts as killed", "[proc]") {
+  pid_t child = ::fork();
+  if (child == 0) _exit(0);
+  ::waitpid(child, nullptr, 0);
+  CHECK(kill_pending(child));
 }
 
 TEST_CASE("proc: a process without an agent has no agent socket", "[proc]") {

@@ -26,6 +26,9 @@ bool maps_library(pid_t pid, const std::string& name);
 
 // True while `pid` exists and is not a zombie.
 bool process_alive(pid_t pid);
+// True when `pid` has a SIGKILL pending (it is being killed, and may not have
+// exited yet), or is gone.
+bool kill_pending(pid_t pid);
 
 // The abstract name (no leading NUL) of the listening unix socket of `pid`
 // whose name starts with `prefix`, or nothing when it has none.
