@@ -17,7 +17,7 @@ trap 'rm -f "$stats"' EXIT
 out=$(LD_PRELOAD=$libphos PHOS_RECORD_LAUNCHES=1 PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
 echo "$out" | sed 's/^/[record] /'
 grep -qx "calls failed 0" <<< "$out" || fail "a call failed through libphos.so"
-grep -qx "reached copies 8 cublas 5 nccl 7" <<< "$out" || fail "calls did not all reach the libraries"
+grep -qx "reached copies 10 cublas 5 nccl 7" <<< "$out" || fail "calls did not all reach the libraries"
 grep '^record ' "$stats" | sed 's/^/[record] /'
 
 expected=$(cat <<'LINES'
@@ -28,22 +28,25 @@ record 3 copy cuMemcpy2D_v2 w:0x600410+1636
 record 4 copy cuMemcpy3DPeerAsync r:0x700a00+3136
 record 5 set cuMemsetD32_v2 w:0x800000+40
 record 6 set cuMemsetD2D16Async w:0x900000+2248
-record 7 library cublasSgemm_v2 r:0xa00000+48 r:0xb00000+68 rw:0xc00000+80
-record 8 set cuMemsetD32_v2 within=8 w:0xc00000+16
-record 9 library cublasDgemmStridedBatched r:0xd00000+144 r:0xe00000+144 rw:0xf00000+96
-record 10 library cublasGemmEx r:0x1000000+128 r:0x1100000+128 rw:0x1200000+256
-record 11 library cublasGemmBatchedEx r*:0x1300000+40 r*:0x1400000+40 rw*:0x1500000+40
-record 12 library cublasLtMatmul r:0x1600000+4096 r:0x1700000+2016 r?:0x1800000+0 w?:0x1800000+0 rw:0x1900000+1048576
-record 13 library ncclAllReduce r:0x10000+400 w:0x20000+400
-record 14 library ncclBroadcast w:0x21000+80
-record 15 library ncclReduce r:0x12000+80 w:0x22000+80
-record 16 library ncclAllGather r:0x13000+16 w:0x23000+64
-record 17 library ncclReduceScatter r:0x14000+256 w:0x24000+64
-record 18 library ncclSend r:0x15000+3
-record 19 library ncclRecv w:0x25000+12
-record 20 kernel vec_add module=1
-record 21 kernel vec_add module=1
-record 22 kernel lib_kernel module=2
+record 7 set cuStreamWriteValue32_v2 w:0x910000+4
+record 8 copy cuMemcpyBatchAsync_v2 r:0x940000+64 w:0x920000+64
+record 9 copy cuMemcpyBatchAsync_v2 r:0x950000+128 w:0x930000+128
+record 10 library cublasSgemm_v2 r:0xa00000+48 r:0xb00000+68 rw:0xc00000+80
+record 11 set cuMemsetD32_v2 within=11 w:0xc00000+16
+record 12 library cublasDgemmStridedBatched r:0xd00000+144 r:0xe00000+144 rw:0xf00000+96
+record 13 library cublasGemmEx r:0x1000000+128 r:0x1100000+128 rw:0x1200000+256
+record 14 library cublasGemmBatchedEx r*:0x1300000+40 r*:0x1400000+40 rw*:0x1500000+40
+record 15 library cublasLtMatmul r:0x1600000+4096 r:0x1700000+2016 r?:0x1800000+0 w?:0x1800000+0 rw:0x1900000+1048576
+record 16 library ncclAllReduce r:0x10000+400 w:0x20000+400
+record 17 library ncclBroadcast w:0x21000+80
+record 18 library ncclReduce r:0x12000+80 w:0x22000+80
+record 19 library ncclAllGather r:0x13000+16 w:0x23000+64
+record 20 library ncclReduceScatter r:0x14000+256 w:0x24000+64
+record 21 library ncclSend r:0x15000+3
+record 22 library ncclRecv w:0x25000+12
+record 23 kernel vec_add module=1
+record 24 kernel vec_add module=1
+record 25 kernel lib_kernel module=2
 LINES
 )
 diff <(echo "$expected") <(grep '^record ' "$stats") || fail "the record differs from the expected ranges (above)"
@@ -78,6 +81,6 @@ assert m[2]["functions"] == ["lib_kernel"] and m[2]["function_count"] == 1, m[2]
 ' || fail "phosctl status does not show the modules: $status"
 
 out=$(LD_PRELOAD=$libphos PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
-grep -qx "reached copies 8 cublas 5 nccl 7" <<< "$out" || fail "without recording, calls did not all reach the libraries"
+grep -qx "reached copies 10 cublas 5 nccl 7" <<< "$out" || fail "without recording, calls did not all reach the libraries"
 ! grep -q '^record ' "$stats" || fail "recorded while recording is off"
 echo "[record] PASS"

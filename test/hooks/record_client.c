@@ -91,6 +91,12 @@ int main(int argc, char **argv) {
   bad |= cuMemcpy3DPeerAsync(&c3, NULL);
   bad |= cuMemsetD32(0x800000, 0, 10);
   bad |= cuMemsetD2D16Async(0x900000, 1024, 7, 100, 3, NULL);
+  bad |= cuStreamWriteValue32(NULL, 0x910000, 5, 0);
+  CUdeviceptr dsts[2] = {0x920000, 0x930000}, srcs[2] = {0x940000, 0x950000};
+  size_t sizes[2] = {64, 128}, attr_idx = 0;
+  CUmemcpyAttributes attrs;
+  memset(&attrs, 0, sizeof(attrs));
+  bad |= cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attrs, &attr_idx, 1, NULL);
 
   /* cuBLAS. */
   cublasHandle_t h = (cublasHandle_t)0x1;

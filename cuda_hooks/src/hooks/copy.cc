@@ -5,8 +5,11 @@
 //
 // cuMemcpy / cuMemcpyAsync / cuMemcpyPeer take unified addresses: either
 // side may be host memory, which the buffer index simply does not match.
-// Copies from and to CUDA arrays record only their linear side; batched
-// copies (cuMemcpyBatchAsync, cuMemcpy3DBatchAsync) are not recorded yet.
+// Copies from and to CUDA arrays record only their linear side. A batch of
+// linear copies (cuMemcpyBatchAsync) is recorded copy by copy; stream
+// memory operations (cuStreamWriteValue*) as sets of 4 or 8 bytes. 3D
+// batches and cuStreamBatchMemOp are not recorded: while a dump's copy
+// window is open they wait for its end (their write sets are not read).
 #include "driver/driver.h"
 #include "runtime.h"
 
@@ -85,6 +88,19 @@ void note_set_2d(const char* call, CUstream stream, bool per_thread, CUdeviceptr
 }
 
 }  // namespace
+
+// A batch of linear copies, one record each.
+void note_batch(const char* call, CUstream stream, bool per_thread, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
+                const size_t* sizes, size_t count) {
+  if (!dsts || !srcs || !sizes) return;
+  for (size_t i = 0; i < count; i++) note_copy(call, stream, per_thread, dsts[i], srcs[i], sizes[i]);
+}
+
+// A call that writes device memory without saying where in its arguments:
+// a copy window must be closed before it runs.
+inline void unknown_writes() {
+  if (__builtin_expect(runtime().copy_window.open(), 0)) runtime().copy_window.before_unknown();
+}
 
 // A hook that records `what` (a statement) before the real call.
 #define PHOS_RECORDED_HOOK(name, params, args, what)   \
@@ -194,3 +210,41 @@ PHOS_COPY_3D_ASYNC(cuMemcpy3DPeerAsync_ptsz, true, s, CUDA_MEMCPY3D_PEER)
 PHOS_SET_FAMILY(8, unsigned char)
 PHOS_SET_FAMILY(16, unsigned short)
 PHOS_SET_FAMILY(32, unsigned int)
+
+// Stream memory operations: 4 or 8 bytes written at `addr`.
+#define PHOS_WRITE_VALUE(name, per_thread, type, bytes)                                                        \
+  PHOS_RECORDED_HOOK(name, (CUstream s, CUdeviceptr addr, type value, unsigned int flags), (s, addr, value, flags), \
+                     note_set(#name, s, per_thread, addr, bytes))
+PHOS_WRITE_VALUE(cuStreamWriteValue32_v2, false, cuuint32_t, 4)
+PHOS_WRITE_VALUE(cuStreamWriteValue32_v2_ptsz, true, cuuint32_t, 4)
+PHOS_WRITE_VALUE(cuStreamWriteValue64_v2, false, cuuint64_t, 8)
+PHOS_WRITE_VALUE(cuStreamWriteValue64_v2_ptsz, true, cuuint64_t, 8)
+
+#define PHOS_COPY_BATCH(name, per_thread)                                                                     \
+  PHOS_RECORDED_HOOK(name,                                                                                     \
+                     (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count, CUmemcpyAttributes * attrs, \
+                      size_t * attrs_idxs, size_t num_attrs, CUstream s),                                      \
+                     (dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s),                              \
+                     note_batch(#name, s, per_thread, dsts, srcs, sizes, count))
+PHOS_COPY_BATCH(cuMemcpyBatchAsync_v2, false)
+PHOS_COPY_BATCH(cuMemcpyBatchAsync_v2_ptsz, true)
+
+// Write sets not read: they wait for a copy window to close.
+#define PHOS_UNKNOWN_WRITES_HOOK(name, params, args)  \
+  extern "C" PHOS_EXPORT CUresult name params {       \
+    GatePass pass(runtime().gate);                    \
+    unknown_writes();                                 \
+    auto real = PHOS_REAL(name);                      \
+    return real ? real args : CUDA_ERROR_NOT_FOUND;   \
+  }
+PHOS_UNKNOWN_WRITES_HOOK(cuStreamBatchMemOp_v2, (CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags),
+                         (s, count, ops, flags))
+PHOS_UNKNOWN_WRITES_HOOK(cuStreamBatchMemOp_v2_ptsz,
+                         (CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags),
+                         (s, count, ops, flags))
+PHOS_UNKNOWN_WRITES_HOOK(cuMemcpy3DBatchAsync_v2,
+                         (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
+                         (count, ops, flags, s))
+PHOS_UNKNOWN_WRITES_HOOK(cuMemcpy3DBatchAsync_v2_ptsz,
+                         (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
+                         (count, ops, flags, s))
