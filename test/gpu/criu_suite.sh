@@ -306,6 +306,9 @@ cow_cycles() {
       fi
       kill -9 "$pid"; gone "$pid"
     fi
+    # What the GPU holds between cycles, and who: a 45-cycle run once failed
+    # a restore with CUDA_ERROR_OUT_OF_MEMORY at cycle 39.
+    say "cycle $k: after it, GPU memory used $(nvidia-smi --query-gpu=memory.used --format=csv,noheader -i 0 2>/dev/null), workloads alive: $(workload_pids | wc -l), GPU processes: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | paste -sd' ')"
   done
   local stall; stall=$(printf '%s\n' "${stalls[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "stall median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
   if [ "$mode" = planted ]; then
