@@ -3,6 +3,13 @@
 //   phos-agent-tool roundtrip PID [--release-handles] close the gate, unmap all
 //       device memory (with --release-handles: drop it too, holding it only
 //       through exported fds), map it back at the same addresses, open the gate
+//   phos-agent-tool copy-window PID GO MS  the engine's side of a copy window
+//       (copy_state.h) without a pool: the gate closed, a table over the
+//       process's memory (64 KiB chunks) handed to the agent, the gate
+//       opened, the file GO created; MS ms later the first chunk is claimed
+//       and marked copied (one a write waits for, if any), MS ms later the
+//       others, the window closed, and its account printed: "window: checked=N waited=N unknown=N
+//       saved=N aborted=0|1 first=CHUNK written=ADDRESS"
 //   phos-agent-tool driver-roundtrip PID  as roundtrip --release-handles, with
 //       the driver's checkpoint and restore of the process (cuCheckpointProcess*)
 //       while it holds no device memory: the dump/restore sequence of the
@@ -16,8 +23,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <thread>
 
+#include "phos/images/copy_state.h"
 #include "phos/plugin/agent_client.h"
 
 using phos::make_error;
@@ -93,6 +103,46 @@ int main(int argc, char** argv) {
   if (!q) return fail("quiesce", q.error());
   double quiesce_ms = ms_since(t0);
 
+  if (!std::strcmp(argv[1], "copy-window") && argc == 5) {
+    auto allocs = client->list_allocations(false, nullptr);
+    if (!allocs) return fail_and_reopen(*client, "list allocations", allocs.error());
+    std::vector<phos::copystate::Region> regions;
+    for (const auto& a : *allocs) regions.push_back({a.id, a.address, a.size});
+    auto table = phos::copystate::CopyState::create(phos::copystate::Protocol::kCopyOnWrite, 64u << 10, regions, 0);
+    if (!table) return fail_and_reopen(*client, "copy table", table.error());
+    int fd = table->fd();
+    auto opened = client->open_copy_window({phos::agent::CopyTrust::kSpeculated, 30000, 0, 0}, std::span(&fd, 1));
+    if (!opened) return fail_and_reopen(*client, "open copy window", opened.error());
+    if (auto r = client->resume(); !r) return fail("resume", r.error());
+    (void)client->goodbye();
+    if (FILE* go = std::fopen(argv[3], "w")) std::fclose(go);
+    const auto hold = std::chrono::milliseconds(std::atoi(argv[4]));
+    std::this_thread::sleep_for(hold);
+    // The engine: the first claim is the chunk a write waits for; the rest
+    // after another hold, for a call that waits for the close.
+    std::optional<phos::copystate::Claim> first;
+    while (!table->all_copied()) {
+      auto c = table->claim_next();
+      if (!c) continue;
+      table->copied(*c);
+      if (!first) {
+        first = c;
+        std::this_thread::sleep_for(hold);
+      }
+    }
+    table->close(phos::copystate::Window::kClosed);
+    auto again = AgentClient::connect(pid, 30000);
+    if (!again) return fail("connect again", again.error());
+    auto closed = again->close_copy_window();
+    if (!closed) return fail("close copy window", closed.error());
+    (void)again->goodbye();
+    std::printf("window: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " saved=%" PRIu64
+                " aborted=%d first=%" PRIu64 " written=0x%" PRIx64 "\n",
+                closed->calls_checked, closed->calls_waited, closed->unknown_waits, closed->chunks_saved,
+                closed->aborted ? 1 : 0, first ? first->chunk : UINT64_MAX,
+                first ? table->regions()[first->region].address + first->offset : 0);
+    return 0;
+  }
   if (!std::strcmp(argv[1], "hold") && argc == 4) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[3])));
   } else if (!std::strcmp(argv[1], "roundtrip") || !std::strcmp(argv[1], "driver-roundtrip")) {

@@ -96,3 +96,12 @@ CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc
 /* libphos.so answers every allocation itself; a program linked against the
  * fake needs the symbol. */
 CUresult cuMemAlloc(CUdeviceptr *p, size_t size) { (void)p; (void)size; return CUDA_ERROR_NOT_SUPPORTED; }
+
+/* What a copy window (copy_window.h) opens in the process: the device's
+ * primary context and a stream of its own. */
+CUresult cuDeviceGet(CUdevice *d, int ordinal) { *d = ordinal; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)(uintptr_t)(d + 1); return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
+CUresult cuStreamCreate(CUstream *s, unsigned int flags) { (void)flags; *s = (CUstream)0x5; return CUDA_SUCCESS; }
+CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
