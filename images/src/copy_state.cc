@@ -420,6 +420,15 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
   return report;
 }
 
+void CopyState::mark_all_dirty() {
+  const uint64_t n = chunk_count();
+  for (uint64_t i = 0; i * 64 < n; i++) {
+    uint64_t bits = i * 64 + 64 <= n ? ~uint64_t(0) : (uint64_t(1) << (n - i * 64)) - 1;
+    uint64_t before = l_->dirty[i].fetch_or(bits, std::memory_order_acq_rel);
+    l_->header->dirtied.fetch_add(uint64_t(__builtin_popcountll(bits & ~before)), std::memory_order_relaxed);
+  }
+}
+
 void CopyState::forget(uint64_t address) {
   const auto& regions = l_->regions;
   auto it = std::lower_bound(regions.begin(), regions.end(), address,

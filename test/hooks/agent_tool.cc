@@ -10,6 +10,10 @@
 //       and marked copied (one a write waits for, if any), MS ms later the
 //       others, the window closed, and its account printed: "window: checked=N waited=N unknown=N
 //       saved=N aborted=0|1 first=CHUNK written=ADDRESS"
+//   phos-agent-tool recopy-window PID GO GO2 MS  the same for soft recopy: the
+//       file GO created, MS ms later the dirty chunks counted, GO2 created,
+//       MS ms later counted again, the window closed: "recopy: dirty=N
+//       at=ADDRESS then dirty=N of N waited=N"
 //   phos-agent-tool driver-roundtrip PID  as roundtrip --release-handles, with
 //       the driver's checkpoint and restore of the process (cuCheckpointProcess*)
 //       while it holds no device memory: the dump/restore sequence of the
@@ -90,6 +94,42 @@ std::string driver_checkpoint_restore(pid_t pid, std::string* timings) {
 
 }  // namespace
 
+// The recopy side of copy-window: counts the dirty chunks after the first
+// write, and again after a call with an unknown set.
+int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2, std::chrono::milliseconds hold) {
+  auto dirty = [&](uint64_t* first) {
+    uint64_t n = 0;
+    for (uint64_t c = 0; c < table.chunk_count(); c++)
+      if (table.dirty(c) && n++ == 0 && first) *first = c;
+    return n;
+  };
+  std::this_thread::sleep_for(hold);
+  uint64_t first = UINT64_MAX;
+  const uint64_t after_write = dirty(&first);
+  if (FILE* go = std::fopen(go2, "w")) std::fclose(go);
+  std::this_thread::sleep_for(hold);
+  const uint64_t after_unknown = dirty(nullptr);
+  auto again = AgentClient::connect(pid, 30000);
+  if (!again) return fail("connect again", again.error());
+  auto closed = again->close_copy_window();
+  if (!closed) return fail("close copy window", closed.error());
+  (void)again->goodbye();
+  uint64_t at = 0;
+  for (const auto& r : table.regions()) {
+    // The address of chunk `first`: regions are in address order, chunks in region order.
+    uint64_t chunks = (r.size + table.chunk_size() - 1) / table.chunk_size();
+    if (first < chunks) {
+      at = r.address + first * table.chunk_size();
+      break;
+    }
+    first -= chunks;
+  }
+  std::printf("recopy: dirty=%" PRIu64 " at=0x%" PRIx64 " then dirty=%" PRIu64 " of %" PRIu64 " waited=%" PRIu64
+              " aborted=%d\n",
+              after_write, at, after_unknown, table.chunk_count(), closed->calls_waited, closed->aborted ? 1 : 0);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s hold PID MS | roundtrip PID [--release-handles] | driver-roundtrip PID\n", argv[0]);
@@ -103,12 +143,14 @@ int main(int argc, char** argv) {
   if (!q) return fail("quiesce", q.error());
   double quiesce_ms = ms_since(t0);
 
-  if (!std::strcmp(argv[1], "copy-window") && argc == 5) {
+  const bool recopy = !std::strcmp(argv[1], "recopy-window") && argc == 6;
+  if ((!std::strcmp(argv[1], "copy-window") && argc == 5) || recopy) {
     auto allocs = client->list_allocations(false, nullptr);
     if (!allocs) return fail_and_reopen(*client, "list allocations", allocs.error());
     std::vector<phos::copystate::Region> regions;
     for (const auto& a : *allocs) regions.push_back({a.id, a.address, a.size});
-    auto table = phos::copystate::CopyState::create(phos::copystate::Protocol::kCopyOnWrite, 64u << 10, regions, 0);
+    auto table = phos::copystate::CopyState::create(
+        recopy ? phos::copystate::Protocol::kRecopy : phos::copystate::Protocol::kCopyOnWrite, 64u << 10, regions, 0);
     if (!table) return fail_and_reopen(*client, "copy table", table.error());
     int fd = table->fd();
     auto opened = client->open_copy_window({phos::agent::CopyTrust::kSpeculated, 30000, 0, 0}, std::span(&fd, 1));
@@ -116,7 +158,8 @@ int main(int argc, char** argv) {
     if (auto r = client->resume(); !r) return fail("resume", r.error());
     (void)client->goodbye();
     if (FILE* go = std::fopen(argv[3], "w")) std::fclose(go);
-    const auto hold = std::chrono::milliseconds(std::atoi(argv[4]));
+    const auto hold = std::chrono::milliseconds(std::atoi(argv[recopy ? 5 : 4]));
+    if (recopy) return recopy_window(pid, *table, argv[4], hold);
     std::this_thread::sleep_for(hold);
     // The engine: the first claim is the chunk a write waits for; the rest
     // after another hold, for a call that waits for the close.

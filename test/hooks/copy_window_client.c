@@ -4,7 +4,8 @@
  * set) and makes a batch of stream memory operations (a set phos does not
  * read), printing how long each call took: "memset MS" and "unknown MS".
  *
- * usage: copy_window_client GO */
+ * usage: copy_window_client GO [GO2]   GO2: wait for that file too before the
+ * second call (a test looks at the table in between) */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -32,6 +33,8 @@ int main(int argc, char **argv) {
   CUresult r = cuMemsetD32(a + 4096, 7, 1024);
   printf("memset %.0f %d\n", now_ms() - t0, (int)r);
   fflush(stdout);
+  if (argc > 2)
+    while (access(argv[2], F_OK) != 0) usleep(10000);
   t0 = now_ms();
   /* Through dlsym: the fake has none, libphos.so's hook is what counts. */
   CUresult (*batch)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int) =

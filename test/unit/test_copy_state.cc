@@ -271,6 +271,33 @@ TEST_CASE("copy state: recopy marks written chunks dirty and copies them again a
   CHECK(s.all_copied());
 }
 
+TEST_CASE("copy state: recopy marks every chunk dirty for a call it cannot read", "[copy_state][recopy]") {
+  // 70 chunks: the dirty bitmap's second word is partly used.
+  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 64 * kChunk}, {2, 0x200000, 6 * kChunk}}, 0);
+  REQUIRE(s.chunk_count() == 70);
+  CHECK(drain(s) == 70);  // the first pass: nothing dirty yet
+  s.mark_all_dirty();
+  for (uint64_t c = 0; c < s.chunk_count(); c++) CHECK(s.dirty(c));
+  CHECK(s.statistics().dirtied == 70);
+  CHECK_FALSE(s.all_copied());
+  std::vector<uint64_t> again;
+  while (auto c = s.claim_dirty()) {
+    REQUIRE(c->chunk < s.chunk_count());
+    again.push_back(c->chunk);
+    s.copied(*c);
+  }
+  CHECK(again.size() == 70);  // each once, none past the table
+  CHECK(s.all_copied());
+}
+
+TEST_CASE("copy state: marking all dirty twice counts each chunk once", "[copy_state][recopy]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 3 * kChunk}}, 0);
+  REQUIRE(s.before_write(0x100000, 8, no_save, 1s)->dirtied == 1);
+  s.mark_all_dirty();
+  s.mark_all_dirty();
+  CHECK(s.statistics().dirtied == 3);
+}
+
 TEST_CASE("copy state: the hooks in another process share the table", "[copy_state]") {
   CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 4);
   auto c0 = s.claim_next();

@@ -45,8 +45,8 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
                       EINVAL);
   auto table = copystate::CopyState::attach(fds[0].get());
   if (!table) return table.error();
-  if (table->protocol() != copystate::Protocol::kCopyOnWrite)
-    return make_error("open copy window: only copy-on-write is implemented", ENOTSUP);
+  if (table->protocol() == copystate::Protocol::kRecopy && q.pool_bytes)
+    return make_error("open copy window: a recopy window has no pool", EINVAL);
   if (uint64_t(table->pool_slots()) * table->chunk_size() > q.pool_bytes)
     return make_error("open copy window: " + std::to_string(table->pool_slots()) + " pool slots of " +
                           std::to_string(table->chunk_size()) + " bytes do not fit a pool of " +
@@ -111,9 +111,11 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   std::lock_guard<std::mutex> lock(mu_);
   agent::CloseCopyWindowReply out;
   if (!table_) return out;
-  // The table says closed (the engine closed it) or aborted; a window the
-  // engine never closed (criu gone) is given up here, so no call waits.
-  table_->close(copystate::Window::kAborted);
+  // Copy-on-write: the table says closed (the engine closed it) or aborted;
+  // a window the engine never closed (criu gone) is given up here, so no
+  // call waits. Recopy: the engine's second pass, after this, still needs
+  // the table as it is.
+  if (table_->protocol() == copystate::Protocol::kCopyOnWrite) table_->close(copystate::Window::kAborted);
   open_.store(false);
   while (users_.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   out.calls_checked = checked_;
@@ -121,7 +123,7 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   out.calls_waited = waited_;
   out.unknown_waits = unknown_waits_;
   out.wait_ns = wait_ns_;
-  out.aborted = table_->window() == copystate::Window::kAborted;
+  out.aborted = table_->protocol() == copystate::Protocol::kCopyOnWrite && table_->window() == copystate::Window::kAborted;
   out.abort_reason = abort_reason_;
   // Given up without a reason of the hooks: by the engine (its error is in
   // criu's log), or never closed by it (criu gone).
@@ -172,8 +174,11 @@ void CopyWindow::write(uint64_t address, uint64_t bytes) {
   count_wait(t0, report->waited > 0, false);
 }
 
-void CopyWindow::wait_closed(bool unknown_set) {
+void CopyWindow::untrusted(bool unknown_set) {
   if (table_->window() != copystate::Window::kOpen) return;
+  // Recopy never waits (the gate closing for the final pass would wait for
+  // this call): everything is copied again instead.
+  if (table_->protocol() == copystate::Protocol::kRecopy) return table_->mark_all_dirty();
   uint64_t t0 = monotonic_ns();
   if (auto r = table_->wait_closed(timeout_); !r) give_up(r.error());
   count_wait(t0, true, unknown_set);
@@ -188,7 +193,7 @@ void CopyWindow::before_exact(const ranges::RangeList& l) {
     if (!(b.access & ranges::kWrite)) continue;
     // A written extent that is not known, or matrices behind an array of
     // pointers: any memory may change.
-    if (b.access & (ranges::kExtentUnknown | ranges::kPointerArray)) return wait_closed(true);
+    if (b.access & (ranges::kExtentUnknown | ranges::kPointerArray)) return untrusted(true);
   }
   for (uint8_t i = 0; i < l.count; i++)
     if (l.items[i].access & ranges::kWrite) write(l.items[i].address, l.items[i].bytes);
@@ -199,10 +204,10 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
   if (!use.inside()) return;
   if (writes.covered) return;  // inside a library call that checked its exact set
   checked_.fetch_add(1, std::memory_order_relaxed);
-  if (!writes.known) return wait_closed(true);
+  if (!writes.known) return untrusted(true);
   const bool trusted = writes.exact || (trust_ == agent::CopyTrust::kSpeculated) ||
                        (trust_ == agent::CopyTrust::kValidated && validated);
-  if (!trusted) return wait_closed(false);
+  if (!trusted) return untrusted(false);
   for (const auto& [start, end] : writes.ranges) write(start, end - start);
 }
 
@@ -210,7 +215,7 @@ void CopyWindow::before_unknown() {
   Use use(*this);
   if (!use.inside()) return;
   checked_.fetch_add(1, std::memory_order_relaxed);
-  wait_closed(true);
+  untrusted(true);
 }
 
 void CopyWindow::unit_dropped(uint64_t address) {

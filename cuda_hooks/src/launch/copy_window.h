@@ -5,7 +5,9 @@
 // copied device to device into a pool slot first (the pool is device memory
 // the engine exported), and the engine takes it from there. Calls whose
 // write set is unknown, or not trusted (agent::CopyTrust), wait until the
-// window closes.
+// window closes. Soft recopy (the table's protocol): a write marks its
+// chunks dirty, for the engine to copy again once the gate is closed; an
+// unknown or untrusted set marks every chunk; nothing waits.
 //
 // Closed (no dump running), each call pays one relaxed load, and only where
 // it already described its set (recording or speculating is on).
@@ -59,7 +61,9 @@ class CopyWindow {
  private:
   class Use;  // a call inside the window (finish() waits for none)
   void write(uint64_t address, uint64_t bytes);
-  void wait_closed(bool unknown_set);
+  // A call whose set is unknown or not trusted: copy-on-write waits until
+  // the window closes; recopy marks every chunk dirty.
+  void untrusted(bool unknown_set);
   void give_up(const Error& e);
   Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot);
   void count_wait(uint64_t since_ns, bool waited, bool unknown_set);

@@ -131,6 +131,9 @@ class CopyState {
   // on in the engine's mapping): writes to that address from now on go to
   // other memory, and are not the dump's.
   void forget(uint64_t address);
+  // Recopy: a call whose write set is unknown (or not trusted) may have
+  // written anything: every chunk is dirty.
+  void mark_all_dirty();
   // A call whose write set is unknown: waits until the window is closed.
   Result<void> wait_closed(std::chrono::milliseconds timeout) const;
 
