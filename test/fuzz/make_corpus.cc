@@ -1,6 +1,8 @@
 // Writes seed inputs: for fuzz_image_reader a real manifest, marker and data
 // header, each behind the selector byte the target reads first; for
-// fuzz_fatbin a cubin and fatbins holding it, plain and compressed.
+// fuzz_fatbin a cubin and fatbins holding it, plain and compressed; for
+// fuzz_agent_reply (a third directory) replies and requests of every kind
+// that carries data.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "../unit/fatbin_builders.h"
 #include "../unit/fixtures.h"
+#include "phos/images/agent_protocol.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
 
@@ -48,11 +51,36 @@ static void write_fatbin_seeds(const std::string& dir) {
   write_file(dir + "/fatbins-end-to-end", two);
 }
 
+static void write_agent_seeds(const std::string& dir) {
+  namespace agent = phos::agent;
+  agent::StatusReply status;
+  status.cuda_initialized = true;
+  status.allocation_count = 2;
+  status.unsupported_calls = {"cuIpcGetMemHandle"};
+  status.counters = {{"launches", 7}};
+  status.modules = {{1, "fatbin", 216, 0x1234, "cuModuleLoadData", {"k"}, 1, {"g"}}};
+  status.kernels = {{"_Z1kPf", 1, 3, 0, 3, 0, 3, 3, 3, "name", ""}};
+  status.kernel_count = 1;
+  status.devices = {{0, {}}};
+  status.validation_active = true;
+  write_seed(dir, "status", 0, agent::encode_reply(status));
+  write_seed(dir, "allocations", 0,
+             agent::encode_reply(agent::ListAllocationsReply{{{1, 0, 0x7f0000000000ull, 2u << 20, 0}}, 1}));
+  write_seed(dir, "close-window", 0,
+             agent::encode_reply(agent::CloseCopyWindowReply{3, 1, 1, 0, 10, 1, "kernel k", false, ""}));
+  write_seed(dir, "error", 0, agent::encode_reply(phos::make_error("refused", 1)));
+  write_seed(dir, "hello", 0, agent::encode_reply(agent::HelloReply{1, "0.1.0", 1, 2, 0}));
+  write_seed(dir, "remap", 1, agent::encode_request(agent::RemapRequest{{1, 2}}));
+  write_seed(dir, "open-window", 1,
+             agent::encode_request(agent::OpenCopyWindowRequest{agent::CopyTrust::kValidated, 1, 0, 2u << 20}));
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s IMAGE_CORPUS_DIR FATBIN_CORPUS_DIR\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: %s IMAGE_CORPUS_DIR FATBIN_CORPUS_DIR [AGENT_CORPUS_DIR]\n", argv[0]);
     return 2;
   }
+  if (argc == 4) write_agent_seeds(argv[3]);
   std::string dir = argv[1];
   Manifest full = phos::test::full_manifest();
   Manifest empty;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of untrusted bytes for a bounded time (default 60 s in
-# all, split between the targets) with libFuzzer: the image readers, and the
-# fatbin/cubin readers.
+# all, split between the targets) with libFuzzer: the image readers, the
+# fatbin/cubin readers, and the decoding of what an agent sends.
 # usage: test/fuzz/run.sh [SECONDS]
 set -euo pipefail
 seconds=${1:-60}
@@ -11,11 +11,11 @@ if [ ! -f "$build/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 meson setup "$build" "$src" -Dfuzz=true -Dtests=disabled -Dtools=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-ninja -C "$build" test/fuzz/fuzz_image_reader test/fuzz/fuzz_fatbin test/fuzz/make_corpus >/dev/null
+ninja -C "$build" test/fuzz/fuzz_image_reader test/fuzz/fuzz_fatbin test/fuzz/fuzz_agent_reply test/fuzz/make_corpus >/dev/null
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
-mkdir "$corpus/image" "$corpus/fatbin"
-"$build/test/fuzz/make_corpus" "$corpus/image" "$corpus/fatbin"
+mkdir "$corpus/image" "$corpus/fatbin" "$corpus/agent"
+"$build/test/fuzz/make_corpus" "$corpus/image" "$corpus/fatbin" "$corpus/agent"
 
 # fuzz TARGET CORPUS SECONDS
 fuzz() {
@@ -34,10 +34,11 @@ fuzz() {
   fi
 }
 
-half=$((seconds / 2))
-[ "$half" -ge 1 ] || half=1
+third=$((seconds / 3))
+[ "$third" -ge 1 ] || third=1
 status=0
-fuzz fuzz_image_reader "$corpus/image" "$((seconds - half > 0 ? seconds - half : 1))" || status=1
-fuzz fuzz_fatbin "$corpus/fatbin" "$half" || status=1
+fuzz fuzz_image_reader "$corpus/image" "$((seconds - 2 * third > 0 ? seconds - 2 * third : 1))" || status=1
+fuzz fuzz_fatbin "$corpus/fatbin" "$third" || status=1
+fuzz fuzz_agent_reply "$corpus/agent" "$third" || status=1
 [ "$status" -eq 0 ] && echo "fuzz: no crash"
 exit "$status"
