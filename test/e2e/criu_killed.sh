@@ -21,12 +21,7 @@ criu_pid=$(pgrep -f "^$CRIU dump -t $WORKLOAD_PID -D $IMG" | head -n1)
 [ -n "$criu_pid" ] || fail "criu not found"
 kill -9 "$criu_pid"
 wait "$criu_job" 2>/dev/null || true
-gate_open=
-for _ in $(seq 100); do
-  if "$PHOSCTL" status "$WORKLOAD_PID" 2>/dev/null | grep -q "gate: open"; then gate_open=1; break; fi
-  sleep 0.1
-done
-[ -n "$gate_open" ] || fail "gate not open 10 s after criu was killed: $(cat "$IMG/phos-keeper.log" 2>/dev/null)"
+gate_opens "$WORKLOAD_PID" || fail "gate not open 10 s after criu was killed: $(cat "$IMG/phos-keeper.log" 2>/dev/null)"
 at=$(state_counter)
 wait_counter_above $((at + 10))
 [ "$(state_token)" = "$token" ] || fail "the process changed"

@@ -27,12 +27,8 @@ wait_counter_above 5
 printf 'leave-running\n' > "$WORK/criu.conf"
 criu_dump --config "$WORK/criu.conf" || fail "criu dump --config (leave-running) failed"
 at=$(state_counter)
-gate_open=
-for _ in $(seq 100); do
-  if "$PHOSCTL" status "$WORKLOAD_PID" 2>/dev/null | grep -q "gate: open"; then gate_open=1; break; fi
-  sleep 0.1
-done
-[ -n "$gate_open" ] || fail "gate not open 10 s after a leave-running dump from a config file: $(cat "$IMG/phos-keeper.log" 2>/dev/null)"
+gate_opens "$WORKLOAD_PID" ||
+  fail "gate not open 10 s after a leave-running dump from a config file: $(cat "$IMG/phos-keeper.log" 2>/dev/null)"
 wait_counter_above $((at + 5))
 grep -q "given back what the dump took" "$IMG/phos-keeper.log" || fail "the keeper log does not say it gave the process back"
 say "--leave-running from a config file: the keeper gave the process back, gate open, counting ($at -> $(state_counter))"

@@ -132,5 +132,13 @@ restored_pid() {
   done
   return 1
 }
+# gate_opens PID: the agent of PID says its gate is open within 10 s.
+gate_opens() {
+  for _ in $(seq 100); do
+    "$PHOSCTL" status "$1" 2>/dev/null | grep -q "gate: open" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 # CRIU copies its log into the image directory; the work dir keeps ours.
 cp_img_logs() { cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true; }
