@@ -26,57 +26,6 @@ std::string parse_number(std::string_view value, long long min, long long max, T
   return "";
 }
 
-std::string set_agent_timeout(PluginOptions& o, std::string_view v) {
-  return parse_number(v, 1, 3600000, o.agent_timeout_ms);
-}
-std::string set_quiesce_timeout(PluginOptions& o, std::string_view v) {
-  return parse_number(v, 1, 3600000, o.quiesce_timeout_ms);
-}
-std::string set_engine_workers(PluginOptions& o, std::string_view v) {
-  if (v == "auto") {
-    o.engine_workers = 0;
-    return "";
-  }
-  return parse_number(v, 1, 64, o.engine_workers).empty() ? "" : "expected auto or a whole number in 1..64";
-}
-std::string set_direct_io(PluginOptions& o, std::string_view v) {
-  if (v == "auto") o.direct_io = image::DirectIo::kAuto;
-  else if (v == "off") o.direct_io = image::DirectIo::kOff;
-  else return "expected auto or off";
-  return "";
-}
-std::string set_compression(PluginOptions& o, std::string_view v) {
-  if (v == "none") o.compression = image::Compression::kNone;
-  else if (v == "zstd") o.compression = image::Compression::kZstd;
-  else return "expected none or zstd";
-  return "";
-}
-std::string set_zstd_level(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 19, o.zstd_level); }
-std::string set_chunk_mib(PluginOptions& o, std::string_view v) {
-  return parse_number(v, 1, image::kMaxChunkSize >> 20, o.chunk_mib);
-}
-
-std::string set_gpu_checksums(PluginOptions& o, std::string_view v) {
-  if (v == "on") o.gpu_checksums = true;
-  else if (v == "off") o.gpu_checksums = false;
-  else return "expected on or off";
-  return "";
-}
-
-std::string set_write_behind(PluginOptions& o, std::string_view v) {
-  if (v == "auto") o.write_behind = true;
-  else if (v == "off") o.write_behind = false;
-  else return "expected auto or off";
-  return "";
-}
-
-std::string set_gpu_map(PluginOptions& o, std::string_view v) {
-  auto spec = parse_gpu_map(v);
-  if (!spec) return spec.error().message;
-  o.gpu_map = std::move(*spec);
-  return "";
-}
-
 // A setting that takes one of a few words: the words and their values, in
 // the order the error message lists them.
 template <class T>
@@ -101,6 +50,42 @@ std::string_view choice_word(const Choice<T> (&choices)[N], T value) {
   for (const auto& c : choices)
     if (c.value == value) return c.word;
   return "?";
+}
+
+std::string set_agent_timeout(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 1, 3600000, o.agent_timeout_ms);
+}
+std::string set_quiesce_timeout(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 1, 3600000, o.quiesce_timeout_ms);
+}
+std::string set_engine_workers(PluginOptions& o, std::string_view v) {
+  if (v == "auto") {
+    o.engine_workers = 0;
+    return "";
+  }
+  return parse_number(v, 1, 64, o.engine_workers).empty() ? "" : "expected auto or a whole number in 1..64";
+}
+constexpr Choice<image::DirectIo> kDirectIo[] = {{"auto", image::DirectIo::kAuto}, {"off", image::DirectIo::kOff}};
+std::string set_direct_io(PluginOptions& o, std::string_view v) { return parse_choice(v, kDirectIo, o.direct_io); }
+constexpr Choice<image::Compression> kCompression[] = {{"none", image::Compression::kNone},
+                                                       {"zstd", image::Compression::kZstd}};
+std::string set_compression(PluginOptions& o, std::string_view v) { return parse_choice(v, kCompression, o.compression); }
+std::string set_zstd_level(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 19, o.zstd_level); }
+std::string set_chunk_mib(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 1, image::kMaxChunkSize >> 20, o.chunk_mib);
+}
+
+constexpr Choice<bool> kOnOff[] = {{"on", true}, {"off", false}};
+std::string set_gpu_checksums(PluginOptions& o, std::string_view v) { return parse_choice(v, kOnOff, o.gpu_checksums); }
+
+constexpr Choice<bool> kAutoOff[] = {{"auto", true}, {"off", false}};
+std::string set_write_behind(PluginOptions& o, std::string_view v) { return parse_choice(v, kAutoOff, o.write_behind); }
+
+std::string set_gpu_map(PluginOptions& o, std::string_view v) {
+  auto spec = parse_gpu_map(v);
+  if (!spec) return spec.error().message;
+  o.gpu_map = std::move(*spec);
+  return "";
 }
 
 using Cow = PluginOptions::CopyOnWrite;
@@ -227,11 +212,11 @@ std::string PluginOptions::describe() const {
   return "agent_timeout_ms=" + std::to_string(agent_timeout_ms) +
          " quiesce_timeout_ms=" + std::to_string(quiesce_timeout_ms) +
          " engine_workers=" + (engine_workers ? std::to_string(engine_workers) : std::string("auto")) +
-         " direct_io=" + (direct_io == image::DirectIo::kAuto ? "auto" : "off") +
+         " direct_io=" + std::string(choice_word(kDirectIo, direct_io)) +
          " compression=" + std::string(image::compression_name(compression)) +
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
-         " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + (gpu_checksums ? "on" : "off") +
-         " write_behind=" + (write_behind ? "auto" : "off") +
+         " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + std::string(choice_word(kOnOff, gpu_checksums)) +
+         " write_behind=" + std::string(choice_word(kAutoOff, write_behind)) +
          " copy_on_write=" + std::string(choice_word(kCopyOnWrite, copy_on_write)) +
          " cow_pool_mib=" + std::to_string(cow_pool_mib) +
          " cow_trust=" + std::string(choice_word(kCowTrust, cow_trust)) +

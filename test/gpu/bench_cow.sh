@@ -95,11 +95,11 @@ done
 COUNTER=$PHOS_BUNDLE/gpu/cow_random
 MATCH="^$COUNTER $WORK/state"
 ops() { cut -d' ' -f2 "$WORK/state" 2>/dev/null || echo 0; }
+ops_above() { for _ in $(seq 1200); do [ "$(ops)" -gt "$1" ] && return 0; sleep 0.05; done; return 1; }
 for pool in ${pools//,/ }; do
   rm -f "$WORK/state"
   start_workload --preload "$WORK/verify.log" --mib "$pool_mib" --seed 7
-  wait_above() { for _ in $(seq 1200); do [ "$(ops)" -gt "$1" ] && return 0; sleep 0.05; done; return 1; }
-  wait_above 4096 || fail "cow_random does not run"
+  ops_above 4096 || fail "cow_random does not run"
   o0=$(ops); s0=$(now); sleep 1; o1=$(ops); s1=$(now)
   before=$(awk -v a="$o0" -v b="$o1" -v t="$(dt "$s0" "$s1")" 'BEGIN {printf "%.0f", (b - a) / t}')
   rm -rf "$IMG" && mkdir -p "$IMG"

@@ -87,8 +87,6 @@ void note_set_2d(const char* call, CUstream stream, bool per_thread, CUdeviceptr
   note_set(call, stream, per_thread, dst + e.offset, e.bytes);
 }
 
-}  // namespace
-
 // A batch of linear copies, one record each.
 void note_batch(const char* call, CUstream stream, bool per_thread, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
                 const size_t* sizes, size_t count) {
@@ -96,11 +94,7 @@ void note_batch(const char* call, CUstream stream, bool per_thread, const CUdevi
   for (size_t i = 0; i < count; i++) note_copy(call, stream, per_thread, dsts[i], srcs[i], sizes[i]);
 }
 
-// A call that writes device memory without saying where in its arguments:
-// a copy window must be closed before it runs.
-inline void unknown_writes() {
-  if (__builtin_expect(runtime().copy_window.open(), 0)) runtime().copy_window.before_unknown();
-}
+}  // namespace
 
 // A hook that records `what` (a statement) before the real call.
 #define PHOS_RECORDED_HOOK(name, params, args, what)   \
@@ -233,7 +227,7 @@ PHOS_COPY_BATCH(cuMemcpyBatchAsync_v2_ptsz, true)
 #define PHOS_UNKNOWN_WRITES_HOOK(name, params, args)  \
   extern "C" PHOS_EXPORT CUresult name params {       \
     GatePass pass(runtime().gate);                    \
-    unknown_writes();                                 \
+    runtime().copy_window.before_unknown_call();      \
     auto real = PHOS_REAL(name);                      \
     return real ? real args : CUDA_ERROR_NOT_FOUND;   \
   }

@@ -134,12 +134,12 @@ extern "C" PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
 
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   GatePass pass(runtime().gate);
-  if (__builtin_expect(runtime().copy_window.open(), 0)) runtime().copy_window.before_unknown();
+  runtime().copy_window.before_unknown_call();
   return launched(PHOS_REAL(cuGraphLaunch)(exec, stream), exec);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   GatePass pass(runtime().gate);
-  if (__builtin_expect(runtime().copy_window.open(), 0)) runtime().copy_window.before_unknown();
+  runtime().copy_window.before_unknown_call();
   return launched(PHOS_REAL(cuGraphLaunch_ptsz)(exec, stream), exec);
 }

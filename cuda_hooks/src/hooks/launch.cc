@@ -14,8 +14,8 @@ namespace {
 // Every launch: counted; recorded and speculated while that is on. A launch
 // into a stream being captured runs later, with its graph (counted there).
 // `writes` (while validating, or a copy window is open) gets the launch's
-// speculated write set. The
-// kernel's registry entry where it was looked up; null where nothing was on.
+// speculated write set. The kernel's registry entry where it was looked up;
+// null where nothing was on.
 inline Kernel* seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
                     WriteRanges* writes = nullptr) {

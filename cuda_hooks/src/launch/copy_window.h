@@ -54,6 +54,10 @@ class CopyWindow {
   void before_kernel(const WriteRanges& writes, bool validated);
   // Before a call whose write set is unknown (a graph launch).
   void before_unknown();
+  // The same where a window may be open: one load where none is.
+  void before_unknown_call() {
+    if (__builtin_expect(open(), 0)) before_unknown();
+  }
   // The program let go of the memory at `address` (its unit, whose memory
   // lives on in the engine's mapping).
   void unit_dropped(uint64_t address);
