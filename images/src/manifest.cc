@@ -144,7 +144,7 @@ struct PbManifest {
     stats.raw_bytes = s.raw_bytes;
     stats.stored_bytes = s.stored_bytes;
     stats.total_ns = s.total_ns;
-    // Copy-on-write's figures only where a dump had a window or a stall.
+    // The protocols' figures only where a dump had a window or a stall.
     auto optional = [](protobuf_c_boolean& has, uint64_t& field, uint64_t value) {
       has = value != 0;
       field = value;
@@ -157,6 +157,10 @@ struct PbManifest {
     optional(stats.has_cow_unknown_waits, stats.cow_unknown_waits, s.cow_unknown_waits);
     optional(stats.has_cow_wait_ns, stats.cow_wait_ns, s.cow_wait_ns);
     optional(stats.has_cow_window_ns, stats.cow_window_ns, s.cow_window_ns);
+    optional(stats.has_recopy_first_pass_bytes, stats.recopy_first_pass_bytes, s.recopy_first_pass_bytes);
+    optional(stats.has_recopy_first_pass_ns, stats.recopy_first_pass_ns, s.recopy_first_pass_ns);
+    optional(stats.has_recopied_bytes, stats.recopied_bytes, s.recopied_bytes);
+    optional(stats.has_final_pass_ns, stats.final_pass_ns, s.final_pass_ns);
     m.statistics = &stats;
     if (in.copy_trust != agent::CopyTrust(0)) {
       m.has_copy_trust = 1;
@@ -239,6 +243,10 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
     o.cow_unknown_waits = s->cow_unknown_waits;
     o.cow_wait_ns = s->cow_wait_ns;
     o.cow_window_ns = s->cow_window_ns;
+    o.recopy_first_pass_bytes = s->recopy_first_pass_bytes;
+    o.recopy_first_pass_ns = s->recopy_first_pass_ns;
+    o.recopied_bytes = s->recopied_bytes;
+    o.final_pass_ns = s->final_pass_ns;
   }
   out.copy_trust = agent::CopyTrust(m.has_copy_trust ? m.copy_trust : 0);
   if (const auto* log = m.launch_log) {

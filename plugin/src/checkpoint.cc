@@ -84,19 +84,36 @@ Result<bool> Checkpointer::pause(pid_t pid) {
     host_ordinal = std::move(*ordinals);
   }
 
-  uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-  auto drained = client->quiesce(options_.quiesce_timeout_ms);
-  if (!drained) return make_error("process " + std::to_string(pid) + ": quiesce: " + drained.error().message);
-  // The gate is closed: from here on the process is ours to give back,
-  // whatever fails (finish() does it).
-  start_keeper();
   Target& t = targets_[pid];
-  taking(pid, t, kGateClosed);
   t.vpid = *vpid;
   t.hello = client->hello();
   t.status = *status;
-  t.paused_at_ns = t0;
   t.host_ordinal = std::move(host_ordinal);
+  if (recopy_wanted(pid, t)) {
+    if (auto r = first_pass(pid, *client, t); !r) {
+      // The process runs (its gate is open again, or never closed): the
+      // dump goes on as a stopped one.
+      PHOS_WARN("process %d: no soft recopy (%s); its memory is copied while it is stopped", pid,
+                r.error().message.c_str());
+      discard_first_pass(t);
+    }
+  }
+  PHOS_INFO("process %d: closing its gate%s", pid, t.recopy ? " for soft recopy's final pass" : "");
+  uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  auto drained = client->quiesce(options_.quiesce_timeout_ms);
+  if (!drained) {
+    if (t.recopy) {
+      (void)client->close_copy_window();
+      discard_first_pass(t);
+    }
+    targets_.erase(pid);  // nothing taken (the agent reopened the gate)
+    return make_error("process " + std::to_string(pid) + ": quiesce: " + drained.error().message);
+  }
+  // The gate is closed: from here on the process is ours to give back,
+  // whatever fails (finish() does it).
+  start_keeper();
+  taking(pid, t, kGateClosed);
+  t.paused_at_ns = t0;
   t.manifest.statistics.quiesce_ns = *drained;
   PHOS_TRY(pause_target(pid, *client, t));
   t.paused_done_ns = clock_ns(CLOCK_MONOTONIC);
@@ -106,7 +123,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   return true;
 }
 
-Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
+Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Target& t) {
   auto allocs = client.list_allocations(true, &t.fds);
   if (!allocs) return allocs.error();
   t.allocations = std::move(*allocs);
@@ -124,6 +141,17 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       t.host_ordinal = std::move(*ordinals);
     }
   }
+  return {};
+}
+
+Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
+  if (t.recopy) PHOS_TRY(end_first_window(pid, client, t));
+  PHOS_TRY(list_allocations(pid, client, t));
+  if (t.recopy && !same_allocations(t.save->allocs, t.allocations)) {
+    PHOS_WARN("process %d: its allocations changed while soft recopy's first pass ran; its memory is copied while "
+              "it is stopped", pid);
+    discard_first_pass(t);
+  }
   if (keeper_) {
     if (auto held = keeper_->hold(pid, t.allocations, t.fds); !held) {
       PHOS_WARN("phos-keeper: %s; going on without it", held.error().message.c_str());
@@ -134,10 +162,13 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     PHOS_TRY(start_engine());
     // Mapped into criu now; copied in the background, off criu's freeze
     // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
-    // so the process lets go of its own at once.
-    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
-    if (!job) return job.error();
-    t.save = std::move(*job);
+    // so the process lets go of its own at once. Soft recopy mapped it
+    // before its first pass: the same job goes on.
+    if (!t.recopy) {
+      auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
+      if (!job) return job.error();
+      t.save = std::move(*job);
+    }
     std::promise<CopyMode> decided;
     t.mode = decided.get_future();
     std::future<void> go = t.write_go.get_future();
@@ -156,6 +187,10 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
         }
       }
       t.copied = engine_->run_save(*t.save);
+      if (t.recopy) {
+        t.manifest.statistics.recopied_bytes = t.save->recopied_chunks * t.manifest.chunk_size;
+        t.manifest.statistics.final_pass_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
+      }
     });
     taking(pid, t, kMappingsReleased);
     auto released = client.release_mappings(true);
@@ -180,6 +215,128 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   return {};
 }
 
+bool Checkpointer::recopy_wanted(pid_t pid, const Target& t) {
+  if (!options_.recopy || write_behind_ || criu_leaves_running() || t.status.allocation_count == 0) return false;
+  // A launch with a set not trusted marks every chunk dirty: the first pass
+  // would be copied again whole.
+  if (options_.cow_trust == agent::CopyTrust::kValidated && !t.status.validation_active) {
+    PHOS_INFO("process %d: no soft recopy: cow_trust=validated, but no validator runs in it (start it with "
+              "PHOS_VALIDATE=ptx, or set cow_trust=speculated); its memory is copied while it is stopped", pid);
+    return false;
+  }
+  return true;
+}
+
+// How long the first pass may run. PAUSE_DEVICES runs under criu's freeze
+// timer (alarm(opts.timeout) in collect_pstree): what is left of it is read
+// by taking the alarm and setting it again at once (criu's dump thread is
+// the only one that uses it, and it is here).
+uint64_t Checkpointer::first_pass_budget_ms() const {
+  if (options_.recopy_pass_ms) return options_.recopy_pass_ms;
+  const unsigned left = ::alarm(0);
+  if (left) ::alarm(left);
+  return left ? uint64_t(left) * 1000 / 2 : 5000;
+}
+
+Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
+  const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  auto drained = c.quiesce(options_.quiesce_timeout_ms);
+  if (!drained) return make_error("quiesce: " + drained.error().message, drained.error().code);
+  // The gate is open again on every way out of here; the keeper knows it is
+  // closed meanwhile.
+  start_keeper();
+  taking(pid, t, kGateClosed);
+  bool window = false;
+  auto run = [&]() -> Result<void> {
+    PHOS_TRY(list_allocations(pid, c, t));
+    if (t.allocations.empty()) return make_error("no device memory", ENODATA);
+    PHOS_TRY(start_engine());
+    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
+    if (!job) return job.error();
+    t.save = std::move(*job);
+    t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
+    auto opened = engine_->open_window(*t.save, copystate::Protocol::kRecopy, 0);
+    if (!opened) return opened.error();
+    agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, (*opened)->device, 0};
+    const int fd = (*opened)->table.fd();
+    auto reply = c.open_copy_window(q, std::vector<int>{fd});
+    if (!reply) return reply.error();
+    window = true;
+    if (q.trust == agent::CopyTrust::kValidated && !reply->validating)
+      return make_error("cow_trust=validated, but validation is off in the process", ENOTSUP);
+    return {};
+  };
+  Result<void> ready = run();
+  auto resumed = c.resume();
+  t.taken &= ~uint32_t(kGateClosed);
+  if (keeper_) (void)keeper_->state(pid, t.taken);
+  if (!resumed) return make_error("resume after opening the window: " + resumed.error().message, EIO);
+  if (!ready) {
+    if (window) (void)c.close_copy_window();
+    return ready.error();
+  }
+  t.recopy = true;
+  const uint64_t budget = first_pass_budget_ms();
+  PHOS_INFO("process %d: soft recopy: gate reopened after %.1f ms; the first pass copies for %llu ms at most", pid,
+            double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6, (unsigned long long)budget);
+  auto pass = engine_->run_first_pass(*t.save, clock_ns(CLOCK_MONOTONIC) + budget * 1000000ull);
+  if (!pass) {
+    (void)c.close_copy_window();
+    return pass.error();
+  }
+  t.manifest.statistics.recopy_first_pass_bytes = pass->bytes;
+  t.manifest.statistics.recopy_first_pass_ns = pass->ns;
+  return {};
+}
+
+Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t) {
+  auto closed = c.close_copy_window();
+  copystate::CopyState& table = t.save->window->table;
+  if (!closed) {
+    PHOS_WARN("process %d: close its recopy window: %s; every chunk is copied again", pid,
+              closed.error().message.c_str());
+    table.mark_all_dirty();
+    return {};
+  }
+  image::Statistics& s = t.manifest.statistics;
+  s.cow_calls_checked = closed->calls_checked;
+  // A write outside a validated set may have gone anywhere: all of it again
+  // (the image is then what a stopped dump would have written).
+  const char* why = closed->violations ? "a validated launch wrote outside its set"
+                    : closed->aborted  ? "the process gave its window up"
+                                       : nullptr;
+  if (why) {
+    PHOS_WARN("process %d: %s while soft recopy's first pass ran (%s); every chunk is copied again", pid, why,
+              closed->violations ? closed->violation.c_str() : closed->abort_reason.c_str());
+    table.mark_all_dirty();
+  }
+  uint64_t dirty = 0;
+  for (uint64_t k = 0; k < table.chunk_count(); k++) dirty += table.dirty(k);
+  PHOS_INFO("process %d: recopy window closed: %llu calls checked, %llu of %llu chunks dirty", pid,
+            (unsigned long long)closed->calls_checked, (unsigned long long)dirty,
+            (unsigned long long)table.chunk_count());
+  return {};
+}
+
+bool Checkpointer::same_allocations(const std::vector<agent::Allocation>& a, const std::vector<agent::Allocation>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); i++)
+    if (a[i].id != b[i].id || a[i].address != b[i].address || a[i].size != b[i].size || a[i].device != b[i].device)
+      return false;
+  return true;
+}
+
+void Checkpointer::discard_first_pass(Target& t) {
+  if (engine_ && t.save) engine_->discard_save(dirfd_, std::move(t.save));
+  t.save.reset();
+  t.recopy = false;
+  // prepare_save filled the manifest's devices; the stopped copy fills them
+  // again.
+  const uint64_t quiesce_ns = t.manifest.statistics.quiesce_ns;
+  t.manifest = image::Manifest{};
+  t.manifest.statistics.quiesce_ns = quiesce_ns;
+}
+
 Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
   using Cow = PluginOptions::CopyOnWrite;
   if (options_.copy_on_write != Cow::kAlways) {
@@ -198,7 +355,7 @@ Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
               "PHOS_VALIDATE=ptx, or set cow_trust=speculated); the image is written while it is stopped", t.vpid);
     return CopyMode::kStopped;
   }
-  auto window = engine_->open_window(*t.save, uint64_t(options_.cow_pool_mib) << 20);
+  auto window = engine_->open_window(*t.save, copystate::Protocol::kCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
               window.error().message.c_str());
@@ -338,8 +495,10 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   image::Manifest& m = t.manifest;
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
-  m.protocol = t.copy_on_write ? image::Protocol::kSoftCopyOnWrite : image::Protocol::kStopTheWorld;
-  m.copy_trust = t.copy_on_write ? options_.cow_trust : agent::CopyTrust(0);
+  m.protocol = t.copy_on_write ? image::Protocol::kSoftCopyOnWrite
+               : t.recopy      ? image::Protocol::kSoftRecopy
+                               : image::Protocol::kStopTheWorld;
+  m.copy_trust = t.copy_on_write || t.recopy ? options_.cow_trust : agent::CopyTrust(0);
   m.created_unix_ns = clock_ns(CLOCK_REALTIME);
   m.statistics.total_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
   auto written = image::write_manifest(dirfd_, m);

@@ -33,6 +33,13 @@
 // non-zero) where the process gave the window up or a validated launch
 // wrote outside its set.
 //
+// Soft recopy (recopy=auto, a dump that stops the process): PAUSE_DEVICES
+// closes the gate, maps the memory into criu and opens a recopy window in
+// the process, opens the gate again and copies the memory while the process
+// runs (its writes mark chunks dirty); then closes the gate for good, and
+// the copy in the background takes the chunks left and the dirty ones. The
+// image is the state at that last gate closing, as a stopped dump's.
+//
 // phos-keeper (keeper_link.h), started at the first pause, holds a second
 // reference to the memory and learns each step before it is taken, so a
 // criu that dies mid-dump does not leave a process without its GPU state.
@@ -102,6 +109,7 @@ class Checkpointer {
     bool write_behind = false;      // the copy outlives the freeze (snapshotted, or copy-on-write)
     bool copy_on_write = false;     // through a copy window
     bool agent_window = false;      // the agent has a copy window open: closed at criu's exit
+    bool recopy = false;            // soft recopy: a first pass copied while the process ran
     // The stall's parts (CLOCK_MONOTONIC): PAUSE done, the driver's
     // checkpoint, CHECKPOINT_DEVICES done, the gate reopened.
     uint64_t paused_done_ns = 0, driver_checkpoint_ns = 0, checkpointed_at_ns = 0, resumed_at_ns = 0;
@@ -111,6 +119,25 @@ class Checkpointer {
     std::vector<std::byte> manifest_file;  // once written
   };
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
+  // The process's allocations and their fds (gate closed), its devices named.
+  Result<void> list_allocations(pid_t pid, AgentClient& client, Target& t);
+
+  // Soft recopy (copy_state.h), for a dump that stops the process: whether
+  // this one gets it (why not is logged).
+  bool recopy_wanted(pid_t pid, const Target& t);
+  uint64_t first_pass_budget_ms() const;
+  // Gate closed: allocations mapped into criu, a recopy window opened in the
+  // process; gate open again; the first pass copied while it runs. On an
+  // error the gate is open and the window closed (discard_first_pass()
+  // drops the rest).
+  Result<void> first_pass(pid_t pid, AgentClient& c, Target& t);
+  // Gate closed for good: the window's account; a violation or a window the
+  // process gave up makes every chunk dirty.
+  Result<void> end_first_window(pid_t pid, AgentClient& c, Target& t);
+  static bool same_allocations(const std::vector<agent::Allocation>& a, const std::vector<agent::Allocation>& b);
+  // The first pass's copy dropped (its data files removed): the dump copies
+  // while the process is stopped.
+  void discard_first_pass(Target& t);
   // Waits for the copy of `t` to end; its result.
   Result<void> copy_done(Target& t);
   // Lets a write-behind copy start (once).

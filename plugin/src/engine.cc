@@ -1,10 +1,13 @@
 #include "engine.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -513,21 +516,9 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   return job;
 }
 
-Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, uint64_t pool_bytes) {
-  std::lock_guard<std::mutex> lock(run_mu_);
-  if (job.window) return &*job.window;
-  if (job.allocs.empty()) return make_error("copy-on-write: no device memory to copy", EINVAL);
-  const std::set<int> devices(job.devices.begin(), job.devices.end());
-  if (devices.size() != 1)
-    return make_error("copy-on-write takes one GPU per process for now; this process has memory on " +
-                          std::to_string(devices.size()),
-                      ENOTSUP);
-  const int device = *devices.begin();
+Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_bytes) {
   const uint64_t chunk = settings_.chunk_size;
-  Result<void> err;
-  CUcontext ctx = context(device, err);
-  if (!ctx) return err.error();
-  cu_.cuCtxSetCurrent(ctx);
+  cu_.cuCtxSetCurrent(contexts_.at(device));
   // The pool takes what the GPU has free, as the snapshot does: 5% of it,
   // at least 1 GiB, stays with the process.
   size_t free_bytes = 0, total = 0;
@@ -535,38 +526,65 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, uint64_t pool_byte
     return make_error(cu_.error("copy-on-write: free device memory", r), EIO);
   const uint64_t keep = std::max<uint64_t>(total / 20, 1ull << 30);
   const uint64_t room = free_bytes > keep ? free_bytes - keep : 0;
+  Pool pool;
   const uint64_t slots = std::min<uint64_t>(pool_bytes, room) / chunk;
+  if (!slots) return pool;
   constexpr uint64_t kGranule = 2ull << 20;
-  uint64_t bytes = slots ? image::align_up(slots * chunk, kGranule) : 0;
-  UniqueFd pool_fd;
-  CUdeviceptr pool_va = 0;
-  if (bytes) {
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    CUmemGenericAllocationHandle h = 0;
-    CUresult r = cu_.cuMemCreate(&h, bytes, &prop, 0);
-    if (r != CUDA_SUCCESS) {
-      PHOS_WARN("process %d: no copy-on-write pool (%s): writes to memory not yet copied wait for the engine",
-                job.vpid, cu_.error("allocate", r).c_str());
-      bytes = 0;
-    } else {
-      int fd = -1;
-      r = cu_.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-      auto va = r == CUDA_SUCCESS ? map(h, bytes, device) : Result<CUdeviceptr>(make_error("export", EIO));
-      cu_.cuMemRelease(h);  // the mapping and the fd keep it
-      if (fd >= 0) pool_fd = UniqueFd(fd);
-      if (r != CUDA_SUCCESS) return make_error(cu_.error("copy-on-write: export the pool", r), EIO);
-      if (!va) return va.error();
-      pool_va = *va;
-    }
+  const uint64_t bytes = image::align_up(slots * chunk, kGranule);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = cu_.cuMemCreate(&h, bytes, &prop, 0);
+  if (r != CUDA_SUCCESS) {
+    PHOS_WARN("process %d: no copy-on-write pool (%s): writes to memory not yet copied wait for the engine",
+              job.vpid, cu_.error("allocate", r).c_str());
+    return pool;
   }
+  int fd = -1;
+  r = cu_.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  auto va = r == CUDA_SUCCESS ? map(h, bytes, device) : Result<CUdeviceptr>(make_error("export", EIO));
+  cu_.cuMemRelease(h);  // the mapping and the fd keep it
+  if (fd >= 0) pool.fd = UniqueFd(fd);
+  if (r != CUDA_SUCCESS) return make_error(cu_.error("copy-on-write: export the pool", r), EIO);
+  if (!va) return va.error();
+  pool.va = *va;
+  pool.bytes = bytes;
+  pool.slots = uint32_t(slots);
+  return pool;
+}
+
+Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, copystate::Protocol protocol, uint64_t pool_bytes) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  if (job.window) return &*job.window;
+  const bool recopy = protocol == copystate::Protocol::kRecopy;
+  const char* what = recopy ? "soft recopy" : "copy-on-write";
+  if (job.allocs.empty()) return make_error(std::string(what) + ": no device memory to copy", EINVAL);
+  const std::set<int> devices(job.devices.begin(), job.devices.end());
+  // Recopy has no pool: each of its chunks is read from the process's
+  // memory, on whichever GPU.
+  if (!recopy && devices.size() != 1)
+    return make_error("copy-on-write takes one GPU per process for now; this process has memory on " +
+                          std::to_string(devices.size()),
+                      ENOTSUP);
+  for (int d : devices) {
+    Result<void> err;
+    if (!context(d, err)) return err.error();
+  }
+  Pool pool;
+  if (!recopy) {
+    auto made = make_pool(job, *devices.begin(), pool_bytes);
+    if (!made) return made.error();
+    pool = std::move(*made);
+  }
+  const uint64_t chunk = settings_.chunk_size;
+  const uint64_t bytes = pool.bytes, slots = pool.slots;
+  CUdeviceptr pool_va = pool.va;
   std::vector<copystate::Region> regions;
   for (const auto& a : job.allocs) regions.push_back({a.id, a.address, a.size});
-  auto table = copystate::CopyState::create(copystate::Protocol::kCopyOnWrite, chunk, regions,
-                                            uint32_t(bytes ? slots : 0));
+  auto table = copystate::CopyState::create(protocol, chunk, regions, uint32_t(slots));
   if (!table) {
     if (pool_va) unmap(pool_va, bytes);
     return table.error();
@@ -576,13 +594,17 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, uint64_t pool_byte
     for (size_t i = 0; i < job.allocs.size(); i++)
       if (job.allocs[i].id == r.id) job.region_allocation.push_back(i);
   job.pool_va = pool_va;
-  job.window.emplace(CopyWindow{std::move(*table), std::move(pool_fd), bytes, job.allocs.front().device});
-  PHOS_INFO("process %d: copy-on-write window over %.1f MiB in %llu chunks of %llu KiB; pool of %llu slots "
-            "(%.1f MiB) on device %d",
-            job.vpid, double(regions.size() ? job.window->table.chunk_count() * chunk : 0) / (1 << 20),
+  job.window.emplace(CopyWindow{std::move(*table), std::move(pool.fd), bytes, job.allocs.front().device});
+  PHOS_INFO("process %d: %s window over %.1f MiB in %llu chunks of %llu KiB; pool of %llu slots (%.1f MiB)",
+            job.vpid, what, double(job.window->table.chunk_count() * chunk) / (1 << 20),
             (unsigned long long)job.window->table.chunk_count(), (unsigned long long)(chunk >> 10),
-            (unsigned long long)(bytes ? slots : 0), double(bytes) / (1 << 20), device);
+            (unsigned long long)slots, double(bytes) / (1 << 20));
   return &*job.window;
+}
+
+Engine::Piece Engine::piece_of(const SaveJob& job, const copystate::Claim& claim) const {
+  const size_t a = job.region_allocation.at(claim.region);
+  return Piece{a, size_t(claim.offset / settings_.chunk_size), claim.offset, size_t(claim.bytes), job.devices[a], claim};
 }
 
 Engine::Take Engine::next_claim(SaveJob& job, Piece& out) {
@@ -592,9 +614,7 @@ Engine::Take Engine::next_claim(SaveJob& job, Piece& out) {
     if (table.window() != copystate::Window::kOpen) return Take::kDone;  // given up: run_save says so
     return table.all_copied() ? Take::kDone : Take::kLater;
   }
-  const size_t a = job.region_allocation.at(claim->region);
-  out = Piece{a, size_t(claim->offset / settings_.chunk_size), claim->offset, size_t(claim->bytes), job.devices[a],
-              claim};
+  out = piece_of(job, *claim);
   return Take::kTaken;
 }
 
@@ -603,12 +623,9 @@ void Engine::close_window(SaveJob& job, bool copied) {
   job.window->table.close(copied ? copystate::Window::kClosed : copystate::Window::kAborted);
 }
 
-Result<void> Engine::run_save(SaveJob& job) {
-  if (job.allocs.empty()) return {};
-  std::lock_guard<std::mutex> lock(run_mu_);
+Engine::PieceWork Engine::save_work(SaveJob& job, std::atomic<uint64_t>& gpu_checksummed) {
   PieceWork work;
-  std::atomic<uint64_t> gpu_checksummed{0};
-  work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
+  work.start = [this, &job](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
     // Copy-on-write: a chunk written since the freeze waits in its pool slot.
     CUdeviceptr src = p.claim && p.claim->pool_slot
                           ? job.pool_va + uint64_t(*p.claim->pool_slot) * settings_.chunk_size
@@ -619,7 +636,7 @@ Result<void> Engine::run_save(SaveJob& job) {
             ("copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host").c_str());
     return {};
   };
-  work.done = [&](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
+  work.done = [this, &job, &gpu_checksummed](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
     // On the host now: the process may write the chunk, its slot is free.
     if (p.claim) job.window->table.copied(*p.claim);
     const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
@@ -628,16 +645,88 @@ Result<void> Engine::run_save(SaveJob& job) {
       crc = tail->crc;
       gpu_checksummed++;
     }
+    // A chunk copied again (soft recopy) is written again: the manifest
+    // names its last copy; the first stays in the file, unreferenced.
     auto chunk = job.writers[worker]->write_chunk(p.offset, std::span(static_cast<const std::byte*>(buffer), p.size),
                                                   settings_.compression, settings_.zstd_level, crc);
     if (!chunk) return chunk.error();
     job.chunks[p.allocation][p.chunk] = *chunk;
     return {};
   };
+  return work;
+}
+
+Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline_ns) {
+  if (!job.window || job.window->table.protocol() != copystate::Protocol::kRecopy)
+    return make_error("soft recopy: the job has no recopy window", EINVAL);
+  std::lock_guard<std::mutex> lock(run_mu_);
+  copystate::CopyState& table = job.window->table;
+  std::atomic<uint64_t> gpu_checksummed{0}, taken{0}, bytes{0};
+  std::atomic<bool> stopped{false};
+  // The clean chunks, in order; a chunk the process dirties meanwhile is
+  // skipped (copied once, at the end) or copied now and again at the end.
+  NextPiece next = [&](Piece& p) {
+    if (monotonic_ns() >= deadline_ns) {
+      stopped = true;
+      return Take::kDone;
+    }
+    auto claim = table.claim_next();
+    if (!claim) return Take::kDone;
+    p = piece_of(job, *claim);
+    taken++;
+    bytes += claim->bytes;
+    return Take::kTaken;
+  };
+  const uint64_t t0 = monotonic_ns();
+  std::vector<uint64_t> dma_wait_ns;
+  PHOS_TRY(run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, save_work(job, gpu_checksummed),
+                       dma_wait_ns));
+  FirstPass pass{bytes.load(), monotonic_ns() - t0, !stopped};
+  uint64_t dirty = 0;
+  for (uint64_t c = 0; c < table.chunk_count(); c++) dirty += table.dirty(c);
+  PHOS_INFO("process %d: soft recopy's first pass copied %llu chunks (%.1f MiB) in %.1f ms while the process ran "
+            "(%.2f GB/s)%s; %llu of %llu chunks written meanwhile",
+            job.vpid, (unsigned long long)taken.load(), double(pass.bytes) / (1 << 20), double(pass.ns) / 1e6,
+            double(pass.bytes) / double(pass.ns ? pass.ns : 1), pass.whole ? "" : ", stopped by its time limit",
+            (unsigned long long)dirty, (unsigned long long)table.chunk_count());
+  return pass;
+}
+
+void Engine::discard_save(int dirfd, std::unique_ptr<SaveJob> job) {
+  if (!job) return;
+  std::vector<std::string> names;
+  for (const auto& w : job->writers) names.push_back(w->name());
+  job.reset();  // mappings released, files closed
+  for (const auto& name : names)
+    if (::unlinkat(dirfd, name.c_str(), 0) != 0 && errno != ENOENT)
+      PHOS_WARN("remove %s: %s", name.c_str(), std::strerror(errno));
+}
+
+Result<void> Engine::run_save(SaveJob& job) {
+  if (job.allocs.empty()) return {};
+  std::lock_guard<std::mutex> lock(run_mu_);
+  std::atomic<uint64_t> gpu_checksummed{0};
+  const PieceWork work = save_work(job, gpu_checksummed);
   uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   Result<void> copied;
-  if (job.window) {
+  if (job.window && job.window->table.protocol() == copystate::Protocol::kRecopy) {
+    // The gate is closed and the process drained: what the first pass left,
+    // then what the process wrote after it was copied.
+    copystate::CopyState& table = job.window->table;
+    std::atomic<uint64_t> recopied{0};
+    NextPiece next = [&](Piece& p) {
+      auto claim = table.claim_next();
+      if (!claim && (claim = table.claim_dirty())) recopied++;
+      if (!claim) return Take::kDone;
+      p = piece_of(job, *claim);
+      return Take::kTaken;
+    };
+    copied = run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, work, dma_wait_ns);
+    job.recopied_chunks = recopied;
+    if (copied && !table.all_copied()) copied = make_error("soft recopy: chunks left uncopied after the final pass", EIO);
+    close_window(job, copied.ok());
+  } else if (job.window) {
     Result<void> err;
     if (!context(job.devices.front(), err)) copied = err;
     NextPiece next = [&](Piece& p) { return next_claim(job, p); };
@@ -652,7 +741,7 @@ Result<void> Engine::run_save(SaveJob& job) {
   uint64_t elapsed = monotonic_ns() - t0;
   release_sources(job);
   PHOS_TRY(copied);
-  if (gpu_checksummed == job.pieces.size())
+  if (gpu_checksummed >= job.pieces.size())
     PHOS_INFO("process %d: every chunk's CRC-32C computed on the GPU", job.vpid);
   else
     PHOS_INFO("process %d: %llu of %zu chunks' CRC-32C computed on the GPU (the rest on the CPU%s%s)", job.vpid,

@@ -14,6 +14,7 @@
 // one goes host-to-device.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -86,7 +87,24 @@ class Engine {
     uint64_t pool_bytes = 0;
     uint32_t device = 0;  // the process's ordinal of the pool's GPU
   };
-  Result<CopyWindow*> open_window(SaveJob& job, uint64_t pool_bytes);
+  // Soft recopy (protocol kRecopy, for a dump that stops the process): the
+  // same table without a pool, over memory on any number of GPUs; the
+  // process's writes mark chunks dirty. run_first_pass copies the clean
+  // chunks while the process runs; run_save, once its gate is closed again,
+  // the rest and the dirty ones.
+  Result<CopyWindow*> open_window(SaveJob& job, copystate::Protocol protocol, uint64_t pool_bytes);
+  struct FirstPass {
+    uint64_t bytes = 0;  // copied, clean when taken
+    uint64_t ns = 0;
+    bool whole = false;  // every chunk taken (not stopped by the deadline)
+  };
+  // Soft recopy's first pass: copies chunks not yet dirty until none is left
+  // or `deadline_ns` (CLOCK_MONOTONIC) passes. The job keeps them; the
+  // window stays open for run_save.
+  Result<FirstPass> run_first_pass(SaveJob& job, uint64_t deadline_ns);
+  // A prepared job that is not to be written after all: criu's mappings
+  // released, its data files removed from `dirfd`.
+  void discard_save(int dirfd, std::unique_ptr<SaveJob> job);
   // Copies into the process's data files, one per worker; fills the
   // manifest's allocations, data files and copy statistics. Unmaps what
   // prepare_save mapped (or frees the snapshot). With a copy window: closes
@@ -155,8 +173,20 @@ class Engine {
                            std::vector<uint64_t>& dma_wait_ns);
   Result<void> run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size, const NextPiece& next,
                           Queue& queue, const PieceWork& work, uint64_t& dma_wait_ns);
+  // The copy-on-write pool: none where the GPU has no room for a chunk.
+  struct Pool {
+    UniqueFd fd;
+    CUdeviceptr va = 0;
+    uint64_t bytes = 0;
+    uint32_t slots = 0;
+  };
+  Result<Pool> make_pool(SaveJob& job, int device, uint64_t pool_bytes);
   // A copy window's next chunk as a piece.
   Take next_claim(SaveJob& job, Piece& out);
+  Piece piece_of(const SaveJob& job, const copystate::Claim& claim) const;
+  // What a dump does with each piece: read it from the process's memory
+  // (or its pool slot), then checksum and write it.
+  PieceWork save_work(SaveJob& job, std::atomic<uint64_t>& gpu_checksummed);
   void close_window(SaveJob& job, bool copied);
   Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size);
   // A pinned staging buffer on huge pages (its address and mapped length).
@@ -191,6 +221,7 @@ struct Engine::SaveJob {
   std::optional<CopyWindow> window;            // soft copy-on-write, once open_window() opened one
   CUdeviceptr pool_va = 0;                     // the window's pool, mapped in criu
   std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
+  uint64_t recopied_chunks = 0;                // soft recopy: dirty chunks copied again by run_save
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
   std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker

@@ -103,6 +103,10 @@ std::string set_cow_timeout(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, 3600000, o.cow_timeout_ms);
 }
 std::string set_cow_start(PluginOptions& o, std::string_view v) { return parse_choice(v, kCowStart, o.cow_start); }
+std::string set_recopy(PluginOptions& o, std::string_view v) { return parse_choice(v, kAutoOff, o.recopy); }
+std::string set_recopy_pass_ms(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 0, 3600000, o.recopy_pass_ms);
+}
 
 struct Key {
   const char* name;  // in the file
@@ -126,6 +130,8 @@ constexpr Key kKeys[] = {
     {"cow_trust", "PHOS_COW_TRUST", set_cow_trust},
     {"cow_timeout_ms", "PHOS_COW_TIMEOUT_MS", set_cow_timeout},
     {"cow_start", "PHOS_COW_START", set_cow_start},
+    {"recopy", "PHOS_RECOPY", set_recopy},
+    {"recopy_pass_ms", "PHOS_RECOPY_PASS_MS", set_recopy_pass_ms},
 };
 
 const Key* find_key(std::string_view name) {
@@ -221,7 +227,8 @@ std::string PluginOptions::describe() const {
          " cow_pool_mib=" + std::to_string(cow_pool_mib) +
          " cow_trust=" + std::string(choice_word(kCowTrust, cow_trust)) +
          " cow_timeout_ms=" + std::to_string(cow_timeout_ms) +
-         " cow_start=" + std::string(choice_word(kCowStart, cow_start));
+         " cow_start=" + std::string(choice_word(kCowStart, cow_start)) +
+         " recopy=" + std::string(choice_word(kAutoOff, recopy)) + " recopy_pass_ms=" + std::to_string(recopy_pass_ms);
 }
 
 }  // namespace phos::plugin

@@ -96,7 +96,9 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"cow_pool_bytes", s.cow_pool_bytes}, {"cow_saved_bytes", s.cow_saved_bytes},
                      {"cow_calls_checked", s.cow_calls_checked}, {"cow_calls_waited", s.cow_calls_waited},
                      {"cow_unknown_waits", s.cow_unknown_waits}, {"cow_wait_ns", s.cow_wait_ns},
-                     {"cow_window_ns", s.cow_window_ns}};
+                     {"cow_window_ns", s.cow_window_ns}, {"recopy_first_pass_bytes", s.recopy_first_pass_bytes},
+                     {"recopy_first_pass_ns", s.recopy_first_pass_ns}, {"recopied_bytes", s.recopied_bytes},
+                     {"final_pass_ns", s.final_pass_ns}};
   return j;
 }
 
@@ -133,6 +135,12 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(), bytes_text(s.cow_pool_bytes).c_str(),
                 bytes_text(s.cow_saved_bytes).c_str(), s.cow_calls_checked, s.cow_calls_waited, s.cow_unknown_waits,
                 double(s.cow_wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
+  if (m.protocol == phos::image::Protocol::kSoftRecopy)
+    std::printf("  soft recopy: trusted %s write sets; %s copied in %.3f ms while the process ran, %s written "
+                "meanwhile copied again; the final pass took %.3f ms\n",
+                std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(),
+                bytes_text(s.recopy_first_pass_bytes).c_str(), double(s.recopy_first_pass_ns) / 1e6,
+                bytes_text(s.recopied_bytes).c_str(), double(s.final_pass_ns) / 1e6);
   if (!m.unsupported_calls.empty()) {
     std::printf("  unsupported calls:");
     for (const auto& c : m.unsupported_calls) std::printf(" %s", c.c_str());

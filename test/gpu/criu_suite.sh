@@ -54,6 +54,16 @@
 #                        and copy-on-write while it trains: its own loss
 #                        curve and its image's, restored, equal the
 #                        uninterrupted run's; bytes saved copy-on-write
+#   recopy_random        cow_random dumped without --leave-running with soft
+#                        recopy, PHOS_RECOPY_CYCLES (20) times at random
+#                        moments; each image restored equals the
+#                        uninterrupted run at the final gate closing
+#   recopy_planted       writes outside the speculated set in every first
+#                        pass, validation on: every one seen (all copied
+#                        again), every image still equal
+#   recopy_pattern_8GiB  checkpoint.sh 8192 with cow_trust=speculated: its
+#                        dump-and-restore step through soft recopy, every
+#                        byte re-verified
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -332,6 +342,78 @@ cow_pattern() {
   pass "$(grep -o 'leave-running dump in [0-9.]* s' <<<"$out"); $(grep -o 'gate reopened after [0-9.]* ms' <<<"$out" | head -n1); $(grep -o '[0-9]* chunks ([0-9.]* MiB) saved into the pool' <<<"$out" | head -n1); all $((($1 + 63) / 64)) slices of the restored image re-verified"
 }
 case_cow_pattern_8GiB() { cow_pattern 8192; }
+
+# ---- soft recopy (dumps without --leave-running) ---------------------------
+
+# downtime_ms LOG: from the last "closing its gate" to criu's "Dumping
+# finished successfully" (after which the process is gone), in ms.
+downtime_ms() {
+  awk '/phos: process [0-9]+: closing its gate/ {g = substr($1, 2) + 0}
+       /Dumping finished successfully/ {d = substr($1, 2) + 0}
+       END {if (g && d) printf "%.0f", (d - g) * 1000}' "$1"
+}
+
+# recopy_cycles MODE CYCLES: cow_random dumped without --leave-running at a
+# random moment, CYCLES times, each with a new process and seed: soft
+# recopy copies its memory while it runs, closes its gate, copies again what
+# it wrote. random: every image, restored, equals the uninterrupted run at
+# that last gate closing, byte for byte. planted: writes outside the
+# speculated set during every first pass; with validation on, each must be
+# seen (every chunk copied again), and the image still equal.
+recopy_cycles() {
+  local mode=$1 cycles=$2 mib=${PHOS_COW_RANDOM_MIB:-2048} k
+  local dumps=0 mismatches=0 caught=0 first_mib=0 dirty=0 chunks=0 downs=()
+  setup "$bin/cow_random"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  local plant=() trust=speculated
+  if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
+  for k in $(seq "$cycles"); do
+    rm -f "$WORK/verify.log" "$WORK/state"
+    start_workload --preload "$WORK/verify.log" --mib "$mib" --seed "$k" "${plant[@]}"
+    wait_above "$WORK/state" 512 60 || fail "cycle $k: the workload does not run"
+    sleep "0.$((RANDOM % 9 + 1))"
+    PHOS_RECOPY=auto PHOS_COW_TRUST=$trust criu_dump || fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
+    dumps=$((dumps + 1))
+    cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true
+    grep -q "first pass copied" "$WORK/dump.log" ||
+      fail "cycle $k: no soft recopy: $(grep -o 'no soft recopy.*' "$WORK/dump.log" | head -n1)"
+    grep -q "wrote outside its set while soft recopy" "$WORK/dump.log" && caught=$((caught + 1))
+    first_mib=$(awk -v a="$first_mib" -v b="$(grep -o 'first pass copied [0-9]* chunks ([0-9.]* MiB)' "$WORK/dump.log" | grep -o '[0-9.]* MiB' | cut -d' ' -f1)" 'BEGIN {print a + b}')
+    local line; line=$(grep -o '[0-9]* of [0-9]* chunks dirty' "$WORK/dump.log" | head -n1)
+    dirty=$((dirty + $(cut -d' ' -f1 <<<"$line"))); chunks=$((chunks + $(cut -d' ' -f3 <<<"$line")))
+    local d; d=$(downtime_ms "$WORK/dump.log"); [ -n "$d" ] && downs+=("$d")
+    gone "$WORKLOAD_PID"
+    criu_restore || fail "cycle $k: restore failed: $(phos_error "$WORK/restore.log")"
+    local pid; pid=$(restored_pid) || fail "cycle $k: no restored process"
+    local m; m=$(verified "$pid" 1)
+    if [ "$m" != 0 ]; then
+      mismatches=$((mismatches + 1))
+      say "cycle $k: the restored image differs from the uninterrupted run: $m mismatches"
+    fi
+    kill -9 "$pid"; gone "$pid"
+  done
+  local down; down=$(printf '%s\n' "${downs[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "downtime median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
+  [ "$mismatches" = 0 ] || fail "$mismatches of $dumps recopied images differ from the uninterrupted run"
+  local what="$dumps dumps at random moments ($mib MiB), soft recopy: 0 mismatches with the uninterrupted run; first passes copied $first_mib MiB while it ran, $dirty of $chunks chunks written meanwhile and copied again; $down"
+  if [ "$mode" = planted ]; then
+    [ "$caught" = "$dumps" ] || fail "planted writes seen in $caught of $dumps first passes"
+    pass "caught $caught/$dumps planted mis-speculations (every chunk copied again); $what"
+  fi
+  pass "$what"
+}
+case_recopy_random() { recopy_cycles random "${PHOS_RECOPY_CYCLES:-20}"; }
+case_recopy_planted() { recopy_cycles planted "${PHOS_RECOPY_PLANTED_CYCLES:-6}"; }
+# The pattern program's dump-and-restore step with soft recopy: every byte of
+# the restored image re-verified.
+recopy_pattern() {
+  local out rc
+  out=$(PHOS_COW_TRUST=speculated bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] || exit $rc
+  grep -q "first pass copied" <<<"$out" || fail "no soft recopy in the dump: $(grep -o 'no soft recopy.*' <<<"$out" | head -n1)"
+  pass "$(grep -o '\] dump in [0-9.]* s' <<<"$out" | cut -c3-); $(grep -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" <<<"$out" | head -n1); $(grep -o '[0-9]* of [0-9]* chunks dirty' <<<"$out" | head -n1); all $((($1 + 63) / 64)) slices of the restored image re-verified"
+}
+case_recopy_pattern_8GiB() { recopy_pattern 8192; }
 
 case_two_processes() {
   setup "$bin/gpu_counter"
@@ -641,7 +723,8 @@ limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | torch_cow*) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB) echo 200 ;;
-    cow_random | cow_planted) echo 590 ;;
+    cow_random | cow_planted | recopy_random | recopy_planted) echo 590 ;;
+    recopy_pattern_8GiB) echo 200 ;;
     *) echo 150 ;;
   esac
 }
@@ -649,7 +732,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_m
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async"
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

@@ -382,6 +382,81 @@ TEST_CASE("copy state: an image taken under concurrent writes is the state at th
   if (slots == 0) CHECK(s.statistics().saved == 0);
 }
 
+// Soft recopy on simulated device memory: writers run while the first pass
+// copies (torn copies included), then stop (the gate closes, the streams
+// drain); the final pass takes what is left and what is dirty. The image
+// must equal the memory at that last moment, byte for byte, whether or not
+// some calls had an unknown write set.
+TEST_CASE("copy state: recopy's two passes under concurrent writes give the state at the final quiesce",
+          "[copy_state][recopy]") {
+  const bool unknown_calls = GENERATE(false, true);
+  std::vector<Region> regions{{1, 0x100000, 20 * kChunk}, {2, 0x200000, 28 * kChunk - 100}};
+  CopyState s = make(Protocol::kRecopy, regions, 0);
+  auto at_of = [&](uint64_t address) -> size_t {
+    return address >= 0x200000 ? 20 * kChunk + (address - 0x200000) : address - 0x100000;
+  };
+  const size_t bytes = 20 * kChunk + 28 * kChunk - 100;
+  std::vector<uint8_t> device(bytes), image(bytes, 0);
+  std::mt19937_64 rng(7);
+  for (auto& b : device) b = uint8_t(rng());
+  // Bytes read and written concurrently, as the GPU would: relaxed atomics.
+  auto load = [&](size_t i) { return std::atomic_ref<uint8_t>(device[i]).load(std::memory_order_relaxed); };
+  auto store = [&](size_t i, uint8_t v) { std::atomic_ref<uint8_t>(device[i]).store(v, std::memory_order_relaxed); };
+  auto copy = [&](const Claim& c) {
+    size_t at = at_of(regions[c.region].address + c.offset);
+    for (size_t i = 0; i < c.bytes; i++) image[at + i] = load(at + i);
+    s.copied(c);
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> writes{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; t++)
+    writers.emplace_back([&, t] {
+      std::mt19937_64 r(t + 11);
+      while (!stop) {
+        if (unknown_calls && r() % 500 == 0) {
+          s.mark_all_dirty();
+          continue;
+        }
+        const Region& reg = regions[r() % 2];
+        uint64_t off = r() % reg.size, n = 1 + r() % std::min<uint64_t>(2 * kChunk, reg.size - off);
+        auto w = s.before_write(reg.address + off, n, no_save, 1s);  // marks; never waits, never saves
+        REQUIRE(w.ok());
+        CHECK(w->waited == 0);
+        CHECK(w->saved == 0);
+        const uint8_t v = uint8_t(r());
+        for (size_t i = 0; i < n; i++) store(at_of(reg.address + off) + i, v);
+        writes++;
+        std::this_thread::sleep_for(20us);  // a program between its calls
+      }
+    });
+  int first = 0;
+  while (auto c = s.claim_next()) {  // the first pass, while they write
+    copy(*c);
+    first++;
+    if (first % 8 == 0) std::this_thread::sleep_for(50us);
+  }
+  while (writes < 200) std::this_thread::sleep_for(50us);  // some writes after the pass too
+  stop = true;  // the gate closes; the writes drain
+  for (auto& w : writers) w.join();
+  const std::vector<uint8_t> final_state = device;
+  int last = 0;
+  for (;;) {  // the final pass
+    auto c = s.claim_next();
+    if (!c) c = s.claim_dirty();
+    if (!c) break;
+    copy(*c);
+    last++;
+  }
+  INFO("unknown calls " << unknown_calls << ": " << writes << " writes, first pass " << first << " chunks, final "
+                        << last);
+  CHECK(writes > 0);
+  CHECK(s.all_copied());
+  CHECK(image == final_state);
+  CHECK(first > 0);
+  CHECK(last <= 48);  // each chunk at most once at the end
+}
+
 // --- forget: a region the program freed is no longer the dump's ---
 
 namespace {

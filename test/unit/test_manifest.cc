@@ -282,6 +282,23 @@ TEST_CASE("manifest: a copy-on-write manifest round trips with its trust and eve
   CHECK(back.value() == m);
 }
 
+TEST_CASE("manifest: a soft-recopy manifest round trips with its passes' figures", "[manifest][recopy]") {
+  Manifest m = full_manifest();
+  m.protocol = Protocol::kSoftRecopy;
+  m.copy_trust = CopyTrust::kSpeculated;
+  m.statistics.recopy_first_pass_bytes = 64ull << 30;
+  m.statistics.recopy_first_pass_ns = 21;
+  m.statistics.recopied_bytes = 3ull << 20;
+  m.statistics.final_pass_ns = 23;
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(back->protocol == Protocol::kSoftRecopy);
+  CHECK(back->copy_trust == CopyTrust::kSpeculated);
+  CHECK(back->statistics.recopy_first_pass_bytes == 64ull << 30);
+  CHECK(back->statistics.recopied_bytes == 3ull << 20);
+  CHECK(back.value() == m);
+}
+
 TEST_CASE("manifest: every copy trust round trips", "[manifest][cow]") {
   for (CopyTrust t : {CopyTrust::kExact, CopyTrust::kSpeculated, CopyTrust::kValidated}) {
     INFO(copy_trust_name(t));
@@ -298,7 +315,9 @@ TEST_CASE("manifest: copy-on-write statistics round trip one at a time", "[manif
   uint64_t Statistics::*fields[] = {&Statistics::stall_ns,          &Statistics::cow_pool_bytes,
                                     &Statistics::cow_saved_bytes,   &Statistics::cow_calls_checked,
                                     &Statistics::cow_calls_waited,  &Statistics::cow_unknown_waits,
-                                    &Statistics::cow_wait_ns,       &Statistics::cow_window_ns};
+                                    &Statistics::cow_wait_ns,       &Statistics::cow_window_ns,
+                                    &Statistics::recopy_first_pass_bytes, &Statistics::recopy_first_pass_ns,
+                                    &Statistics::recopied_bytes,    &Statistics::final_pass_ns};
   for (size_t i = 0; i < std::size(fields); i++) {
     INFO("field " << i);
     Manifest m = full_manifest();
@@ -325,6 +344,8 @@ TEST_CASE("manifest: a manifest without a window decodes with trust none and no 
   CHECK(s.cow_unknown_waits == 0);
   CHECK(s.cow_wait_ns == 0);
   CHECK(s.cow_window_ns == 0);
+  CHECK(s.recopy_first_pass_bytes == 0);
+  CHECK(s.recopied_bytes == 0);
   CHECK(s.quiesce_ns == 1);  // the others are kept
 }
 

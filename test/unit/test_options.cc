@@ -349,3 +349,33 @@ TEST_CASE("options: describe lists the copy-on-write settings as set", "[options
   std::string off = parse("copy_on_write = off\ncow_trust = exact\n").options.describe();
   CHECK(off.find("copy_on_write=off cow_pool_mib=2048 cow_trust=exact cow_timeout_ms=60000") != std::string::npos);
 }
+
+TEST_CASE("options: recopy defaults to auto with the first pass bounded by criu's timer", "[options][recopy]") {
+  PluginOptions o;
+  CHECK(o.recopy);
+  CHECK(o.recopy_pass_ms == 0);
+  CHECK(o.describe().find("recopy=auto recopy_pass_ms=0") != std::string::npos);
+}
+
+TEST_CASE("options: recopy and its pass bound from the file and the environment", "[options][recopy]") {
+  auto p = parse("recopy = off\nrecopy_pass_ms = 2500\n");
+  CHECK(p.warnings.empty());
+  CHECK_FALSE(p.options.recopy);
+  CHECK(p.options.recopy_pass_ms == 2500);
+  auto q = parse("recopy = off\n", {{"PHOS_RECOPY", "auto"}, {"PHOS_RECOPY_PASS_MS", "0"}});
+  CHECK(q.warnings.empty());
+  CHECK(q.options.recopy);
+  CHECK(q.options.recopy_pass_ms == 0);
+}
+
+TEST_CASE("options: bad recopy values warn and keep the defaults", "[options][recopy]") {
+  for (const char* line : {"recopy = on", "recopy = always", "recopy =", "recopy_pass_ms = -1",
+                           "recopy_pass_ms = 3600001", "recopy_pass_ms = 2s"}) {
+    INFO(line);
+    auto p = parse(line);
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("ignored") != std::string::npos);
+    CHECK(p.options.describe() == PluginOptions().describe());
+  }
+  CHECK(parse("recopy = yes\n").warnings.at(0) == "phos.conf:1: recopy = yes: expected auto or off; ignored");
+}

@@ -82,6 +82,13 @@ struct Statistics {
   uint64_t cow_unknown_waits = 0;
   uint64_t cow_wait_ns = 0;
   uint64_t cow_window_ns = 0;  // from the gate reopening to the last chunk copied
+  // Soft recopy, a dump that stops the process: the first pass, while the
+  // process ran; the chunks it wrote meanwhile, copied again once the gate
+  // closed; and the final pass (from that gate closing to the last chunk).
+  uint64_t recopy_first_pass_bytes = 0;
+  uint64_t recopy_first_pass_ns = 0;
+  uint64_t recopied_bytes = 0;
+  uint64_t final_pass_ns = 0;
   bool operator==(const Statistics&) const = default;
 };
 

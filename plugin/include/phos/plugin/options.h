@@ -53,6 +53,15 @@ struct PluginOptions {
   // copy workers compete with criu and the driver for the CPUs and PCIe).
   enum class CowStart { kResume, kPause };
   CowStart cow_start = CowStart::kResume;
+  // recopy: auto | off. auto: a dump that stops the process (no
+  // --leave-running) copies its device memory while it still runs, then
+  // closes the gate and copies again only what it wrote meanwhile (soft
+  // recopy, copy_state.h), trusting the write sets cow_trust names.
+  bool recopy = true;
+  // recopy_pass_ms: the longest the first pass may run; 0: half of what is
+  // left of criu's freeze timeout (criu --timeout, 10 s by default), which
+  // PAUSE_DEVICES runs under.
+  uint32_t recopy_pass_ms = 0;
 
   uint32_t chunk_size() const { return chunk_mib << 20; }
 

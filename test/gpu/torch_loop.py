@@ -1,0 +1,91 @@
+"""The two PyTorch jobs of the recopy benchmark (bench_recopy.sh), sized in
+GiB of device memory, each writing "TOKEN STEP" to STATE (atomically) after
+every step, as the e2e workload contract asks:
+
+  infer  an inference loop: a stack of fp16 linear layers (weights only
+         read) answering a batch per step, whose keys are appended to a
+         preallocated KV cache (a ring: each step writes one slot of it)
+  train  a training loop: the same stack in fp32 with AdamW (weights,
+         gradients and two optimizer states all written every step)
+
+usage: torch_loop.py STATE infer|train --gib G [--pace-ms N]
+"""
+import argparse
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+
+def write_state(state, token, step):
+    with open(state + ".tmp", "w") as f:
+        f.write(f"{token} {step}\n")
+    os.rename(state + ".tmp", state)
+
+
+def layers_for(gib, width, bytes_per_param, copies):
+    per_layer = width * width * bytes_per_param * copies
+    return max(1, int(gib * (1 << 30) // per_layer))
+
+
+def infer(state, token, gib, pace):
+    width, batch = 8192, 16
+    # Nine tenths weights, one tenth KV cache.
+    n = layers_for(gib * 0.9, width, 2, 1)
+    weights = [torch.randn(width, width, device="cuda", dtype=torch.float16) * 0.01 for _ in range(n)]
+    slots = max(1, int(gib * 0.1 * (1 << 30)) // (batch * width * 2))
+    cache = torch.zeros(slots, batch, width, device="cuda", dtype=torch.float16)
+    x0 = torch.randn(batch, width, device="cuda", dtype=torch.float16)
+    step = 0
+    with torch.inference_mode():
+        while True:
+            x = x0
+            for w in weights:
+                x = torch.relu(x @ w)
+            cache[step % slots].copy_(x)
+            torch.cuda.synchronize()
+            step += 1
+            write_state(state, token, step)
+            time.sleep(pace)
+
+
+def train(state, token, gib, pace):
+    width, batch = 4096, 64
+    # fp32 weights, gradients and AdamW's two states: four copies.
+    n = layers_for(gib, width, 4, 4)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(n)]).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, width, device="cuda")
+    step = 0
+    while True:
+        opt.zero_grad(set_to_none=False)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        step += 1
+        write_state(state, token, step)
+        time.sleep(pace)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("state")
+    p.add_argument("mode", choices=["infer", "train"])
+    p.add_argument("--gib", type=float, default=8)
+    p.add_argument("--pace-ms", type=int, default=0)
+    a = p.parse_args()
+    token = os.urandom(8).hex()
+    torch.manual_seed(0)
+    (infer if a.mode == "infer" else train)(a.state, token, a.gib, a.pace_ms / 1000)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        with open(sys.argv[1] + ".error", "w") as f:
+            f.write(traceback.format_exc())
+        raise
