@@ -623,7 +623,7 @@ void Engine::close_window(SaveJob& job, bool copied) {
   job.window->table.close(copied ? copystate::Window::kClosed : copystate::Window::kAborted);
 }
 
-Engine::PieceWork Engine::save_work(SaveJob& job, std::atomic<uint64_t>& gpu_checksummed) {
+Engine::PieceWork Engine::save_work(SaveJob& job) {
   PieceWork work;
   work.start = [this, &job](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
     // Copy-on-write: a chunk written since the freeze waits in its pool slot.
@@ -636,14 +636,15 @@ Engine::PieceWork Engine::save_work(SaveJob& job, std::atomic<uint64_t>& gpu_che
             ("copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host").c_str());
     return {};
   };
-  work.done = [this, &job, &gpu_checksummed](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
+  work.done = [this, &job](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
     // On the host now: the process may write the chunk, its slot is free.
     if (p.claim) job.window->table.copied(*p.claim);
     const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
     std::optional<uint32_t> crc;
+    job.chunk_copies++;
     if (tail->done == kChunkCrcDone) {
       crc = tail->crc;
-      gpu_checksummed++;
+      job.gpu_checksummed++;
     }
     // A chunk copied again (soft recopy) is written again: the manifest
     // names its last copy; the first stays in the file, unreferenced.
@@ -661,7 +662,7 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
     return make_error("soft recopy: the job has no recopy window", EINVAL);
   std::lock_guard<std::mutex> lock(run_mu_);
   copystate::CopyState& table = job.window->table;
-  std::atomic<uint64_t> gpu_checksummed{0}, taken{0}, bytes{0};
+  std::atomic<uint64_t> taken{0}, bytes{0};
   std::atomic<bool> stopped{false};
   // The clean chunks, in order; a chunk the process dirties meanwhile is
   // skipped (copied once, at the end) or copied now and again at the end.
@@ -679,9 +680,10 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
   };
   const uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
-  PHOS_TRY(run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, save_work(job, gpu_checksummed),
+  PHOS_TRY(run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, save_work(job),
                        dma_wait_ns));
   FirstPass pass{bytes.load(), monotonic_ns() - t0, !stopped};
+  job.first_pass_chunks = taken;
   uint64_t dirty = 0;
   for (uint64_t c = 0; c < table.chunk_count(); c++) dirty += table.dirty(c);
   PHOS_INFO("process %d: soft recopy's first pass copied %llu chunks (%.1f MiB) in %.1f ms while the process ran "
@@ -705,8 +707,7 @@ void Engine::discard_save(int dirfd, std::unique_ptr<SaveJob> job) {
 Result<void> Engine::run_save(SaveJob& job) {
   if (job.allocs.empty()) return {};
   std::lock_guard<std::mutex> lock(run_mu_);
-  std::atomic<uint64_t> gpu_checksummed{0};
-  const PieceWork work = save_work(job, gpu_checksummed);
+  const PieceWork work = save_work(job);
   uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   Result<void> copied;
@@ -741,12 +742,12 @@ Result<void> Engine::run_save(SaveJob& job) {
   uint64_t elapsed = monotonic_ns() - t0;
   release_sources(job);
   PHOS_TRY(copied);
-  if (gpu_checksummed >= job.pieces.size())
+  if (job.gpu_checksummed == job.chunk_copies)
     PHOS_INFO("process %d: every chunk's CRC-32C computed on the GPU", job.vpid);
   else
-    PHOS_INFO("process %d: %llu of %zu chunks' CRC-32C computed on the GPU (the rest on the CPU%s%s)", job.vpid,
-              (unsigned long long)gpu_checksummed.load(), job.pieces.size(), crc_unavailable_.empty() ? "" : ": ",
-              crc_unavailable_.c_str());
+    PHOS_INFO("process %d: %llu of %llu chunk copies' CRC-32C computed on the GPU (the rest on the CPU%s%s)", job.vpid,
+              (unsigned long long)job.gpu_checksummed.load(), (unsigned long long)job.chunk_copies.load(),
+              crc_unavailable_.empty() ? "" : ": ", crc_unavailable_.c_str());
   return finish_save(job, elapsed, dma_wait_ns);
 }
 
@@ -776,6 +777,10 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
   s.checksum_ns = times.checksum_ns;
   s.compress_ns = times.compress_ns;
   s.write_ns = times.io_ns;
+  if (job.window && job.window->table.protocol() == copystate::Protocol::kRecopy)
+    PHOS_INFO("process %d: soft recopy's final pass copied %llu chunks (%llu of them again) in %.1f ms", job.vpid,
+              (unsigned long long)(job.chunk_copies - job.first_pass_chunks),
+              (unsigned long long)job.recopied_chunks, double(elapsed_ns) / 1e6);
   PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers, %s); "
             "summed over workers: waiting for DMA %.1f ms, checksums %.1f ms, compression %.1f ms, writing %.1f ms",
             job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), double(elapsed_ns) / 1e6,

@@ -186,7 +186,7 @@ class Engine {
   Piece piece_of(const SaveJob& job, const copystate::Claim& claim) const;
   // What a dump does with each piece: read it from the process's memory
   // (or its pool slot), then checksum and write it.
-  PieceWork save_work(SaveJob& job, std::atomic<uint64_t>& gpu_checksummed);
+  PieceWork save_work(SaveJob& job);
   void close_window(SaveJob& job, bool copied);
   Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size);
   // A pinned staging buffer on huge pages (its address and mapped length).
@@ -221,7 +221,10 @@ struct Engine::SaveJob {
   std::optional<CopyWindow> window;            // soft copy-on-write, once open_window() opened one
   CUdeviceptr pool_va = 0;                     // the window's pool, mapped in criu
   std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
+  uint64_t first_pass_chunks = 0;              // soft recopy: chunks its first pass copied
   uint64_t recopied_chunks = 0;                // soft recopy: dirty chunks copied again by run_save
+  std::atomic<uint64_t> chunk_copies{0};       // chunks copied to the image (recopy: some twice)
+  std::atomic<uint64_t> gpu_checksummed{0};    // of those, checksummed on the GPU
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
   std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker

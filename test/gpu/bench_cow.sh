@@ -19,14 +19,19 @@
 #     stall, cow_start=resume): its
 #     operations per second from the dump's start to criu's exit, against
 #     before; calls that waited; bytes saved.
+#  3. With --train GIB: GPT-style training (torch_loop.py train) holding GIB
+#     GiB of device memory, dumped with --leave-running while it trains,
+#     copy-on-write (copy_on_write=auto, cow_trust=speculated) and today's
+#     stopped copy (copy_on_write=off) in turns: the iteration the dump
+#     lands in against the iterations before it (CSV: FILE-train.csv).
 # One CSV row per dump (--csv); the tables go to stdout.
 # Each size is dumped once first, unmeasured (a fresh host's first dumps are
 # slower: its memory grows on first use), then the modes take turns, --reps
 # times; the table gives each mode's median, and the stall's range.
-# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--csv FILE]
+# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--csv FILE]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 csv=${OUT:-/tmp}/bench_cow.csv
+sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= csv=${OUT:-/tmp}/bench_cow.csv
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
@@ -34,14 +39,15 @@ while [ $# -gt 0 ]; do
     --pool-mib) pool_mib=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
-    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--csv FILE]" >&2; exit 2 ;;
+    --train) train=$2; shift 2 ;;
+    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
 # Images on a tmpfs of its own, on huge pages (/dev/shm holds half the
 # host's memory, too little for a 64 GiB image), unless PHOS_BENCH_SHM names
 # a directory.
-largest=$(tr ',' '\n' <<<"$sizes" | sort -n | tail -n1)
+largest=$( (tr ',' '\n' <<<"$sizes"; [ -n "$train" ] && echo $((train * 1024 + 4096))) | sort -n | tail -n1)
 shm=${PHOS_BENCH_SHM:-/mnt/phos-bench-cow}
 if [ -z "${PHOS_BENCH_SHM:-}" ]; then
   opts=size=$(((largest >> 10) + 24))G,huge=within_size
@@ -117,6 +123,40 @@ for pool in ${pools//,/ }; do
   kill -9 "$WORKLOAD_PID"; wait_pid_free
 done
 
+# 3. GPT-style training: the iteration a leave-running dump lands in.
+train_csv=${csv%.csv}-train.csv
+if [ -n "$train" ]; then
+  echo "mode,stall_ms,criu_s,step_before_ms,step_hit_ms,saved_mib,calls_waited,wait_ms" > "$train_csv"
+  python=$(python3 -c 'import sys; print(sys.executable)')
+  COUNTER=$here/torch_loop.py RUNNER=$python
+  MATCH="^$RUNNER $COUNTER $WORK/state"
+  rm -f "$WORK/state" "$WORK/state.steps" "$WORK/state.error"
+  start_workload --preload train --gib "$train"
+  wait_counter_above 6 600 || fail "training does not run: $(tail -n 2 "$WORK/state.error" 2>/dev/null)"
+  say "training: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader -i 0) of device memory used"
+  for mode in warmup $(for _ in $(seq "$reps"); do echo cow off; done); do
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    n0=$(state_counter); t0=$(now)
+    cow=auto; [ "$mode" = off ] && cow=off
+    PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=speculated criu_dump --leave-running ||
+      fail "training, copy_on_write=$cow: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1)"
+    t1=$(now)
+    cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.train.$mode.log" 2>/dev/null || true
+    wait_counter_above $((n0 + 4)) 300 || fail "training stopped after the dump"
+    [ "$mode" = warmup ] && continue
+    # The median of the 5 steps before the dump began, and the longest of
+    # the 3 steps that ended after it began.
+    read -r before hit < <(awk -v t0="$t0" '
+      $2 < t0 {b[++nb] = $3} $2 >= t0 && na < 3 {na++; if ($3 > h) h = $3}
+      END {for (i = 1; i <= 5 && nb - i + 1 > 0; i++) v[i] = b[nb - i + 1]; n = i - 1
+           for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) {t = v[j]; v[j] = v[j-1]; v[j-1] = t}
+           printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$WORK/state.steps")
+    saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
+    echo "$mode,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),$before,$hit,${saved:-0},${waited:-0},${wait_ms:-0}" >> "$train_csv"
+  done
+  kill -9 "$WORKLOAD_PID"; wait_pid_free
+fi
+
 echo "## off, auto, speculated and pause: leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
 echo "medians of $reps dumps each"
 echo "| size | mode | stall (program; range) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | driver checkpoint | criu's CPU dump | give-back |"
@@ -149,4 +189,13 @@ echo "| pool | stall | criu until the image is complete | saved copy-on-write | 
 echo "|---|---|---|---|---|---|---|---|"
 awk -F, '$1 == "pool" {printf "| %s MiB | %s ms | %s s | %s MiB | %s | %s ms | %s | %s |\n", $3, $4, $5, $7, $8, $9, $10, $11}' "$csv"
 grep -q '^pool,' "$csv" && python3 "$here/plot_cow.py" "$csv" "${csv%.csv}-pool.svg" && echo "plot: ${csv%.csv}-pool.svg"
+if [ -n "$train" ]; then
+  echo
+  echo "## GPT-style training (AdamW) of $train GiB, dumped with --leave-running while it trains"
+  echo "| path | stall | criu until the image is complete | step before (median of 5) | the step the dump landed in | saved copy-on-write | calls waited | their wait |"
+  echo "|---|---|---|---|---|---|---|---|"
+  awk -F, 'NR > 1 {printf "| %s | %s ms | %s s | %s ms | %s ms (+%d ms) | %s MiB | %s | %s ms |
+", $1 == "cow" ? "copy-on-write" : "stopped copy (copy_on_write=off)", $2, $3, $4, $5, $5 - $4, $6, $7, $8}' "$train_csv"
+  echo "CRIU's cuda plugin: not run at this size: its checkpoint moves the device memory into the process's host memory, which criu then writes into the image: twice $train GiB of host memory, more than this host has"
+fi
 exit 0

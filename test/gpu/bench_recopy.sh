@@ -36,8 +36,10 @@ done
 python=$(python3 -c 'import sys; print(sys.executable)')
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
 shm=${PHOS_BENCH_SHM:-/mnt/phos-bench-recopy}
+# The largest image, in GiB, and room for criu's own files.
+gib=$(tr ',' '\n' <<<"$jobs" | awk -F: '{g = $1 == "pattern" ? $2 / 1024 : $2 * 1.3; if (g > m) m = g} END {printf "%d", m + 1}')
 if [ -z "${PHOS_BENCH_SHM:-}" ]; then
-  opts=size=60G,huge=within_size
+  opts=size=$((gib + 16))G,huge=within_size
   if mountpoint -q "$shm"; then mount -o remount,"$opts" "$shm"
   else mkdir -p "$shm" && mount -t tmpfs -o "$opts" phos-bench-recopy "$shm"; fi ||
     { echo "bench_recopy: cannot mount a tmpfs on $shm" >&2; exit 1; }
@@ -54,8 +56,8 @@ downtime_ms() {
        END {if (g && d) printf "%.0f", (d - g) * 1000}' "$1"
 }
 
-say "warming $shm with 40 GiB"
-fallocate -l 40G "$shm/warm" && rm -f "$shm/warm"
+say "warming $shm with $gib GiB"
+fallocate -l "${gib}G" "$shm/warm" && rm -f "$shm/warm"
 
 echo "job,size,mode,downtime_ms,criu_s,first_pass_mib,first_pass_ms,recopied_mib,final_pass_ms,raw_mib" > "$csv"
 for job in ${jobs//,/ }; do

@@ -1,12 +1,14 @@
 """The two PyTorch jobs of the recopy benchmark (bench_recopy.sh), sized in
 GiB of device memory, each writing "TOKEN STEP" to STATE (atomically) after
-every step, as the e2e workload contract asks:
+every step, as the e2e workload contract asks, and appending
+"STEP END_UNIX_S MS [LOSS]" to STATE.steps:
 
   infer  an inference loop: a stack of fp16 linear layers (weights only
          read) answering a batch per step, whose keys are appended to a
          preallocated KV cache (a ring: each step writes one slot of it)
-  train  a training loop: the same stack in fp32 with AdamW (weights,
-         gradients and two optimizer states all written every step)
+  train  a training loop: a GPT-style stack (fp32 linear layers with
+         AdamW: weights, gradients and two optimizer states, all written
+         every step)
 
 usage: torch_loop.py STATE infer|train --gib G [--pace-ms N]
 """
@@ -19,7 +21,12 @@ import traceback
 import torch
 
 
-def write_state(state, token, step):
+def write_state(state, token, step, began, loss=None):
+    # STATE.steps: "STEP END_UNIX_S MS [LOSS]" per step, for the benchmarks
+    # (which step a dump slowed, and by how much).
+    end = time.time()
+    with open(state + ".steps", "a") as f:
+        f.write(f"{step} {end:.6f} {(end - began) * 1000:.3f}{'' if loss is None else ' ' + loss}\n")
     with open(state + ".tmp", "w") as f:
         f.write(f"{token} {step}\n")
     os.rename(state + ".tmp", state)
@@ -41,32 +48,49 @@ def infer(state, token, gib, pace):
     step = 0
     with torch.inference_mode():
         while True:
+            began = time.time()
             x = x0
             for w in weights:
                 x = torch.relu(x @ w)
             cache[step % slots].copy_(x)
             torch.cuda.synchronize()
             step += 1
-            write_state(state, token, step)
+            write_state(state, token, step, began)
             time.sleep(pace)
 
 
+class Block(torch.nn.Module):
+    """A transformer block's MLP half (pre-norm, 4x wide, residual): where a
+    GPT's parameters and optimizer state mostly are."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
 def train(state, token, gib, pace):
-    width, batch = 4096, 64
-    # fp32 weights, gradients and AdamW's two states: four copies.
-    n = layers_for(gib, width, 4, 4)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(n)]).cuda()
+    width, tokens = 4096, 1024
+    # fp32 weights, gradients and AdamW's two states: 4 copies of 8 width^2
+    # parameters per block; activations are left the rest.
+    n = layers_for(gib * 0.95, width, 4 * 8, 4)
+    model = torch.nn.Sequential(*[Block(width) for _ in range(n)]).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(batch, width, device="cuda")
+    x = torch.randn(tokens, width, device="cuda")
     step = 0
     while True:
+        began = time.time()
         opt.zero_grad(set_to_none=False)
         loss = model(x).square().mean()
         loss.backward()
         opt.step()
         torch.cuda.synchronize()
         step += 1
-        write_state(state, token, step)
+        write_state(state, token, step, began, loss.item().hex())
         time.sleep(pace)
 
 
