@@ -78,7 +78,8 @@ def train(state, token, gib, pace):
     # fp32 weights, gradients and AdamW's two states: 4 copies of 8 width^2
     # parameters per block; activations are left the rest.
     n = layers_for(gib * 0.95, width, 4 * 8, 4)
-    model = torch.nn.Sequential(*[Block(width) for _ in range(n)]).cuda()
+    with torch.device("cuda"):  # built on the GPU: tens of GiB of CPU init would take minutes
+        model = torch.nn.Sequential(*[Block(width) for _ in range(n)])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(tokens, width, device="cuda")
     step = 0
