@@ -155,6 +155,31 @@ if [ -n "$train" ]; then
     echo "$mode,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),$before,$hit,${saved:-0},${waited:-0},${wait_ms:-0}" >> "$train_csv"
   done
   kill -9 "$WORKLOAD_PID"; wait_pid_free
+  # CRIU's own cuda plugin, where this host's memory holds the device memory
+  # moved into the process and the image beside it.
+  avail=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo)
+  cuda_plugin_note="CRIU's cuda plugin: not run: it needs about $((2 * train + 8)) GiB of host memory ($train GiB of device memory moved into the process, the image as much again on the tmpfs), $avail GiB available"
+  if [ "$avail" -ge $((2 * train + 8)) ] && [ -f "$PHOS_BUNDLE/criu/cuda_plugin.so" ]; then
+    export PATH=$PHOS_BUILD/test/bench:$PATH  # cuda-checkpoint
+    rm -f "$WORK/state" "$WORK/state.steps"
+    start_workload train --gib "$train"
+    wait_counter_above 6 600 || fail "training (not preloaded) does not run"
+    rm -f "$PLUGIN_DIR"/*.so && ln -s "$PHOS_BUNDLE/criu/cuda_plugin.so" "$PLUGIN_DIR/"
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    n0=$(state_counter); t0=$(now)
+    criu_dump --leave-running || fail "training, CRIU's cuda plugin: criu dump failed"
+    t1=$(now)
+    cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.train.cuda_plugin.log" 2>/dev/null || true
+    wait_counter_above $((n0 + 4)) 300 || fail "training stopped after the cuda plugin's dump"
+    read -r before hit < <(awk -v t0="$t0" '
+      $2 < t0 {b[++nb] = $3} $2 >= t0 && na < 3 {na++; if ($3 > h) h = $3}
+      END {for (i = 1; i <= 5 && nb - i + 1 > 0; i++) v[i] = b[nb - i + 1]; n = i - 1
+           for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) {t = v[j]; v[j] = v[j-1]; v[j-1] = t}
+           printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$WORK/state.steps")
+    echo "cuda_plugin,,$(dt "$t0" "$t1"),$before,$hit,,," >> "$train_csv"
+    cuda_plugin_note=
+    kill -9 "$WORKLOAD_PID"; wait_pid_free
+  fi
 fi
 
 echo "## off, auto, speculated and pause: leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
