@@ -480,7 +480,9 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
               : t.copy_on_write ? "device memory copied while the process runs (copy-on-write)"
                                 : "device memory snapshotted");
   } else {
+    const uint64_t w0 = clock_ns(CLOCK_MONOTONIC);
     PHOS_TRY(copy_done(t));
+    t.copy_wait_ns = clock_ns(CLOCK_MONOTONIC) - w0;
     PHOS_TRY(write_manifest(pid, t));
   }
   t.checkpointed_at_ns = clock_ns(CLOCK_MONOTONIC);
@@ -540,13 +542,13 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   auto ms = [](uint64_t a, uint64_t b) { return a && b > a ? double(b - a) / 1e6 : 0.0; };
   const uint64_t quiesced = t.paused_at_ns + t.manifest.statistics.quiesce_ns;
   PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms, allocations, release and the driver's lock %.1f ms, "
-            "criu's freeze %.1f ms, driver checkpoint %.1f ms, criu's CPU dump %.1f ms, "
+            "criu's freeze %.1f ms, driver checkpoint %.1f ms, the rest of the copy %.1f ms, criu's CPU dump %.1f ms, "
             "give-back (driver restore, remap%s) %.1f ms",
             pid, ms(t.paused_at_ns, t.resumed_at_ns), double(t.manifest.statistics.quiesce_ns) / 1e6,
             ms(quiesced, t.paused_done_ns),
-            std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns) / 1e6),
-            double(t.driver_checkpoint_ns) / 1e6, ms(t.checkpointed_at_ns, t0), t.copy_on_write ? ", copy window" : "",
-            ms(t0, t.resumed_at_ns));
+            std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
+            double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),
+            t.copy_on_write ? ", copy window" : "", ms(t0, t.resumed_at_ns));
 }
 
 void Checkpointer::taking(pid_t pid, Target& t, uint32_t step) {

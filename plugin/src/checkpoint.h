@@ -113,6 +113,7 @@ class Checkpointer {
     // The stall's parts (CLOCK_MONOTONIC): PAUSE done, the driver's
     // checkpoint, CHECKPOINT_DEVICES done, the gate reopened.
     uint64_t paused_done_ns = 0, driver_checkpoint_ns = 0, checkpointed_at_ns = 0, resumed_at_ns = 0;
+    uint64_t copy_wait_ns = 0;  // CHECKPOINT_DEVICES waiting for a stopped copy to end
     uint64_t paused_at_ns = 0;
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering

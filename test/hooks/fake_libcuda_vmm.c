@@ -3,10 +3,13 @@
  * its device + 1; addresses are made up and never touched. Every
  * cuMemSetAccess is logged ("access ADDRESS SIZE DEVICE:FLAGS...") to the
  * file FAKE_CUDA_LOG names, with the marks the program adds (fake_mark). */
+#define _GNU_SOURCE  /* memfd_create */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static __thread uintptr_t t_ctx[8];
 static __thread int t_depth;
@@ -105,3 +108,29 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) { (void)flags; *s = (CUstream)0x5; return CUDA_SUCCESS; }
 CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+
+/* Shareable handles: an fd that names the handle (a memfd holding its
+ * value), so that memory can leave the process and come back, as the plugin
+ * does with it across a checkpoint. An import gives a new handle. */
+CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
+                                      unsigned long long flags) {
+  (void)type; (void)flags;
+  int fd = memfd_create("fake-cuda-memory", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+    close(fd);
+    return CUDA_ERROR_UNKNOWN;
+  }
+  *(int *)out = fd;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle,
+                                        CUmemAllocationHandleType type) {
+  (void)type;
+  CUmemGenericAllocationHandle named = 0;
+  if (pread((int)(intptr_t)os_handle, &named, sizeof(named), 0) != (ssize_t)sizeof(named) || !named)
+    return CUDA_ERROR_INVALID_VALUE;
+  *h = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_RELAXED);
+  logline("import %llu\n", (unsigned long long)named);
+  return CUDA_SUCCESS;
+}

@@ -400,7 +400,19 @@ Result<uint64_t> DeviceMemory::remap(std::span<const uint64_t> ids, std::vector<
       u.mapped = false;
       u.source_fd.reset(::fcntl(fds[i].get(), F_DUPFD_CLOEXEC, 0));
     }
-    for (auto& [id, u] : units_) {
+    // With fds, the request maps exactly its allocations: the plugin sends
+    // them in pages (one SCM_RIGHTS message holds at most 253 fds), and a
+    // later page's allocations have no memory yet. Without, every unit
+    // mapped again (a leave-running dump whose handles were kept).
+    std::vector<Unit*> targets;
+    if (fds.empty()) {
+      for (auto& [id, u] : units_) targets.push_back(&u);
+    } else {
+      for (uint64_t id : ids) targets.push_back(&units_.at(id));  // each found above
+    }
+    for (Unit* unit : targets) {
+      Unit& u = *unit;
+      const uint64_t id = u.id;
       if (u.device != dev || u.mapped) continue;
       if (!u.handle) return make_error("remap: allocation " + std::to_string(id) + " has no memory to map", ENOENT);
       CUresult r = map_with_access(u.va, u.size, u.handle, u.access);
