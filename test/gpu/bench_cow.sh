@@ -47,7 +47,7 @@ export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
 # Images on a tmpfs of its own, on huge pages (/dev/shm holds half the
 # host's memory, too little for a 64 GiB image), unless PHOS_BENCH_SHM names
 # a directory.
-largest=$( (tr ',' '\n' <<<"$sizes"; [ -n "$train" ] && echo $((train * 1024 + 4096))) | sort -n | tail -n1)
+largest=$( (tr ',' '\n' <<<"$sizes"; [ -n "$train" ] && echo $((train * 1400 + 4096))) | sort -n | tail -n1)  # training holds ~1.3x its GIB (AdamW's temporaries)
 shm=${PHOS_BENCH_SHM:-/mnt/phos-bench-cow}
 if [ -z "${PHOS_BENCH_SHM:-}" ]; then
   opts=size=$(((largest >> 10) + 24))G,huge=within_size
@@ -133,7 +133,8 @@ if [ -n "$train" ]; then
   rm -f "$WORK/state" "$WORK/state.steps" "$WORK/state.error"
   start_workload --preload train --gib "$train"
   wait_counter_above 6 600 || fail "training does not run: $(tail -n 2 "$WORK/state.error" 2>/dev/null)"
-  say "training: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader -i 0) of device memory used"
+  used_gib=$(( $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0) / 1024 ))
+  say "training: $used_gib GiB of device memory used"
   for mode in warmup $(for _ in $(seq "$reps"); do echo cow off; done); do
     rm -rf "$IMG" && mkdir -p "$IMG"
     n0=$(state_counter); t0=$(now)
@@ -158,8 +159,8 @@ if [ -n "$train" ]; then
   # CRIU's own cuda plugin, where this host's memory holds the device memory
   # moved into the process and the image beside it.
   avail=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo)
-  cuda_plugin_note="CRIU's cuda plugin: not run: it needs about $((2 * train + 8)) GiB of host memory ($train GiB of device memory moved into the process, the image as much again on the tmpfs), $avail GiB available"
-  if [ "$avail" -ge $((2 * train + 8)) ] && [ -f "$PHOS_BUNDLE/criu/cuda_plugin.so" ]; then
+  cuda_plugin_note="CRIU's cuda plugin: not run: it needs about $((2 * used_gib + 8)) GiB of host memory ($used_gib GiB of device memory moved into the process, the image as much again on the tmpfs), $avail GiB available"
+  if [ "$avail" -ge $((2 * used_gib + 8)) ] && [ -f "$PHOS_BUNDLE/criu/cuda_plugin.so" ]; then
     export PATH=$PHOS_BUILD/test/bench:$PATH  # cuda-checkpoint
     rm -f "$WORK/state" "$WORK/state.steps"
     start_workload train --gib "$train"
@@ -216,7 +217,7 @@ awk -F, '$1 == "pool" {printf "| %s MiB | %s ms | %s s | %s MiB | %s | %s ms | %
 grep -q '^pool,' "$csv" && python3 "$here/plot_cow.py" "$csv" "${csv%.csv}-pool.svg" && echo "plot: ${csv%.csv}-pool.svg"
 if [ -n "$train" ]; then
   echo
-  echo "## GPT-style training (AdamW) of $train GiB, dumped with --leave-running while it trains"
+  echo "## GPT-style training (AdamW) sized $train GiB ($used_gib GiB of device memory in use), dumped with --leave-running while it trains"
   echo "| path | stall | criu until the image is complete | step before (median of 5) | the step the dump landed in | saved copy-on-write | calls waited | their wait |"
   echo "|---|---|---|---|---|---|---|---|"
   awk -F, 'NR > 1 {printf "| %s | %s ms | %s s | %s ms | %s ms (+%d ms) | %s MiB | %s | %s ms |
