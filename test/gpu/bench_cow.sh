@@ -46,18 +46,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
-# Images on a tmpfs of its own, on huge pages (/dev/shm holds half the
-# host's memory, too little for a 64 GiB image), unless PHOS_BENCH_SHM names
-# a directory.
+# Images on a tmpfs of huge pages (bench_lib.sh), warmed with the largest.
 largest=$( (tr ',' '\n' <<<"$sizes"; [ -n "$train" ] && echo $((train * 1400 + 4096))) | sort -n | tail -n1)  # training holds ~1.3x its GIB (AdamW's temporaries)
-shm=${PHOS_BENCH_SHM:-/mnt/phos-bench-cow}
-if [ -z "${PHOS_BENCH_SHM:-}" ]; then
-  opts=size=$(((largest >> 10) + 24))G,huge=within_size
-  if mountpoint -q "$shm"; then mount -o remount,"$opts" "$shm"
-  else mkdir -p "$shm" && mount -t tmpfs -o "$opts" phos-bench-cow "$shm"; fi ||
-    { echo "bench_cow: cannot mount a tmpfs on $shm" >&2; exit 1; }
-fi
-export TMPDIR=$shm PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
+source "$here/bench_lib.sh"
+bench_tmpfs bench-cow $(((largest >> 10) + 8))
+export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_cow
 now() { date +%s.%N; }
@@ -65,8 +58,6 @@ dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 # num PATTERN [N]: the Nth number in the first match of PATTERN in criu's log; empty if none.
 num() { { grep -o "$1" "$WORK/dump.log" || true; } | head -n1 | { grep -o '[0-9.]*' || true; } | head -n"${2:-1}" | tail -n1; }
 
-say "warming $shm with $((largest / 1024 + 2)) GiB"
-fallocate -l "$(((largest + 2048) << 20))" "$shm/warm" && rm -f "$shm/warm"
 
 echo "kind,size_mib,mode,stall_ms,criu_s,image_gbps,saved_mib,calls_waited,wait_ms,ops_before,ops_window,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms" > "$csv"
 row() { echo "$*" >> "$csv"; }
@@ -151,11 +142,7 @@ if [ -n "$train" ]; then
     [ "$mode" = warmup ] && continue
     # The median of the 5 steps before the dump began, and the longest of
     # the 3 steps that ended after it began.
-    read -r before hit < <(awk -v t0="$t0" '
-      $2 < t0 {b[++nb] = $3} $2 >= t0 && na < 3 {na++; if ($3 > h) h = $3}
-      END {for (i = 1; i <= 5 && nb - i + 1 > 0; i++) v[i] = b[nb - i + 1]; n = i - 1
-           for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) {t = v[j]; v[j] = v[j-1]; v[j-1] = t}
-           printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$WORK/state.steps")
+    read -r before hit < <(step_times "$t0" "$WORK/state.steps")
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
     echo "$mode,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),$before,$hit,${saved:-0},${waited:-0},${wait_ms:-0}" >> "$train_csv"
   done
@@ -177,11 +164,7 @@ if [ -n "$train" ]; then
       t1=$(now)
       cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.train.cuda_plugin.log" 2>/dev/null || true
       if wait_counter_above $((n0 + 4)) 300; then
-        read -r before hit < <(awk -v t0="$t0" '
-          $2 < t0 {b[++nb] = $3} $2 >= t0 && na < 3 {na++; if ($3 > h) h = $3}
-          END {for (i = 1; i <= 5 && nb - i + 1 > 0; i++) v[i] = b[nb - i + 1]; n = i - 1
-               for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) {t = v[j]; v[j] = v[j-1]; v[j-1] = t}
-               printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$WORK/state.steps")
+        read -r before hit < <(step_times "$t0" "$WORK/state.steps")
         echo "cuda_plugin,,$(dt "$t0" "$t1"),$before,$hit,,," >> "$train_csv"
         cuda_plugin_note=
       else

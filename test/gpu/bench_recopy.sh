@@ -35,29 +35,16 @@ while [ $# -gt 0 ]; do
 done
 python=$(python3 -c 'import sys; print(sys.executable)')
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
-shm=${PHOS_BENCH_SHM:-/mnt/phos-bench-recopy}
-# The largest image, in GiB, and room for criu's own files.
+# The largest image, in GiB, on a tmpfs of huge pages (bench_lib.sh).
 gib=$(tr ',' '\n' <<<"$jobs" | awk -F: '{g = $1 == "pattern" ? $2 / 1024 : $2 * 1.3; if (g > m) m = g} END {printf "%d", m + 1}')
-if [ -z "${PHOS_BENCH_SHM:-}" ]; then
-  opts=size=$((gib + 16))G,huge=within_size
-  if mountpoint -q "$shm"; then mount -o remount,"$opts" "$shm"
-  else mkdir -p "$shm" && mount -t tmpfs -o "$opts" phos-bench-recopy "$shm"; fi ||
-    { echo "bench_recopy: cannot mount a tmpfs on $shm" >&2; exit 1; }
-fi
-export TMPDIR=$shm PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
+source "$here/bench_lib.sh"
+bench_tmpfs bench-recopy "$gib"
+export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_recopy
 now() { date +%s.%N; }
 dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
-# ms from the last "closing its gate" to "Dumping finished successfully".
-downtime_ms() {
-  awk '/phos: process [0-9]+: closing its gate/ {g = substr($1, 2) + 0}
-       /Dumping finished successfully/ {d = substr($1, 2) + 0}
-       END {if (g && d) printf "%.0f", (d - g) * 1000}' "$1"
-}
 
-say "warming $shm with $gib GiB"
-fallocate -l "${gib}G" "$shm/warm" && rm -f "$shm/warm"
 
 echo "job,size,mode,downtime_ms,criu_s,first_pass_mib,first_pass_ms,recopied_mib,final_pass_ms,raw_mib" > "$csv"
 for job in ${jobs//,/ }; do

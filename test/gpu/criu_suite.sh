@@ -265,6 +265,16 @@ verified() {
   sed -n "${2}p" "$WORK/verify.log" | grep -o 'mismatches=[0-9]*' | cut -d= -f2 | grep . || echo "no answer"
 }
 
+# start_cow_random K MIB [ARGS...]: cow_random with seed K, then a random
+# moment (0.1-0.9 s) of its run.
+start_cow_random() {
+  local k=$1 mib=$2; shift 2
+  rm -f "$WORK/verify.log" "$WORK/state"
+  start_workload --preload "$WORK/verify.log" --mib "$mib" --seed "$k" "$@"
+  wait_above "$WORK/state" 512 60 || fail "cycle $k: the workload does not run"
+  sleep "0.$((RANDOM % 9 + 1))"
+}
+
 # cow_cycles MODE CYCLES: cow_random checkpointed with --leave-running at a
 # random moment, CYCLES times, each with a new process and seed, and a pool
 # of 0, 64 MiB or 2 GiB in turn. random: every image, restored, equals the
@@ -281,10 +291,7 @@ cow_cycles() {
   # driver then refuses to checkpoint the process.
   if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
   for k in $(seq "$cycles"); do
-    rm -f "$WORK/verify.log" "$WORK/state"
-    start_workload --preload "$WORK/verify.log" --mib "$mib" --seed "$k" "${plant[@]}"
-    wait_above "$WORK/state" 512 60 || fail "cycle $k: the workload does not run"
-    sleep "0.$((RANDOM % 9 + 1))"
+    start_cow_random "$k" "$mib" "${plant[@]}"
     local pool=${pools[$((k % 3))]} ok=1
     # The copy starts once the process runs again (cow_start=resume): all
     # of it in the window.
@@ -345,13 +352,7 @@ case_cow_pattern_8GiB() { cow_pattern 8192; }
 
 # ---- soft recopy (dumps without --leave-running) ---------------------------
 
-# downtime_ms LOG: from the last "closing its gate" to criu's "Dumping
-# finished successfully" (after which the process is gone), in ms.
-downtime_ms() {
-  awk '/phos: process [0-9]+: closing its gate/ {g = substr($1, 2) + 0}
-       /Dumping finished successfully/ {d = substr($1, 2) + 0}
-       END {if (g && d) printf "%.0f", (d - g) * 1000}' "$1"
-}
+source "$here/bench_lib.sh"  # downtime_ms
 
 # recopy_cycles MODE CYCLES: cow_random dumped without --leave-running at a
 # random moment, CYCLES times, each with a new process and seed: soft
@@ -368,10 +369,7 @@ recopy_cycles() {
   local plant=() trust=speculated
   if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
   for k in $(seq "$cycles"); do
-    rm -f "$WORK/verify.log" "$WORK/state"
-    start_workload --preload "$WORK/verify.log" --mib "$mib" --seed "$k" "${plant[@]}"
-    wait_above "$WORK/state" 512 60 || fail "cycle $k: the workload does not run"
-    sleep "0.$((RANDOM % 9 + 1))"
+    start_cow_random "$k" "$mib" "${plant[@]}"
     PHOS_RECOPY=auto PHOS_COW_TRUST=$trust criu_dump || fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
     dumps=$((dumps + 1))
     cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true

@@ -1,0 +1,40 @@
+# Helpers of the GPU benchmarks (bench_cow.sh, bench_recopy.sh) and the
+# suite's recopy cases: functions only, sourced.
+
+# bench_tmpfs NAME GIB: images on a tmpfs of huge pages of its own at
+# /mnt/phos-NAME (/dev/shm holds half of the host's memory, too little for
+# the largest images), unless PHOS_BENCH_SHM names a directory; warmed with
+# GIB GiB (the host's memory grows on first use); TMPDIR set to it.
+bench_tmpfs() {
+  local shm=${PHOS_BENCH_SHM:-/mnt/phos-$1} opts=size=$(($2 + 16))G,huge=within_size
+  if [ -z "${PHOS_BENCH_SHM:-}" ]; then
+    if mountpoint -q "$shm"; then mount -o remount,"$opts" "$shm"
+    else mkdir -p "$shm" && mount -t tmpfs -o "$opts" "phos-$1" "$shm"; fi ||
+      { echo "$1: cannot mount a tmpfs on $shm" >&2; exit 1; }
+  fi
+  echo "[$1] warming $shm with $2 GiB"
+  fallocate -l "${2}G" "$shm/warm" && rm -f "$shm/warm"
+  export TMPDIR=$shm
+}
+
+# downtime_ms LOG: from the last "closing its gate" in criu's log to its
+# "Dumping finished successfully" (after which the process is gone), in ms.
+downtime_ms() {
+  awk '/phos: process [0-9]+: closing its gate/ {g = substr($1, 2) + 0}
+       /Dumping finished successfully/ {d = substr($1, 2) + 0}
+       END {if (g && d) printf "%.0f", (d - g) * 1000}' "$1"
+}
+
+# step_times T0 STEPS: from a torch_loop.py STEPS file ("STEP END_UNIX_S MS"),
+# "BEFORE HIT" in ms, from the intervals between step ends (a stop that
+# lands between two steps counts too): the median of the 5 intervals that
+# ended before T0, and the longest of the 3 that ended after it.
+step_times() {
+  awk -v t0="$1" '
+    prev && $2 < t0 {b[++nb] = ($2 - prev) * 1000}
+    prev && $2 >= t0 && na < 3 {na++; if (($2 - prev) * 1000 > h) h = ($2 - prev) * 1000}
+    {prev = $2}
+    END {for (i = 1; i <= 5 && nb - i + 1 > 0; i++) v[i] = b[nb - i + 1]; n = i - 1
+         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) {t = v[j]; v[j] = v[j-1]; v[j-1] = t}
+         printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$2"
+}
