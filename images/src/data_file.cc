@@ -167,7 +167,7 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
   // Created without O_DIRECT and switched over after the header: open(O_CREAT
   // | O_EXCL | O_DIRECT) on a file system without O_DIRECT creates the file,
   // then fails, so a retry without it would find the file there.
-  UniqueFd fd(::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return errno_error("create " + name);
   auto header = encode_data_header(DataHeader{kDataFormatVersion, pid, file_index});
   PHOS_TRY(pwrite_all(fd.get(), header.data(), header.size(), 0, name));

@@ -12,9 +12,36 @@
 
 namespace phos::image {
 
+int open_image_file(int dirfd, const std::string& name) {
+  return ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+Error open_error(const std::string& name, int err) {
+  if (err == ELOOP) return make_error(name + " is a symbolic link in the image directory; not followed", ELOOP);
+  return errno_error("open " + name, err);
+}
+
+// The image directory may hold anything (it is the user's): a name of ours
+// that is a symbolic link, or anything but a regular file, is refused, never
+// followed nor replaced (criu runs as root).
+Result<void> check_own_name(int dirfd, const std::string& name) {
+  struct stat st {};
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return {};
+    return errno_error("stat " + name);
+  }
+  if (S_ISLNK(st.st_mode)) return make_error(name + " is a symbolic link in the image directory; not replaced", EEXIST);
+  if (!S_ISREG(st.st_mode)) return make_error(name + " in the image directory is not a regular file; not replaced", EEXIST);
+  return {};
+}
+
 Result<void> write_file_atomic(int dirfd, const std::string& name, std::span<const std::byte> bytes) {
   std::string tmp = name + ".tmp";
-  UniqueFd fd(::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  PHOS_TRY(check_own_name(dirfd, name));
+  // A .tmp left behind (or planted) goes first: the new one is created
+  // afresh, never opened through a link.
+  if (::unlinkat(dirfd, tmp.c_str(), 0) != 0 && errno != ENOENT) return errno_error("create " + tmp);
+  UniqueFd fd(::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return errno_error("create " + tmp);
   const std::byte* p = bytes.data();
   size_t left = bytes.size();
@@ -45,8 +72,8 @@ Result<void> write_file_atomic(int dirfd, const std::string& name, std::span<con
 }
 
 Result<std::vector<std::byte>> read_small_file(int dirfd, const std::string& name, uint64_t max_bytes) {
-  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return errno_error("open " + name);
+  UniqueFd fd(open_image_file(dirfd, name));
+  if (!fd.valid()) return open_error(name);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errno_error("stat " + name);
   if (!S_ISREG(st.st_mode)) return make_error(name + ": not a regular file");
@@ -111,10 +138,10 @@ namespace {
 
 Result<void> check_data_file(int dirfd, const Manifest& m, uint32_t index) {
   const DataFile& f = m.data_files[index];
-  UniqueFd fd(::openat(dirfd, f.name.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(open_image_file(dirfd, f.name));
   if (!fd.valid()) {
     if (errno == ENOENT) return make_error("data file " + f.name + " is missing", ENOENT);
-    return errno_error("open " + f.name);
+    return open_error(f.name);
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errno_error("stat " + f.name);
@@ -177,8 +204,8 @@ Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> ou
   const std::string& name = manifest_.data_files[chunk.file_index].name;
   UniqueFd& fd = files_[chunk.file_index];
   if (!fd.valid()) {
-    fd.reset(::openat(dirfd_, name.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return errno_error("open " + name);
+    fd.reset(open_image_file(dirfd_, name));
+    if (!fd.valid()) return open_error(name);
   }
   return image::read_chunk(fd.get(), name, chunk, out, scratch_, &times_, check);
 }

@@ -73,7 +73,7 @@ bool wait_untraced(pid_t pid) {
 }
 
 void recover(KeeperState& k, int agent_timeout_ms) {
-  int log_fd = ::openat(kImageDirFd, "phos-keeper.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  int log_fd = ::openat(kImageDirFd, "phos-keeper.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (log_fd >= 0) {
     ::dup2(log_fd, 2);
     ::close(log_fd);

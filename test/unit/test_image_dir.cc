@@ -468,3 +468,97 @@ TEST_CASE("image dir: chunks spread over several data files read back", "[image]
   REQUIRE(::renameat(dir.fd.get(), "phos-42-data-x.img", dir.fd.get(), data_file_name(42, 2).c_str()) == 0);
   CHECK_FALSE(open_process_image(dir.fd.get(), 42, true).ok());
 }
+
+// --- a hostile image directory: links are neither followed nor replaced ---
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A file outside the image directory that a planted link points at.
+struct Outside {
+  TempDir dir;
+  std::string path = dir.file("precious");
+  Outside() { std::ofstream(path) << "outside"; }
+  bool untouched() const { return slurp(path) == "outside"; }
+};
+
+Manifest manifest_of_42() {
+  Manifest m = phos::test::full_manifest();
+  m.pid = 42;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("image dir: a manifest name planted as a link is refused, the link neither followed nor replaced",
+          "[image][hostile]") {
+  TempDir dir;
+  Outside outside;
+  REQUIRE(::symlink(outside.path.c_str(), dir.file(manifest_file_name(42)).c_str()) == 0);
+  auto r = write_manifest(dir.fd.get(), manifest_of_42());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("symbolic link") != std::string::npos);
+  CHECK(outside.untouched());
+  struct stat st {};
+  REQUIRE(::lstat(dir.file(manifest_file_name(42)).c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));  // still the link: not replaced
+}
+
+TEST_CASE("image dir: a planted temporary file link is removed, not written through", "[image][hostile]") {
+  TempDir dir;
+  Outside outside;
+  const std::string name = marker_file_name(42);
+  REQUIRE(::symlink(outside.path.c_str(), dir.file(name + ".tmp").c_str()) == 0);
+  const std::vector<std::byte> bytes(16, std::byte{7});
+  REQUIRE(write_file_atomic(dir.fd.get(), name, bytes).ok());
+  CHECK(outside.untouched());
+  struct stat st {};
+  REQUIRE(::lstat(dir.file(name).c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(::access(dir.file(name + ".tmp").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("image dir: a name of ours that is a directory is refused", "[image][hostile]") {
+  TempDir dir;
+  REQUIRE(::mkdir(dir.file(manifest_file_name(42)).c_str(), 0700) == 0);
+  auto r = write_manifest(dir.fd.get(), manifest_of_42());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("not a regular file") != std::string::npos);
+}
+
+TEST_CASE("image dir: a data file name planted as a link is not created through", "[image][hostile]") {
+  TempDir dir;
+  Outside outside;
+  REQUIRE(::symlink(outside.path.c_str(), dir.file(data_file_name(42, 0)).c_str()) == 0);
+  auto w = DataFileWriter::create(dir.fd.get(), data_file_name(42, 0), 42, 0);
+  CHECK_FALSE(w.ok());
+  CHECK(outside.untouched());
+}
+
+TEST_CASE("image dir: restore reads no file through a link", "[image][hostile]") {
+  TempDir dir;
+  Manifest m = write_image(dir, {pattern(200 << 10, 1, false)}, Compression::kNone);
+  SECTION("the manifest") {
+    // The real manifest moved out, a link to it left in its place.
+    Outside outside;
+    REQUIRE(::rename(dir.file(manifest_file_name(42)).c_str(), outside.path.c_str()) == 0);
+    REQUIRE(::symlink(outside.path.c_str(), dir.file(manifest_file_name(42)).c_str()) == 0);
+    auto r = open_process_image(dir.fd.get(), 42, true);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("symbolic link") != std::string::npos);
+  }
+  SECTION("a data file") {
+    Outside outside;
+    const std::string data = data_file_name(42, 0);
+    REQUIRE(::rename(dir.file(data).c_str(), outside.path.c_str()) == 0);
+    REQUIRE(::symlink(outside.path.c_str(), dir.file(data).c_str()) == 0);
+    auto r = open_process_image(dir.fd.get(), 42, true);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("symbolic link") != std::string::npos);
+  }
+}

@@ -14,9 +14,19 @@
 
 namespace phos::image {
 
-// Writes `bytes` to `name` in `dirfd` atomically: a temporary file (0600),
-// fsync, rename over `name`, fsync of the directory.
+// The image directory is the user's and may hold anything: phos's files are
+// opened without following a symbolic link (O_NOFOLLOW), and a name of ours
+// that exists as anything but a regular file is refused, not replaced.
+
+// Writes `bytes` to `name` in `dirfd` atomically: a temporary file (0600,
+// created afresh), fsync, rename over `name`, fsync of the directory.
 Result<void> write_file_atomic(int dirfd, const std::string& name, std::span<const std::byte> bytes);
+// An error where `name` exists as a symbolic link or anything but a file.
+Result<void> check_own_name(int dirfd, const std::string& name);
+// Opens an image file for reading, not through a link (-1 and errno).
+int open_image_file(int dirfd, const std::string& name);
+// What a failed open_image_file says.
+Error open_error(const std::string& name, int err = errno);
 
 // Reads a whole file of at most `max_bytes`.
 Result<std::vector<std::byte>> read_small_file(int dirfd, const std::string& name, uint64_t max_bytes);
