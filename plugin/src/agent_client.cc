@@ -7,7 +7,9 @@
 #include <sys/un.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <variant>
 
 #include "phos/plugin/proc.h"
@@ -115,23 +117,88 @@ Result<uint64_t> AgentClient::quiesce(uint32_t timeout_ms) {
   return reply->drained_ns;
 }
 
+Result<void> check_allocations(const std::vector<agent::Allocation>& allocs) {
+  auto bad = [](const agent::Allocation& a, const std::string& what) {
+    char where[96];
+    std::snprintf(where, sizeof(where), "allocation %llu (0x%llx, %llu bytes)", (unsigned long long)a.id,
+                  (unsigned long long)a.address, (unsigned long long)a.size);
+    return make_error("agent listed " + std::string(where) + ": " + what, EPROTO);
+  };
+  std::vector<const agent::Allocation*> by_address;
+  std::set<uint64_t> ids;
+  for (const auto& a : allocs) {
+    if (a.size == 0) return bad(a, "empty");
+    if (a.size > kMaxAllocationBytes) return bad(a, "larger than any GPU");
+    if (a.address == 0 || a.address % kPageBytes || a.size % kPageBytes) return bad(a, "not page-aligned");
+    if (a.address > kUserAddressEnd || a.size > kUserAddressEnd - a.address)
+      return bad(a, "outside the process's address space");
+    if (a.device >= kMaxDevices) return bad(a, "on device " + std::to_string(a.device));
+    if (!ids.insert(a.id).second) return bad(a, "its id listed twice");
+    by_address.push_back(&a);
+  }
+  std::sort(by_address.begin(), by_address.end(), [](auto* x, auto* y) { return x->address < y->address; });
+  for (size_t i = 1; i < by_address.size(); i++)
+    if (by_address[i - 1]->address + by_address[i - 1]->size > by_address[i]->address)
+      return bad(*by_address[i], "overlaps allocation " + std::to_string(by_address[i - 1]->id));
+  return {};
+}
+
+Result<void> check_memory_fd(int fd, const agent::Allocation& a) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errno_error("fstat the fd of allocation " + std::to_string(a.id));
+  // Exported device memory is a driver file (a character device or an
+  // anonymous inode): never a file, directory, socket or pipe to read. A
+  // memfd (it takes seals; no other file does) is anonymous memory: the
+  // tests' fake drivers export those, and the real driver refuses to import
+  // one, so it is let through to that refusal.
+  const bool memfd = S_ISREG(st.st_mode) && ::fcntl(fd, F_GET_SEALS) >= 0;
+  const char* kind = S_ISREG(st.st_mode) && !memfd ? "a regular file"
+                     : S_ISDIR(st.st_mode)  ? "a directory"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : S_ISFIFO(st.st_mode) ? "a pipe"
+                     : S_ISLNK(st.st_mode)  ? "a link"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                                            : nullptr;
+  if (kind)
+    return make_error("agent sent " + std::string(kind) + " as the memory of allocation " + std::to_string(a.id) +
+                          ", not exported device memory",
+                      EPROTO);
+  return {};
+}
+
 Result<std::vector<agent::Allocation>> AgentClient::list_allocations(bool with_fds, std::vector<UniqueFd>* fds) {
   std::vector<agent::Allocation> out;
+  std::vector<UniqueFd> got;
+  const uint32_t page_max = uint32_t(wire::kMaxFdsPerFrame);
   for (;;) {
     std::vector<UniqueFd> page_fds;
-    auto reply = call<agent::ListAllocationsReply>(
-        agent::ListAllocationsRequest{out.size(), uint32_t(wire::kMaxFdsPerFrame), with_fds}, {}, &page_fds);
+    auto reply = call<agent::ListAllocationsReply>(agent::ListAllocationsRequest{out.size(), page_max, with_fds}, {},
+                                                   &page_fds);
     if (!reply) return reply.error();
     const auto& page = reply->allocations;
+    // An agent is not trusted (it runs in the process being dumped): its
+    // counts are bounded before anything is kept.
+    if (reply->total_count > kMaxAllocations)
+      return make_error("agent says it has " + std::to_string(reply->total_count) + " allocations, more than the " +
+                            std::to_string(kMaxAllocations) + " a dump takes",
+                        EPROTO);
+    if (page.size() > page_max || out.size() + page.size() > reply->total_count)
+      return make_error("agent sent " + std::to_string(page.size()) + " allocations in a page of at most " +
+                            std::to_string(page_max) + ", " + std::to_string(out.size()) + " of " +
+                            std::to_string(reply->total_count) + " listed before",
+                        EPROTO);
     if (with_fds && page_fds.size() != page.size())
       return make_error("agent sent " + std::to_string(page_fds.size()) + " fds for " + std::to_string(page.size()) +
                             " allocations",
                         EPROTO);
+    for (size_t i = 0; with_fds && i < page.size(); i++) PHOS_TRY(check_memory_fd(page_fds[i].get(), page[i]));
     out.insert(out.end(), page.begin(), page.end());
-    if (with_fds && fds)
-      for (auto& fd : page_fds) fds->push_back(std::move(fd));
+    for (auto& fd : page_fds) got.push_back(std::move(fd));
     if (out.size() >= reply->total_count || page.empty()) break;
   }
+  PHOS_TRY(check_allocations(out));
+  if (with_fds && fds)
+    for (auto& fd : got) fds->push_back(std::move(fd));
   return out;
 }
 

@@ -1,5 +1,6 @@
 // The agent in this process, with a fake backend, driven by the plugin's
 // client and by raw sockets for what a well-behaved client never sends.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -10,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <variant>
 
@@ -761,4 +763,216 @@ TEST_CASE("agent: close copy window returns the backend's figures, gate open or 
   REQUIRE(c.close_copy_window().ok());
   CHECK(a.backend.close_calls == 2);
   CHECK(c.resume().ok());
+}
+
+// --- an untrusted agent: what it lists is checked before a dump uses it ---
+
+namespace {
+
+using phos::plugin::check_allocations;
+using phos::plugin::check_memory_fd;
+
+agent::Allocation alloc(uint64_t id, uint64_t address, uint64_t size) { return {id, 0, address, size, 0}; }
+
+// A backend whose allocations and exported fds are whatever the case sets.
+class HostileBackend : public FakeBackend {
+ public:
+  explicit HostileBackend(size_t n) : FakeBackend(n) {}
+  std::vector<agent::Allocation> allocations() override { return listed.empty() ? FakeBackend::allocations() : listed; }
+  Result<UniqueFd> export_allocation(uint64_t id) override {
+    if (!export_fd) return FakeBackend::export_allocation(id);
+    return export_fd();
+  }
+  std::vector<agent::Allocation> listed;
+  std::function<Result<UniqueFd>()> export_fd;
+};
+
+std::string list_error(BasicRunningAgent<HostileBackend>& a) {
+  auto c = a.client();
+  std::vector<UniqueFd> fds;
+  auto r = c.list_allocations(true, &fds);
+  if (r.ok()) return "";
+  CHECK(fds.empty());  // nothing handed on from a refused list
+  return r.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("agent list: well-formed allocations pass the checks", "[agent][hostile]") {
+  CHECK(check_allocations({alloc(1, 0x7f0000000000, 2 << 20), alloc(2, 0x7f0000200000, 4 << 20)}).ok());
+  CHECK(check_allocations({}).ok());
+}
+
+TEST_CASE("agent list: each malformed allocation is refused, naming it", "[agent][hostile]") {
+  struct Case {
+    const char* what;
+    std::vector<agent::Allocation> list;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"empty", {alloc(1, 0x7f0000000000, 0)}, "empty"},
+      {"beyond any GPU", {alloc(1, 0x7f0000000000, 1ull << 41)}, "larger than any GPU"},
+      {"unaligned address", {alloc(1, 0x7f0000000010, 2 << 20)}, "not page-aligned"},
+      {"unaligned size", {alloc(1, 0x7f0000000000, (2 << 20) + 1)}, "not page-aligned"},
+      {"null", {alloc(1, 0, 2 << 20)}, "not page-aligned"},
+      {"kernel addresses", {alloc(1, 0xffff800000000000ull, 2 << 20)}, "outside the process's address space"},
+      {"wrapping", {alloc(1, (1ull << 57) - 4096, 8192)}, "outside the process's address space"},
+      {"overlapping", {alloc(1, 0x7f0000000000, 4 << 20), alloc(2, 0x7f0000200000, 2 << 20)}, "overlaps allocation 1"},
+      {"an id twice", {alloc(1, 0x7f0000000000, 2 << 20), alloc(1, 0x7f0000400000, 2 << 20)}, "listed twice"},
+      {"device beyond any", {{1, 5000, 0x7f0000000000, 2 << 20, 0}}, "on device 5000"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    auto r = check_allocations(c.list);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find(c.says) != std::string::npos);
+    CHECK(r.error().message.find("allocation ") != std::string::npos);
+  }
+}
+
+TEST_CASE("agent list: an fd that is not device memory is refused, naming what it is", "[agent][hostile]") {
+  const agent::Allocation a = alloc(7, 0x7f0000000000, 2 << 20);
+  UniqueFd mem(::open("/proc/self/mem", O_RDONLY | O_CLOEXEC));
+  REQUIRE(mem.valid());
+  CHECK(check_memory_fd(mem.get(), a).error().message.find("a regular file as the memory of allocation 7") !=
+        std::string::npos);
+  UniqueFd dir(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  CHECK(check_memory_fd(dir.get(), a).error().message.find("a directory") != std::string::npos);
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  UniqueFd s0(sv[0]), s1(sv[1]);
+  CHECK(check_memory_fd(s0.get(), a).error().message.find("a socket") != std::string::npos);
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  UniqueFd p0(p[0]), p1(p[1]);
+  CHECK(check_memory_fd(p0.get(), a).error().message.find("a pipe") != std::string::npos);
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));  // a character device, as the driver's files are
+  CHECK(check_memory_fd(null.get(), a).ok());
+  UniqueFd memfd(::memfd_create("stand-in", MFD_CLOEXEC));  // what the fake drivers export
+  CHECK(check_memory_fd(memfd.get(), a).ok());
+}
+
+TEST_CASE("agent list: a dump's listing refuses overlapping allocations from the agent", "[agent][hostile]") {
+  BasicRunningAgent<HostileBackend> a(0);
+  a.backend.listed = {alloc(1, 0x7f0000000000, 4 << 20), alloc(2, 0x7f0000200000, 2 << 20)};
+  CHECK(list_error(a).find("overlaps allocation 1") != std::string::npos);
+}
+
+TEST_CASE("agent list: a dump's listing refuses /proc/self/mem, a directory or a socket as memory",
+          "[agent][hostile]") {
+  struct Case {
+    const char* what;
+    std::function<Result<UniqueFd>()> fd;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"/proc/self/mem", [] { return Result<UniqueFd>(UniqueFd(::open("/proc/self/mem", O_RDONLY | O_CLOEXEC))); },
+       "a regular file"},
+      {"a directory", [] { return Result<UniqueFd>(UniqueFd(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC))); },
+       "a directory"},
+      {"a socket", [] { return Result<UniqueFd>(UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0))); },
+       "a socket"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    BasicRunningAgent<HostileBackend> a(2);
+    a.backend.export_fd = c.fd;
+    CHECK(list_error(a).find(c.says) != std::string::npos);
+  }
+}
+
+// --- an agent that is not phos's: raw replies from a listener of our own ---
+
+namespace {
+
+// Listens as an agent would (the same abstract name prefix), greets the
+// client properly, then answers its next request with `misbehave`.
+struct RawAgent {
+  UniqueFd listener;
+  std::thread server;
+  explicit RawAgent(std::function<void(int conn)> misbehave) {
+    listener.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    struct sockaddr_un addr;
+    socklen_t len = wire::abstract_socket_address(std::string(agent::kSocketPrefix) + "raw." +
+                                                      std::to_string(::getpid()), addr);
+    REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0);
+    REQUIRE(::listen(listener.get(), 1) == 0);
+    server = std::thread([this, misbehave] {
+      UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!conn.valid()) return;
+      auto hello = agent::recv_request(conn.get(), 2000);
+      if (!hello) return;
+      (void)agent::send_reply(conn.get(), agent::HelloReply{agent::kProtocolVersion, "raw", ::getpid(), 0, ::getuid()});
+      if (!agent::recv_request(conn.get(), 2000)) return;
+      misbehave(conn.get());
+      // Keep the connection until the client gives up.
+      char b;
+      (void)::recv(conn.get(), &b, 1, 0);
+    });
+  }
+  ~RawAgent() {
+    ::shutdown(listener.get(), SHUT_RDWR);
+    if (server.joinable()) server.join();
+  }
+};
+
+Result<std::vector<agent::Allocation>> list_from(RawAgent&, int timeout_ms = 300) {
+  auto c = AgentClient::connect(::getpid(), timeout_ms);
+  if (!c) return c.error();
+  std::vector<UniqueFd> fds;
+  return c->list_allocations(true, &fds);
+}
+
+}  // namespace
+
+TEST_CASE("agent list: a count beyond any dump is refused before a page is kept", "[agent][hostile]") {
+  RawAgent raw([](int conn) {
+    agent::ListAllocationsReply r;
+    r.allocations = {alloc(1, 0x7f0000000000, 2 << 20)};
+    r.total_count = 1ull << 40;
+    UniqueFd fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    int fds[] = {fd.get()};
+    (void)agent::send_reply(conn, r, fds);
+  });
+  auto r = list_from(raw);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("more than the") != std::string::npos);
+}
+
+TEST_CASE("agent list: more allocations in a page than asked for are refused", "[agent][hostile]") {
+  RawAgent raw([](int conn) {
+    agent::ListAllocationsReply r;
+    for (uint64_t i = 0; i < 300; i++) r.allocations.push_back(alloc(i + 1, 0x7f0000000000 + (i << 21), 2 << 20));
+    r.total_count = 300;
+    (void)agent::send_reply(conn, r);
+  });
+  auto r = list_from(raw);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("in a page of at most 253") != std::string::npos);
+}
+
+TEST_CASE("agent list: a reply that never comes ends in the client's timeout", "[agent][hostile]") {
+  RawAgent raw([](int) {});
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = list_from(raw, 300);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ETIMEDOUT);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("agent list: a reply that never ends ends in the client's timeout", "[agent][hostile]") {
+  RawAgent raw([](int conn) {
+    // A well-formed header announcing 1 MiB, of which 10 bytes come.
+    std::byte header[8];
+    bytes::put_u32(header, wire::kFrameMagic);
+    bytes::put_u32(header + 4, 1u << 20);
+    (void)::send(conn, header, sizeof(header), MSG_NOSIGNAL);
+    (void)::send(conn, "0123456789", 10, MSG_NOSIGNAL);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = list_from(raw, 300);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.error().message);
+  CHECK(r.error().code == ETIMEDOUT);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }

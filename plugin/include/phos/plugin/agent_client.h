@@ -14,6 +14,21 @@
 
 namespace phos::plugin {
 
+// Bounds on what an agent may list.
+inline constexpr uint64_t kMaxAllocations = 1u << 20;
+inline constexpr uint64_t kMaxAllocationBytes = 1ull << 40;  // 1 TiB
+inline constexpr uint64_t kPageBytes = 4096;
+inline constexpr uint64_t kUserAddressEnd = 1ull << 57;  // x86-64 and arm64 user space, 5-level paging included
+inline constexpr uint32_t kMaxDevices = 1024;
+
+// An allocation list as a dump may take it: each allocation non-empty, at
+// most 1 TiB, page-aligned, in user address space, its id once, none
+// overlapping another. The error names the allocation and what is wrong.
+Result<void> check_allocations(const std::vector<agent::Allocation>& allocs);
+// `fd` as the memory of allocation `a`: not a regular file (/proc/self/mem
+// included), directory, socket, pipe, link or block device.
+Result<void> check_memory_fd(int fd, const agent::Allocation& a);
+
 class AgentClient {
  public:
   // Finds the agent of `pid`, connects (in the target's network namespace,
@@ -23,6 +38,8 @@ class AgentClient {
   const agent::HelloReply& hello() const { return hello_; }
   Result<agent::StatusReply> status();
   Result<uint64_t> quiesce(uint32_t timeout_ms);  // drained_ns
+  // Every allocation, checked (check_allocations; with fds, check_memory_fd):
+  // the agent runs in the process being dumped and is not trusted.
   Result<std::vector<agent::Allocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
   Result<uint64_t> release_mappings(bool release_handles = false);
   Result<uint64_t> remap(const std::vector<uint64_t>& ids, const std::vector<int>& fds);
