@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "driver_checkpoint.h"
+#include "fault.h"
 #include "give_back.h"
 #include "log.h"
 #include "phos/images/format.h"
@@ -24,15 +25,6 @@ uint64_t clock_ns(clockid_t clock) {
   struct timespec ts {};
   clock_gettime(clock, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-// Fault injection for tests, in the manner of CRIU's own (CRIU_FAULT):
-// PHOS_FAULT=stall-after-checkpoint holds CHECKPOINT_DEVICES for 60 s, so a
-// test can kill criu mid-dump at a known point; the others are named where
-// they act.
-bool fault(const char* name) {
-  const char* v = std::getenv("PHOS_FAULT");
-  return v && std::strcmp(v, name) == 0;
 }
 
 std::string join(const std::vector<std::string>& v) {

@@ -1,10 +1,12 @@
 #include "restore.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "driver_checkpoint.h"
+#include "fault.h"
 #include "log.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/proc.h"
@@ -52,6 +54,10 @@ Restorer::~Restorer() {
 // criu clones restored tasks while this runs, and a free into the main
 // thread's malloc arena could hold its lock at that moment.
 void Restorer::fill_all() {
+  if (fault("stall-in-fill")) {
+    PHOS_WARN("fault injection (PHOS_FAULT): the fill of device memory holds for 60 s");
+    ::sleep(60);
+  }
   for (auto& [vpid, l] : images_) {
     if (!l.job) continue;
     auto fds = engine_->run_load(dirfd_, *l.job);

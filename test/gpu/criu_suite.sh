@@ -64,6 +64,10 @@
 #   recopy_pattern_8GiB  checkpoint.sh 8192 with cow_trust=speculated: its
 #                        dump-and-restore step through soft recopy, every
 #                        byte re-verified
+#   two_dumps_at_once    two criu dumps of two 2 GiB processes at once on one
+#                        GPU: both succeed, both images restore intact
+#   restore_criu_killed  criu killed while a restore fills 4 GiB: no process
+#                        left, the GPU's memory back, the next restore works
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -428,6 +432,82 @@ case_two_processes() {
   pass "both restored from one dump of the tree (dump $DUMP_S s, restore $RESTORE_S s; images $(phos_wrote)); parent: $parent; child: $CARRIED"
 }
 
+# gpu_used_mib: device memory in use on GPU 0, by anyone.
+gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | tr -d ' '; }
+
+# Two criu dumps of two GPU processes at once, on one GPU, into two image
+# directories: both succeed; each image, restored, carries on intact.
+case_two_dumps_at_once() {
+  setup "$bin/gpu_counter"
+  local k pids=() tokens=()
+  for k in a b; do
+    (setsid bash -c 'exec env LD_PRELOAD="$1" "$2" "$3" 2048 </dev/null >/dev/null 2>&1' _ \
+       "$LIBPHOS" "$COUNTER" "$WORK/$k.state" &)
+  done
+  mkdir -p "$WORK/0.img" "$WORK/1.img"
+  AT_EXIT='pkill -9 -f "$COUNTER $WORK/[ab].state" || true'
+  for k in a b; do
+    wait_above "$WORK/$k.state" 5 60 || fail "process $k does not count"
+    pids+=("$(pgrep -o -f "^$COUNTER $WORK/$k.state")")
+    tokens+=("$(field_of "$WORK/$k.state" 1)")
+  done
+  local t0 criu_pids=(); t0=$(now)
+  for k in 0 1; do
+    criu_limit "$CRIU" dump -t "${pids[$k]}" -D "$WORK/${k}.img" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.$k.log" \
+      2>"$WORK/dump.$k.err" &
+    criu_pids+=($!)
+  done
+  local rc0=0 rc1=0
+  wait "${criu_pids[0]}" || rc0=$?
+  wait "${criu_pids[1]}" || rc1=$?
+  local secs; secs=$(dt "$t0" "$(now)")
+  [ $rc0 = 0 ] && [ $rc1 = 0 ] ||
+    fail "concurrent dumps: exit $rc0 and $rc1: $(phos_error "$WORK/dump.0.log") $(phos_error "$WORK/dump.1.log")"
+  gone "${pids[@]}"
+  for k in 0 1; do
+    local name=a; [ $k = 1 ] && name=b
+    criu_limit "$CRIU" restore -D "$WORK/${k}.img" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.$k.log" \
+      2>"$WORK/restore.$k.err" || fail "restore of image $k failed: $(phos_error "$WORK/restore.$k.log")"
+    carried_on "$WORK/$name.state" "${tokens[$k]}" 2048
+  done
+  pass "two dumps of 2 GiB processes at once on one GPU both succeeded in $secs s; each image restored: $CARRIED"
+}
+
+# criu killed while a restore fills device memory (PHOS_FAULT=stall-in-fill
+# holds the fill once the memory is allocated): no process is left, the
+# GPU's memory comes back, and the next restore of the same image works.
+case_restore_criu_killed() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 4096
+  wait_counter_above 5
+  local token; token=$(state_token)
+  criu_dump || fail "criu dump failed: $(phos_error "$WORK/dump.log")"
+  gone "$WORKLOAD_PID"; wait_pid_free
+  local before; before=$(gpu_used_mib)
+  PHOS_FAULT=stall-in-fill criu_restore &
+  local during=
+  for _ in $(seq 300); do
+    grep -q "fill of device memory holds" "$WORK/restore.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  grep -q "fill of device memory holds" "$WORK/restore.log" || fail "the restore never reached its fill"
+  during=$(gpu_used_mib)
+  pkill -9 -f "$CRIU restore -D $IMG" || fail "no criu to kill"
+  wait || true
+  local after=$before
+  for _ in $(seq 200); do
+    after=$(gpu_used_mib)
+    [ -z "$(workload_pids)" ] && [ "$after" -le $((before + 64)) ] && break
+    sleep 0.05
+  done
+  [ -z "$(workload_pids)" ] || fail "a process is left after criu was killed mid-restore"
+  [ "$after" -le $((before + 64)) ] || fail "GPU memory used: $before MiB before, $during MiB during, $after MiB 10 s after criu was killed"
+  criu_restore || fail "the next restore failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  carried_on "$WORK/state" "$token" 4096
+  pass "criu killed mid-fill: GPU memory $before -> $during -> $after MiB, no process left; the next restore works: $CARRIED"
+}
+
 # lived_on TOKEN MIB: after a failed dump the process is alive, counts on
 # intact, its gate is open (else fail); says so in CARRIED.
 lived_on() {
@@ -730,7 +810,8 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_m
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted"
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted
+  two_dumps_at_once restore_criu_killed"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

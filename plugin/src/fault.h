@@ -1,0 +1,21 @@
+// Fault injection for tests, in the manner of CRIU's own (CRIU_FAULT):
+// PHOS_FAULT names one point where the plugin misbehaves on purpose.
+//   stall-after-checkpoint  CHECKPOINT_DEVICES holds for 60 s (a test kills
+//                           criu mid-dump at a known point)
+//   fail-write-behind       a write-behind image fails after the process ran
+//   stall-in-fill           a restore's fill of device memory holds for 60 s
+//                           once its memory is allocated (a test kills criu
+//                           mid-restore)
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace phos::plugin {
+
+inline bool fault(const char* name) {
+  const char* v = std::getenv("PHOS_FAULT");
+  return v && std::strcmp(v, name) == 0;
+}
+
+}  // namespace phos::plugin
