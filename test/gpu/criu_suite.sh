@@ -64,6 +64,9 @@
 #   recopy_pattern_8GiB  checkpoint.sh 8192 with cow_trust=speculated: its
 #                        dump-and-restore step through soft recopy, every
 #                        byte re-verified
+#   torch_many_allocations  a PyTorch job of hundreds of allocations (more fds
+#                        than one message carries): given back after a
+#                        leave-running dump, restored from its image
 #   two_dumps_at_once    two criu dumps of two 2 GiB processes at once on one
 #                        GPU: both succeed, both images restore intact
 #   restore_criu_killed  criu killed while a restore fills 4 GiB: no process
@@ -430,6 +433,29 @@ case_two_processes() {
   local parent=$CARRIED
   carried_on "$WORK/state.child" "$child_token" 1024
   pass "both restored from one dump of the tree (dump $DUMP_S s, restore $RESTORE_S s; images $(phos_wrote)); parent: $parent; child: $CARRIED"
+}
+
+# A PyTorch job with more allocations than one message carries fds (253):
+# torch_loop.py train, narrow and deep, so that its caching allocator holds
+# hundreds of segments. A leave-running dump gives it its memory back, and
+# its image restores; it trains on after each.
+case_torch_many_allocations() {
+  setup "$here/torch_loop.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  start_workload --preload train --gib 6 --width 1024
+  reach 5 120 "before the dump"
+  local token; token=$(state_token)
+  criu_dump --leave-running || fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"
+  local n; n=$(grep -o 'wrote phos-[0-9]*-manifest.img ([0-9]* allocations' "$WORK/dump.log" | grep -o '([0-9]*' | tr -d '(' | tail -n1)
+  [ "${n:-0}" -gt 253 ] || fail "only ${n:-0} allocations: not more than one page of fds"
+  local at; at=$(state_counter)
+  reach $((at + 5)) 60 "after the leave-running dump"
+  kill -9 "$WORKLOAD_PID"; gone "$WORKLOAD_PID"; wait_pid_free
+  criu_restore || fail "restore failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  at=$(state_counter)
+  reach $((at + 5)) 60 "after the restore"
+  [ "$(state_token)" = "$token" ] || fail "token changed"
+  pass "$n allocations: given back after a leave-running dump and restored from its image, training on after each"
 }
 
 # gpu_used_mib: device memory in use on GPU 0, by anyone.
@@ -799,7 +825,7 @@ mkdir -p "$log"
 export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
-    pattern_32GiB | torch_mlp* | torch_cow*) echo 420 ;;
+    pattern_32GiB | torch_mlp* | torch_cow* | torch_many_allocations) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB) echo 200 ;;
     cow_random | cow_planted | recopy_random | recopy_planted) echo 590 ;;
     recopy_pattern_8GiB) echo 200 ;;
@@ -811,7 +837,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_m
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted
-  two_dumps_at_once restore_criu_killed"
+  two_dumps_at_once restore_criu_killed torch_many_allocations"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

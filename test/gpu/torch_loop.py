@@ -10,7 +10,7 @@ every step, as the e2e workload contract asks, and appending
          AdamW: weights, gradients and two optimizer states, all written
          every step)
 
-usage: torch_loop.py STATE infer|train --gib G [--pace-ms N]
+usage: torch_loop.py STATE infer|train --gib G [--pace-ms N] [--width W]
 """
 import argparse
 import os
@@ -73,8 +73,8 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
-def train(state, token, gib, pace):
-    width, tokens = 4096, 1024
+def train(state, token, gib, pace, width=4096):
+    tokens = 1024
     # fp32 weights, gradients and AdamW's two states: 4 copies of 8 width^2
     # parameters per block; activations are left the rest.
     n = layers_for(gib * 0.95, width, 4 * 8, 4)
@@ -101,10 +101,14 @@ def main():
     p.add_argument("mode", choices=["infer", "train"])
     p.add_argument("--gib", type=float, default=8)
     p.add_argument("--pace-ms", type=int, default=0)
+    p.add_argument("--width", type=int, default=4096, help="train: the model's width (narrower: more, smaller tensors)")
     a = p.parse_args()
     token = os.urandom(8).hex()
     torch.manual_seed(0)
-    (infer if a.mode == "infer" else train)(a.state, token, a.gib, a.pace_ms / 1000)
+    if a.mode == "infer":
+        infer(a.state, token, a.gib, a.pace_ms / 1000)
+    else:
+        train(a.state, token, a.gib, a.pace_ms / 1000, a.width)
 
 
 if __name__ == "__main__":
