@@ -50,6 +50,17 @@ std::vector<std::byte> encode(const Done&) {
   return pack(m);
 }
 
+std::vector<std::byte> encode(const Restoring& r) {
+  Phos__Keeper__Restoring restoring = PHOS__KEEPER__RESTORING__INIT;
+  restoring.pid = r.pid;
+  restoring.has_restored = r.restored;
+  restoring.restored = r.restored;
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_RESTORING;
+  m.restoring = &restoring;
+  return pack(m);
+}
+
 Result<Message> decode(const Phos__Keeper__Message& m) {
   switch (m.kind_case) {
     case PHOS__KEEPER__MESSAGE__KIND_HOLD: {
@@ -62,6 +73,8 @@ Result<Message> decode(const Phos__Keeper__Message& m) {
       return Message(State{m.state->pid, m.state->taken});
     case PHOS__KEEPER__MESSAGE__KIND_DONE:
       return Message(Done{});
+    case PHOS__KEEPER__MESSAGE__KIND_RESTORING:
+      return Message(Restoring{m.restoring->pid, bool(m.restoring->restored)});
     default:
       break;
   }

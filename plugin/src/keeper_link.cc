@@ -100,6 +100,10 @@ Result<void> KeeperLink::state(pid_t pid, uint32_t taken) {
   return keeper::send_message(sock_.get(), keeper::State{pid, taken});
 }
 
+Result<void> KeeperLink::restoring(pid_t pid, bool restored) {
+  return keeper::send_message(sock_.get(), keeper::Restoring{pid, restored});
+}
+
 Result<void> KeeperLink::done() {
   auto r = keeper::send_message(sock_.get(), keeper::Done{});
   sock_.reset();

@@ -1,6 +1,7 @@
 // The plugin's end of phos-keeper (see images/proto/keeper.proto): the
 // helper is started outside criu (its own session, not criu's child once it
-// runs) at the first process a dump pauses, told each process's device
+// runs) at the first process a dump pauses (at a restore: at init, before
+// criu watches its children), told each process's device
 // memory (fds) and what the dump takes, step by step, before it is taken,
 // and told Done when every process has what it should. If criu dies before
 // Done, the keeper gives each living process back what was taken.
@@ -28,6 +29,9 @@ class KeeperLink {
 
   Result<void> hold(pid_t pid, const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds);
   Result<void> state(pid_t pid, uint32_t taken);
+  // A restore: `pid` is about to get its GPU state (restored false), or has
+  // it (true). A criu that dies in between leaves it for the keeper to end.
+  Result<void> restoring(pid_t pid, bool restored);
   // Tells the keeper to let go and exit; closes the link.
   Result<void> done();
   // Leaves the link open until criu exits, without Done: the keeper then

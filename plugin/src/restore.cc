@@ -42,12 +42,20 @@ Result<void> Restorer::load() {
     PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
               m.devices.size(), m.allocations.size(), m.writer_version.c_str());
   }
-  if (engine_) filler_ = std::thread([this] { fill_all(); });
+  if (engine_) {
+    auto k = KeeperLink::start(dirfd_, options_.agent_timeout_ms);
+    if (k)
+      keeper_.emplace(std::move(*k));
+    else
+      PHOS_WARN("%s: if criu dies during this restore, a process it leaves half-restored stays", k.error().message.c_str());
+    filler_ = std::thread([this] { fill_all(); });
+  }
   return {};
 }
 
 Restorer::~Restorer() {
   if (filler_.joinable()) filler_.join();
+  if (keeper_) (void)keeper_->done();
 }
 
 // The jobs are released by the thread that made them (resume), not here:
@@ -107,6 +115,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
   if (!vpid) return vpid.error();
   auto it = images_.find(*vpid);
   if (it == images_.end()) return false;
+  if (keeper_) (void)keeper_->restoring(pid, false);
   if (auto r = resume(pid, *vpid, it->second); !r) {
     // CRIU only logs a failing RESUME_DEVICES_LATE and would let the process
     // run on without its GPU state: it must not run at all.
@@ -116,6 +125,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     return r.error();
   }
   it->second.fds.clear();
+  if (keeper_) (void)keeper_->restoring(pid, true);
   PHOS_INFO("process %d (pid %d in its namespace): GPU state restored, gate open", pid, *vpid);
   return true;
 }

@@ -12,7 +12,8 @@
 //                            original addresses and opens the gate; on
 //                            failure (a chunk that fails its checksum, too)
 //                            the process is killed, never left running, and
-//                            criu's exit status says so (failed())
+//                            criu's exit status says so (failed()); if criu
+//                            dies meanwhile, phos-keeper ends the process
 #pragma once
 
 #include <sys/types.h>
@@ -21,7 +22,10 @@
 #include <memory>
 #include <thread>
 
+#include <optional>
+
 #include "engine.h"
+#include "keeper_link.h"
 #include "phos/images/image_dir.h"
 #include "phos/plugin/options.h"
 #include "phos/support/result.h"
@@ -59,6 +63,9 @@ class Restorer {
   std::map<pid_t, Loaded> images_;  // by pid in the process's namespace
   std::thread filler_;
   bool failed_ = false;
+  // Ends a process criu leaves half-restored (dying between RESUME_DEVICES_LATE
+  // and its end); started at init, before criu reaps every child it has.
+  std::optional<KeeperLink> keeper_;
 };
 
 }  // namespace phos::plugin

@@ -1,10 +1,11 @@
-// phos-keeper: the plugin's helper outside criu during a dump (see
-// keeper_link.h and images/proto/keeper.proto). It holds a second reference
-// to each paused process's device memory; when criu goes away without
-// saying Done (killed, crashed; or a dump that kills its processes, whose
-// give-back the plugin hands over), it waits until criu's ptrace hold on
-// each process is gone and gives each process that lives on back what the
-// dump took, logging into phos-keeper.log in the image directory.
+// phos-keeper: the plugin's helper outside criu during a dump or a restore
+// (see keeper_link.h and images/proto/keeper.proto). At a dump it holds a
+// second reference to each paused process's device memory; when criu goes
+// away without saying Done (killed, crashed; or a dump that kills its
+// processes, whose give-back the plugin hands over), it waits until criu's
+// ptrace hold on each process is gone and gives each process that lives on
+// back what the dump took. At a restore it ends each process criu left
+// without its GPU state. It logs into phos-keeper.log in the image directory.
 //
 // usage (by the plugin only): phos-keeper [--detach] [--agent-timeout-ms N]
 //   fd 3: the link to the plugin; fd 4: the image directory
@@ -12,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -42,6 +44,7 @@ struct Held {
 struct KeeperState {
   std::map<pid_t, Held> processes;
   std::vector<pid_t> order;  // as first heard of
+  std::vector<pid_t> restoring;  // a restore's processes, not yet given their GPU state
 };
 
 void apply(KeeperState& k, const keeper::Hold& hold, std::vector<UniqueFd>& fds) {
@@ -62,6 +65,11 @@ void apply(KeeperState& k, const keeper::State& state, std::vector<UniqueFd>&) {
 
 void apply(KeeperState&, const keeper::Done&, std::vector<UniqueFd>&) {}
 
+void apply(KeeperState& k, const keeper::Restoring& r, std::vector<UniqueFd>&) {
+  std::erase(k.restoring, pid_t(r.pid));
+  if (!r.restored) k.restoring.push_back(r.pid);
+}
+
 // Waits until nothing traces `pid` any more (criu's seize ends with criu).
 bool wait_untraced(pid_t pid) {
   for (int waited = 0; waited < kDetachWaitMs; waited += 10) {
@@ -72,13 +80,33 @@ bool wait_untraced(pid_t pid) {
   return false;
 }
 
-void recover(KeeperState& k, int agent_timeout_ms) {
+void log_to_image_dir() {
   int log_fd = ::openat(kImageDirFd, "phos-keeper.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (log_fd >= 0) {
     ::dup2(log_fd, 2);
     ::close(log_fd);
   }
   set_stderr_level(LogLevel::kInfo);
+}
+
+// A restore's criu died before the processes had their GPU state: each is
+// left in criu's restorer, and would run on with its gate closed for good.
+// Ended once criu's hold is gone, so that the next restore finds its pid
+// free (its device memory was criu's, gone with criu).
+void end_half_restored(const KeeperState& k) {
+  PHOS_WARN("criu went away during a restore; ending the %zu process(es) it left without their GPU state",
+            k.restoring.size());
+  for (pid_t pid : k.restoring) {
+    if (!process_alive(pid)) continue;
+    if (!wait_untraced(pid)) PHOS_WARN("process %d is still traced after %d ms", pid, kDetachWaitMs);
+    if (::kill(pid, SIGKILL) == 0)
+      PHOS_INFO("process %d: ended (restored without its GPU state)", pid);
+    else
+      PHOS_ERR("process %d: cannot end it: %s", pid, std::strerror(errno));
+  }
+}
+
+void recover(KeeperState& k, int agent_timeout_ms) {
   PHOS_WARN("criu went away without Done; giving what the dump took back to those of %zu process(es) that live on",
             k.order.size());
   for (auto it = k.order.rbegin(); it != k.order.rend(); ++it) {
@@ -134,6 +162,8 @@ int main(int argc, char** argv) {
     std::visit([&](const auto& m) { apply(k, m, received->fds); }, received->message);
     if (std::holds_alternative<keeper::Done>(received->message)) return 0;
   }
-  recover(k, agent_timeout_ms);
+  log_to_image_dir();
+  if (!k.restoring.empty()) end_half_restored(k);
+  if (!k.order.empty() || k.restoring.empty()) recover(k, agent_timeout_ms);
   return 0;
 }

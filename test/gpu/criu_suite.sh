@@ -69,8 +69,9 @@
 #                        leave-running dump, restored from its image
 #   two_dumps_at_once    two criu dumps of two 2 GiB processes at once on one
 #                        GPU: both succeed, both images restore intact
-#   restore_criu_killed  criu killed while a restore fills 4 GiB: no process
-#                        left, the GPU's memory back, the next restore works
+#   restore_criu_killed  criu killed while a restore fills 4 GiB: phos-keeper
+#                        ends the half-restored process, the GPU's memory
+#                        comes back, the next restore works
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -511,13 +512,16 @@ case_restore_criu_killed() {
   gone "$WORKLOAD_PID"; wait_pid_free
   local before; before=$(gpu_used_mib)
   PHOS_FAULT=stall-in-fill criu_restore &
-  local during=
+  # Its 4 GiB allocated (at criu's init), the fill held: criu waits in
+  # RESUME_DEVICES_LATE (hook 9) for it.
+  local during=$before
   for _ in $(seq 300); do
-    grep -q "fill of device memory holds" "$WORK/restore.log" 2>/dev/null && break
+    during=$(gpu_used_mib)
+    [ "$during" -ge $((before + 4000)) ] && grep -q "plugin: .phos' hook 9" "$WORK/restore.log" 2>/dev/null && break
     sleep 0.05
   done
-  grep -q "fill of device memory holds" "$WORK/restore.log" || fail "the restore never reached its fill"
-  during=$(gpu_used_mib)
+  [ "$during" -ge $((before + 4000)) ] || fail "the restore did not allocate its memory ($before -> $during MiB)"
+  grep -q "plugin: .phos' hook 9" "$WORK/restore.log" || fail "the restore did not reach RESUME_DEVICES_LATE"
   pkill -9 -f "$CRIU restore -D $IMG" || fail "no criu to kill"
   wait || true
   local after=$before
@@ -526,12 +530,14 @@ case_restore_criu_killed() {
     [ -z "$(workload_pids)" ] && [ "$after" -le $((before + 64)) ] && break
     sleep 0.05
   done
-  [ -z "$(workload_pids)" ] || fail "a process is left after criu was killed mid-restore"
+  [ -z "$(workload_pids)" ] || fail "a process is left after criu was killed mid-restore: $(ps -o pid,stat,wchan:20,cmd -p "$(workload_pids | paste -sd,)" | tail -n +2)"
+  grep -q "ended (restored without its GPU state)" "$IMG/phos-keeper.log" 2>/dev/null ||
+    fail "phos-keeper did not end the half-restored process: $(tail -n 3 "$IMG/phos-keeper.log" 2>/dev/null)"
   [ "$after" -le $((before + 64)) ] || fail "GPU memory used: $before MiB before, $during MiB during, $after MiB 10 s after criu was killed"
   criu_restore || fail "the next restore failed: $(phos_error "$WORK/restore.log")"
   restored_pid >/dev/null || fail "no restored process"
   carried_on "$WORK/state" "$token" 4096
-  pass "criu killed mid-fill: GPU memory $before -> $during -> $after MiB, no process left; the next restore works: $CARRIED"
+  pass "criu killed mid-fill: GPU memory $before -> $during -> $after MiB, phos-keeper ended the half-restored process; the next restore works: $CARRIED"
 }
 
 # lived_on TOKEN MIB: after a failed dump the process is alive, counts on

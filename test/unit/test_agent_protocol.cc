@@ -391,6 +391,8 @@ TEST_CASE("keeper protocol: every message round trips, with its fds", "[agent_pr
       keeper::Hold{43, {}},
       keeper::State{42, 1 | 2 | 4},
       keeper::Done{},
+      keeper::Restoring{44, false},
+      keeper::Restoring{44, true},
   };
   for (const auto& m : messages) {
     auto back = keeper::decode_message(keeper::encode_message(m));

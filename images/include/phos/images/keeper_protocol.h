@@ -1,5 +1,5 @@
 // The link between the CRIU plugin and phos-keeper, its helper outside criu
-// during a dump (images/proto/keeper.proto), as C++ values, with their codec
+// during a dump or a restore (images/proto/keeper.proto), as C++ values, with their codec
 // and transport over the frames of agent_wire.h; protobuf-c stays inside
 // images/src.
 #pragma once
@@ -31,12 +31,20 @@ struct State {
   bool operator==(const State&) const = default;
 };
 
-// The dump is over and every process has what it should.
+// The dump (or restore) is over and every process has what it should.
 struct Done {
   bool operator==(const Done&) const = default;
 };
 
-using Message = std::variant<Hold, State, Done>;
+// A restore is about to give the process its GPU state; if criu dies before
+// Done, the keeper ends the half-restored process.
+struct Restoring {
+  int32_t pid = 0;  // in criu's pid namespace
+  bool restored = false;  // it has its GPU state now: leave it be
+  bool operator==(const Restoring&) const = default;
+};
+
+using Message = std::variant<Hold, State, Done, Restoring>;
 
 std::vector<std::byte> encode_message(const Message& message);
 // EPROTO with what is wrong where the payload does not parse or holds no kind.
