@@ -64,6 +64,12 @@
 #   recopy_pattern_8GiB  checkpoint.sh 8192 with cow_trust=speculated: its
 #                        dump-and-restore step through soft recopy, every
 #                        byte re-verified
+#   soak_torch           torch_train.py checkpointed with --leave-running
+#                        PHOS_SOAK_CHECKPOINTS (100) times, then dumped and
+#                        restored PHOS_SOAK_CHAIN (20) times in a chain: fds,
+#                        threads, RSS, GPU memory back to their baseline (after
+#                        the first checkpoint) after each;
+#                        the loss curve bitwise equal to an uninterrupted run's
 #   torch_many_allocations  a PyTorch job of hundreds of allocations (more fds
 #                        than one message carries): given back after a
 #                        leave-running dump, restored from its image
@@ -462,6 +468,81 @@ case_torch_many_allocations() {
 # gpu_used_mib: device memory in use on GPU 0, by anyone.
 gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | tr -d ' '; }
 
+# metrics PID: "FDS THREADS RSS_MIB GPU_MIB" of a process (GPU: the whole
+# GPU's memory in use, by anyone).
+metrics() {
+  local fds threads rss
+  fds=$(ls "/proc/$1/fd" 2>/dev/null | wc -l)
+  threads=$(awk '/^Threads:/ {print $2}' "/proc/$1/status" 2>/dev/null)
+  rss=$(awk '/^VmRSS:/ {printf "%d", $2 / 1024}' "/proc/$1/status" 2>/dev/null)
+  echo "$fds $threads $rss $(gpu_used_mib)"
+}
+
+# The soak: torch_train.py checkpointed with --leave-running every 3 steps,
+# PHOS_SOAK_CHECKPOINTS (100) times, then dumped and restored
+# PHOS_SOAK_CHAIN (20) times in a chain (each restored process dumped
+# again). After each: the process's fds and threads equal their baseline,
+# its RSS and the GPU's memory in use within 64 MiB of theirs (a leak fails
+# the case); one row per checkpoint in soak_torch.table. At the end its loss
+# curve equals an uninterrupted run's, bit for bit.
+case_soak_torch() {
+  local checkpoints=${PHOS_SOAK_CHECKPOINTS:-100} chain=${PHOS_SOAK_CHAIN:-20}
+  # 25 ms a step: the program outlives the soak (a dump takes 1-2 s, a
+  # dump and restore about 4), and the loss curve is compared at its end.
+  local n=$((checkpoints * 60 + chain * 160 + 300)) table=$log/soak_torch.table
+  setup "$here/torch_train.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  timeout 400 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
+  start_workload --preload "$WORK/run.losses" $n 25
+  reach 20 120 "before the soak"
+  local token; token=$(state_token)
+  local b_fds b_threads b_rss b_gpu
+  echo "kind k step stall_ms fds threads rss_mib gpu_mib" > "$table"
+  echo "initial 0 $(state_counter) - $(metrics "$WORKLOAD_PID")" >> "$table"
+  # The baseline is the state after the first checkpoint: it keeps one fd
+  # per allocation from then on (the memory it got back), once.
+  rm -rf "$IMG" && mkdir -p "$IMG"
+  criu_dump --leave-running || fail "checkpoint 0: criu dump failed: $(phos_error "$WORK/dump.log")"
+  sleep 0.2
+  read -r b_fds b_threads b_rss b_gpu < <(metrics "$WORKLOAD_PID")
+  echo "baseline 0 $(state_counter) - $b_fds $b_threads $b_rss $b_gpu" >> "$table"
+  # check KIND K: a row, and the leak criterion against the baseline.
+  check() {
+    local fds threads rss gpu stall
+    read -r fds threads rss gpu < <(metrics "$WORKLOAD_PID")
+    stall=$({ grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" 2>/dev/null || true; } | grep -o '[0-9.]*' | head -n1 || true)
+    echo "$1 $2 $(state_counter) ${stall:--} $fds $threads $rss $gpu" >> "$table"
+    [ "$fds" = "$b_fds" ] && [ "$threads" = "$b_threads" ] && [ "$rss" -le $((b_rss + 64)) ] &&
+      [ "$gpu" -le $((b_gpu + 64)) ] ||
+      fail "$1 $2: fds $b_fds -> $fds, threads $b_threads -> $threads, RSS $b_rss -> $rss MiB, GPU $b_gpu -> $gpu MiB"
+  }
+  local k at
+  for k in $(seq "$checkpoints"); do
+    at=$(state_counter); reach $((at + 2)) 60 "before checkpoint $k"
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    criu_dump --leave-running || fail "checkpoint $k: criu dump failed: $(phos_error "$WORK/dump.log")"
+    sleep 0.2
+    check leave-running "$k"
+  done
+  for k in $(seq "$chain"); do
+    at=$(state_counter); reach $((at + 3)) 60 "before chain dump $k"
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    criu_dump || fail "chain dump $k failed: $(phos_error "$WORK/dump.log")"
+    gone "$WORKLOAD_PID"; wait_pid_free
+    criu_restore || fail "chain restore $k failed: $(phos_error "$WORK/restore.log")"
+    WORKLOAD_PID=$(restored_pid) || fail "chain $k: no restored process"
+    at=$(state_counter); reach $((at + 2)) 60 "after chain restore $k"
+    check chain "$k"
+  done
+  reach $((n - 1)) 500 "to the end"
+  [ "$(state_token)" = "$token" ] || fail "token changed"
+  cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
+    fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on"
+  local stalls; stalls=$(awk '$1 == "leave-running" {print $4}' "$table" | sort -n | awk '{a[NR]=$1} END {printf "stall median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
+  pass "$checkpoints leave-running checkpoints and $chain dumps+restores in a chain: loss curve of $n steps bitwise equal to an uninterrupted run's; fds ($b_fds), threads ($b_threads) back to baseline after each, RSS and GPU memory within 64 MiB; $stalls; table: $table"
+}
+
 # Two criu dumps of two GPU processes at once, on one GPU, into two image
 # directories: both succeed; each image, restored, carries on intact.
 case_two_dumps_at_once() {
@@ -833,7 +914,7 @@ limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | torch_cow* | torch_many_allocations) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB) echo 200 ;;
-    cow_random | cow_planted | recopy_random | recopy_planted) echo 590 ;;
+    cow_random | cow_planted | recopy_random | recopy_planted | soak_torch) echo 590 ;;
     recopy_pattern_8GiB) echo 200 ;;
     *) echo 150 ;;
   esac
@@ -843,7 +924,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_m
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted
-  two_dumps_at_once restore_criu_killed torch_many_allocations"
+  two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then
