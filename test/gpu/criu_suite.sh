@@ -492,9 +492,10 @@ metrics() {
 # curve equals an uninterrupted run's, bit for bit.
 case_soak_torch() {
   local checkpoints=${PHOS_SOAK_CHECKPOINTS:-100} chain=${PHOS_SOAK_CHAIN:-20}
-  # 25 ms a step: the program outlives the soak (a dump takes 1-2 s, a
-  # dump and restore about 4), and the loss curve is compared at its end.
-  local n=$((checkpoints * 60 + chain * 160 + 300)) table=$log/soak_torch.table
+  # 25 ms a step: the program outlives the soak (on an H200 about 31 steps
+  # went by a leave-running checkpoint, 37 a dump and restore), and the
+  # loss curve is compared at its end.
+  local n=$((checkpoints * 40 + chain * 50 + 400)) table=$log/soak_torch.table
   setup "$here/torch_train.py" "$(python3 -c 'import sys; print(sys.executable)')"
   export CUBLAS_WORKSPACE_CONFIG=:4096:8
   timeout 400 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
