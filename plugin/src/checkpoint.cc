@@ -116,6 +116,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
 }
 
 Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Target& t) {
+  t.fds.clear();  // an earlier listing's (a first pass given up)
   auto allocs = client.list_allocations(true, &t.fds);
   if (!allocs) return allocs.error();
   t.allocations = std::move(*allocs);

@@ -279,6 +279,17 @@ verified() {
   sed -n "${2}p" "$WORK/verify.log" | grep -o 'mismatches=[0-9]*' | cut -d= -f2 | grep . || echo "no answer"
 }
 
+# cow_random_setup MODE: the case's setup for cow_random; sets plant (its
+# arguments) and trust: random, speculated sets; planted, writes outside
+# them, validated by PTX twins only (the SASS-level validator attaches the
+# sanitizer, and the driver then refuses to checkpoint the process).
+cow_random_setup() {
+  setup "$bin/cow_random"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  plant=() trust=speculated
+  if [ "$1" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
+}
+
 # start_cow_random K MIB [ARGS...]: cow_random with seed K, then a random
 # moment (0.1-0.9 s) of its run.
 start_cow_random() {
@@ -298,12 +309,7 @@ start_cow_random() {
 cow_cycles() {
   local mode=$1 cycles=$2 mib=${PHOS_COW_RANDOM_MIB:-2048} k pools=(0 64 2048)
   local dumps=0 refused=0 mismatches=0 harmed=0 silent=0 saved=0 waited=0 stalls=()
-  setup "$bin/cow_random"
-  export CUBLAS_WORKSPACE_CONFIG=:4096:8
-  local plant=() trust=speculated
-  # Twins only: the SASS-level validator attaches the sanitizer, and the
-  # driver then refuses to checkpoint the process.
-  if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
+  cow_random_setup "$mode"
   for k in $(seq "$cycles"); do
     start_cow_random "$k" "$mib" "${plant[@]}"
     local pool=${pools[$((k % 3))]} ok=1
@@ -378,10 +384,7 @@ source "$here/bench_lib.sh"  # downtime_ms
 recopy_cycles() {
   local mode=$1 cycles=$2 mib=${PHOS_COW_RANDOM_MIB:-2048} k
   local dumps=0 mismatches=0 caught=0 first_mib=0 dirty=0 chunks=0 downs=()
-  setup "$bin/cow_random"
-  export CUBLAS_WORKSPACE_CONFIG=:4096:8
-  local plant=() trust=speculated
-  if [ "$mode" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
+  cow_random_setup "$mode"
   for k in $(seq "$cycles"); do
     start_cow_random "$k" "$mib" "${plant[@]}"
     PHOS_RECOPY=auto PHOS_COW_TRUST=$trust criu_dump || fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
