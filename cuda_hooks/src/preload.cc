@@ -38,9 +38,18 @@ namespace phos::hooks {
 namespace {
 
 // Never destroyed: the agent thread may still run while the process exits.
+// PHOS_STEP_WAIT_MS: how long a checkpoint waits for the program's next
+// iteration boundary, where it marks them (2000 ms by default).
+AgentOptions agent_options() {
+  AgentOptions o;
+  o.steps = &runtime().steps;
+  if (const char* v = std::getenv("PHOS_STEP_WAIT_MS"); v && *v) o.step_wait_ms = std::atoi(v);
+  return o;
+}
+
 struct Preload {
   CudaBackend backend;
-  Agent agent{runtime().gate, backend};
+  Agent agent{runtime().gate, backend, agent_options()};
 };
 Preload* g_preload = nullptr;
 
@@ -209,4 +218,15 @@ __attribute__((constructor)) static void phos_preload_init() {
   report("agent start", started);
   if (started.ok()) pthread_atfork(nullptr, nullptr, after_fork_in_child);
   std::atexit(write_stats);
+}
+
+// The program's iteration boundaries, for a checkpoint to land on
+// (step_boundary.h; the Python SDK's phos.step()). C linkage, exported.
+extern "C" __attribute__((visibility("default"))) void phos_step() {
+  phos::hooks::runtime().steps.step(phos::hooks::runtime().gate);
+}
+// idle != 0: the program stays at a boundary (it waits for a checkpoint it
+// asked for itself) until it calls this with 0.
+extern "C" __attribute__((visibility("default"))) void phos_step_idle(int idle) {
+  phos::hooks::runtime().steps.set_idle(idle != 0);
 }

@@ -18,6 +18,7 @@
 #include "launch/launch_validation.h"
 #include "memory/device_memory.h"
 #include "phos/hooks/gate.h"
+#include "phos/hooks/step_boundary.h"
 #include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/module_registry.h"
 #include "phos/hooks/thread_stripe.h"
@@ -40,6 +41,7 @@ enum class Counter : uint32_t {
 class Runtime {
  public:
   Gate gate;
+  StepBoundary steps;  // the program's iteration boundaries (phos_step)
   DeviceMemory memory;
   ModuleRegistry modules;
   // One entry per launched kernel, shared by the three features below (kernel_registry.h).

@@ -325,6 +325,8 @@ std::vector<std::byte> encode(const ListAllocationsReply& r) {
 std::vector<std::byte> encode(const QuiesceReply& r) {
   Phos__Agent__QuiesceReply m = PHOS__AGENT__QUIESCE_REPLY__INIT;
   m.drained_ns = r.drained_ns;
+  m.has_at_step = r.at_step;
+  m.at_step = r.at_step;
   return pack_reply(PHOS__AGENT__REPLY__KIND_QUIESCE, &Phos__Agent__Reply::quiesce, m);
 }
 
@@ -470,7 +472,7 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
       return Reply(std::move(*l));
     }
     case PHOS__AGENT__REPLY__KIND_QUIESCE:
-      return Reply(QuiesceReply{r.quiesce->drained_ns});
+      return Reply(QuiesceReply{r.quiesce->drained_ns, bool(r.quiesce->at_step)});
     case PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS:
       return Reply(ReleaseMappingsReply{r.release_mappings->released_bytes});
     case PHOS__AGENT__REPLY__KIND_REMAP:

@@ -111,10 +111,8 @@ Result<bool> AgentClient::set_validation(bool on) {
   return reply->sass_attached;
 }
 
-Result<uint64_t> AgentClient::quiesce(uint32_t timeout_ms) {
-  auto reply = call<agent::QuiesceReply>(agent::QuiesceRequest{timeout_ms});
-  if (!reply) return reply.error();
-  return reply->drained_ns;
+Result<agent::QuiesceReply> AgentClient::quiesce(uint32_t timeout_ms) {
+  return call<agent::QuiesceReply>(agent::QuiesceRequest{timeout_ms});
 }
 
 Result<void> check_allocations(const std::vector<agent::Allocation>& allocs) {

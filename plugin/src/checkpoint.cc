@@ -106,11 +106,12 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   start_keeper();
   taking(pid, t, kGateClosed);
   t.paused_at_ns = t0;
-  t.manifest.statistics.quiesce_ns = *drained;
+  t.manifest.statistics.quiesce_ns = drained->drained_ns;
+  if (drained->at_step) PHOS_INFO("process %d: gate closed at the program's iteration boundary (phos_step)", pid);
   PHOS_TRY(pause_target(pid, *client, t));
   t.paused_done_ns = clock_ns(CLOCK_MONOTONIC);
   PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations%s", pid,
-            t.vpid, t.hello.agent_version.c_str(), double(*drained) / 1e6, t.allocations.size(),
+            t.vpid, t.hello.agent_version.c_str(), double(drained->drained_ns) / 1e6, t.allocations.size(),
             (t.taken & kDriverLocked) ? ", driver locked" : "");
   return true;
 }

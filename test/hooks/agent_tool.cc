@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   auto q = client->quiesce(30000);
   if (!q) return fail("quiesce", q.error());
   double quiesce_ms = ms_since(t0);
+  if (q->at_step) std::printf("gate closed at the program's iteration boundary\n");
 
   const bool recopy = !std::strcmp(argv[1], "recopy-window") && argc == 6;
   if ((!std::strcmp(argv[1], "copy-window") && argc == 5) || recopy) {

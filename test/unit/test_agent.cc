@@ -976,3 +976,108 @@ TEST_CASE("agent list: a reply that never ends ends in the client's timeout", "[
   CHECK(r.error().code == ETIMEDOUT);
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
+
+// --- iteration boundaries (step_boundary.h): a checkpoint lands on one ---
+
+namespace {
+
+// A program's loop: at a boundary (step), then an iteration that is not a
+// CUDA call (the gate does not stop it) of `work`.
+struct SteppingProgram {
+  StepBoundary& steps;
+  Gate& gate;
+  std::atomic<bool> in_iteration{false}, stop{false};
+  std::atomic<uint64_t> iterations{0};
+  std::thread thread;
+  SteppingProgram(StepBoundary& s, Gate& g, std::chrono::milliseconds work) : steps(s), gate(g) {
+    thread = std::thread([this, work] {
+      while (!stop) {
+        steps.step(gate);
+        in_iteration = true;
+        std::this_thread::sleep_for(work);
+        in_iteration = false;
+        iterations++;
+      }
+    });
+  }
+  ~SteppingProgram() {
+    stop = true;
+    thread.join();
+  }
+};
+
+AgentOptions with_steps(StepBoundary& s, int wait_ms) {
+  AgentOptions o;
+  o.steps = &s;
+  o.step_wait_ms = wait_ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("agent steps: a quiesce closes the gate at the program's next boundary, and holds it there",
+          "[agent][steps]") {
+  StepBoundary steps;
+  RunningAgent a(0, with_steps(steps, 2000));
+  SteppingProgram program(steps, a.gate, 30ms);
+  while (program.iterations < 3) std::this_thread::sleep_for(1ms);
+  auto c = a.client();
+  auto q = c.quiesce(1000);
+  REQUIRE(q.ok());
+  CHECK(q->at_step);
+  // Held at the boundary: no iteration runs while the gate is closed.
+  const uint64_t at = program.iterations;
+  std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(program.in_iteration);
+  CHECK(program.iterations == at);
+  REQUIRE(c.resume().ok());
+  while (program.iterations < at + 2) std::this_thread::sleep_for(1ms);
+  auto status = c.status();
+  REQUIRE(status.ok());
+  bool counted = false;
+  for (const auto& [name, value] : status->counters) counted = counted || (name == "steps" && value >= at + 2);
+  CHECK(counted);
+}
+
+TEST_CASE("agent steps: a program that stops stepping delays a quiesce by the bound only", "[agent][steps]") {
+  StepBoundary steps;
+  RunningAgent a(0, with_steps(steps, 150));
+  steps.step(a.gate);  // it marked boundaries once, then none
+  auto c = a.client();
+  auto t0 = std::chrono::steady_clock::now();
+  auto q = c.quiesce(1000);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(q.ok());
+  CHECK_FALSE(q->at_step);
+  CHECK(waited >= 140ms);
+  CHECK(waited < 2s);
+  REQUIRE(c.resume().ok());
+}
+
+TEST_CASE("agent steps: a program idle at a boundary, or one that never steps, is closed at once",
+          "[agent][steps]") {
+  SECTION("idle") {
+    StepBoundary steps;
+    RunningAgent a(0, with_steps(steps, 5000));
+    steps.step(a.gate);
+    steps.set_idle(true);
+    auto c = a.client();
+    auto t0 = std::chrono::steady_clock::now();
+    auto q = c.quiesce(1000);
+    REQUIRE(q.ok());
+    CHECK(q->at_step);
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    REQUIRE(c.resume().ok());
+  }
+  SECTION("never steps") {
+    StepBoundary steps;
+    RunningAgent a(0, with_steps(steps, 5000));
+    auto c = a.client();
+    auto t0 = std::chrono::steady_clock::now();
+    auto q = c.quiesce(1000);
+    REQUIRE(q.ok());
+    CHECK_FALSE(q->at_step);
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    REQUIRE(c.resume().ok());
+  }
+}

@@ -170,6 +170,7 @@ Agent::Answer Agent::answer(const agent::Hello& q) {
 Agent::Answer Agent::answer(const agent::StatusRequest&) {
   agent::StatusReply s = backend_.status();
   s.gate_open = gate_.is_open();
+  if (options_.steps && options_.steps->used()) s.counters.push_back({"steps", options_.steps->steps()});
   return {std::move(s)};
 }
 
@@ -194,14 +195,20 @@ Agent::Answer Agent::answer(const agent::ListAllocationsRequest& q) {
 Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
   uint64_t t0 = monotonic_ns();
   auto timeout = std::chrono::milliseconds(q.timeout_ms);
-  if (!gate_.close(timeout))
+  // A program that marks its iteration boundaries is closed at the next one
+  // (bounded); it waits there until the gate opens again.
+  StepBoundary* steps = options_.steps;
+  const bool at_step = steps && steps->used() && steps->wait_next(std::chrono::milliseconds(options_.step_wait_ms));
+  const bool closed = gate_.close(timeout);
+  if (at_step) steps->release();
+  if (!closed)
     return failure(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +
                                   std::to_string(q.timeout_ms) + " ms; gate reopened");
   if (auto d = backend_.drain(timeout); !d) {
     gate_.open();
     return failure(d.error().code, "drain: " + d.error().message + "; gate reopened");
   }
-  return {agent::QuiesceReply{monotonic_ns() - t0}};
+  return {agent::QuiesceReply{monotonic_ns() - t0, at_step}};
 }
 
 Agent::Answer Agent::answer(const agent::ReleaseMappingsRequest& q) {

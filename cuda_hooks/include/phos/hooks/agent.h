@@ -13,6 +13,7 @@
 
 #include "phos/hooks/agent_backend.h"
 #include "phos/hooks/gate.h"
+#include "phos/hooks/step_boundary.h"
 #include "phos/images/agent_protocol.h"
 #include "phos/images/unique_fd.h"
 #include "phos/support/result.h"
@@ -21,6 +22,10 @@ namespace phos::hooks {
 
 struct AgentOptions {
   int idle_timeout_ms = 30000;  // a silent client is dropped after this long
+  // The program's iteration boundaries (step_boundary.h), where it marks
+  // them: a quiesce waits at most step_wait_ms for the next one.
+  StepBoundary* steps = nullptr;
+  int step_wait_ms = 2000;
 };
 
 class Agent {

@@ -135,6 +135,7 @@ struct QuiesceRequest {
 };
 struct QuiesceReply {
   uint64_t drained_ns = 0;
+  bool at_step = false;  // closed at the program's iteration boundary (phos_step)
   bool operator==(const QuiesceReply&) const = default;
 };
 

@@ -37,7 +37,7 @@ class AgentClient {
 
   const agent::HelloReply& hello() const { return hello_; }
   Result<agent::StatusReply> status();
-  Result<uint64_t> quiesce(uint32_t timeout_ms);  // drained_ns
+  Result<agent::QuiesceReply> quiesce(uint32_t timeout_ms);
   // Every allocation, checked (check_allocations; with fds, check_memory_fd):
   // the agent runs in the process being dumped and is not trusted.
   Result<std::vector<agent::Allocation>> list_allocations(bool with_fds, std::vector<UniqueFd>* fds);
