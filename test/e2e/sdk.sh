@@ -3,7 +3,10 @@
 # criu and plugin:
 #   1. a dump from outside lands on the program's iteration boundary
 #      (phos.step()): the plugin's log says the gate closed there;
-#   2. phos.status() and phos.interval() answer.
+#   2. phos.status() and phos.interval() answer;
+#   3. the program checkpoints itself (phos.checkpoint, leave_running,
+#      through a criu service's RPC): criu answers success, the image is
+#      complete, and the program counts on with its gate open.
 export PHOS_WORKLOAD=$(cd "$(dirname "$0")" && pwd)/sdk_program.py
 # The interpreter itself: a launcher such as pyenv's would exec it under another name.
 export PHOS_WORKLOAD_RUNNER=$(python3 -c 'import sys; print(sys.executable)')
@@ -31,4 +34,25 @@ read -r _ steps _ interval <<<"$out"
 [ "$steps" -gt 5 ] || fail "phos.status counted $steps steps"
 [ "$interval" = 120.0 ] || fail "phos.interval(3600, 2) = $interval"
 say "phos.status: $steps steps counted; phos.interval(3600 s, 2 s) = $interval s"
+kill -9 "$WORKLOAD_PID"; wait_pid_free
+
+# The workload is the init of its own pid namespace here: a criu it started
+# would come back to it as an orphan, inside the tree it dumps. It asks a
+# criu service running outside instead (as a container's program would).
+rm -rf "$IMG" && mkdir -p "$IMG"
+printf 'lib %s\n' "$PLUGIN_DIR" > "$WORK/rpc.conf"
+rm -f "$WORK/state"
+"$CRIU" service --address "$WORK/criu.sock" -d --pidfile "$WORK/criu-service.pid" -o "$WORK/service.log" -v4 ||
+  fail "criu service did not start"
+trap 'kill "$(cat "$WORK/criu-service.pid" 2>/dev/null)" 2>/dev/null; cleanup' EXIT
+PHOS_CRIU_SERVICE=$WORK/criu.sock start_workload --preload --self-checkpoint "$IMG" "$WORK/rpc.conf"
+for _ in $(seq 200); do [ -s "$WORK/state.checkpoint" ] && break; sleep 0.05; done
+[ -s "$WORK/state.checkpoint" ] || fail "the program's self-checkpoint did not return: $(tail -n 3 "$IMG/dump.log" 2>/dev/null)"
+grep -q '"success": true' "$WORK/state.checkpoint" ||
+  fail "phos.checkpoint: $(cat "$WORK/state.checkpoint"); $(grep -o 'phos: Error: .*' "$IMG/dump.log" | head -n1)"
+ls "$IMG"/phos-*-complete.img >/dev/null 2>&1 || fail "the self-checkpoint's image is not complete"
+at=$(state_counter)
+gate_opens "$WORKLOAD_PID" || fail "gate not open after the self-checkpoint: $(cat "$IMG/phos-keeper.log" 2>/dev/null)"
+wait_counter_above $((at + 5))
+say "phos.checkpoint from inside: criu answered success; image complete; counting on ($at -> $(state_counter))"
 say "PASS"

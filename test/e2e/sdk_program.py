@@ -1,9 +1,12 @@
 """The e2e workload contract (a random token and a counter written to STATE
 every 10 ms, no file kept open) from a Python program using the phos SDK:
-phos.step() at every iteration.
+phos.step() at every iteration. With --self-checkpoint IMAGES CONFIG it asks
+criu to dump itself (phos.checkpoint, leave_running) at iteration 20 and
+writes criu's answer to STATE.checkpoint.
 
-usage: sdk_program.py STATE
+usage: sdk_program.py STATE [--self-checkpoint IMAGES CONFIG]
 """
+import json
 import os
 import sys
 import time
@@ -19,12 +22,19 @@ def write(path, text):
 
 def main():
     state = sys.argv[1]
+    self_checkpoint = sys.argv[3:5] if len(sys.argv) >= 5 and sys.argv[2] == "--self-checkpoint" else None
     token = os.urandom(8).hex()
     counter = 0
     while True:
         phos.step()
         counter += 1
         write(state, "%s %d\n" % (token, counter))
+        if self_checkpoint and counter == 20:
+            try:
+                answer = phos.checkpoint(self_checkpoint[0], leave_running=True, config_file=self_checkpoint[1])
+            except phos.CheckpointError as e:
+                answer = {"error": str(e)}
+            write(state + ".checkpoint", json.dumps(answer) + "\n")
         time.sleep(0.01)
 
 

@@ -5,6 +5,7 @@ libphos.so preloaded; without it every call here is harmless).
     for batch in loader:
         phos.step()                 # an iteration boundary: a checkpoint lands here
         train_step(batch)
+    phos.checkpoint("/ckpt/7")      # criu dumps this process, which runs on
     phos.status()                   # what `phosctl status` shows
     phos.interval(mtbf_s=3600, overhead_s=1.5)   # seconds between checkpoints
 
@@ -19,7 +20,13 @@ import os
 import shutil
 import subprocess
 
-__all__ = ["step", "idle", "status", "interval", "preloaded"]
+from . import _criu_rpc
+
+__all__ = ["step", "idle", "checkpoint", "status", "interval", "preloaded", "CheckpointError"]
+
+
+class CheckpointError(RuntimeError):
+    """criu refused or failed a checkpoint; the message is criu's."""
 
 
 def _libphos():
@@ -54,6 +61,47 @@ def idle(at_boundary):
     lib = _libphos()
     if lib is not None:
         lib.phos_step_idle(ctypes.c_int(1 if at_boundary else 0))
+
+
+def checkpoint(images_dir, leave_running=True, criu=None, config_file=None, shell_job=True, log_file="dump.log",
+               log_level=4, service=None):
+    """Asks criu to dump this process into `images_dir` through criu's RPC
+    (`criu swrk`, as libcriu and runc do). With leave_running the process
+    runs on once criu is done (phos gives its GPU state back once criu has
+    exited); without it criu ends the process, and this does not return.
+
+    criu: the criu binary (default: CRIU, else `criu` on PATH). config_file:
+    criu's configuration, where phos's plugin directory is named (`lib DIR`)
+    unless criu finds it where it looks by default. shell_job: the process
+    may lead its session or have a terminal (criu's --shell-job).
+    service: the socket of a running `criu service` (default:
+    PHOS_CRIU_SERVICE) to ask instead of starting criu: needed where the
+    process is the init of its pid namespace (criu, started from it, would be
+    inside the tree it dumps). Returns criu's answer as a dict; raises
+    CheckpointError with criu's message.
+    """
+    service = service or os.environ.get("PHOS_CRIU_SERVICE")
+    if not service:
+        criu = criu or os.environ.get("CRIU") or shutil.which("criu")
+        if not criu:
+            raise CheckpointError("criu not found (set CRIU or put criu on PATH, or name a criu service)")
+    # This process waits in the dump: at a boundary until the end.
+    idle(True)
+    try:
+        args = dict(leave_running=leave_running, shell_job=shell_job, config_file=config_file, log_file=log_file,
+                    log_level=log_level)
+        if service:
+            answer = _criu_rpc.dump_self_service(service, images_dir, **args)
+        else:
+            answer = _criu_rpc.dump_self(criu, images_dir, **args)
+    except OSError as e:
+        raise CheckpointError("criu: %s" % e)
+    finally:
+        idle(False)
+    if not answer.get("success"):
+        raise CheckpointError("criu dump failed: %s (errno %s; see %s in %s)" %
+                              (answer.get("errmsg") or "no message", answer.get("errno", 0), log_file, images_dir))
+    return answer
 
 
 def status(pid=None, phosctl=None):

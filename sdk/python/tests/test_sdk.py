@@ -1,6 +1,7 @@
-"""The SDK without libphos.so: the interval, step() and idle() as no-ops,
-status() without phosctl. test/e2e/sdk.sh runs it under libphos.so with the
-real criu."""
+"""The SDK without libphos.so: the interval, the RPC encoding against known
+bytes, step() and idle() as no-ops, checkpoint() without criu and status()
+without phosctl. test/e2e/sdk.sh runs it under libphos.so with the real
+criu."""
 import math
 import os
 import sys
@@ -8,6 +9,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import phos  # noqa: E402
+from phos import _criu_rpc  # noqa: E402
 
 
 class Interval(unittest.TestCase):
@@ -34,6 +36,36 @@ class Interval(unittest.TestCase):
             phos.interval(10, 1, restore_s=-1)
 
 
+class Rpc(unittest.TestCase):
+    def test_dump_request_bytes(self):
+        b = _criu_rpc.encode_dump(5, 77, True, True, "dump.log", 4, "/etc/x.conf")
+        # type=DUMP; opts: images_dir_fd=5, pid=77, leave_running, shell_job,
+        # log_level=4, log_file, config_file (field 51: a two-byte key).
+        opts = (b"\x08\x05" + b"\x10\x4d" + b"\x18\x01" + b"\x38\x01" + b"\x48\x04" + b"\x52\x08dump.log" +
+                b"\x9a\x03\x0b/etc/x.conf")
+        self.assertEqual(b, b"\x08\x01" + b"\x12" + bytes([len(opts)]) + opts)
+
+    def test_images_dir_by_path(self):
+        b = _criu_rpc.encode_dump(-1, 77, False, False, "d", 4, images_dir="/img")
+        self.assertIn(b"\x08" + b"\xff" * 9 + b"\x01", b)  # images_dir_fd = -1
+        self.assertIn(b"\xa2\x04\x04/img", b)               # images_dir, field 68
+
+    def test_flags_off_leave_no_field(self):
+        b = _criu_rpc.encode_dump(5, 77, False, False, "d", 4)
+        self.assertNotIn(b"\x18\x01", b)
+        self.assertNotIn(b"\x38\x01", b)
+
+    def test_response(self):
+        msg = b"bad thing"
+        r = _criu_rpc.decode_response(b"\x08\x01\x10\x00\x38\x0c\x4a" + bytes([len(msg)]) + msg)
+        self.assertEqual(r, {"type": 1, "success": False, "errno": 12, "errmsg": "bad thing"})
+        self.assertTrue(_criu_rpc.decode_response(b"\x08\x01\x10\x01")["success"])
+
+    def test_truncated_response(self):
+        with self.assertRaises(ValueError):
+            _criu_rpc.decode_response(b"\x08\x81")
+
+
 class WithoutLibphos(unittest.TestCase):
     def test_step_is_harmless(self):
         if phos.preloaded():
@@ -43,6 +75,16 @@ class WithoutLibphos(unittest.TestCase):
     def test_idle_is_harmless(self):
         phos.idle(True)
         phos.idle(False)
+
+    def test_checkpoint_without_criu(self):
+        old = os.environ.get("PATH")
+        os.environ["PATH"] = "/nonexistent"
+        os.environ.pop("CRIU", None)
+        try:
+            with self.assertRaises(phos.CheckpointError):
+                phos.checkpoint("/tmp")
+        finally:
+            os.environ["PATH"] = old
 
     def test_status_without_phosctl(self):
         old = os.environ.get("PATH")
