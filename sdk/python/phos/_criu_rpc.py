@@ -10,7 +10,7 @@ import subprocess
 _DUMP = 1
 _REQ_TYPE, _REQ_OPTS = 1, 2
 _OPT_IMAGES_DIR_FD, _OPT_PID, _OPT_LEAVE_RUNNING, _OPT_SHELL_JOB = 1, 2, 3, 7
-_OPT_LOG_LEVEL, _OPT_LOG_FILE, _OPT_CONFIG_FILE, _OPT_IMAGES_DIR = 9, 10, 51, 68
+_OPT_LOG_LEVEL, _OPT_LOG_FILE, _OPT_CONFIG_FILE = 9, 10, 51
 _RESP_TYPE, _RESP_SUCCESS, _RESP_ERRNO, _RESP_ERRMSG = 1, 2, 7, 9
 
 
@@ -32,14 +32,10 @@ def _bytes_field(field, b):
     return _varint((field << 3) | 2) + _varint(len(b)) + b
 
 
-def encode_dump(images_dir_fd, pid, leave_running, shell_job, log_file, log_level, config_file=None, images_dir=None):
-    # images_dir_fd -1 (an int32: ten bytes of two's complement) names the
-    # directory by images_dir instead, for a criu that does not share fds.
-    opts = _int_field(_OPT_IMAGES_DIR_FD, images_dir_fd & 0xFFFFFFFFFFFFFFFF)
+def encode_dump(images_dir_fd, pid, leave_running, shell_job, log_file, log_level, config_file=None):
+    opts = _int_field(_OPT_IMAGES_DIR_FD, images_dir_fd)
     if pid:  # none: criu dumps the peer of its socket, in its own pid namespace's numbers
         opts += _int_field(_OPT_PID, pid)
-    if images_dir:
-        opts += _bytes_field(_OPT_IMAGES_DIR, os.fsencode(images_dir))
     if leave_running:
         opts += _int_field(_OPT_LEAVE_RUNNING, 1)
     if shell_job:

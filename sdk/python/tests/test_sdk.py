@@ -45,10 +45,12 @@ class Rpc(unittest.TestCase):
                 b"\x9a\x03\x0b/etc/x.conf")
         self.assertEqual(b, b"\x08\x01" + b"\x12" + bytes([len(opts)]) + opts)
 
-    def test_images_dir_by_path(self):
-        b = _criu_rpc.encode_dump(-1, 77, False, False, "d", 4, images_dir="/img")
-        self.assertIn(b"\x08" + b"\xff" * 9 + b"\x01", b)  # images_dir_fd = -1
-        self.assertIn(b"\xa2\x04\x04/img", b)               # images_dir, field 68
+    def test_service_request_names_no_pid(self):
+        b = _criu_rpc.encode_dump(5, None, True, True, "d", 4)
+        # type, opts' key and length, then images_dir_fd=5 and at once
+        # leave_running: no pid (field 2) between them.
+        self.assertEqual(b[:3], b"\x08\x01\x12")
+        self.assertEqual(b[4:8], b"\x08\x05\x18\x01")
 
     def test_flags_off_leave_no_field(self):
         b = _criu_rpc.encode_dump(5, 77, False, False, "d", 4)
