@@ -514,6 +514,17 @@ void CopyState::unclaim(const Claim& claim) {
   wake_all(w);
 }
 
+uint64_t CopyState::dirty_count() const {
+  const uint64_t n = chunk_count();
+  uint64_t count = 0;
+  for (uint64_t i = 0; i * 64 < n; i++) {
+    uint64_t bits = l_->dirty[i].load(std::memory_order_acquire);
+    if (i * 64 + 64 > n) bits &= (uint64_t(1) << (n - i * 64)) - 1;  // bits past the table: scribbled on
+    count += uint64_t(__builtin_popcountll(bits));
+  }
+  return count;
+}
+
 bool CopyState::all_copied() const {
   const uint64_t n = chunk_count();
   for (uint64_t c = 0; c < n; c++)

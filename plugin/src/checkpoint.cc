@@ -141,7 +141,7 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
 Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
   if (t.recopy) PHOS_TRY(end_first_window(pid, client, t));
   PHOS_TRY(list_allocations(pid, client, t));
-  if (t.recopy && !same_allocations(t.save->allocs, t.allocations)) {
+  if (t.recopy && t.save->allocs != t.allocations) {
     PHOS_WARN("process %d: its allocations changed while soft recopy's first pass ran; its memory is copied while "
               "it is stopped", pid);
     discard_first_pass(t);
@@ -304,20 +304,10 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
               closed->violations ? closed->violation.c_str() : closed->abort_reason.c_str());
     table.mark_all_dirty();
   }
-  uint64_t dirty = 0;
-  for (uint64_t k = 0; k < table.chunk_count(); k++) dirty += table.dirty(k);
   PHOS_INFO("process %d: recopy window closed: %llu calls checked, %llu of %llu chunks dirty", pid,
-            (unsigned long long)closed->calls_checked, (unsigned long long)dirty,
+            (unsigned long long)closed->calls_checked, (unsigned long long)table.dirty_count(),
             (unsigned long long)table.chunk_count());
   return {};
-}
-
-bool Checkpointer::same_allocations(const std::vector<agent::Allocation>& a, const std::vector<agent::Allocation>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); i++)
-    if (a[i].id != b[i].id || a[i].address != b[i].address || a[i].size != b[i].size || a[i].device != b[i].device)
-      return false;
-  return true;
 }
 
 void Checkpointer::discard_first_pass(Target& t) {

@@ -135,7 +135,6 @@ class Checkpointer {
   // Gate closed for good: the window's account; a violation or a window the
   // process gave up makes every chunk dirty.
   Result<void> end_first_window(pid_t pid, AgentClient& c, Target& t);
-  static bool same_allocations(const std::vector<agent::Allocation>& a, const std::vector<agent::Allocation>& b);
   // The first pass's copy dropped (its data files removed): the dump copies
   // while the process is stopped.
   void discard_first_pass(Target& t);

@@ -684,13 +684,11 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
                        dma_wait_ns));
   FirstPass pass{bytes.load(), monotonic_ns() - t0, !stopped};
   job.first_pass_chunks = taken;
-  uint64_t dirty = 0;
-  for (uint64_t c = 0; c < table.chunk_count(); c++) dirty += table.dirty(c);
   PHOS_INFO("process %d: soft recopy's first pass copied %llu chunks (%.1f MiB) in %.1f ms while the process ran "
             "(%.2f GB/s)%s; %llu of %llu chunks written meanwhile",
             job.vpid, (unsigned long long)taken.load(), double(pass.bytes) / (1 << 20), double(pass.ns) / 1e6,
             double(pass.bytes) / double(pass.ns ? pass.ns : 1), pass.whole ? "" : ", stopped by its time limit",
-            (unsigned long long)dirty, (unsigned long long)table.chunk_count());
+            (unsigned long long)table.dirty_count(), (unsigned long long)table.chunk_count());
   return pass;
 }
 

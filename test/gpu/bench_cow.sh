@@ -183,12 +183,7 @@ echo "medians of $reps dumps each"
 echo "| size | mode | stall (program; range) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | driver checkpoint | criu's CPU dump | give-back |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 # Medians per (size, mode), in the order first seen; the stall's range too.
-awk -F, '
-  function median(key, col,   n, i, j, v, t) {
-    n = split(vals[key, col], v, " ")
-    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-    return v[int((n + 1) / 2)]
-  }
+awk -F, "$awk_median"'
   $1 == "pattern" {
     key = $2 "," $3
     if (!(key in seen)) { seen[key] = 1; order[++k] = key }

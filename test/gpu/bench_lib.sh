@@ -38,3 +38,13 @@ step_times() {
          for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) {t = v[j]; v[j] = v[j-1]; v[j-1] = t}
          printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$2"
 }
+
+# An awk function for the tables: median(key, col) of the values gathered,
+# space-separated, in vals[key, col]. Prepend it to an awk program:
+#   awk -F, "$awk_median"' ... { vals[k, c] = vals[k, c] " " $c } END { ... median(k, c) ... }'
+awk_median='
+  function median(key, col,   n, i, j, v, t) {
+    n = split(vals[key, col], v, " ")
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+    return v[int((n + 1) / 2)]
+  }'

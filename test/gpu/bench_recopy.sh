@@ -86,12 +86,7 @@ echo "## soft recopy against the stopped copy: dumps without --leave-running (im
 echo "medians of $reps dumps each; downtime: from the gate closing for good to criu's end (the process gone)"
 echo "| job | mode | downtime | criu in all | first pass (while running) | copied again | device memory |"
 echo "|---|---|---|---|---|---|---|"
-awk -F, '
-  function median(key, col,   n, i, j, v, t) {
-    n = split(vals[key, col], v, " ")
-    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-    return v[int((n + 1) / 2)]
-  }
+awk -F, "$awk_median"'
   NR > 1 {
     key = $1 ":" $2 "," $3
     if (!(key in seen)) { seen[key] = 1; order[++k] = key }

@@ -290,6 +290,18 @@ TEST_CASE("copy state: recopy marks every chunk dirty for a call it cannot read"
   CHECK(s.all_copied());
 }
 
+TEST_CASE("copy state: dirty_count counts the chunks dirty now, across bitmap words", "[copy_state][recopy]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 70 * kChunk}}, 0);
+  CHECK(s.dirty_count() == 0);
+  REQUIRE(s.before_write(0x100000 + 63 * kChunk, 2 * kChunk, no_save, 1s).ok());  // chunks 63, 64
+  CHECK(s.dirty_count() == 2);
+  s.mark_all_dirty();
+  CHECK(s.dirty_count() == 70);
+  auto c = s.claim_dirty();
+  REQUIRE(c);
+  CHECK(s.dirty_count() == 69);
+}
+
 TEST_CASE("copy state: marking all dirty twice counts each chunk once", "[copy_state][recopy]") {
   CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 3 * kChunk}}, 0);
   REQUIRE(s.before_write(0x100000, 8, no_save, 1s)->dirtied == 1);

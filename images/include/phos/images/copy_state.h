@@ -152,6 +152,8 @@ class CopyState {
   void unclaim(const Claim& claim);
   // True when every chunk is copied (copy-on-write: the window can close).
   bool all_copied() const;
+  // Recopy: the chunks dirty now (to be copied again).
+  uint64_t dirty_count() const;
   // Closes the window (every chunk copied, or the dump given up); the
   // hooks stop consulting the table, waiters wake.
   void close(Window how);
