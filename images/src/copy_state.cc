@@ -15,7 +15,7 @@ namespace phos::copystate {
 namespace {
 
 constexpr uint64_t kMagic = 0x5453504359504850ull;  // "PHPYCPST": phos copy state
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the fill protocol, overwritten
 constexpr size_t kUrgentEntries = 256;
 constexpr uint32_t kStateBits = 4;
 constexpr uint32_t kStateMask = (1u << kStateBits) - 1;
@@ -44,7 +44,7 @@ struct Header {
   std::atomic<uint32_t> window;
   uint32_t reserved;
   std::atomic<uint64_t> cursor;  // where the engine's scan goes on
-  std::atomic<uint64_t> saved, waits, dirtied;
+  std::atomic<uint64_t> saved, waits, dirtied, overwritten;
 };
 
 struct RegionRecord {
@@ -225,8 +225,11 @@ Result<CopyState> CopyState::attach(int fd_in) {
   const Header& h = *static_cast<const Header*>(map);
   if (h.magic != kMagic) return fail("bad magic");
   if (h.version != kVersion) return fail("version " + std::to_string(h.version) + ", this phos reads " + std::to_string(kVersion));
-  if (h.protocol != uint32_t(Protocol::kCopyOnWrite) && h.protocol != uint32_t(Protocol::kRecopy))
+  if (h.protocol != uint32_t(Protocol::kCopyOnWrite) && h.protocol != uint32_t(Protocol::kRecopy) &&
+      h.protocol != uint32_t(Protocol::kFill))
     return fail("unknown protocol " + std::to_string(h.protocol));
+  if (h.protocol != uint32_t(Protocol::kCopyOnWrite) && h.pool_slots != 0)
+    return fail("a pool for a protocol without one");
   if (h.chunk_size == 0 || h.chunk_size % 4096 || h.chunk_count > kMaxChunks || h.region_count > kMaxRegions ||
       h.pool_slots > kMaxPoolSlots)
     return fail("sizes out of range");
@@ -263,7 +266,7 @@ Window CopyState::window() const { return Window(l_->header->window.load(std::me
 
 Statistics CopyState::statistics() const {
   const Header& h = *l_->header;
-  return Statistics{h.saved.load(), h.waits.load(), h.dirtied.load()};
+  return Statistics{h.saved.load(), h.waits.load(), h.dirtied.load(), h.overwritten.load()};
 }
 
 Claim CopyState::claim_of(uint64_t chunk, std::optional<uint32_t> slot) const {
@@ -353,11 +356,15 @@ Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
       report.waited++;
       l_->header->waits.fetch_add(1, std::memory_order_relaxed);
     }
-    if (!wait_change(w, seen, deadline)) return make_error("copy-on-write: chunk " + std::to_string(chunk) + " was not copied in time", ETIMEDOUT);
+    if (!wait_change(w, seen, deadline))
+      return make_error(protocol() == Protocol::kFill
+                            ? "on-demand restore: chunk " + std::to_string(chunk) + " was not filled in time"
+                            : "copy-on-write: chunk " + std::to_string(chunk) + " was not copied in time",
+                        ETIMEDOUT);
     return {};
   };
   for (;;) {
-    if (window() != Window::kOpen) return {};
+    if (window() != Window::kOpen) return fill_given_up();
     uint32_t seen = w.load(std::memory_order_acquire);
     switch (state_of(seen)) {
       case ChunkState::kCopied:
@@ -392,6 +399,45 @@ Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
     l_->header->saved.fetch_add(1, std::memory_order_relaxed);
     return {};
   }
+}
+
+Result<void> CopyState::fill_given_up() const {
+  if (protocol() == Protocol::kFill && window() == Window::kAborted)
+    return make_error("on-demand restore: the fill of device memory was given up; the memory is not whole", EIO);
+  return {};
+}
+
+bool CopyState::chunk_within(uint64_t chunk, uint64_t address, uint64_t end) const {
+  Claim c = claim_of(chunk, std::nullopt);
+  uint64_t start = l_->regions[c.region].address + c.offset;
+  return start >= address && start + c.bytes <= end;
+}
+
+Result<WriteReport> CopyState::before_use(uint64_t address, uint64_t bytes, bool overwrite,
+                                          std::chrono::milliseconds timeout) {
+  WriteReport report;
+  PHOS_TRY(fill_given_up());
+  if (window() != Window::kOpen) return report;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  chunks_of(address, bytes, spans);
+  const uint64_t end = address + bytes < address ? UINT64_MAX : address + bytes;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto [first, last] : spans) {
+    for (uint64_t c = first; c <= last; c++) {
+      if (overwrite && chunk_within(c, address, end)) {
+        std::atomic<uint32_t>& w = word(c);
+        uint32_t pending = encode(ChunkState::kPending);
+        if (w.compare_exchange_strong(pending, encode(ChunkState::kCopied), std::memory_order_acq_rel)) {
+          wake_all(w);
+          report.overwritten++;
+          l_->header->overwritten.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+      }
+      PHOS_TRY(write_chunk(c, SaveChunk(), deadline, report));
+    }
+  }
+  return report;
 }
 
 Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
@@ -441,14 +487,15 @@ Result<void> CopyState::wait_closed(std::chrono::milliseconds timeout) const {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::atomic<uint32_t>& w = l_->header->window;
   for (uint32_t seen; (seen = w.load(std::memory_order_acquire)) == uint32_t(Window::kOpen);)
-    if (!wait_change(w, seen, deadline)) return make_error("the dump's copy did not end in time", ETIMEDOUT);
-  return {};
+    if (!wait_change(w, seen, deadline))
+      return make_error(protocol() == Protocol::kFill ? "on-demand restore: the fill did not end in time"
+                                                      : "the dump's copy did not end in time",
+                        ETIMEDOUT);
+  return fill_given_up();
 }
 
-std::optional<Claim> CopyState::claim_next() {
-  if (window() != Window::kOpen) return std::nullopt;
+std::optional<Claim> CopyState::claim_urgent() {
   const uint64_t n = chunk_count();
-  // Chunks a write waits for.
   for (size_t i = 0; i < kUrgentEntries; i++) {
     uint32_t v = l_->urgent[i].exchange(0, std::memory_order_acq_rel);
     if (!v || v - 1 >= n) continue;  // empty, or scribbled on
@@ -458,6 +505,26 @@ std::optional<Claim> CopyState::claim_next() {
         w.compare_exchange_strong(seen, encode(ChunkState::kCopying), std::memory_order_acq_rel))
       return claim_of(v - 1, std::nullopt);
   }
+  return std::nullopt;
+}
+
+std::optional<Claim> CopyState::claim(uint64_t chunk) {
+  if (chunk >= chunk_count()) return std::nullopt;
+  std::atomic<uint32_t>& w = word(chunk);
+  uint32_t pending = encode(ChunkState::kPending);
+  if (!w.compare_exchange_strong(pending, encode(ChunkState::kCopying), std::memory_order_acq_rel)) return std::nullopt;
+  return claim_of(chunk, std::nullopt);
+}
+
+uint64_t CopyState::chunk_at(uint32_t region, uint64_t offset) const {
+  return l_->first_chunks.at(region) + offset / chunk_size();
+}
+
+std::optional<Claim> CopyState::claim_next() {
+  if (window() != Window::kOpen) return std::nullopt;
+  const uint64_t n = chunk_count();
+  // Chunks a write waits for.
+  if (auto c = claim_urgent()) return c;
   // The others, in order from where the last scan stopped, around once:
   // chunks being saved when it passed are found the next time round.
   bool recopy = protocol() == Protocol::kRecopy;

@@ -19,6 +19,7 @@
 
 #include "phos/images/bytes.h"
 #include "phos/images/crc32c.h"
+#include "phos/images/zero_chunk.h"
 #include "phos/support/clock.h"
 
 namespace phos::image {
@@ -154,15 +155,17 @@ Result<void> pwrite_with_fallback(int fd, const std::byte* p, size_t n, uint64_t
 }
 
 DataFileWriter::DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index, bool direct,
-                               std::string why_buffered)
+                               std::string why_buffered, Sparse sparse)
     : fd_(std::move(fd)),
       name_(std::move(name)),
       file_index_(file_index),
+      sparse_(sparse),
       direct_(direct),
       why_buffered_(std::move(why_buffered)) {}
 
 Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::string name, int32_t pid,
-                                                               uint32_t file_index, DirectIo direct_io) {
+                                                               uint32_t file_index, DirectIo direct_io,
+                                                               Sparse sparse) {
   if (!is_safe_data_file_name(name)) return make_error("data file name '" + name + "' is not a phos-*.img name");
   // Created without O_DIRECT and switched over after the header: open(O_CREAT
   // | O_EXCL | O_DIRECT) on a file system without O_DIRECT creates the file,
@@ -189,7 +192,7 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
     why_buffered = direct ? "" : "the file system refuses O_DIRECT";
   }
   return std::unique_ptr<DataFileWriter>(
-      new DataFileWriter(std::move(fd), std::move(name), file_index, direct, std::move(why_buffered)));
+      new DataFileWriter(std::move(fd), std::move(name), file_index, direct, std::move(why_buffered), sparse));
 }
 
 std::string DataFileWriter::why_buffered() const {
@@ -212,26 +215,40 @@ Result<void> DataFileWriter::write_extent(const std::byte* p, size_t n, uint64_t
   return written;
 }
 
+ChunkSum DataFileWriter::sum_of(std::span<const std::byte> raw, ChunkTimes& t) const {
+  uint64_t t0 = monotonic_ns();
+  ChunkSum sum{crc32c(raw), sparse_ == Sparse::kAuto && zero_chunk::all_zero(raw.data(), raw.size())};
+  t.checksum_ns += monotonic_ns() - t0;
+  return sum;
+}
+
 Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const std::byte> raw,
-                                          Compression compression, int zstd_level, std::optional<uint32_t> crc) {
+                                          Compression compression, int zstd_level, std::optional<ChunkSum> sum) {
   if (raw.empty() || raw.size() > kMaxChunkSize)
     return make_error(name_ + ": chunk of " + std::to_string(raw.size()) + " bytes is outside 1.." +
                       std::to_string(kMaxChunkSize));
   ChunkTimes t;
+  if (!sum) sum = sum_of(raw, t);
   Chunk c;
   c.alloc_offset = alloc_offset;
-  c.file_index = file_index_;
   c.raw_size = uint32_t(raw.size());
-  uint64_t t0 = monotonic_ns();
-  c.crc32c = crc ? *crc : crc32c(raw);
-  t.checksum_ns = monotonic_ns() - t0;
+  c.crc32c = sum->crc32c;
+  if (sum->zero && sparse_ == Sparse::kAuto) {
+    // Nothing to write: no extent, and no data file named (validate_manifest
+    // refuses a zero chunk that names one).
+    c.compression = Compression::kZero;
+    std::lock_guard<std::mutex> lock(mu_);
+    times_ += t;
+    return c;
+  }
+  c.file_index = file_index_;
 
   // What goes to the file: `extent` bytes from `out`, `stored` of them the chunk's.
   const std::byte* out = raw.data();
   size_t stored = raw.size(), extent = raw.size();
   AlignedBuffer aligned;
   if (compression == Compression::kZstd) {
-    t0 = monotonic_ns();
+    const uint64_t t0 = monotonic_ns();
     aligned = AlignedBuffer(ZSTD_compressBound(raw.size()));
     size_t n = ZSTD_compress(aligned.data(), aligned.capacity(), raw.data(), raw.size(), zstd_level);
     t.compress_ns = monotonic_ns() - t0;
@@ -252,7 +269,7 @@ Result<Chunk> DataFileWriter::write_chunk(uint64_t alloc_offset, std::span<const
   c.stored_size = uint32_t(stored);
   // Every extent starts aligned, whichever way it is written.
   c.file_offset = end_.fetch_add(align_up(stored));
-  t0 = monotonic_ns();
+  const uint64_t t0 = monotonic_ns();
   PHOS_TRY(write_extent(out, extent, c.file_offset));
   t.io_ns = monotonic_ns() - t0;
   std::lock_guard<std::mutex> lock(mu_);
@@ -269,6 +286,10 @@ Result<DataFile> DataFileWriter::finish() {
 }
 
 Error checksum_mismatch(std::string_view file_name, const Chunk& chunk) {
+  if (chunk.compression == Compression::kZero)  // stored nowhere: its record is wrong
+    return make_error("zero chunk at allocation offset " + std::to_string(chunk.alloc_offset) +
+                          ": its CRC-32C is not that of zero bytes",
+                      EIO);
   return make_error(std::string(file_name) + ": checksum mismatch in chunk at file offset " +
                         std::to_string(chunk.file_offset) + " (allocation offset " +
                         std::to_string(chunk.alloc_offset) + ")",
@@ -282,7 +303,9 @@ Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, 
   if (out.size() != chunk.raw_size)
     return make_error(std::string(file_name) + ": chunk buffer of " + std::to_string(out.size()) +
                       " bytes for a chunk of " + std::to_string(chunk.raw_size));
-  if (chunk.compression == Compression::kNone) {
+  if (chunk.compression == Compression::kZero) {
+    std::memset(out.data(), 0, out.size());
+  } else if (chunk.compression == Compression::kNone) {
     PHOS_TRY(pread_all(fd, out.data(), out.size(), chunk.file_offset, file_name));
     t.io_ns = monotonic_ns() - t0;
   } else if (chunk.compression == Compression::kZstd) {

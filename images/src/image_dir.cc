@@ -195,11 +195,14 @@ ImageReader::ImageReader(int dirfd, const Manifest& manifest)
     : dirfd_(dirfd), manifest_(manifest), files_(manifest.data_files.size()) {}
 
 std::string_view ImageReader::file_name(const Chunk& chunk) const {
+  if (chunk.compression == Compression::kZero) return "zero chunk";
   return chunk.file_index < manifest_.data_files.size() ? std::string_view(manifest_.data_files[chunk.file_index].name)
                                                          : std::string_view("?");
 }
 
 Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check) {
+  if (chunk.compression == Compression::kZero)  // in no file
+    return image::read_chunk(-1, file_name(chunk), chunk, out, scratch_, &times_, check);
   if (chunk.file_index >= files_.size()) return make_error("chunk refers to a data file the manifest lacks");
   const std::string& name = manifest_.data_files[chunk.file_index].name;
   UniqueFd& fd = files_[chunk.file_index];

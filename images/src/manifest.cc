@@ -35,6 +35,7 @@ std::string_view compression_name(Compression c) {
   switch (c) {
     case Compression::kNone: return "none";
     case Compression::kZstd: return "zstd";
+    case Compression::kZero: return "zero";
   }
   return "unknown";
 }
@@ -161,6 +162,8 @@ struct PbManifest {
     optional(stats.has_recopy_first_pass_ns, stats.recopy_first_pass_ns, s.recopy_first_pass_ns);
     optional(stats.has_recopied_bytes, stats.recopied_bytes, s.recopied_bytes);
     optional(stats.has_final_pass_ns, stats.final_pass_ns, s.final_pass_ns);
+    optional(stats.has_zero_chunks, stats.zero_chunks, s.zero_chunks);
+    optional(stats.has_zero_bytes, stats.zero_bytes, s.zero_bytes);
     m.statistics = &stats;
     if (in.copy_trust != agent::CopyTrust(0)) {
       m.has_copy_trust = 1;
@@ -247,6 +250,8 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
     o.recopy_first_pass_ns = s->recopy_first_pass_ns;
     o.recopied_bytes = s->recopied_bytes;
     o.final_pass_ns = s->final_pass_ns;
+    o.zero_chunks = s->zero_chunks;
+    o.zero_bytes = s->zero_bytes;
   }
   out.copy_trust = agent::CopyTrust(m.has_copy_trust ? m.copy_trust : 0);
   if (const auto* log = m.launch_log) {
@@ -292,6 +297,44 @@ Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_vi
   PHOS_TRY(validate_manifest(m, name));
   return m;
 }
+
+uint32_t format_version_for(const Manifest& m) {
+  for (const auto& a : m.allocations)
+    for (const auto& c : a.chunks)
+      if (c.compression == Compression::kZero) return kZeroChunkFormatVersion;
+  return 1;
+}
+
+namespace {
+
+// A zero chunk stores nothing, and only a manifest of a version that knows
+// zero chunks may have one. "" or what is wrong with it.
+std::string zero_chunk_problem(const Manifest& m, const Chunk& c) {
+  if (m.format_version < kZeroChunkFormatVersion)
+    return "is a zero chunk, which format version " + std::to_string(m.format_version) + " does not have";
+  if (c.stored_size != 0 || c.file_index != 0 || c.file_offset != 0)
+    return "is a zero chunk but names " + std::to_string(c.stored_size) + " stored bytes in data file " +
+           std::to_string(c.file_index) + " at offset " + std::to_string(c.file_offset);
+  return "";
+}
+
+// A chunk with stored bytes: their size fits its encoding and they lie in a
+// listed data file. "" or what is wrong with it.
+std::string stored_chunk_problem(const Manifest& m, const Chunk& c) {
+  if (c.compression == Compression::kNone && c.stored_size != c.raw_size)
+    return "is uncompressed but stores " + std::to_string(c.stored_size) + " of " + std::to_string(c.raw_size) +
+           " bytes";
+  if (c.stored_size == 0 || c.stored_size > ZSTD_compressBound(c.raw_size))
+    return "stored size " + std::to_string(c.stored_size) + " is impossible";
+  if (c.file_index >= m.data_files.size())
+    return "refers to data file " + std::to_string(c.file_index) + ", not listed";
+  const DataFile& f = m.data_files[c.file_index];
+  if (c.file_offset < kDataHeaderSize || c.file_offset > f.size || f.size - c.file_offset < c.stored_size)
+    return "lies outside " + f.name + " (" + std::to_string(f.size) + " bytes)";
+  return "";
+}
+
+}  // namespace
 
 Result<void> validate_manifest(const Manifest& m, std::string_view name) {
   auto fail = [&](const std::string& why) { return make_error(std::string(name) + ": manifest: " + why); };
@@ -339,15 +382,9 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
       if (c.raw_size == 0 || c.raw_size > m.chunk_size)
         return fail(cw + " has " + std::to_string(c.raw_size) + " bytes, chunk size is " + std::to_string(m.chunk_size));
       if (compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
-      if (c.compression == Compression::kNone && c.stored_size != c.raw_size)
-        return fail(cw + " is uncompressed but stores " + std::to_string(c.stored_size) + " of " +
-                    std::to_string(c.raw_size) + " bytes");
-      if (c.stored_size == 0 || c.stored_size > ZSTD_compressBound(c.raw_size))
-        return fail(cw + " stored size " + std::to_string(c.stored_size) + " is impossible");
-      if (c.file_index >= m.data_files.size()) return fail(cw + " refers to data file " + std::to_string(c.file_index) + ", not listed");
-      const DataFile& f = m.data_files[c.file_index];
-      if (c.file_offset < kDataHeaderSize || c.file_offset > f.size || f.size - c.file_offset < c.stored_size)
-        return fail(cw + " lies outside " + f.name + " (" + std::to_string(f.size) + " bytes)");
+      std::string problem =
+          c.compression == Compression::kZero ? zero_chunk_problem(m, c) : stored_chunk_problem(m, c);
+      if (!problem.empty()) return fail(cw + " " + problem);
       covered += c.raw_size;
       if (covered > a.size) return fail(what + ": chunks hold more than its " + std::to_string(a.size) + " bytes");
     }
@@ -358,7 +395,7 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
 }
 
 CompletionMarker marker_for(std::span<const std::byte> manifest_file, uint64_t completed_unix_ns) {
-  return CompletionMarker{kManifestFormatVersion, manifest_file.size(), crc32c(manifest_file), completed_unix_ns};
+  return CompletionMarker{kMarkerFormatVersion, manifest_file.size(), crc32c(manifest_file), completed_unix_ns};
 }
 
 std::vector<std::byte> encode_marker(const CompletionMarker& marker) {
@@ -371,7 +408,7 @@ std::vector<std::byte> encode_marker(const CompletionMarker& marker) {
 }
 
 Result<CompletionMarker> decode_marker(std::span<const std::byte> file, std::string_view name) {
-  auto unframed = unframe_file(file, kMarkerMagic, kManifestFormatVersion, name, "completion marker");
+  auto unframed = unframe_file(file, kMarkerMagic, kMarkerFormatVersion, name, "completion marker");
   if (!unframed) return unframed.error();
   auto payload = unframed->payload;
   auto* pb = phos__image__completion_marker__unpack(nullptr, payload.size(),

@@ -5,10 +5,15 @@
 // threads takes one part of the chunk (crc32c_split.h: 16-byte loads, a
 // byte-at-a-time table in shared memory); thread 0 joins the parts' CRCs.
 // The result is the same CRC-32C the host computes (test_crc32c.cc).
+// Each thread also folds the words it loads into its part's OR
+// (zero_chunk.h), and the block's OR-reduction says whether the chunk is
+// zero: a sparse image stores none of it.
 #include "chunk_crc.h"
 #include "phos/images/crc32c_split.h"
+#include "phos/images/zero_chunk.h"
 
 namespace split = phos::crc32c_split;
+namespace zero_chunk = phos::zero_chunk;
 using phos::plugin::ChunkCrcTail;
 constexpr unsigned kThreads = phos::plugin::kChunkCrcThreads;
 
@@ -21,6 +26,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const uint64_t begin = uint64_t(threadIdx.x) * split::part_size(size, blockDim.x);
   const uint64_t n = split::part_length(size, blockDim.x, threadIdx.x);
   uint32_t reg = ~0u;
+  uint32_t folded = 0;  // the OR of the part's words
   uint64_t at = 0;
   // Parts start 16-byte aligned when `data` is (chunks of device memory are).
   if ((reinterpret_cast<uintptr_t>(data) & 15) == 0) {
@@ -30,14 +36,20 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       reg = split::step_word(reg, v.y, table);
       reg = split::step_word(reg, v.z, table);
       reg = split::step_word(reg, v.w, table);
+      folded = zero_chunk::fold(folded, v.x | v.y | v.z | v.w);
     }
   }
-  for (; at < n; at++) reg = split::step_byte(reg, data[begin + at], table);
+  for (; at < n; at++) {
+    reg = split::step_byte(reg, data[begin + at], table);
+    folded = zero_chunk::fold<uint32_t>(folded, data[begin + at]);
+  }
   parts[threadIdx.x] = ~reg;
-  __syncthreads();
+  // The barrier the parts need anyway, reducing the ORs on the way.
+  const int any_nonzero = __syncthreads_or(folded != 0);
   if (threadIdx.x == 0) {
     out->crc = split::join_parts(parts, size, blockDim.x);
-    __threadfence_system();  // the CRC before the mark, as the host sees them
+    out->zero = any_nonzero ? 0 : 1;
+    __threadfence_system();  // the CRC and zero before the mark, as the host sees them
     out->done = phos::plugin::kChunkCrcDone;
   }
 }

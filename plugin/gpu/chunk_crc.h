@@ -1,7 +1,8 @@
 // The contract between the engine (engine.cc) and its checksum kernel
 // (chunk_crc.cu): one block of kChunkCrcThreads threads per chunk writes the
-// chunk's CRC-32C into the tail behind the chunk's staging buffer, then
-// marks it done; a tail not marked done means the CPU checksums the chunk.
+// chunk's CRC-32C, and whether its every byte is 0 (zero_chunk.h), into the
+// tail behind the chunk's staging buffer, then marks it done; a tail not
+// marked done means the CPU checksums the chunk.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +15,8 @@ inline constexpr uint32_t kChunkCrcDone = 0x43524333;  // "3CRC"
 
 struct ChunkCrcTail {
   uint32_t crc;
-  uint32_t done;  // kChunkCrcDone once crc is written
+  uint32_t zero;  // 1: every byte of the chunk is 0
+  uint32_t done;  // kChunkCrcDone once crc and zero are written
 };
 
 // The kernel, built by nvcc and embedded (empty when the build had none).

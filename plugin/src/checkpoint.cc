@@ -479,6 +479,9 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 
 Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   image::Manifest& m = t.manifest;
+  // The oldest version that holds it: a phos of before sparse images still
+  // restores an image without zero chunks.
+  m.format_version = image::format_version_for(m);
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
   m.protocol = t.copy_on_write ? image::Protocol::kSoftCopyOnWrite
@@ -490,8 +493,9 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   auto written = image::write_manifest(dirfd_, m);
   if (!written) return written.error();
   t.manifest_file = std::move(*written);
-  PHOS_INFO("process %d: wrote %s (%zu allocations, %.1f MiB)", pid, image::manifest_file_name(t.vpid).c_str(),
-            m.allocations.size(), double(m.statistics.raw_bytes) / (1 << 20));
+  PHOS_INFO("process %d: wrote %s (%zu allocations, %.1f MiB, %.1f MiB stored, format version %u)", pid,
+            image::manifest_file_name(t.vpid).c_str(), m.allocations.size(), double(m.statistics.raw_bytes) / (1 << 20),
+            double(m.statistics.stored_bytes) / (1 << 20), m.format_version);
   return {};
 }
 

@@ -98,6 +98,8 @@ void restore_failed_at_exit() { _exit(1); }
 void phos_exit(int stage, int ret) {
   bool pending = false;
   guarded("exit", [&] {
+    // On-demand restore: the fill ends here, the processes running.
+    if (stage == CR_PLUGIN_STAGE__RESTORE && g_restorer) g_restorer->finish();
     if (stage == CR_PLUGIN_STAGE__RESTORE && g_restorer && g_restorer->failed() && ret == 0) {
       PHOS_ERR("the restore failed: a process's GPU state could not be restored (see above); it was killed");
       std::atexit(restore_failed_at_exit);

@@ -41,6 +41,19 @@ CUmemAccessDesc read_write(int device) {
   return a;
 }
 
+// The manifest's zero chunks and their bytes, into its statistics: counted
+// over the chunks it names, so a chunk copied twice (soft recopy) counts as
+// its last copy is.
+void count_zero_chunks(image::Manifest& m) {
+  m.statistics.zero_chunks = m.statistics.zero_bytes = 0;
+  for (const auto& a : m.allocations)
+    for (const auto& c : a.chunks)
+      if (c.compression == image::Compression::kZero) {
+        m.statistics.zero_chunks++;
+        m.statistics.zero_bytes += c.raw_size;
+      }
+}
+
 // The tail behind a staging buffer of `buffer_size` bytes, where the GPU
 // checksum kernel leaves its result.
 ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) {
@@ -50,7 +63,8 @@ ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) {
 }  // namespace
 
 EngineSettings EngineSettings::from(const PluginOptions& o) {
-  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io, o.compression, o.zstd_level, o.gpu_checksums};
+  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io, o.compression,
+                        o.zstd_level, o.gpu_checksums, o.sparse};
 }
 
 Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
@@ -509,7 +523,8 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
     }
   }
   for (uint32_t w = 0; w < workers_for(job->pieces.size()); w++) {
-    auto writer = image::DataFileWriter::create(dirfd, image::data_file_name(vpid, w), vpid, w, settings_.direct_io);
+    auto writer = image::DataFileWriter::create(dirfd, image::data_file_name(vpid, w), vpid, w, settings_.direct_io,
+                                                settings_.sparse);
     if (!writer) return writer.error();
     job->writers.push_back(std::move(*writer));
   }
@@ -640,16 +655,17 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
     // On the host now: the process may write the chunk, its slot is free.
     if (p.claim) job.window->table.copied(*p.claim);
     const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
-    std::optional<uint32_t> crc;
+    std::optional<image::ChunkSum> sum;
     job.chunk_copies++;
     if (tail->done == kChunkCrcDone) {
-      crc = tail->crc;
+      sum = image::ChunkSum{tail->crc, tail->zero != 0};
       job.gpu_checksummed++;
     }
     // A chunk copied again (soft recopy) is written again: the manifest
-    // names its last copy; the first stays in the file, unreferenced.
+    // names its last copy, zero or not; a first copy with data stays in the
+    // file, unreferenced.
     auto chunk = job.writers[worker]->write_chunk(p.offset, std::span(static_cast<const std::byte*>(buffer), p.size),
-                                                  settings_.compression, settings_.zstd_level, crc);
+                                                  settings_.compression, settings_.zstd_level, sum);
     if (!chunk) return chunk.error();
     job.chunks[p.allocation][p.chunk] = *chunk;
     return {};
@@ -769,6 +785,7 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
     m.allocations.push_back(image::Allocation{a, std::move(job.chunks[i])});
     s.raw_bytes += a.size;
   }
+  count_zero_chunks(m);
   s.copy_ns = elapsed_ns;
   s.workers = uint32_t(job.writers.size());
   for (uint64_t ns : dma_wait_ns) s.dma_wait_ns += ns;
@@ -779,11 +796,14 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
     PHOS_INFO("process %d: soft recopy's final pass copied %llu chunks (%llu of them again) in %.1f ms", job.vpid,
               (unsigned long long)(job.chunk_copies - job.first_pass_chunks),
               (unsigned long long)job.recopied_chunks, double(elapsed_ns) / 1e6);
-  PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers, %s); "
-            "summed over workers: waiting for DMA %.1f ms, checksums %.1f ms, compression %.1f ms, writing %.1f ms",
+  PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers, %s), "
+            "%.1f MiB stored; %llu zero chunks (%.1f MiB) not stored%s; summed over workers: waiting for DMA %.1f ms, "
+            "checksums %.1f ms, compression %.1f ms, writing %.1f ms",
             job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), double(elapsed_ns) / 1e6,
             double(s.raw_bytes) / double(elapsed_ns), s.workers,
-            s.direct_io ? "O_DIRECT" : ("buffered I/O: " + why_buffered).c_str(), double(s.dma_wait_ns) / 1e6,
+            s.direct_io ? "O_DIRECT" : ("buffered I/O: " + why_buffered).c_str(), double(s.stored_bytes) / (1 << 20),
+            (unsigned long long)s.zero_chunks, double(s.zero_bytes) / (1 << 20),
+            settings_.sparse == image::Sparse::kOff ? " (sparse=off)" : "", double(s.dma_wait_ns) / 1e6,
             double(s.checksum_ns) / 1e6, double(s.compress_ns) / 1e6, double(s.write_ns) / 1e6);
   return {};
 }
@@ -856,6 +876,15 @@ Result<std::unique_ptr<Engine::LoadJob>> Engine::prepare_load(const image::Manif
   return job;
 }
 
+Result<void> Engine::queue_zero_chunk(const LoadJob& job, const Piece& p, CUstream stream) {
+  const image::Allocation& a = job.manifest->allocations[p.allocation];
+  const image::Chunk& c = a.chunks[p.chunk];
+  PHOS_CU(cu_, cu_.cuMemsetD8Async(job.vas[p.allocation] + c.alloc_offset, 0, c.raw_size, stream),
+          ("set zero chunk at offset " + std::to_string(c.alloc_offset) + " of allocation " + std::to_string(a.id))
+              .c_str());
+  return {};
+}
+
 Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
   std::lock_guard<std::mutex> lock(run_mu_);
   const image::Manifest& m = *job.manifest;
@@ -868,10 +897,11 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
   // Each chunk's CRC is checked on the GPU, after it went there, where the
   // checksum kernel is loaded (the same one as a dump's): the workers then
   // read each chunk once (pread), not twice (pread, CRC).
-  std::atomic<uint64_t> gpu_checked{0};
+  std::atomic<uint64_t> gpu_checked{0}, zero_chunks{0};
   work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned worker) -> Result<void> {
     if (!readers[worker]) readers[worker] = std::make_unique<image::ImageReader>(dirfd, m);
     const image::Chunk& c = m.allocations[p.allocation].chunks[p.chunk];
+    if (c.compression == image::Compression::kZero) return queue_zero_chunk(job, p, stream);
     const bool on_gpu = crc_function(p.device) != nullptr;
     PHOS_TRY(readers[worker]->read_chunk(c, std::span(static_cast<std::byte*>(buffer), c.raw_size),
                                          on_gpu ? image::CrcCheck::kByCaller : image::CrcCheck::kHere));
@@ -882,8 +912,18 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
     return {};
   };
   work.done = [&](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
-    if (!crc_function(p.device)) return {};  // read_chunk checked it
     const image::Chunk& c = m.allocations[p.allocation].chunks[p.chunk];
+    // Zero by construction: nothing read that a CRC could find damaged.
+    // On-demand: in the table once it is known good, for the calls waiting.
+    auto in = [&] {
+      if (p.claim) job.fill->copied(*p.claim);
+      return Result<void>{};
+    };
+    if (c.compression == image::Compression::kZero) {
+      zero_chunks++;
+      return in();
+    }
+    if (!crc_function(p.device)) return in();  // read_chunk checked it
     const ChunkCrcTail* tail = crc_tail(buffer, m.chunk_size);
     uint32_t crc = 0;
     if (tail->done == kChunkCrcDone) {
@@ -893,12 +933,21 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
       crc = phos::crc32c(std::span(static_cast<const std::byte*>(buffer), c.raw_size));
     }
     if (crc != c.crc32c) return image::checksum_mismatch(readers[worker]->file_name(c), c);
-    return {};
+    return in();
   };
   uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   // Chunks hold at most the image's chunk size (validate_manifest checks).
-  auto filled = run_workers(pieces, m.chunk_size, work, dma_wait_ns);
+  Result<void> filled;
+  if (job.fill) {
+    for (const auto& p : pieces)
+      if (Result<void> err; !context(p.device, err)) return err.error();
+    std::atomic<size_t> cursor{0};
+    filled = run_workers(workers_for(pieces.size()), [&](Piece& out) { return next_fill(job, cursor, out); },
+                         m.chunk_size, work, dma_wait_ns);
+  } else {
+    filled = run_workers(pieces, m.chunk_size, work, dma_wait_ns);
+  }
   uint64_t elapsed = monotonic_ns() - t0;
   if (!filled) return filled.error();  // the job releases the memory
   image::ChunkTimes times;
@@ -911,23 +960,105 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
   for (size_t i = 0; i < m.allocations.size(); i++) {
     unmap(vas[i], m.allocations[i].size);
     vas[i] = 0;
+    bytes += m.allocations[i].size;
+    if (job.fill) {  // exported by open_fill; its fd keeps the memory
+      cu_.cuMemRelease(handles[i]);
+      handles[i] = 0;
+      continue;
+    }
     int fd = -1;
     CUresult r = cu_.cuMemExportToShareableHandle(&fd, handles[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     cu_.cuMemRelease(handles[i]);  // the fd keeps the memory
     handles[i] = 0;
     if (r != CUDA_SUCCESS) return make_error(cu_.error("export restored allocation", r), EIO);
     fds.emplace_back(fd);
-    bytes += m.allocations[i].size;
+  }
+  if (job.fill) {
+    const copystate::Statistics s = job.fill->statistics();
+    PHOS_INFO("process %d: on-demand fill: %llu chunks overwritten by the process before the fill reached them, "
+              "%llu waits of its calls",
+              m.pid, (unsigned long long)s.overwritten, (unsigned long long)s.waits);
   }
   if (bytes)
     PHOS_INFO("process %d: %zu allocations, %.1f MiB restored to device memory in %.1f ms (%.2f GB/s, %zu workers, "
-              "%llu of %zu chunks' CRC-32C checked on the GPU); summed over workers: reading %.1f ms, decompression "
-              "%.1f ms, checksums on the CPU %.1f ms, waiting for DMA %.1f ms",
+              "%llu of %zu chunks zero, set with a memset, %llu CRC-32C checked on the GPU); summed over workers: "
+              "reading %.1f ms, decompression %.1f ms, checksums on the CPU %.1f ms, waiting for DMA %.1f ms",
               m.pid, m.allocations.size(), double(bytes) / (1 << 20), double(elapsed) / 1e6,
-              double(bytes) / double(elapsed), readers.size(), (unsigned long long)gpu_checked.load(), pieces.size(),
+              double(bytes) / double(elapsed), readers.size(), (unsigned long long)zero_chunks.load(), pieces.size(),
+              (unsigned long long)gpu_checked.load(),
               double(times.io_ns) / 1e6, double(times.compress_ns) / 1e6, double(times.checksum_ns) / 1e6,
               double(dma_wait) / 1e6);
   return fds;
+}
+
+Result<void> Engine::open_fill(LoadJob& job, const std::vector<uint64_t>& first) {
+  const image::Manifest& m = *job.manifest;
+  std::vector<copystate::Region> regions;
+  for (const auto& a : m.allocations) regions.push_back({a.id, a.address, a.size});
+  auto table = copystate::CopyState::create(copystate::Protocol::kFill, m.chunk_size, regions, 0);
+  if (!table) return make_error("on-demand restore: " + table.error().message, table.error().code);
+  // The table's regions are in address order; the manifest's allocations
+  // need not be.
+  std::map<uint64_t, uint32_t> region_at;
+  for (uint32_t r = 0; r < table->regions().size(); r++) region_at[table->regions()[r].address] = r;
+  job.piece_of_chunk.assign(table->chunk_count(), SIZE_MAX);
+  std::vector<std::vector<uint64_t>> chunks_of(m.allocations.size());
+  for (size_t k = 0; k < job.pieces.size(); k++) {
+    const Piece& p = job.pieces[k];
+    if (p.offset % m.chunk_size)
+      return make_error("on-demand restore: allocation " + std::to_string(m.allocations[p.allocation].id) +
+                            " has a chunk at offset " + std::to_string(p.offset) + ", not on a chunk boundary",
+                        EINVAL);
+    uint64_t c = table->chunk_at(region_at.at(m.allocations[p.allocation].address), p.offset);
+    job.piece_of_chunk[c] = k;
+    chunks_of[p.allocation].push_back(c);
+  }
+  // What the image holds no data for has nothing to wait for.
+  for (uint64_t c = 0; c < table->chunk_count(); c++)
+    if (job.piece_of_chunk[c] == SIZE_MAX)
+      if (auto claim = table->claim(c)) table->copied(*claim);
+  // The recorded order first, then the rest by address.
+  std::map<uint64_t, size_t> index_of_id;
+  for (size_t i = 0; i < m.allocations.size(); i++) index_of_id[m.allocations[i].id] = i;
+  std::vector<bool> placed(m.allocations.size(), false);
+  auto place = [&](size_t i) {
+    if (placed[i]) return;
+    placed[i] = true;
+    std::sort(chunks_of[i].begin(), chunks_of[i].end());
+    job.fill_order.insert(job.fill_order.end(), chunks_of[i].begin(), chunks_of[i].end());
+  };
+  for (uint64_t id : first)
+    if (auto it = index_of_id.find(id); it != index_of_id.end()) place(it->second);
+  std::vector<size_t> by_address(m.allocations.size());
+  for (size_t i = 0; i < by_address.size(); i++) by_address[i] = i;
+  std::sort(by_address.begin(), by_address.end(),
+            [&](size_t a, size_t b) { return m.allocations[a].address < m.allocations[b].address; });
+  for (size_t i : by_address) place(i);
+  // The fds go to the process before the fill ends.
+  for (size_t i = 0; i < m.allocations.size(); i++) {
+    int fd = -1;
+    if (Result<void> err; !context(job.devices[i], err) || cu_.cuCtxSetCurrent(contexts_.at(job.devices[i])) != CUDA_SUCCESS)
+      return make_error("on-demand restore: cannot use device " + std::to_string(job.devices[i]), ENODEV);
+    CUresult r = cu_.cuMemExportToShareableHandle(&fd, job.handles[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) return make_error(cu_.error("export allocation for on-demand restore", r), EIO);
+    job.fds.emplace_back(fd);
+  }
+  job.fill.emplace(std::move(*table));
+  return {};
+}
+
+Engine::Take Engine::next_fill(LoadJob& job, std::atomic<size_t>& cursor, Piece& out) {
+  copystate::CopyState& table = *job.fill;
+  auto take = [&](const copystate::Claim& c) {
+    out = job.pieces[job.piece_of_chunk[c.chunk]];
+    out.claim = c;
+    return Take::kTaken;
+  };
+  if (auto c = table.claim_urgent()) return take(*c);
+  for (size_t i; (i = cursor.fetch_add(1)) < job.fill_order.size();)
+    if (auto c = table.claim(job.fill_order[i])) return take(*c);
+  // The last chunks are in other workers' hands.
+  return table.all_copied() ? Take::kDone : Take::kLater;
 }
 
 }  // namespace phos::plugin

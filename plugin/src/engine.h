@@ -7,6 +7,9 @@
 // the workers fill it from the image; the memory is handed on as an fd for
 // the agent to map at its original address.
 //
+// A chunk whose every byte is 0 (the checksum kernel says so while it runs)
+// is not written; a restore sets it with a memset instead of reading it.
+//
 // Each worker keeps a staging ring of a few slots (pinned buffer, stream per
 // device) so that DMA and CPU work overlap: at dump the device-to-host copy of
 // the next chunks runs while the worker checksums and writes the previous
@@ -41,6 +44,7 @@ struct EngineSettings {
   image::Compression compression = image::Compression::kNone;
   int zstd_level = 1;
   bool gpu_checksums = true;  // a dump's chunk CRCs computed on the GPU (plugin/gpu/chunk_crc.cu)
+  image::Sparse sparse = image::Sparse::kAuto;  // a dump's zero chunks stored as holes (zero_chunk.h)
 
   static EngineSettings from(const PluginOptions& o);
 };
@@ -123,7 +127,18 @@ class Engine {
   struct LoadJob;
   Result<std::unique_ptr<LoadJob>> prepare_load(const image::Manifest& m,
                                                 const std::vector<GpuPlacement>& placement);
+  // Eager: one fd per allocation once filled. On-demand (open_fill): none,
+  // the fds went out before; chunks are filled as the table hands them out
+  // (those a call waits for first, then job.fill_order), each marked filled
+  // in the table once its checksum is checked.
   Result<std::vector<UniqueFd>> run_load(int dirfd, LoadJob& job);
+  // On-demand restore of a prepared job: a fill table over its allocations
+  // at their original addresses (copy_state.h, protocol kFill), and one fd
+  // per allocation exported now (job.fds), for the process to map while
+  // run_load fills the memory. `first`: allocation ids to fill first, in
+  // that order (the recorded launches' order); the rest follow in address
+  // order.
+  Result<void> open_fill(LoadJob& job, const std::vector<uint64_t>& first);
 
  private:
   Engine(const CudaApi& cu, const EngineSettings& settings) : cu_(cu), settings_(settings) {}
@@ -184,9 +199,15 @@ class Engine {
   // A copy window's next chunk as a piece.
   Take next_claim(SaveJob& job, Piece& out);
   Piece piece_of(const SaveJob& job, const copystate::Claim& claim) const;
+  // On-demand restore: the next chunk to fill (urgent ones first, then the
+  // job's order from `cursor`).
+  Take next_fill(LoadJob& job, std::atomic<size_t>& cursor, Piece& out);
   // What a dump does with each piece: read it from the process's memory
   // (or its pool slot), then checksum and write it.
   PieceWork save_work(SaveJob& job);
+  // Queues the memset that restores a zero chunk (read from no file) on
+  // `stream`, the worker's: it is done when the worker syncs that stream.
+  Result<void> queue_zero_chunk(const LoadJob& job, const Piece& p, CUstream stream);
   void close_window(SaveJob& job, bool copied);
   Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size);
   // A pinned staging buffer on huge pages (its address and mapped length).
@@ -200,8 +221,8 @@ class Engine {
   // where it could not be (crc_unavailable_ says why): the CPU checksums.
   CUfunction crc_function(int ordinal) const;
   // Queues the checksum of `size` bytes at `data` on `stream`, into `tail`
-  // (marked not done first); false where it could not be queued, and the
-  // CPU checksums the chunk.
+  // (marked not done first), with whether they are all zero; false where it
+  // could not be queued, and the CPU checksums the chunk.
   bool queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* tail, CUstream stream) const;
 
   const CudaApi& cu_;
@@ -240,6 +261,12 @@ struct Engine::LoadJob {
   std::vector<int> devices;  // the host GPU of each allocation
   std::vector<Piece> pieces;
   Engine* engine = nullptr;
+  // On-demand restore (open_fill): the fill's table, the allocations' fds
+  // exported ahead of the fill, and the order of the table's chunks.
+  std::optional<copystate::CopyState> fill;
+  std::vector<UniqueFd> fds;
+  std::vector<uint64_t> fill_order;   // table chunks, the recorded order first
+  std::vector<size_t> piece_of_chunk;  // table chunk -> index in pieces (SIZE_MAX: none)
   ~LoadJob();  // releases what it still holds
 };
 

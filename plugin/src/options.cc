@@ -81,6 +81,9 @@ std::string set_gpu_checksums(PluginOptions& o, std::string_view v) { return par
 constexpr Choice<bool> kAutoOff[] = {{"auto", true}, {"off", false}};
 std::string set_write_behind(PluginOptions& o, std::string_view v) { return parse_choice(v, kAutoOff, o.write_behind); }
 
+constexpr Choice<image::Sparse> kSparse[] = {{"auto", image::Sparse::kAuto}, {"off", image::Sparse::kOff}};
+std::string set_sparse(PluginOptions& o, std::string_view v) { return parse_choice(v, kSparse, o.sparse); }
+
 std::string set_gpu_map(PluginOptions& o, std::string_view v) {
   auto spec = parse_gpu_map(v);
   if (!spec) return spec.error().message;
@@ -108,6 +111,12 @@ std::string set_recopy_pass_ms(PluginOptions& o, std::string_view v) {
   return parse_number(v, 0, 3600000, o.recopy_pass_ms);
 }
 
+using LazyRestore = PluginOptions::LazyRestore;
+constexpr Choice<LazyRestore> kLazyRestore[] = {
+    {"auto", LazyRestore::kAuto}, {"on", LazyRestore::kOn}, {"off", LazyRestore::kOff}};
+std::string set_lazy_restore(PluginOptions& o, std::string_view v) { return parse_choice(v, kLazyRestore, o.lazy_restore); }
+std::string set_lazy_timeout(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 3600000, o.lazy_timeout_ms); }
+
 struct Key {
   const char* name;  // in the file
   const char* env;   // its environment variable
@@ -132,6 +141,9 @@ constexpr Key kKeys[] = {
     {"cow_start", "PHOS_COW_START", set_cow_start},
     {"recopy", "PHOS_RECOPY", set_recopy},
     {"recopy_pass_ms", "PHOS_RECOPY_PASS_MS", set_recopy_pass_ms},
+    {"sparse", "PHOS_SPARSE", set_sparse},
+    {"lazy_restore", "PHOS_LAZY_RESTORE", set_lazy_restore},
+    {"lazy_timeout_ms", "PHOS_LAZY_TIMEOUT_MS", set_lazy_timeout},
 };
 
 const Key* find_key(std::string_view name) {
@@ -228,7 +240,10 @@ std::string PluginOptions::describe() const {
          " cow_trust=" + std::string(choice_word(kCowTrust, cow_trust)) +
          " cow_timeout_ms=" + std::to_string(cow_timeout_ms) +
          " cow_start=" + std::string(choice_word(kCowStart, cow_start)) +
-         " recopy=" + std::string(choice_word(kAutoOff, recopy)) + " recopy_pass_ms=" + std::to_string(recopy_pass_ms);
+         " recopy=" + std::string(choice_word(kAutoOff, recopy)) + " recopy_pass_ms=" + std::to_string(recopy_pass_ms) +
+         " sparse=" + std::string(choice_word(kSparse, sparse)) +
+         " lazy_restore=" + std::string(choice_word(kLazyRestore, lazy_restore)) +
+         " lazy_timeout_ms=" + std::to_string(lazy_timeout_ms);
 }
 
 }  // namespace phos::plugin

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -132,26 +133,42 @@ bool maps_library(pid_t pid, const std::string& name) {
   return false;
 }
 
-bool argv_leaves_running(const std::vector<std::string>& argv) {
+namespace {
+
+// What criu's command line says: its words that are not options (the
+// command among them: a long option's value may be the next word, so which
+// word is the command is not known), its long options (without their
+// values) and its short option letters.
+struct CriuArgs {
+  std::vector<std::string> words;
+  std::vector<std::string> long_options;
+  std::string short_flags;
+  // A long option given in full or cut to at least `shortest` characters
+  // (getopt_long takes any unambiguous prefix).
+  bool said(const std::string& word) const { return std::find(words.begin(), words.end(), word) != words.end(); }
+  bool has(const std::string& option, size_t shortest) const {
+    for (const auto& name : long_options)
+      if (name.size() >= shortest && option.rfind(name, 0) == 0) return true;
+    return false;
+  }
+};
+
+CriuArgs parse_criu_args(const std::vector<std::string>& argv) {
   // criu's short options (criu/config.c): these take an argument, which is
   // the rest of the word or the next word; v and x take an optional one,
   // always the rest of the word.
   const std::string needs_argument = "tDorJWLM", optional_argument = "vx";
-  const std::string leave_running = "--leave-running";
-  bool dump = false, leave = false;
+  CriuArgs out;
   for (size_t i = 1; i < argv.size(); i++) {
     const std::string& a = argv[i];
     if (a == "--") break;
     if (a.rfind("--", 0) == 0) {
-      std::string name = a.substr(0, a.find('='));
-      // "--leave-r" is the shortest that getopt_long does not confuse with
-      // --leave-stopped.
-      if (name.size() >= 9 && leave_running.rfind(name, 0) == 0) leave = true;
+      out.long_options.push_back(a.substr(0, a.find('=')));
       continue;
     }
     if (a.size() > 1 && a[0] == '-') {
       for (size_t k = 1; k < a.size(); k++) {
-        if (a[k] == 'R') leave = true;
+        out.short_flags += a[k];
         if (optional_argument.find(a[k]) != std::string::npos) break;
         if (needs_argument.find(a[k]) != std::string::npos) {
           if (k + 1 == a.size()) i++;  // the next word is its argument
@@ -160,14 +177,14 @@ bool argv_leaves_running(const std::vector<std::string>& argv) {
       }
       continue;
     }
-    if (a == "dump") dump = true;
+    out.words.push_back(a);
   }
-  return dump && leave;
+  return out;
 }
 
-bool criu_leaves_running() {
+Result<std::vector<std::string>> own_argv() {
   auto text = read_text("/proc/self/cmdline");
-  if (!text) return false;
+  if (!text) return text.error();
   std::vector<std::string> argv;
   size_t start = 0;
   for (size_t i = 0; i < text->size(); i++) {
@@ -175,7 +192,33 @@ bool criu_leaves_running() {
     argv.push_back(text->substr(start, i - start));
     start = i + 1;
   }
-  return argv_leaves_running(argv);
+  return argv;
+}
+
+}  // namespace
+
+bool argv_leaves_running(const std::vector<std::string>& argv) {
+  CriuArgs a = parse_criu_args(argv);
+  // "--leave-r" is the shortest that getopt_long does not confuse with
+  // --leave-stopped.
+  const bool leave = a.has("--leave-running", 9) || a.short_flags.find('R') != std::string::npos;
+  return a.said("dump") && leave;
+}
+
+bool argv_restores_lazily(const std::vector<std::string>& argv) {
+  CriuArgs a = parse_criu_args(argv);
+  // "--lazy-p": --lazy-migrate is the other --lazy- option.
+  return a.said("restore") && a.has("--lazy-pages", 8);
+}
+
+bool criu_leaves_running() {
+  auto argv = own_argv();
+  return argv && argv_leaves_running(*argv);
+}
+
+bool criu_restores_lazily() {
+  auto argv = own_argv();
+  return argv && argv_restores_lazily(*argv);
 }
 
 }  // namespace phos::plugin

@@ -4,14 +4,43 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include "driver_checkpoint.h"
 #include "fault.h"
 #include "log.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/proc.h"
+#include "phos/support/clock.h"
 
 namespace phos::plugin {
+
+namespace {
+
+// The allocations the recorded launches used, in the order they first
+// used them: what the restored program is likely to touch first.
+std::vector<uint64_t> recorded_order(const image::Manifest& m) {
+  std::vector<uint64_t> order;
+  std::set<uint64_t> seen;
+  for (const auto& r : m.launch_log) {
+    for (const auto* ids : {&r.read_allocations, &r.write_allocations})
+      for (uint64_t id : *ids)
+        if (seen.insert(id).second) order.push_back(id);
+  }
+  return order;
+}
+
+double ms(uint64_t ns) { return double(ns) / 1e6; }
+
+}  // namespace
+
+Restorer::Restorer(int image_dirfd, PluginOptions options)
+    : dirfd_(image_dirfd), options_(options), init_ns_(monotonic_ns()) {
+  using Lazy = PluginOptions::LazyRestore;
+  lazy_ = options_.lazy_restore == Lazy::kOn || (options_.lazy_restore == Lazy::kAuto && criu_restores_lazily());
+}
+
+uint64_t Restorer::since_init_ns() const { return monotonic_ns() - init_ns_; }
 
 Result<void> Restorer::load() {
   auto pids = image::list_process_images(dirfd_);
@@ -38,6 +67,14 @@ Result<void> Restorer::load() {
       auto job = engine_->prepare_load(m, l.placement);
       if (!job) return make_error(l.image.manifest_name + ": " + job.error().message, job.error().code);
       l.job = std::move(*job);
+      if (lazy_) {
+        const std::vector<uint64_t> first = recorded_order(m);
+        if (auto opened = engine_->open_fill(*l.job, first); !opened)
+          return make_error(l.image.manifest_name + ": " + opened.error().message, opened.error().code);
+        PHOS_INFO("%s: on-demand restore: %zu allocations in the recorded order first, then the rest",
+                  l.image.manifest_name.c_str(), first.size());
+      }
+      l.created_ns = since_init_ns();
     }
     PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
               m.devices.size(), m.allocations.size(), m.writer_version.c_str());
@@ -69,19 +106,28 @@ void Restorer::fill_all() {
   for (auto& [vpid, l] : images_) {
     if (!l.job) continue;
     auto fds = engine_->run_load(dirfd_, *l.job);
+    l.filled_ns = since_init_ns();
     if (!fds) {
       l.filled = make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
+      if (l.job->fill) l.job->fill->close(copystate::Window::kAborted);  // no call may go on
       continue;
     }
+    if (l.job->fill) l.job->fill->close(copystate::Window::kClosed);
     l.fds = std::move(*fds);
   }
 }
 
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
-  if (filler_.joinable()) filler_.join();  // all images filled (criu calls this hook one process at a time)
-  l.job.reset();
-  if (!l.filled) PHOS_ERR("cannot restore: %s", l.filled.error().message.c_str());
-  PHOS_TRY(l.filled);
+  const uint64_t hook_ns = since_init_ns();
+  const bool lazy = l.job && l.job->fill;
+  if (!lazy) {
+    if (filler_.joinable()) filler_.join();  // all images filled (criu calls this hook one process at a time)
+    l.job.reset();
+    if (!l.filled) PHOS_ERR("cannot restore: %s", l.filled.error().message.c_str());
+    PHOS_TRY(l.filled);
+  }
+  const uint64_t waited_ns = since_init_ns();
+  uint64_t driver_ns = 0;
   // Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.
   if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
     // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h).
@@ -94,20 +140,91 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
     }
     const bool moved = !pairs.empty();
     PHOS_INFO("process %d: driver restore%s", pid, moved ? " onto the mapped GPUs" : "");
+    const uint64_t t = monotonic_ns();
     PHOS_TRY(driver_restore_and_unlock(pid, pairs));
+    driver_ns = monotonic_ns() - t;
     PHOS_INFO("process %d: driver restored and unlocked", pid);
   }
   const auto& recorded = l.image.manifest.allocations;
   std::vector<agent::Allocation> allocs(recorded.begin(), recorded.end());  // without their chunks
-  return with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+  uint64_t remap_ns = 0;
+  PHOS_TRY(with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
     if (c.hello().pid != vpid)
       return make_error("agent reports pid " + std::to_string(c.hello().pid) + ", the image is for " +
                         std::to_string(vpid));
-    auto mapped = c.remap_all(allocs, l.fds);
+    const uint64_t t = monotonic_ns();
+    auto mapped = c.remap_all(allocs, lazy ? l.job->fds : l.fds);
     if (!mapped) return mapped.error();
+    remap_ns = monotonic_ns() - t;
     PHOS_INFO("process %d: %.1f MiB mapped at the original addresses", pid, double(*mapped) / (1 << 20));
+    if (lazy) PHOS_TRY(open_fill_window(pid, l, c));
     return c.resume();
+  }));
+  // criu's log stamps each line with the time since criu started.
+  const uint64_t bytes = [&] {
+    uint64_t b = 0;
+    for (const auto& a : l.image.manifest.allocations) b += a.size;
+    return b;
+  }();
+  PHOS_INFO("process %d: restore breakdown (ms after the plugin's init): GPU memory created %.1f, filled %s "
+            "(%.1f MiB%s), resume hook %.1f, waited for the fill until %.1f, driver restore %.1f ms, remap %.1f ms, "
+            "gate open %.1f",
+            pid, ms(l.created_ns), lazy ? "behind the running process" : std::to_string(ms(l.filled_ns)).c_str(),
+            double(bytes) / (1 << 20),
+            lazy || !l.filled_ns ? ""
+                                 : (" at " + std::to_string(double(bytes) / double(l.filled_ns - l.created_ns)) + " GB/s").c_str(),
+            ms(hook_ns), ms(waited_ns), ms(driver_ns), ms(remap_ns), ms(since_init_ns()));
+  return {};
+}
+
+Result<void> Restorer::open_fill_window(pid_t pid, Loaded& l, AgentClient& c) {
+  // Exact sets only: without read validation a speculated set does not say
+  // everything a kernel may read (such a launch waits for the whole fill).
+  agent::OpenCopyWindowRequest q{agent::CopyTrust::kExact, options_.lazy_timeout_ms, 0, 0};
+  const int fd = l.job->fill->fd();
+  auto opened = c.open_copy_window(q, std::vector<int>{fd});
+  if (!opened) return make_error("open the on-demand fill window: " + opened.error().message, opened.error().code);
+  l.resumed_pid = pid;
+  l.job->fds.clear();  // the process holds the memory now
+  PHOS_INFO("process %d: on-demand restore: the process runs while its memory is filled", pid);
+  return {};
+}
+
+void Restorer::close_fill_window(Loaded& l) {
+  const pid_t pid = l.resumed_pid;
+  if (!l.filled) {
+    // The window is aborted: the process ends at its next call that needs
+    // memory; it must not run on at all.
+    PHOS_ERR("process %d: on-demand restore failed: %s; killing it", pid, l.filled.error().message.c_str());
+    ::kill(pid, SIGKILL);
+    failed_ = true;
+    return;
+  }
+  PHOS_INFO("process %d: all GPU data in at %.1f ms after the plugin's init", pid, ms(l.filled_ns));
+  agent::CloseCopyWindowReply account;
+  auto closed = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+    auto r = c.close_copy_window();
+    if (!r) return r.error();
+    account = *r;
+    return {};
   });
+  if (!closed) {
+    // The process may have exited meanwhile; its memory was whole.
+    PHOS_WARN("process %d: close the on-demand fill window: %s", pid, closed.error().message.c_str());
+  } else {
+    PHOS_INFO("process %d: on-demand restore: %llu calls checked, %llu waited (%llu for the whole fill), %.1f ms "
+              "waited in all",
+              pid, (unsigned long long)account.calls_checked, (unsigned long long)account.calls_waited,
+              (unsigned long long)account.unknown_waits, double(account.wait_ns) / 1e6);
+  }
+  if (keeper_) (void)keeper_->restoring(pid, true);
+}
+
+void Restorer::finish() {
+  if (filler_.joinable()) filler_.join();
+  for (auto& [vpid, l] : images_)
+    if (l.resumed_pid) close_fill_window(l);
+  for (auto& [vpid, l] : images_) l.job.reset();
 }
 
 Result<bool> Restorer::resume_late(pid_t pid) {
@@ -125,7 +242,8 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     return r.error();
   }
   it->second.fds.clear();
-  if (keeper_) (void)keeper_->restoring(pid, true);
+  // On-demand: the keeper hears at the end of the fill (finish()).
+  if (keeper_ && !it->second.resumed_pid) (void)keeper_->restoring(pid, true);
   PHOS_INFO("process %d (pid %d in its namespace): GPU state restored, gate open", pid, *vpid);
   return true;
 }

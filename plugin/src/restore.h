@@ -14,6 +14,12 @@
 //                            the process is killed, never left running, and
 //                            criu's exit status says so (failed()); if criu
 //                            dies meanwhile, phos-keeper ends the process
+//
+// On-demand (lazy_restore): the fill runs on after RESUME_DEVICES_LATE. The
+// process gets its memory before it is filled, with a fill window
+// (copy_state.h, kFill) through which each of its calls waits for what it
+// uses; finish(), at criu's exit, waits for the fill, closes the window and
+// ends a process whose memory could not be filled.
 #pragma once
 
 #include <sys/types.h>
@@ -34,13 +40,16 @@ namespace phos::plugin {
 
 class Restorer {
  public:
-  Restorer(int image_dirfd, PluginOptions options) : dirfd_(image_dirfd), options_(options) {}
+  Restorer(int image_dirfd, PluginOptions options);
   // Waits for the thread that fills device memory.
   ~Restorer();
 
   Result<void> load();
   // false: no GPU image for this process (the hook answers -ENOTSUP).
   Result<bool> resume_late(pid_t pid);
+  // At criu's exit, the processes running: an on-demand fill waited for and
+  // its windows closed (a process whose fill failed is killed).
+  void finish();
   // Whether a process was killed because its GPU state could not be restored.
   bool failed() const { return failed_; }
 
@@ -52,7 +61,14 @@ class Restorer {
     std::vector<HostGpu> host;            // this host's GPUs
     std::unique_ptr<Engine::LoadJob> job;  // its device memory, until filled
     Result<void> filled;                   // by the filling thread
+    uint64_t created_ns = 0, filled_ns = 0;  // since the plugin's init
+    pid_t resumed_pid = 0;                   // on-demand: its fill window is open
   };
+  // On-demand: the fill's window opened in the process (after its remap).
+  Result<void> open_fill_window(pid_t pid, Loaded& l, AgentClient& c);
+  // On-demand, at the end: the window closed, the process told.
+  void close_fill_window(Loaded& l);
+  uint64_t since_init_ns() const;
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
   // Fills every image's device memory (the thread's work).
   void fill_all();
@@ -63,6 +79,8 @@ class Restorer {
   std::map<pid_t, Loaded> images_;  // by pid in the process's namespace
   std::thread filler_;
   bool failed_ = false;
+  bool lazy_ = false;
+  uint64_t init_ns_ = 0;  // CLOCK_MONOTONIC at the plugin's init
   // Ends a process criu leaves half-restored (dying between RESUME_DEVICES_LATE
   // and its end); started at init, before criu reaps every child it has.
   std::optional<KeeperLink> keeper_;

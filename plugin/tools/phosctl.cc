@@ -59,6 +59,29 @@ std::string bytes_text(uint64_t b) {
 
 double gb_per_s(uint64_t bytes, uint64_t ns) { return ns ? double(bytes) / double(ns) : 0.0; }
 
+// What an image holds and what it takes, from its manifest itself (so an
+// image of any version has them, whatever its statistics say).
+struct ImageSize {
+  uint64_t logical_bytes = 0;  // every allocation's bytes
+  uint64_t stored_bytes = 0;   // the data files'
+  uint64_t zero_chunks = 0;    // stored as holes (sparse images)
+  uint64_t zero_bytes = 0;
+};
+
+ImageSize size_of(const Manifest& m) {
+  ImageSize size;
+  for (const auto& a : m.allocations) {
+    size.logical_bytes += a.size;
+    for (const auto& c : a.chunks) {
+      if (c.compression != phos::image::Compression::kZero) continue;
+      size.zero_chunks++;
+      size.zero_bytes += c.raw_size;
+    }
+  }
+  for (const auto& f : m.data_files) size.stored_bytes += f.size;
+  return size;
+}
+
 json image_json(const phos::image::ProcessImage& img) {
   const Manifest& m = img.manifest;
   json j = {{"manifest", img.manifest_name},
@@ -75,21 +98,31 @@ json image_json(const phos::image::ProcessImage& img) {
             {"data_files", json::array()},
             {"unsupported_calls", m.unsupported_calls},
             {"launch_log_entries", m.launch_log.size()}};
+  const ImageSize size = size_of(m);
+  j["size"] = {{"logical_bytes", size.logical_bytes},
+               {"stored_bytes", size.stored_bytes},
+               {"zero_chunks", size.zero_chunks},
+               {"zero_bytes", size.zero_bytes}};
   if (!img.complete) j["incomplete_reason"] = img.incomplete_reason;
   for (const auto& d : m.devices)
     j["devices"].push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}, {"name", d.name},
                             {"total_memory", d.total_memory},
                             {"compute_capability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)}});
   for (const auto& a : m.allocations) {
-    uint64_t stored = 0;
-    for (const auto& c : a.chunks) stored += c.stored_size;
+    uint64_t stored = 0, zero = 0;
+    for (const auto& c : a.chunks) {
+      stored += c.stored_size;
+      zero += c.compression == phos::image::Compression::kZero;
+    }
     j["allocations"].push_back({{"id", a.id}, {"device", a.device}, {"address", hex(a.address)}, {"size", a.size},
-                                {"flags", a.flags}, {"chunks", a.chunks.size()}, {"stored_bytes", stored}});
+                                {"flags", a.flags}, {"chunks", a.chunks.size()}, {"zero_chunks", zero},
+                                {"stored_bytes", stored}});
   }
   for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
   const auto& s = m.statistics;
   j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
-                     {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"total_ns", s.total_ns},
+                     {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"zero_chunks", s.zero_chunks},
+                     {"zero_bytes", s.zero_bytes}, {"total_ns", s.total_ns},
                      {"dma_wait_ns", s.dma_wait_ns}, {"checksum_ns", s.checksum_ns},
                      {"compress_ns", s.compress_ns}, {"workers", s.workers}, {"direct_io", s.direct_io},
                      {"copy_gb_per_s", gb_per_s(s.raw_bytes, s.copy_ns)}, {"stall_ns", s.stall_ns},
@@ -104,13 +137,13 @@ json image_json(const phos::image::ProcessImage& img) {
 
 void print_image_text(const phos::image::ProcessImage& img) {
   const Manifest& m = img.manifest;
-  uint64_t total = 0;
-  for (const auto& a : m.allocations) total += a.size;
+  const ImageSize size = size_of(m);
   std::printf("%s: process %d, %s, format v%u, written by phos %s\n", img.manifest_name.c_str(), m.pid,
               std::string(phos::image::protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
   std::printf("  complete: %s\n", img.complete ? "yes" : ("no (" + img.incomplete_reason + ")").c_str());
   std::printf("  devices: %zu, allocations: %zu (%s), data files: %zu, chunk size %s\n", m.devices.size(),
-              m.allocations.size(), bytes_text(total).c_str(), m.data_files.size(), bytes_text(m.chunk_size).c_str());
+              m.allocations.size(), bytes_text(size.logical_bytes).c_str(), m.data_files.size(),
+              bytes_text(m.chunk_size).c_str());
   for (const auto& d : m.devices)
     std::printf("  device %u: %s, %s, compute %u.%u, GPU-%s\n", d.ordinal, d.name.c_str(),
                 bytes_text(d.total_memory).c_str(), d.compute_major, d.compute_minor, phos::plugin::format_gpu_uuid(d.uuid).c_str());
@@ -119,9 +152,11 @@ void print_image_text(const phos::image::ProcessImage& img) {
     std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
                 bytes_text(a.size).c_str(), a.chunks.size());
   const auto& s = m.statistics;
-  std::printf("  statistics: quiesce %.3f ms, copy %.3f ms (%.2f GB/s), total %.3f ms, %s raw, %s stored\n",
-              double(s.quiesce_ns) / 1e6, double(s.copy_ns) / 1e6, gb_per_s(s.raw_bytes, s.copy_ns),
-              double(s.total_ns) / 1e6, bytes_text(s.raw_bytes).c_str(), bytes_text(s.stored_bytes).c_str());
+  std::printf("  size: %s logical, %s stored; %" PRIu64 " zero chunks (%s) not stored\n",
+              bytes_text(size.logical_bytes).c_str(), bytes_text(size.stored_bytes).c_str(), size.zero_chunks,
+              bytes_text(size.zero_bytes).c_str());
+  std::printf("  statistics: quiesce %.3f ms, copy %.3f ms (%.2f GB/s), total %.3f ms\n", double(s.quiesce_ns) / 1e6,
+              double(s.copy_ns) / 1e6, gb_per_s(s.raw_bytes, s.copy_ns), double(s.total_ns) / 1e6);
   if (s.workers)
     std::printf("  copy steps, summed over %u workers (%s): waiting for DMA %.3f ms, checksums %.3f ms, "
                 "compression %.3f ms, writing %.3f ms\n",

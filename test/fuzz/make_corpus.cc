@@ -88,6 +88,12 @@ int main(int argc, char** argv) {
   empty.pid = 1;
   write_seed(dir, "manifest-full", 0, encode_manifest(full));
   write_seed(dir, "manifest-empty", 0, encode_manifest(empty));
+  // A sparse image's manifest: a zero chunk (4 KiB, its CRC-32C) after the full one's chunks.
+  Manifest sparse = full;
+  sparse.allocations[0].chunks.push_back({sparse.allocations[0].size, 0, 0, 4096, 0, 0x98f94189, Compression::kZero});
+  sparse.allocations[0].size += 4096;
+  sparse.format_version = kZeroChunkFormatVersion;
+  write_seed(dir, "manifest-sparse", 0, encode_manifest(sparse));
   write_seed(dir, "marker", 1, encode_marker(marker_for(encode_manifest(full), 1)));
   write_seed(dir, "data-header", 2, encode_data_header(DataHeader{kDataFormatVersion, 42, 0}));
   write_fatbin_seeds(argv[2]);

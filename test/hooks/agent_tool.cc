@@ -14,6 +14,11 @@
 //       file GO created, MS ms later the dirty chunks counted, GO2 created,
 //       MS ms later counted again, the window closed: "recopy: dirty=N
 //       at=ADDRESS then dirty=N of N waited=N"
+//   phos-agent-tool fill-window PID GO MS  the engine's side of an on-demand
+//       restore's fill window (protocol kFill, 64 KiB chunks): the file GO
+//       created, MS ms later the chunks a call waits for filled, MS ms later
+//       the rest, the window closed: "fill: checked=N waited=N unknown=N
+//       overwritten=N filled=ADDRESS" (the first chunk filled)
 //   phos-agent-tool driver-roundtrip PID  as roundtrip --release-handles, with
 //       the driver's checkpoint and restore of the process (cuCheckpointProcess*)
 //       while it holds no device memory: the dump/restore sequence of the
@@ -130,6 +135,45 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
   return 0;
 }
 
+// The engine of an on-demand restore, the process's memory standing for
+// the restored memory (the fake driver has no data): the calls' chunks
+// first, then, after another hold, the rest in address order.
+int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
+  auto allocs = client.list_allocations(false, nullptr);
+  if (!allocs) return fail_and_reopen(client, "list allocations", allocs.error());
+  std::vector<phos::copystate::Region> regions;
+  for (const auto& a : *allocs) regions.push_back({a.id, a.address, a.size});
+  auto table = phos::copystate::CopyState::create(phos::copystate::Protocol::kFill, 64u << 10, regions, 0);
+  if (!table) return fail_and_reopen(client, "fill table", table.error());
+  int fd = table->fd();
+  auto opened = client.open_copy_window({phos::agent::CopyTrust::kExact, 30000, 0, 0}, std::span(&fd, 1));
+  if (!opened) return fail_and_reopen(client, "open fill window", opened.error());
+  if (auto r = client.resume(); !r) return fail("resume", r.error());
+  (void)client.goodbye();
+  if (FILE* f = std::fopen(go, "w")) std::fclose(f);
+  const auto hold = std::chrono::milliseconds(hold_ms);
+  std::this_thread::sleep_for(hold);
+  std::optional<phos::copystate::Claim> first;
+  while (auto c = table->claim_urgent()) {
+    table->copied(*c);
+    if (!first) first = c;
+  }
+  std::this_thread::sleep_for(hold);
+  for (uint64_t c = 0; c < table->chunk_count(); c++)
+    if (auto claim = table->claim(c)) table->copied(*claim);
+  table->close(phos::copystate::Window::kClosed);
+  auto again = AgentClient::connect(pid, 30000);
+  if (!again) return fail("connect again", again.error());
+  auto closed = again->close_copy_window();
+  if (!closed) return fail("close fill window", closed.error());
+  (void)again->goodbye();
+  std::printf("fill: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " overwritten=%" PRIu64
+              " filled=0x%" PRIx64 "\n",
+              closed->calls_checked, closed->calls_waited, closed->unknown_waits, table->statistics().overwritten,
+              first ? table->regions()[first->region].address + first->offset : 0);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s hold PID MS | roundtrip PID [--release-handles] | driver-roundtrip PID\n", argv[0]);
@@ -187,6 +231,7 @@ int main(int argc, char** argv) {
                 first ? table->regions()[first->region].address + first->offset : 0);
     return 0;
   }
+  if (!std::strcmp(argv[1], "fill-window") && argc == 5) return fill_window(*client, pid, argv[3], std::atoi(argv[4]));
   if (!std::strcmp(argv[1], "hold") && argc == 4) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[3])));
   } else if (!std::strcmp(argv[1], "roundtrip") || !std::strcmp(argv[1], "driver-roundtrip")) {

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <set>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -836,4 +838,198 @@ TEST_CASE("copy state: claims name only the pool's slots when the header's pool 
     if (c->pool_slot && *c->pool_slot >= 4) continue;  // copied() would free a slot past the pool's bitmap
     s.copied(*c);
   }
+}
+
+// ---- on-demand restore (Protocol::kFill) ----------------------------------
+
+TEST_CASE("copy state: fill: a read of a chunk not yet filled waits, and the engine takes it first",
+          "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 64 * kChunk}}, 0);
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    auto r = s.before_use(0x10000 + 40 * kChunk + 8, 16, /*overwrite=*/false, 5s);
+    CHECK(r.ok());
+    CHECK(r->waited == 1);
+    done = true;
+  });
+  std::optional<Claim> c;
+  for (int i = 0; i < 2000 && !c; i++) {
+    std::this_thread::sleep_for(1ms);
+    c = s.claim_urgent();
+  }
+  REQUIRE(c);
+  CHECK(c->chunk == 40);
+  CHECK_FALSE(done.load());
+  s.copied(*c);
+  reader.join();
+  CHECK(done.load());
+}
+
+TEST_CASE("copy state: fill: a filled chunk is used at once", "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 4 * kChunk}}, 0);
+  auto c = s.claim(2);
+  REQUIRE(c);
+  CHECK_FALSE(s.claim(2));  // claimed once
+  s.copied(*c);
+  auto r = s.before_use(0x10000 + 2 * kChunk, kChunk, false, 1ms);
+  REQUIRE(r.ok());
+  CHECK(r->waited == 0);
+}
+
+TEST_CASE("copy state: fill: whole chunks a call only overwrites need no fill; the edges do",
+          "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 8 * kChunk}}, 0);
+  // Chunks 1..3 lie wholly inside; 0 and 4 only partly: those wait.
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    auto r = s.before_use(0x10000 + kChunk - 8, 3 * kChunk + 16, /*overwrite=*/true, 5s);
+    CHECK(r.ok());
+    CHECK(r->overwritten == 3);
+    done = true;
+  });
+  std::set<uint64_t> filled;
+  for (int i = 0; i < 4000 && filled.size() < 2; i++) {
+    std::this_thread::sleep_for(1ms);
+    if (auto c = s.claim_urgent()) {
+      filled.insert(c->chunk);
+      s.copied(*c);
+    }
+  }
+  writer.join();
+  CHECK(filled == std::set<uint64_t>{0, 4});
+  for (uint64_t c = 1; c <= 3; c++) CHECK(s.state(c) == ChunkState::kCopied);
+  CHECK_FALSE(s.claim(2));  // the engine does not fill it over the program's data
+  CHECK(s.statistics().overwritten == 3);
+}
+
+TEST_CASE("copy state: fill: a call with an unknown set waits for the whole fill", "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 4 * kChunk}}, 0);
+  std::atomic<bool> done{false};
+  std::thread caller([&] {
+    CHECK(s.wait_closed(5s).ok());
+    done = true;
+  });
+  for (uint64_t c = 0; c < 4; c++) {
+    auto claim = s.claim(c);
+    REQUIRE(claim);
+    s.copied(*claim);
+    std::this_thread::sleep_for(5ms);
+    CHECK_FALSE(done.load());
+  }
+  CHECK(s.all_copied());
+  s.close(Window::kClosed);
+  caller.join();
+  CHECK(done.load());
+}
+
+TEST_CASE("copy state: fill: a fill given up lets no call through", "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 4 * kChunk}}, 0);
+  auto c = s.claim(0);
+  REQUIRE(c);
+  s.copied(*c);
+  std::atomic<int> refused{0};
+  std::thread waiting([&] {
+    auto r = s.before_use(0x10000 + 3 * kChunk, 8, false, 5s);
+    if (!r) refused++;
+  });
+  std::this_thread::sleep_for(20ms);
+  s.close(Window::kAborted);
+  waiting.join();
+  CHECK(refused == 1);
+  // Even memory that was filled: the process must not go on.
+  CHECK_FALSE(s.before_use(0x10000, 8, false, 1s).ok());
+  CHECK_FALSE(s.wait_closed(1s).ok());
+}
+
+TEST_CASE("copy state: fill: a wait past its time is an error", "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 2 * kChunk}}, 0);
+  auto r = s.before_use(0x10000, 8, false, 30ms);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("not filled in time") != std::string::npos);
+}
+
+TEST_CASE("copy state: fill: memory outside every region is not the restore's", "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 2 * kChunk}}, 0);
+  auto r = s.before_use(0x90000, 4 * kChunk, false, 1ms);
+  REQUIRE(r.ok());
+  CHECK(r->waited == 0);
+}
+
+TEST_CASE("copy state: fill: attach accepts a fill table and refuses a pool with it", "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{1, 0x10000, 2 * kChunk}}, 0);
+  auto other = CopyState::attach(s.fd());
+  REQUIRE(other.ok());
+  CHECK(other->protocol() == Protocol::kFill);
+  CHECK(CopyState::create(Protocol::kFill, kChunk, std::vector<Region>{{1, 0x10000, kChunk}}, 4).ok());
+  auto pooled = CopyState::create(Protocol::kFill, kChunk, std::vector<Region>{{1, 0x10000, kChunk}}, 4);
+  REQUIRE(pooled.ok());
+  auto refused = CopyState::attach(pooled->fd());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("pool") != std::string::npos);
+}
+
+TEST_CASE("copy state: chunk_at names the chunk of a region's offset", "[copy_state][fill]") {
+  CopyState s = make(Protocol::kFill, {{2, 0x200000, 3 * kChunk}, {1, 0x100000, 2 * kChunk + 5}}, 0);
+  CHECK(s.chunk_at(0, 0) == 0);           // 0x100000, first in address order
+  CHECK(s.chunk_at(0, 2 * kChunk) == 2);  // its short last chunk
+  CHECK(s.chunk_at(1, kChunk) == 4);
+}
+
+// On simulated device memory: readers and writers run from the start while
+// the engine fills in its own order; no read ever sees memory the fill has
+// not reached (a poison value), and the memory at the end is the image plus
+// what the program wrote.
+TEST_CASE("copy state: fill: under concurrent readers and writers no read sees unfilled memory",
+          "[copy_state][fill]") {
+  const uint64_t chunks = 48;
+  const size_t bytes = chunks * kChunk;
+  const uint64_t base = 0x400000;
+  CopyState s = make(Protocol::kFill, {{1, base, bytes}}, 0);
+  std::vector<uint8_t> image(bytes);
+  std::mt19937_64 rng(7);
+  for (auto& b : image) b = uint8_t(1 + rng() % 255);  // never 0: 0 is the poison
+  std::vector<std::atomic<uint8_t>> device(bytes);
+  for (auto& b : device) b.store(0);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, poisoned{0};
+  std::vector<std::thread> users;
+  for (int t = 0; t < 3; t++)
+    users.emplace_back([&, t] {
+      std::mt19937_64 r(t + 11);
+      while (!stop) {
+        uint64_t off = r() % bytes, n = 1 + r() % std::min<uint64_t>(2 * kChunk, bytes - off);
+        const bool write = r() % 4 == 0;
+        auto u = s.before_use(base + off, n, /*overwrite=*/write, 10s);
+        if (!u) FAIL(u.error().message);
+        for (uint64_t i = 0; i < n; i++) {
+          if (write) device[off + i].store(uint8_t(1 + r() % 255));
+          else if (device[off + i].load() == 0) poisoned++;
+        }
+        reads++;
+      }
+    });
+  // The engine: the urgent chunks first, then a fixed shuffled order.
+  std::vector<uint64_t> order(chunks);
+  for (uint64_t i = 0; i < chunks; i++) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  size_t next = 0;
+  while (!s.all_copied()) {
+    std::optional<Claim> c = s.claim_urgent();
+    while (!c && next < order.size()) c = s.claim(order[next++]);
+    if (!c) {
+      std::this_thread::yield();
+      continue;
+    }
+    for (uint64_t i = 0; i < c->bytes; i++) device[c->offset + i].store(image[c->offset + i]);
+    std::this_thread::sleep_for(200us);
+    s.copied(*c);
+  }
+  s.close(Window::kClosed);
+  std::this_thread::sleep_for(20ms);
+  stop = true;
+  for (auto& u : users) u.join();
+  CHECK(reads > 0);
+  CHECK(poisoned == 0);
+  for (size_t i = 0; i < bytes; i++)
+    if (device[i].load() == 0) FAIL("byte " << i << " never filled");
 }

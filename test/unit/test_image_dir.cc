@@ -307,6 +307,7 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
     auto chunk = (*writer)->write_chunk(0, bytes, c);
     REQUIRE(chunk.ok());
     CHECK(chunk->file_offset % 4096 == 0);
+    if (chunk->compression != Compression::kZero) CHECK(chunk->file_offset >= kDataHeaderSize);
     CHECK(chunk->crc32c == phos::crc32c(bytes));
     written.emplace_back(std::vector<std::byte>(bytes.begin(), bytes.end()), *chunk);
   };
@@ -318,7 +319,13 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
   // A chunk of several MiB, not a multiple of the page size.
   auto big = pattern((1 << 20) + 12345, 23, false);
   write(std::span(big), Compression::kNone);
+  // A zero chunk among them takes no extent: the next one is still aligned.
+  const std::vector<std::byte> zeros(64 << 10);
+  write(std::span(zeros), Compression::kZstd);
+  write(std::span(odd), Compression::kNone);
   CHECK(written[3].second.compression == Compression::kZstd);
+  CHECK(written[6].second.compression == Compression::kZero);
+  CHECK(written[6].second.stored_size == 0);
   bool direct = (*writer)->direct();
   auto file = (*writer)->finish();
   REQUIRE(file.ok());
@@ -330,7 +337,7 @@ void write_every_shape_and_read_back(const TempDir& dir, DirectIo direct_io) {
   std::vector<std::byte> scratch;
   ChunkTimes times;
   for (const auto& [bytes, chunk] : written) {
-    std::vector<std::byte> got(bytes.size());
+    std::vector<std::byte> got(bytes.size(), std::byte{0xee});
     REQUIRE(read_chunk(fd.get(), file->name, chunk, got, scratch, &times).ok());
     CHECK(got == bytes);
   }
@@ -364,8 +371,8 @@ TEST_CASE("data file: a CRC the caller computed is stored as given, and the read
   REQUIRE(writer.ok());
   auto bytes = pattern(100000, 31, false);
   uint32_t right = phos::crc32c(bytes);
-  auto good = (*writer)->write_chunk(0, bytes, Compression::kNone, 1, right);
-  auto bad = (*writer)->write_chunk(0, bytes, Compression::kNone, 1, right ^ 1);
+  auto good = (*writer)->write_chunk(0, bytes, Compression::kNone, 1, ChunkSum{right, false});
+  auto bad = (*writer)->write_chunk(0, bytes, Compression::kNone, 1, ChunkSum{right ^ 1, false});
   REQUIRE(good.ok());
   REQUIRE(bad.ok());
   CHECK(good->crc32c == right);
@@ -561,4 +568,173 @@ TEST_CASE("image dir: restore reads no file through a link", "[image][hostile]")
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().message.find("symbolic link") != std::string::npos);
   }
+}
+
+// --- sparse images: zero chunks ---
+
+TEST_CASE("data file: a zero chunk is recorded with its CRC, not written", "[image][sparse]") {
+  TempDir dir;
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(7, 0), 7, 0, DirectIo::kOff);
+  REQUIRE(writer.ok());
+  const std::vector<std::byte> zeros(300000);
+  auto data = pattern(5000, 40, false);
+  auto zero = (*writer)->write_chunk(1 << 20, zeros, Compression::kNone);
+  auto stored = (*writer)->write_chunk(0, data, Compression::kNone);
+  REQUIRE(zero.ok());
+  REQUIRE(stored.ok());
+  CHECK(zero->compression == Compression::kZero);
+  CHECK(zero->stored_size == 0);
+  CHECK(zero->file_offset == 0);
+  CHECK(zero->file_index == 0);
+  CHECK(zero->raw_size == zeros.size());
+  CHECK(zero->alloc_offset == 1 << 20);
+  CHECK(zero->crc32c == phos::crc32c(zeros));
+  // The data chunk after it goes where the first extent goes.
+  CHECK(stored->file_offset == kDataHeaderSize);
+  auto file = (*writer)->finish();
+  REQUIRE(file.ok());
+  CHECK(file->size == kDataHeaderSize + align_up(data.size()));
+  // Read back: zeros, whatever the buffer held, and the CRC checked.
+  std::vector<std::byte> got(zeros.size(), std::byte{0xff}), scratch;
+  ChunkTimes times;
+  REQUIRE(read_chunk(-1, "none", *zero, got, scratch, &times).ok());
+  CHECK(got == zeros);
+  CHECK(times.io_ns == 0);
+}
+
+TEST_CASE("data file: sparse off writes a zero chunk like any other", "[image][sparse]") {
+  TempDir dir;
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(7, 0), 7, 0, DirectIo::kOff, Sparse::kOff);
+  REQUIRE(writer.ok());
+  const std::vector<std::byte> zeros(8192);
+  auto plain = (*writer)->write_chunk(0, zeros, Compression::kNone);
+  // With zstd the zeros compress, as any chunk would.
+  auto packed = (*writer)->write_chunk(8192, zeros, Compression::kZstd);
+  // What the GPU says changes nothing either.
+  auto told = (*writer)->write_chunk(16384, zeros, Compression::kNone, 1, ChunkSum{phos::crc32c(zeros), true});
+  REQUIRE(plain.ok());
+  REQUIRE(packed.ok());
+  REQUIRE(told.ok());
+  CHECK(plain->compression == Compression::kNone);
+  CHECK(plain->stored_size == zeros.size());
+  CHECK(packed->compression == Compression::kZstd);
+  CHECK(told->compression == Compression::kNone);
+  auto file = (*writer)->finish();
+  REQUIRE(file.ok());
+  CHECK(file->size > kDataHeaderSize + 2 * zeros.size());
+}
+
+TEST_CASE("data file: the caller's word on a zero chunk is taken, as its CRC is", "[image][sparse]") {
+  TempDir dir;
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(7, 0), 7, 0, DirectIo::kOff);
+  REQUIRE(writer.ok());
+  const std::vector<std::byte> zeros(1 << 20);
+  const uint32_t crc = phos::crc32c(zeros);
+  // The GPU says zero: not looked at again.
+  auto zero = (*writer)->write_chunk(0, zeros, Compression::kNone, 1, ChunkSum{crc, true});
+  // The GPU says not zero (it checks what the DMA copies): written.
+  auto kept = (*writer)->write_chunk(0, zeros, Compression::kNone, 1, ChunkSum{crc, false});
+  REQUIRE(zero.ok());
+  REQUIRE(kept.ok());
+  CHECK(zero->compression == Compression::kZero);
+  CHECK(zero->crc32c == crc);
+  CHECK(kept->compression == Compression::kNone);
+  CHECK(kept->stored_size == zeros.size());
+  CHECK((*writer)->times().checksum_ns < 1000000);  // neither computed here
+}
+
+TEST_CASE("data file: one nonzero byte keeps a chunk stored", "[image][sparse]") {
+  TempDir dir;
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(7, 0), 7, 0, DirectIo::kOff);
+  REQUIRE(writer.ok());
+  for (size_t at : {size_t(0), size_t(4095), size_t(65535)}) {
+    std::vector<std::byte> almost(65536);
+    almost[at] = std::byte{1};
+    auto c = (*writer)->write_chunk(0, almost, Compression::kNone);
+    REQUIRE(c.ok());
+    INFO("nonzero byte at " << at);
+    CHECK(c->compression == Compression::kNone);
+    CHECK(c->stored_size == almost.size());
+  }
+}
+
+TEST_CASE("image dir: a sparse image reads back, verifies and stores only its data", "[image][sparse]") {
+  TempDir dir;
+  // 64 KiB chunks: data, zero, zero, data, then a zero tail shorter than a chunk.
+  std::vector<std::byte> buf(4 * (64 << 10) + 1000);
+  auto data = pattern(64 << 10, 41, false);
+  std::copy(data.begin(), data.end(), buf.begin());
+  std::copy(data.begin(), data.end(), buf.begin() + 3 * (64 << 10));
+  std::vector<std::vector<std::byte>> bufs = {buf, std::vector<std::byte>(100)};
+  Manifest m = write_image(dir, bufs, Compression::kZstd);
+  std::vector<Compression> kinds;
+  for (const auto& c : m.allocations[0].chunks) kinds.push_back(c.compression);
+  CHECK(kinds == std::vector<Compression>{Compression::kNone, Compression::kZero, Compression::kZero,
+                                          Compression::kNone, Compression::kZero});
+  CHECK(m.allocations[1].chunks[0].compression == Compression::kZero);
+  CHECK(m.data_files[0].size == kDataHeaderSize + 2 * (64 << 10));
+  auto img = open_process_image(dir.fd.get(), 42, true);
+  REQUIRE(img.ok());
+  CHECK(read_allocation(dir, img->manifest, 0) == bufs[0]);
+  CHECK(read_allocation(dir, img->manifest, 1) == bufs[1]);
+  ImageReader reader(dir.fd.get(), img->manifest);
+  auto total = reader.verify_all();
+  REQUIRE(total.ok());
+  CHECK(*total == buf.size() + 100);
+}
+
+TEST_CASE("image dir: a zero chunk whose recorded CRC is not that of zeros fails", "[image][sparse][corrupt]") {
+  TempDir dir;
+  Manifest m = write_image(dir, {std::vector<std::byte>(70000)}, Compression::kNone);
+  Chunk c = m.allocations[0].chunks[1];
+  REQUIRE(c.compression == Compression::kZero);
+  c.crc32c ^= 1;
+  ImageReader reader(dir.fd.get(), m);
+  std::vector<std::byte> out(c.raw_size);
+  auto r = reader.read_chunk(c, out);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("zero chunk at allocation offset 65536") &&
+                                    Catch::Contains("not that of zero bytes"));
+  // Left to its caller, the check is not made: nothing was read to check.
+  CHECK(reader.read_chunk(c, out, CrcCheck::kByCaller).ok());
+}
+
+TEST_CASE("image dir: a chunk copied twice reads as its last copy, zero or not", "[image][sparse][recopy]") {
+  // Soft recopy writes a chunk again after the process wrote it; the
+  // manifest names the last copy. Zero first, then data; and data first,
+  // then zero (its data stays in the file, unreferenced).
+  TempDir dir;
+  auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(42, 0), 42, 0, DirectIo::kOff);
+  REQUIRE(writer.ok());
+  const std::vector<std::byte> zeros(64 << 10);
+  auto data = pattern(64 << 10, 43, false);
+  auto first_zero = (*writer)->write_chunk(0, zeros, Compression::kNone);
+  auto then_data = (*writer)->write_chunk(0, data, Compression::kNone);
+  auto first_data = (*writer)->write_chunk(0, data, Compression::kNone);
+  auto then_zero = (*writer)->write_chunk(0, zeros, Compression::kNone);
+  REQUIRE(first_zero.ok());
+  REQUIRE(then_data.ok());
+  REQUIRE(first_data.ok());
+  REQUIRE(then_zero.ok());
+  CHECK(first_zero->compression == Compression::kZero);
+  CHECK(then_zero->compression == Compression::kZero);
+  auto file = (*writer)->finish();
+  REQUIRE(file.ok());
+  Manifest m;
+  m.writer_version = "test";
+  m.pid = 42;
+  m.chunk_size = 64 << 10;
+  m.devices.push_back(Device{0, {}, "test gpu", 1ull << 30, 9, 0});
+  m.data_files.push_back(*file);
+  m.allocations.push_back({{1, 0, 0x7f0000000000ull, zeros.size(), 0}, {*then_data}});
+  m.allocations.push_back({{2, 0, 0x7f0040000000ull, zeros.size(), 0}, {*then_zero}});
+  m.format_version = format_version_for(m);
+  CHECK(m.format_version == kZeroChunkFormatVersion);
+  auto written = write_manifest(dir.fd.get(), m);
+  REQUIRE(written.ok());
+  REQUIRE(write_completion_marker(dir.fd.get(), 42, *written).ok());
+  auto img = open_process_image(dir.fd.get(), 42, true);
+  REQUIRE(img.ok());
+  CHECK(read_allocation(dir, img->manifest, 0) == data);
+  CHECK(read_allocation(dir, img->manifest, 1) == zeros);
 }

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "fixtures.h"
 #include "phos/images/bytes.h"
@@ -88,8 +90,9 @@ TEST_CASE("manifest file: corrupted payload", "[manifest][corrupt]") {
 
 TEST_CASE("manifest file: newer format version is refused", "[manifest][version]") {
   auto bytes = with_version(encode_manifest(full_manifest()), kManifestFormatVersion + 1);
-  CHECK_THAT(decode_error(bytes), Catch::Contains("format version 2 is not supported") &&
-                                      Catch::Contains("newer phos"));
+  CHECK_THAT(decode_error(bytes),
+             Catch::Contains("format version " + std::to_string(kManifestFormatVersion + 1) + " is not supported") &&
+                 Catch::Contains("newer phos"));
 }
 
 TEST_CASE("manifest file: version 0 is refused", "[manifest][version]") {
@@ -317,7 +320,8 @@ TEST_CASE("manifest: copy-on-write statistics round trip one at a time", "[manif
                                     &Statistics::cow_calls_waited,  &Statistics::cow_unknown_waits,
                                     &Statistics::cow_wait_ns,       &Statistics::cow_window_ns,
                                     &Statistics::recopy_first_pass_bytes, &Statistics::recopy_first_pass_ns,
-                                    &Statistics::recopied_bytes,    &Statistics::final_pass_ns};
+                                    &Statistics::recopied_bytes,    &Statistics::final_pass_ns,
+                                    &Statistics::zero_chunks,       &Statistics::zero_bytes};
   for (size_t i = 0; i < std::size(fields); i++) {
     INFO("field " << i);
     Manifest m = full_manifest();
@@ -389,4 +393,150 @@ TEST_CASE("manifest: a file with an unknown copy trust is refused when decoded",
   Manifest m = cow_manifest();
   m.copy_trust = CopyTrust(9);
   CHECK_THAT(decode_error(encode_manifest(m)), Catch::Contains("unknown copy trust 9"));
+}
+
+// --- sparse images: zero chunks ---
+
+namespace {
+
+// full_manifest() with a fourth chunk of 1 MiB that is zero: its allocation
+// grows by it, nothing more is stored.
+Manifest sparse_manifest() {
+  Manifest m = full_manifest();
+  Allocation& a = m.allocations[0];
+  const uint64_t at = a.size;
+  a.size += 1 << 20;
+  a.chunks.push_back({at, 0, 0, 1 << 20, 0, 0xdeadbeef, Compression::kZero});
+  m.format_version = kZeroChunkFormatVersion;
+  m.statistics.zero_chunks = 1;
+  m.statistics.zero_bytes = 1 << 20;
+  return m;
+}
+
+// A manifest file written by phos 0.1.0 before sparse images (format
+// version 1): one device, an allocation of 1 MiB + 100 bytes in an
+// uncompressed and a zstd chunk, raw and stored bytes in its statistics.
+constexpr unsigned char kVersion1Manifest[] = {
+    0x50, 0x48, 0x4f, 0x53, 0x4d, 0x41, 0x4e, 0x46, 0x01, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,
+    0xb9, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7b, 0x94, 0xbc, 0x46, 0x3c, 0x5c, 0xbe, 0xcf,
+    0x08, 0x01, 0x12, 0x05, 0x30, 0x2e, 0x31, 0x2e, 0x30, 0x18, 0x2a, 0x20, 0x01, 0x28, 0x80, 0x80,
+    0x40, 0x30, 0xe8, 0x07, 0x3a, 0x2c, 0x08, 0x00, 0x12, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1a, 0x0b, 0x4e, 0x56, 0x49, 0x44,
+    0x49, 0x41, 0x20, 0x48, 0x32, 0x30, 0x30, 0x20, 0x80, 0x80, 0x80, 0x80, 0xd8, 0x04, 0x28, 0x09,
+    0x30, 0x00, 0x42, 0x3d, 0x08, 0x07, 0x10, 0x00, 0x18, 0x80, 0x80, 0x80, 0x80, 0x80, 0xe0, 0x1f,
+    0x20, 0xe4, 0x80, 0x40, 0x28, 0x00, 0x32, 0x14, 0x08, 0x00, 0x10, 0x00, 0x18, 0x80, 0x20, 0x20,
+    0x80, 0x80, 0x40, 0x28, 0x80, 0x80, 0x40, 0x30, 0x91, 0x22, 0x38, 0x00, 0x32, 0x13, 0x08, 0x80,
+    0x80, 0x40, 0x10, 0x00, 0x18, 0x80, 0xa0, 0x40, 0x20, 0x64, 0x28, 0x3c, 0x30, 0xa2, 0x44, 0x38,
+    0x01, 0x4a, 0x18, 0x0a, 0x12, 0x70, 0x68, 0x6f, 0x73, 0x2d, 0x34, 0x32, 0x2d, 0x64, 0x61, 0x74,
+    0x61, 0x2d, 0x30, 0x2e, 0x69, 0x6d, 0x67, 0x10, 0x80, 0xc0, 0x40, 0x52, 0x1a, 0x08, 0x00, 0x10,
+    0x00, 0x18, 0x00, 0x20, 0xe4, 0x80, 0x40, 0x28, 0x80, 0xc0, 0x40, 0x30, 0x00, 0x38, 0x00, 0x40,
+    0x00, 0x48, 0x00, 0x50, 0x00, 0x58, 0x00, 0x5a, 0x00,
+};
+
+std::span<const std::byte> version1_manifest() { return std::as_bytes(std::span(kVersion1Manifest)); }
+
+}  // namespace
+
+TEST_CASE("manifest: a zero chunk round trips with its CRC and the zero statistics", "[manifest][sparse]") {
+  Manifest m = sparse_manifest();
+  REQUIRE(validate_manifest(m, "m.img").ok());
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  const Chunk& zero = back->allocations[0].chunks.back();
+  CHECK(zero.compression == Compression::kZero);
+  CHECK(zero.stored_size == 0);
+  CHECK(zero.crc32c == 0xdeadbeef);
+  CHECK(back->format_version == 2);
+  CHECK(back->statistics.zero_chunks == 1);
+  CHECK(back->statistics.zero_bytes == 1 << 20);
+  CHECK(back.value() == m);
+  CHECK(compression_name(Compression::kZero) == "zero");
+}
+
+TEST_CASE("manifest: an image of format version 1, from before zero chunks, still reads", "[manifest][sparse]") {
+  auto m = decode_manifest(version1_manifest(), "old.img");
+  REQUIRE(m.ok());
+  CHECK(m->format_version == 1);
+  CHECK(m->writer_version == "0.1.0");
+  CHECK(m->pid == 42);
+  REQUIRE(m->allocations.size() == 1);
+  REQUIRE(m->allocations[0].chunks.size() == 2);
+  CHECK(m->allocations[0].chunks[0].compression == Compression::kNone);
+  CHECK(m->allocations[0].chunks[1].compression == Compression::kZstd);
+  CHECK(m->allocations[0].chunks[1].stored_size == 60);
+  CHECK(m->statistics.raw_bytes == (1 << 20) + 100);
+  CHECK(m->statistics.zero_chunks == 0);
+  CHECK(m->statistics.zero_bytes == 0);
+  // What this phos writes of it is what phos 0.1.0 wrote, byte for byte.
+  auto again = encode_manifest(*m);
+  CHECK(std::equal(again.begin(), again.end(), version1_manifest().begin(), version1_manifest().end()));
+}
+
+TEST_CASE("manifest: the format version a dump writes is the oldest that holds it", "[manifest][sparse]") {
+  CHECK(format_version_for(full_manifest()) == 1);
+  CHECK(format_version_for(Manifest{}) == 1);
+  CHECK(format_version_for(sparse_manifest()) == kZeroChunkFormatVersion);
+  CHECK(kZeroChunkFormatVersion <= kManifestFormatVersion);
+}
+
+TEST_CASE("manifest: without zero chunks the zero statistics are left off the wire", "[manifest][sparse]") {
+  // So a version 1 image this phos writes is the one phos 0.1.0 wrote.
+  const size_t plain = encode_manifest(full_manifest()).size();
+  Manifest counted = full_manifest();
+  counted.statistics.zero_chunks = 1;
+  CHECK(encode_manifest(counted).size() == plain + 3);  // a two-byte tag (field 24), a one-byte value
+}
+
+TEST_CASE("manifest file: a reader of version 1 refuses a sparse image by its version", "[manifest][sparse][version]") {
+  // A phos of before sparse images reads versions 1..1: the frame's version
+  // stops it before it could misread a zero chunk.
+  auto bytes = encode_manifest(sparse_manifest());
+  CHECK(phos::bytes::get_u32(&bytes[8]) == kZeroChunkFormatVersion);
+  CHECK(kZeroChunkFormatVersion > 1);
+}
+
+TEST_CASE("manifest validation: a zero chunk in a version 1 manifest", "[manifest][validate][sparse]") {
+  Manifest m = sparse_manifest();
+  m.format_version = 1;
+  CHECK_THAT(validate_error(m), Catch::Contains("allocation 7 chunk 3 is a zero chunk, which format version 1"));
+}
+
+TEST_CASE("manifest validation: a zero chunk that names stored bytes", "[manifest][validate][sparse]") {
+  for (auto spoil : {+[](Chunk& c) { c.stored_size = 100; }, +[](Chunk& c) { c.file_offset = 4096; },
+                     +[](Chunk& c) { c.file_index = 1; }}) {
+    Manifest m = sparse_manifest();
+    spoil(m.allocations[0].chunks.back());
+    CHECK_THAT(validate_error(m), Catch::Contains("allocation 7 chunk 3 is a zero chunk but names"));
+  }
+}
+
+TEST_CASE("manifest validation: a zero chunk still covers its bytes exactly", "[manifest][validate][sparse]") {
+  Manifest m = sparse_manifest();
+  m.allocations[0].size -= 1;
+  CHECK_THAT(validate_error(m), Catch::Contains("more than its"));
+  m = sparse_manifest();
+  m.allocations[0].chunks.back().raw_size = m.chunk_size + 1;
+  CHECK_THAT(validate_error(m), Catch::Contains("chunk size is"));
+}
+
+TEST_CASE("manifest: a zero chunk needs no data file", "[manifest][validate][sparse]") {
+  // Every chunk zero: the workers' data files hold their headers only, or
+  // a manifest may list none.
+  Manifest m = sparse_manifest();
+  Allocation& a = m.allocations[0];
+  a.chunks.erase(a.chunks.begin(), a.chunks.end() - 1);
+  a.chunks[0].alloc_offset = 0;
+  a.size = a.chunks[0].raw_size;
+  m.data_files.clear();
+  CHECK(validate_manifest(m, "m.img").ok());
+}
+
+TEST_CASE("completion marker: keeps format version 1", "[manifest][marker][sparse]") {
+  // A phos of before sparse images reads the marker of an image it can read.
+  auto manifest_file = encode_manifest(full_manifest());
+  CompletionMarker mk = marker_for(manifest_file, 5);
+  CHECK(mk.format_version == 1);
+  auto file = encode_marker(mk);
+  CHECK(phos::bytes::get_u32(&file[8]) == 1);
+  CHECK(decode_marker(file, "c.img").ok());
 }

@@ -379,3 +379,58 @@ TEST_CASE("options: bad recopy values warn and keep the defaults", "[options][re
   }
   CHECK(parse("recopy = yes\n").warnings.at(0) == "phos.conf:1: recopy = yes: expected auto or off; ignored");
 }
+
+TEST_CASE("options: sparse defaults to auto", "[options][sparse]") {
+  PluginOptions o;
+  CHECK(o.sparse == phos::image::Sparse::kAuto);
+  CHECK(o.describe().find(" sparse=auto") != std::string::npos);
+}
+
+TEST_CASE("options: sparse from the file, PHOS_SPARSE over it", "[options][sparse]") {
+  auto p = parse("sparse = off\n");
+  CHECK(p.warnings.empty());
+  CHECK(p.options.sparse == phos::image::Sparse::kOff);
+  CHECK(p.options.describe().find(" sparse=off") != std::string::npos);
+  auto q = parse("sparse = off\n", {{"PHOS_SPARSE", "auto"}});
+  CHECK(q.warnings.empty());
+  CHECK(q.options.sparse == phos::image::Sparse::kAuto);
+  auto r = parse("", {{"PHOS_SPARSE", "off"}});
+  CHECK(r.options.sparse == phos::image::Sparse::kOff);
+}
+
+TEST_CASE("options: a bad sparse value warns and keeps the setting", "[options][sparse]") {
+  CHECK(parse("sparse = on\n").warnings.at(0) == "phos.conf:1: sparse = on: expected auto or off; ignored");
+  auto p = parse("sparse = off\n", {{"PHOS_SPARSE", "yes"}});
+  REQUIRE(p.warnings.size() == 1);
+  CHECK(p.warnings[0] == "PHOS_SPARSE=yes: expected auto or off; ignored");
+  CHECK(p.options.sparse == phos::image::Sparse::kOff);
+}
+
+TEST_CASE("options: lazy_restore defaults to auto, with a long wait bound", "[options][lazy]") {
+  PluginOptions o;
+  CHECK(o.lazy_restore == PluginOptions::LazyRestore::kAuto);
+  CHECK(o.lazy_timeout_ms == 600000);
+  CHECK(o.describe().find("lazy_restore=auto lazy_timeout_ms=600000") != std::string::npos);
+}
+
+TEST_CASE("options: lazy_restore from the file and the environment", "[options][lazy]") {
+  auto p = parse("lazy_restore = on\nlazy_timeout_ms = 5000\n");
+  CHECK(p.warnings.empty());
+  CHECK(p.options.lazy_restore == PluginOptions::LazyRestore::kOn);
+  CHECK(p.options.lazy_timeout_ms == 5000);
+  auto q = parse("lazy_restore = on\n", {{"PHOS_LAZY_RESTORE", "off"}, {"PHOS_LAZY_TIMEOUT_MS", "1"}});
+  CHECK(q.warnings.empty());
+  CHECK(q.options.lazy_restore == PluginOptions::LazyRestore::kOff);
+  CHECK(q.options.lazy_timeout_ms == 1);
+}
+
+TEST_CASE("options: bad lazy_restore values warn and keep the defaults", "[options][lazy]") {
+  for (const char* line : {"lazy_restore = always", "lazy_restore =", "lazy_timeout_ms = 0", "lazy_timeout_ms = 3600001",
+                           "lazy_timeout_ms = 1m"}) {
+    INFO(line);
+    auto p = parse(line);
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("ignored") != std::string::npos);
+    CHECK(p.options.describe() == PluginOptions().describe());
+  }
+}

@@ -97,6 +97,25 @@ TEST_CASE("proc: other criu command lines do not say the processes run on", "[pr
   CHECK_FALSE(argv_leaves_running(V{}));
 }
 
+TEST_CASE("proc: a criu restore with --lazy-pages restores lazily", "[proc]") {
+  using V = std::vector<std::string>;
+  CHECK(argv_restores_lazily(V{"criu", "restore", "-D", "img", "--lazy-pages"}));
+  CHECK(argv_restores_lazily(V{"criu", "--lazy-pages", "restore", "-d"}));
+  CHECK(argv_restores_lazily(V{"criu", "restore", "--lazy-p", "-D", "img"}));  // an unambiguous abbreviation
+  CHECK(argv_restores_lazily(V{"criu", "restore", "--images-dir", "img", "--lazy-pages"}));
+}
+
+TEST_CASE("proc: other criu command lines do not restore lazily", "[proc]") {
+  using V = std::vector<std::string>;
+  CHECK_FALSE(argv_restores_lazily(V{"criu", "restore", "-D", "img", "-d"}));
+  CHECK_FALSE(argv_restores_lazily(V{"criu", "dump", "-t", "5", "--lazy-pages"}));
+  CHECK_FALSE(argv_restores_lazily(V{"criu", "restore", "--lazy-migrate"}));
+  CHECK_FALSE(argv_restores_lazily(V{"criu", "restore", "--lazy", "-D", "img"}));  // ambiguous for getopt
+  CHECK_FALSE(argv_restores_lazily(V{"criu", "restore", "-D", "img", "--", "--lazy-pages"}));
+  CHECK_FALSE(argv_restores_lazily(V{"criu", "lazy-pages", "-D", "img"}));
+  CHECK_FALSE(argv_restores_lazily(V{}));
+}
+
 TEST_CASE("proc: this test program is not a criu that leaves processes running", "[proc]") {
   CHECK_FALSE(criu_leaves_running());
 }

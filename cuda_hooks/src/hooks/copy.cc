@@ -37,7 +37,7 @@ void note(RecordKind kind, const char* call, CUstream stream, bool per_thread, c
 void note_copy(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, CUdeviceptr src, size_t n) {
   ranges::RangeList l;
   if (src) l.add(src, n, ranges::kRead);
-  if (dst) l.add(dst, n, ranges::kWrite);
+  if (dst) l.add(dst, n, ranges::kWrite | ranges::kWholeWrite);
   note(RecordKind::kCopy, call, stream, per_thread, l);
 }
 
@@ -75,16 +75,17 @@ void note_copy_3d(const char* call, CUstream stream, bool per_thread, const Copy
   note(RecordKind::kCopy, call, stream, per_thread, l);
 }
 
-void note_set(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, uint64_t bytes) {
+// `dense`: every byte of the range is set (no pitch gaps).
+void note_set(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, uint64_t bytes, bool dense = true) {
   ranges::RangeList l;
-  l.add(dst, bytes, ranges::kWrite);
+  l.add(dst, bytes, ranges::kWrite | (dense ? ranges::kWholeWrite : 0));
   note(RecordKind::kSet, call, stream, per_thread, l);
 }
 
 void note_set_2d(const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, size_t pitch, size_t width_bytes,
                  size_t height) {
   auto e = ranges::pitched_2d(0, 0, pitch, width_bytes, height);
-  note_set(call, stream, per_thread, dst + e.offset, e.bytes);
+  note_set(call, stream, per_thread, dst + e.offset, e.bytes, pitch == width_bytes || height <= 1);
 }
 
 // A batch of linear copies, one record each.

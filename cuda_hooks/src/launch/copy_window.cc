@@ -1,5 +1,9 @@
 #include "launch/copy_window.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <thread>
 
 #include "driver/driver.h"
@@ -45,8 +49,8 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
                       EINVAL);
   auto table = copystate::CopyState::attach(fds[0].get());
   if (!table) return table.error();
-  if (table->protocol() == copystate::Protocol::kRecopy && q.pool_bytes)
-    return make_error("open copy window: a recopy window has no pool", EINVAL);
+  if (table->protocol() != copystate::Protocol::kCopyOnWrite && q.pool_bytes)
+    return make_error("open copy window: only a copy-on-write window has a pool", EINVAL);
   if (uint64_t(table->pool_slots()) * table->chunk_size() > q.pool_bytes)
     return make_error("open copy window: " + std::to_string(table->pool_slots()) + " pool slots of " +
                           std::to_string(table->chunk_size()) + " bytes do not fit a pool of " +
@@ -116,6 +120,10 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   // call waits. Recopy: the engine's second pass, after this, still needs
   // the table as it is.
   if (table_->protocol() == copystate::Protocol::kCopyOnWrite) table_->close(copystate::Window::kAborted);
+  // A fill asked to close before it is whole: calls would run on memory
+  // that is not restored.
+  if (filling() && table_->window() != copystate::Window::kClosed)
+    fill_failed(make_error("the restore closed its window before the device memory was whole", EIO));
   open_.store(false);
   while (users_.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   out.calls_checked = checked_;
@@ -153,7 +161,23 @@ Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot) {
   return {};
 }
 
+void CopyWindow::fill_failed(const Error& e) {
+  std::fprintf(stderr, "phos: on-demand restore: %s; the process cannot go on without its device memory\n",
+               e.message.c_str());
+  std::fflush(stderr);
+  ::kill(::getpid(), SIGKILL);
+  ::_exit(1);  // not reached
+}
+
+void CopyWindow::await_filled(uint64_t address, uint64_t bytes, bool overwrite) {
+  uint64_t t0 = monotonic_ns();
+  auto report = table_->before_use(address, bytes, overwrite, timeout_);
+  if (!report) fill_failed(report.error());
+  count_wait(t0, report->waited > 0, false);
+}
+
 void CopyWindow::give_up(const Error& e) {
+  if (filling()) fill_failed(e);
   table_->close(copystate::Window::kAborted);
   std::lock_guard<std::mutex> lock(save_mu_);
   if (abort_reason_.empty()) abort_reason_ = e.message;
@@ -175,9 +199,11 @@ void CopyWindow::write(uint64_t address, uint64_t bytes) {
 }
 
 void CopyWindow::untrusted(bool unknown_set) {
-  if (table_->window() != copystate::Window::kOpen) return;
+  // A fill given up lets no call through (wait_closed says so).
+  if (table_->window() != copystate::Window::kOpen && !filling()) return;
   // Recopy never waits (the gate closing for the final pass would wait for
-  // this call): everything is copied again instead.
+  // this call): everything is copied again instead. A fill: the call waits
+  // for the whole fill (give_up ends the process if it fails).
   if (table_->protocol() == copystate::Protocol::kRecopy) return table_->mark_all_dirty();
   uint64_t t0 = monotonic_ns();
   if (auto r = table_->wait_closed(timeout_); !r) give_up(r.error());
@@ -188,6 +214,7 @@ void CopyWindow::before_exact(const ranges::RangeList& l) {
   Use use(*this);
   if (!use.inside()) return;
   checked_.fetch_add(1, std::memory_order_relaxed);
+  if (filling()) return use_exact(l);
   for (uint8_t i = 0; i < l.count; i++) {
     const ranges::BufferRange& b = l.items[i];
     if (!(b.access & ranges::kWrite)) continue;
@@ -205,10 +232,28 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
   if (writes.covered) return;  // inside a library call that checked its exact set
   checked_.fetch_add(1, std::memory_order_relaxed);
   if (!writes.known) return untrusted(true);
+  // On-demand restore: without read validation, only an exact set says
+  // everything a kernel may read.
+  if (filling()) {
+    if (!writes.exact) return untrusted(false);
+    for (const auto& [start, end] : writes.reads) await_filled(start, end - start, false);
+    for (const auto& [start, end] : writes.ranges) await_filled(start, end - start, false);
+    return;
+  }
   const bool trusted = writes.exact || (trust_ == agent::CopyTrust::kSpeculated) ||
                        (trust_ == agent::CopyTrust::kValidated && validated);
   if (!trusted) return untrusted(false);
   for (const auto& [start, end] : writes.ranges) write(start, end - start);
+}
+
+void CopyWindow::use_exact(const ranges::RangeList& l) {
+  for (uint8_t i = 0; i < l.count; i++)
+    if (l.items[i].access & (ranges::kExtentUnknown | ranges::kPointerArray)) return untrusted(true);
+  for (uint8_t i = 0; i < l.count; i++) {
+    const ranges::BufferRange& b = l.items[i];
+    const bool overwrite = (b.access & ranges::kWholeWrite) && !(b.access & ranges::kRead);
+    await_filled(b.address, b.bytes, overwrite);
+  }
 }
 
 void CopyWindow::before_unknown() {

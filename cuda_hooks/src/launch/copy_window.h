@@ -7,7 +7,13 @@
 // write set is unknown, or not trusted (agent::CopyTrust), wait until the
 // window closes. Soft recopy (the table's protocol): a write marks its
 // chunks dirty, for the engine to copy again once the gate is closed; an
-// unknown or untrusted set marks every chunk; nothing waits.
+// unknown or untrusted set marks every chunk; nothing waits. On-demand
+// restore (the table's fill protocol): a call waits until the memory it
+// reads and writes is filled (an exact set's ranges; a kernel's speculated
+// set only where it is exact), every other call until the whole fill is in;
+// a call that overwrites whole chunks takes them as filled. A fill that
+// cannot complete ends the process: it must never compute on memory that is
+// not restored.
 //
 // Closed (no dump running), each call pays one relaxed load, and only where
 // it already described its set (recording or speculating is on).
@@ -71,6 +77,13 @@ class CopyWindow {
   void give_up(const Error& e);
   Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot);
   void count_wait(uint64_t since_ns, bool waited, bool unknown_set);
+  // On-demand restore: an exact call's ranges.
+  void use_exact(const ranges::RangeList& l);
+  bool filling() const { return table_->protocol() == copystate::Protocol::kFill; }
+  // On-demand restore: waits until [address, address + bytes) is filled.
+  void await_filled(uint64_t address, uint64_t bytes, bool overwrite);
+  // The restored memory cannot be made whole: the process ends here.
+  [[noreturn]] void fill_failed(const Error& e);
 
   std::atomic<bool> open_{false};
   std::atomic<int64_t> users_{0};

@@ -222,8 +222,11 @@ void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, Launc
     writes->known = set.kind != spec::SetKind::kUnknown;
     writes->exact = set.kind == spec::SetKind::kExact;
     writes->ranges.clear();
-    for (uint32_t i = 0; writes->known && i < set.count; i++)
+    writes->reads.clear();
+    for (uint32_t i = 0; writes->known && i < set.count; i++) {
       if (set.items[i].access & spec::kWrite) writes->ranges.emplace_back(set.items[i].start, set.items[i].end);
+      if (set.items[i].access & spec::kRead) writes->reads.emplace_back(set.items[i].start, set.items[i].end);
+    }
   }
   if (set.kind == spec::SetKind::kUnknown) {
     e->unknown++;

@@ -44,6 +44,9 @@ struct WriteRanges {
   bool covered = false;  // issued inside a known library call: its exact set covers it
 
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  // The buffers it is speculated to read (filled while an on-demand
+  // restore's window is open: a launch waits for them to be in).
+  std::vector<std::pair<uint64_t, uint64_t>> reads;
 };
 
 class LaunchSpeculation final : public BufferObserver {

@@ -24,6 +24,9 @@ enum Access : uint8_t {
   kPointerArray = 4,
   // The address is known, its extent is not (bytes is 0).
   kExtentUnknown = 8,
+  // Every byte of the range is written (a linear copy's destination, a
+  // memset without pitch), none read: an on-demand restore need not fill it.
+  kWholeWrite = 16,
 };
 
 struct BufferRange {

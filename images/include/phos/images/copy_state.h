@@ -22,6 +22,15 @@
 // copies the chunks not yet dirty; after the gate closes it copies the
 // dirty ones again.
 //
+// On-demand restore (kFill; the image is the source): the process runs
+// while the engine fills its device memory. pending means not filled yet,
+// copying being filled, copied filled (its checksum checked). A call that
+// reads or writes a chunk not filled waits for it, and puts it on the
+// engine's urgent list; a call that overwrites whole chunks without reading
+// them (an exact memset or copy destination) takes them as filled. The
+// window closes once every chunk is in; a window the engine gave up
+// (kAborted) lets no call through: the process's memory is not whole.
+//
 // Each chunk's 32-bit word is also a futex (shared between processes): a
 // waiter sleeps on the word and whoever changes it wakes it. The layout is
 // fixed little-endian words; both sides are one phos build (the agent
@@ -44,7 +53,7 @@
 
 namespace phos::copystate {
 
-enum class Protocol : uint32_t { kCopyOnWrite = 1, kRecopy = 2 };
+enum class Protocol : uint32_t { kCopyOnWrite = 1, kRecopy = 2, kFill = 3 };
 
 enum class ChunkState : uint32_t {
   kPending = 0,  // not copied; nobody at it
@@ -77,6 +86,7 @@ struct WriteReport {
   uint32_t saved = 0;    // chunks saved into the pool
   uint32_t waited = 0;   // chunks waited for (being copied, or no free slot)
   uint32_t dirtied = 0;  // recopy: chunks marked dirty
+  uint32_t overwritten = 0;  // fill: chunks taken as filled, wholly overwritten
 };
 
 // Copies `bytes` of device memory at `address` into pool slot `slot`, and
@@ -87,6 +97,7 @@ struct Statistics {
   uint64_t saved = 0;    // chunks saved by copy-on-write
   uint64_t waits = 0;    // chunks writes waited for
   uint64_t dirtied = 0;  // chunk writes marked dirty (recopy)
+  uint64_t overwritten = 0;  // chunks a call overwrote before the fill reached them (fill)
 };
 
 class CopyState {
@@ -127,6 +138,12 @@ class CopyState {
   // image is then incomplete, and the call may go on.
   Result<WriteReport> before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
                                    std::chrono::milliseconds timeout);
+  // On-demand restore (kFill): before a call reads or writes [address,
+  // address + bytes), waits until every chunk of it is filled, asking the
+  // engine for those not yet taken first. `overwrite`: the call writes every
+  // byte of the range and reads none, so chunks wholly inside it need no
+  // fill. An error: a wait past `timeout`, or a fill the engine gave up.
+  Result<WriteReport> before_use(uint64_t address, uint64_t bytes, bool overwrite, std::chrono::milliseconds timeout);
   // The program freed the region that starts at `address` (its memory lives
   // on in the engine's mapping): writes to that address from now on go to
   // other memory, and are not the dump's.
@@ -135,6 +152,7 @@ class CopyState {
   // written anything: every chunk is dirty.
   void mark_all_dirty();
   // A call whose write set is unknown: waits until the window is closed.
+  // For a fill, a window given up is an error: the memory is not whole.
   Result<void> wait_closed(std::chrono::milliseconds timeout) const;
 
   // --- the engine ---
@@ -142,6 +160,12 @@ class CopyState {
   // in order (recopy: those not dirty), each claimed once. Empty when none
   // is left to claim now (some may still be saving, or copying).
   std::optional<Claim> claim_next();
+  // Chunks a call waits for, claimed; empty when none is asked for.
+  std::optional<Claim> claim_urgent();
+  // `chunk`, claimed if it is pending (the engine's own order of a fill).
+  std::optional<Claim> claim(uint64_t chunk);
+  // The chunk of `region` (an index into regions()) at byte `offset`.
+  uint64_t chunk_at(uint32_t region, uint64_t offset) const;
   // Recopy, after the gate closed and the streams drained: the next dirty
   // chunk, claimed (its dirty mark cleared).
   std::optional<Claim> claim_dirty();
@@ -162,6 +186,10 @@ class CopyState {
   CopyState(UniqueFd fd, void* map, size_t map_bytes, std::unique_ptr<Layout> layout);
   std::atomic<uint32_t>& word(uint64_t chunk) const;
   Claim claim_of(uint64_t chunk, std::optional<uint32_t> slot) const;
+  // Whether `chunk` lies wholly inside [address, end).
+  bool chunk_within(uint64_t chunk, uint64_t address, uint64_t end) const;
+  // A fill the engine gave up: no call may go on.
+  Result<void> fill_given_up() const;
   // The chunks [first, last] that [address, address + bytes) touches in each
   // region, appended as pairs.
   void chunks_of(uint64_t address, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>& out) const;

@@ -1,6 +1,7 @@
 // Data files of a GPU image: a 4 KiB header, then chunks of buffer contents,
 // each at the file offset its manifest entry records, with a CRC-32C of the
-// raw bytes and optional zstd compression.
+// raw bytes and optional zstd compression. A chunk whose every byte is 0
+// (zero_chunk.h) takes no room in the file: its manifest entry says so.
 //
 // Chunks are written at 4 KiB-aligned offsets in extents padded to 4 KiB, so
 // that a writer can use O_DIRECT; the manifest records the bytes a chunk
@@ -42,6 +43,17 @@ Result<DataHeader> decode_data_header(std::span<const std::byte> bytes, std::str
 // kAuto: O_DIRECT where the file system allows it; kOff: the page cache.
 enum class DirectIo { kAuto, kOff };
 
+// kAuto: a chunk whose every byte is 0 is not written, only recorded as a
+// zero chunk (Compression::kZero); kOff: it is written like any other.
+enum class Sparse { kAuto, kOff };
+
+// What the caller knows of a chunk already: the engine computes both on the
+// GPU while the chunk is copied (plugin/gpu/chunk_crc.cu).
+struct ChunkSum {
+  uint32_t crc32c = 0;
+  bool zero = false;  // every byte is 0
+};
+
 // Time spent in each step of writing or reading chunks, summed over calls.
 struct ChunkTimes {
   uint64_t checksum_ns = 0;
@@ -70,17 +82,19 @@ class DataFileWriter {
  public:
   // Creates `name` in `dirfd` (0600, failing if it exists).
   static Result<std::unique_ptr<DataFileWriter>> create(int dirfd, std::string name, int32_t pid,
-                                                        uint32_t file_index, DirectIo direct_io = DirectIo::kAuto);
+                                                        uint32_t file_index, DirectIo direct_io = DirectIo::kAuto,
+                                                        Sparse sparse = Sparse::kAuto);
 
   // Stores `raw` (at most kMaxChunkSize bytes) as the bytes of the allocation
   // at `alloc_offset`. zstd is kept only where it makes the chunk smaller.
   // With O_DIRECT, `raw` goes to the file as it is when it starts 4 KiB-aligned
   // and its size is a multiple of 4 KiB; other chunks go through an aligned
-  // copy.
-  // `crc`: the chunk's CRC-32C when the caller has it already (the engine
-  // computes it on the GPU); otherwise it is computed here.
-  Result<Chunk> write_chunk(uint64_t alloc_offset, std::span<const std::byte> raw,
-                            Compression compression, int zstd_level = 1, std::optional<uint32_t> crc = std::nullopt);
+  // copy. With Sparse::kAuto a chunk of zero bytes is not written (kZero).
+  // `sum`: the chunk's CRC-32C and whether it is zero when the caller has
+  // them already (the engine computes them on the GPU); otherwise they are
+  // computed here.
+  Result<Chunk> write_chunk(uint64_t alloc_offset, std::span<const std::byte> raw, Compression compression,
+                            int zstd_level = 1, std::optional<ChunkSum> sum = std::nullopt);
 
   // Flushes to stable storage and closes; the DataFile goes in the manifest.
   Result<DataFile> finish();
@@ -93,12 +107,16 @@ class DataFileWriter {
   ChunkTimes times() const;
 
  private:
-  DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index, bool direct, std::string why_buffered);
+  DataFileWriter(UniqueFd fd, std::string name, uint32_t file_index, bool direct, std::string why_buffered,
+                 Sparse sparse);
   Result<void> write_extent(const std::byte* p, size_t n, uint64_t off);
+  // The chunk's CRC-32C, and whether it is zero where that matters (kAuto).
+  ChunkSum sum_of(std::span<const std::byte> raw, ChunkTimes& t) const;
 
   UniqueFd fd_;
   std::string name_;
   uint32_t file_index_;
+  Sparse sparse_;
   std::atomic<uint64_t> end_{kDataHeaderSize};
   std::atomic<bool> direct_;
   mutable std::mutex mu_;  // guards why_buffered_ and times_
@@ -112,7 +130,8 @@ enum class CrcCheck { kHere, kByCaller };
 
 // Reads one chunk into `out` (exactly chunk.raw_size bytes) and checks its
 // CRC; `scratch` holds compressed bytes between calls; `times`, if given,
-// accumulates the time of each step.
+// accumulates the time of each step. A zero chunk reads nothing: `out` is
+// set to 0 (and checked against its CRC, if asked).
 Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, std::span<std::byte> out,
                         std::vector<std::byte>& scratch, ChunkTimes* times = nullptr,
                         CrcCheck check = CrcCheck::kHere);

@@ -1,4 +1,4 @@
-// Constants and names of the GPU image format v1 (see images/proto/).
+// Constants and names of the GPU image format (see images/proto/).
 //
 // Files in CRIU's image directory, for a process whose pid in its own pid
 // namespace is P:
@@ -15,7 +15,15 @@
 
 namespace phos::image {
 
-inline constexpr uint32_t kManifestFormatVersion = 1;
+// The newest manifest format this phos reads and writes. Version 2 added
+// zero chunks (Compression::kZero); a dump writes the oldest version that
+// holds its manifest (format_version_for, manifest.h), so a phos that reads
+// only version 1 restores every image without a zero chunk and refuses the
+// others by their version.
+inline constexpr uint32_t kManifestFormatVersion = 2;
+inline constexpr uint32_t kZeroChunkFormatVersion = 2;
+// The completion marker and the data files have kept their first format.
+inline constexpr uint32_t kMarkerFormatVersion = 1;
 inline constexpr uint32_t kDataFormatVersion = 1;
 inline constexpr uint32_t kDefaultChunkSize = 4u << 20;
 inline constexpr uint32_t kMaxChunkSize = 64u << 20;

@@ -58,7 +58,8 @@ class ImageReader {
  public:
   ImageReader(int dirfd, const Manifest& manifest);
   Result<void> read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check = CrcCheck::kHere);
-  // The name of the data file that holds `chunk` (for messages).
+  // The name of the data file that holds `chunk`, "zero chunk" for one that
+  // no file holds (for messages).
   std::string_view file_name(const Chunk& chunk) const;
   // Reads every chunk of every allocation and checks it (phosctl verify).
   Result<uint64_t> verify_all();

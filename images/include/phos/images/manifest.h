@@ -18,7 +18,8 @@
 namespace phos::image {
 
 enum class Protocol : uint32_t { kStopTheWorld = 1, kSoftRecopy = 2, kSoftCopyOnWrite = 3 };
-enum class Compression : uint32_t { kNone = 0, kZstd = 1 };
+// kZero: every byte of the chunk is 0 and nothing is stored (a sparse image).
+enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2 };
 
 std::string_view protocol_name(Protocol p);
 // exact, speculated, validated; "none" for 0 (no copy window).
@@ -35,6 +36,8 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+// A piece of an allocation and where its bytes are. A zero chunk (kZero)
+// stores none: its stored_size, file_index and file_offset are 0.
 struct Chunk {
   uint64_t alloc_offset = 0;
   uint32_t file_index = 0;
@@ -64,8 +67,8 @@ struct Statistics {
   uint64_t quiesce_ns = 0;
   uint64_t copy_ns = 0;
   uint64_t write_ns = 0;
-  uint64_t raw_bytes = 0;
-  uint64_t stored_bytes = 0;
+  uint64_t raw_bytes = 0;     // the logical size: every allocation's bytes
+  uint64_t stored_bytes = 0;  // the data files' size
   uint64_t total_ns = 0;
   uint64_t dma_wait_ns = 0;
   uint64_t checksum_ns = 0;
@@ -89,6 +92,9 @@ struct Statistics {
   uint64_t recopy_first_pass_ns = 0;
   uint64_t recopied_bytes = 0;
   uint64_t final_pass_ns = 0;
+  // Chunks stored as zero (Compression::kZero) and their bytes.
+  uint64_t zero_chunks = 0;
+  uint64_t zero_bytes = 0;
   bool operator==(const Statistics&) const = default;
 };
 
@@ -119,7 +125,7 @@ struct Manifest {
 };
 
 struct CompletionMarker {
-  uint32_t format_version = kManifestFormatVersion;
+  uint32_t format_version = kMarkerFormatVersion;
   uint64_t manifest_size = 0;
   uint32_t manifest_crc32c = 0;
   uint64_t completed_unix_ns = 0;
@@ -131,6 +137,10 @@ std::vector<std::byte> encode_manifest(const Manifest& m);
 // Checks the frame (magic, version, sizes, checksums), parses, then validates.
 // `name` is the file name that error messages carry.
 Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_view name);
+
+// The oldest format version that holds `m`: kZeroChunkFormatVersion where a
+// chunk is zero, 1 otherwise. A dump writes its manifest with it.
+uint32_t format_version_for(const Manifest& m);
 
 // Structural checks a reader relies on: versions, device references, chunks
 // that cover each allocation exactly, chunk sizes within chunk_size, data file

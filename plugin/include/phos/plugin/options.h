@@ -29,6 +29,11 @@ struct PluginOptions {
   uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
   GpuMapSpec gpu_map;                   // gpu_map: restore onto other GPUs (gpu_map.h), e.g. 0=1
   bool gpu_checksums = true;            // gpu_checksums: on | off, a dump's CRC-32C on the GPU
+  // sparse: auto | off. auto: a dump stores a chunk whose every byte is 0
+  // as a hole, which a restore sets with a memset (zero_chunk.h); off: it is
+  // written like any other (an image an older phos, of format version 1,
+  // reads).
+  image::Sparse sparse = image::Sparse::kAuto;
   // write_behind: auto | off. auto: when criu's command line leaves the
   // process running, its device memory is snapshotted on the GPU, the process
   // runs again as soon as criu lets it, and criu exits once the image is
@@ -62,6 +67,18 @@ struct PluginOptions {
   // left of criu's freeze timeout (criu --timeout, 10 s by default), which
   // PAUSE_DEVICES runs under.
   uint32_t recopy_pass_ms = 0;
+  // lazy_restore: auto | on | off. on: a restore lets the process run once
+  // the driver has restored it, before its device memory is in; the engine
+  // fills it behind (the recorded launch order first, chunks a call waits
+  // for before all), and each call waits only for the memory it uses
+  // (exact sets; anything else waits for the whole fill). auto: on where
+  // criu restores with --lazy-pages; off: the memory is in before the
+  // process runs.
+  enum class LazyRestore { kAuto, kOn, kOff };
+  LazyRestore lazy_restore = LazyRestore::kAuto;
+  // lazy_timeout_ms: the longest a call of the restored process waits for
+  // its memory; past it the process is ended (it cannot run without it).
+  uint32_t lazy_timeout_ms = 600000;
 
   uint32_t chunk_size() const { return chunk_mib << 20; }
 

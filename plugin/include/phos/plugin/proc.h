@@ -44,5 +44,9 @@ bool argv_leaves_running(const std::vector<std::string>& argv);
 // The same for this process (/proc/self/cmdline): the criu that loaded the
 // plugin.
 bool criu_leaves_running();
+// Whether criu's command line is a restore with --lazy-pages (CPU pages on
+// demand): GPU memory is then restored on demand too (lazy_restore=auto).
+bool argv_restores_lazily(const std::vector<std::string>& argv);
+bool criu_restores_lazily();
 
 }  // namespace phos::plugin
