@@ -39,6 +39,21 @@ step_times() {
          printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$2"
 }
 
+# criu_log_at LOG ERE [last]: the seconds (criu's "(SS.uuuuuu)" prefix:
+# since criu started) of the first line of LOG matching ERE (of the last
+# with "last"); nothing when none does.
+criu_log_at() {
+  awk -v last="${3:-}" -v re="$2" '$0 ~ re {t = substr($1, 2) + 0; found = 1; if (last == "") exit}
+       END {if (found) printf "%.6f", t}' "$1" 2>/dev/null
+}
+
+# proc_alive PID: the process exists and is not a zombie (a killed process
+# whose reaper, init or a subreaper, has not waited for it yet holds no
+# memory any more).
+proc_alive() {
+  [ -e "/proc/$1" ] && [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" != Z ]
+}
+
 # An awk function for the tables: median(key, col) of the values gathered,
 # space-separated, in vals[key, col]. Prepend it to an awk program:
 #   awk -F, "$awk_median"' ... { vals[k, c] = vals[k, c] " " $c } END { ... median(k, c) ... }'

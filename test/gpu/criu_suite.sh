@@ -6,6 +6,11 @@
 #   pattern_{1,8,32}GiB  checkpoint.sh MIB: leave-running dump, dump + restore
 #                        with every byte of device memory re-verified, a
 #                        corrupted chunk refused; with the dump/restore times
+#   sparse_8GiB          8 GiB of which 256 MiB hold data, the rest zero (a
+#                        preallocated, unwritten KV cache): the image stores
+#                        the live data only, the zero chunks told apart by
+#                        the GPU checksum kernel; restored with every byte
+#                        re-verified; sparse=off beside it for the figures
 #   cublas, cuda_graph   gpu_steps: a cuBLAS GEMM chain / a CUDA graph
 #                        instantiated once and replayed every step; dumped,
 #                        restored, the per-step checksums of the whole run equal
@@ -61,6 +66,10 @@
 #   recopy_planted       writes outside the speculated set in every first
 #                        pass, validation on: every one seen (all copied
 #                        again), every image still equal
+#   lazy_pattern_8GiB, lazy_torch_mlp  pattern_8GiB and torch_mlp restored
+#                        on demand (lazy_restore=on): the process runs before
+#                        its memory is in; every byte re-verified / the loss
+#                        curve bitwise equal
 #   recopy_pattern_8GiB  checkpoint.sh 8192 with cow_trust=speculated: its
 #                        dump-and-restore step through soft recopy, every
 #                        byte re-verified
@@ -190,6 +199,43 @@ case_pattern_1GiB() { pattern 1024; }
 case_pattern_8GiB() { pattern 8192; }
 case_pattern_32GiB() { pattern 32768; }
 
+# sparse_dump_restore MIB LIVE: dump_restore of the running gpu_counter, its
+# image's figures in SPARSE (phosctl show --json: stored and zero bytes), the
+# process carried on intact.
+sparse_dump_restore() {
+  dump_restore
+  SPARSE=$("$PHOSCTL" show --json "$IMG" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["images"][0]
+s = m["size"]
+print(m["format_version"], s["stored_bytes"] >> 20, s["zero_chunks"], s["zero_bytes"] >> 20)') ||
+    fail "phosctl show --json failed"
+  carried_on "$WORK/state" "$TOKEN" "$1"
+}
+case_sparse_8GiB() {
+  local mib=8192 live=256 version stored zero zero_mib
+  setup "$bin/gpu_counter"
+  start_workload --preload $mib --live $live
+  wait_counter_above 5 60
+  sparse_dump_restore $mib
+  read -r version stored zero zero_mib <<<"$SPARSE"
+  local chunks=$(((mib - live) / 4))  # 4 MiB chunks of zeros
+  [ "$version" = 2 ] || fail "the sparse image has format version $version, expected 2"
+  [ "$zero" -ge "$chunks" ] || fail "$zero zero chunks, expected at least $chunks"
+  [ "$stored" -lt $((live + 64)) ] || fail "$stored MiB stored for $live MiB of data"
+  grep -q "every chunk's CRC-32C computed on the GPU" "$WORK/dump.log" ||
+    fail "the GPU checksum kernel did not take every chunk: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies.*' "$WORK/dump.log")"
+  grep -q "[0-9]* of [0-9]* chunks zero, set with a memset" "$WORK/restore.log" || fail "the restore log counts no zero chunks"
+  local sparse="sparse: $stored MiB stored, $zero zero chunks ($zero_mib MiB), dump $DUMP_S s, restore $RESTORE_S s; $CARRIED"
+  # The restored process again, its zeros written out this time.
+  rm -rf "$IMG" && mkdir "$IMG"
+  PHOS_SPARSE=off sparse_dump_restore $mib
+  read -r version stored zero zero_mib <<<"$SPARSE"
+  [ "$version" = 1 ] && [ "$zero" = 0 ] && [ "$stored" -ge $mib ] ||
+    fail "sparse=off: format version $version, $zero zero chunks, $stored MiB stored"
+  pass "$mib MiB, $live MiB of data; $sparse; sparse=off: $stored MiB stored, dump $DUMP_S s, restore $RESTORE_S s"
+}
+
 steps_case() {  # steps_case MODE: gpu_steps, dumped at step ~100 of 300
   local mode=$1 n=300
   setup "$bin/gpu_steps"
@@ -223,7 +269,12 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
   cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
-  pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)"
+  local lazy=
+  if [ "${PHOS_LAZY_RESTORE:-}" = on ]; then
+    grep -q "the process runs while its memory is filled" "$WORK/restore.log" || fail "no on-demand restore in the log"
+    lazy="; on demand: $(grep -o 'gate open [0-9.]*' "$WORK/restore.log" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' "$WORK/restore.log" | tail -n1), $(grep -o '[0-9]* calls checked, [0-9]* waited ([0-9]* for the whole fill)' "$WORK/restore.log" | tail -n1)"
+  fi
+  pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)$lazy"
 }
 # torch_cow_case [ENV=VALUE...]: a leave-running dump with copy-on-write
 # (its whole copy while the program trains on, 5 ms between steps); the
@@ -263,6 +314,9 @@ case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMall
 
 case_torch_mlp() { torch_case; }
 case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
+# The same restored on demand: its memory filled in address order, not the
+# order its kernels read it; the loss curve must still be bitwise equal.
+case_lazy_torch_mlp() { torch_case PHOS_LAZY_RESTORE=on; }
 
 # ---- copy-on-write (copy_on_write=always: the snapshot is not taken) ------
 
@@ -429,6 +483,20 @@ recopy_pattern() {
   pass "$(grep -o '\] dump in [0-9.]* s' <<<"$out" | cut -c3-); $(grep -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" <<<"$out" | head -n1); $(grep -o '[0-9]* of [0-9]* chunks dirty' <<<"$out" | head -n1); all $((($1 + 63) / 64)) slices of the restored image re-verified"
 }
 case_recopy_pattern_8GiB() { recopy_pattern 8192; }
+
+# lazy_pattern MIB: checkpoint.sh with lazy_restore=on: each restore lets the
+# process run before its memory is in; its kernels (speculated sets, no read
+# validation) wait for the whole fill; every byte re-verified; the corrupted
+# chunk, met after the process runs, ends it and fails criu.
+lazy_pattern() {
+  local out rc
+  out=$(PHOS_LAZY_RESTORE=on bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] || exit $rc
+  grep -q "the process runs while its memory is filled" <<<"$out" || fail "no on-demand restore in the log"
+  pass "$(grep -o '\] dump in [0-9.]* s, restore in [0-9.]* s' <<<"$out" | cut -c3-); all $((($1 + 63) / 64)) slices re-verified; $(grep -o 'gate open [0-9.]*' <<<"$out" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' <<<"$out" | tail -n1); $(grep -o 'on-demand restore: [0-9]* calls checked.*' <<<"$out" | tail -n1); corrupted chunk: process ended, criu failed"
+}
+case_lazy_pattern_8GiB() { lazy_pattern 8192; }
 
 case_two_processes() {
   setup "$bin/gpu_counter"
@@ -921,18 +989,18 @@ mkdir -p "$log"
 export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
-    pattern_32GiB | torch_mlp* | torch_cow* | torch_many_allocations) echo 420 ;;
-    pattern_8GiB | dump_criu_killed | cow_pattern_8GiB) echo 200 ;;
+    pattern_32GiB | torch_mlp* | lazy_torch_mlp | torch_cow* | torch_many_allocations) echo 420 ;;
+    pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
     cow_random | cow_planted | recopy_random | recopy_planted | soak_torch) echo 590 ;;
-    recopy_pattern_8GiB) echo 200 ;;
+    recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
     *) echo 150 ;;
   esac
 }
-all="pattern_1GiB pattern_8GiB pattern_32GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
+all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp
   two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do

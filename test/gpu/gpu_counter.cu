@@ -14,13 +14,16 @@
 // restore (no gap spans the restore); a clock that went backwards counts as
 // no gap.
 //
-// usage: phos-gpu-counter STATE MIB [--child] [--cupti] [--devices N]
+// usage: phos-gpu-counter STATE MIB [--child] [--cupti] [--devices N] [--live LIVE]
 //   --child: first fork and exec a second counter with STATE.child (a process
 //            tree of two CUDA processes);
 //   --cupti: subscribe CUPTI's activity API (the driver's checkpoint refuses
 //            a process that CUPTI is attached to);
 //   --devices N: MIB MiB on each of devices 0..N-1, each with its own
-//            counter (DEVICE_COUNTER is the lowest, ERRORS the sum).
+//            counter (DEVICE_COUNTER is the lowest, ERRORS the sum);
+//   --live LIVE: only the first LIVE MiB hold the pattern, the rest is set
+//            to zero and verified zero (a mostly unwritten buffer, as a
+//            preallocated KV cache is: a sparse image).
 #include <fcntl.h>
 #include <sys/random.h>
 #include <time.h>
@@ -41,16 +44,19 @@ constexpr size_t kSliceWords = (64u << 20) / 8;
 
 __device__ uint64_t pattern(uint64_t token, uint64_t i) { return (token ^ (i * 0x9E3779B97F4A7C15ull)) + i; }
 
-__global__ void fill(uint64_t* p, size_t n, uint64_t token) {
+// Word i of the buffer: the pattern in the first `live` words, 0 after.
+__device__ uint64_t expected(uint64_t token, uint64_t i, size_t live) { return i < live ? pattern(token, i) : 0; }
+
+__global__ void fill(uint64_t* p, size_t n, uint64_t token, size_t live) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = pattern(token, i);
+    p[i] = expected(token, i, live);
 }
 
-__global__ void step(const uint64_t* p, size_t first, size_t n, uint64_t token, unsigned long long* errors,
-                     unsigned long long* device_counter) {
+__global__ void step(const uint64_t* p, size_t first, size_t n, uint64_t token, size_t live,
+                     unsigned long long* errors, unsigned long long* device_counter) {
   if (blockIdx.x == 0 && threadIdx.x == 0) (*device_counter)++;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    if (p[first + i] != pattern(token, first + i)) atomicAdd(errors, 1ull);
+    if (p[first + i] != expected(token, first + i, live)) atomicAdd(errors, 1ull);
 }
 
 // The longest gap between two state writes, since the start or the last reset.
@@ -93,14 +99,16 @@ void write_state(const char* path, uint64_t token, uint64_t counter, unsigned lo
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s STATE MIB [--child] [--cupti] [--devices N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s STATE MIB [--child] [--cupti] [--devices N] [--live LIVE]\n", argv[0]);
     return 2;
   }
   bool cupti = false;
   int devices = 1;
+  long long live_mib = -1;  // all of it
   for (int i = 3; i < argc; i++) {
     if (!std::strcmp(argv[i], "--cupti")) cupti = true;
     if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) devices = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--live") && i + 1 < argc) live_mib = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--child")) continue;
     // Before any CUDA call: the child starts its own CUDA from scratch.
     pid_t child = fork();
@@ -112,6 +120,7 @@ int main(int argc, char** argv) {
     }
   }
   size_t words = (size_t(std::atoll(argv[2])) << 20) / 8;
+  const size_t live = live_mib < 0 ? words : std::min(words, (size_t(live_mib) << 20) / 8);
   uint64_t token;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
   // Per device: MIB MiB of pattern, an error count and a step counter.
@@ -128,7 +137,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&device_counter[d], 8));   // small: in a slab
     CHECK_CUDA(cudaMemset(errors[d], 0, 8));
     CHECK_CUDA(cudaMemset(device_counter[d], 0, 8));
-    fill<<<1024, 256>>>(big[d], words, token);
+    fill<<<1024, 256>>>(big[d], words, token, live);
     CHECK_CUDA(cudaDeviceSynchronize());
   }
   size_t slices = (words + kSliceWords - 1) / kSliceWords;
@@ -140,7 +149,7 @@ int main(int argc, char** argv) {
     unsigned long long lowest = ~0ull, error_sum = 0;
     for (int d = 0; d < devices; d++) {
       CHECK_CUDA(cudaSetDevice(d));
-      step<<<256, 256>>>(big[d], first, n, token, errors[d], device_counter[d]);
+      step<<<256, 256>>>(big[d], first, n, token, live, errors[d], device_counter[d]);
       CHECK_CUDA(cudaMemcpy(&host[2 * d], errors[d], 8, cudaMemcpyDeviceToHost));
       CHECK_CUDA(cudaMemcpy(&host[2 * d + 1], device_counter[d], 8, cudaMemcpyDeviceToHost));
       error_sum += host[2 * d];

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds what the GPU suite runs on a GPU host into bundle/ (listed in
 # .git/info/exclude; the device tool carries it): phos built for release, the
-# criu 4.1.1 binary and CRIU's cuda plugin, probes, and every shared library
+# criu 4.1.1 binary and CRIU's cuda plugin (and criu-dev/, CRIU's development
+# branch, where build-criu-dev.sh built it), probes, and every shared library
 # they need beyond glibc, so the host need not have them (run-on-host.sh
 # puts only the ones the host lacks on LD_LIBRARY_PATH).
 set -euo pipefail
@@ -40,11 +41,21 @@ if [ -x "$src/build-gpu/speculation/tools/phos-sigdb" ]; then
 fi
 cp /usr/local/sbin/criu "$out/bin/"
 cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"
+# CRIU's development branch, where build-criu-dev.sh installed it, for
+# measuring the CPU-side restore against 4.1.1 (CRIU=$CRIU_DEV on the host).
+criu_dev=/var/cache/phos-criu-dev
+if [ -x "$criu_dev/bin/criu" ]; then
+  mkdir -p "$out/criu-dev/bin" && cp "$criu_dev/bin/criu" "$out/criu-dev/bin/"
+  if [ -f "$criu_dev/lib/criu/cuda_plugin.so" ]; then
+    mkdir -p "$out/criu-dev/criu" && cp "$criu_dev/lib/criu/cuda_plugin.so" "$out/criu-dev/criu/"
+  fi
+fi
 gcc -O2 -I"$cuda/include" -o "$out/bin/probe_driver_entry" "$src/test/gpu/probe_driver_entry.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_dlsym_logger.so" "$src/test/gpu/dlsym_logger.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_driver_census.so" "$src/test/gpu/probes/driver_census.c" -ldl
-for f in "$out/bin/criu" "$out/build/plugin/phosctl" "$out/build/test/unit/phos-unit-tests" \
-         "$out/build/test/hooks/phos-agent-tool" "$out/build/test/tools/phos-image-edit"; do
+for f in "$out/bin/criu" "$out/criu-dev/bin/criu" "$out/build/plugin/phosctl" \
+         "$out/build/test/unit/phos-unit-tests" "$out/build/test/hooks/phos-agent-tool" "$out/build/test/tools/phos-image-edit"; do
+  [ -e "$f" ] || continue  # criu-dev only where it was built
   ldd "$f" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' || true
 done | sort -u | while read -r lib; do cp -L "$lib" "$out/lib-all/"; done
 du -sh "$out" | awk '{print "bundle: " $1}'
