@@ -434,6 +434,11 @@ Result<WriteReport> CopyState::before_use(uint64_t address, uint64_t bytes, bool
           continue;
         }
       }
+      // The rest of the range goes to the engine with it: filled by all
+      // its workers at once, not one chunk per wait.
+      if (state(c) == ChunkState::kPending)
+        for (uint64_t k = c + 1, asked = 0; k <= last && asked < kUrgentEntries / 2; k++)
+          if (state(k) == ChunkState::kPending && !(overwrite && chunk_within(k, address, end))) urgent(k), asked++;
       PHOS_TRY(write_chunk(c, SaveChunk(), deadline, report));
     }
   }
@@ -514,6 +519,18 @@ std::optional<Claim> CopyState::claim(uint64_t chunk) {
   uint32_t pending = encode(ChunkState::kPending);
   if (!w.compare_exchange_strong(pending, encode(ChunkState::kCopying), std::memory_order_acq_rel)) return std::nullopt;
   return claim_of(chunk, std::nullopt);
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> CopyState::unfilled_ranges() const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (uint64_t c = 0; c < chunk_count(); c++) {
+    if (state(c) == ChunkState::kCopied) continue;
+    Claim at = claim_of(c, std::nullopt);
+    uint64_t start = l_->regions[at.region].address + at.offset, end = start + at.bytes;
+    if (!out.empty() && out.back().second == start) out.back().second = end;
+    else out.emplace_back(start, end);
+  }
+  return out;
 }
 
 uint64_t CopyState::chunk_at(uint32_t region, uint64_t offset) const {

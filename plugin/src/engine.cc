@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "chunk_crc.h"
+#include "fault.h"
 #include "log.h"
 #include "phos/images/crc32c.h"
 #include "phos/images/data_file.h"
@@ -1055,6 +1056,8 @@ Engine::Take Engine::next_fill(LoadJob& job, std::atomic<size_t>& cursor, Piece&
     return Take::kTaken;
   };
   if (auto c = table.claim_urgent()) return take(*c);
+  // A test's slow fill: calls meet memory not yet in.
+  if (fault("slow-fill")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   for (size_t i; (i = cursor.fetch_add(1)) < job.fill_order.size();)
     if (auto c = table.claim(job.fill_order[i])) return take(*c);
   // The last chunks are in other workers' hands.

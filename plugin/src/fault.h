@@ -6,6 +6,9 @@
 //   stall-in-fill           a restore's fill of device memory holds for 60 s
 //                           once its memory is allocated (a test kills criu
 //                           mid-restore)
+//   slow-fill               an on-demand restore fills one chunk per 20 ms
+//                           per worker, except those a call waits for (a
+//                           test's calls meet memory not yet in)
 #pragma once
 
 #include <cstdlib>

@@ -1,8 +1,10 @@
 #include "restore.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <set>
 
@@ -34,10 +36,20 @@ double ms(uint64_t ns) { return double(ns) / 1e6; }
 
 }  // namespace
 
+// The image directory's fd is our own: criu closes its own before an
+// on-demand fill, which outlives the restore, has read every data file.
 Restorer::Restorer(int image_dirfd, PluginOptions options)
-    : dirfd_(image_dirfd), options_(options), init_ns_(monotonic_ns()) {
+    : own_dir_(::fcntl(image_dirfd, F_DUPFD_CLOEXEC, 0)),
+      dirfd_(own_dir_.valid() ? own_dir_.get() : image_dirfd),
+      options_(options),
+      init_ns_(monotonic_ns()) {
   using Lazy = PluginOptions::LazyRestore;
   lazy_ = options_.lazy_restore == Lazy::kOn || (options_.lazy_restore == Lazy::kAuto && criu_restores_lazily());
+  if (lazy_ && !own_dir_.valid()) {
+    PHOS_WARN("cannot duplicate the image directory's fd (%s): the memory is restored before the process runs",
+              std::strerror(errno));
+    lazy_ = false;
+  }
 }
 
 uint64_t Restorer::since_init_ns() const { return monotonic_ns() - init_ns_; }
@@ -208,8 +220,15 @@ void Restorer::close_fill_window(Loaded& l) {
     account = *r;
     return {};
   });
+  if (!closed && !process_alive(pid)) {
+    // It ended itself: a kernel touched memory not yet in (its own message
+    // says which), or it exited; either way the restore did not give a
+    // running process.
+    PHOS_ERR("process %d ended while its memory was filled on demand (its output says why)", pid);
+    failed_ = true;
+    return;
+  }
   if (!closed) {
-    // The process may have exited meanwhile; its memory was whole.
     PHOS_WARN("process %d: close the on-demand fill window: %s", pid, closed.error().message.c_str());
   } else {
     PHOS_INFO("process %d: on-demand restore: %llu calls checked, %llu waited (%llu for the whole fill), %.1f ms "

@@ -73,7 +73,8 @@ class Restorer {
   // Fills every image's device memory (the thread's work).
   void fill_all();
 
-  int dirfd_;
+  UniqueFd own_dir_;
+  int dirfd_;  // own_dir_, or criu's where it could not be duplicated
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
   std::map<pid_t, Loaded> images_;  // by pid in the process's namespace

@@ -70,6 +70,12 @@
 #                        on demand (lazy_restore=on): the process runs before
 #                        its memory is in; every byte re-verified / the loss
 #                        curve bitwise equal
+#   lazy_read_honest, lazy_read_planted  lazy_read.cu under PHOS_VALIDATE=ptx
+#                        restored on demand with a slowed fill: kernels wait
+#                        only for their sets (fill twins check every access);
+#                        a read through a pointer in device memory into memory
+#                        not yet in ends the process, naming the kernel, and
+#                        the image then restores with lazy_restore=off
 #   recopy_pattern_8GiB  checkpoint.sh 8192 with cow_trust=speculated: its
 #                        dump-and-restore step through soft recopy, every
 #                        byte re-verified
@@ -497,6 +503,55 @@ lazy_pattern() {
   pass "$(grep -o '\] dump in [0-9.]* s, restore in [0-9.]* s' <<<"$out" | cut -c3-); all $((($1 + 63) / 64)) slices re-verified; $(grep -o 'gate open [0-9.]*' <<<"$out" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' <<<"$out" | tail -n1); $(grep -o 'on-demand restore: [0-9]* calls checked.*' <<<"$out" | tail -n1); corrupted chunk: process ended, criu failed"
 }
 case_lazy_pattern_8GiB() { lazy_pattern 8192; }
+
+# lazy_read_case honest|planted: lazy_read (8 GiB of filler first, then a
+# 64 MiB victim: the address-order fill reaches it last) under
+# PHOS_VALIDATE=ptx, dumped at step ~30 of 300, restored on demand with the
+# fill slowed (PHOS_FAULT=slow-fill: 20 ms per chunk and worker, but not for
+# chunks a call waits for). honest: the victim is a kernel argument, so the
+# kernel waits for it; the run's sums equal the uninterrupted run's. planted:
+# the kernel reads the victim only through a pointer kept in device memory;
+# its fill twin sees the read into memory not yet in and ends the process
+# (its message names the kernel), criu fails; the same image restored with
+# lazy_restore=off then runs on, its sums equal the uninterrupted run's.
+lazy_read_case() {
+  local n=300 plant=() lazy
+  [ "$1" = planted ] && plant=(--plant)
+  setup "$bin/lazy_read"
+  export PHOS_VALIDATE=ptx
+  timeout 120 env LD_PRELOAD="$LIBPHOS" "$bin/lazy_read" "$WORK/ref.state" "$WORK/ref.out" 8192 $n "${plant[@]}" \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?): $(tail -n 2 "$WORK/ref.state.err" 2>/dev/null)"
+  start_workload --preload "$WORK/run.out" 8192 $n "${plant[@]}"
+  reach 30 60 "before the dump"
+  criu_dump || fail "criu dump failed (rc $?)"
+  DUMPED=$(state_counter)
+  sleep 0.2
+  [ -z "$(workload_pids)" ] || fail "process still running after the dump"
+  if [ "$1" = planted ]; then
+    PHOS_LAZY_RESTORE=on PHOS_FAULT=slow-fill criu_restore &&
+      fail "criu restore succeeded though the program read memory not yet restored"
+    mv "$WORK/restore.log" "$WORK/restore-lazy.log"
+    gone $(workload_pids)
+    [ -z "$(workload_pids)" ] || fail "the process runs on after reading memory not yet restored"
+    local said
+    said=$(grep -o "kernel [^ ]* touched device memory not yet restored[^;]*" "$WORK/state.err" | head -n1)
+    [ -n "$said" ] || fail "no message from phos in the program's stderr: $(tail -n 2 "$WORK/state.err" 2>/dev/null)"
+    grep -q "read_through" <<<"$said" || fail "the message does not name the planted kernel: $said"
+    criu_restore || fail "criu restore with lazy_restore=off failed (rc $?)"
+    lazy="caught: $said; criu failed; restored again with lazy_restore=off"
+  else
+    PHOS_LAZY_RESTORE=on PHOS_FAULT=slow-fill criu_restore || fail "criu restore failed (rc $?)"
+    grep -q "the process runs while its memory is filled" "$WORK/restore.log" || fail "no on-demand restore"
+    lazy="on demand: $(grep -o 'gate open [0-9.]*' "$WORK/restore.log" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' "$WORK/restore.log" | tail -n1), $(grep -o '[0-9]* calls checked, [0-9]* waited ([0-9]* for the whole fill)' "$WORK/restore.log" | tail -n1)"
+  fi
+  reach $((n - 2)) 120 "after the restore"  # steps 0..n-1
+  gone $(workload_pids)
+  cmp -s "$WORK/ref.out" "$WORK/run.out" ||
+    fail "sums differ from the uninterrupted run's from step $(diff "$WORK/ref.out" "$WORK/run.out" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
+  pass "$n steps' sums equal to an uninterrupted run's (dumped at step $DUMPED); $lazy"
+}
+case_lazy_read_honest() { lazy_read_case honest; }
+case_lazy_read_planted() { lazy_read_case planted; }
 
 case_two_processes() {
   setup "$bin/gpu_counter"
@@ -1000,7 +1055,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted
   two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do

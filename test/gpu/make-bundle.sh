@@ -19,7 +19,7 @@ rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu"
    test/tools/phos-image-edit test/bench/phos-speculation-bench test/bench/phos-storage-bench speculation/tools/phos-fatbin-info "$out/build/")
 # The suite's CUDA programs, for Hopper (sm_90), with the toolkit here.
 mkdir -p "$out/gpu"
-for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random; do
+for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
 # PTX twins to run on the GPU (ptx_twin_check.cc): nvcc's PTX of

@@ -1037,3 +1037,19 @@ TEST_CASE("copy state: fill: under concurrent readers and writers no read sees u
   for (size_t i = 0; i < bytes; i++)
     if (device[i].load() == 0) FAIL("byte " << i << " never filled");
 }
+
+TEST_CASE("copy state: fill: unfilled_ranges merges adjacent chunks across regions, in address order",
+          "[copy_state][fill]") {
+  // Two regions that touch: 0x10000 + 3 chunks, then 2 chunks right after.
+  CopyState s = make(Protocol::kFill, {{2, 0x10000 + 3 * kChunk, 2 * kChunk}, {1, 0x10000, 3 * kChunk}}, 0);
+  using R = std::vector<std::pair<uint64_t, uint64_t>>;
+  CHECK(s.unfilled_ranges() == R{{0x10000, 0x10000 + 5 * kChunk}});
+  auto c = s.claim(1);
+  REQUIRE(c);
+  CHECK(s.unfilled_ranges() == R{{0x10000, 0x10000 + 5 * kChunk}});  // being filled is not filled
+  s.copied(*c);
+  CHECK(s.unfilled_ranges() == R{{0x10000, 0x10000 + kChunk}, {0x10000 + 2 * kChunk, 0x10000 + 5 * kChunk}});
+  for (uint64_t k = 0; k < s.chunk_count(); k++)
+    if (auto claim = s.claim(k)) s.copied(*claim);
+  CHECK(s.unfilled_ranges().empty());
+}

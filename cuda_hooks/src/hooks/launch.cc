@@ -59,6 +59,29 @@ bool ran_as_twin(bool validating, Kernel* kernel, CUfunction f, void** params, v
   return false;
 }
 
+// On-demand restore with validation on: a kernel with a fill twin waits
+// only for its speculated sets, then runs as the twin, checked against the
+// memory that is in, and is waited for; one that touched memory not yet in
+// ends the process (copy_window.h). False: the caller launches the
+// original, which waits for the whole fill.
+template <class Launch>
+bool ran_as_fill_twin(Kernel* kernel, void** params, void** extra, uint32_t shmem, CUstream stream,
+                      const WriteRanges& sets, Launch&& launch, CUresult* result) {
+  if (!kernel || !sets.known || !runtime().validation.active()) return false;
+  auto allowed = runtime().copy_window.before_fill_twin(sets);
+  if (!allowed) return false;
+  LaunchValidation::Prepared twin;
+  if (!runtime().validation.prepare_fill(*kernel, params, extra, shmem, *allowed, &twin)) return false;
+  *result = launch(twin.launch, twin.launch_params, nullptr);
+  auto v = runtime().validation.finish_fill(twin, *result, stream);
+  if (!v && *result != CUDA_SUCCESS) return false;  // not launched: the original goes after the whole fill
+  // Launched, but what it touched cannot be known: it may have computed on
+  // memory not yet in.
+  if (!v) runtime().copy_window.fill_failed(v.error());
+  if (v->count) runtime().copy_window.touched_unfilled(runtime().validation.kernel_name(twin), v->first_address, v->count);
+  return true;
+}
+
 // A launch through cuLaunchKernel or cuLaunchKernelEx: seen(), then while
 // validating its twin or patched run (ran_as_twin), else the original.
 // `launch(f, params, extra)` makes the real call with the hook's other
@@ -75,6 +98,9 @@ inline CUresult launch_kernel(bool per_thread, CUfunction f, unsigned gx, unsign
   Kernel* kernel = seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
                         validating || window ? &writes : nullptr);
   CUresult r;
+  if (window && runtime().copy_window.filling_open() &&
+      ran_as_fill_twin(kernel, params, extra, shmem, stream, writes, launch, &r))
+    return r;
   std::unique_lock<std::mutex> unvalidated;
   auto launch_twin = [&](CUfunction twin, void** twin_params) {
     if (window) runtime().copy_window.before_kernel(writes, /*validated=*/true);

@@ -107,6 +107,7 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
   timeout_ = std::chrono::milliseconds(q.timeout_ms);
   checked_ = waited_ = unknown_waits_ = wait_ns_ = 0;
   abort_reason_.clear();
+  fill_.store(table_->protocol() == copystate::Protocol::kFill);
   open_.store(true);
   return {};
 }
@@ -244,6 +245,31 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
                        (trust_ == agent::CopyTrust::kValidated && validated);
   if (!trusted) return untrusted(false);
   for (const auto& [start, end] : writes.ranges) write(start, end - start);
+}
+
+std::optional<std::vector<std::pair<uint64_t, uint64_t>>> CopyWindow::before_fill_twin(const WriteRanges& sets) {
+  Use use(*this);
+  if (!use.inside() || !filling()) return std::nullopt;
+  checked_.fetch_add(1, std::memory_order_relaxed);
+  for (const auto& [start, end] : sets.reads) await_filled(start, end - start, false);
+  for (const auto& [start, end] : sets.ranges) await_filled(start, end - start, false);
+  // The complement of what is not in; what fills later only adds to it.
+  std::vector<std::pair<uint64_t, uint64_t>> allowed;
+  uint64_t from = 0;
+  for (const auto& [start, end] : table_->unfilled_ranges()) {
+    if (start > from) allowed.emplace_back(from, start);
+    from = end;
+  }
+  allowed.emplace_back(from, UINT64_MAX);
+  return allowed;
+}
+
+void CopyWindow::touched_unfilled(const std::string& kernel, uint64_t address, uint64_t count) {
+  char at[32];
+  std::snprintf(at, sizeof(at), "0x%llx", static_cast<unsigned long long>(address));
+  fill_failed(make_error("kernel " + kernel + " touched device memory not yet restored, outside its speculated "
+                             "sets (first at " + at + ", " + std::to_string(count) + " accesses)",
+                         EFAULT));
 }
 
 void CopyWindow::use_exact(const ranges::RangeList& l) {

@@ -58,6 +58,18 @@ class CopyWindow {
   // Before a kernel launch: `validated` when it runs validated (a twin or
   // a patched module checks its writes against `writes`).
   void before_kernel(const WriteRanges& writes, bool validated);
+  // On-demand restore, before a kernel that has a fill twin: waits for its
+  // speculated read and write sets, then returns the memory that is in (the
+  // complement of the chunks not filled), for the twin's table; nothing
+  // where no fill window is open (the kernel then launches as usual).
+  std::optional<std::vector<std::pair<uint64_t, uint64_t>>> before_fill_twin(const WriteRanges& sets);
+  // The fill twin of `kernel` touched memory not yet filled (first at
+  // `address`): it may have computed on it, the process ends here.
+  [[noreturn]] void touched_unfilled(const std::string& kernel, uint64_t address, uint64_t count);
+  // The restored memory cannot be made whole, or a kernel may have computed
+  // on memory not yet in: the process ends here, saying why.
+  [[noreturn]] void fill_failed(const Error& e);
+  bool filling_open() const { return open() && fill_.load(std::memory_order_relaxed); }
   // Before a call whose write set is unknown (a graph launch).
   void before_unknown();
   // The same where a window may be open: one load where none is.
@@ -82,10 +94,9 @@ class CopyWindow {
   bool filling() const { return table_->protocol() == copystate::Protocol::kFill; }
   // On-demand restore: waits until [address, address + bytes) is filled.
   void await_filled(uint64_t address, uint64_t bytes, bool overwrite);
-  // The restored memory cannot be made whole: the process ends here.
-  [[noreturn]] void fill_failed(const Error& e);
 
   std::atomic<bool> open_{false};
+  std::atomic<bool> fill_{false};  // the open window is an on-demand restore's
   std::atomic<int64_t> users_{0};
   agent::CopyTrust trust_ = agent::CopyTrust::kValidated;
   std::chrono::milliseconds timeout_{0};

@@ -97,6 +97,7 @@ void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
   std::shared_ptr<Module> m = it->second;
   modules_.erase(it);
   if (m->twins) PHOS_REAL(cuModuleUnload)(m->twins);
+  if (m->fill_twins) PHOS_REAL(cuModuleUnload)(m->fill_twins);
 }
 
 // The twins of every kernel of the module, loaded as a module of their own
@@ -126,12 +127,30 @@ void LaunchValidation::build_locked(Module& m) {
     }
     totals_.twins += twins.kernels.size();
     for (const ptx::TwinKernel& k : twins.kernels) totals_.incomplete += !k.complete;
+    build_fill_locked(m);
   }
   m.ptx.clear();
   m.ptx.shrink_to_fit();
   uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
   totals_.twin_build_ns += ns;
   totals_.twin_build_max_ns = std::max(totals_.twin_build_max_ns, ns);
+}
+
+// The fill twins, from the same PTX: built now, while the program runs
+// before any checkpoint, since a restored process cannot build them (the
+// PTX is not kept). A kernel without one waits for the whole fill.
+void LaunchValidation::build_fill_locked(Module& m) {
+  ptx::TwinOptions options;
+  options.loads = true;
+  options.suffix = "__phos_fill";
+  Result<ptx::TwinResult> made = ptx::make_twins(m.ptx, options);
+  if (!made) return;
+  for (const ptx::TwinKernel& k : made->kernels)
+    if (k.complete && k.module_variables.empty()) m.fill_kernels[k.name] = k.twin_name;
+  if (PHOS_REAL(cuModuleLoadData)(&m.fill_twins, made->ptx.c_str()) != CUDA_SUCCESS) {
+    m.fill_twins = nullptr;
+    m.fill_kernels.clear();
+  }
 }
 
 LaunchValidation::ValidatedKernel* LaunchValidation::kernel_locked(Kernel& k) {
@@ -167,6 +186,10 @@ void LaunchValidation::resolve_twin_locked(ValidatedKernel& v, const Kernel& k) 
   if (k.params) v.params = uint32_t(k.params->size());
   else if (v.twin) v.stats.skipped = "parameter count unknown", v.twin = nullptr;
   if (v.twin) v.stats.validator = "ptx";
+  if (auto fill = m.fill_kernels.find(k.name); v.twin && m.fill_twins && fill != m.fill_kernels.end() &&
+                                               PHOS_REAL(cuModuleGetFunction)(&v.fill_twin, m.fill_twins,
+                                                                              fill->second.c_str()) != CUDA_SUCCESS)
+    v.fill_twin = nullptr;
 }
 
 // The kernel's own code, patched; the reason its twin could not be used
@@ -268,6 +291,55 @@ bool LaunchValidation::prepare(Kernel& kernel, void** params, void** extra, uint
   free_.push_back(out->table);
   sass_launch_mu_.unlock();
   return false;
+}
+
+bool LaunchValidation::prepare_fill(Kernel& kernel, void** params, void** extra, uint32_t shared_bytes,
+                                    const std::vector<std::pair<uint64_t, uint64_t>>& allowed, Prepared* out) {
+  if (!params || extra) return false;
+  std::vector<uint64_t> words;
+  ptx::build_range_table(allowed, &words);
+  if (words.size() > ptx::range_table_bytes(kTableRanges) / sizeof(uint64_t)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  collect_locked();
+  ValidatedKernel* k = kernel_locked(kernel);
+  if (!k || !k->fill_twin) return false;
+  if (!table_locked(&out->table)) return false;
+  std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
+  out->table.kernel = k;
+  out->table_address = out->table.device;
+  out->launch = k->fill_twin;
+  out->params.assign(params, params + k->params);
+  out->params.push_back(&out->table_address);
+  out->launch_params = out->params.data();
+  if (shared_bytes > 48 * 1024)
+    PHOS_REAL(cuFuncSetAttribute)(k->fill_twin, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_bytes));
+  return true;
+}
+
+Result<ptx::Violations> LaunchValidation::finish_fill(Prepared& p, CUresult launched, CUstream stream) {
+  auto give_back = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(p.table);
+  };
+  if (launched != CUDA_SUCCESS) {
+    give_back();
+    return make_error("the fill twin's launch failed (CUresult " + std::to_string(int(launched)) + ")", EIO);
+  }
+  // Waited for here, before the program can see what the kernel computed.
+  CUresult r = PHOS_REAL(cuEventRecord)(p.table.done, stream);
+  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuEventSynchronize)(p.table.done);
+  if (r != CUDA_SUCCESS) {
+    give_back();
+    return make_error("wait for the fill twin (CUresult " + std::to_string(int(r)) + ")", EIO);
+  }
+  ptx::Violations v = ptx::read_violations(std::span<const uint64_t>(p.table.host, ptx::kTableHeaderWords));
+  give_back();
+  return v;
+}
+
+std::string LaunchValidation::kernel_name(const Prepared& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return p.table.kernel ? static_cast<ValidatedKernel*>(p.table.kernel)->stats.name : std::string("?");
 }
 
 std::unique_lock<std::mutex> LaunchValidation::hold_unvalidated(const Kernel* k) {

@@ -15,6 +15,13 @@
 // it would change what the program does). They run as they are, in their
 // patched module, with the same range table.
 //
+// On-demand restore (copy_window.h, fill mode): each module also gets fill
+// twins, which check loads as well as stores. While a restore fills the
+// process's memory, a kernel with a fill twin waits only for its speculated
+// sets, then runs as its fill twin with a table of the memory that is in
+// (everything but the chunks not yet filled); the launch is waited for and
+// an access outside it ends the process (prepare_fill, finish_fill).
+//
 // What is not validated runs as it is: launches whose set is unknown,
 // launches into a stream being captured, the packed-argument form, and
 // kernels neither validator can take (the reason is in the statistics).
@@ -35,6 +42,7 @@
 #include "launch/launch_speculation.h"
 #include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/sass_validation.h"
+#include "phos/ptx/range_table.h"
 #include "phos/support/result.h"
 
 namespace phos::hooks {
@@ -103,6 +111,18 @@ class LaunchValidation {
   // change what the program gets). A SASS launch was the original: true.
   bool finish(Prepared& p, CUresult launched, CUstream stream);
 
+  // On-demand restore: true when `k` has a fill twin and its table of
+  // `allowed` ranges ([start, end), the memory that is in) fits; the caller
+  // launches out->launch with out->launch_params, then calls finish_fill().
+  bool prepare_fill(Kernel& k, void** params, void** extra, uint32_t shared_bytes,
+                    const std::vector<std::pair<uint64_t, uint64_t>>& allowed, Prepared* out);
+  // Waits for the fill twin's launch and returns its violations (an
+  // error where it could not be launched or waited for: the caller then
+  // launches the original, after the whole fill).
+  Result<ptx::Violations> finish_fill(Prepared& p, CUresult launched, CUstream stream);
+  // The kernel a prepared launch is for, by name (for messages).
+  std::string kernel_name(const Prepared& p);
+
   // A launch of `k` that is not validated: when k is validated at the SASS
   // level, the lock validated launches hold while k's table is set, so that
   // this launch passes no table; empty for every other kernel (and for null,
@@ -134,14 +154,17 @@ class LaunchValidation {
     bool built = false;
     CUcontext ctx = nullptr;
     CUmodule twins = nullptr;
+    CUmodule fill_twins = nullptr;  // loads and stores checked (on-demand restore)
     std::map<std::string, std::string> skip;  // kernel -> why it is not validated
     std::map<std::string, std::string> kernels;  // kernel the PTX defines -> its twin's name
+    std::map<std::string, std::string> fill_kernels;  // -> its fill twin's name
     std::string unusable;                     // why no kernel of it is validated; empty if some can be
   };
   // What the validation keeps per kernel, in its registry entry.
   struct ValidatedKernel final : KernelState {
     std::shared_ptr<Module> module;
     CUfunction twin = nullptr;  // null: not validated by a twin
+    CUfunction fill_twin = nullptr;  // null: no read validation while a restore fills
     bool sass = false;          // validated at the SASS level
     SassPatcher::Patched sass_handles;  // its module, the function its table is set on, its library
     uint32_t params = 0;
@@ -158,6 +181,7 @@ class LaunchValidation {
   void resolve_twin_locked(ValidatedKernel& v, const Kernel& k);
   void try_sass_locked(ValidatedKernel& v, Kernel& k);
   void build_locked(Module& m);
+  void build_fill_locked(Module& m);
   bool table_locked(Table* out);
   void collect_locked();
   std::string triton_ptx(const void* image, size_t size);

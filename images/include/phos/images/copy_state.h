@@ -164,6 +164,9 @@ class CopyState {
   std::optional<Claim> claim_urgent();
   // `chunk`, claimed if it is pending (the engine's own order of a fill).
   std::optional<Claim> claim(uint64_t chunk);
+  // Fill: the address ranges [start, end) of the chunks not filled now,
+  // adjacent ones merged, in address order.
+  std::vector<std::pair<uint64_t, uint64_t>> unfilled_ranges() const;
   // The chunk of `region` (an index into regions()) at byte `offset`.
   uint64_t chunk_at(uint32_t region, uint64_t offset) const;
   // Recopy, after the gate closed and the streams drained: the next dirty
