@@ -327,6 +327,8 @@ std::vector<std::byte> encode(const QuiesceReply& r) {
   m.drained_ns = r.drained_ns;
   m.has_at_step = r.at_step;
   m.at_step = r.at_step;
+  m.n_touch_order = r.touch_order.size();
+  m.touch_order = const_cast<uint64_t*>(r.touch_order.data());
   return pack_reply(PHOS__AGENT__REPLY__KIND_QUIESCE, &Phos__Agent__Reply::quiesce, m);
 }
 
@@ -472,7 +474,9 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
       return Reply(std::move(*l));
     }
     case PHOS__AGENT__REPLY__KIND_QUIESCE:
-      return Reply(QuiesceReply{r.quiesce->drained_ns, bool(r.quiesce->at_step)});
+      return Reply(QuiesceReply{r.quiesce->drained_ns, bool(r.quiesce->at_step),
+                                std::vector<uint64_t>(r.quiesce->touch_order,
+                                                      r.quiesce->touch_order + r.quiesce->n_touch_order)});
     case PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS:
       return Reply(ReleaseMappingsReply{r.release_mappings->released_bytes});
     case PHOS__AGENT__REPLY__KIND_REMAP:

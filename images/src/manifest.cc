@@ -169,6 +169,8 @@ struct PbManifest {
       m.has_copy_trust = 1;
       m.copy_trust = uint32_t(in.copy_trust);
     }
+    m.n_fill_order = in.fill_order.size();
+    m.fill_order = const_cast<uint64_t*>(in.fill_order.data());
 
     launches.resize(in.launch_log.size());
     for (size_t i = 0; i < in.launch_log.size(); i++) {
@@ -254,6 +256,7 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
     o.zero_bytes = s->zero_bytes;
   }
   out.copy_trust = agent::CopyTrust(m.has_copy_trust ? m.copy_trust : 0);
+  out.fill_order.assign(m.fill_order, m.fill_order + m.n_fill_order);
   if (const auto* log = m.launch_log) {
     for (size_t i = 0; i < log->n_launches; i++) {
       const auto& r = *log->launches[i];

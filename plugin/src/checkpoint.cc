@@ -107,6 +107,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   taking(pid, t, kGateClosed);
   t.paused_at_ns = t0;
   t.manifest.statistics.quiesce_ns = drained->drained_ns;
+  t.manifest.fill_order = drained->touch_order;
   if (drained->at_step) PHOS_INFO("process %d: gate closed at the program's iteration boundary (phos_step)", pid);
   PHOS_TRY(pause_target(pid, *client, t));
   t.paused_done_ns = clock_ns(CLOCK_MONOTONIC);

@@ -22,6 +22,7 @@ namespace {
 // The allocations the recorded launches used, in the order they first
 // used them: what the restored program is likely to touch first.
 std::vector<uint64_t> recorded_order(const image::Manifest& m) {
+  if (!m.fill_order.empty()) return m.fill_order;
   std::vector<uint64_t> order;
   std::set<uint64_t> seen;
   for (const auto& r : m.launch_log) {

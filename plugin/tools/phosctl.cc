@@ -97,7 +97,8 @@ json image_json(const phos::image::ProcessImage& img) {
             {"allocations", json::array()},
             {"data_files", json::array()},
             {"unsupported_calls", m.unsupported_calls},
-            {"launch_log_entries", m.launch_log.size()}};
+            {"launch_log_entries", m.launch_log.size()},
+            {"fill_order", m.fill_order}};
   const ImageSize size = size_of(m);
   j["size"] = {{"logical_bytes", size.logical_bytes},
                {"stored_bytes", size.stored_bytes},
@@ -181,6 +182,10 @@ void print_image_text(const phos::image::ProcessImage& img) {
     for (const auto& c : m.unsupported_calls) std::printf(" %s", c.c_str());
     std::printf("\n");
   }
+  if (!m.fill_order.empty())
+    std::printf("  fill order: %zu allocations the recorded launches touched first (an on-demand restore fills them "
+                "first)\n",
+                m.fill_order.size());
 }
 
 int open_dir(const std::string& dir) {

@@ -103,7 +103,7 @@ void serve_raw(int conn) {
     } else if (std::holds_alternative<agent::StatusRequest>(q)) {
       (void)agent::send_reply(conn, agent::StatusReply{});
     } else if (std::holds_alternative<agent::QuiesceRequest>(q)) {
-      (void)agent::send_reply(conn, agent::QuiesceReply{1000});
+      (void)agent::send_reply(conn, agent::QuiesceReply{1000, false, {}});
     } else if (std::holds_alternative<agent::ListAllocationsRequest>(q)) {
       agent::ListAllocationsReply r;
       r.allocations = {alloc(1, 0x7f0000000000, 2 << 20)};

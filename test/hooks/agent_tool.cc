@@ -187,6 +187,15 @@ int main(int argc, char** argv) {
   if (!q) return fail("quiesce", q.error());
   double quiesce_ms = ms_since(t0);
   if (q->at_step) std::printf("gate closed at the program's iteration boundary\n");
+  if (!q->touch_order.empty()) {
+    // The allocations' addresses, in the order recorded launches first touched them.
+    auto listed = client->list_allocations(false, nullptr);
+    std::printf("touch order:");
+    for (uint64_t id : q->touch_order)
+      for (const auto& a : listed ? *listed : std::vector<phos::agent::Allocation>{})
+        if (a.id == id) std::printf(" 0x%" PRIx64, a.address);
+    std::printf("\n");
+  }
 
   const bool recopy = !std::strcmp(argv[1], "recopy-window") && argc == 6;
   if ((!std::strcmp(argv[1], "copy-window") && argc == 5) || recopy) {

@@ -540,3 +540,16 @@ TEST_CASE("completion marker: keeps format version 1", "[manifest][marker][spars
   CHECK(phos::bytes::get_u32(&file[8]) == 1);
   CHECK(decode_marker(file, "c.img").ok());
 }
+
+TEST_CASE("manifest: the recorded fill order round trips, in order, duplicates and all", "[manifest][lazy]") {
+  Manifest m = full_manifest();
+  m.fill_order = {9, 2, 14, 2};
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(back->fill_order == std::vector<uint64_t>{9, 2, 14, 2});
+  CHECK(back.value() == m);
+  m.fill_order.clear();
+  auto none = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(none.ok());
+  CHECK(none->fill_order.empty());
+}

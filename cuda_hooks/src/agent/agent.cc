@@ -208,7 +208,7 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
     gate_.open();
     return failure(d.error().code, "drain: " + d.error().message + "; gate reopened");
   }
-  return {agent::QuiesceReply{monotonic_ns() - t0, at_step}};
+  return {agent::QuiesceReply{monotonic_ns() - t0, at_step, backend_.touch_order()}};
 }
 
 Agent::Answer Agent::answer(const agent::ReleaseMappingsRequest& q) {

@@ -1,8 +1,10 @@
 #include "agent/cuda_backend.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "driver/driver.h"
@@ -68,6 +70,31 @@ Result<uint64_t> CudaBackend::release_mappings(bool drop_handles) {
 
 Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) {
   return runtime().memory.remap(ids, std::move(fds));
+}
+
+// Each record's buffers (a kernel's speculated set, where speculation was
+// on; a call's exact ranges) matched to the allocation that holds them.
+std::vector<uint64_t> CudaBackend::touch_order() {
+  if (!runtime().launches.enabled()) return {};
+  std::vector<agent::Allocation> units = runtime().memory.units();
+  std::sort(units.begin(), units.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  std::vector<uint64_t> order;
+  std::set<uint64_t> seen;
+  auto touch = [&](uint64_t address) {
+    auto it = std::upper_bound(units.begin(), units.end(), address,
+                               [](uint64_t a, const agent::Allocation& u) { return a < u.address; });
+    if (it == units.begin()) return;
+    --it;
+    if (address < it->address + it->size && seen.insert(it->id).second) order.push_back(it->id);
+  };
+  for (const LaunchRecord& r : runtime().launches.recent()) {
+    if (r.kind == RecordKind::kKernel) {
+      for (uint8_t i = 0; r.set.present && i < r.set.count; i++) touch(r.set.items[i].start);
+    } else {
+      for (uint8_t i = 0; i < r.ranges.count; i++) touch(r.ranges.items[i].address);
+    }
+  }
+  return order;
 }
 
 Result<void> CudaBackend::set_speculation(bool on) {

@@ -16,6 +16,7 @@ class CudaBackend final : public AgentBackend {
   Result<void> drain(std::chrono::milliseconds timeout) override;
   Result<uint64_t> release_mappings(bool drop_handles) override;
   Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) override;
+  std::vector<uint64_t> touch_order() override;
   Result<void> set_speculation(bool on) override;
   Result<bool> set_validation(bool on) override;
   Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,

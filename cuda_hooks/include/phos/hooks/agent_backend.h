@@ -29,6 +29,10 @@ class AgentBackend {
   virtual Result<uint64_t> release_mappings(bool drop_handles) = 0;
   // Map allocations back: the same memory when fds is empty, else fds[i] for ids[i].
   virtual Result<uint64_t> remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) = 0;
+  // With the gate closed: the allocation ids in the order the recorded
+  // launches first touched them (QuiesceReply::touch_order); none where
+  // nothing is recorded.
+  virtual std::vector<uint64_t> touch_order() { return {}; }
   // Read/write-set speculation of every launch on or off (statistics are kept).
   virtual Result<void> set_speculation(bool on) = 0;
   // Validation of the speculation on (speculation with it) or off

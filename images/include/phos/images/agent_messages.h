@@ -136,6 +136,7 @@ struct QuiesceRequest {
 struct QuiesceReply {
   uint64_t drained_ns = 0;
   bool at_step = false;  // closed at the program's iteration boundary (phos_step)
+  std::vector<uint64_t> touch_order;  // allocation ids, as the recorded launches first touched them
   bool operator==(const QuiesceReply&) const = default;
 };
 

@@ -120,6 +120,7 @@ struct Manifest {
   std::vector<DataFile> data_files;
   Statistics statistics;
   std::vector<LaunchRecord> launch_log;
+  std::vector<uint64_t> fill_order;  // allocation ids, as recorded launches first touched them
   std::vector<std::string> unsupported_calls;
   bool operator==(const Manifest&) const = default;
 };
