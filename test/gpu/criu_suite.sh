@@ -71,6 +71,8 @@
 #                        its memory is in; every byte re-verified / the loss
 #                        curve bitwise equal
 #   lazy_read_honest, lazy_read_planted  lazy_read.cu under PHOS_VALIDATE=ptx
+#                        (honest: launches recorded, the image keeps the order
+#                        they touched memory in, filled first)
 #                        restored on demand with a slowed fill: kernels wait
 #                        only for their sets (fill twins check every access);
 #                        a read through a pointer in device memory into memory
@@ -519,6 +521,10 @@ lazy_read_case() {
   [ "$1" = planted ] && plant=(--plant)
   setup "$bin/lazy_read"
   export PHOS_VALIDATE=ptx
+  # honest: launches recorded, so the dump keeps the order they touched
+  # memory in and the restore fills that first (planted: not recorded, the
+  # victim must come last)
+  [ "$1" = honest ] && export PHOS_RECORD_LAUNCHES=1
   timeout 120 env LD_PRELOAD="$LIBPHOS" "$bin/lazy_read" "$WORK/ref.state" "$WORK/ref.out" 8192 $n "${plant[@]}" \
     > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?): $(tail -n 2 "$WORK/ref.state.err" 2>/dev/null)"
   start_workload --preload "$WORK/run.out" 8192 $n "${plant[@]}"
@@ -542,7 +548,10 @@ lazy_read_case() {
   else
     PHOS_LAZY_RESTORE=on PHOS_FAULT=slow-fill criu_restore || fail "criu restore failed (rc $?)"
     grep -q "the process runs while its memory is filled" "$WORK/restore.log" || fail "no on-demand restore"
-    lazy="on demand: $(grep -o 'gate open [0-9.]*' "$WORK/restore.log" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' "$WORK/restore.log" | tail -n1), $(grep -o '[0-9]* calls checked, [0-9]* waited ([0-9]* for the whole fill)' "$WORK/restore.log" | tail -n1)"
+    local first
+    first=$(grep -o 'on-demand restore: [0-9]* allocations in the recorded order first' "$WORK/restore.log" | grep -o '[0-9]*' | head -n1)
+    [ "${first:-0}" -ge 1 ] || fail "no recorded fill order in the image"
+    lazy="on demand: $first allocations in the recorded order first, $(grep -o 'gate open [0-9.]*' "$WORK/restore.log" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' "$WORK/restore.log" | tail -n1), $(grep -o '[0-9]* calls checked, [0-9]* waited ([0-9]* for the whole fill)' "$WORK/restore.log" | tail -n1)"
   fi
   reach $((n - 2)) 120 "after the restore"  # steps 0..n-1
   gone $(workload_pids)
