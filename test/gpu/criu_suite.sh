@@ -95,6 +95,8 @@
 #   restore_criu_killed  criu killed while a restore fills 4 GiB: phos-keeper
 #                        ends the half-restored process, the GPU's memory
 #                        comes back, the next restore works
+#   lazy_restore_criu_killed  the same during an on-demand fill, the process
+#                        already running: phos-keeper ends it
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -762,6 +764,44 @@ case_restore_criu_killed() {
   pass "criu killed mid-fill: GPU memory $before -> $during -> $after MiB, phos-keeper ended the half-restored process; the next restore works: $CARRIED"
 }
 
+# The same with an on-demand restore: criu killed after the process runs
+# again, its memory still being filled (slowed): phos-keeper ends it (it
+# must not run on memory that will never be whole), the memory comes back,
+# the next restore works.
+case_lazy_restore_criu_killed() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 4096
+  wait_counter_above 5
+  local token; token=$(state_token)
+  criu_dump || fail "criu dump failed: $(phos_error "$WORK/dump.log")"
+  gone "$WORKLOAD_PID"; wait_pid_free
+  local before; before=$(gpu_used_mib)
+  PHOS_LAZY_RESTORE=on PHOS_FAULT=slow-fill criu_restore &
+  for _ in $(seq 300); do
+    grep -q "the process runs while its memory is filled" "$WORK/restore.log" 2>/dev/null && break
+    sleep 0.02
+  done
+  grep -q "the process runs while its memory is filled" "$WORK/restore.log" || fail "the process did not run before its fill ended"
+  local during; during=$(gpu_used_mib)
+  grep -q "all GPU data in" "$WORK/restore.log" && fail "the fill ended before criu could be killed"
+  pkill -9 -f "$CRIU restore -D $IMG" || fail "no criu to kill"
+  wait || true
+  local after=$before
+  for _ in $(seq 200); do
+    after=$(gpu_used_mib)
+    [ -z "$(workload_pids)" ] && [ "$after" -le $((before + 64)) ] && break
+    sleep 0.05
+  done
+  [ -z "$(workload_pids)" ] || fail "a process runs on after criu was killed mid-fill"
+  grep -q "ended (restored without its GPU state)" "$IMG/phos-keeper.log" 2>/dev/null ||
+    fail "phos-keeper did not end the process: $(tail -n 3 "$IMG/phos-keeper.log" 2>/dev/null)"
+  [ "$after" -le $((before + 64)) ] || fail "GPU memory used: $before MiB before, $during MiB during, $after MiB after"
+  criu_restore || fail "the next restore failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  carried_on "$WORK/state" "$token" 4096
+  pass "criu killed while the running process's memory was filled: GPU memory $before -> $during -> $after MiB, phos-keeper ended the process; the next restore works: $CARRIED"
+}
+
 # lived_on TOKEN MIB: after a failed dump the process is alive, counts on
 # intact, its gate is open (else fail); says so in CARRIED.
 lived_on() {
@@ -1064,7 +1104,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed
   two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do
