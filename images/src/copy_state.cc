@@ -526,6 +526,8 @@ std::vector<std::pair<uint64_t, uint64_t>> CopyState::unfilled_ranges() const {
   for (uint64_t c = 0; c < chunk_count(); c++) {
     if (state(c) == ChunkState::kCopied) continue;
     Claim at = claim_of(c, std::nullopt);
+    // Freed by the program: what is at its addresses now is not the fill's.
+    if (l_->forgotten[at.region].load(std::memory_order_acquire)) continue;
     uint64_t start = l_->regions[at.region].address + at.offset, end = start + at.bytes;
     if (!out.empty() && out.back().second == start) out.back().second = end;
     else out.emplace_back(start, end);

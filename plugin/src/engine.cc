@@ -917,7 +917,10 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
     // Zero by construction: nothing read that a CRC could find damaged.
     // On-demand: in the table once it is known good, for the calls waiting.
     auto in = [&] {
-      if (p.claim) job.fill->copied(*p.claim);
+      if (p.claim) {
+        job.fill->copied(*p.claim);
+        job.fills_in_flight--;
+      }
       return Result<void>{};
     };
     if (c.compression == image::Compression::kZero) {
@@ -950,6 +953,8 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
     filled = run_workers(pieces, m.chunk_size, work, dma_wait_ns);
   }
   uint64_t elapsed = monotonic_ns() - t0;
+  if (filled && job.fill && !job.fill->all_copied())
+    filled = make_error("on-demand restore: chunks left unfilled (the process changed the fill table)", EPROTO);
   if (!filled) return filled.error();  // the job releases the memory
   image::ChunkTimes times;
   for (const auto& r : readers)
@@ -1050,9 +1055,17 @@ Result<void> Engine::open_fill(LoadJob& job, const std::vector<uint64_t>& first)
 
 Engine::Take Engine::next_fill(LoadJob& job, std::atomic<size_t>& cursor, Piece& out) {
   copystate::CopyState& table = *job.fill;
+  // The process shares the table and may scribble on it: a chunk the image
+  // has no data for is never taken.
   auto take = [&](const copystate::Claim& c) {
-    out = job.pieces[job.piece_of_chunk[c.chunk]];
+    const size_t k = c.chunk < job.piece_of_chunk.size() ? job.piece_of_chunk[c.chunk] : SIZE_MAX;
+    if (k >= job.pieces.size()) {
+      table.copied(c);
+      return Take::kLater;
+    }
+    out = job.pieces[k];
     out.claim = c;
+    job.fills_in_flight++;
     return Take::kTaken;
   };
   if (auto c = table.claim_urgent()) return take(*c);
@@ -1060,8 +1073,9 @@ Engine::Take Engine::next_fill(LoadJob& job, std::atomic<size_t>& cursor, Piece&
   if (fault("slow-fill")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   for (size_t i; (i = cursor.fetch_add(1)) < job.fill_order.size();)
     if (auto c = table.claim(job.fill_order[i])) return take(*c);
-  // The last chunks are in other workers' hands.
-  return table.all_copied() ? Take::kDone : Take::kLater;
+  // The last chunks are in other workers' hands; with none in flight, a
+  // chunk not filled now never will be (run_load says so).
+  return table.all_copied() || job.fills_in_flight == 0 ? Take::kDone : Take::kLater;
 }
 
 }  // namespace phos::plugin

@@ -267,6 +267,7 @@ struct Engine::LoadJob {
   std::vector<UniqueFd> fds;
   std::vector<uint64_t> fill_order;   // table chunks, the recorded order first
   std::vector<size_t> piece_of_chunk;  // table chunk -> index in pieces (SIZE_MAX: none)
+  std::atomic<size_t> fills_in_flight{0};  // chunks taken, not yet marked filled
   ~LoadJob();  // releases what it still holds
 };
 

@@ -120,22 +120,31 @@ void Restorer::fill_all() {
     if (!l.job) continue;
     auto fds = engine_->run_load(dirfd_, *l.job);
     l.filled_ns = since_init_ns();
-    if (!fds) {
-      l.filled = make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
-      if (l.job->fill) l.job->fill->close(copystate::Window::kAborted);  // no call may go on
+    if (!fds) l.filled = make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
+    if (!l.job->fill) {
+      if (fds) l.fds = std::move(*fds);
       continue;
     }
-    if (l.job->fill) l.job->fill->close(copystate::Window::kClosed);
-    l.fds = std::move(*fds);
+    // On-demand: the table says how it ended (an aborted one lets no call
+    // go on), then the process's window.
+    l.job->fill->close(fds ? copystate::Window::kClosed : copystate::Window::kAborted);
+    if (fds) PHOS_INFO("%s: all GPU data in at %.1f ms after the plugin's init", l.image.manifest_name.c_str(), ms(l.filled_ns));
+    std::lock_guard<std::mutex> lock(window_mu_);
+    l.fill_ended = true;
+    if (l.window_pid) end_fill_window(l);
   }
 }
 
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   const uint64_t hook_ns = since_init_ns();
   const bool lazy = l.job && l.job->fill;
-  if (!lazy) {
+  if (!lazy && l.job) {
     if (filler_.joinable()) filler_.join();  // all images filled (criu calls this hook one process at a time)
     l.job.reset();
+  }
+  // On-demand: the fill's end is checked under window_mu_ before the gate
+  // opens (the filling thread writes l.filled).
+  if (!lazy) {
     if (!l.filled) PHOS_ERR("cannot restore: %s", l.filled.error().message.c_str());
     PHOS_TRY(l.filled);
   }
@@ -170,7 +179,12 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
     if (!mapped) return mapped.error();
     remap_ns = monotonic_ns() - t;
     PHOS_INFO("process %d: %.1f MiB mapped at the original addresses", pid, double(*mapped) / (1 << 20));
-    if (lazy) PHOS_TRY(open_fill_window(pid, l, c));
+    if (lazy) {
+      std::lock_guard<std::mutex> lock(window_mu_);
+      // A fill that failed meanwhile: the process must not run at all.
+      if (l.fill_ended && !l.filled) return l.filled.error();
+      if (!l.fill_ended) PHOS_TRY(open_fill_window(pid, l, c));
+    }
     return c.resume();
   }));
   // criu's log stamps each line with the time since criu started.
@@ -197,14 +211,13 @@ Result<void> Restorer::open_fill_window(pid_t pid, Loaded& l, AgentClient& c) {
   const int fd = l.job->fill->fd();
   auto opened = c.open_copy_window(q, std::vector<int>{fd});
   if (!opened) return make_error("open the on-demand fill window: " + opened.error().message, opened.error().code);
-  l.resumed_pid = pid;
-  l.job->fds.clear();  // the process holds the memory now
+  l.window_pid = pid;
   PHOS_INFO("process %d: on-demand restore: the process runs while its memory is filled", pid);
   return {};
 }
 
-void Restorer::close_fill_window(Loaded& l) {
-  const pid_t pid = l.resumed_pid;
+void Restorer::end_fill_window(Loaded& l) {
+  const pid_t pid = l.window_pid;
   if (!l.filled) {
     // The window is aborted: the process ends at its next call that needs
     // memory; it must not run on at all.
@@ -213,7 +226,6 @@ void Restorer::close_fill_window(Loaded& l) {
     failed_ = true;
     return;
   }
-  PHOS_INFO("process %d: all GPU data in at %.1f ms after the plugin's init", pid, ms(l.filled_ns));
   agent::CloseCopyWindowReply account;
   auto closed = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
     auto r = c.close_copy_window();
@@ -241,9 +253,7 @@ void Restorer::close_fill_window(Loaded& l) {
 }
 
 void Restorer::finish() {
-  if (filler_.joinable()) filler_.join();
-  for (auto& [vpid, l] : images_)
-    if (l.resumed_pid) close_fill_window(l);
+  if (filler_.joinable()) filler_.join();  // it closed every fill window
   for (auto& [vpid, l] : images_) l.job.reset();
 }
 
@@ -252,7 +262,10 @@ Result<bool> Restorer::resume_late(pid_t pid) {
   if (!vpid) return vpid.error();
   auto it = images_.find(*vpid);
   if (it == images_.end()) return false;
-  if (keeper_) (void)keeper_->restoring(pid, false);
+  if (keeper_) {
+    std::lock_guard<std::mutex> lock(window_mu_);
+    (void)keeper_->restoring(pid, false);
+  }
   if (auto r = resume(pid, *vpid, it->second); !r) {
     // CRIU only logs a failing RESUME_DEVICES_LATE and would let the process
     // run on without its GPU state: it must not run at all.
@@ -262,8 +275,11 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     return r.error();
   }
   it->second.fds.clear();
-  // On-demand: the keeper hears at the end of the fill (finish()).
-  if (keeper_ && !it->second.resumed_pid) (void)keeper_->restoring(pid, true);
+  // On-demand: the keeper hears at the end of the fill (end_fill_window).
+  {
+    std::lock_guard<std::mutex> lock(window_mu_);
+    if (keeper_ && !it->second.window_pid) (void)keeper_->restoring(pid, true);
+  }
   PHOS_INFO("process %d (pid %d in its namespace): GPU state restored, gate open", pid, *vpid);
   return true;
 }

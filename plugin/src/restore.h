@@ -18,13 +18,17 @@
 // On-demand (lazy_restore): the fill runs on after RESUME_DEVICES_LATE. The
 // process gets its memory before it is filled, with a fill window
 // (copy_state.h, kFill) through which each of its calls waits for what it
-// uses; finish(), at criu's exit, waits for the fill, closes the window and
-// ends a process whose memory could not be filled.
+// uses. The filling thread closes the window once the fill ends (criu
+// without -d waits for the process before its exit hooks run), or ends the
+// process where its memory could not be filled; finish(), at criu's exit,
+// waits for that thread.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <thread>
 
@@ -51,7 +55,7 @@ class Restorer {
   // its windows closed (a process whose fill failed is killed).
   void finish();
   // Whether a process was killed because its GPU state could not be restored.
-  bool failed() const { return failed_; }
+  bool failed() const { return failed_.load(); }
 
  private:
   struct Loaded {
@@ -62,12 +66,16 @@ class Restorer {
     std::unique_ptr<Engine::LoadJob> job;  // its device memory, until filled
     Result<void> filled;                   // by the filling thread
     uint64_t created_ns = 0, filled_ns = 0;  // since the plugin's init
-    pid_t resumed_pid = 0;                   // on-demand: its fill window is open
+    // On-demand, under window_mu_: the fill ended (l.filled says how), and
+    // the process whose fill window is open (0: none).
+    bool fill_ended = false;
+    pid_t window_pid = 0;
   };
   // On-demand: the fill's window opened in the process (after its remap).
   Result<void> open_fill_window(pid_t pid, Loaded& l, AgentClient& c);
-  // On-demand, at the end: the window closed, the process told.
-  void close_fill_window(Loaded& l);
+  // On-demand, once the fill ended (window_mu_ held): the window closed and
+  // phos-keeper told, or the process ended where the fill failed.
+  void end_fill_window(Loaded& l);
   uint64_t since_init_ns() const;
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
   // Fills every image's device memory (the thread's work).
@@ -79,7 +87,8 @@ class Restorer {
   std::unique_ptr<Engine> engine_;
   std::map<pid_t, Loaded> images_;  // by pid in the process's namespace
   std::thread filler_;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};
+  std::mutex window_mu_;  // the fill windows' state, and phos-keeper's link
   bool lazy_ = false;
   uint64_t init_ns_ = 0;  // CLOCK_MONOTONIC at the plugin's init
   // Ends a process criu leaves half-restored (dying between RESUME_DEVICES_LATE

@@ -95,6 +95,8 @@
 #   restore_criu_killed  criu killed while a restore fills 4 GiB: phos-keeper
 #                        ends the half-restored process, the GPU's memory
 #                        comes back, the next restore works
+#   sdk_torch_step       torch_mlp with phos.step() (sdk/python) at each
+#                        iteration: the dump lands on a boundary
 #   lazy_restore_criu_killed  the same during an on-demand fill, the process
 #                        already running: phos-keeper ends it
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
@@ -280,9 +282,15 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
   local lazy=
+  if [ "${PHOS_SDK_STEP:-}" = 1 ]; then
+    grep -q "gate closed at the program's iteration boundary (phos_step)" "$WORK/dump.log" ||
+      fail "the dump did not land on the program's iteration boundary (phos.step())"
+    lazy="; the dump landed on the program's iteration boundary (phos.step())"
+  fi
   if [ "${PHOS_LAZY_RESTORE:-}" = on ]; then
-    grep -q "the process runs while its memory is filled" "$WORK/restore.log" || fail "no on-demand restore in the log"
-    lazy="; on demand: $(grep -o 'gate open [0-9.]*' "$WORK/restore.log" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' "$WORK/restore.log" | tail -n1), $(grep -o '[0-9]* calls checked, [0-9]* waited ([0-9]* for the whole fill)' "$WORK/restore.log" | tail -n1)"
+    grep -q "on-demand restore: [0-9]* allocations in the recorded order first" "$WORK/restore.log" || fail "no on-demand restore in the log"
+    # (set -e and pipefail: a line that is not there must not end the case)
+    lazy="$lazy; on demand: $(grep -o 'gate open [0-9.]*' "$WORK/restore.log" | tail -n1 || true) ms, $(grep -o 'all GPU data in at [0-9.]* ms' "$WORK/restore.log" | tail -n1 || true), $(grep -o '[0-9]* calls checked, [0-9]* waited ([0-9]* for the whole fill)' "$WORK/restore.log" | tail -n1 || echo 'no fill window: the fill ended first')"
   fi
   pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)$lazy"
 }
@@ -327,6 +335,8 @@ case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segm
 # The same restored on demand: its memory filled in address order, not the
 # order its kernels read it; the loss curve must still be bitwise equal.
 case_lazy_torch_mlp() { torch_case PHOS_LAZY_RESTORE=on; }
+# The SDK's phos.step() at each iteration: the dump lands on a boundary.
+case_sdk_torch_step() { torch_case PHOS_SDK_STEP=1; }
 
 # ---- copy-on-write (copy_on_write=always: the snapshot is not taken) ------
 
@@ -503,7 +513,7 @@ lazy_pattern() {
   out=$(PHOS_LAZY_RESTORE=on bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
   echo "$out"
   [ $rc -eq 0 ] || exit $rc
-  grep -q "the process runs while its memory is filled" <<<"$out" || fail "no on-demand restore in the log"
+  grep -q "on-demand restore: [0-9]* allocations in the recorded order first" <<<"$out" || fail "no on-demand restore in the log"
   pass "$(grep -o '\] dump in [0-9.]* s, restore in [0-9.]* s' <<<"$out" | cut -c3-); all $((($1 + 63) / 64)) slices re-verified; $(grep -o 'gate open [0-9.]*' <<<"$out" | tail -n1) ms, $(grep -o 'all GPU data in at [0-9.]* ms' <<<"$out" | tail -n1); $(grep -o 'on-demand restore: [0-9]* calls checked.*' <<<"$out" | tail -n1); corrupted chunk: process ended, criu failed"
 }
 case_lazy_pattern_8GiB() { lazy_pattern 8192; }
@@ -1093,7 +1103,7 @@ mkdir -p "$log"
 export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
-    pattern_32GiB | torch_mlp* | lazy_torch_mlp | torch_cow* | torch_many_allocations) echo 420 ;;
+    pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
     cow_random | cow_planted | recopy_random | recopy_planted | soak_torch) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
@@ -1104,7 +1114,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed sdk_torch_step
   two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do

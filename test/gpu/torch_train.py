@@ -7,6 +7,9 @@ must write exactly the loss curve of an uninterrupted one. An exception ends
 it with its traceback in STATE.error (its output goes nowhere under the e2e
 tests).
 
+With PHOS_SDK_STEP=1 each iteration starts with phos.step() (the SDK in
+sdk/python): a checkpoint asked for mid-iteration lands on the next one.
+
 usage: torch_train.py STATE LOSSES STEPS [PACE_MS]
 """
 import os
@@ -18,8 +21,17 @@ from torch_workloads import build  # also sets CUBLAS_WORKSPACE_CONFIG before CU
 import torch
 
 
+def step_marker():
+    if os.environ.get("PHOS_SDK_STEP") != "1":
+        return lambda: None
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
+    import phos
+    return phos.step
+
+
 def main():
     state, losses, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    mark = step_marker()
     pace = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.02
     token = os.urandom(8).hex()
     torch.backends.cudnn.deterministic = True
@@ -28,6 +40,7 @@ def main():
     model, _, opt, (x, y) = build("mlp")
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in range(1, steps + 1):
+        mark()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()

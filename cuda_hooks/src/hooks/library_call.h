@@ -29,7 +29,7 @@ auto library_call(const char* call, Describe&& describe, Real&& real) {
   if (recording) scope.emplace(runtime().launches.record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
   if (!speculating) return real();
   runtime().speculation.on_call(c.ranges);
-  if (runtime().copy_window.open()) runtime().copy_window.before_exact(c.ranges);
+  if (runtime().copy_window.open()) runtime().copy_window.before_library(c.ranges);
   LaunchSpeculation::ExactScope exact;
   return real();
 }

@@ -56,6 +56,22 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
                           std::to_string(table->chunk_size()) + " bytes do not fit a pool of " +
                           std::to_string(q.pool_bytes) + " bytes",
                       EINVAL);
+  // A fill window copies nothing itself: no context, no stream.
+  if (table->protocol() == copystate::Protocol::kFill) {
+    table_ = std::make_unique<copystate::CopyState>(std::move(*table));
+    device_ = 0;
+    ctx_ = nullptr;
+    pool_ = 0;
+    pool_bytes_ = 0;
+    stream_ = nullptr;
+    trust_ = q.trust;
+    timeout_ = std::chrono::milliseconds(q.timeout_ms);
+    checked_ = waited_ = unknown_waits_ = wait_ns_ = 0;
+    abort_reason_.clear();
+    fill_.store(true);
+    open_.store(true);
+    return {};
+  }
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
   CUresult r = PHOS_REAL(cuDeviceGet)(&dev, int(q.pool_device));
@@ -107,7 +123,7 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
   timeout_ = std::chrono::milliseconds(q.timeout_ms);
   checked_ = waited_ = unknown_waits_ = wait_ns_ = 0;
   abort_reason_.clear();
-  fill_.store(table_->protocol() == copystate::Protocol::kFill);
+  fill_.store(false);
   open_.store(true);
   return {};
 }
@@ -137,14 +153,16 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   // Given up without a reason of the hooks: by the engine (its error is in
   // criu's log), or never closed by it (criu gone).
   if (out.aborted && out.abort_reason.empty()) out.abort_reason = "the engine did not finish the copy";
-  PHOS_REAL(cuCtxPushCurrent_v2)(ctx_);
-  if (stream_) PHOS_REAL(cuStreamDestroy_v2)(stream_);
-  if (pool_) {
-    PHOS_REAL(cuMemUnmap)(pool_, pool_bytes_);
-    PHOS_REAL(cuMemAddressFree)(pool_, pool_bytes_);
+  if (ctx_) {
+    PHOS_REAL(cuCtxPushCurrent_v2)(ctx_);
+    if (stream_) PHOS_REAL(cuStreamDestroy_v2)(stream_);
+    if (pool_) {
+      PHOS_REAL(cuMemUnmap)(pool_, pool_bytes_);
+      PHOS_REAL(cuMemAddressFree)(pool_, pool_bytes_);
+    }
+    PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+    PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(device_);
   }
-  PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-  PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(device_);
   stream_ = nullptr;
   pool_ = 0;
   ctx_ = nullptr;
@@ -249,7 +267,9 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
 
 std::optional<std::vector<std::pair<uint64_t, uint64_t>>> CopyWindow::before_fill_twin(const WriteRanges& sets) {
   Use use(*this);
-  if (!use.inside() || !filling()) return std::nullopt;
+  // A fill that ended: the launch goes as usual (an aborted one ends the
+  // process there).
+  if (!use.inside() || !filling() || table_->window() != copystate::Window::kOpen) return std::nullopt;
   checked_.fetch_add(1, std::memory_order_relaxed);
   for (const auto& [start, end] : sets.reads) await_filled(start, end - start, false);
   for (const auto& [start, end] : sets.ranges) await_filled(start, end - start, false);
@@ -270,6 +290,14 @@ void CopyWindow::touched_unfilled(const std::string& kernel, uint64_t address, u
   fill_failed(make_error("kernel " + kernel + " touched device memory not yet restored, outside its speculated "
                              "sets (first at " + at + ", " + std::to_string(count) + " accesses)",
                          EFAULT));
+}
+
+void CopyWindow::before_library(const ranges::RangeList& l) {
+  if (!fill_.load(std::memory_order_relaxed)) return before_exact(l);
+  Use use(*this);
+  if (!use.inside()) return;
+  checked_.fetch_add(1, std::memory_order_relaxed);
+  untrusted(true);
 }
 
 void CopyWindow::use_exact(const ranges::RangeList& l) {

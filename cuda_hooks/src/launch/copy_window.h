@@ -55,6 +55,11 @@ class CopyWindow {
   // Before a call with an exact set (copies, memsets, library calls):
   // ranges that are written, or whose extent is unknown.
   void before_exact(const ranges::RangeList& l);
+  // Before a library call (cuBLAS, NCCL) with its exact set. An on-demand
+  // restore waits for the whole fill: the set names the matrices and the
+  // workspace, not pointers the call may also follow (alpha and beta in
+  // device memory, cublasLt's bias, scale and amax).
+  void before_library(const ranges::RangeList& l);
   // Before a kernel launch: `validated` when it runs validated (a twin or
   // a patched module checks its writes against `writes`).
   void before_kernel(const WriteRanges& writes, bool validated);
