@@ -6,7 +6,10 @@
  *   - reads 16 bytes at the first buffer + 8192 (a copy to the host: it
  *     waits until that chunk is in): "read MS RC";
  *   - makes a batch of stream memory operations (a set phos does not read:
- *     it waits for the whole fill): "unknown MS". */
+ *     it waits for the whole fill): "unknown MS".
+ * usage: fill_window_client GO [wait-value]   wait-value: the read is a
+ * cuStreamWaitValue32 on that word instead (the fake driver has none: its
+ * CUresult is CUDA_ERROR_NOT_FOUND, after phos's wait). */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -36,7 +39,13 @@ int main(int argc, char **argv) {
   fflush(stdout);
   unsigned char host[16];
   t0 = now_ms();
-  r = cuMemcpyDtoHAsync(host, a + 8192, sizeof host, NULL);
+  if (argc > 2) {
+    CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) =
+        (CUresult(*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int))dlsym(RTLD_DEFAULT, "cuStreamWaitValue32_v2");
+    r = wait_value ? wait_value(NULL, a + 8192, 1, 0) : CUDA_ERROR_NOT_FOUND;
+  } else {
+    r = cuMemcpyDtoHAsync(host, a + 8192, sizeof host, NULL);
+  }
   printf("read %.0f %d\n", now_ms() - t0, (int)r);
   fflush(stdout);
   t0 = now_ms();

@@ -215,6 +215,21 @@ PHOS_WRITE_VALUE(cuStreamWriteValue32_v2_ptsz, true, cuuint32_t, 4)
 PHOS_WRITE_VALUE(cuStreamWriteValue64_v2, false, cuuint64_t, 8)
 PHOS_WRITE_VALUE(cuStreamWriteValue64_v2_ptsz, true, cuuint64_t, 8)
 
+// A stream that waits for a value in device memory reads it: an on-demand
+// restore fills it first.
+void note_wait_value(const char* call, CUstream stream, bool per_thread, CUdeviceptr addr, uint64_t bytes) {
+  ranges::RangeList l;
+  l.add(addr, bytes, ranges::kRead);
+  note(RecordKind::kCopy, call, stream, per_thread, l);
+}
+#define PHOS_WAIT_VALUE(name, per_thread, type, bytes)                                                         \
+  PHOS_RECORDED_HOOK(name, (CUstream s, CUdeviceptr addr, type value, unsigned int flags), (s, addr, value, flags), \
+                     note_wait_value(#name, s, per_thread, addr, bytes))
+PHOS_WAIT_VALUE(cuStreamWaitValue32_v2, false, cuuint32_t, 4)
+PHOS_WAIT_VALUE(cuStreamWaitValue32_v2_ptsz, true, cuuint32_t, 4)
+PHOS_WAIT_VALUE(cuStreamWaitValue64_v2, false, cuuint64_t, 8)
+PHOS_WAIT_VALUE(cuStreamWaitValue64_v2_ptsz, true, cuuint64_t, 8)
+
 #define PHOS_COPY_BATCH(name, per_thread)                                                                     \
   PHOS_RECORDED_HOOK(name,                                                                                     \
                      (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count, CUmemcpyAttributes * attrs, \
