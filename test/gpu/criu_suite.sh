@@ -742,10 +742,15 @@ case_two_dumps_at_once() {
   pass "two dumps of 2 GiB processes at once on one GPU both succeeded in $secs s; each image restored: $CARRIED"
 }
 
-# criu killed while a restore fills device memory (PHOS_FAULT=stall-in-fill
-# holds the fill once the memory is allocated): no process is left, the
-# GPU's memory comes back, and the next restore of the same image works.
-case_restore_criu_killed() {
+# restore_criu_killed eager|lazy: criu killed while a restore fills device
+# memory; no process is left, the GPU's memory comes back, and the next
+# restore of the same image works.
+#   eager: PHOS_FAULT=stall-in-fill holds the fill once the memory is
+#          allocated; criu waits in RESUME_DEVICES_LATE (hook 9) for it;
+#   lazy:  an on-demand restore with a slowed fill: criu killed once the
+#          process runs again, its memory still being filled; phos-keeper
+#          ends it (it must not run on memory that will never be whole).
+restore_criu_killed() {
   setup "$bin/gpu_counter"
   start_workload --preload 4096
   wait_counter_above 5
@@ -753,17 +758,22 @@ case_restore_criu_killed() {
   criu_dump || fail "criu dump failed: $(phos_error "$WORK/dump.log")"
   gone "$WORKLOAD_PID"; wait_pid_free
   local before; before=$(gpu_used_mib)
-  PHOS_FAULT=stall-in-fill criu_restore &
-  # Its 4 GiB allocated (at criu's init), the fill held: criu waits in
-  # RESUME_DEVICES_LATE (hook 9) for it.
-  local during=$before
+  local during=$before reached
+  if [ "$1" = lazy ]; then
+    PHOS_LAZY_RESTORE=on PHOS_FAULT=slow-fill criu_restore &
+    reached="the process runs while its memory is filled"
+  else
+    PHOS_FAULT=stall-in-fill criu_restore &
+    reached="plugin: .phos' hook 9"
+  fi
   for _ in $(seq 300); do
     during=$(gpu_used_mib)
-    [ "$during" -ge $((before + 4000)) ] && grep -q "plugin: .phos' hook 9" "$WORK/restore.log" 2>/dev/null && break
-    sleep 0.05
+    [ "$during" -ge $((before + 4000)) ] && grep -q "$reached" "$WORK/restore.log" 2>/dev/null && break
+    sleep 0.02
   done
   [ "$during" -ge $((before + 4000)) ] || fail "the restore did not allocate its memory ($before -> $during MiB)"
-  grep -q "plugin: .phos' hook 9" "$WORK/restore.log" || fail "the restore did not reach RESUME_DEVICES_LATE"
+  grep -q "$reached" "$WORK/restore.log" || fail "the restore did not reach: $reached"
+  grep -q "all GPU data in" "$WORK/restore.log" && fail "the fill ended before criu could be killed"
   pkill -9 -f "$CRIU restore -D $IMG" || fail "no criu to kill"
   wait || true
   local after=$before
@@ -779,46 +789,12 @@ case_restore_criu_killed() {
   criu_restore || fail "the next restore failed: $(phos_error "$WORK/restore.log")"
   restored_pid >/dev/null || fail "no restored process"
   carried_on "$WORK/state" "$token" 4096
-  pass "criu killed mid-fill: GPU memory $before -> $during -> $after MiB, phos-keeper ended the half-restored process; the next restore works: $CARRIED"
+  local when="mid-fill"
+  [ "$1" = lazy ] && when="while the running process's memory was filled"
+  pass "criu killed $when: GPU memory $before -> $during -> $after MiB, phos-keeper ended the half-restored process; the next restore works: $CARRIED"
 }
-
-# The same with an on-demand restore: criu killed after the process runs
-# again, its memory still being filled (slowed): phos-keeper ends it (it
-# must not run on memory that will never be whole), the memory comes back,
-# the next restore works.
-case_lazy_restore_criu_killed() {
-  setup "$bin/gpu_counter"
-  start_workload --preload 4096
-  wait_counter_above 5
-  local token; token=$(state_token)
-  criu_dump || fail "criu dump failed: $(phos_error "$WORK/dump.log")"
-  gone "$WORKLOAD_PID"; wait_pid_free
-  local before; before=$(gpu_used_mib)
-  PHOS_LAZY_RESTORE=on PHOS_FAULT=slow-fill criu_restore &
-  for _ in $(seq 300); do
-    grep -q "the process runs while its memory is filled" "$WORK/restore.log" 2>/dev/null && break
-    sleep 0.02
-  done
-  grep -q "the process runs while its memory is filled" "$WORK/restore.log" || fail "the process did not run before its fill ended"
-  local during; during=$(gpu_used_mib)
-  grep -q "all GPU data in" "$WORK/restore.log" && fail "the fill ended before criu could be killed"
-  pkill -9 -f "$CRIU restore -D $IMG" || fail "no criu to kill"
-  wait || true
-  local after=$before
-  for _ in $(seq 200); do
-    after=$(gpu_used_mib)
-    [ -z "$(workload_pids)" ] && [ "$after" -le $((before + 64)) ] && break
-    sleep 0.05
-  done
-  [ -z "$(workload_pids)" ] || fail "a process runs on after criu was killed mid-fill"
-  grep -q "ended (restored without its GPU state)" "$IMG/phos-keeper.log" 2>/dev/null ||
-    fail "phos-keeper did not end the process: $(tail -n 3 "$IMG/phos-keeper.log" 2>/dev/null)"
-  [ "$after" -le $((before + 64)) ] || fail "GPU memory used: $before MiB before, $during MiB during, $after MiB after"
-  criu_restore || fail "the next restore failed: $(phos_error "$WORK/restore.log")"
-  restored_pid >/dev/null || fail "no restored process"
-  carried_on "$WORK/state" "$token" 4096
-  pass "criu killed while the running process's memory was filled: GPU memory $before -> $during -> $after MiB, phos-keeper ended the process; the next restore works: $CARRIED"
-}
+case_restore_criu_killed() { restore_criu_killed eager; }
+case_lazy_restore_criu_killed() { restore_criu_killed lazy; }
 
 # lived_on TOKEN MIB: after a failed dump the process is alive, counts on
 # intact, its gate is open (else fail); says so in CARRIED.

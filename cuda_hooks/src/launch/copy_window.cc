@@ -58,18 +58,7 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
                       EINVAL);
   // A fill window copies nothing itself: no context, no stream.
   if (table->protocol() == copystate::Protocol::kFill) {
-    table_ = std::make_unique<copystate::CopyState>(std::move(*table));
-    device_ = 0;
-    ctx_ = nullptr;
-    pool_ = 0;
-    pool_bytes_ = 0;
-    stream_ = nullptr;
-    trust_ = q.trust;
-    timeout_ = std::chrono::milliseconds(q.timeout_ms);
-    checked_ = waited_ = unknown_waits_ = wait_ns_ = 0;
-    abort_reason_.clear();
-    fill_.store(true);
-    open_.store(true);
+    begin(std::move(*table), q, 0, nullptr, 0, nullptr);
     return {};
   }
   CUdevice dev = 0;
@@ -113,19 +102,25 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
   r = PHOS_REAL(cuStreamCreate)(&stream, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) return fail("open copy window: stream", r);
   PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-  table_ = std::make_unique<copystate::CopyState>(std::move(*table));
+  begin(std::move(*table), q, dev, ctx, pool, stream);
+  return {};
+}
+
+void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q, CUdevice dev, CUcontext ctx,
+                       CUdeviceptr pool, CUstream stream) {
+  const bool fill = table.protocol() == copystate::Protocol::kFill;
+  table_ = std::make_unique<copystate::CopyState>(std::move(table));
   device_ = dev;
   ctx_ = ctx;
   pool_ = pool;
-  pool_bytes_ = q.pool_bytes;
+  pool_bytes_ = pool ? q.pool_bytes : 0;
   stream_ = stream;
   trust_ = q.trust;
   timeout_ = std::chrono::milliseconds(q.timeout_ms);
   checked_ = waited_ = unknown_waits_ = wait_ns_ = 0;
   abort_reason_.clear();
-  fill_.store(false);
+  fill_.store(fill);
   open_.store(true);
-  return {};
 }
 
 agent::CloseCopyWindowReply CopyWindow::finish() {

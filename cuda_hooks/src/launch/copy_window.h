@@ -87,6 +87,9 @@ class CopyWindow {
 
  private:
   class Use;  // a call inside the window (finish() waits for none)
+  // The window's state from here on (mu_ held); open from then on.
+  void begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q, CUdevice dev, CUcontext ctx,
+             CUdeviceptr pool, CUstream stream);
   void write(uint64_t address, uint64_t bytes);
   // A call whose set is unknown or not trusted: copy-on-write waits until
   // the window closes; recopy marks every chunk dirty.
