@@ -213,6 +213,8 @@ __attribute__((constructor)) static void phos_preload_init() {
       if (auto attached = runtime().validation.attach_sass(); !attached.ok())
         std::fprintf(stderr, "phos: SASS-level validation unavailable: %s\n", attached.error().message.c_str());
   }
+  if (const char* fill = std::getenv("PHOS_FILL_TWINS"); fill && *fill == '0')
+    runtime().validation.set_fill_twins(false);
   runtime().validation.set_active(validating);
   auto started = g_preload->agent.start();
   report("agent start", started);

@@ -127,7 +127,7 @@ void LaunchValidation::build_locked(Module& m) {
     }
     totals_.twins += twins.kernels.size();
     for (const ptx::TwinKernel& k : twins.kernels) totals_.incomplete += !k.complete;
-    build_fill_locked(m);
+    if (fill_twins_) build_fill_locked(m);
   }
   m.ptx.clear();
   m.ptx.shrink_to_fit();

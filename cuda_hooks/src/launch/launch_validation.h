@@ -60,6 +60,10 @@ class LaunchValidation {
   // first CUDA call.
   enum class Validators { kPtxAndSass, kPtx, kSass };
   void set_validators(Validators v) { validators_ = v; }
+  // PHOS_FILL_TWINS=0: no fill twins (an on-demand restore then makes
+  // every kernel wait for the whole fill), for programs that pay for their
+  // build at each module's first launch.
+  void set_fill_twins(bool on) { fill_twins_ = on; }
   Result<void> attach_sass() { return sass_.attach(); }
   bool sass_attached() const { return sass_.attached(); }
 
@@ -189,6 +193,7 @@ class LaunchValidation {
   KernelRegistry& kernels_;
   std::atomic<bool> active_{false}, ever_active_{false};
   Validators validators_ = Validators::kPtxAndSass;
+  bool fill_twins_ = true;
   SassPatcher sass_;
   std::mutex sass_launch_mu_;  // from a SASS launch's prepare() to its finish()
   std::mutex mu_;
