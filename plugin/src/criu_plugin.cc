@@ -17,6 +17,8 @@ extern "C" {
 #include <memory>
 
 #include "checkpoint.h"
+#include "phos/images/agent_messages.h"
+#include "phos/plugin/proc.h"
 #include "log.h"
 #include "phos/plugin/options.h"
 #include "restore.h"
@@ -118,9 +120,21 @@ void phos_exit(int stage, int ret) {
   g_restorer.reset();
 }
 
+// criu pre-dump (iterative migration) copies a process's memory while it
+// runs; a process under phos has its GPU memory mapped from the driver, which
+// criu's pre-dump cannot handle ("Can't handle non-regular mapping"). It is
+// refused here, before criu stops it, with the reason; the process runs on.
+int refuse_pre_dump(int pid) {
+  auto agent = phos::plugin::find_listening_socket(pid, phos::agent::kSocketPrefix);
+  if (!agent || !agent->has_value()) return -ENOTSUP;  // not ours: other plugins decide
+  PHOS_ERR("process %d runs under phos: criu pre-dump of its GPU state is not supported; use criu dump (with "
+           "--leave-running its device memory is written while it runs on)",
+           pid);
+  return -EPERM;
+}
+
 int phos_pause_devices(int pid) {
-  // A pre-dump leaves the process running; GPU pre-dump is not implemented,
-  // so the process is left alone.
+  if (g_stage == CR_PLUGIN_STAGE__PRE_DUMP) return guarded("pause_devices", [&] { return refuse_pre_dump(pid); });
   if (!g_checkpointer) return -ENOTSUP;
   return guarded("pause_devices", [&] { return hook_result("pause_devices", pid, g_checkpointer->pause(pid)); });
 }
