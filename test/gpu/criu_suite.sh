@@ -96,6 +96,8 @@
 #                        ends the half-restored process, the GPU's memory
 #                        comes back, the next restore works
 #   lazy_two_processes   two_processes restored on demand, the fill slowed
+#   pre_dump_refused     criu pre-dump of a GPU process: refused by phos,
+#                        saying why; the process counts on intact
 #   sdk_torch_step       torch_mlp with phos.step() (sdk/python) at each
 #                        iteration: the dump lands on a boundary
 #   lazy_restore_criu_killed  the same during an on-demand fill, the process
@@ -796,6 +798,21 @@ restore_criu_killed() {
 case_restore_criu_killed() { restore_criu_killed eager; }
 case_lazy_restore_criu_killed() { restore_criu_killed lazy; }
 
+# criu pre-dump of a GPU process under phos: refused by the plugin before
+# criu stops it, saying why; the process counts on intact.
+case_pre_dump_refused() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024
+  wait_counter_above 5
+  local token; token=$(state_token)
+  criu_limit "$CRIU" pre-dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/pre-dump.log" \
+    2>"$WORK/pre-dump.err" && fail "criu pre-dump of a process under phos succeeded"
+  local said; said=$(grep -m1 -o "phos: Error: process [0-9]* runs under phos: criu pre-dump.*" "$WORK/pre-dump.log" || true)
+  [ -n "$said" ] || fail "no phos message in the pre-dump's log: $(grep -m1 -o 'Error.*' "$WORK/pre-dump.log")"
+  carried_on "$WORK/state" "$token" 1024
+  pass "refused: ${said:0:110}...; $CARRIED"
+}
+
 # lived_on TOKEN MIB: after a failed dump the process is alive, counts on
 # intact, its gate is open (else fail); says so in CARRIED.
 lived_on() {
@@ -1098,7 +1115,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused
   two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do
