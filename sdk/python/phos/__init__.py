@@ -85,6 +85,12 @@ def checkpoint(images_dir, leave_running=True, criu=None, config_file=None, shel
         criu = criu or os.environ.get("CRIU") or shutil.which("criu")
         if not criu:
             raise CheckpointError("criu not found (set CRIU or put criu on PATH, or name a criu service)")
+    # criu wants the directory to exist; a program asking for step-N of a
+    # series should not have to make each one. Only its owner reads it.
+    try:
+        os.makedirs(images_dir, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError("cannot make the images directory %s: %s" % (images_dir, e))
     # This process waits in the dump: at a boundary until the end.
     idle(True)
     try:

@@ -88,6 +88,23 @@ class WithoutLibphos(unittest.TestCase):
         finally:
             os.environ["PATH"] = old
 
+    def test_checkpoint_makes_its_directory(self):
+        import stat
+        import tempfile
+        with tempfile.TemporaryDirectory() as top:
+            images = os.path.join(top, "ckpt", "step-50")
+            with self.assertRaises(phos.CheckpointError):  # no such criu: after the directory
+                phos.checkpoint(images, criu=os.path.join(top, "no-criu"))
+            self.assertTrue(os.path.isdir(images))
+            self.assertEqual(stat.S_IMODE(os.stat(images).st_mode) & 0o077, 0)
+
+    def test_checkpoint_into_a_file_says_so(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile() as f:
+            with self.assertRaises(phos.CheckpointError) as caught:
+                phos.checkpoint(os.path.join(f.name, "step-1"), criu="/bin/true")
+            self.assertIn("cannot make the images directory", str(caught.exception))
+
     def test_status_without_phosctl(self):
         old = os.environ.get("PATH")
         os.environ["PATH"] = "/nonexistent"
