@@ -96,6 +96,8 @@
 #                        ends the half-restored process, the GPU's memory
 #                        comes back, the next restore works
 #   lazy_two_processes   two_processes restored on demand, the fill slowed
+#   rpc_gpu              criu through its RPC (swrk, as runc drives it) on a
+#                        GPU process: leave_running dump, dump, restore
 #   pre_dump_refused     criu pre-dump of a GPU process: refused by phos,
 #                        saying why; the process counts on intact
 #   sdk_torch_step       torch_mlp with phos.step() (sdk/python) at each
@@ -798,6 +800,19 @@ restore_criu_killed() {
 case_restore_criu_killed() { restore_criu_killed eager; }
 case_lazy_restore_criu_killed() { restore_criu_killed lazy; }
 
+# criu driven through its RPC (criu swrk), as runc and podman drive it, with
+# the plugin named in a configuration file, on a GPU process
+# (test/e2e/criu_rpc.sh with gpu_counter): a leave_running dump the plugin
+# learns of from the keeper, the image complete, the process given back;
+# then a dump and a restore through the RPC, intact.
+case_rpc_gpu() {
+  local out rc
+  out=$(PHOS_WORKLOAD=$bin/gpu_counter PHOS_WORKLOAD_ARGS=1024 PHOS_NO_PIDNS=1 bash "$here/../e2e/criu_rpc.sh" 2>&1); rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] || fail "criu_rpc.sh: $(grep -m1 -o 'FAIL.*' <<<"$out")"
+  pass "$(grep -o 'RPC dump with leave_running: .*' <<<"$out" | head -n1 | cut -c1-200); $(grep -o 'RPC dump and restore: .*' <<<"$out" | head -n1)"
+}
+
 # criu pre-dump of a GPU process under phos: refused by the plugin before
 # criu stops it, saying why; the process counts on intact.
 case_pre_dump_refused() {
@@ -1115,7 +1130,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu
   two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do
