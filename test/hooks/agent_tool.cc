@@ -186,6 +186,9 @@ int main(int argc, char** argv) {
   auto q = client->quiesce(30000);
   if (!q) return fail("quiesce", q.error());
   double quiesce_ms = ms_since(t0);
+  // For a test that samples the process only while the gate is closed.
+  std::printf("quiesced\n");
+  std::fflush(stdout);
   if (q->at_step) std::printf("gate closed at the program's iteration boundary\n");
   if (!q->touch_order.empty()) {
     // The allocations' addresses, in the order recorded launches first touched them.

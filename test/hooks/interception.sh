@@ -35,11 +35,23 @@ state=$(mktemp)
 trap 'kill -9 $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$state" "$state.tmp"; exit $status' EXIT
 LD_PRELOAD=$libphos "$client" loop "$state" & pid=$!
 count() { cat "$state" 2>/dev/null || echo 0; }
+# Waits (2 s at most) until phos-agent-tool says the gate is closed (the
+# agent answers one connection at a time: it cannot be asked meanwhile).
+closed_seen() {
+  for _ in $(seq 200); do
+    grep -qx quiesced "$state.hold" 2>/dev/null && return 0
+    sleep 0.01
+  done
+  fail "the gate did not close"
+}
 for _ in $(seq 100); do [ "$(count)" -gt 10 ] && break; sleep 0.02; done
 [ "$(count)" -gt 10 ] || fail "driver calls do not run"
 "$dir/phos-agent-tool" hold "$pid" 600 > "$state.hold" &
 hold=$!
-sleep 0.2; a=$(count); sleep 0.3; b=$(count)
+# Sampled once the gate is closed (the tool's start takes its time on a
+# loaded machine), within its 600 ms.
+closed_seen
+a=$(count); sleep 0.3; b=$(count)
 wait "$hold" || fail "agent tool failed"
 [ "$a" = "$b" ] || fail "driver calls ran while the gate was closed ($a -> $b)"
 for _ in $(seq 100); do c=$(count); [ "$c" -gt "$b" ] && break; sleep 0.02; done
