@@ -105,8 +105,10 @@ criu_dump() {
 }
 # Without a pid namespace the restored pid is the dumped one: wait (5 s at
 # most) until the dumped process is reaped. Call it before timing a restore.
+# In a pid namespace too: a workload started next must not find the dying
+# one (start_workload takes the oldest process that matches).
 wait_pid_free() {
-  if [ -n "${PHOS_NO_PIDNS:-}" ] && [ -n "${WORKLOAD_PID:-}" ]; then
+  if [ -n "${WORKLOAD_PID:-}" ]; then
     for _ in $(seq 100); do [ -e "/proc/$WORKLOAD_PID" ] || break; sleep 0.05; done
   fi
 }
