@@ -92,6 +92,8 @@
 #                        leave-running dump, restored from its image
 #   two_dumps_at_once    two criu dumps of two 2 GiB processes at once on one
 #                        GPU: both succeed, both images restore intact
+#   dump_next_to_restore a restore and another process's dump at once on one
+#                        GPU: both succeed, both images intact
 #   restore_criu_killed  criu killed while a restore fills 4 GiB: phos-keeper
 #                        ends the half-restored process, the GPU's memory
 #                        comes back, the next restore works
@@ -746,6 +748,48 @@ case_two_dumps_at_once() {
   pass "two dumps of 2 GiB processes at once on one GPU both succeeded in $secs s; each image restored: $CARRIED"
 }
 
+# A dump next to a running restore on one GPU: process a (4 GiB) is dumped;
+# then, at the same moment, a's image is restored and process b (2 GiB) is
+# dumped; both succeed, and b's image restores too; each intact.
+case_dump_next_to_restore() {
+  setup "$bin/gpu_counter"
+  local k pids=() tokens=()
+  for k in a b; do
+    local mib=4096; [ $k = b ] && mib=2048
+    (setsid bash -c 'exec env LD_PRELOAD="$1" "$2" "$3" "$4" </dev/null >/dev/null 2>&1' _ \
+       "$LIBPHOS" "$COUNTER" "$WORK/$k.state" $mib &)
+  done
+  mkdir -p "$WORK/a.img" "$WORK/b.img"
+  AT_EXIT='pkill -9 -f "$COUNTER $WORK/[ab].state" || true'
+  for k in a b; do
+    wait_above "$WORK/$k.state" 5 60 || fail "process $k does not count"
+    pids+=("$(pgrep -o -f "^$COUNTER $WORK/$k.state")")
+    tokens+=("$(field_of "$WORK/$k.state" 1)")
+  done
+  criu_limit "$CRIU" dump -t "${pids[0]}" -D "$WORK/a.img" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.a.log" \
+    2>"$WORK/dump.a.err" || fail "dump of a failed: $(phos_error "$WORK/dump.a.log")"
+  gone "${pids[0]}"
+  local t0 restore dump rc_r=0 rc_d=0; t0=$(now)
+  criu_limit "$CRIU" restore -D "$WORK/a.img" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.a.log" \
+    2>"$WORK/restore.a.err" &
+  restore=$!
+  criu_limit "$CRIU" dump -t "${pids[1]}" -D "$WORK/b.img" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.b.log" \
+    2>"$WORK/dump.b.err" &
+  dump=$!
+  wait $restore || rc_r=$?
+  wait $dump || rc_d=$?
+  local secs; secs=$(dt "$t0" "$(now)")
+  [ $rc_r = 0 ] && [ $rc_d = 0 ] ||
+    fail "restore of a and dump of b at once: exit $rc_r and $rc_d: $(phos_error "$WORK/restore.a.log") $(phos_error "$WORK/dump.b.log")"
+  carried_on "$WORK/a.state" "${tokens[0]}" 4096
+  local a_ok=$CARRIED
+  gone "${pids[1]}"
+  criu_limit "$CRIU" restore -D "$WORK/b.img" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.b.log" \
+    2>"$WORK/restore.b.err" || fail "restore of b failed: $(phos_error "$WORK/restore.b.log")"
+  carried_on "$WORK/b.state" "${tokens[1]}" 2048
+  pass "a's restore (4 GiB) and b's dump (2 GiB) at once on one GPU both succeeded in $secs s; a: $a_ok; b restored: $CARRIED"
+}
+
 # restore_criu_killed eager|lazy: criu killed while a restore fills device
 # memory; no process is left, the GPU's memory comes back, and the next
 # restore of the same image works.
@@ -1130,7 +1174,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu
+  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
 passed=0 failed=0
 for c in ${*:-$all}; do
