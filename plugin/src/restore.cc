@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <set>
 
 #include "driver_checkpoint.h"
 #include "fault.h"
@@ -18,20 +17,6 @@
 namespace phos::plugin {
 
 namespace {
-
-// The allocations the recorded launches used, in the order they first
-// used them: what the restored program is likely to touch first.
-std::vector<uint64_t> recorded_order(const image::Manifest& m) {
-  if (!m.fill_order.empty()) return m.fill_order;
-  std::vector<uint64_t> order;
-  std::set<uint64_t> seen;
-  for (const auto& r : m.launch_log) {
-    for (const auto* ids : {&r.read_allocations, &r.write_allocations})
-      for (uint64_t id : *ids)
-        if (seen.insert(id).second) order.push_back(id);
-  }
-  return order;
-}
 
 double ms(uint64_t ns) { return double(ns) / 1e6; }
 
@@ -81,7 +66,9 @@ Result<void> Restorer::load() {
       if (!job) return make_error(l.image.manifest_name + ": " + job.error().message, job.error().code);
       l.job = std::move(*job);
       if (lazy_) {
-        const std::vector<uint64_t> first = recorded_order(m);
+        // The allocations the recorded launches touched first (the dump's
+        // quiesce reply); empty where nothing was recorded.
+        const std::vector<uint64_t>& first = m.fill_order;
         if (auto opened = engine_->open_fill(*l.job, first); !opened)
           return make_error(l.image.manifest_name + ": " + opened.error().message, opened.error().code);
         PHOS_INFO("%s: on-demand restore: %zu allocations in the recorded order first, then the rest",

@@ -712,20 +712,30 @@ case_soak_torch() {
 
 # Two criu dumps of two GPU processes at once, on one GPU, into two image
 # directories: both succeed; each image, restored, carries on intact.
-case_two_dumps_at_once() {
-  setup "$bin/gpu_counter"
-  local k pids=() tokens=()
+# start_two_counters MIB_A MIB_B: gpu_counter processes a and b under
+# libphos.so, counting; their pids and tokens in PIDS and TOKENS (a, b).
+start_two_counters() {
+  local k mib
   for k in a b; do
-    (setsid bash -c 'exec env LD_PRELOAD="$1" "$2" "$3" 2048 </dev/null >/dev/null 2>&1' _ \
-       "$LIBPHOS" "$COUNTER" "$WORK/$k.state" &)
+    mib=$1; [ $k = b ] && mib=$2
+    (setsid bash -c 'exec env LD_PRELOAD="$1" "$2" "$3" "$4" </dev/null >/dev/null 2>&1' _ \
+       "$LIBPHOS" "$COUNTER" "$WORK/$k.state" "$mib" &)
   done
-  mkdir -p "$WORK/0.img" "$WORK/1.img"
   AT_EXIT='pkill -9 -f "$COUNTER $WORK/[ab].state" || true'
+  PIDS=() TOKENS=()
   for k in a b; do
     wait_above "$WORK/$k.state" 5 60 || fail "process $k does not count"
-    pids+=("$(pgrep -o -f "^$COUNTER $WORK/$k.state")")
-    tokens+=("$(field_of "$WORK/$k.state" 1)")
+    PIDS+=("$(pgrep -o -f "^$COUNTER $WORK/$k.state")")
+    TOKENS+=("$(field_of "$WORK/$k.state" 1)")
   done
+}
+
+case_two_dumps_at_once() {
+  setup "$bin/gpu_counter"
+  local k
+  start_two_counters 2048 2048
+  local pids=("${PIDS[@]}") tokens=("${TOKENS[@]}")
+  mkdir -p "$WORK/0.img" "$WORK/1.img"
   local t0 criu_pids=(); t0=$(now)
   for k in 0 1; do
     criu_limit "$CRIU" dump -t "${pids[$k]}" -D "$WORK/${k}.img" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.$k.log" \
@@ -753,19 +763,9 @@ case_two_dumps_at_once() {
 # dumped; both succeed, and b's image restores too; each intact.
 case_dump_next_to_restore() {
   setup "$bin/gpu_counter"
-  local k pids=() tokens=()
-  for k in a b; do
-    local mib=4096; [ $k = b ] && mib=2048
-    (setsid bash -c 'exec env LD_PRELOAD="$1" "$2" "$3" "$4" </dev/null >/dev/null 2>&1' _ \
-       "$LIBPHOS" "$COUNTER" "$WORK/$k.state" $mib &)
-  done
+  start_two_counters 4096 2048
+  local pids=("${PIDS[@]}") tokens=("${TOKENS[@]}")
   mkdir -p "$WORK/a.img" "$WORK/b.img"
-  AT_EXIT='pkill -9 -f "$COUNTER $WORK/[ab].state" || true'
-  for k in a b; do
-    wait_above "$WORK/$k.state" 5 60 || fail "process $k does not count"
-    pids+=("$(pgrep -o -f "^$COUNTER $WORK/$k.state")")
-    tokens+=("$(field_of "$WORK/$k.state" 1)")
-  done
   criu_limit "$CRIU" dump -t "${pids[0]}" -D "$WORK/a.img" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.a.log" \
     2>"$WORK/dump.a.err" || fail "dump of a failed: $(phos_error "$WORK/dump.a.log")"
   gone "${pids[0]}"

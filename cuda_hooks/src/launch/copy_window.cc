@@ -248,12 +248,7 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
   if (!writes.known) return untrusted(true);
   // On-demand restore: without read validation, only an exact set says
   // everything a kernel may read.
-  if (filling()) {
-    if (!writes.exact) return untrusted(false);
-    for (const auto& [start, end] : writes.reads) await_filled(start, end - start, false);
-    for (const auto& [start, end] : writes.ranges) await_filled(start, end - start, false);
-    return;
-  }
+  if (filling()) return writes.exact ? await_sets(writes) : untrusted(false);
   const bool trusted = writes.exact || (trust_ == agent::CopyTrust::kSpeculated) ||
                        (trust_ == agent::CopyTrust::kValidated && validated);
   if (!trusted) return untrusted(false);
@@ -266,8 +261,7 @@ std::optional<std::vector<std::pair<uint64_t, uint64_t>>> CopyWindow::before_fil
   // process there).
   if (!use.inside() || !filling() || table_->window() != copystate::Window::kOpen) return std::nullopt;
   checked_.fetch_add(1, std::memory_order_relaxed);
-  for (const auto& [start, end] : sets.reads) await_filled(start, end - start, false);
-  for (const auto& [start, end] : sets.ranges) await_filled(start, end - start, false);
+  await_sets(sets);
   // The complement of what is not in; what fills later only adds to it.
   std::vector<std::pair<uint64_t, uint64_t>> allowed;
   uint64_t from = 0;
@@ -293,6 +287,11 @@ void CopyWindow::before_library(const ranges::RangeList& l) {
   if (!use.inside()) return;
   checked_.fetch_add(1, std::memory_order_relaxed);
   untrusted(true);
+}
+
+void CopyWindow::await_sets(const WriteRanges& sets) {
+  for (const auto& [start, end] : sets.reads) await_filled(start, end - start, false);
+  for (const auto& [start, end] : sets.ranges) await_filled(start, end - start, false);
 }
 
 void CopyWindow::use_exact(const ranges::RangeList& l) {

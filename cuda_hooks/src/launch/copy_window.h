@@ -97,6 +97,8 @@ class CopyWindow {
   void give_up(const Error& e);
   Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot);
   void count_wait(uint64_t since_ns, bool waited, bool unknown_set);
+  // On-demand restore: a kernel's read and write sets filled.
+  void await_sets(const WriteRanges& sets);
   // On-demand restore: an exact call's ranges.
   void use_exact(const ranges::RangeList& l);
   bool filling() const { return table_->protocol() == copystate::Protocol::kFill; }
