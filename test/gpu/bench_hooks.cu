@@ -14,6 +14,14 @@
 //   launch_ptr8_driver: a kernel with 8 pointer parameters (4 to const) into
 //                    8 of 1000 live allocations: with PHOS_SPECULATE=1, what
 //                    speculating a launch's read and write sets costs
+//   first_launch:    the program's first launch (natively: the context's and
+//                    the module's lazy loading), and first_launch_second:
+//                    the first launch of another kernel of the same module
+//                    (with phos: its analysis, twin or patch) — the hidden
+//                    stalls a feature adds once per kernel
+//   launch_worst:    the slowest of 20000 launches of the ptr8 kernel, each
+//                    timed alone (after its first)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -22,6 +30,10 @@
 
 __global__ void empty_kernel(int) {}
 __global__ void ptr8_kernel(const float*, const float*, const float*, const float*, float*, float*, float*, float*) {}
+__global__ void first_kernel(float* out, const float* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * 2.0f;
+}
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -45,6 +57,20 @@ double per_launch(cudaStream_t s, Launch&& launch) {
 int main() {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreate(&s));
+  {
+    float* buf = nullptr;
+    CHECK_CUDA(cudaMalloc(&buf, 2 << 20));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    auto t0 = Clock::now();
+    empty_kernel<<<1, 32, 0, s>>>(0);
+    std::printf("bench first_launch_us %.1f\n", us(Clock::now() - t0));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    t0 = Clock::now();
+    first_kernel<<<1024, 256, 0, s>>>(buf + (1 << 18), buf, 1 << 18);
+    std::printf("bench first_launch_second_us %.1f\n", us(Clock::now() - t0));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK_CUDA(cudaFree(buf));
+  }
   for (int warm = 0; warm < 1000; warm++) empty_kernel<<<1, 32, 0, s>>>(warm);
   CHECK_CUDA(cudaStreamSynchronize(s));
 
@@ -78,6 +104,15 @@ int main() {
     std::printf("bench launch_ptr8_driver_us %.4f\n", per_launch(s, [&](int) {
       launch(reinterpret_cast<CUfunction>(pf), 1, 1, 1, 32, 1, 1, 0, s, ptr_params, nullptr);
     }));
+    Clock::duration worst{};
+    for (int i = 0; i < 20000; i++) {
+      if (i % 256 == 0) CHECK_CUDA(cudaStreamSynchronize(s));
+      auto t0 = Clock::now();
+      launch(reinterpret_cast<CUfunction>(pf), 1, 1, 1, 32, 1, 1, 0, s, ptr_params, nullptr);
+      worst = std::max(worst, Clock::now() - t0);
+    }
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    std::printf("bench launch_worst_us %.2f\n", us(worst));
     for (void* p : live) CHECK_CUDA(cudaFree(p));
   }
 

@@ -87,6 +87,10 @@
 #                        threads, RSS, GPU memory back to their baseline (after
 #                        the first checkpoint) after each;
 #                        the loss curve bitwise equal to an uninterrupted run's
+#   soak_pattern_32GiB   gpu_counter of 32 GiB checkpointed with
+#                        --leave-running 20 times, then dumped and restored 5
+#                        times in a chain, all memory re-verified after each
+#                        restore; the same leak criterion
 #   torch_many_allocations  a PyTorch job of hundreds of allocations (more fds
 #                        than one message carries): given back after a
 #                        leave-running dump, restored from its image
@@ -644,6 +648,62 @@ metrics() {
   echo "$fds $threads $rss $(gpu_used_mib)"
 }
 
+# soak_baseline TABLE: the first row of a soak's table, the baseline taken
+# after the first checkpoint (it keeps one fd per allocation from then on:
+# the memory it got back, once); sets SOAK_TABLE and B_* for soak_check.
+soak_baseline() {
+  SOAK_TABLE=$1
+  echo "kind k step stall_ms fds threads rss_mib gpu_mib" > "$SOAK_TABLE"
+  read -r B_FDS B_THREADS B_RSS B_GPU < <(metrics "$WORKLOAD_PID")
+  echo "baseline 0 $(state_counter) - $B_FDS $B_THREADS $B_RSS $B_GPU" >> "$SOAK_TABLE"
+}
+# soak_check KIND K: a row (the stall from the last dump's log), and the
+# leak criterion against the baseline: fds and threads equal, the RSS and
+# the GPU's memory in use within 64 MiB.
+soak_check() {
+  local fds threads rss gpu stall
+  read -r fds threads rss gpu < <(metrics "$WORKLOAD_PID")
+  stall=$({ grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" 2>/dev/null || true; } | grep -o '[0-9.]*' | head -n1 || true)
+  echo "$1 $2 $(state_counter) ${stall:--} $fds $threads $rss $gpu" >> "$SOAK_TABLE"
+  [ "$fds" = "$B_FDS" ] && [ "$threads" = "$B_THREADS" ] && [ "$rss" -le $((B_RSS + 64)) ] &&
+    [ "$gpu" -le $((B_GPU + 64)) ] ||
+    fail "$1 $2: fds $B_FDS -> $fds, threads $B_THREADS -> $threads, RSS $B_RSS -> $rss MiB, GPU $B_GPU -> $gpu MiB"
+}
+# soak_stalls: "stall median M ms, max X ms" of the table's leave-running rows.
+soak_stalls() {
+  awk '$1 == "leave-running" && $4 != "-" {print $4}' "$SOAK_TABLE" | sort -n |
+    awk '{a[NR]=$1} END {printf "stall median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}'
+}
+# soak_leave_running N STEPS: N leave-running checkpoints, each STEPS steps
+# after the last, checked.
+soak_leave_running() {
+  local k at
+  for k in $(seq "$1"); do
+    at=$(state_counter); reach $((at + $2)) 60 "before checkpoint $k"
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    criu_dump --leave-running || fail "checkpoint $k: criu dump failed: $(phos_error "$WORK/dump.log")"
+    sleep 0.2
+    soak_check leave-running "$k"
+  done
+}
+# soak_chain N STEPS [MIB]: N dumps and restores in a chain (each restored
+# process dumped again), each STEPS steps after the last, checked; with MIB
+# (gpu_counter) every restore re-verifies all its device memory first.
+soak_chain() {
+  local k at
+  for k in $(seq "$1"); do
+    at=$(state_counter); reach $((at + $2)) 60 "before chain dump $k"
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    criu_dump || fail "chain dump $k failed: $(phos_error "$WORK/dump.log")"
+    gone "$WORKLOAD_PID"; wait_pid_free
+    criu_restore || fail "chain restore $k failed: $(phos_error "$WORK/restore.log")"
+    WORKLOAD_PID=$(restored_pid) || fail "chain $k: no restored process"
+    if [ -n "${3:-}" ]; then carried_on "$WORK/state" "$TOKEN" "$3"
+    else at=$(state_counter); reach $((at + 2)) 60 "after chain restore $k"; fi
+    soak_check chain "$k"
+  done
+}
+
 # The soak: torch_train.py checkpointed with --leave-running every 3 steps,
 # PHOS_SOAK_CHECKPOINTS (100) times, then dumped and restored
 # PHOS_SOAK_CHAIN (20) times in a chain (each restored process dumped
@@ -656,7 +716,7 @@ case_soak_torch() {
   # 25 ms a step: the program outlives the soak (on an H200 about 31 steps
   # went by a leave-running checkpoint, 37 a dump and restore), and the
   # loss curve is compared at its end.
-  local n=$((checkpoints * 40 + chain * 50 + 400)) table=$log/soak_torch.table
+  local n=$((checkpoints * 40 + chain * 50 + 400))
   setup "$here/torch_train.py" "$(python3 -c 'import sys; print(sys.executable)')"
   export CUBLAS_WORKSPACE_CONFIG=:4096:8
   timeout 400 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
@@ -664,50 +724,37 @@ case_soak_torch() {
   start_workload --preload "$WORK/run.losses" $n 25
   reach 20 120 "before the soak"
   local token; token=$(state_token)
-  local b_fds b_threads b_rss b_gpu
-  echo "kind k step stall_ms fds threads rss_mib gpu_mib" > "$table"
-  echo "initial 0 $(state_counter) - $(metrics "$WORKLOAD_PID")" >> "$table"
-  # The baseline is the state after the first checkpoint: it keeps one fd
-  # per allocation from then on (the memory it got back), once.
   rm -rf "$IMG" && mkdir -p "$IMG"
   criu_dump --leave-running || fail "checkpoint 0: criu dump failed: $(phos_error "$WORK/dump.log")"
   sleep 0.2
-  read -r b_fds b_threads b_rss b_gpu < <(metrics "$WORKLOAD_PID")
-  echo "baseline 0 $(state_counter) - $b_fds $b_threads $b_rss $b_gpu" >> "$table"
-  # check KIND K: a row, and the leak criterion against the baseline.
-  check() {
-    local fds threads rss gpu stall
-    read -r fds threads rss gpu < <(metrics "$WORKLOAD_PID")
-    stall=$({ grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" 2>/dev/null || true; } | grep -o '[0-9.]*' | head -n1 || true)
-    echo "$1 $2 $(state_counter) ${stall:--} $fds $threads $rss $gpu" >> "$table"
-    [ "$fds" = "$b_fds" ] && [ "$threads" = "$b_threads" ] && [ "$rss" -le $((b_rss + 64)) ] &&
-      [ "$gpu" -le $((b_gpu + 64)) ] ||
-      fail "$1 $2: fds $b_fds -> $fds, threads $b_threads -> $threads, RSS $b_rss -> $rss MiB, GPU $b_gpu -> $gpu MiB"
-  }
-  local k at
-  for k in $(seq "$checkpoints"); do
-    at=$(state_counter); reach $((at + 2)) 60 "before checkpoint $k"
-    rm -rf "$IMG" && mkdir -p "$IMG"
-    criu_dump --leave-running || fail "checkpoint $k: criu dump failed: $(phos_error "$WORK/dump.log")"
-    sleep 0.2
-    check leave-running "$k"
-  done
-  for k in $(seq "$chain"); do
-    at=$(state_counter); reach $((at + 3)) 60 "before chain dump $k"
-    rm -rf "$IMG" && mkdir -p "$IMG"
-    criu_dump || fail "chain dump $k failed: $(phos_error "$WORK/dump.log")"
-    gone "$WORKLOAD_PID"; wait_pid_free
-    criu_restore || fail "chain restore $k failed: $(phos_error "$WORK/restore.log")"
-    WORKLOAD_PID=$(restored_pid) || fail "chain $k: no restored process"
-    at=$(state_counter); reach $((at + 2)) 60 "after chain restore $k"
-    check chain "$k"
-  done
+  soak_baseline "$log/soak_torch.table"
+  soak_leave_running "$checkpoints" 2
+  soak_chain "$chain" 3
   reach $((n - 1)) 500 "to the end"
   [ "$(state_token)" = "$token" ] || fail "token changed"
   cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on"
-  local stalls; stalls=$(awk '$1 == "leave-running" {print $4}' "$table" | sort -n | awk '{a[NR]=$1} END {printf "stall median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
-  pass "$checkpoints leave-running checkpoints and $chain dumps+restores in a chain: loss curve of $n steps bitwise equal to an uninterrupted run's; fds ($b_fds), threads ($b_threads) back to baseline after each, RSS and GPU memory within 64 MiB; $stalls; table: $table"
+  pass "$checkpoints leave-running checkpoints and $chain dumps+restores in a chain: loss curve of $n steps bitwise equal to an uninterrupted run's; fds ($B_FDS), threads ($B_THREADS) back to baseline after each, RSS and GPU memory within 64 MiB; $(soak_stalls); table: $SOAK_TABLE"
+}
+
+# The pattern program at 32 GiB (PHOS_SOAK_PATTERN_MIB): checkpointed with
+# --leave-running PHOS_SOAK_CHECKPOINTS (20) times, then dumped and restored
+# PHOS_SOAK_CHAIN (5) times in a chain, every restore re-verifying all its
+# device memory; the same leak criterion after each (soak_pattern.table).
+case_soak_pattern_32GiB() {
+  local mib=${PHOS_SOAK_PATTERN_MIB:-32768} checkpoints=${PHOS_SOAK_CHECKPOINTS:-20} chain=${PHOS_SOAK_CHAIN:-5}
+  setup "$bin/gpu_counter"
+  start_workload --preload "$mib"
+  wait_counter_above 5 120
+  TOKEN=$(state_token)
+  rm -rf "$IMG" && mkdir -p "$IMG"
+  criu_dump --leave-running || fail "checkpoint 0: criu dump failed: $(phos_error "$WORK/dump.log")"
+  sleep 0.2
+  soak_baseline "$log/soak_pattern.table"
+  soak_leave_running "$checkpoints" 2
+  soak_chain "$chain" 2 "$mib"
+  carried_on "$WORK/state" "$TOKEN" "$mib"
+  pass "$mib MiB: $checkpoints leave-running checkpoints and $chain dumps+restores in a chain, all device memory re-verified after each restore and at the end ($CARRIED); fds ($B_FDS), threads ($B_THREADS) back to baseline after each, RSS and GPU memory within 64 MiB; $(soak_stalls); table: $SOAK_TABLE"
 }
 
 # Two criu dumps of two GPU processes at once, on one GPU, into two image
@@ -1165,7 +1212,7 @@ limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
-    cow_random | cow_planted | recopy_random | recopy_planted | soak_torch) echo 590 ;;
+    cow_random | cow_planted | recopy_random | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
     *) echo 150 ;;
   esac
@@ -1175,7 +1222,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
-  two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch"
+  two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch soak_pattern_32GiB"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

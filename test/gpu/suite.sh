@@ -267,13 +267,14 @@ case_ptx_twins() {
 # there is PTX, patched modules for the rest), give the same results and no
 # violation (no false alarm).
 val_stats() {  # val_stats STATS: the totals, briefly
-  awk '/^validation / {for (i = 2; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}}
+  awk '/^validation / || /^speculation / {for (i = 2; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}}
        /^validated / {for (i = 3; i <= NF; i++) {split($i, kv, "="); f[kv[1]] = kv[2]}
                       if (f["via"] == "sass") {sass += f["launches"]; sk++} else if (f["via"] == "ptx") {ptx += f["launches"]; pk++}
                       delete f}
-       END {printf "validated launches %d (twins %d of %d kernels, SASS %d of %d kernels), violations %d; twins %d (incomplete %d) built in %s ms; SASS %s, %d modules patched in %s ms (at most %s)",
+       END {printf "validated launches %d (twins %d of %d kernels, SASS %d of %d kernels), violations %d; twins %d (incomplete %d) built in %s ms (at most %s); SASS %s, %d modules patched in %s ms (at most %s); first-launch analysis at most %s ms (%s)",
               v["validated"], ptx, pk, sass, sk, v["violations"], v["twins"], v["incomplete"], v["twin_build_ms"],
-              v["sass"], v["sass_modules"], v["sass_patch_ms"], v["sass_patch_max_ms"]}' "$1"
+              v["twin_build_max_ms"], v["sass"], v["sass_modules"], v["sass_patch_ms"], v["sass_patch_max_ms"],
+              v["analysis_max_ms"], v["analysis_max_parts"]}' "$1"
 }
 case_sanitizer_abi() {
   local san=${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer src=$here/../..
@@ -375,27 +376,47 @@ case_bench_validation() {
     awk '{printf "gpu: bench:   %-18s %9.4f [%s] | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+6.1f%% | %9.4f [%s] %+7.1f%%\n", $1, $2, $3, $4, $5, ($4 / $2 - 1) * 100, $6, $7, ($6 / $2 - 1) * 100, $8, $9, ($8 / $2 - 1) * 100}'
 }
 
-# Alternating runs, median of each figure (one run is within noise). With
-# PHOS_BENCH_BASELINE_LIB=another libphos.so (the build before a change),
-# that one too, with nothing on, as a last column.
+# Alternating runs, median of each figure (one run is within noise), with
+# each feature on: recording, speculating, validating with PTX twins, with
+# twins and the SASS patch (PHOS_VALIDATE=1). The first launches and the
+# worst single launch show the hidden stalls a feature adds once per kernel;
+# the last validating run's statistics say where a first launch's analysis
+# went (lock, cubin metadata, layout). With PHOS_BENCH_BASELINE_LIB=another
+# libphos.so (the build before a change), that one too, with nothing on.
 case_bench() {
-  local r
-  : > "$log/bench.before"
+  local r cfg cfgs="native phos record speculate ptx sass"
+  [ -n "${PHOS_BENCH_BASELINE_LIB:-}" ] && cfgs="$cfgs before"
+  for cfg in $cfgs; do : > "$log/bench.$cfg"; done
   for r in 1 2 3 4 5; do
-    "$bin/bench_hooks" >> "$log/bench.native" 2>&1
-    LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.phos" 2>&1
-    PHOS_RECORD_LAUNCHES=1 LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.record" 2>&1
-    PHOS_SPECULATE=1 LD_PRELOAD=$libphos "$bin/bench_hooks" >> "$log/bench.speculate" 2>&1
-    [ -n "${PHOS_BENCH_BASELINE_LIB:-}" ] && LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB "$bin/bench_hooks" >> "$log/bench.before" 2>&1
+    for cfg in $cfgs; do
+      local envs=()
+      case $cfg in
+        phos) envs=(LD_PRELOAD=$libphos) ;;
+        record) envs=(LD_PRELOAD=$libphos PHOS_RECORD_LAUNCHES=1) ;;
+        speculate) envs=(LD_PRELOAD=$libphos PHOS_SPECULATE=1) ;;
+        ptx) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=ptx PHOS_STATS_FILE=$log/bench_stats.ptx) ;;
+        sass) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=1 PHOS_STATS_FILE=$log/bench_stats.sass) ;;
+        before) envs=(LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB) ;;
+      esac
+      env "${envs[@]}" "$bin/bench_hooks" >> "$log/bench.$cfg" 2>&1
+    done
   done
-  echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs:"
-  echo "gpu: bench:   native | libphos.so | libphos.so recording launches | libphos.so speculating${PHOS_BENCH_BASELINE_LIB:+ | baseline libphos.so}"
-  # The baseline's column only where it ran (join -a 1 keeps rows it lacks).
-  join <(spread "$log/bench.native") <(spread "$log/bench.phos") | join - <(spread "$log/bench.record") |
-    join - <(spread "$log/bench.speculate") | join -a 1 - <(spread "$log/bench.before") |
-    awk '{printf "gpu: bench:   %-26s %9.4f [%s] | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f | %9.4f [%s] %+7.4f", $1, $2, $3, $4, $5, $4 - $2, $6, $7, $6 - $2, $8, $9, $8 - $2
-          if ($10 != "") printf " | %9.4f [%s] %+7.4f", $10, $11, $10 - $2
-          printf "\n"}'
+  echo "gpu: bench: hooks cost in microseconds, median [min-max] of 5 alternating runs, difference to native:"
+  echo "gpu: bench:   $(sed 's/ / | /g' <<<"$cfgs")"
+  local joined; joined=$(spread "$log/bench.native")
+  for cfg in $cfgs; do
+    [ "$cfg" = native ] && continue
+    joined=$(join -a 1 <(echo "$joined") <(spread "$log/bench.$cfg"))
+  done
+  awk '{printf "gpu: bench:   %-26s %10.4f [%s]", $1, $2, $3
+        for (i = 4; i + 1 <= NF; i += 2) printf " | %10.4f [%s] %+9.4f", $i, $(i + 1), $i - $2
+        printf "\n"}' <<<"$joined"
+  local mode
+  for mode in ptx sass; do
+    grep -h '^speculation \|^validation ' "$log/bench_stats.$mode" 2>/dev/null | tr ' ' '\n' |
+      grep -E '^(analysis_max_ms|analysis_max_parts|twin_build_max_ms|sass_patch_max_ms|sass)=' | paste -sd ' ' |
+      sed "s/^/gpu: bench:   first launch's parts, validating ($mode): /"
+  done
 }
 
 # spread FILE: "name median min-max" for every "bench name value" line.

@@ -8,6 +8,7 @@
 #include "driver/driver.h"
 #include "launch/kernel_info.h"
 #include "phos/speculation/demangle.h"
+#include "phos/support/clock.h"
 
 namespace phos::hooks {
 namespace {
@@ -140,21 +141,27 @@ const spec::CubinKernel* LaunchSpeculation::cubin_kernel_locked(const ModuleRef&
   return nullptr;
 }
 
-std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(const Kernel& k) {
+std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(const Kernel& k, AnalysisTimes& times) {
   const std::string& name = k.name;
   const ModuleRef& module = k.module;
   spec::LayoutSources sources;
   sources.driver = k.params;
   sources.name_kinds = spec::param_kinds_from_name(name.c_str());
+  uint64_t t0 = monotonic_ns();
   std::lock_guard<std::mutex> lock(mu_);
+  uint64_t t1 = monotonic_ns();
+  times.lock_ns = t1 - t0;
   auto key = std::make_pair(module.hash, name);
   if (module.hash) {
     auto cached = layouts_.find(key);
     if (cached != layouts_.end()) return cached->second;
   }
   sources.cubin = cubin_kernel_locked(module, name);
+  uint64_t t2 = monotonic_ns();
+  times.metadata_ns = t2 - t1;
   sources.signature = signatures_.find(name);
   auto layout = std::make_shared<const spec::KernelLayout>(spec::build_layout(sources));
+  times.layout_ns = monotonic_ns() - t2;
   if (module.hash) layouts_.emplace(key, layout);
   return layout;
 }
@@ -176,15 +183,21 @@ LaunchSpeculation::KernelEntry& LaunchSpeculation::entry(Kernel& k, std::unique_
   // held for the name's demangling (the module's metadata is read under it,
   // once).
   lock.unlock();
-  auto started = std::chrono::steady_clock::now();
+  uint64_t started = monotonic_ns();
   auto fresh = std::make_unique<KernelEntry>();
-  fresh->layout = analyse(k);
-  uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+  AnalysisTimes times;
+  fresh->layout = analyse(k, times);
+  uint64_t ns = monotonic_ns() - started;
   lock.lock();
   if (KernelEntry* e = k.state<KernelEntry>(KernelFeature::kSpeculation)) return *e;  // another launch's
   totals_.kernels++;
   totals_.analysis_ns += ns;
-  totals_.analysis_max_ns = std::max(totals_.analysis_max_ns, ns);
+  if (ns > totals_.analysis_max_ns) {
+    totals_.analysis_max_ns = ns;
+    totals_.worst_lock_ns = times.lock_ns;
+    totals_.worst_metadata_ns = times.metadata_ns;
+    totals_.worst_layout_ns = times.layout_ns;
+  }
   totals_.cubin_checked += fresh->layout->cubin_checked;
   return k.attach(KernelFeature::kSpeculation, std::move(fresh));
 }

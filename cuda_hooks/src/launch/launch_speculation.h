@@ -83,6 +83,10 @@ class LaunchSpeculation final : public BufferObserver {
     uint64_t cubin_unreadable = 0;          // modules whose cubin could not be read (not: PTX only)
     uint64_t index_refused = 0;             // buffers the index refused (overlapping one it holds)
     uint64_t analysis_ns = 0, analysis_max_ns = 0;  // time analysing kernels at their first launch
+    // The slowest analysis's parts (where a first launch's time went):
+    // waiting for the speculation's lock, reading the module's cubin
+    // records (once a module), putting the layout together.
+    uint64_t worst_lock_ns = 0, worst_metadata_ns = 0, worst_layout_ns = 0;
   };
   Totals totals();
   // Kernels of unloaded modules first (the registry retired them), then the live ones.
@@ -115,7 +119,11 @@ class LaunchSpeculation final : public BufferObserver {
   // A module's cubin records into `m`; an unreadable cubin is counted (a
   // module with no cubin for this GPU, PTX only, is not).
   void read_metadata(ModuleMetadata& m, const void* image, uint32_t arch, bool* unreadable);
-  std::shared_ptr<const speculation::KernelLayout> analyse(const Kernel& k);
+  // The parts of one analysis, for Totals' worst_* figures.
+  struct AnalysisTimes {
+    uint64_t lock_ns = 0, metadata_ns = 0, layout_ns = 0;
+  };
+  std::shared_ptr<const speculation::KernelLayout> analyse(const Kernel& k, AnalysisTimes& times);
   const speculation::CubinKernel* cubin_kernel_locked(const ModuleRef& module, const std::string& name);
 
   const KernelRegistry& kernels_;
