@@ -114,7 +114,7 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
     return n;
   };
   // The process's synchronous transfer is in its call a while (the fake
-  // driver's FAKE_HTOD_SLEEP_MS).
+  // driver's FAKE_COPY_SLEEP_MS).
   uint32_t in_flight_max = 0;
   for (auto end = std::chrono::steady_clock::now() + hold; std::chrono::steady_clock::now() < end;) {
     in_flight_max = std::max(in_flight_max, table.traffic().in_flight);

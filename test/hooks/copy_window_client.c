@@ -1,9 +1,10 @@
 /* A process whose writes a copy window (copy_window.h) must hold back, against
  * the fake libcuda: it allocates two buffers, prints "ready PID ADDR ADDR",
  * waits for the file GO, then writes the first buffer (a memset: an exact
- * set), makes its own copies between host and device (5 that cross the
- * link, 4096 bytes each, all written into the first buffer's first 64 KiB,
- * and 2 device-to-device ones that do not: "transfers 5 20480"), and makes a
+ * set), makes its own copies between host and device (6 that cross the
+ * link: 5 of 4096 bytes each, written into the first buffer's first 64 KiB,
+ * and a synchronous one of 1 MiB from the second buffer; and 2
+ * device-to-device ones that do not: "transfers 6 1069056"), and makes a
  * batch of stream memory operations (a set phos does not read), printing
  * how long the memset and the batch took: "memset MS" and "unknown MS".
  *
@@ -28,10 +29,11 @@ typedef CUresult (*copy_unified_fn)(CUdeviceptr, CUdeviceptr, size_t);
 /* Through dlsym where the fake has none: libphos.so's hook is what counts
  * (it tells the window before the driver call, found or not). */
 static void transfers(CUdeviceptr a, CUdeviceptr b) {
-  static unsigned char host[4096];
+  static unsigned char host[4096], big[1 << 20];
   copy_async_fn htod_async = (copy_async_fn)dlsym(RTLD_DEFAULT, "cuMemcpyHtoDAsync_v2");
   copy_unified_fn unified = (copy_unified_fn)dlsym(RTLD_DEFAULT, "cuMemcpy");
-  cuMemcpyHtoD(a + 8192, host, sizeof(host));                 /* synchronous */
+  cuMemcpyHtoD(a + 8192, host, sizeof(host));                 /* synchronous, small */
+  cuMemcpyDtoH(big, b, sizeof(big));                            /* synchronous, held in flight */
   if (htod_async) htod_async(a + 8192, host, sizeof(host), NULL);
   cuMemcpyDtoHAsync(host, b, sizeof(host), NULL);
   if (unified) unified((CUdeviceptr)(uintptr_t)host, b, sizeof(host)); /* to the host */
@@ -48,7 +50,7 @@ static void transfers(CUdeviceptr a, CUdeviceptr b) {
   /* Device to device: no transfer over the link. */
   cuMemcpyDtoD(a + 4096, b, sizeof(host));
   if (unified) unified(a + 4096, b, sizeof(host));
-  printf("transfers 5 20480\n");
+  printf("transfers 6 1069056\n");
   fflush(stdout);
 }
 

@@ -19,16 +19,26 @@ unsigned long long fake_calls;
 int fake_cuda_initialized;
 CUresult cuInit(unsigned flags) { (void)flags; fake_cuda_initialized = 1; return 0; }
 FAKE_OWN CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-/* FAKE_HTOD_SLEEP_MS: each copy takes that long (a test sees it in flight). */
-static int htod_sleep_ms = -1;
+/* FAKE_COPY_SLEEP_MS: each synchronous copy between host and device takes
+ * that long (a test sees it in flight). */
+static void copy_sleep(void) {
+  static int ms = -1;
+  if (ms < 0) {
+    const char *v = getenv("FAKE_COPY_SLEEP_MS");
+    ms = v ? atoi(v) : 0;
+  }
+  if (ms > 0) usleep((useconds_t)ms * 1000);
+}
 FAKE_OWN CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
   (void)dst; (void)src; (void)n;
   __atomic_add_fetch(&fake_calls, 1, __ATOMIC_RELAXED);
-  if (htod_sleep_ms < 0) {
-    const char *ms = getenv("FAKE_HTOD_SLEEP_MS");
-    htod_sleep_ms = ms ? atoi(ms) : 0;
-  }
-  if (htod_sleep_ms > 0) usleep((useconds_t)htod_sleep_ms * 1000);
+  copy_sleep();
+  return 0;
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+  (void)dst; (void)src; (void)n;
+  __atomic_add_fetch(&fake_calls, 1, __ATOMIC_RELAXED);
+  copy_sleep();
   return 0;
 }
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);

@@ -5,8 +5,9 @@
 # every chunk dirty, without waiting either (the gate closing for the final
 # copy would wait for it); the window is not given up. The process's own
 # copies between host and device are told to the table (PhOS §5: the engine
-# gives way to them), a synchronous one in flight while its call runs (the
-# fake driver's copy takes FAKE_HTOD_SLEEP_MS), device-to-device ones not;
+# gives way to them), a synchronous one of 1 MiB in flight while its call
+# runs (the fake driver's copy takes FAKE_COPY_SLEEP_MS), device-to-device
+# ones not;
 # a cold-first claim takes the allocation not written first.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
@@ -17,7 +18,7 @@ work=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$work"' EXIT
 
-LD_PRELOAD=$libphos PHOS_SPECULATE=1 FAKE_HTOD_SLEEP_MS=100 "$dir/copy_window_client" "$work/go" "$work/go2" \
+LD_PRELOAD=$libphos PHOS_SPECULATE=1 FAKE_COPY_SLEEP_MS=100 "$dir/copy_window_client" "$work/go" "$work/go2" \
   > "$work/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$work/out" && break; sleep 0.05; done

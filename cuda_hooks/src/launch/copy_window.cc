@@ -317,6 +317,13 @@ void CopyWindow::unit_dropped(uint64_t address) {
 }
 
 bool CopyWindow::transfer_started(uint64_t bytes) {
+  // A small one takes microseconds of the link, while its call mostly waits
+  // for the stream's earlier work (a synchronous copy of a loss or a
+  // counter after a step): it must not hold the engine back meanwhile.
+  if (bytes < kHeldTransferBytes) {
+    transfer_queued(bytes);
+    return false;
+  }
   // Counted in as Use does, and out only by transfer_ended(): finish()
   // waits for the call, so the table outlives it.
   users_.fetch_add(1);

@@ -91,7 +91,10 @@ class CopyWindow {
   void unit_dropped(uint64_t address);
   // A synchronous host<->device transfer of `bytes` is about to be made:
   // true when a dump's window took note, and transfer_ended() must follow
-  // the call (the window does not close in between).
+  // the call (the window does not close in between). One smaller than
+  // kHeldTransferBytes is told as queued instead (its call is mostly a wait
+  // for the stream, not the link).
+  static constexpr uint64_t kHeldTransferBytes = 1u << 20;
   bool transfer_started(uint64_t bytes);
   void transfer_ended();
   // An asynchronous one was queued.
