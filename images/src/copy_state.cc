@@ -15,13 +15,16 @@ namespace phos::copystate {
 namespace {
 
 constexpr uint64_t kMagic = 0x5453504359504850ull;  // "PHPYCPST": phos copy state
-constexpr uint32_t kVersion = 2;  // 2: the fill protocol, overwritten
+constexpr uint32_t kVersion = 3;  // 2: the fill protocol, overwritten; 3: the program's transfers, written regions
 constexpr size_t kUrgentEntries = 256;
 constexpr uint32_t kStateBits = 4;
 constexpr uint32_t kStateMask = (1u << kStateBits) - 1;
 constexpr uint64_t kMaxChunks = uint64_t(1) << 26;  // 256 TiB of 4 MiB chunks
 constexpr uint32_t kMaxPoolSlots = (1u << (32 - kStateBits)) - 2;
 constexpr uint32_t kMaxRegions = 1u << 24;
+// What the program's asynchronous transfers are assumed to move at when the
+// engine set no rate: a PCIe 4/5 link with pinned memory, roughly.
+constexpr uint64_t kDefaultTransferRate = 20'000'000'000ull;
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
               "the table is shared between processes: its atomics must be address-free");
@@ -45,6 +48,12 @@ struct Header {
   uint32_t reserved;
   std::atomic<uint64_t> cursor;  // where the engine's scan goes on
   std::atomic<uint64_t> saved, waits, dirtied, overwritten;
+  uint64_t written_offset;              // recopy: one bit per region, written in the window
+  std::atomic<uint64_t> cold_cursor;    // where the engine's scan of unwritten regions goes on
+  std::atomic<uint64_t> transfer_rate;  // bytes per second the engine assumes for the program's transfers
+  std::atomic<uint64_t> busy_until_ns;  // the program's queued transfers, estimated done (CLOCK_MONOTONIC)
+  std::atomic<uint64_t> transfers, transfer_bytes;
+  std::atomic<uint32_t> transfers_in_flight;  // synchronous ones inside their call
 };
 
 struct RegionRecord {
@@ -77,6 +86,7 @@ struct CopyState::Layout {
   std::atomic<uint64_t>* dirty;
   std::atomic<uint64_t>* pool;
   std::atomic<uint32_t>* urgent;
+  std::atomic<uint64_t>* written;
   // Private copies: what the hooks search and the engine computes claims
   // from (the other side may scribble on the shared records).
   std::vector<Region> regions;
@@ -86,13 +96,14 @@ struct CopyState::Layout {
   uint32_t pool_slots;
   // The hooks' side: regions the program freed while the window was open.
   std::unique_ptr<std::atomic<bool>[]> forgotten;
+  bool cold_first = false;  // the engine's side: claim_next's order (set_cold_first)
 };
 
 namespace {
 
 // Where each part of a table of this shape lies.
 struct Offsets {
-  uint64_t regions, chunks, dirty, pool, urgent, total;
+  uint64_t regions, chunks, dirty, pool, urgent, written, total;
 };
 Offsets offsets_for(uint64_t chunk_count, uint32_t region_count, uint32_t pool_slots) {
   Offsets o;
@@ -101,7 +112,8 @@ Offsets offsets_for(uint64_t chunk_count, uint32_t region_count, uint32_t pool_s
   o.dirty = align_up(o.chunks + chunk_count * sizeof(uint32_t), 64);
   o.pool = align_up(o.dirty + (chunk_count + 63) / 64 * 8, 64);
   o.urgent = align_up(o.pool + (uint64_t(pool_slots) + 63) / 64 * 8, 64);
-  o.total = align_up(o.urgent + kUrgentEntries * sizeof(uint32_t), 4096);
+  o.written = align_up(o.urgent + kUrgentEntries * sizeof(uint32_t), 64);
+  o.total = align_up(o.written + (uint64_t(region_count) + 63) / 64 * 8, 4096);
   return o;
 }
 
@@ -137,7 +149,7 @@ std::unique_ptr<CopyState::Layout> make_layout(void* map, const Offsets& o) {
       reinterpret_cast<Header*>(base), reinterpret_cast<RegionRecord*>(base + o.regions),
       reinterpret_cast<std::atomic<uint32_t>*>(base + o.chunks), reinterpret_cast<std::atomic<uint64_t>*>(base + o.dirty),
       reinterpret_cast<std::atomic<uint64_t>*>(base + o.pool), reinterpret_cast<std::atomic<uint32_t>*>(base + o.urgent),
-      {}, {}, Protocol(0), 0, 0, 0, {}});
+      reinterpret_cast<std::atomic<uint64_t>*>(base + o.written), {}, {}, Protocol(0), 0, 0, 0, {}});
   l->protocol = Protocol(l->header->protocol);
   l->chunk_size = l->header->chunk_size;
   l->chunk_count = l->header->chunk_count;
@@ -195,6 +207,7 @@ Result<CopyState> CopyState::create(Protocol protocol, uint64_t chunk_size, std:
   h->dirty_offset = o.dirty;
   h->pool_offset = o.pool;
   h->urgent_offset = o.urgent;
+  h->written_offset = o.written;
   h->total_bytes = o.total;
   auto* records = reinterpret_cast<RegionRecord*>(static_cast<std::byte*>(map) + o.regions);
   uint64_t first = 0;
@@ -235,7 +248,8 @@ Result<CopyState> CopyState::attach(int fd_in) {
     return fail("sizes out of range");
   Offsets o = offsets_for(h.chunk_count, h.region_count, h.pool_slots);
   if (o.regions != h.regions_offset || o.chunks != h.chunks_offset || o.dirty != h.dirty_offset ||
-      o.pool != h.pool_offset || o.urgent != h.urgent_offset || o.total != h.total_bytes || o.total > bytes)
+      o.pool != h.pool_offset || o.urgent != h.urgent_offset || o.written != h.written_offset ||
+      o.total != h.total_bytes || o.total > bytes)
     return fail("its parts do not lie where its sizes say");
   auto l = make_layout(map, o);
   uint64_t first = 0;
@@ -266,7 +280,8 @@ Window CopyState::window() const { return Window(l_->header->window.load(std::me
 
 Statistics CopyState::statistics() const {
   const Header& h = *l_->header;
-  return Statistics{h.saved.load(), h.waits.load(), h.dirtied.load(), h.overwritten.load()};
+  return Statistics{h.saved.load(),       h.waits.load(),     h.dirtied.load(),
+                    h.overwritten.load(), h.transfers.load(), h.transfer_bytes.load()};
 }
 
 Claim CopyState::claim_of(uint64_t chunk, std::optional<uint32_t> slot) const {
@@ -453,6 +468,7 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
   chunks_of(address, bytes, spans);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto [first, last] : spans) {
+    if (protocol() == Protocol::kRecopy) mark_written(first);
     for (uint64_t c = first; c <= last; c++) {
       if (protocol() == Protocol::kRecopy) {
         uint64_t bit = uint64_t(1) << (c % 64);
@@ -514,11 +530,92 @@ std::optional<Claim> CopyState::claim_urgent() {
 }
 
 std::optional<Claim> CopyState::claim(uint64_t chunk) {
-  if (chunk >= chunk_count()) return std::nullopt;
-  std::atomic<uint32_t>& w = word(chunk);
-  uint32_t pending = encode(ChunkState::kPending);
-  if (!w.compare_exchange_strong(pending, encode(ChunkState::kCopying), std::memory_order_acq_rel)) return std::nullopt;
+  if (chunk >= chunk_count() || !take_pending(chunk, false)) return std::nullopt;
   return claim_of(chunk, std::nullopt);
+}
+
+bool CopyState::take_pending(uint64_t chunk, bool skip_dirty) {
+  if (skip_dirty && dirty(chunk)) return false;
+  uint32_t pending = encode(ChunkState::kPending);
+  return word(chunk).compare_exchange_strong(pending, encode(ChunkState::kCopying), std::memory_order_acq_rel);
+}
+
+void CopyState::mark_written(uint64_t chunk) {
+  const auto& firsts = l_->first_chunks;
+  const size_t r = size_t(std::upper_bound(firsts.begin(), firsts.end(), chunk) - firsts.begin());
+  if (r == 0) return;
+  std::atomic<uint64_t>& bits = l_->written[(r - 1) / 64];
+  const uint64_t bit = uint64_t(1) << ((r - 1) % 64);
+  // Most writes find the bit set already: no store to share the line.
+  if (!(bits.load(std::memory_order_relaxed) & bit)) bits.fetch_or(bit, std::memory_order_release);
+}
+
+bool CopyState::region_written(uint32_t region) const {
+  if (region >= l_->regions.size()) return false;
+  return (l_->written[region / 64].load(std::memory_order_acquire) >> (region % 64)) & 1;
+}
+
+void CopyState::set_cold_first(bool on) { l_->cold_first = on; }
+
+std::optional<Claim> CopyState::claim_cold() {
+  const uint64_t n = chunk_count();
+  const auto& firsts = l_->first_chunks;
+  std::atomic<uint64_t>& cursor = l_->header->cold_cursor;
+  const uint64_t from = std::min<uint64_t>(cursor.load(std::memory_order_relaxed), n);  // the process may scribble
+  size_t r = size_t(std::upper_bound(firsts.begin(), firsts.end(), from) - firsts.begin());
+  for (r = r ? r - 1 : 0; r < firsts.size(); r++) {
+    if (region_written(uint32_t(r))) continue;  // taken after the cold ones
+    const uint64_t end = r + 1 < firsts.size() ? firsts[r + 1] : n;
+    for (uint64_t c = std::max(from, firsts[r]); c < end; c++) {
+      if (!take_pending(c, true)) continue;
+      cursor.store(c + 1, std::memory_order_relaxed);
+      return claim_of(c, std::nullopt);
+    }
+  }
+  cursor.store(n, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+void CopyState::transfer_started(uint64_t bytes) {
+  Header& h = *l_->header;
+  h.transfers_in_flight.fetch_add(1, std::memory_order_acq_rel);
+  h.transfers.fetch_add(1, std::memory_order_relaxed);
+  h.transfer_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void CopyState::transfer_ended() {
+  std::atomic<uint32_t>& n = l_->header->transfers_in_flight;
+  // Never below zero, whatever the other side wrote.
+  for (uint32_t v = n.load(std::memory_order_relaxed); v && !n.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel);) {
+  }
+}
+
+void CopyState::transfer_queued(uint64_t bytes, uint64_t now_ns) {
+  Header& h = *l_->header;
+  h.transfers.fetch_add(1, std::memory_order_relaxed);
+  h.transfer_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  uint64_t rate = h.transfer_rate.load(std::memory_order_relaxed);
+  if (!rate) rate = kDefaultTransferRate;
+  const auto takes_ns = uint64_t(double(bytes) * 1e9 / double(rate));
+  // After the transfers queued before it, or from now where they are done.
+  uint64_t until = h.busy_until_ns.load(std::memory_order_relaxed);
+  while (!h.busy_until_ns.compare_exchange_weak(until, std::max(until, now_ns) + takes_ns, std::memory_order_acq_rel)) {
+  }
+}
+
+void CopyState::set_transfer_rate(uint64_t bytes_per_second) {
+  l_->header->transfer_rate.store(bytes_per_second, std::memory_order_relaxed);
+}
+
+Traffic CopyState::traffic() const {
+  const Header& h = *l_->header;
+  return Traffic{h.transfers_in_flight.load(std::memory_order_acquire), h.busy_until_ns.load(std::memory_order_acquire)};
+}
+
+bool CopyState::urgent_waiting() const {
+  for (size_t i = 0; i < kUrgentEntries; i++)
+    if (l_->urgent[i].load(std::memory_order_relaxed)) return true;
+  return false;
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> CopyState::unfilled_ranges() const {
@@ -544,9 +641,11 @@ std::optional<Claim> CopyState::claim_next() {
   const uint64_t n = chunk_count();
   // Chunks a write waits for.
   if (auto c = claim_urgent()) return c;
+  bool recopy = protocol() == Protocol::kRecopy;
+  if (recopy && l_->cold_first)
+    if (auto c = claim_cold()) return c;
   // The others, in order from where the last scan stopped, around once:
   // chunks being saved when it passed are found the next time round.
-  bool recopy = protocol() == Protocol::kRecopy;
   uint64_t start = l_->header->cursor.load(std::memory_order_relaxed) % (n ? n : 1);
   for (uint64_t k = 0; k < n; k++) {
     uint64_t c = (start + k) % n;
@@ -608,6 +707,13 @@ uint64_t CopyState::dirty_count() const {
     if (i * 64 + 64 > n) bits &= (uint64_t(1) << (n - i * 64)) - 1;  // bits past the table: scribbled on
     count += uint64_t(__builtin_popcountll(bits));
   }
+  return count;
+}
+
+uint64_t CopyState::copied_dirty_count() const {
+  uint64_t count = 0;
+  for (uint64_t c = 0; c < chunk_count(); c++)
+    if (state(c) == ChunkState::kCopied && dirty(c)) count++;
   return count;
 }
 

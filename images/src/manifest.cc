@@ -164,6 +164,11 @@ struct PbManifest {
     optional(stats.has_final_pass_ns, stats.final_pass_ns, s.final_pass_ns);
     optional(stats.has_zero_chunks, stats.zero_chunks, s.zero_chunks);
     optional(stats.has_zero_bytes, stats.zero_bytes, s.zero_bytes);
+    optional(stats.has_program_transfers, stats.program_transfers, s.program_transfers);
+    optional(stats.has_program_transfer_bytes, stats.program_transfer_bytes, s.program_transfer_bytes);
+    optional(stats.has_traffic_pauses, stats.traffic_pauses, s.traffic_pauses);
+    optional(stats.has_traffic_paused_ns, stats.traffic_paused_ns, s.traffic_paused_ns);
+    optional(stats.has_recopy_wasted_bytes, stats.recopy_wasted_bytes, s.recopy_wasted_bytes);
     m.statistics = &stats;
     if (in.copy_trust != agent::CopyTrust(0)) {
       m.has_copy_trust = 1;
@@ -254,6 +259,11 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
     o.final_pass_ns = s->final_pass_ns;
     o.zero_chunks = s->zero_chunks;
     o.zero_bytes = s->zero_bytes;
+    o.program_transfers = s->program_transfers;
+    o.program_transfer_bytes = s->program_transfer_bytes;
+    o.traffic_pauses = s->traffic_pauses;
+    o.traffic_paused_ns = s->traffic_paused_ns;
+    o.recopy_wasted_bytes = s->recopy_wasted_bytes;
   }
   out.copy_trust = agent::CopyTrust(m.has_copy_trust ? m.copy_trust : 0);
   out.fill_order.assign(m.fill_order, m.fill_order + m.n_fill_order);

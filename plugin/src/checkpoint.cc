@@ -291,6 +291,7 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
     PHOS_WARN("process %d: close its recopy window: %s; every chunk is copied again", pid,
               closed.error().message.c_str());
     table.mark_all_dirty();
+    t.manifest.statistics.recopy_wasted_bytes = table.copied_dirty_count() * t.manifest.chunk_size;
     return {};
   }
   image::Statistics& s = t.manifest.statistics;
@@ -305,9 +306,15 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
               closed->violations ? closed->violation.c_str() : closed->abort_reason.c_str());
     table.mark_all_dirty();
   }
-  PHOS_INFO("process %d: recopy window closed: %llu calls checked, %llu of %llu chunks dirty", pid,
-            (unsigned long long)closed->calls_checked, (unsigned long long)table.dirty_count(),
-            (unsigned long long)table.chunk_count());
+  // The gate is closed: nothing writes any more. A chunk copied and dirty
+  // was copied by the first pass and written after: copied twice.
+  const uint64_t wasted = table.copied_dirty_count();
+  s.recopy_wasted_bytes = wasted * t.manifest.chunk_size;
+  PHOS_INFO("process %d: recopy window closed: %llu calls checked, %llu of %llu chunks dirty, %llu of the first "
+            "pass's %llu written after their copy",
+            pid, (unsigned long long)closed->calls_checked, (unsigned long long)table.dirty_count(),
+            (unsigned long long)table.chunk_count(), (unsigned long long)wasted,
+            (unsigned long long)t.save->first_pass_chunks);
   return {};
 }
 

@@ -55,6 +55,24 @@ void count_zero_chunks(image::Manifest& m) {
       }
 }
 
+const char* traffic_name(PluginOptions::Traffic t) {
+  switch (t) {
+    case PluginOptions::Traffic::kAuto: return "auto";
+    case PluginOptions::Traffic::kOrder: return "order";
+    case PluginOptions::Traffic::kOff: return "off";
+  }
+  return "?";
+}
+
+// The copy-on-write copy's pauses for the process's own transfers.
+void log_cow_traffic(const Engine::SaveJob& job, const TrafficControl& traffic) {
+  const copystate::Statistics s = job.window->table.statistics();
+  PHOS_INFO("process %d: the copy-on-write copy paused %llu times (%.1f ms summed over workers) for the process's "
+            "%llu transfers (%.1f MiB) between host and device",
+            job.vpid, (unsigned long long)traffic.pauses(), double(traffic.paused_ns()) / 1e6,
+            (unsigned long long)s.transfers, double(s.transfer_bytes) / (1 << 20));
+}
+
 // The tail behind a staging buffer of `buffer_size` bytes, where the GPU
 // checksum kernel leaves its result.
 ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) {
@@ -64,8 +82,9 @@ ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) {
 }  // namespace
 
 EngineSettings EngineSettings::from(const PluginOptions& o) {
-  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io, o.compression,
-                        o.zstd_level, o.gpu_checksums, o.sparse};
+  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io,  o.compression,
+                        o.zstd_level,   o.gpu_checksums,  o.sparse,     o.traffic,
+                        uint64_t(o.traffic_gbps) * 1'000'000'000ull};
 }
 
 Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
@@ -610,6 +629,8 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, copystate::Protoco
     for (size_t i = 0; i < job.allocs.size(); i++)
       if (job.allocs[i].id == r.id) job.region_allocation.push_back(i);
   job.pool_va = pool_va;
+  table->set_transfer_rate(settings_.traffic_bytes_per_second);
+  table->set_cold_first(recopy && settings_.traffic != PluginOptions::Traffic::kOff);
   job.window.emplace(CopyWindow{std::move(*table), std::move(pool.fd), bytes, job.allocs.front().device});
   PHOS_INFO("process %d: %s window over %.1f MiB in %llu chunks of %llu KiB; pool of %llu slots (%.1f MiB)",
             job.vpid, what, double(job.window->table.chunk_count() * chunk) / (1 << 20),
@@ -623,9 +644,14 @@ Engine::Piece Engine::piece_of(const SaveJob& job, const copystate::Claim& claim
   return Piece{a, size_t(claim.offset / settings_.chunk_size), claim.offset, size_t(claim.bytes), job.devices[a], claim};
 }
 
-Engine::Take Engine::next_claim(SaveJob& job, Piece& out) {
+Engine::Take Engine::next_claim(SaveJob& job, TrafficControl& traffic, Piece& out) {
   copystate::CopyState& table = job.window->table;
-  auto claim = table.claim_next();
+  // A chunk a call waits for goes at once; the pause is for the others.
+  auto claim = table.claim_urgent();
+  if (!claim) {
+    traffic.before_claim(UINT64_MAX);
+    claim = table.claim_next();
+  }
   if (!claim) {
     if (table.window() != copystate::Window::kOpen) return Take::kDone;  // given up: run_save says so
     return table.all_copied() ? Take::kDone : Take::kLater;
@@ -681,9 +707,12 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
   copystate::CopyState& table = job.window->table;
   std::atomic<uint64_t> taken{0}, bytes{0};
   std::atomic<bool> stopped{false};
-  // The clean chunks, in order; a chunk the process dirties meanwhile is
-  // skipped (copied once, at the end) or copied now and again at the end.
+  TrafficControl traffic(table, settings_.traffic == PluginOptions::Traffic::kAuto);
+  // The clean chunks, in order (cold regions first, claim_next); a chunk
+  // the process dirties meanwhile is skipped (copied once, at the end) or
+  // copied now and again at the end.
   NextPiece next = [&](Piece& p) {
+    if (monotonic_ns() < deadline_ns) traffic.before_claim(deadline_ns);
     if (monotonic_ns() >= deadline_ns) {
       stopped = true;
       return Take::kDone;
@@ -699,13 +728,21 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
   std::vector<uint64_t> dma_wait_ns;
   PHOS_TRY(run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, save_work(job),
                        dma_wait_ns));
-  FirstPass pass{bytes.load(), monotonic_ns() - t0, !stopped};
+  FirstPass pass{bytes.load(), monotonic_ns() - t0, !stopped, traffic.pauses(), traffic.paused_ns()};
   job.first_pass_chunks = taken;
+  job.traffic_pauses += pass.pauses;
+  job.traffic_paused_ns += pass.paused_ns;
+  const copystate::Statistics s = table.statistics();
   PHOS_INFO("process %d: soft recopy's first pass copied %llu chunks (%.1f MiB) in %.1f ms while the process ran "
-            "(%.2f GB/s)%s; %llu of %llu chunks written meanwhile",
+            "(%.2f GB/s)%s; %llu of %llu chunks written meanwhile, %llu of them after their copy; paused %llu times "
+            "(%.1f ms summed over workers) for the process's %llu transfers (%.1f MiB) between host and device "
+            "(traffic=%s)",
             job.vpid, (unsigned long long)taken.load(), double(pass.bytes) / (1 << 20), double(pass.ns) / 1e6,
             double(pass.bytes) / double(pass.ns ? pass.ns : 1), pass.whole ? "" : ", stopped by its time limit",
-            (unsigned long long)table.dirty_count(), (unsigned long long)table.chunk_count());
+            (unsigned long long)table.dirty_count(), (unsigned long long)table.chunk_count(),
+            (unsigned long long)table.copied_dirty_count(), (unsigned long long)pass.pauses,
+            double(pass.paused_ns) / 1e6, (unsigned long long)s.transfers, double(s.transfer_bytes) / (1 << 20),
+            traffic_name(settings_.traffic));
   return pass;
 }
 
@@ -745,8 +782,12 @@ Result<void> Engine::run_save(SaveJob& job) {
   } else if (job.window) {
     Result<void> err;
     if (!context(job.devices.front(), err)) copied = err;
-    NextPiece next = [&](Piece& p) { return next_claim(job, p); };
+    TrafficControl traffic(job.window->table, settings_.traffic == PluginOptions::Traffic::kAuto);
+    NextPiece next = [&](Piece& p) { return next_claim(job, traffic, p); };
     if (copied) copied = run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, work, dma_wait_ns);
+    job.traffic_pauses += traffic.pauses();
+    job.traffic_paused_ns += traffic.paused_ns();
+    log_cow_traffic(job, traffic);
     if (copied && !job.window->table.all_copied())
       copied = make_error("the process gave up the copy-on-write window (the agent says why when it closes)",
                           ECANCELED);
@@ -793,6 +834,13 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
   s.checksum_ns = times.checksum_ns;
   s.compress_ns = times.compress_ns;
   s.write_ns = times.io_ns;
+  s.traffic_pauses = job.traffic_pauses;
+  s.traffic_paused_ns = job.traffic_paused_ns;
+  if (job.window) {
+    const copystate::Statistics t = job.window->table.statistics();
+    s.program_transfers = t.transfers;
+    s.program_transfer_bytes = t.transfer_bytes;
+  }
   if (job.window && job.window->table.protocol() == copystate::Protocol::kRecopy)
     PHOS_INFO("process %d: soft recopy's final pass copied %llu chunks (%llu of them again) in %.1f ms", job.vpid,
               (unsigned long long)(job.chunk_copies - job.first_pass_chunks),

@@ -33,6 +33,7 @@
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/gpu_map.h"
 #include "phos/plugin/options.h"
+#include "phos/plugin/traffic.h"
 #include "phos/support/result.h"
 
 namespace phos::plugin {
@@ -45,6 +46,11 @@ struct EngineSettings {
   int zstd_level = 1;
   bool gpu_checksums = true;  // a dump's chunk CRCs computed on the GPU (plugin/gpu/chunk_crc.cu)
   image::Sparse sparse = image::Sparse::kAuto;  // a dump's zero chunks stored as holes (zero_chunk.h)
+  // PhOS §5's traffic control of the copies made while the process runs
+  // (traffic.h; options.h, traffic): pauses for its transfers, and recopy's
+  // first pass cold regions first.
+  PluginOptions::Traffic traffic = PluginOptions::Traffic::kAuto;
+  uint64_t traffic_bytes_per_second = 20'000'000'000ull;  // the process's transfers, assumed
 
   static EngineSettings from(const PluginOptions& o);
 };
@@ -101,6 +107,7 @@ class Engine {
     uint64_t bytes = 0;  // copied, clean when taken
     uint64_t ns = 0;
     bool whole = false;  // every chunk taken (not stopped by the deadline)
+    uint64_t pauses = 0, paused_ns = 0;  // for the process's transfers (traffic.h; summed over workers)
   };
   // Soft recopy's first pass: copies chunks not yet dirty until none is left
   // or `deadline_ns` (CLOCK_MONOTONIC) passes. The job keeps them; the
@@ -196,8 +203,9 @@ class Engine {
     uint32_t slots = 0;
   };
   Result<Pool> make_pool(SaveJob& job, int device, uint64_t pool_bytes);
-  // A copy window's next chunk as a piece.
-  Take next_claim(SaveJob& job, Piece& out);
+  // A copy window's next chunk as a piece; `traffic` may pause before one
+  // no call waits for.
+  Take next_claim(SaveJob& job, TrafficControl& traffic, Piece& out);
   Piece piece_of(const SaveJob& job, const copystate::Claim& claim) const;
   // On-demand restore: the next chunk to fill (urgent ones first, then the
   // job's order from `cursor`).
@@ -244,6 +252,9 @@ struct Engine::SaveJob {
   std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
   uint64_t first_pass_chunks = 0;              // soft recopy: chunks its first pass copied
   uint64_t recopied_chunks = 0;                // soft recopy: dirty chunks copied again by run_save
+  // Pauses of the copies made while the process ran, for its own transfers
+  // (traffic.h), and their time summed over the workers.
+  uint64_t traffic_pauses = 0, traffic_paused_ns = 0;
   std::atomic<uint64_t> chunk_copies{0};       // chunks copied to the image (recopy: some twice)
   std::atomic<uint64_t> gpu_checksummed{0};    // of those, checksummed on the GPU
   std::vector<Piece> pieces;

@@ -111,6 +111,11 @@ std::string set_recopy_pass_ms(PluginOptions& o, std::string_view v) {
   return parse_number(v, 0, 3600000, o.recopy_pass_ms);
 }
 
+using Traffic = PluginOptions::Traffic;
+constexpr Choice<Traffic> kTraffic[] = {{"auto", Traffic::kAuto}, {"order", Traffic::kOrder}, {"off", Traffic::kOff}};
+std::string set_traffic(PluginOptions& o, std::string_view v) { return parse_choice(v, kTraffic, o.traffic); }
+std::string set_traffic_gbps(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 1000, o.traffic_gbps); }
+
 using LazyRestore = PluginOptions::LazyRestore;
 constexpr Choice<LazyRestore> kLazyRestore[] = {
     {"auto", LazyRestore::kAuto}, {"on", LazyRestore::kOn}, {"off", LazyRestore::kOff}};
@@ -141,6 +146,8 @@ constexpr Key kKeys[] = {
     {"cow_start", "PHOS_COW_START", set_cow_start},
     {"recopy", "PHOS_RECOPY", set_recopy},
     {"recopy_pass_ms", "PHOS_RECOPY_PASS_MS", set_recopy_pass_ms},
+    {"traffic", "PHOS_TRAFFIC", set_traffic},
+    {"traffic_gbps", "PHOS_TRAFFIC_GBPS", set_traffic_gbps},
     {"sparse", "PHOS_SPARSE", set_sparse},
     {"lazy_restore", "PHOS_LAZY_RESTORE", set_lazy_restore},
     {"lazy_timeout_ms", "PHOS_LAZY_TIMEOUT_MS", set_lazy_timeout},
@@ -241,6 +248,7 @@ std::string PluginOptions::describe() const {
          " cow_timeout_ms=" + std::to_string(cow_timeout_ms) +
          " cow_start=" + std::string(choice_word(kCowStart, cow_start)) +
          " recopy=" + std::string(choice_word(kAutoOff, recopy)) + " recopy_pass_ms=" + std::to_string(recopy_pass_ms) +
+         " traffic=" + std::string(choice_word(kTraffic, traffic)) + " traffic_gbps=" + std::to_string(traffic_gbps) +
          " sparse=" + std::string(choice_word(kSparse, sparse)) +
          " lazy_restore=" + std::string(choice_word(kLazyRestore, lazy_restore)) +
          " lazy_timeout_ms=" + std::to_string(lazy_timeout_ms);

@@ -132,7 +132,9 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"cow_unknown_waits", s.cow_unknown_waits}, {"cow_wait_ns", s.cow_wait_ns},
                      {"cow_window_ns", s.cow_window_ns}, {"recopy_first_pass_bytes", s.recopy_first_pass_bytes},
                      {"recopy_first_pass_ns", s.recopy_first_pass_ns}, {"recopied_bytes", s.recopied_bytes},
-                     {"final_pass_ns", s.final_pass_ns}};
+                     {"final_pass_ns", s.final_pass_ns}, {"program_transfers", s.program_transfers},
+                     {"program_transfer_bytes", s.program_transfer_bytes}, {"traffic_pauses", s.traffic_pauses},
+                     {"traffic_paused_ns", s.traffic_paused_ns}, {"recopy_wasted_bytes", s.recopy_wasted_bytes}};
   return j;
 }
 
@@ -177,6 +179,14 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(),
                 bytes_text(s.recopy_first_pass_bytes).c_str(), double(s.recopy_first_pass_ns) / 1e6,
                 bytes_text(s.recopied_bytes).c_str(), double(s.final_pass_ns) / 1e6);
+  if (m.protocol == phos::image::Protocol::kSoftRecopy)
+    std::printf("  of the first pass, %s written after its copy (copied again)\n",
+                bytes_text(s.recopy_wasted_bytes).c_str());
+  if (s.program_transfers || s.traffic_pauses)
+    std::printf("  the process's own transfers while it ran: %" PRIu64 " (%s) between host and device; the engine "
+                "paused %" PRIu64 " times for them, %.3f ms summed over its workers\n",
+                s.program_transfers, bytes_text(s.program_transfer_bytes).c_str(), s.traffic_pauses,
+                double(s.traffic_paused_ns) / 1e6);
   if (!m.unsupported_calls.empty()) {
     std::printf("  unsupported calls:");
     for (const auto& c : m.unsupported_calls) std::printf(" %s", c.c_str());

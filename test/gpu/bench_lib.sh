@@ -39,6 +39,22 @@ step_times() {
          printf "%.0f %.0f\n", v[int((n + 1) / 2)], h}' "$2"
 }
 
+# step_times_between T0 FROM TO STEPS: from a torch_loop.py STEPS file
+# ("STEP END_UNIX_S MS"; MS the step's own time, without its pace),
+# "BEFORE DURING MOST N" in ms: the median of the steps that ended in the 5 s
+# before T0, and the median and the longest of the N steps that ran wholly
+# within [FROM, TO] (unix seconds); "-" where there are none.
+step_times_between() {
+  awk -v t0="$1" -v from="$2" -v to="$3" '
+    function median(v, n,   i, j, t) {
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+      return n ? sprintf("%.1f", v[int((n + 1) / 2)]) : "-"
+    }
+    $2 < t0 && $2 >= t0 - 5 { b[++nb] = $3 + 0 }
+    $2 - $3 / 1000 >= from && $2 <= to { d[++nd] = $3 + 0; if ($3 + 0 > most) most = $3 + 0 }
+    END { printf "%s %s %s %d\n", median(b, nb), median(d, nd), nd ? sprintf("%.1f", most) : "-", nd }' "$4"
+}
+
 # criu_log_at LOG ERE [last]: the seconds (criu's "(SS.uuuuuu)" prefix:
 # since criu started) of the first line of LOG matching ERE (of the last
 # with "last"); nothing when none does.

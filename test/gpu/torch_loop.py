@@ -9,8 +9,15 @@ every step, as the e2e workload contract asks, and appending
   train  a training loop: a GPT-style stack (fp32 linear layers with
          AdamW: weights, gradients and two optimizer states, all written
          every step)
+  transfer  a loop that moves its own data between host and device every
+         step (the traffic benchmark, bench_recopy.sh --traffic): a batch
+         of --transfer-mib MiB in from pinned host memory, a kernel over it
+         and a few of the fp16 weights (read only, most of G), the result
+         out to pinned host memory, and a slot of a ring (a tenth of G,
+         allocated first: the lowest addresses) written, so one allocation
+         is written a little at a time while the rest stays cold
 
-usage: torch_loop.py STATE infer|train --gib G [--pace-ms N] [--width W]
+usage: torch_loop.py STATE infer|train|transfer --gib G [--pace-ms N] [--width W] [--transfer-mib M]
 """
 import argparse
 import os
@@ -59,6 +66,39 @@ def infer(state, token, gib, pace):
             time.sleep(pace)
 
 
+def transfer(state, token, gib, pace, transfer_mib):
+    width, batch = 8192, 16
+    ring_slot = 32 << 20
+    # Allocated first: the ring takes the lowest addresses, which an
+    # address-order copy takes first.
+    ring = torch.zeros(max(1, int(gib * 0.1 * (1 << 30)) // ring_slot), ring_slot // 2, device="cuda",
+                       dtype=torch.float16)
+    n = layers_for(gib * 0.9, width, 2, 1)
+    weights = [torch.randn(width, width, device="cuda", dtype=torch.float16) * 0.01 for _ in range(n)]
+    elems = (transfer_mib << 20) // 2
+    host_in = torch.ones(elems, dtype=torch.float16).pin_memory()
+    host_out = torch.empty(elems, dtype=torch.float16, pin_memory=True)
+    dev_in = torch.empty(elems, device="cuda", dtype=torch.float16)
+    dev_out = torch.empty_like(dev_in)
+    x0 = torch.randn(batch, width, device="cuda", dtype=torch.float16)
+    slot_elems = min(elems, ring.shape[1])
+    step = 0
+    with torch.inference_mode():
+        while True:
+            began = time.time()
+            dev_in.copy_(host_in, non_blocking=True)  # host to device, queued
+            torch.mul(dev_in, 2, out=dev_out)
+            x = x0
+            for w in weights[:4]:
+                x = torch.relu(x @ w)
+            ring[step % ring.shape[0], :slot_elems].copy_(dev_out[:slot_elems])
+            host_out.copy_(dev_out, non_blocking=True)  # device to host, queued
+            torch.cuda.synchronize()
+            step += 1
+            write_state(state, token, step, began)
+            time.sleep(pace)
+
+
 class Block(torch.nn.Module):
     """A transformer block's MLP half (pre-norm, 4x wide, residual): where a
     GPT's parameters and optimizer state mostly are."""
@@ -98,15 +138,18 @@ def train(state, token, gib, pace, width=4096):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("state")
-    p.add_argument("mode", choices=["infer", "train"])
+    p.add_argument("mode", choices=["infer", "train", "transfer"])
     p.add_argument("--gib", type=float, default=8)
     p.add_argument("--pace-ms", type=int, default=0)
     p.add_argument("--width", type=int, default=4096, help="train: the model's width (narrower: more, smaller tensors)")
+    p.add_argument("--transfer-mib", type=int, default=256, help="transfer: MiB moved each way per step")
     a = p.parse_args()
     token = os.urandom(8).hex()
     torch.manual_seed(0)
     if a.mode == "infer":
         infer(a.state, token, a.gib, a.pace_ms / 1000)
+    elif a.mode == "transfer":
+        transfer(a.state, token, a.gib, a.pace_ms / 1000, a.transfer_mib)
     else:
         train(a.state, token, a.gib, a.pace_ms / 1000, a.width)
 

@@ -9,16 +9,20 @@
 //       opened, the file GO created; MS ms later the first chunk is claimed
 //       and marked copied (one a write waits for, if any), MS ms later the
 //       others, the window closed, and its account printed: "window: checked=N waited=N unknown=N
-//       saved=N aborted=0|1 first=CHUNK written=ADDRESS"
+//       saved=N aborted=0|1 first=CHUNK written=ADDRESS transfers=N"
 //   phos-agent-tool recopy-window PID GO GO2 MS  the same for soft recopy: the
-//       file GO created, MS ms later the dirty chunks counted, GO2 created,
-//       MS ms later counted again, the window closed: "recopy: dirty=N
-//       at=ADDRESS then dirty=N of N waited=N"
+//       file GO created, for MS ms the process's transfers in flight watched,
+//       then the dirty chunks counted and the first chunk a cold-first claim
+//       takes looked at (and put back), GO2 created, MS ms later the dirty
+//       chunks counted again, the window closed: "recopy: dirty=N
+//       at=ADDRESS then dirty=N of N waited=N aborted=0|1 transfers=N
+//       transfer_bytes=N in_flight_max=N queued=0|1 cold_first=ADDRESS"
 //   phos-agent-tool fill-window PID GO MS  the engine's side of an on-demand
 //       restore's fill window (protocol kFill, 64 KiB chunks): the file GO
 //       created, MS ms later the chunks a call waits for filled, MS ms later
 //       the rest, the window closed: "fill: checked=N waited=N unknown=N
-//       overwritten=N filled=ADDRESS" (the first chunk filled)
+//       overwritten=N filled=ADDRESS transfers=N" (the first chunk filled;
+//       transfers the process told the fill table of)
 //   phos-agent-tool driver-roundtrip PID  as roundtrip --release-handles, with
 //       the driver's checkpoint and restore of the process (cuCheckpointProcess*)
 //       while it holds no device memory: the dump/restore sequence of the
@@ -27,6 +31,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -108,9 +113,22 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
       if (table.dirty(c) && n++ == 0 && first) *first = c;
     return n;
   };
-  std::this_thread::sleep_for(hold);
+  // The process's synchronous transfer is in its call a while (the fake
+  // driver's FAKE_COPY_SLEEP_MS).
+  uint32_t in_flight_max = 0;
+  for (auto end = std::chrono::steady_clock::now() + hold; std::chrono::steady_clock::now() < end;) {
+    in_flight_max = std::max(in_flight_max, table.traffic().in_flight);
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
   uint64_t first = UINT64_MAX;
   const uint64_t after_write = dirty(&first);
+  // Cold first: the allocation written comes last; put back at once.
+  table.set_cold_first(true);
+  uint64_t cold_first = 0;
+  if (auto c = table.claim_next()) {
+    cold_first = table.regions()[c->region].address + c->offset;
+    table.unclaim(*c);
+  }
   if (FILE* go = std::fopen(go2, "w")) std::fclose(go);
   std::this_thread::sleep_for(hold);
   const uint64_t after_unknown = dirty(nullptr);
@@ -129,9 +147,12 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
     }
     first -= chunks;
   }
+  const phos::copystate::Statistics s = table.statistics();
   std::printf("recopy: dirty=%" PRIu64 " at=0x%" PRIx64 " then dirty=%" PRIu64 " of %" PRIu64 " waited=%" PRIu64
-              " aborted=%d\n",
-              after_write, at, after_unknown, table.chunk_count(), closed->calls_waited, closed->aborted ? 1 : 0);
+              " aborted=%d transfers=%" PRIu64 " transfer_bytes=%" PRIu64 " in_flight_max=%u queued=%d"
+              " cold_first=0x%" PRIx64 "\n",
+              after_write, at, after_unknown, table.chunk_count(), closed->calls_waited, closed->aborted ? 1 : 0,
+              s.transfers, s.transfer_bytes, in_flight_max, table.traffic().busy_until_ns ? 1 : 0, cold_first);
   return 0;
 }
 
@@ -168,9 +189,9 @@ int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
   if (!closed) return fail("close fill window", closed.error());
   (void)again->goodbye();
   std::printf("fill: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " overwritten=%" PRIu64
-              " filled=0x%" PRIx64 "\n",
+              " filled=0x%" PRIx64 " transfers=%" PRIu64 "\n",
               closed->calls_checked, closed->calls_waited, closed->unknown_waits, table->statistics().overwritten,
-              first ? table->regions()[first->region].address + first->offset : 0);
+              first ? table->regions()[first->region].address + first->offset : 0, table->statistics().transfers);
   return 0;
 }
 
@@ -237,10 +258,10 @@ int main(int argc, char** argv) {
     if (!closed) return fail("close copy window", closed.error());
     (void)again->goodbye();
     std::printf("window: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " saved=%" PRIu64
-                " aborted=%d first=%" PRIu64 " written=0x%" PRIx64 "\n",
+                " aborted=%d first=%" PRIu64 " written=0x%" PRIx64 " transfers=%" PRIu64 "\n",
                 closed->calls_checked, closed->calls_waited, closed->unknown_waits, closed->chunks_saved,
                 closed->aborted ? 1 : 0, first ? first->chunk : UINT64_MAX,
-                first ? table->regions()[first->region].address + first->offset : 0);
+                first ? table->regions()[first->region].address + first->offset : 0, table->statistics().transfers);
     return 0;
   }
   if (!std::strcmp(argv[1], "fill-window") && argc == 5) return fill_window(*client, pid, argv[3], std::atoi(argv[4]));

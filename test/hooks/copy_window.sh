@@ -31,6 +31,8 @@ read -r _ unknown_ms < <(grep '^unknown' "$work/out") || fail "no unknown line"
 line=$(grep '^window:' "$work/tool") || fail "no account"
 grep -q ' aborted=0 ' <<< "$line" || fail "the window was given up: $line"
 grep -q ' saved=0 ' <<< "$line" || fail "chunks saved without a pool: $line"
+read -r _ told _ < <(grep '^transfers' "$work/out") || fail "no transfers line"
+grep -q " transfers=$told\$" <<< "$line" || fail "the table did not see the $told transfers that cross the link: $line"
 waited=$(grep -o 'waited=[0-9]*' <<< "$line" | cut -d= -f2)
 unknown=$(grep -o 'unknown=[0-9]*' <<< "$line" | cut -d= -f2)
 [ "$waited" -ge 2 ] && [ "$unknown" -ge 1 ] || fail "the account does not count both waits: $line"

@@ -1,7 +1,9 @@
 /* A stand-in libcuda.so.1 for testing the interception without a GPU: a few
  * driver functions that count their calls, and a cuGetProcAddress that hands
  * out its own exported functions, as the real one does. */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -17,9 +19,26 @@ unsigned long long fake_calls;
 int fake_cuda_initialized;
 CUresult cuInit(unsigned flags) { (void)flags; fake_cuda_initialized = 1; return 0; }
 FAKE_OWN CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+/* FAKE_COPY_SLEEP_MS: each synchronous copy between host and device takes
+ * that long (a test sees it in flight). */
+static void copy_sleep(void) {
+  static int ms = -1;
+  if (ms < 0) {
+    const char *v = getenv("FAKE_COPY_SLEEP_MS");
+    ms = v ? atoi(v) : 0;
+  }
+  if (ms > 0) usleep((useconds_t)ms * 1000);
+}
 FAKE_OWN CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
   (void)dst; (void)src; (void)n;
   __atomic_add_fetch(&fake_calls, 1, __ATOMIC_RELAXED);
+  copy_sleep();
+  return 0;
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+  (void)dst; (void)src; (void)n;
+  __atomic_add_fetch(&fake_calls, 1, __ATOMIC_RELAXED);
+  copy_sleep();
   return 0;
 }
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);

@@ -5,7 +5,10 @@
 # as filled), a read of a chunk not yet filled waits until the engine has
 # filled it (its first claim: the urgent list), as does a stream waiting for
 # a value there (cuStreamWaitValue32), and a call whose set phos
-# does not read waits for the whole fill; the account counts the waits.
+# does not read waits for the whole fill; the account counts the waits. The
+# read is a copy to the host, which a dump's window would count as the
+# process's transfer (for its engine to give way to); a fill's table is not
+# told: the process waits for the fill, its priority already.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 dir=$BUILD/test/hooks
@@ -43,6 +46,7 @@ check() {
   waited=$(grep -o 'waited=[0-9]*' <<< "$line" | cut -d= -f2)
   [ "$overwritten" -ge 1 ] || fail "$mode: no chunk taken as overwritten: $line"
   [ "$waited" -ge 2 ] || fail "$mode: the account does not count both waits: $line"
+  grep -q ' transfers=0$' <<< "$line" || fail "$mode: the fill table was told of the process's transfers: $line"
   filled=$(grep -o 'filled=0x[0-9a-f]*' <<< "$line" | cut -d= -f2)
   # The read was at the first buffer + 8192, in its first 64 KiB chunk.
   [ "$((filled))" = "$((first))" ] || fail "$mode: the engine's first fill was $filled, not the chunk read at $first + 8192"

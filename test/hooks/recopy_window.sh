@@ -3,7 +3,12 @@
 # phos-agent-tool: the process's write marks exactly the chunk it writes
 # dirty, without waiting; a call whose write set phos does not read marks
 # every chunk dirty, without waiting either (the gate closing for the final
-# copy would wait for it); the window is not given up.
+# copy would wait for it); the window is not given up. The process's own
+# copies between host and device are told to the table (PhOS §5: the engine
+# gives way to them), a synchronous one of 1 MiB in flight while its call
+# runs (the fake driver's copy takes FAKE_COPY_SLEEP_MS), device-to-device
+# ones not;
+# a cold-first claim takes the allocation not written first.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 dir=$BUILD/test/hooks
@@ -13,10 +18,11 @@ work=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$work"' EXIT
 
-LD_PRELOAD=$libphos PHOS_SPECULATE=1 "$dir/copy_window_client" "$work/go" "$work/go2" > "$work/out" 2>&1 &
+LD_PRELOAD=$libphos PHOS_SPECULATE=1 FAKE_COPY_SLEEP_MS=100 "$dir/copy_window_client" "$work/go" "$work/go2" \
+  > "$work/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$work/out" && break; sleep 0.05; done
-read -r _ _ buffer _ < <(grep '^ready' "$work/out") || fail "the client did not start: $(cat "$work/out")"
+read -r _ _ buffer other < <(grep '^ready' "$work/out") || fail "the client did not start: $(cat "$work/out")"
 hold_ms=300
 "$dir/phos-agent-tool" recopy-window "$pid" "$work/go" "$work/go2" "$hold_ms" > "$work/tool" 2>&1 ||
   fail "phos-agent-tool: $(cat "$work/tool")"
@@ -29,9 +35,16 @@ read -r _ unknown_ms < <(grep '^unknown' "$work/out") || fail "no unknown line"
 [ "$memset_ms" -lt "$hold_ms" ] || fail "the write waited ($memset_ms ms): recopy never waits"
 [ "$unknown_ms" -lt "$hold_ms" ] || fail "the unknown set waited ($unknown_ms ms): recopy never waits"
 line=$(grep '^recopy:' "$work/tool") || fail "no account"
-read -r _ d1 at _ d2 _ total waited aborted <<< "$line"
+read -r _ d1 at _ d2 _ total waited aborted transfers bytes in_flight queued cold <<< "$line"
 [ "${d1#dirty=}" = 1 ] || fail "the write marked ${d1#dirty=} chunks dirty, not 1: $line"
 [ "$((${at#at=}))" = "$((buffer))" ] || fail "the dirty chunk is at ${at#at=}, not the one written at $buffer + 4096"
 [ "${d2#dirty=}" = "$total" ] || fail "the unknown set left chunks clean: $line"
 [ "${waited#waited=}" = 0 ] && [ "${aborted#aborted=}" = 0 ] || fail "$line"
+read -r _ told told_bytes < <(grep '^transfers' "$work/out") || fail "no transfers line"
+[ "${transfers#transfers=}" = "$told" ] && [ "${bytes#transfer_bytes=}" = "$told_bytes" ] ||
+  fail "the table saw ${transfers#transfers=} transfers (${bytes#transfer_bytes=} bytes), not the $told ($told_bytes bytes) that cross the link: $line"
+[ "${in_flight#in_flight_max=}" = 1 ] || fail "the synchronous transfer was not seen in flight: $line"
+[ "${queued#queued=}" = 1 ] || fail "the asynchronous transfers left no estimate: $line"
+[ "$((${cold#cold_first=}))" = "$((other))" ] ||
+  fail "a cold-first claim took ${cold#cold_first=}, not the unwritten allocation at $other: $line"
 echo "[recopy_window] PASS: the write marked its chunk dirty in $memset_ms ms, the unknown set all $total in $unknown_ms ms; $line"

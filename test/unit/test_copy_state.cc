@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "phos/images/copy_state.h"
+#include "phos/support/clock.h"
 
 using namespace phos;
 using namespace phos::copystate;
@@ -1052,4 +1053,225 @@ TEST_CASE("copy state: fill: unfilled_ranges merges adjacent chunks across regio
   for (uint64_t k = 0; k < s.chunk_count(); k++)
     if (auto claim = s.claim(k)) s.copied(*claim);
   CHECK(s.unfilled_ranges().empty());
+}
+
+// --- PhOS §5: recopy's order, and the program's own transfers ---
+
+namespace {
+
+// The chunks the engine claims now, in order, each marked copied.
+std::vector<uint64_t> claim_order(CopyState& s) {
+  std::vector<uint64_t> order;
+  while (auto c = s.claim_next()) {
+    order.push_back(c->chunk);
+    s.copied(*c);
+  }
+  return order;
+}
+
+// Three allocations of 3 chunks each: chunks 0-2, 3-5, 6-8.
+CopyState three_regions(Protocol p = Protocol::kRecopy) {
+  return make(p, {{1, 0x100000, 3 * kChunk}, {2, 0x200000, 3 * kChunk}, {3, 0x300000, 3 * kChunk}}, 0);
+}
+
+}  // namespace
+
+TEST_CASE("copy state: recopy with cold_first takes unwritten allocations first", "[copy_state][traffic]") {
+  CopyState s = three_regions();
+  s.set_cold_first(true);
+  // The program wrote the middle allocation's first chunk: its other two
+  // are clean, but taken last.
+  REQUIRE(s.before_write(0x200000, 8, no_save, 1s).ok());
+  CHECK_FALSE(s.region_written(0));
+  CHECK(s.region_written(1));
+  CHECK_FALSE(s.region_written(2));
+  CHECK(claim_order(s) == std::vector<uint64_t>{0, 1, 2, 6, 7, 8, 4, 5});
+}
+
+TEST_CASE("copy state: recopy without cold_first keeps the address order", "[copy_state][traffic]") {
+  CopyState s = three_regions();
+  REQUIRE(s.before_write(0x200000, 8, no_save, 1s).ok());
+  CHECK(s.region_written(1));  // marked all the same: the order is the engine's choice
+  CHECK(claim_order(s) == std::vector<uint64_t>{0, 1, 2, 4, 5, 6, 7, 8});
+}
+
+TEST_CASE("copy state: an allocation written while the cold scan runs is left for the end",
+          "[copy_state][traffic]") {
+  CopyState s = three_regions();
+  s.set_cold_first(true);
+  std::vector<uint64_t> order;
+  auto c = s.claim_next();
+  REQUIRE(c);
+  CHECK(c->chunk == 0);
+  s.copied(*c);
+  // The first allocation is written after its first chunk was copied: the
+  // rest of it waits; chunk 1 is dirty, chunk 2 is clean.
+  REQUIRE(s.before_write(0x100000 + kChunk, 8, no_save, 1s).ok());
+  CHECK(claim_order(s) == std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 2});
+  CHECK(s.copied_dirty_count() == 0);  // chunk 1 was written before its copy
+  std::vector<uint64_t> again;
+  while (auto d = s.claim_dirty()) {
+    again.push_back(d->chunk);
+    s.copied(*d);
+  }
+  CHECK(again == std::vector<uint64_t>{1});
+  CHECK(s.all_copied());
+}
+
+TEST_CASE("copy state: copy-on-write marks no allocation written, and its order stays", "[copy_state][traffic]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x100000, 2 * kChunk}, {2, 0x200000, 2 * kChunk}}, 4);
+  s.set_cold_first(true);  // recopy's alone
+  REQUIRE(s.before_write(0x100000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 1s).ok());
+  CHECK_FALSE(s.region_written(0));
+  CHECK(claim_order(s) == std::vector<uint64_t>{0, 1, 2, 3});
+}
+
+TEST_CASE("copy state: copied_dirty_count counts the first pass's chunks written after their copy",
+          "[copy_state][traffic]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 8 * kChunk}}, 0);
+  for (int i = 0; i < 3; i++) s.copied(*s.claim_next());  // chunks 0-2 copied
+  // Chunks 1 and 2 copied then written; 3 written before its copy.
+  REQUIRE(s.before_write(0x100000 + kChunk, 3 * kChunk, no_save, 1s).ok());
+  CHECK(s.dirty_count() == 3);
+  CHECK(s.copied_dirty_count() == 2);
+  s.mark_all_dirty();  // a call the hooks cannot read: every copy wasted
+  CHECK(s.copied_dirty_count() == 3);
+}
+
+TEST_CASE("copy state: the cold scan stays within the table when its cursor is scribbled on",
+          "[copy_state][traffic][scribble]") {
+  CopyState s = three_regions();
+  s.set_cold_first(true);
+  void* map = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd(), 0);
+  REQUIRE(map != MAP_FAILED);
+  // The header's words after its sizes, offsets and window word (the
+  // scan's cursors, the counters, the traffic words), all ones.
+  auto* words = static_cast<uint64_t*>(map);
+  REQUIRE(words[0] == 0x5453504359504850ull);  // the magic: this is the header
+  for (size_t i = 12; i < 24; i++) words[i] = ~0ull;
+  ::munmap(map, 4096);
+  std::set<uint64_t> seen;
+  int guard = 0;
+  while (auto c = s.claim_next()) {
+    REQUIRE(c->chunk < s.chunk_count());
+    CHECK(seen.insert(c->chunk).second);
+    s.copied(*c);
+    REQUIRE(++guard < 100);
+  }
+  CHECK(seen.size() == s.chunk_count());  // each once, none outside the table
+}
+
+TEST_CASE("copy state: a synchronous transfer is in flight until it ends, never below zero", "[copy_state][traffic]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 4 * kChunk}}, 0);
+  CHECK_FALSE(s.traffic().busy(monotonic_ns()));
+  s.transfer_started(1 << 20);
+  CHECK(s.traffic().in_flight == 1);
+  CHECK(s.traffic().busy(monotonic_ns()));
+  s.transfer_ended();
+  s.transfer_ended();  // one too many (a scribbled table): stays at zero
+  CHECK(s.traffic().in_flight == 0);
+  CHECK_FALSE(s.traffic().busy(monotonic_ns()));
+  CHECK(s.statistics().transfers == 1);
+  CHECK(s.statistics().transfer_bytes == 1 << 20);
+}
+
+TEST_CASE("copy state: queued transfers keep the link busy for their bytes at the engine's rate, one after another",
+          "[copy_state][traffic]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x100000, 4 * kChunk}}, 0);
+  SECTION("the engine's rate") {
+    s.set_transfer_rate(1'000'000'000);  // 1 byte per ns
+    s.transfer_queued(5000, 1'000'000);
+    CHECK(s.traffic().busy_until_ns == 1'005'000);
+    s.transfer_queued(2000, 1'001'000);  // behind the first
+    CHECK(s.traffic().busy_until_ns == 1'007'000);
+    s.transfer_queued(1000, 2'000'000);  // the others done by then: from now
+    CHECK(s.traffic().busy_until_ns == 2'001'000);
+    CHECK(s.traffic().busy(2'000'999));
+    CHECK_FALSE(s.traffic().busy(2'001'000));
+    CHECK(s.statistics().transfers == 3);
+    CHECK(s.statistics().transfer_bytes == 8000);
+  }
+  SECTION("20 GB/s where the engine set none") {
+    s.transfer_queued(20'000'000, 0);
+    CHECK(s.traffic().busy_until_ns == 1'000'000);
+  }
+}
+
+TEST_CASE("copy state: transfers told from many threads while the engine claims add up exactly",
+          "[copy_state][traffic]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 256 * kChunk}}, 0);
+  s.set_transfer_rate(1'000'000'000);
+  constexpr int kThreads = 8, kEach = 2000;
+  std::atomic<uint32_t> most_in_flight{0};
+  std::vector<std::thread> program;
+  for (int t = 0; t < kThreads; t++)
+    program.emplace_back([&] {
+      for (int i = 0; i < kEach; i++) {
+        s.transfer_started(10);
+        uint32_t now = s.traffic().in_flight, seen = most_in_flight.load();
+        while (now > seen && !most_in_flight.compare_exchange_weak(seen, now)) {
+        }
+        s.transfer_ended();
+        s.transfer_queued(10, 0);  // queued "at time 0": each adds 10 ns to the sum
+      }
+    });
+  std::set<uint64_t> claimed;
+  while (claimed.size() < s.chunk_count()) {
+    auto c = s.claim_next();
+    if (!c) break;
+    CHECK(claimed.insert(c->chunk).second);
+    s.copied(*c);
+  }
+  for (auto& t : program) t.join();
+  CHECK(claimed.size() == s.chunk_count());
+  CHECK(s.traffic().in_flight == 0);
+  CHECK(most_in_flight.load() >= 1);
+  CHECK(s.traffic().busy_until_ns == uint64_t(kThreads) * kEach * 10);
+  CHECK(s.statistics().transfers == uint64_t(kThreads) * kEach * 2);
+  CHECK(s.statistics().transfer_bytes == uint64_t(kThreads) * kEach * 20);
+}
+
+TEST_CASE("copy state: a transfer in the program's process is seen by the engine", "[copy_state][traffic]") {
+  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 4 * kChunk}}, 0);
+  s.set_transfer_rate(1'000'000'000);
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto hooks = CopyState::attach(s.fd());
+    if (!hooks) _exit(2);
+    hooks->transfer_started(4096);
+    hooks->transfer_queued(1000, 50);
+    char b;
+    if (::read(go[0], &b, 1) != 1) _exit(3);  // the parent looked
+    hooks->transfer_ended();
+    _exit(0);
+  }
+  REQUIRE(child > 0);
+  for (int i = 0; i < 2000 && s.traffic().in_flight == 0; i++) std::this_thread::sleep_for(1ms);
+  CHECK(s.traffic().in_flight == 1);
+  CHECK(s.traffic().busy_until_ns == 1050);
+  REQUIRE(::write(go[1], "x", 1) == 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(s.traffic().in_flight == 0);
+  CHECK(s.statistics().transfers == 2);
+  ::close(go[0]);
+  ::close(go[1]);
+}
+
+TEST_CASE("copy state: urgent_waiting says when a write waits for the engine", "[copy_state][traffic]") {
+  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x100000, 4 * kChunk}}, 0);
+  CHECK_FALSE(s.urgent_waiting());
+  std::thread writer([&] { CHECK(s.before_write(0x100000 + 2 * kChunk, 8, no_save, 5s).ok()); });
+  for (int i = 0; i < 2000 && !s.urgent_waiting(); i++) std::this_thread::sleep_for(1ms);
+  CHECK(s.urgent_waiting());
+  auto c = s.claim_urgent();
+  REQUIRE(c);
+  CHECK(c->chunk == 2);
+  CHECK_FALSE(s.urgent_waiting());
+  s.copied(*c);
+  writer.join();
 }

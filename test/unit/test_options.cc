@@ -434,3 +434,38 @@ TEST_CASE("options: bad lazy_restore values warn and keep the defaults", "[optio
     CHECK(p.options.describe() == PluginOptions().describe());
   }
 }
+
+TEST_CASE("options: traffic defaults to auto at an assumed 20 GB/s", "[options][traffic]") {
+  PluginOptions o;
+  CHECK(o.traffic == PluginOptions::Traffic::kAuto);
+  CHECK(o.traffic_gbps == 20);
+  CHECK(o.describe().find("traffic=auto traffic_gbps=20") != std::string::npos);
+}
+
+TEST_CASE("options: traffic and its rate from the file, the variables over it", "[options][traffic]") {
+  auto p = parse("traffic = order\ntraffic_gbps = 50\n");
+  CHECK(p.warnings.empty());
+  CHECK(p.options.traffic == PluginOptions::Traffic::kOrder);
+  CHECK(p.options.traffic_gbps == 50);
+  auto q = parse("traffic = order\ntraffic_gbps = 50\n", {{"PHOS_TRAFFIC", "off"}, {"PHOS_TRAFFIC_GBPS", "1000"}});
+  CHECK(q.warnings.empty());
+  CHECK(q.options.traffic == PluginOptions::Traffic::kOff);
+  CHECK(q.options.traffic_gbps == 1000);
+  CHECK(q.options.describe().find("traffic=off traffic_gbps=1000") != std::string::npos);
+  CHECK(parse("traffic = auto\ntraffic_gbps = 1\n").options.traffic_gbps == 1);
+}
+
+TEST_CASE("options: bad traffic values warn and keep the defaults", "[options][traffic]") {
+  for (const char* line : {"traffic = on", "traffic = always", "traffic =", "traffic_gbps = 0",
+                           "traffic_gbps = 1001", "traffic_gbps = 20GB"}) {
+    INFO(line);
+    auto p = parse(line);
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("ignored") != std::string::npos);
+    CHECK(p.options.describe() == PluginOptions().describe());
+  }
+  CHECK(parse("traffic = yes\n").warnings.at(0) == "phos.conf:1: traffic = yes: expected auto, order or off; ignored");
+  auto env = parse("", {{"PHOS_TRAFFIC", "fast"}});
+  REQUIRE(env.warnings.size() == 1);
+  CHECK(env.warnings[0] == "PHOS_TRAFFIC=fast: expected auto, order or off; ignored");
+}

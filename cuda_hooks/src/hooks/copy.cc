@@ -10,6 +10,13 @@
 // memory operations (cuStreamWriteValue*) as sets of 4 or 8 bytes. 3D
 // batches and cuStreamBatchMemOp are not recorded: while a dump's copy
 // window is open they wait for its end (their write sets are not read).
+//
+// While a dump's copy window is open, copies between host and device memory
+// (over PCIe) also tell it of themselves (HostTransfer), so that the engine
+// can give way to them (PhOS §5): HtoD and DtoH, unified-address copies
+// with one side in device memory, 2D and 3D copies with one side on the
+// host. Device-to-device and peer copies do not cross the host's link;
+// copies to and from CUDA arrays and batches of copies are not told.
 #include "driver/driver.h"
 #include "runtime.h"
 
@@ -88,6 +95,58 @@ void note_set_2d(const char* call, CUstream stream, bool per_thread, CUdeviceptr
   note_set(call, stream, per_thread, dst + e.offset, e.bytes, pitch == width_bytes || height <= 1);
 }
 
+// A program's own copy between host and device memory, told to an open
+// copy window: a synchronous one while its call runs, an asynchronous one
+// as queued. Closed, it costs one relaxed load; `host_bytes` (the bytes
+// that cross the link, 0: none) is asked only while a window is open.
+class HostTransfer {
+ public:
+  template <class HostBytes>
+  HostTransfer(bool async, HostBytes host_bytes) {
+    CopyWindow& w = runtime().copy_window;
+    if (__builtin_expect(!w.open(), 1)) return;
+    const uint64_t bytes = host_bytes();
+    if (bytes == 0) return;
+    if (async) w.transfer_queued(bytes);
+    else in_call_ = w.transfer_started(bytes);
+  }
+  ~HostTransfer() {
+    if (in_call_) runtime().copy_window.transfer_ended();
+  }
+  HostTransfer(const HostTransfer&) = delete;
+  HostTransfer& operator=(const HostTransfer&) = delete;
+
+ private:
+  bool in_call_ = false;
+};
+
+// Device memory of the program: every device allocation is phos's.
+bool device_memory(CUdeviceptr p) { return runtime().memory.address_range(p, nullptr, nullptr); }
+
+// A unified-address copy crosses the link where one side is device memory
+// and the other is not.
+uint64_t unified_host_bytes(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return device_memory(dst) != device_memory(src) ? n : 0;
+}
+
+bool on_host(CUmemorytype t, CUdeviceptr unified) {
+  return t == CU_MEMORYTYPE_HOST || (t == CU_MEMORYTYPE_UNIFIED && !device_memory(unified));
+}
+
+// A 2D or 3D copy of `bytes` crosses the link where one side is on the host.
+template <class Copy>
+uint64_t pitched_host_bytes(const Copy* c, uint64_t bytes) {
+  if (!c) return 0;
+  return on_host(c->srcMemoryType, c->srcDevice) != on_host(c->dstMemoryType, c->dstDevice) ? bytes : 0;
+}
+uint64_t host_bytes_2d(const CUDA_MEMCPY2D* c) {
+  return c ? pitched_host_bytes(c, uint64_t(c->WidthInBytes) * c->Height) : 0;
+}
+template <class Copy3D>
+uint64_t host_bytes_3d(const Copy3D* c) {
+  return c ? pitched_host_bytes(c, uint64_t(c->WidthInBytes) * c->Height * c->Depth) : 0;
+}
+
 // A batch of linear copies, one record each.
 void note_batch(const char* call, CUstream stream, bool per_thread, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
                 const size_t* sizes, size_t count) {
@@ -106,6 +165,17 @@ void note_batch(const char* call, CUstream stream, bool per_thread, const CUdevi
     return real ? real args : CUDA_ERROR_NOT_FOUND;    \
   }
 
+// The same for a copy that may cross the host's link: `async`, and the
+// expression of its bytes that do (HostTransfer).
+#define PHOS_TRANSFER_HOOK(name, params, args, what, async, host_bytes)    \
+  extern "C" PHOS_EXPORT CUresult name params {                            \
+    GatePass pass(runtime().gate);                                         \
+    if (tracked()) what;                                                   \
+    HostTransfer transfer(async, [&]() -> uint64_t { return host_bytes; }); \
+    auto real = PHOS_REAL(name);                                           \
+    return real ? real args : CUDA_ERROR_NOT_FOUND;                        \
+  }
+
 // Each entry point in its legacy-stream and per-thread-stream forms; the
 // synchronous ones run on the default stream (nullptr).
 #define PHOS_SYNC_HOOKS(macro, name) macro(name, false, nullptr) macro(name##_ptds, true, nullptr)
@@ -117,26 +187,33 @@ void note_batch(const char* call, CUstream stream, bool per_thread, const CUdevi
 #define PHOS_COPY_DTOD_ASYNC(name, per_thread, stream) \
   PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), \
                      note_copy(#name, stream, per_thread, dst, src, n))
-PHOS_SYNC_HOOKS(PHOS_COPY_DTOD, cuMemcpy)
-PHOS_ASYNC_HOOKS(PHOS_COPY_DTOD_ASYNC, cuMemcpyAsync)
+// Unified addresses: either side may be host memory.
+#define PHOS_COPY_UNIFIED(name, per_thread, stream) \
+  PHOS_TRANSFER_HOOK(name, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n), \
+                     note_copy(#name, stream, per_thread, dst, src, n), false, unified_host_bytes(dst, src, n))
+#define PHOS_COPY_UNIFIED_ASYNC(name, per_thread, stream) \
+  PHOS_TRANSFER_HOOK(name, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), \
+                     note_copy(#name, stream, per_thread, dst, src, n), true, unified_host_bytes(dst, src, n))
+PHOS_SYNC_HOOKS(PHOS_COPY_UNIFIED, cuMemcpy)
+PHOS_ASYNC_HOOKS(PHOS_COPY_UNIFIED_ASYNC, cuMemcpyAsync)
 PHOS_SYNC_HOOKS(PHOS_COPY_DTOD, cuMemcpyDtoD_v2)
 PHOS_ASYNC_HOOKS(PHOS_COPY_DTOD_ASYNC, cuMemcpyDtoDAsync_v2)
 
 #define PHOS_COPY_HTOD(name, per_thread, stream) \
-  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, const void* src, size_t n), (dst, src, n), \
-                     note_copy(#name, stream, per_thread, dst, 0, n))
+  PHOS_TRANSFER_HOOK(name, (CUdeviceptr dst, const void* src, size_t n), (dst, src, n), \
+                     note_copy(#name, stream, per_thread, dst, 0, n), false, n)
 #define PHOS_COPY_HTOD_ASYNC(name, per_thread, stream) \
-  PHOS_RECORDED_HOOK(name, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s), \
-                     note_copy(#name, stream, per_thread, dst, 0, n))
+  PHOS_TRANSFER_HOOK(name, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s), \
+                     note_copy(#name, stream, per_thread, dst, 0, n), true, n)
 PHOS_SYNC_HOOKS(PHOS_COPY_HTOD, cuMemcpyHtoD_v2)
 PHOS_ASYNC_HOOKS(PHOS_COPY_HTOD_ASYNC, cuMemcpyHtoDAsync_v2)
 
 #define PHOS_COPY_DTOH(name, per_thread, stream) \
-  PHOS_RECORDED_HOOK(name, (void* dst, CUdeviceptr src, size_t n), (dst, src, n), \
-                     note_copy(#name, stream, per_thread, 0, src, n))
+  PHOS_TRANSFER_HOOK(name, (void* dst, CUdeviceptr src, size_t n), (dst, src, n), \
+                     note_copy(#name, stream, per_thread, 0, src, n), false, n)
 #define PHOS_COPY_DTOH_ASYNC(name, per_thread, stream) \
-  PHOS_RECORDED_HOOK(name, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), \
-                     note_copy(#name, stream, per_thread, 0, src, n))
+  PHOS_TRANSFER_HOOK(name, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), \
+                     note_copy(#name, stream, per_thread, 0, src, n), true, n)
 PHOS_SYNC_HOOKS(PHOS_COPY_DTOH, cuMemcpyDtoH_v2)
 PHOS_ASYNC_HOOKS(PHOS_COPY_DTOH_ASYNC, cuMemcpyDtoHAsync_v2)
 
@@ -160,17 +237,20 @@ PHOS_SYNC_HOOKS(PHOS_COPY_ATOD, cuMemcpyAtoD_v2)
 PHOS_SYNC_HOOKS(PHOS_COPY_DTOA, cuMemcpyDtoA_v2)
 
 #define PHOS_COPY_2D(name, per_thread, stream) \
-  PHOS_RECORDED_HOOK(name, (const CUDA_MEMCPY2D* c), (c), note_copy_2d(#name, stream, per_thread, c))
+  PHOS_TRANSFER_HOOK(name, (const CUDA_MEMCPY2D* c), (c), note_copy_2d(#name, stream, per_thread, c), false, \
+                     host_bytes_2d(c))
 #define PHOS_COPY_2D_ASYNC(name, per_thread, stream) \
-  PHOS_RECORDED_HOOK(name, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), note_copy_2d(#name, stream, per_thread, c))
+  PHOS_TRANSFER_HOOK(name, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), note_copy_2d(#name, stream, per_thread, c), \
+                     true, host_bytes_2d(c))
 PHOS_SYNC_HOOKS(PHOS_COPY_2D, cuMemcpy2D_v2)
 PHOS_SYNC_HOOKS(PHOS_COPY_2D, cuMemcpy2DUnaligned_v2)
 PHOS_ASYNC_HOOKS(PHOS_COPY_2D_ASYNC, cuMemcpy2DAsync_v2)
 
 #define PHOS_COPY_3D(name, per_thread, stream, type) \
-  PHOS_RECORDED_HOOK(name, (const type* c), (c), note_copy_3d(#name, stream, per_thread, c))
+  PHOS_TRANSFER_HOOK(name, (const type* c), (c), note_copy_3d(#name, stream, per_thread, c), false, host_bytes_3d(c))
 #define PHOS_COPY_3D_ASYNC(name, per_thread, stream, type) \
-  PHOS_RECORDED_HOOK(name, (const type* c, CUstream s), (c, s), note_copy_3d(#name, stream, per_thread, c))
+  PHOS_TRANSFER_HOOK(name, (const type* c, CUstream s), (c, s), note_copy_3d(#name, stream, per_thread, c), true, \
+                     host_bytes_3d(c))
 PHOS_COPY_3D(cuMemcpy3D_v2, false, nullptr, CUDA_MEMCPY3D)
 PHOS_COPY_3D(cuMemcpy3D_v2_ptds, true, nullptr, CUDA_MEMCPY3D)
 PHOS_COPY_3D_ASYNC(cuMemcpy3DAsync_v2, false, s, CUDA_MEMCPY3D)

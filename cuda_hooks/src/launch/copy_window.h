@@ -15,6 +15,11 @@
 // cannot complete ends the process: it must never compute on memory that is
 // not restored.
 //
+// The program's own host<->device transfers are told to a dump's window
+// (copy-on-write, recopy), for the engine to pause its copy meanwhile (PhOS
+// §5); not to a fill window: there the program's calls wait for the fill,
+// which is then the program's own priority.
+//
 // Closed (no dump running), each call pays one relaxed load, and only where
 // it already described its set (recording or speculating is on).
 #pragma once
@@ -84,6 +89,16 @@ class CopyWindow {
   // The program let go of the memory at `address` (its unit, whose memory
   // lives on in the engine's mapping).
   void unit_dropped(uint64_t address);
+  // A synchronous host<->device transfer of `bytes` is about to be made:
+  // true when a dump's window took note, and transfer_ended() must follow
+  // the call (the window does not close in between). One smaller than
+  // kHeldTransferBytes is told as queued instead (its call is mostly a wait
+  // for the stream, not the link).
+  static constexpr uint64_t kHeldTransferBytes = 1u << 20;
+  bool transfer_started(uint64_t bytes);
+  void transfer_ended();
+  // An asynchronous one was queued.
+  void transfer_queued(uint64_t bytes);
 
  private:
   class Use;  // a call inside the window (finish() waits for none)

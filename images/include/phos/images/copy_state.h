@@ -20,7 +20,20 @@
 // asynchronous, so only a copy made after the gate closed and the streams
 // drained counts for a chunk written in the window. The engine's first pass
 // copies the chunks not yet dirty; after the gate closes it copies the
-// dirty ones again.
+// dirty ones again. It may take the chunks of regions the program has not
+// written since the window opened first (`set_cold_first`): a region being
+// written is likely written again, and a chunk copied before its write is
+// copied twice.
+//
+// The program's own transfers between host and device (PhOS §5): while a
+// window is open the hooks tell the table of each, so the engine can pause
+// between chunks and leave the PCIe link and the copy engines to the
+// program. A synchronous transfer counts as in flight from before its call
+// to after it; an asynchronous one moves a shared "busy until" time
+// (CLOCK_MONOTONIC, the same in every process) on by its bytes at the rate
+// the engine assumes (`set_transfer_rate`), from now or from where queued
+// transfers end. The estimate does not know when the stream reaches the
+// copy; it is a hint for pauses, never for correctness.
 //
 // On-demand restore (kFill; the image is the source): the process runs
 // while the engine fills its device memory. pending means not filled yet,
@@ -98,6 +111,15 @@ struct Statistics {
   uint64_t waits = 0;    // chunks writes waited for
   uint64_t dirtied = 0;  // chunk writes marked dirty (recopy)
   uint64_t overwritten = 0;  // chunks a call overwrote before the fill reached them (fill)
+  uint64_t transfers = 0;       // the program's host<->device transfers told while the window was open
+  uint64_t transfer_bytes = 0;  // their bytes
+};
+
+// What the engine sees of the program's transfers now.
+struct Traffic {
+  uint32_t in_flight = 0;      // synchronous transfers inside their call
+  uint64_t busy_until_ns = 0;  // asynchronous ones: when those queued are estimated done (CLOCK_MONOTONIC)
+  bool busy(uint64_t now_ns) const { return in_flight > 0 || now_ns < busy_until_ns; }
 };
 
 class CopyState {
@@ -154,8 +176,28 @@ class CopyState {
   // A call whose write set is unknown: waits until the window is closed.
   // For a fill, a window given up is an error: the memory is not whole.
   Result<void> wait_closed(std::chrono::milliseconds timeout) const;
+  // The program's own host<->device transfer of `bytes`: a synchronous one
+  // starts (transfer_ended() after its call), or an asynchronous one is
+  // queued at `now_ns` (CLOCK_MONOTONIC).
+  void transfer_started(uint64_t bytes);
+  void transfer_ended();
+  void transfer_queued(uint64_t bytes, uint64_t now_ns);
 
   // --- the engine ---
+  // The rate the program's asynchronous transfers are assumed to move at,
+  // in bytes per second (0 or unset: 20 GB/s).
+  void set_transfer_rate(uint64_t bytes_per_second);
+  Traffic traffic() const;
+  // Recopy: claim_next() takes the chunks of regions not written since the
+  // window opened first, then the others (off: address order). The
+  // engine's own choice, not shared.
+  void set_cold_first(bool on);
+  // Recopy: whether region `region` (an index into regions()) was written
+  // while the window was open.
+  bool region_written(uint32_t region) const;
+  // Whether a call waits for a chunk now (copy-on-write, fill): the engine
+  // must not pause then.
+  bool urgent_waiting() const;
   // The next chunk to copy: those a write waits for first, then the others
   // in order (recopy: those not dirty), each claimed once. Empty when none
   // is left to claim now (some may still be saving, or copying).
@@ -181,6 +223,9 @@ class CopyState {
   bool all_copied() const;
   // Recopy: the chunks dirty now (to be copied again).
   uint64_t dirty_count() const;
+  // Recopy, before the final pass: chunks copied (by the first pass) and
+  // dirty, written after their copy: the first pass's copies wasted.
+  uint64_t copied_dirty_count() const;
   // Closes the window (every chunk copied, or the dump given up); the
   // hooks stop consulting the table, waiters wake.
   void close(Window how);
@@ -201,6 +246,13 @@ class CopyState {
   std::optional<uint32_t> take_slot();
   void free_slot(uint32_t slot);
   void urgent(uint64_t chunk);
+  // Recopy: the region holding `chunk` was written.
+  void mark_written(uint64_t chunk);
+  // Recopy with cold_first: the next clean pending chunk of a region not
+  // written, claimed; empty once the cold scan has passed every region.
+  std::optional<Claim> claim_cold();
+  // Claims `chunk` if it is pending (recopy: and clean).
+  bool take_pending(uint64_t chunk, bool skip_dirty);
   // Sleeps while `w` holds `seen` (or until the deadline); false at the deadline.
   static bool wait_change(const std::atomic<uint32_t>& w, uint32_t seen, std::chrono::steady_clock::time_point deadline);
   static void wake_all(std::atomic<uint32_t>& w);

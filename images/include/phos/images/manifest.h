@@ -95,6 +95,14 @@ struct Statistics {
   // Chunks stored as zero (Compression::kZero) and their bytes.
   uint64_t zero_chunks = 0;
   uint64_t zero_bytes = 0;
+  // PhOS §5's traffic control while the process ran: its own transfers
+  // between host and device, the engine's pauses for them (time summed
+  // over workers), recopy's first-pass bytes written after their copy.
+  uint64_t program_transfers = 0;
+  uint64_t program_transfer_bytes = 0;
+  uint64_t traffic_pauses = 0;
+  uint64_t traffic_paused_ns = 0;
+  uint64_t recopy_wasted_bytes = 0;
   bool operator==(const Statistics&) const = default;
 };
 

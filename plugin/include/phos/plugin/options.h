@@ -67,6 +67,18 @@ struct PluginOptions {
   // left of criu's freeze timeout (criu --timeout, 10 s by default), which
   // PAUSE_DEVICES runs under.
   uint32_t recopy_pass_ms = 0;
+  // traffic: auto | order | off. PhOS §5's traffic control of the copies
+  // made while the process runs (recopy's first pass, copy-on-write). auto:
+  // the engine pauses between chunks while the process has its own
+  // transfers between host and device in flight or queued (traffic.h), and
+  // recopy's first pass takes the allocations the process has not written
+  // since it began first; order: that order without the pauses; off:
+  // neither (address order at full speed).
+  enum class Traffic { kAuto, kOrder, kOff };
+  Traffic traffic = Traffic::kAuto;
+  // traffic_gbps: 1..1000, the rate the process's asynchronous transfers
+  // are assumed to move at (how long the engine takes one queued to last).
+  uint32_t traffic_gbps = 20;
   // lazy_restore: auto | on | off. on: a restore lets the process run once
   // the driver has restored it, before its device memory is in; the engine
   // fills it behind (the recorded launch order first, chunks a call waits

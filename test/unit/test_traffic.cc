@@ -1,0 +1,148 @@
+// The engine's traffic control (phos/plugin/traffic.h): it gives way to the
+// program's own transfers between host and device, within its bounds.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "phos/images/copy_state.h"
+#include "phos/plugin/traffic.h"
+#include "phos/support/clock.h"
+
+using namespace phos;
+using namespace phos::copystate;
+using phos::plugin::TrafficControl;
+using phos::plugin::TrafficPolicy;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+CopyState table(Protocol p = Protocol::kRecopy) {
+  auto s = CopyState::create(p, 4096, std::vector<Region>{{1, 0x100000, 16 * 4096}}, 0);
+  REQUIRE(s.ok());
+  return std::move(s.value());
+}
+
+TrafficPolicy policy(std::chrono::milliseconds max_pause) {
+  TrafficPolicy p;
+  p.max_pause = max_pause;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("traffic: no pause while the program moves nothing", "[traffic]") {
+  CopyState s = table();
+  TrafficControl t(s, true);
+  CHECK(t.before_claim(UINT64_MAX) == 0);
+  CHECK(t.pauses() == 0);
+  CHECK(t.paused_ns() == 0);
+}
+
+TEST_CASE("traffic: off never pauses, whatever is in flight", "[traffic]") {
+  CopyState s = table();
+  s.transfer_started(1 << 20);
+  TrafficControl t(s, false, policy(1000ms));
+  const uint64_t t0 = monotonic_ns();
+  CHECK(t.before_claim(UINT64_MAX) == 0);
+  CHECK(monotonic_ns() - t0 < 50 * kMs);
+  CHECK(t.pauses() == 0);
+}
+
+TEST_CASE("traffic: a synchronous transfer holds the claim until it ends", "[traffic]") {
+  CopyState s = table();
+  s.transfer_started(1 << 20);
+  std::thread program([&] {
+    std::this_thread::sleep_for(40ms);
+    s.transfer_ended();
+  });
+  TrafficControl t(s, true, policy(5000ms));
+  const uint64_t paused = t.before_claim(UINT64_MAX);
+  program.join();
+  CHECK(paused >= 30 * kMs);
+  CHECK(paused < 2000 * kMs);  // it ended with the transfer, not at the bound
+  CHECK(t.pauses() == 1);
+  CHECK(t.paused_ns() == paused);
+}
+
+TEST_CASE("traffic: a queued transfer holds the claim for its estimate", "[traffic]") {
+  CopyState s = table();
+  s.set_transfer_rate(1'000'000'000);
+  s.transfer_queued(30 * kMs, monotonic_ns());  // 30 ms at 1 byte per ns
+  TrafficControl t(s, true, policy(5000ms));
+  const uint64_t paused = t.before_claim(UINT64_MAX);
+  CHECK(paused >= 25 * kMs);
+  CHECK(paused < 1000 * kMs);
+  CHECK(t.before_claim(UINT64_MAX) == 0);  // done by the estimate
+  CHECK(t.pauses() == 1);
+}
+
+TEST_CASE("traffic: a pause lasts at most max_pause: the copy still moves", "[traffic]") {
+  CopyState s = table();
+  s.transfer_started(1 << 20);  // never ends
+  TrafficControl t(s, true, policy(30ms));
+  for (int i = 0; i < 2; i++) {
+    const uint64_t paused = t.before_claim(UINT64_MAX);
+    CHECK(paused >= 30 * kMs);
+    CHECK(paused < 500 * kMs);
+  }
+  CHECK(t.pauses() == 2);
+}
+
+TEST_CASE("traffic: a pause never runs past the deadline", "[traffic]") {
+  CopyState s = table();
+  s.transfer_started(1 << 20);
+  TrafficControl t(s, true, policy(5000ms));
+  SECTION("a deadline ahead") {
+    const uint64_t deadline = monotonic_ns() + 20 * kMs;
+    t.before_claim(deadline);
+    // The last poll sleeps to the deadline, no further (the scheduler may
+    // wake it a little late).
+    CHECK(monotonic_ns() >= deadline);
+    CHECK(monotonic_ns() < deadline + 100 * kMs);
+    CHECK(t.pauses() == 1);
+  }
+  SECTION("a deadline passed") {
+    CHECK(t.before_claim(monotonic_ns() - 1) == 0);
+    CHECK(t.pauses() == 0);
+  }
+  SECTION("a queued estimate past the deadline") {
+    s.transfer_ended();
+    s.set_transfer_rate(1'000'000'000);
+    s.transfer_queued(5000 * kMs, monotonic_ns());  // 5 s
+    const uint64_t deadline = monotonic_ns() + 20 * kMs;
+    t.before_claim(deadline);
+    CHECK(monotonic_ns() < deadline + 100 * kMs);
+  }
+}
+
+TEST_CASE("traffic: no pause while a call of the program waits for a chunk", "[traffic]") {
+  CopyState s = table(Protocol::kCopyOnWrite);  // no pool: a write waits for the engine
+  s.transfer_started(1 << 20);
+  std::thread writer([&] {
+    CHECK(s.before_write(0x100000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 5s).ok());
+  });
+  for (int i = 0; i < 2000 && !s.urgent_waiting(); i++) std::this_thread::sleep_for(1ms);
+  REQUIRE(s.urgent_waiting());
+  TrafficControl t(s, true, policy(5000ms));
+  const uint64_t t0 = monotonic_ns();
+  t.before_claim(UINT64_MAX);
+  CHECK(monotonic_ns() - t0 < 100 * kMs);
+  auto c = s.claim_urgent();
+  REQUIRE(c);
+  s.copied(*c);
+  writer.join();
+}
+
+TEST_CASE("traffic: workers pausing at once count each pause, their time summed", "[traffic]") {
+  CopyState s = table();
+  s.transfer_started(1 << 20);
+  TrafficControl t(s, true, policy(20ms));
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 4; i++) workers.emplace_back([&] { t.before_claim(UINT64_MAX); });
+  for (auto& w : workers) w.join();
+  CHECK(t.pauses() == 4);
+  CHECK(t.paused_ns() >= 4 * 20 * kMs);
+}
