@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "agent/cuda_backend.h"
 #include "driver/driver.h"
@@ -58,6 +59,7 @@ void report(const char* what, const Result<void>& r) {
 }
 
 void after_fork_in_child() {
+  runtime().validation.after_fork();
   if (g_preload) report("agent restart after fork", g_preload->agent.restart_after_fork());
 }
 
@@ -135,11 +137,12 @@ void write_validation(FILE* f) {
   PHOS_REAL(cuCtxSynchronize)();  // the last launches' tables
   auto t = runtime().validation.totals();
   std::fprintf(f, "validation modules=%llu twins=%llu incomplete=%llu validated=%llu pending=%llu violations=%llu "
-                  "twin_build_ms=%.3f twin_build_max_ms=%.3f sass=%s sass_modules=%llu sass_patch_ms=%.3f "
-                  "sass_patch_max_ms=%.3f\n",
+                  "twin_build_ms=%.3f twin_build_max_ms=%.3f twin_background_builds=%llu first_launch_wait_max_ms=%.3f "
+                  "sass=%s sass_modules=%llu sass_patch_ms=%.3f sass_patch_max_ms=%.3f\n",
                (unsigned long long)t.modules, (unsigned long long)t.twins, (unsigned long long)t.incomplete,
                (unsigned long long)t.validated, (unsigned long long)t.pending, (unsigned long long)t.violations,
-               t.twin_build_ns / 1e6, t.twin_build_max_ns / 1e6, t.sass_attached ? "attached" : "off",
+               t.twin_build_ns / 1e6, t.twin_build_max_ns / 1e6, (unsigned long long)t.background_builds,
+               t.first_launch_wait_max_ns / 1e6, t.sass_attached ? "attached" : "off",
                (unsigned long long)t.sass.modules, t.sass.patch_ns / 1e6, t.sass.patch_max_ns / 1e6);
   for (const auto& k : runtime().validation.kernels()) {
     std::fprintf(f, "validated %s launches=%llu violations=%llu launches_with_violations=%llu",
@@ -214,6 +217,11 @@ __attribute__((constructor)) static void phos_preload_init() {
     if (validators != V::kPtx)
       if (auto attached = runtime().validation.attach_sass(); !attached.ok())
         std::fprintf(stderr, "phos: SASS-level validation unavailable: %s\n", attached.error().message.c_str());
+    // Twins built as modules load, off the launch path (PHOS_TWIN_BUILD=launch:
+    // at each module's first launch, as before).
+    const char* build = std::getenv("PHOS_TWIN_BUILD");
+    if (validators != V::kSass && !(build && std::string_view(build) == "launch"))
+      runtime().validation.set_background_builds(&runtime().gate);
   }
   if (const char* fill = std::getenv("PHOS_FILL_TWINS"); fill && *fill == '0')
     runtime().validation.set_fill_twins(false);

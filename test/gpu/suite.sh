@@ -271,9 +271,9 @@ val_stats() {  # val_stats STATS: the totals, briefly
        /^validated / {for (i = 3; i <= NF; i++) {split($i, kv, "="); f[kv[1]] = kv[2]}
                       if (f["via"] == "sass") {sass += f["launches"]; sk++} else if (f["via"] == "ptx") {ptx += f["launches"]; pk++}
                       delete f}
-       END {printf "validated launches %d (twins %d of %d kernels, SASS %d of %d kernels), violations %d; twins %d (incomplete %d) built in %s ms (at most %s); SASS %s, %d modules patched in %s ms (at most %s); first-launch analysis at most %s ms (%s)",
+       END {printf "validated launches %d (twins %d of %d kernels, SASS %d of %d kernels), violations %d; twins %d (incomplete %d) built in %s ms (at most %s; %s modules in the background, a first launch waited at most %s ms for twins); SASS %s, %d modules patched in %s ms (at most %s); first-launch analysis at most %s ms (%s)",
               v["validated"], ptx, pk, sass, sk, v["violations"], v["twins"], v["incomplete"], v["twin_build_ms"],
-              v["twin_build_max_ms"], v["sass"], v["sass_modules"], v["sass_patch_ms"], v["sass_patch_max_ms"],
+              v["twin_build_max_ms"], v["twin_background_builds"], v["first_launch_wait_max_ms"], v["sass"], v["sass_modules"], v["sass_patch_ms"], v["sass_patch_max_ms"],
               v["analysis_max_ms"], v["analysis_max_parts"]}' "$1"
 }
 case_sanitizer_abi() {
@@ -377,14 +377,17 @@ case_bench_validation() {
 }
 
 # Alternating runs, median of each figure (one run is within noise), with
-# each feature on: recording, speculating, validating with PTX twins, with
-# twins and the SASS patch (PHOS_VALIDATE=1). The first launches and the
+# each feature on: recording, speculating, validating with PTX twins (built
+# in the background, and with PHOS_TWIN_BUILD=launch at the first launch),
+# with twins and the SASS patch (PHOS_VALIDATE=1); the validating runs with
+# the driver's JIT cache off, so every twin module is compiled as on a
+# fresh host. The first launches and the
 # worst single launch show the hidden stalls a feature adds once per kernel;
 # the last validating run's statistics say where a first launch's analysis
 # went (lock, cubin metadata, layout). With PHOS_BENCH_BASELINE_LIB=another
 # libphos.so (the build before a change), that one too, with nothing on.
 case_bench() {
-  local r cfg cfgs="native phos record speculate ptx sass"
+  local r cfg cfgs="native phos record speculate ptx ptx_at_launch sass"
   [ -n "${PHOS_BENCH_BASELINE_LIB:-}" ] && cfgs="$cfgs before"
   for cfg in $cfgs; do : > "$log/bench.$cfg"; done
   for r in 1 2 3 4 5; do
@@ -394,8 +397,10 @@ case_bench() {
         phos) envs=(LD_PRELOAD=$libphos) ;;
         record) envs=(LD_PRELOAD=$libphos PHOS_RECORD_LAUNCHES=1) ;;
         speculate) envs=(LD_PRELOAD=$libphos PHOS_SPECULATE=1) ;;
-        ptx) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=ptx PHOS_STATS_FILE=$log/bench_stats.ptx) ;;
-        sass) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=1 PHOS_STATS_FILE=$log/bench_stats.sass) ;;
+        ptx) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=ptx CUDA_CACHE_DISABLE=1 PHOS_STATS_FILE=$log/bench_stats.ptx) ;;
+        ptx_at_launch) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=ptx PHOS_TWIN_BUILD=launch CUDA_CACHE_DISABLE=1
+                             PHOS_STATS_FILE=$log/bench_stats.ptx_at_launch) ;;
+        sass) envs=(LD_PRELOAD=$libphos PHOS_VALIDATE=1 CUDA_CACHE_DISABLE=1 PHOS_STATS_FILE=$log/bench_stats.sass) ;;
         before) envs=(LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB) ;;
       esac
       env "${envs[@]}" "$bin/bench_hooks" >> "$log/bench.$cfg" 2>&1
@@ -412,9 +417,9 @@ case_bench() {
         for (i = 4; i + 1 <= NF; i += 2) printf " | %10.4f [%s] %+9.4f", $i, $(i + 1), $i - $2
         printf "\n"}' <<<"$joined"
   local mode
-  for mode in ptx sass; do
+  for mode in ptx ptx_at_launch sass; do
     grep -h '^speculation \|^validation ' "$log/bench_stats.$mode" 2>/dev/null | tr ' ' '\n' |
-      grep -E '^(analysis_max_ms|analysis_max_parts|twin_build_max_ms|sass_patch_max_ms|sass)=' | paste -sd ' ' |
+      grep -E '^(analysis_max_ms|analysis_max_parts|twin_build_max_ms|twin_background_builds|first_launch_wait_max_ms|sass_patch_max_ms|sass)=' | paste -sd ' ' |
       sed "s/^/gpu: bench:   first launch's parts, validating ($mode): /"
   done
 }

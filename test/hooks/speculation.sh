@@ -75,6 +75,19 @@ if [ -n "${PHOS_TEST_SAXPY_PTX:-}" ]; then
   xs=$(printf '0x%x' $((x + 16)))
   expect "$work/planted" "^validated _Z5saxpyPKfPffi launches=2 violations=2 launches_with_violations=2 first=$xs site=0 via=ptx\$" \
     "the planted write to x (speculated read only) is caught, at x"
+  # Twins are built off the launch path: while the program pauses after
+  # loading the module, the builder thread builds them; the first launch
+  # finds them built. PHOS_TWIN_BUILD=launch builds them at the first launch.
+  { sleep 1; echo; echo; } | env LD_PRELOAD="$libphos" PHOS_STATS_FILE="$work/background" PHOS_VALIDATE=ptx \
+    PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX" "$dir/speculation_client" wait > "$work/background.out"
+  grep -qx "calls failed 0" "$work/background.out" || fail "a call failed with twins built in the background"
+  expect "$work/background" '^validation modules=1 twins=1 incomplete=0 validated=2 .* twin_background_builds=1 ' \
+    "the builder thread built saxpy's twins while the program paused"
+  expect "$work/background" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0 via=ptx$' \
+    "saxpy validated by the twin built in the background"
+  run "$work/at_launch" PHOS_VALIDATE=ptx PHOS_TEST_PTX="$PHOS_TEST_SAXPY_PTX" PHOS_TWIN_BUILD=launch
+  expect "$work/at_launch" '^validation modules=1 twins=1 incomplete=0 validated=2 .* twin_background_builds=0 ' \
+    "PHOS_TWIN_BUILD=launch: twins built at the first launch"
   # The same kernel from nvcc's fatbin: its compute_90 PTX is taken.
   run "$work/fatbin_ptx" PHOS_VALIDATE=ptx PHOS_TEST_FATBIN="$PHOS_TEST_SAXPY_FATBIN"
   expect "$work/fatbin_ptx" '^validated _Z5saxpyPKfPffi launches=2 violations=0 launches_with_violations=0 via=ptx$' \

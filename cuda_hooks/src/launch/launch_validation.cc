@@ -13,6 +13,7 @@
 #include "phos/ptx/range_table.h"
 #include "phos/ptx/twin.h"
 #include "phos/speculation/fatbin.h"
+#include "phos/support/clock.h"
 
 namespace phos::hooks {
 
@@ -66,9 +67,11 @@ void LaunchValidation::cubin_loaded(uint64_t id, uint64_t hash, const void* imag
   auto m = std::make_shared<Module>();
   m->hash = hash;
   m->ptx = std::move(ptx);
+  PHOS_REAL(cuCtxGetCurrent)(&m->load_ctx);
   std::lock_guard<std::mutex> lock(mu_);
-  modules_[id] = std::move(m);
+  modules_[id] = m;
   totals_.modules++;
+  queue_build_locked(m);
 }
 
 void LaunchValidation::module_loaded(uint64_t id, uint64_t hash, const void* image, bool is_ptx) {
@@ -82,9 +85,72 @@ void LaunchValidation::module_loaded(uint64_t id, uint64_t hash, const void* ima
     if (!ptx) return;  // no PTX to twin
     m->ptx = std::move(*ptx);
   }
+  PHOS_REAL(cuCtxGetCurrent)(&m->load_ctx);
   std::lock_guard<std::mutex> lock(mu_);
-  modules_[id] = std::move(m);
+  modules_[id] = m;
   totals_.modules++;
+  queue_build_locked(m);
+}
+
+void LaunchValidation::set_background_builds(Gate* gate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  build_gate_ = gate;
+}
+
+void LaunchValidation::queue_build_locked(const std::shared_ptr<Module>& m) {
+  if (!build_gate_ || !m->load_ctx) return;  // built at its first launch
+  m->build = Build::kQueued;
+  build_queue_.push_back(m);
+  if (!builder_started_) {
+    builder_started_ = true;
+    // Detached: it sleeps on the queue for the process's life (the runtime
+    // is never destroyed); an exit while it is in the driver is the
+    // driver's to end, as for any thread of the program.
+    std::thread([this] { builder_loop(); }).detach();
+  }
+  build_cv_.notify_all();
+}
+
+void LaunchValidation::builder_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    build_cv_.wait(lock, [&] { return !build_queue_.empty(); });
+    std::shared_ptr<Module> m = std::move(build_queue_.front());
+    build_queue_.pop_front();
+    if (m->build != Build::kQueued) continue;  // a first launch built it already
+    Gate* gate = build_gate_;
+    lock.unlock();
+    // Through the gate before the module counts as being built: a launch
+    // that waits for a build must never wait for one held at a closed gate
+    // (the gate's quiesce would wait for that launch in turn). Meanwhile it
+    // stays queued, and a first launch builds it itself.
+    GatePass pass(*gate);
+    lock.lock();
+    if (m->build != Build::kQueued) continue;
+    m->build = Build::kBuilding;
+    std::string ptx = std::move(m->ptx);
+    CUcontext ctx = m->load_ctx;
+    lock.unlock();
+    PHOS_REAL(cuCtxSetCurrent)(ctx);
+    Twins t = make_twins(ptx, fill_twins_);
+    lock.lock();
+    totals_.background_builds++;
+    publish_locked(*m, std::move(t));
+    build_cv_.notify_all();
+  }
+}
+
+void LaunchValidation::after_fork() {
+  std::lock_guard<std::mutex> lock(mu_);
+  builder_started_ = false;
+  build_queue_.clear();
+  for (auto& [id, m] : modules_) {
+    if (m->build == Build::kQueued) m->build = Build::kNone;
+    if (m->build == Build::kBuilding) {
+      m->build = Build::kDone;
+      m->unusable = "its twins were being built when the process forked";
+    }
+  }
 }
 
 void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
@@ -96,72 +162,111 @@ void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
   // for their statistics); the twins go with the program's module.
   std::shared_ptr<Module> m = it->second;
   modules_.erase(it);
+  m->unloaded = true;  // a build under way drops its twins when it is done
   if (m->twins) PHOS_REAL(cuModuleUnload)(m->twins);
   if (m->fill_twins) PHOS_REAL(cuModuleUnload)(m->fill_twins);
+  m->twins = m->fill_twins = nullptr;
 }
 
 // The twins of every kernel of the module, loaded as a module of their own
 // into the current context. A kernel whose twin is incomplete or names
 // module-scope variables is not validated (see the header).
-void LaunchValidation::build_locked(Module& m) {
-  m.built = true;
-  auto started = std::chrono::steady_clock::now();
+LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx, bool fill_twins) {
+  Twins t;
+  uint64_t started = monotonic_ns();
   ptx::TwinOptions options;
-  Result<ptx::TwinResult> made = ptx::make_twins(m.ptx, options);
+  Result<ptx::TwinResult> made = ptx::make_twins(ptx, options);
   if (!made) {
-    m.unusable = "no twins: " + made.error().message;
+    t.unusable = "no twins: " + made.error().message;
   } else {
     const ptx::TwinResult& twins = *made;
     for (const ptx::TwinKernel& k : twins.kernels) {
-      m.kernels[k.name] = k.twin_name;
-      if (!k.complete) m.skip[k.name] = "twin incomplete: " + k.reason;
-      else if (!k.module_variables.empty()) m.skip[k.name] = "uses module variable " + k.module_variables[0];
+      t.kernels[k.name] = k.twin_name;
+      if (!k.complete) t.skip[k.name] = "twin incomplete: " + k.reason;
+      else if (!k.module_variables.empty()) t.skip[k.name] = "uses module variable " + k.module_variables[0];
     }
-    PHOS_REAL(cuCtxGetCurrent)(&m.ctx);
-    CUresult r = PHOS_REAL(cuModuleLoadData)(&m.twins, twins.ptx.c_str());
+    PHOS_REAL(cuCtxGetCurrent)(&t.ctx);
+    CUresult r = PHOS_REAL(cuModuleLoadData)(&t.twins, twins.ptx.c_str());
     if (r != CUDA_SUCCESS) {
       const char* what = nullptr;
       PHOS_REAL(cuGetErrorName)(r, &what);
-      m.twins = nullptr;
-      m.unusable = std::string("the driver refused the twin module: ") + (what ? what : "?");
+      t.twins = nullptr;
+      t.unusable = std::string("the driver refused the twin module: ") + (what ? what : "?");
     }
-    totals_.twins += twins.kernels.size();
-    for (const ptx::TwinKernel& k : twins.kernels) totals_.incomplete += !k.complete;
-    if (fill_twins_) build_fill_locked(m);
+    t.count = twins.kernels.size();
+    for (const ptx::TwinKernel& k : twins.kernels) t.incomplete += !k.complete;
+    if (fill_twins) make_fill_twins(ptx, t);
   }
-  m.ptx.clear();
-  m.ptx.shrink_to_fit();
-  uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
-  totals_.twin_build_ns += ns;
-  totals_.twin_build_max_ns = std::max(totals_.twin_build_max_ns, ns);
+  t.ns = monotonic_ns() - started;
+  return t;
 }
 
 // The fill twins, from the same PTX: built now, while the program runs
 // before any checkpoint, since a restored process cannot build them (the
 // PTX is not kept). A kernel without one waits for the whole fill.
-void LaunchValidation::build_fill_locked(Module& m) {
+void LaunchValidation::make_fill_twins(const std::string& ptx, Twins& t) {
   ptx::TwinOptions options;
   options.loads = true;
   options.suffix = "__phos_fill";
-  Result<ptx::TwinResult> made = ptx::make_twins(m.ptx, options);
+  Result<ptx::TwinResult> made = ptx::make_twins(ptx, options);
   if (!made) return;
   for (const ptx::TwinKernel& k : made->kernels)
-    if (k.complete && k.module_variables.empty()) m.fill_kernels[k.name] = k.twin_name;
-  if (PHOS_REAL(cuModuleLoadData)(&m.fill_twins, made->ptx.c_str()) != CUDA_SUCCESS) {
-    m.fill_twins = nullptr;
-    m.fill_kernels.clear();
+    if (k.complete && k.module_variables.empty()) t.fill_kernels[k.name] = k.twin_name;
+  if (PHOS_REAL(cuModuleLoadData)(&t.fill_twins, made->ptx.c_str()) != CUDA_SUCCESS) {
+    t.fill_twins = nullptr;
+    t.fill_kernels.clear();
   }
 }
 
-LaunchValidation::ValidatedKernel* LaunchValidation::kernel_locked(Kernel& k) {
+void LaunchValidation::publish_locked(Module& m, Twins t) {
+  m.build = Build::kDone;
+  m.ptx.clear();
+  m.ptx.shrink_to_fit();
+  totals_.twins += t.count;
+  totals_.incomplete += t.incomplete;
+  totals_.twin_build_ns += t.ns;
+  totals_.twin_build_max_ns = std::max(totals_.twin_build_max_ns, t.ns);
+  if (m.unloaded) {  // the program unloaded the module meanwhile
+    if (t.twins) PHOS_REAL(cuModuleUnload)(t.twins);
+    if (t.fill_twins) PHOS_REAL(cuModuleUnload)(t.fill_twins);
+    m.unusable = "unloaded";
+    return;
+  }
+  m.ctx = t.ctx;
+  m.twins = t.twins;
+  m.fill_twins = t.fill_twins;
+  m.skip = std::move(t.skip);
+  m.kernels = std::move(t.kernels);
+  m.fill_kernels = std::move(t.fill_kernels);
+  m.unusable = std::move(t.unusable);
+}
+
+void LaunchValidation::ensure_built(Module& m, std::unique_lock<std::mutex>& lock) {
+  if (m.build == Build::kDone) return;
+  uint64_t started = monotonic_ns();
+  if (m.build == Build::kBuilding) {
+    build_cv_.wait(lock, [&] { return m.build == Build::kDone; });
+  } else {
+    // Not started (or still queued: the builder skips it once it is done).
+    publish_locked(m, make_twins(m.ptx, fill_twins_));
+  }
+  totals_.first_launch_wait_max_ns = std::max(totals_.first_launch_wait_max_ns, monotonic_ns() - started);
+}
+
+LaunchValidation::ValidatedKernel* LaunchValidation::kernel_locked(Kernel& k, std::unique_lock<std::mutex>& lock) {
   if (auto* v = k.state<ValidatedKernel>(KernelFeature::kValidation)) return v;
-  auto m = k.module.id ? modules_.find(k.module.id) : modules_.end();
+  auto found = k.module.id ? modules_.find(k.module.id) : modules_.end();
   // Not from a module with PTX: the SASS validator's, if it is attached.
-  if (m == modules_.end() && !sass_.attached()) return nullptr;
+  if (found == modules_.end() && !sass_.attached()) return nullptr;
+  std::shared_ptr<Module> m = found != modules_.end() ? found->second : nullptr;
+  if (m) {
+    ensure_built(*m, lock);  // may wait, the lock released
+    if (auto* v = k.state<ValidatedKernel>(KernelFeature::kValidation)) return v;  // another launch's meanwhile
+  }
   ValidatedKernel& v = k.attach(KernelFeature::kValidation, std::make_unique<ValidatedKernel>());
   v.stats.name = k.name;
-  if (m != modules_.end()) {
-    v.module = m->second;
+  if (m) {
+    v.module = m;
     resolve_twin_locked(v, k);
   }
   if (!v.twin && sass_.attached()) try_sass_locked(v, k);
@@ -170,7 +275,6 @@ LaunchValidation::ValidatedKernel* LaunchValidation::kernel_locked(Kernel& k) {
 
 void LaunchValidation::resolve_twin_locked(ValidatedKernel& v, const Kernel& k) {
   Module& m = *v.module;
-  if (!m.built) build_locked(m);
   CUcontext ctx = nullptr;
   PHOS_REAL(cuCtxGetCurrent)(&ctx);
   auto why = m.skip.find(k.name);
@@ -245,9 +349,9 @@ bool LaunchValidation::prepare(Kernel& kernel, void** params, void** extra, uint
   ptx::build_range_table(writes.ranges, &words);
   if (words.size() > ptx::range_table_bytes(kTableRanges) / sizeof(uint64_t)) return false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     collect_locked();
-    ValidatedKernel* k = kernel_locked(kernel);
+    ValidatedKernel* k = kernel_locked(kernel, lock);
     if (!k || (!k->twin && !k->sass)) return false;
     if (!table_locked(&out->table)) return false;
     std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));
@@ -299,9 +403,9 @@ bool LaunchValidation::prepare_fill(Kernel& kernel, void** params, void** extra,
   std::vector<uint64_t> words;
   ptx::build_range_table(allowed, &words);
   if (words.size() > ptx::range_table_bytes(kTableRanges) / sizeof(uint64_t)) return false;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   collect_locked();
-  ValidatedKernel* k = kernel_locked(kernel);
+  ValidatedKernel* k = kernel_locked(kernel, lock);
   if (!k || !k->fill_twin) return false;
   if (!table_locked(&out->table)) return false;
   std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));

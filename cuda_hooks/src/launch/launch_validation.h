@@ -22,6 +22,13 @@
 // (everything but the chunks not yet filled); the launch is waited for and
 // an access outside it ends the process (prepare_fill, finish_fill).
 //
+// Twins are built off the launch path: a module's twins (the PTX rewritten,
+// then loaded, which the driver JIT-compiles: tens of ms a module) are
+// built by a thread of their own as soon as the module is loaded, into the
+// context current at its load; a first launch waits only for what is left
+// of that build, or builds them itself where none was started (no context
+// current at the load, background builds off).
+//
 // What is not validated runs as it is: launches whose set is unknown,
 // launches into a stream being captured, the packed-argument form, and
 // kernels neither validator can take (the reason is in the statistics).
@@ -30,16 +37,19 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "launch/launch_speculation.h"
+#include "phos/hooks/gate.h"
 #include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/sass_validation.h"
 #include "phos/ptx/range_table.h"
@@ -140,9 +150,19 @@ class LaunchValidation {
     std::string validator;  // "ptx" or "sass"
     std::string skipped;  // why this kernel is not validated; empty if it is
   };
+  // Builds twins in a thread of their own from each module's load on,
+  // passing `gate` (a checkpoint's quiesce waits for a build in the driver,
+  // and holds the next); null: at each module's first launch only.
+  void set_background_builds(Gate* gate);
+  // In a forked child: the builder thread is not there; builds under way
+  // are left to the first launch (their PTX went with the parent's thread).
+  void after_fork();
+
   struct Totals {
     uint64_t validated = 0, pending = 0, violations = 0, modules = 0, twins = 0, incomplete = 0;
     uint64_t twin_build_ns = 0, twin_build_max_ns = 0;
+    uint64_t background_builds = 0;  // modules whose twins the builder thread made
+    uint64_t first_launch_wait_max_ns = 0;  // the longest a first launch built or waited for twins
     bool sass_attached = false;
     SassPatcher::Totals sass;
   };
@@ -152,10 +172,13 @@ class LaunchValidation {
   std::vector<KernelStats> kernels();
 
  private:
+  enum class Build : uint8_t { kNone, kQueued, kBuilding, kDone };
   struct Module {
     uint64_t hash = 0;
     std::string ptx;
-    bool built = false;
+    Build build = Build::kNone;
+    bool unloaded = false;  // while the builder had it: its twins are dropped when done
+    CUcontext load_ctx = nullptr;  // current at its load: where the builder loads its twins
     CUcontext ctx = nullptr;
     CUmodule twins = nullptr;
     CUmodule fill_twins = nullptr;  // loads and stores checked (on-demand restore)
@@ -181,11 +204,26 @@ class LaunchValidation {
   // `k`'s state, made at its first validated launch (null: neither
   // validator can take it); builds the module's twins at the first launch of
   // any of its kernels.
-  ValidatedKernel* kernel_locked(Kernel& k);
+  ValidatedKernel* kernel_locked(Kernel& k, std::unique_lock<std::mutex>& lock);
   void resolve_twin_locked(ValidatedKernel& v, const Kernel& k);
   void try_sass_locked(ValidatedKernel& v, Kernel& k);
-  void build_locked(Module& m);
-  void build_fill_locked(Module& m);
+  // What a build makes of a module's PTX (in the current context), before
+  // it is published into its Module under the lock.
+  struct Twins {
+    CUcontext ctx = nullptr;
+    CUmodule twins = nullptr, fill_twins = nullptr;
+    std::map<std::string, std::string> skip, kernels, fill_kernels;
+    std::string unusable;
+    uint64_t count = 0, incomplete = 0, ns = 0;
+  };
+  static Twins make_twins(const std::string& ptx, bool fill_twins);
+  static void make_fill_twins(const std::string& ptx, Twins& t);
+  void publish_locked(Module& m, Twins t);
+  // Built before `k`'s first validated launch goes on: now, or by the
+  // builder (waited for, the lock released meanwhile).
+  void ensure_built(Module& m, std::unique_lock<std::mutex>& lock);
+  void queue_build_locked(const std::shared_ptr<Module>& m);
+  void builder_loop();
   bool table_locked(Table* out);
   void collect_locked();
   std::string triton_ptx(const void* image, size_t size);
@@ -199,6 +237,11 @@ class LaunchValidation {
   std::mutex mu_;
   // By module registry id. Kernels keep theirs (shared_ptr) in their entry.
   std::unordered_map<uint64_t, std::shared_ptr<Module>> modules_;
+  // The builder thread (started with the first module it gets) and its queue.
+  Gate* build_gate_ = nullptr;
+  bool builder_started_ = false;
+  std::deque<std::shared_ptr<Module>> build_queue_;
+  std::condition_variable build_cv_;  // a module queued, or a build published
   std::vector<Table> free_;
   std::deque<Table> in_flight_;
   Totals totals_;
