@@ -61,6 +61,15 @@ std::vector<std::byte> encode(const Restoring& r) {
   return pack(m);
 }
 
+std::vector<std::byte> encode(const RestoreStarted& r) {
+  Phos__Keeper__RestoreStarted started = PHOS__KEEPER__RESTORE_STARTED__INIT;
+  started.criu_pid = r.criu_pid;
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED;
+  m.restore_started = &started;
+  return pack(m);
+}
+
 Result<Message> decode(const Phos__Keeper__Message& m) {
   switch (m.kind_case) {
     case PHOS__KEEPER__MESSAGE__KIND_HOLD: {
@@ -75,6 +84,8 @@ Result<Message> decode(const Phos__Keeper__Message& m) {
       return Message(Done{});
     case PHOS__KEEPER__MESSAGE__KIND_RESTORING:
       return Message(Restoring{m.restoring->pid, bool(m.restoring->restored)});
+    case PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED:
+      return Message(RestoreStarted{m.restore_started->criu_pid});
     default:
       break;
   }

@@ -104,6 +104,10 @@ Result<void> KeeperLink::restoring(pid_t pid, bool restored) {
   return keeper::send_message(sock_.get(), keeper::Restoring{pid, restored});
 }
 
+Result<void> KeeperLink::restore_started() {
+  return keeper::send_message(sock_.get(), keeper::RestoreStarted{int32_t(::getpid())});
+}
+
 Result<void> KeeperLink::done() {
   auto r = keeper::send_message(sock_.get(), keeper::Done{});
   sock_.reset();

@@ -32,6 +32,8 @@ class KeeperLink {
   // A restore: `pid` is about to get its GPU state (restored false), or has
   // it (true). A criu that dies in between leaves it for the keeper to end.
   Result<void> restoring(pid_t pid, bool restored);
+  // A restore begins in this criu: the keeper watches the processes it forks.
+  Result<void> restore_started();
   // Tells the keeper to let go and exit; closes the link.
   Result<void> done();
   // Leaves the link open until criu exits, without Done: the keeper then

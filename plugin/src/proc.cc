@@ -53,6 +53,35 @@ Result<pid_t> ns_pid(pid_t pid) {
   return make_error("/proc/" + std::to_string(pid) + "/status has no NSpid line");
 }
 
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::string task = "/proc/" + std::to_string(pid) + "/task";
+  auto tids = list_dir(task);
+  if (!tids) return out;
+  for (const std::string& tid : *tids) {
+    auto text = read_text(task + "/" + tid + "/children");
+    if (!text) continue;
+    std::istringstream in(*text);
+    pid_t child = 0;
+    while (in >> child) out.push_back(child);
+  }
+  return out;
+}
+
+std::optional<uint64_t> start_time_of(pid_t pid) {
+  auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  // After the command name (in parentheses, which may hold anything):
+  // fields 3 on; the start time is field 22.
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream in(stat->substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && (in >> field); i++)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return std::nullopt;
+}
+
 Result<pid_t> tracer_of(pid_t pid, pid_t tid) {
   auto status = read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
   if (!status) return status.error();

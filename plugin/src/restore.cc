@@ -79,14 +79,19 @@ Result<void> Restorer::load() {
     PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
               m.devices.size(), m.allocations.size(), m.writer_version.c_str());
   }
-  if (engine_) {
+  // Every phos process needs its driver restore at RESUME_DEVICES_LATE,
+  // GPU memory or not: the keeper watches from here on.
+  if (!images_.empty()) {
     auto k = KeeperLink::start(dirfd_, options_.agent_timeout_ms);
-    if (k)
+    if (k) {
       keeper_.emplace(std::move(*k));
-    else
+      if (auto told = keeper_->restore_started(); !told)
+        PHOS_WARN("phos-keeper: %s; if criu dies before RESUME_DEVICES_LATE, the processes it forked stay",
+                  told.error().message.c_str());
+    } else
       PHOS_WARN("%s: if criu dies during this restore, a process it leaves half-restored stays", k.error().message.c_str());
-    filler_ = std::thread([this] { fill_all(); });
   }
+  if (engine_) filler_ = std::thread([this] { fill_all(); });
   return {};
 }
 
@@ -248,7 +253,20 @@ Result<bool> Restorer::resume_late(pid_t pid) {
   auto vpid = ns_pid(pid);
   if (!vpid) return vpid.error();
   auto it = images_.find(*vpid);
-  if (it == images_.end()) return false;
+  if (it == images_.end()) {
+    // No GPU state to give: whole once criu is done with it (the keeper
+    // leaves it be should criu die now).
+    std::lock_guard<std::mutex> lock(window_mu_);
+    if (keeper_) (void)keeper_->restoring(pid, true);
+    return false;
+  }
+  if (fault("stall-before-resume")) {
+    // Where criu is while it restores the process's CPU side: the keeper
+    // does not know the pid yet.
+    PHOS_WARN("fault injection (PHOS_FAULT): RESUME_DEVICES_LATE holds for 60 s before phos-keeper hears of process %d",
+              pid);
+    ::sleep(60);
+  }
   if (keeper_) {
     std::lock_guard<std::mutex> lock(window_mu_);
     (void)keeper_->restoring(pid, false);

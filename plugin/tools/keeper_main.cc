@@ -10,13 +10,16 @@
 // usage (by the plugin only): phos-keeper [--detach] [--agent-timeout-ms N]
 //   fd 3: the link to the plugin; fd 4: the image directory
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -34,6 +37,7 @@ using namespace phos::plugin;
 constexpr int kLinkFd = 3;
 constexpr int kImageDirFd = 4;
 constexpr int kDetachWaitMs = 30000;
+constexpr int kTreeScanMs = 20;
 
 struct Held {
   std::vector<agent::Allocation> allocations;
@@ -45,6 +49,13 @@ struct KeeperState {
   std::map<pid_t, Held> processes;
   std::vector<pid_t> order;  // as first heard of
   std::vector<pid_t> restoring;  // a restore's processes, not yet given their GPU state
+  // A restore: criu's pid, the processes seen in its tree (by start time,
+  // so that a later process that got the pid is left alone), and those
+  // that have their GPU state.
+  pid_t criu = 0;
+  bool tree_known = false;  // criu reached RESUME_DEVICES_LATE: it forked all it will
+  std::map<pid_t, uint64_t> forked;
+  std::set<pid_t> restored;
 };
 
 void apply(KeeperState& k, const keeper::Hold& hold, std::vector<UniqueFd>& fds) {
@@ -65,10 +76,32 @@ void apply(KeeperState& k, const keeper::State& state, std::vector<UniqueFd>&) {
 
 void apply(KeeperState&, const keeper::Done&, std::vector<UniqueFd>&) {}
 
+// Every process below criu now, recorded with its start time.
+void scan_restore_tree(KeeperState& k) {
+  std::vector<pid_t> todo = children_of(k.criu);
+  std::set<pid_t> seen;
+  while (!todo.empty()) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    if (p == ::getpid() || !seen.insert(p).second) continue;
+    if (auto started = start_time_of(p); started && !k.forked.count(p)) k.forked.emplace(p, *started);
+    for (pid_t c : children_of(p)) todo.push_back(c);
+  }
+}
+
 void apply(KeeperState& k, const keeper::Restoring& r, std::vector<UniqueFd>&) {
   std::erase(k.restoring, pid_t(r.pid));
   if (!r.restored) k.restoring.push_back(r.pid);
+  if (r.restored) k.restored.insert(r.pid);
+  // RESUME_DEVICES_LATE comes after criu forked the whole tree; what the
+  // restored processes fork later is theirs, never looked at.
+  if (k.criu && !k.tree_known) {
+    scan_restore_tree(k);
+    k.tree_known = true;
+  }
 }
+
+void apply(KeeperState& k, const keeper::RestoreStarted& r, std::vector<UniqueFd>&) { k.criu = r.criu_pid; }
 
 // Waits until nothing traces `pid` any more (criu's seize ends with criu).
 bool wait_untraced(pid_t pid) {
@@ -93,10 +126,17 @@ void log_to_image_dir() {
 // left in criu's restorer, and would run on with its gate closed for good.
 // Ended once criu's hold is gone, so that the next restore finds its pid
 // free (its device memory was criu's, gone with criu).
+// Those criu forked and had not yet brought to RESUME_DEVICES_LATE count
+// too: criu gone, each resumes where it was, without its GPU state.
 void end_half_restored(const KeeperState& k) {
+  std::vector<pid_t> left = k.restoring;
+  for (const auto& [pid, started] : k.forked)
+    if (!k.restored.count(pid) && std::find(left.begin(), left.end(), pid) == left.end() &&
+        start_time_of(pid) == started)
+      left.push_back(pid);
   PHOS_WARN("criu went away during a restore; ending the %zu process(es) it left without their GPU state",
-            k.restoring.size());
-  for (pid_t pid : k.restoring) {
+            left.size());
+  for (pid_t pid : left) {
     if (!process_alive(pid)) continue;
     if (!wait_untraced(pid)) PHOS_WARN("process %d is still traced after %d ms", pid, kDetachWaitMs);
     if (::kill(pid, SIGKILL) == 0)
@@ -157,13 +197,23 @@ int main(int argc, char** argv) {
   }
   KeeperState k;
   for (;;) {
+    // During a restore, criu's tree is looked at between messages: what it
+    // forked must be known before criu can die.
+    if (k.criu && !k.tree_known) {
+      struct pollfd link = {kLinkFd, POLLIN, 0};
+      if (::poll(&link, 1, kTreeScanMs) == 0) {
+        scan_restore_tree(k);
+        continue;
+      }
+    }
     auto received = keeper::recv_message(kLinkFd, -1);
     if (!received) break;  // criu is gone (end of stream without Done), or sent what does not decode
     std::visit([&](const auto& m) { apply(k, m, received->fds); }, received->message);
     if (std::holds_alternative<keeper::Done>(received->message)) return 0;
   }
   log_to_image_dir();
-  if (!k.restoring.empty()) end_half_restored(k);
-  if (!k.order.empty() || k.restoring.empty()) recover(k, agent_timeout_ms);
+  bool restore = !k.restoring.empty() || !k.forked.empty();
+  if (restore) end_half_restored(k);
+  if (!k.order.empty() || !restore) recover(k, agent_timeout_ms);
   return 0;
 }

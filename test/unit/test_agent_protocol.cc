@@ -394,6 +394,7 @@ TEST_CASE("keeper protocol: every message round trips, with its fds", "[agent_pr
       keeper::Done{},
       keeper::Restoring{44, false},
       keeper::Restoring{44, true},
+      keeper::RestoreStarted{4242},
   };
   for (const auto& m : messages) {
     auto back = keeper::decode_message(keeper::encode_message(m));

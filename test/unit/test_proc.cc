@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
@@ -118,4 +119,50 @@ TEST_CASE("proc: other criu command lines do not restore lazily", "[proc]") {
 
 TEST_CASE("proc: this test program is not a criu that leaves processes running", "[proc]") {
   CHECK_FALSE(criu_leaves_running());
+}
+
+TEST_CASE("proc: children_of lists a forked child; none for a leaf or a process that is gone", "[proc]") {
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  std::atomic<pid_t> from_thread{0};
+  std::thread t([&] {
+    pid_t c = ::fork();
+    if (c == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    from_thread = c;
+  });
+  t.join();
+  std::vector<pid_t> seen = children_of(::getpid());
+  // A thread's children are in its own task's list; once the thread is
+  // gone they move to another thread of the process: not checked here.
+  CHECK(std::find(seen.begin(), seen.end(), child) != seen.end());
+  CHECK(children_of(child).empty());
+  ::kill(child, SIGKILL);
+  ::kill(from_thread, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::waitpid(from_thread, nullptr, 0);
+  CHECK(children_of(999999999).empty());
+}
+
+TEST_CASE("proc: start_time_of tells a process from a later one", "[proc]") {
+  auto self = start_time_of(::getpid());
+  REQUIRE(self.has_value());
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  auto later = start_time_of(child);
+  REQUIRE(later.has_value());
+  CHECK(*later >= *self);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK_FALSE(start_time_of(child).has_value());
 }

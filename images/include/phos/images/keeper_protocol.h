@@ -44,7 +44,13 @@ struct Restoring {
   bool operator==(const Restoring&) const = default;
 };
 
-using Message = std::variant<Hold, State, Done, Restoring>;
+// A restore begins: the processes criu forks from now on are its.
+struct RestoreStarted {
+  int32_t criu_pid = 0;
+  bool operator==(const RestoreStarted&) const = default;
+};
+
+using Message = std::variant<Hold, State, Done, Restoring, RestoreStarted>;
 
 std::vector<std::byte> encode_message(const Message& message);
 // EPROTO with what is wrong where the payload does not parse or holds no kind.

@@ -26,6 +26,12 @@ bool maps_library(pid_t pid, const std::string& name);
 
 // True while `pid` exists and is not a zombie.
 bool process_alive(pid_t pid);
+// The children of every thread of `pid` (/proc/PID/task/TID/children); none
+// where it is gone.
+std::vector<pid_t> children_of(pid_t pid);
+// When `pid` started, in clock ticks since boot (/proc/PID/stat field 22):
+// tells a process from a later one that got its pid.
+std::optional<uint64_t> start_time_of(pid_t pid);
 // True when `pid` has a SIGKILL pending (it is being killed, and may not have
 // exited yet), or is gone.
 bool kill_pending(pid_t pid);
