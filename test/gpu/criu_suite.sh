@@ -101,6 +101,9 @@
 #   restore_criu_killed  criu killed while a restore fills 4 GiB: phos-keeper
 #                        ends the half-restored process, the GPU's memory
 #                        comes back, the next restore works
+#   restore_criu_killed_early  the same before RESUME_DEVICES_LATE, while
+#                        criu restores the CPU side: phos-keeper, watching
+#                        criu's tree, ends what criu forked
 #   lazy_two_processes   two_processes restored on demand, the fill slowed
 #   rpc_gpu              criu through its RPC (swrk, as runc drives it) on a
 #                        GPU process: leave_running dump, dump, restore
@@ -857,6 +860,11 @@ restore_criu_killed() {
   if [ "$1" = lazy ]; then
     PHOS_LAZY_RESTORE=on PHOS_FAULT=slow-fill criu_restore &
     reached="the process runs while its memory is filled"
+  elif [ "$1" = early ]; then
+    # criu still restoring the CPU side: the keeper knows the process only
+    # from watching criu's tree.
+    PHOS_FAULT=stall-before-resume criu_restore &
+    reached="RESUME_DEVICES_LATE holds for 60 s"
   else
     PHOS_FAULT=stall-in-fill criu_restore &
     reached="plugin: .phos' hook 9"
@@ -868,7 +876,7 @@ restore_criu_killed() {
   done
   [ "$during" -ge $((before + 4000)) ] || fail "the restore did not allocate its memory ($before -> $during MiB)"
   grep -q "$reached" "$WORK/restore.log" || fail "the restore did not reach: $reached"
-  grep -q "all GPU data in" "$WORK/restore.log" && fail "the fill ended before criu could be killed"
+  [ "$1" != early ] && grep -q "all GPU data in" "$WORK/restore.log" && fail "the fill ended before criu could be killed"
   pkill -9 -f "$CRIU restore -D $IMG" || fail "no criu to kill"
   wait || true
   local after=$before
@@ -886,10 +894,12 @@ restore_criu_killed() {
   carried_on "$WORK/state" "$token" 4096
   local when="mid-fill"
   [ "$1" = lazy ] && when="while the running process's memory was filled"
+  [ "$1" = early ] && when="before RESUME_DEVICES_LATE (the CPU side still restoring)"
   pass "criu killed $when: GPU memory $before -> $during -> $after MiB, phos-keeper ended the half-restored process; the next restore works: $CARRIED"
 }
 case_restore_criu_killed() { restore_criu_killed eager; }
 case_lazy_restore_criu_killed() { restore_criu_killed lazy; }
+case_restore_criu_killed_early() { restore_criu_killed early; }
 
 # criu driven through its RPC (criu swrk), as runc and podman drive it, with
 # the plugin named in a configuration file, on a GPU process
@@ -1222,7 +1232,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
-  two_dumps_at_once restore_criu_killed torch_many_allocations soak_torch soak_pattern_32GiB"
+  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then
