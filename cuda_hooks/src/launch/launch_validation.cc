@@ -100,7 +100,11 @@ void LaunchValidation::set_background_builds(Gate* gate) {
 void LaunchValidation::queue_build_locked(const std::shared_ptr<Module>& m) {
   if (!build_gate_ || !m->load_ctx) return;  // built at its first launch
   m->build = Build::kQueued;
-  build_queue_.push_back(m);
+  queue_job_locked(BuildJob{m, false});
+}
+
+void LaunchValidation::queue_job_locked(BuildJob job) {
+  build_queue_.push_back(std::move(job));
   if (!builder_started_) {
     builder_started_ = true;
     // Detached: it sleeps on the queue for the process's life (the runtime
@@ -115,29 +119,43 @@ void LaunchValidation::builder_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     build_cv_.wait(lock, [&] { return !build_queue_.empty(); });
-    std::shared_ptr<Module> m = std::move(build_queue_.front());
+    BuildJob job = std::move(build_queue_.front());
     build_queue_.pop_front();
-    if (m->build != Build::kQueued) continue;  // a first launch built it already
-    Gate* gate = build_gate_;
-    lock.unlock();
-    // Through the gate before the module counts as being built: a launch
-    // that waits for a build must never wait for one held at a closed gate
-    // (the gate's quiesce would wait for that launch in turn). Meanwhile it
-    // stays queued, and a first launch builds it itself.
-    GatePass pass(*gate);
-    lock.lock();
-    if (m->build != Build::kQueued) continue;
-    m->build = Build::kBuilding;
-    std::string ptx = std::move(m->ptx);
-    CUcontext ctx = m->load_ctx;
-    lock.unlock();
-    PHOS_REAL(cuCtxSetCurrent)(ctx);
-    Twins t = make_twins(ptx, fill_twins_);
-    lock.lock();
-    totals_.background_builds++;
-    publish_locked(*m, std::move(t));
-    build_cv_.notify_all();
+    run_job(job, lock);
   }
+}
+
+// Called and returning with the lock held; the build itself runs without.
+void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock) {
+  Module& m = *job.module;
+  auto wanted = [&] { return job.fill ? m.fill_pending : m.build == Build::kQueued; };
+  if (!wanted()) return;  // a first launch built it already
+  Gate* gate = build_gate_;
+  lock.unlock();
+  // Through the gate before the module counts as being built: a launch
+  // that waits for a build must never wait for one held at a closed gate
+  // (the gate's quiesce would wait for that launch in turn). Meanwhile it
+  // stays queued, and a first launch builds it itself.
+  GatePass pass(*gate);
+  lock.lock();
+  if (!wanted()) return;
+  std::string ptx = m.ptx;
+  CUcontext ctx = job.fill ? m.ctx : m.load_ctx;
+  if (!job.fill) m.build = Build::kBuilding;
+  lock.unlock();
+  PHOS_REAL(cuCtxSetCurrent)(ctx);
+  if (job.fill) {
+    FillTwins f = make_fill_twins(ptx);
+    lock.lock();
+    publish_fill_locked(m, std::move(f));
+    return;
+  }
+  Twins t = make_twins(ptx);
+  lock.lock();
+  totals_.background_builds++;
+  publish_locked(m, std::move(t));
+  schedule_fill_locked(job.module);
+  build_cv_.notify_all();
 }
 
 void LaunchValidation::after_fork() {
@@ -150,6 +168,7 @@ void LaunchValidation::after_fork() {
       m->build = Build::kDone;
       m->unusable = "its twins were being built when the process forked";
     }
+    m->fill_pending = false;
   }
 }
 
@@ -163,6 +182,7 @@ void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
   std::shared_ptr<Module> m = it->second;
   modules_.erase(it);
   m->unloaded = true;  // a build under way drops its twins when it is done
+  m->fill_pending = false;
   if (m->twins) PHOS_REAL(cuModuleUnload)(m->twins);
   if (m->fill_twins) PHOS_REAL(cuModuleUnload)(m->fill_twins);
   m->twins = m->fill_twins = nullptr;
@@ -171,7 +191,7 @@ void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
 // The twins of every kernel of the module, loaded as a module of their own
 // into the current context. A kernel whose twin is incomplete or names
 // module-scope variables is not validated (see the header).
-LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx, bool fill_twins) {
+LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx) {
   Twins t;
   uint64_t started = monotonic_ns();
   ptx::TwinOptions options;
@@ -195,7 +215,6 @@ LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx, boo
     }
     t.count = twins.kernels.size();
     for (const ptx::TwinKernel& k : twins.kernels) t.incomplete += !k.complete;
-    if (fill_twins) make_fill_twins(ptx, t);
   }
   t.ns = monotonic_ns() - started;
   return t;
@@ -204,51 +223,71 @@ LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx, boo
 // The fill twins, from the same PTX: built now, while the program runs
 // before any checkpoint, since a restored process cannot build them (the
 // PTX is not kept). A kernel without one waits for the whole fill.
-void LaunchValidation::make_fill_twins(const std::string& ptx, Twins& t) {
+LaunchValidation::FillTwins LaunchValidation::make_fill_twins(const std::string& ptx) {
+  FillTwins f;
   ptx::TwinOptions options;
   options.loads = true;
   options.suffix = "__phos_fill";
   Result<ptx::TwinResult> made = ptx::make_twins(ptx, options);
-  if (!made) return;
+  if (!made) return f;
   for (const ptx::TwinKernel& k : made->kernels)
-    if (k.complete && k.module_variables.empty()) t.fill_kernels[k.name] = k.twin_name;
-  if (PHOS_REAL(cuModuleLoadData)(&t.fill_twins, made->ptx.c_str()) != CUDA_SUCCESS) {
-    t.fill_twins = nullptr;
-    t.fill_kernels.clear();
+    if (k.complete && k.module_variables.empty()) f.kernels[k.name] = k.twin_name;
+  if (PHOS_REAL(cuModuleLoadData)(&f.module, made->ptx.c_str()) != CUDA_SUCCESS) {
+    f.module = nullptr;
+    f.kernels.clear();
   }
+  return f;
 }
 
 void LaunchValidation::publish_locked(Module& m, Twins t) {
   m.build = Build::kDone;
-  m.ptx.clear();
-  m.ptx.shrink_to_fit();
   totals_.twins += t.count;
   totals_.incomplete += t.incomplete;
   totals_.twin_build_ns += t.ns;
   totals_.twin_build_max_ns = std::max(totals_.twin_build_max_ns, t.ns);
   if (m.unloaded) {  // the program unloaded the module meanwhile
     if (t.twins) PHOS_REAL(cuModuleUnload)(t.twins);
-    if (t.fill_twins) PHOS_REAL(cuModuleUnload)(t.fill_twins);
     m.unusable = "unloaded";
     return;
   }
   m.ctx = t.ctx;
   m.twins = t.twins;
-  m.fill_twins = t.fill_twins;
   m.skip = std::move(t.skip);
   m.kernels = std::move(t.kernels);
-  m.fill_kernels = std::move(t.fill_kernels);
   m.unusable = std::move(t.unusable);
 }
 
-void LaunchValidation::ensure_built(Module& m, std::unique_lock<std::mutex>& lock) {
-  if (m.build == Build::kDone) return;
+void LaunchValidation::publish_fill_locked(Module& m, FillTwins f) {
+  m.fill_pending = false;
+  m.ptx.clear();
+  m.ptx.shrink_to_fit();
+  if (m.unloaded) {
+    if (f.module) PHOS_REAL(cuModuleUnload)(f.module);
+    return;
+  }
+  m.fill_twins = f.module;
+  m.fill_kernels = std::move(f.kernels);
+}
+
+void LaunchValidation::schedule_fill_locked(const std::shared_ptr<Module>& m) {
+  if (!fill_twins_ || m->unloaded || !m->twins) {
+    publish_fill_locked(*m, {});
+    return;
+  }
+  m->fill_pending = true;
+  if (build_gate_) queue_job_locked(BuildJob{m, true});
+  else publish_fill_locked(*m, make_fill_twins(m->ptx));  // PHOS_TWIN_BUILD=launch: here, as before
+}
+
+void LaunchValidation::ensure_built(const std::shared_ptr<Module>& m, std::unique_lock<std::mutex>& lock) {
+  if (m->build == Build::kDone) return;
   uint64_t started = monotonic_ns();
-  if (m.build == Build::kBuilding) {
-    build_cv_.wait(lock, [&] { return m.build == Build::kDone; });
+  if (m->build == Build::kBuilding) {
+    build_cv_.wait(lock, [&] { return m->build == Build::kDone; });
   } else {
     // Not started (or still queued: the builder skips it once it is done).
-    publish_locked(m, make_twins(m.ptx, fill_twins_));
+    publish_locked(*m, make_twins(m->ptx));
+    schedule_fill_locked(m);
   }
   totals_.first_launch_wait_max_ns = std::max(totals_.first_launch_wait_max_ns, monotonic_ns() - started);
 }
@@ -260,7 +299,7 @@ LaunchValidation::ValidatedKernel* LaunchValidation::kernel_locked(Kernel& k, st
   if (found == modules_.end() && !sass_.attached()) return nullptr;
   std::shared_ptr<Module> m = found != modules_.end() ? found->second : nullptr;
   if (m) {
-    ensure_built(*m, lock);  // may wait, the lock released
+    ensure_built(m, lock);  // may wait, the lock released
     if (auto* v = k.state<ValidatedKernel>(KernelFeature::kValidation)) return v;  // another launch's meanwhile
   }
   ValidatedKernel& v = k.attach(KernelFeature::kValidation, std::make_unique<ValidatedKernel>());
@@ -290,9 +329,18 @@ void LaunchValidation::resolve_twin_locked(ValidatedKernel& v, const Kernel& k) 
   if (k.params) v.params = uint32_t(k.params->size());
   else if (v.twin) v.stats.skipped = "parameter count unknown", v.twin = nullptr;
   if (v.twin) v.stats.validator = "ptx";
-  if (auto fill = m.fill_kernels.find(k.name); v.twin && m.fill_twins && fill != m.fill_kernels.end() &&
-                                               PHOS_REAL(cuModuleGetFunction)(&v.fill_twin, m.fill_twins,
-                                                                              fill->second.c_str()) != CUDA_SUCCESS)
+  resolve_fill_locked(v, k.name);
+}
+
+// Once the module's fill twins are built (or given up), the kernel's is
+// looked up, once.
+void LaunchValidation::resolve_fill_locked(ValidatedKernel& v, const std::string& name) {
+  if (v.fill_resolved || !v.module || v.module->fill_pending) return;
+  v.fill_resolved = true;
+  const Module& m = *v.module;
+  auto fill = m.fill_kernels.find(name);
+  if (v.twin && m.fill_twins && fill != m.fill_kernels.end() &&
+      PHOS_REAL(cuModuleGetFunction)(&v.fill_twin, m.fill_twins, fill->second.c_str()) != CUDA_SUCCESS)
     v.fill_twin = nullptr;
 }
 
@@ -406,6 +454,7 @@ bool LaunchValidation::prepare_fill(Kernel& kernel, void** params, void** extra,
   std::unique_lock<std::mutex> lock(mu_);
   collect_locked();
   ValidatedKernel* k = kernel_locked(kernel, lock);
+  if (k) resolve_fill_locked(*k, k->stats.name);
   if (!k || !k->fill_twin) return false;
   if (!table_locked(&out->table)) return false;
   std::memcpy(out->table.host, words.data(), words.size() * sizeof(uint64_t));

@@ -177,6 +177,7 @@ class LaunchValidation {
     uint64_t hash = 0;
     std::string ptx;
     Build build = Build::kNone;
+    bool fill_pending = false;  // its fill twins are still to be built (its PTX kept until then)
     bool unloaded = false;  // while the builder had it: its twins are dropped when done
     CUcontext load_ctx = nullptr;  // current at its load: where the builder loads its twins
     CUcontext ctx = nullptr;
@@ -192,6 +193,7 @@ class LaunchValidation {
     std::shared_ptr<Module> module;
     CUfunction twin = nullptr;  // null: not validated by a twin
     CUfunction fill_twin = nullptr;  // null: no read validation while a restore fills
+    bool fill_resolved = false;  // looked for in the module's fill twins (built after its twins)
     bool sass = false;          // validated at the SASS level
     SassPatcher::Patched sass_handles;  // its module, the function its table is set on, its library
     uint32_t params = 0;
@@ -211,19 +213,36 @@ class LaunchValidation {
   // it is published into its Module under the lock.
   struct Twins {
     CUcontext ctx = nullptr;
-    CUmodule twins = nullptr, fill_twins = nullptr;
-    std::map<std::string, std::string> skip, kernels, fill_kernels;
+    CUmodule twins = nullptr;
+    std::map<std::string, std::string> skip, kernels;
     std::string unusable;
     uint64_t count = 0, incomplete = 0, ns = 0;
   };
-  static Twins make_twins(const std::string& ptx, bool fill_twins);
-  static void make_fill_twins(const std::string& ptx, Twins& t);
+  // The fill twins come after (a second module for the driver to compile):
+  // only an on-demand restore's fill needs them, never a first launch.
+  struct FillTwins {
+    CUmodule module = nullptr;
+    std::map<std::string, std::string> kernels;
+  };
+  static Twins make_twins(const std::string& ptx);
+  static FillTwins make_fill_twins(const std::string& ptx);
   void publish_locked(Module& m, Twins t);
+  void publish_fill_locked(Module& m, FillTwins f);
+  // After its twins: the fill twins, by the builder, or now where there is
+  // none; the PTX let go once nothing is left to build from it.
+  void schedule_fill_locked(const std::shared_ptr<Module>& m);
+  void resolve_fill_locked(ValidatedKernel& v, const std::string& name);
   // Built before `k`'s first validated launch goes on: now, or by the
   // builder (waited for, the lock released meanwhile).
-  void ensure_built(Module& m, std::unique_lock<std::mutex>& lock);
+  void ensure_built(const std::shared_ptr<Module>& m, std::unique_lock<std::mutex>& lock);
+  struct BuildJob {
+    std::shared_ptr<Module> module;
+    bool fill = false;
+  };
+  void queue_job_locked(BuildJob job);
   void queue_build_locked(const std::shared_ptr<Module>& m);
   void builder_loop();
+  void run_job(BuildJob& job, std::unique_lock<std::mutex>& lock);
   bool table_locked(Table* out);
   void collect_locked();
   std::string triton_ptx(const void* image, size_t size);
@@ -240,7 +259,7 @@ class LaunchValidation {
   // The builder thread (started with the first module it gets) and its queue.
   Gate* build_gate_ = nullptr;
   bool builder_started_ = false;
-  std::deque<std::shared_ptr<Module>> build_queue_;
+  std::deque<BuildJob> build_queue_;
   std::condition_variable build_cv_;  // a module queued, or a build published
   std::vector<Table> free_;
   std::deque<Table> in_flight_;
