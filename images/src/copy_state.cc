@@ -51,7 +51,7 @@ struct Header {
   uint64_t written_offset;              // recopy: one bit per region, written in the window
   std::atomic<uint64_t> cold_cursor;    // where the engine's scan of unwritten regions goes on
   std::atomic<uint64_t> transfer_rate;  // bytes per second the engine assumes for the program's transfers
-  std::atomic<uint64_t> busy_until_ns;  // the program's queued transfers, estimated done (CLOCK_MONOTONIC)
+  std::atomic<uint64_t> busy_until_ns;  // the program's queued transfers, estimated done (CLOCK_REALTIME)
   std::atomic<uint64_t> transfers, transfer_bytes;
   std::atomic<uint32_t> transfers_in_flight;  // synchronous ones inside their call
 };

@@ -13,11 +13,14 @@ TrafficControl::TrafficControl(const copystate::CopyState& table, bool enabled, 
 uint64_t TrafficControl::sleep_ns(uint64_t now, uint64_t pause_end) const {
   if (now >= pause_end || table_.urgent_waiting()) return 0;
   const copystate::Traffic t = table_.traffic();
-  if (!t.busy(now)) return 0;
-  // In flight: its end is not known, look again shortly; queued only: until
-  // the estimate says it is done.
-  const uint64_t until = t.in_flight ? now + uint64_t(policy_.poll.count()) : t.busy_until_ns;
-  return std::min(until, pause_end) - now;
+  // The estimate is on the wall clock (the program may be in another time
+  // namespace); the pause on this process's monotonic one.
+  const uint64_t wall = realtime_ns();
+  if (!t.busy(wall)) return 0;
+  // Never longer than `poll` at once: a call of the program that starts
+  // waiting for a chunk meanwhile ends the pause.
+  const uint64_t left = t.in_flight ? uint64_t(policy_.poll.count()) : t.busy_until_ns - wall;
+  return std::min({left, uint64_t(policy_.poll.count()), pause_end - now});
 }
 
 uint64_t TrafficControl::before_claim(uint64_t deadline_ns) {

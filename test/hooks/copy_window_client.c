@@ -33,7 +33,7 @@ static void transfers(CUdeviceptr a, CUdeviceptr b) {
   copy_async_fn htod_async = (copy_async_fn)dlsym(RTLD_DEFAULT, "cuMemcpyHtoDAsync_v2");
   copy_unified_fn unified = (copy_unified_fn)dlsym(RTLD_DEFAULT, "cuMemcpy");
   cuMemcpyHtoD(a + 8192, host, sizeof(host));                 /* synchronous, small */
-  cuMemcpyDtoH(big, b, sizeof(big));                            /* synchronous, held in flight */
+  cuMemcpyDtoH(big, b, sizeof(big));                            /* synchronous, 1 MiB: told as queued */
   if (htod_async) htod_async(a + 8192, host, sizeof(host), NULL);
   cuMemcpyDtoHAsync(host, b, sizeof(host), NULL);
   if (unified) unified((CUdeviceptr)(uintptr_t)host, b, sizeof(host)); /* to the host */

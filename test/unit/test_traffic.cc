@@ -70,7 +70,7 @@ TEST_CASE("traffic: a synchronous transfer holds the claim until it ends", "[tra
 TEST_CASE("traffic: a queued transfer holds the claim for its estimate", "[traffic]") {
   CopyState s = table();
   s.set_transfer_rate(1'000'000'000);
-  s.transfer_queued(30 * kMs, monotonic_ns());  // 30 ms at 1 byte per ns
+  s.transfer_queued(30 * kMs, realtime_ns());  // 30 ms at 1 byte per ns
   TrafficControl t(s, true, policy(5000ms));
   const uint64_t paused = t.before_claim(UINT64_MAX);
   CHECK(paused >= 25 * kMs);
@@ -111,7 +111,7 @@ TEST_CASE("traffic: a pause never runs past the deadline", "[traffic]") {
   SECTION("a queued estimate past the deadline") {
     s.transfer_ended();
     s.set_transfer_rate(1'000'000'000);
-    s.transfer_queued(5000 * kMs, monotonic_ns());  // 5 s
+    s.transfer_queued(5000 * kMs, realtime_ns());  // 5 s
     const uint64_t deadline = monotonic_ns() + 20 * kMs;
     t.before_claim(deadline);
     CHECK(monotonic_ns() < deadline + 100 * kMs);
@@ -145,4 +145,35 @@ TEST_CASE("traffic: workers pausing at once count each pause, their time summed"
   for (auto& w : workers) w.join();
   CHECK(t.pauses() == 4);
   CHECK(t.paused_ns() >= 4 * 20 * kMs);
+}
+
+TEST_CASE("traffic: a pause for a queued transfer ends when a call starts waiting for a chunk", "[traffic]") {
+  CopyState s = table(Protocol::kCopyOnWrite);  // no pool: a write waits for the engine
+  s.set_transfer_rate(1'000'000'000);
+  s.transfer_queued(5000 * kMs, realtime_ns());  // estimated busy for 5 s
+  TrafficControl t(s, true, policy(5000ms));
+  std::atomic<uint64_t> paused{0};
+  std::thread engine([&] { paused = t.before_claim(UINT64_MAX); });
+  std::this_thread::sleep_for(30ms);
+  std::thread writer([&] {
+    CHECK(s.before_write(0x100000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 5s).ok());
+  });
+  engine.join();
+  CHECK(paused >= 25 * kMs);
+  CHECK(paused < 1000 * kMs);  // ended by the waiting call, not the 5 s estimate
+  auto c = s.claim_urgent();
+  REQUIRE(c);
+  s.copied(*c);
+  writer.join();
+}
+
+TEST_CASE("traffic: a queued estimate on the wall clock ends the pause once it is done", "[traffic]") {
+  CopyState s = table();
+  s.set_transfer_rate(1'000'000'000);
+  // Queued by a process whose monotonic clock is far ahead of ours: an
+  // estimate in its monotonic time would hold every claim to the bound.
+  s.transfer_queued(1 * kMs, realtime_ns());
+  TrafficControl t(s, true, policy(5000ms));
+  CHECK(t.before_claim(UINT64_MAX) < 500 * kMs);
+  CHECK(s.traffic().busy(realtime_ns() + 10 * kMs) == false);
 }

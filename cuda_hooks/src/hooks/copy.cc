@@ -96,28 +96,23 @@ void note_set_2d(const char* call, CUstream stream, bool per_thread, CUdeviceptr
 }
 
 // A program's own copy between host and device memory, told to an open
-// copy window: a synchronous one while its call runs, an asynchronous one
-// as queued. Closed, it costs one relaxed load; `host_bytes` (the bytes
-// that cross the link, 0: none) is asked only while a window is open.
+// copy window as queued, synchronous or not: the link is estimated busy for
+// its bytes from now on. A synchronous call is not held as in flight for
+// its length: it mostly waits for the stream's earlier work, and a window's
+// close must not wait for it. Closed, it costs one relaxed load;
+// `host_bytes` (the bytes that cross the link, 0: none) is asked only while
+// a window is open.
 class HostTransfer {
  public:
   template <class HostBytes>
-  HostTransfer(bool async, HostBytes host_bytes) {
+  HostTransfer(bool /*async*/, HostBytes host_bytes) {
     CopyWindow& w = runtime().copy_window;
     if (__builtin_expect(!w.open(), 1)) return;
     const uint64_t bytes = host_bytes();
-    if (bytes == 0) return;
-    if (async) w.transfer_queued(bytes);
-    else in_call_ = w.transfer_started(bytes);
-  }
-  ~HostTransfer() {
-    if (in_call_) runtime().copy_window.transfer_ended();
+    if (bytes != 0) w.transfer_queued(bytes);
   }
   HostTransfer(const HostTransfer&) = delete;
   HostTransfer& operator=(const HostTransfer&) = delete;
-
- private:
-  bool in_call_ = false;
 };
 
 // Device memory of the program: every device allocation is phos's.

@@ -316,33 +316,9 @@ void CopyWindow::unit_dropped(uint64_t address) {
   if (use.inside()) table_->forget(address);
 }
 
-bool CopyWindow::transfer_started(uint64_t bytes) {
-  // A small one takes microseconds of the link, while its call mostly waits
-  // for the stream's earlier work (a synchronous copy of a loss or a
-  // counter after a step): it must not hold the engine back meanwhile.
-  if (bytes < kHeldTransferBytes) {
-    transfer_queued(bytes);
-    return false;
-  }
-  // Counted in as Use does, and out only by transfer_ended(): finish()
-  // waits for the call, so the table outlives it.
-  users_.fetch_add(1);
-  if (!open_.load() || fill_.load(std::memory_order_relaxed)) {
-    users_.fetch_sub(1);
-    return false;
-  }
-  table_->transfer_started(bytes);
-  return true;
-}
-
-void CopyWindow::transfer_ended() {
-  table_->transfer_ended();
-  users_.fetch_sub(1);
-}
-
 void CopyWindow::transfer_queued(uint64_t bytes) {
   Use use(*this);
-  if (use.inside() && !filling()) table_->transfer_queued(bytes, monotonic_ns());
+  if (use.inside() && !filling()) table_->transfer_queued(bytes, realtime_ns());
 }
 
 }  // namespace phos::hooks

@@ -28,11 +28,11 @@
 // The program's own transfers between host and device (PhOS §5): while a
 // window is open the hooks tell the table of each, so the engine can pause
 // between chunks and leave the PCIe link and the copy engines to the
-// program. A synchronous transfer counts as in flight from before its call
-// to after it; an asynchronous one moves a shared "busy until" time
-// (CLOCK_MONOTONIC, the same in every process) on by its bytes at the rate
-// the engine assumes (`set_transfer_rate`), from now or from where queued
-// transfers end. The estimate does not know when the stream reaches the
+// program. A transfer moves a shared "busy until" time (CLOCK_REALTIME: a
+// process in another time namespace reads it alike) on by its bytes at the
+// rate the engine assumes (`set_transfer_rate`), from now or from where
+// queued transfers end. (A count of transfers in flight is kept too; the
+// hooks tell none: a synchronous call is mostly a wait for its stream.) The estimate does not know when the stream reaches the
 // copy; it is a hint for pauses, never for correctness.
 //
 // On-demand restore (kFill; the image is the source): the process runs
@@ -118,7 +118,7 @@ struct Statistics {
 // What the engine sees of the program's transfers now.
 struct Traffic {
   uint32_t in_flight = 0;      // synchronous transfers inside their call
-  uint64_t busy_until_ns = 0;  // asynchronous ones: when those queued are estimated done (CLOCK_MONOTONIC)
+  uint64_t busy_until_ns = 0;  // those queued: when they are estimated done (CLOCK_REALTIME, see clock.h)
   bool busy(uint64_t now_ns) const { return in_flight > 0 || now_ns < busy_until_ns; }
 };
 

@@ -1,7 +1,7 @@
 // PhOS §5's traffic control for the engine's concurrent copies: the
 // program's own transfers between host and device come first. The hooks
-// tell the copy table of each (copy_state.h: synchronous ones in flight, an
-// estimated end of the asynchronous ones queued); before each chunk it
+// tell the copy table of each (copy_state.h: an estimated end of those
+// queued); before each chunk it
 // claims, an engine worker looks, and while the program has transfers in
 // flight or queued it sleeps, so the PCIe link and the copy engines are the
 // program's. Bounded: at most `max_pause` per claim (a program that
