@@ -58,9 +58,14 @@ void report(const char* what, const Result<void>& r) {
   if (!r.ok()) std::fprintf(stderr, "phos: %s: %s; running without checkpoint support\n", what, r.error().message.c_str());
 }
 
+void before_fork() { runtime().validation.before_fork(); }
+void after_fork_in_parent() { runtime().validation.after_fork_in_parent(); }
+
+bool g_agent_started = false;
+
 void after_fork_in_child() {
-  runtime().validation.after_fork();
-  if (g_preload) report("agent restart after fork", g_preload->agent.restart_after_fork());
+  runtime().validation.after_fork_in_child();
+  if (g_preload && g_agent_started) report("agent restart after fork", g_preload->agent.restart_after_fork());
 }
 
 std::string range_text(const ranges::BufferRange& r) {
@@ -228,7 +233,8 @@ __attribute__((constructor)) static void phos_preload_init() {
   runtime().validation.set_active(validating);
   auto started = g_preload->agent.start();
   report("agent start", started);
-  if (started.ok()) pthread_atfork(nullptr, nullptr, after_fork_in_child);
+  g_agent_started = started.ok();
+  pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
   std::atexit(write_stats);
 }
 

@@ -11,6 +11,7 @@
 //   fd 3: the link to the plugin; fd 4: the image directory
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -84,7 +85,7 @@ void scan_restore_tree(KeeperState& k) {
     pid_t p = todo.back();
     todo.pop_back();
     if (p == ::getpid() || !seen.insert(p).second) continue;
-    if (auto started = start_time_of(p); started && !k.forked.count(p)) k.forked.emplace(p, *started);
+    if (auto started = start_time_of(p)) k.forked[p] = *started;  // the latest holder of the pid
     for (pid_t c : children_of(p)) todo.push_back(c);
   }
 }
@@ -93,12 +94,12 @@ void apply(KeeperState& k, const keeper::Restoring& r, std::vector<UniqueFd>&) {
   std::erase(k.restoring, pid_t(r.pid));
   if (!r.restored) k.restoring.push_back(r.pid);
   if (r.restored) k.restored.insert(r.pid);
-  // RESUME_DEVICES_LATE comes after criu forked the whole tree; what the
-  // restored processes fork later is theirs, never looked at.
-  if (k.criu && !k.tree_known) {
-    scan_restore_tree(k);
-    k.tree_known = true;
-  }
+  if (!r.restored && !k.forked.count(r.pid))
+    if (auto started = start_time_of(r.pid)) k.forked[r.pid] = *started;
+  // RESUME_DEVICES_LATE comes after criu forked the whole tree (at the
+  // restore's start): no scan from here on, so that what the restored
+  // processes fork once criu lets them go is never taken for criu's.
+  if (k.criu) k.tree_known = true;
 }
 
 void apply(KeeperState& k, const keeper::RestoreStarted& r, std::vector<UniqueFd>&) { k.criu = r.criu_pid; }
@@ -138,8 +139,18 @@ void end_half_restored(const KeeperState& k) {
             left.size());
   for (pid_t pid : left) {
     if (!process_alive(pid)) continue;
+    // The process recorded, held by a pidfd from here to the kill: a pid
+    // taken by another process meanwhile is left alone.
+    auto recorded = k.forked.find(pid);
+    UniqueFd handle(int(::syscall(SYS_pidfd_open, pid, 0)));
+    if (recorded != k.forked.end() && start_time_of(pid) != recorded->second) {
+      PHOS_INFO("process %d: another process has its pid now; left alone", pid);
+      continue;
+    }
     if (!wait_untraced(pid)) PHOS_WARN("process %d is still traced after %d ms", pid, kDetachWaitMs);
-    if (::kill(pid, SIGKILL) == 0)
+    int killed = handle.valid() ? int(::syscall(SYS_pidfd_send_signal, handle.get(), SIGKILL, nullptr, 0))
+                                : ::kill(pid, SIGKILL);
+    if (killed == 0)
       PHOS_INFO("process %d: ended (restored without its GPU state)", pid);
     else
       PHOS_ERR("process %d: cannot end it: %s", pid, std::strerror(errno));

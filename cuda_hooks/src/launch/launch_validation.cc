@@ -128,8 +128,8 @@ void LaunchValidation::builder_loop() {
 // Called and returning with the lock held; the build itself runs without.
 void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock) {
   Module& m = *job.module;
-  auto wanted = [&] { return job.fill ? m.fill_pending : m.build == Build::kQueued; };
-  if (!wanted()) return;  // a first launch built it already
+  auto wanted = [&] { return !m.unloaded && (job.fill ? m.fill_pending : m.build == Build::kQueued); };
+  if (!wanted()) return;  // a first launch built it already, or the module is gone
   Gate* gate = build_gate_;
   lock.unlock();
   // Through the gate before the module counts as being built: a launch
@@ -158,8 +158,16 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
   build_cv_.notify_all();
 }
 
-void LaunchValidation::after_fork() {
-  std::lock_guard<std::mutex> lock(mu_);
+void LaunchValidation::before_fork() { mu_.lock(); }
+
+void LaunchValidation::after_fork_in_parent() { mu_.unlock(); }
+
+void LaunchValidation::after_fork_in_child() {
+  // Held since before_fork(), by this thread. The condition variable may
+  // count the parent's builder as a waiter: a fresh one.
+  std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+  build_cv_.~condition_variable();
+  new (&build_cv_) std::condition_variable();
   builder_started_ = false;
   build_queue_.clear();
   for (auto& [id, m] : modules_) {
@@ -220,9 +228,11 @@ LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx) {
   return t;
 }
 
-// The fill twins, from the same PTX: built now, while the program runs
-// before any checkpoint, since a restored process cannot build them (the
-// PTX is not kept). A kernel without one waits for the whole fill.
+// The fill twins, from the same PTX, after the twins (schedule_fill_locked):
+// the PTX is kept until they are built, so a process checkpointed before
+// its builder got to them builds them once restored; until then (and for a
+// kernel without one) an on-demand fill makes its launches wait for the
+// whole fill.
 LaunchValidation::FillTwins LaunchValidation::make_fill_twins(const std::string& ptx) {
   FillTwins f;
   ptx::TwinOptions options;

@@ -154,9 +154,13 @@ class LaunchValidation {
   // passing `gate` (a checkpoint's quiesce waits for a build in the driver,
   // and holds the next); null: at each module's first launch only.
   void set_background_builds(Gate* gate);
-  // In a forked child: the builder thread is not there; builds under way
-  // are left to the first launch (their PTX went with the parent's thread).
-  void after_fork();
+  // Around fork() (pthread_atfork): the lock held across it, so that the
+  // child does not inherit it held by a thread it does not have; in the
+  // child, the builder thread is not there: queued builds are left to the
+  // first launch, one under way is given up.
+  void before_fork();
+  void after_fork_in_parent();
+  void after_fork_in_child();
 
   struct Totals {
     uint64_t validated = 0, pending = 0, violations = 0, modules = 0, twins = 0, incomplete = 0;
