@@ -103,16 +103,39 @@ void LaunchValidation::queue_build_locked(const std::shared_ptr<Module>& m) {
   queue_job_locked(BuildJob{m, false});
 }
 
+namespace {
+LaunchValidation* g_builder_owner = nullptr;  // for the atexit handler (one runtime)
+}  // namespace
+
 void LaunchValidation::queue_job_locked(BuildJob job) {
+  if (builder_stopping_) {  // exiting: a first launch (if any) builds it
+    if (job.fill) job.module->fill_pending = false;
+    else job.module->build = Build::kNone;
+    return;
+  }
   build_queue_.push_back(std::move(job));
   if (!builder_started_) {
     builder_started_ = true;
     // Detached: it sleeps on the queue for the process's life (the runtime
-    // is never destroyed); an exit while it is in the driver is the
-    // driver's to end, as for any thread of the program.
+    // is never destroyed). At exit, stop_builder() waits for a build in the
+    // driver: registered now, after the driver's own exit handlers, it runs
+    // before them.
+    g_builder_owner = this;
+    std::atexit([] { g_builder_owner->stop_builder(); });
     std::thread([this] { builder_loop(); }).detach();
   }
   build_cv_.notify_all();
+}
+
+void LaunchValidation::stop_builder() {
+  std::unique_lock<std::mutex> lock(mu_);
+  builder_stopping_ = true;
+  for (BuildJob& job : build_queue_) {
+    if (job.fill) job.module->fill_pending = false;
+    else if (job.module->build == Build::kQueued) job.module->build = Build::kNone;
+  }
+  build_queue_.clear();
+  build_cv_.wait(lock, [&] { return !job_running_; });
 }
 
 void LaunchValidation::builder_loop() {
@@ -142,19 +165,21 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
   std::string ptx = m.ptx;
   CUcontext ctx = job.fill ? m.ctx : m.load_ctx;
   if (!job.fill) m.build = Build::kBuilding;
+  job_running_ = true;
   lock.unlock();
   PHOS_REAL(cuCtxSetCurrent)(ctx);
   if (job.fill) {
     FillTwins f = make_fill_twins(ptx);
     lock.lock();
     publish_fill_locked(m, std::move(f));
-    return;
+  } else {
+    Twins t = make_twins(ptx);
+    lock.lock();
+    totals_.background_builds++;
+    publish_locked(m, std::move(t));
+    schedule_fill_locked(job.module);
   }
-  Twins t = make_twins(ptx);
-  lock.lock();
-  totals_.background_builds++;
-  publish_locked(m, std::move(t));
-  schedule_fill_locked(job.module);
+  job_running_ = false;
   build_cv_.notify_all();
 }
 
@@ -169,6 +194,7 @@ void LaunchValidation::after_fork_in_child() {
   build_cv_.~condition_variable();
   new (&build_cv_) std::condition_variable();
   builder_started_ = false;
+  job_running_ = false;
   build_queue_.clear();
   for (auto& [id, m] : modules_) {
     if (m->build == Build::kQueued) m->build = Build::kNone;

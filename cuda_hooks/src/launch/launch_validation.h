@@ -161,6 +161,11 @@ class LaunchValidation {
   void before_fork();
   void after_fork_in_parent();
   void after_fork_in_child();
+  // At exit (an atexit handler registered when the builder starts, so it
+  // runs before the driver's teardown): no build is started any more, and
+  // the one in the driver is waited for; a process ending mid-JIT crashed
+  // in the driver.
+  void stop_builder();
 
   struct Totals {
     uint64_t validated = 0, pending = 0, violations = 0, modules = 0, twins = 0, incomplete = 0;
@@ -263,6 +268,8 @@ class LaunchValidation {
   // The builder thread (started with the first module it gets) and its queue.
   Gate* build_gate_ = nullptr;
   bool builder_started_ = false;
+  bool builder_stopping_ = false;  // exit: queue nothing more
+  bool job_running_ = false;       // the builder is in a build, the lock released
   std::deque<BuildJob> build_queue_;
   std::condition_variable build_cv_;  // a module queued, or a build published
   std::vector<Table> free_;
