@@ -21,6 +21,7 @@
 #include "phos/hooks/step_boundary.h"
 #include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/module_registry.h"
+#include "phos/hooks/nccl_communicators.h"
 #include "phos/hooks/thread_stripe.h"
 
 namespace phos::hooks {
@@ -51,6 +52,8 @@ class Runtime {
   LaunchValidation validation{kernels};
   // A concurrent dump's copy window, while one is open (copy_window.h).
   CopyWindow copy_window;
+  // The program's live NCCL communicators (hooks/nccl.cc).
+  NcclCommunicators nccl;
 
   // Each thread counts in its own stripe (thread_stripe.h): launches from
   // several threads do not share a cache line.

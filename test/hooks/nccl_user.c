@@ -17,3 +17,23 @@ int phos_nccl_user_run(void) {
   bad |= ncclRecv((void *)0x25000, 3, ncclInt32, 0, c, s);
   return bad;
 }
+
+/* Communicators made and destroyed: rank 1 of 4 from a unique id, two of
+ * one process (ncclCommInitAll), a split of the first, a split that leaves
+ * this rank out; one of the pair destroyed, and a third made and aborted.
+ * Left: rank 1 of 4, rank 0 of 2 (one process), the split (rank 1 of 2). */
+int phos_nccl_user_comms(void) {
+  ncclUniqueId id;
+  ncclComm_t a, pair[2], split, none, gone;
+  int devs[2] = {0, 1};
+  int bad = 0;
+  bad |= ncclGetUniqueId(&id);
+  bad |= ncclCommInitRank(&a, 4, id, 1);
+  bad |= ncclCommInitAll(pair, 2, devs);
+  bad |= ncclCommSplit(a, 0, 1, &split, NULL);
+  bad |= ncclCommSplit(a, NCCL_SPLIT_NOCOLOR, 0, &none, NULL);
+  bad |= ncclCommDestroy(pair[1]);
+  bad |= ncclCommInitRank(&gone, 8, id, 3);
+  bad |= ncclCommAbort(gone);
+  return bad;
+}

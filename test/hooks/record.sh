@@ -6,6 +6,9 @@
 # listed with kind, size and hash, and kernel launches name their module (in
 # the stats file and through the agent, phosctl status). Without recording
 # nothing is recorded, and every call reaches the real (fake) library either way.
+# NCCL communicators' creations and destructions are tracked with their
+# layout; those with ranks in other processes are listed as what a dump
+# of this process alone cannot take.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 dir=$BUILD/test/hooks
@@ -60,6 +63,18 @@ grep -Eqx "module 2 fatbin 216 [0-9a-f]{16} cuLibraryLoadData functions=lib_kern
 hash1=$(awk '$1 == "module" && $2 == 1 {print $5}' "$stats")
 hash2=$(awk '$1 == "module" && $2 == 2 {print $5}' "$stats")
 [ "$hash1" = "$hash2" ] || fail "the same fatbin has two hashes ($hash1, $hash2)"
+
+# NCCL communicators, made and destroyed behind the RTLD_LOCAL library
+# (nccl_user.c): the three left are listed with their layout, the two with
+# ranks in other processes make a dump refuse the process, saying so.
+grep -qx "nccl_communicators 3" "$stats" || fail "not 3 live NCCL communicators: $(grep nccl "$stats" | tr '\n' '|')"
+for l in "rank=1 nranks=4 device=-1 split_from=no single_process=0" \
+         "rank=0 nranks=2 device=0 split_from=no single_process=1" \
+         "rank=1 nranks=2 device=-1 split_from=yes single_process=0"; do
+  grep -qx "nccl_communicator $l" "$stats" || fail "no communicator '$l': $(grep nccl_comm "$stats" | tr '\n' '|')"
+done
+grep -q "^unsupported 2 NCCL communicator(s) with ranks in other processes" "$stats" ||
+  fail "the communicators spanning processes do not make a dump refuse: $(grep unsupported "$stats")"
 
 # The agent reports the same modules.
 exec 3< <(LD_PRELOAD=$libphos "$dir/record_client" "$dir/libnccl_user.so" wait)

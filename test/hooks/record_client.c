@@ -125,6 +125,9 @@ int main(int argc, char **argv) {
   int (*run)(void) = user ? (int (*)(void))dlsym(user, "phos_nccl_user_run") : NULL;
   if (!run) { printf("no nccl user: %s\n", dlerror()); return 2; }
   bad |= run();
+  int (*comms)(void) = (int (*)(void))dlsym(user, "phos_nccl_user_comms");
+  if (!comms) { printf("no nccl user comms: %s\n", dlerror()); return 2; }
+  bad |= comms();
   unsigned long long *nccl_calls = (unsigned long long *)dlsym(RTLD_DEFAULT, "fake_nccl_calls");
   void *nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
   if (nccl) nccl_calls = (unsigned long long *)dlsym(nccl, "fake_nccl_calls");

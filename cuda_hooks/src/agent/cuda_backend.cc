@@ -38,6 +38,9 @@ agent::StatusReply CudaBackend::status() {
   s.device_count = m.devices;
   for (const auto& [dev, uuid] : m.uuids) s.devices.push_back({uint32_t(dev), uuid});
   s.unsupported_calls = runtime().unsupported();
+  if (size_t n = runtime().nccl.spanning_processes())
+    s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes " +
+                                  "(a multi-process job: its ranks must be checkpointed together, not done yet)");
   if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
   if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
   for (auto& m : runtime().modules.modules()) {
@@ -53,6 +56,7 @@ agent::StatusReply CudaBackend::status() {
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);
   s.counters.emplace_back("physical_bytes", m.physical_bytes);
+  s.counters.emplace_back("nccl_communicators", runtime().nccl.list().size());
   return s;
 }
 

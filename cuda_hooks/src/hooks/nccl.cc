@@ -1,4 +1,6 @@
-// NCCL collectives and point-to-point calls, interposed so that a recorded
+// NCCL communicators' creation and destruction, recorded (the layout a
+// multi-process checkpoint needs: nccl_communicators.h), and NCCL
+// collectives and point-to-point calls, interposed so that a recorded
 // call carries its send and receive buffers (call_ranges.h): sizes from the
 // count and the data type, the rank count (ncclCommCount) for AllGather and
 // ReduceScatter, the caller's rank (ncclCommUserRank) for the root-only
@@ -6,6 +8,7 @@
 // call is recorded where it is issued; the work runs at ncclGroupEnd.
 #include <nccl.h>
 
+#include "driver/driver.h"
 #include "hooks/library_call.h"
 
 #define PHOS_EXPORT __attribute__((visibility("default")))
@@ -47,6 +50,70 @@ LibraryCall describe(ranges::Collective op, const void* send, const void* recv, 
     auto real = PHOS_NEXT(name, kNccl);                \
     return real ? real args : ncclSystemError;         \
   }
+
+namespace {
+
+int current_device() {
+  CUdevice dev = -1;
+  return PHOS_REAL(cuCtxGetDevice)(&dev) == CUDA_SUCCESS ? int(dev) : -1;
+}
+
+// A creation that succeeded (or goes on, for a non-blocking one).
+bool made(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
+
+void note_created(ncclComm_t comm, int rank, int nranks, uint64_t parent = 0, int color = 0, int key = 0) {
+  if (!comm) return;  // a split that left this rank out (NCCL_SPLIT_NOCOLOR)
+  auto from = parent ? runtime().nccl.find(parent) : std::nullopt;
+  runtime().nccl.created({reinterpret_cast<uint64_t>(comm), rank, nranks, current_device(), parent, color, key,
+                          from && from->single_process});
+}
+
+}  // namespace
+
+// Not through the gate: a creation waits for the other ranks (the
+// bootstrap), and a checkpoint's quiesce must not wait for it.
+extern "C" PHOS_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRank, (comm, nranks, id, rank))();
+  if (made(r)) note_created(*comm, rank, nranks);
+  return r;
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                                           ncclConfig_t* config) {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (comm, nranks, id, rank, config))();
+  if (made(r)) note_created(*comm, rank, nranks);
+  return r;
+}
+
+// One process, ndev devices: a communicator per device, rank i on devlist[i].
+extern "C" PHOS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitAll, (comms, ndev, devlist))();
+  if (made(r))
+    for (int i = 0; i < ndev; i++)
+      if (comms[i])
+        runtime().nccl.created({reinterpret_cast<uint64_t>(comms[i]), i, ndev, devlist ? devlist[i] : i, 0, 0, 0, true});
+  return r;
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                                  ncclConfig_t* config) {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommSplit, (comm, color, key, newcomm, config))();
+  if (made(r) && newcomm && *newcomm)
+    note_created(*newcomm, rank_of(*newcomm), rank_count(*newcomm), reinterpret_cast<uint64_t>(comm), color, key);
+  return r;
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommDestroy, (comm))();
+  if (r == ncclSuccess) runtime().nccl.destroyed(reinterpret_cast<uint64_t>(comm));
+  return r;
+}
+
+extern "C" PHOS_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommAbort, (comm))();
+  if (r == ncclSuccess) runtime().nccl.destroyed(reinterpret_cast<uint64_t>(comm));
+  return r;
+}
 
 extern "C" PHOS_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                                                   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {

@@ -1,0 +1,47 @@
+// The NCCL communicators the program has created and not yet destroyed,
+// with the layout each was made with (rank, rank count, device, the
+// communicator it was split from). A multi-process job's checkpoint (issue
+// 17) must destroy them before the driver's checkpoint and create them
+// again after a restore; this is what it will know them by. No CUDA or
+// NCCL here: handles are opaque addresses, so it is unit-tested alone.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace phos::hooks {
+
+struct NcclCommunicator {
+  uint64_t handle = 0;  // the program's ncclComm_t
+  int rank = -1;
+  int nranks = 0;
+  int device = -1;      // current at its creation; -1: none
+  uint64_t parent = 0;  // ncclCommSplit's source; 0: made from a unique id
+  int color = 0, key = 0;  // ncclCommSplit's arguments
+  bool single_process = false;  // every rank in this process (ncclCommInitAll, and its splits)
+  bool operator==(const NcclCommunicator&) const = default;
+};
+
+class NcclCommunicators {
+ public:
+  // A creation that succeeded. A handle listed already is replaced (NCCL
+  // handed out the address of one destroyed without phos seeing it).
+  void created(const NcclCommunicator& c);
+  // ncclCommDestroy or ncclCommAbort succeeded. ncclCommFinalize does not
+  // free the communicator: it stays until one of those.
+  void destroyed(uint64_t handle);
+  std::optional<NcclCommunicator> find(uint64_t handle) const;
+  // In creation order.
+  std::vector<NcclCommunicator> list() const;
+  // Communicators with ranks in other processes: what a dump of this
+  // process alone cannot take (until issue 17's coordinated checkpoint).
+  size_t spanning_processes() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<NcclCommunicator> live_;
+};
+
+}  // namespace phos::hooks
