@@ -153,8 +153,12 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
   Module& m = *job.module;
   auto wanted = [&] { return !m.unloaded && (job.fill ? m.fill_pending : m.build == Build::kQueued); };
   if (!wanted()) return;  // a first launch built it already, or the module is gone
+  std::string ptx = m.ptx;
   Gate* gate = build_gate_;
   lock.unlock();
+  // The rewrite is the CPU's: before the gate, so that a checkpoint's
+  // quiesce waits for the driver's load only.
+  Rewritten rewritten = rewrite(ptx, job.fill);
   // Through the gate before the module counts as being built: a launch
   // that waits for a build must never wait for one held at a closed gate
   // (the gate's quiesce would wait for that launch in turn). Meanwhile it
@@ -162,18 +166,17 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
   GatePass pass(*gate);
   lock.lock();
   if (!wanted()) return;
-  std::string ptx = m.ptx;
   CUcontext ctx = job.fill ? m.ctx : m.load_ctx;
   if (!job.fill) m.build = Build::kBuilding;
   job_running_ = true;
   lock.unlock();
   PHOS_REAL(cuCtxSetCurrent)(ctx);
   if (job.fill) {
-    FillTwins f = make_fill_twins(ptx);
+    FillTwins f = load_fill_twins(rewritten);
     lock.lock();
     publish_fill_locked(m, std::move(f));
   } else {
-    Twins t = make_twins(ptx);
+    Twins t = load_twins(rewritten);
     lock.lock();
     totals_.background_builds++;
     publish_locked(m, std::move(t));
@@ -225,11 +228,22 @@ void LaunchValidation::module_unloaded(const void* handle, uint64_t id) {
 // The twins of every kernel of the module, loaded as a module of their own
 // into the current context. A kernel whose twin is incomplete or names
 // module-scope variables is not validated (see the header).
-LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx) {
-  Twins t;
+LaunchValidation::Rewritten LaunchValidation::rewrite(const std::string& ptx, bool fill) {
   uint64_t started = monotonic_ns();
   ptx::TwinOptions options;
-  Result<ptx::TwinResult> made = ptx::make_twins(ptx, options);
+  if (fill) {
+    options.loads = true;
+    options.suffix = "__phos_fill";
+  }
+  Rewritten r{ptx::make_twins(ptx, options), 0};
+  r.ns = monotonic_ns() - started;
+  return r;
+}
+
+LaunchValidation::Twins LaunchValidation::load_twins(const Rewritten& rewritten) {
+  Twins t;
+  uint64_t started = monotonic_ns();
+  const Result<ptx::TwinResult>& made = rewritten.twins;
   if (!made) {
     t.unusable = "no twins: " + made.error().message;
   } else {
@@ -250,7 +264,7 @@ LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx) {
     t.count = twins.kernels.size();
     for (const ptx::TwinKernel& k : twins.kernels) t.incomplete += !k.complete;
   }
-  t.ns = monotonic_ns() - started;
+  t.ns = rewritten.ns + (monotonic_ns() - started);
   return t;
 }
 
@@ -259,12 +273,9 @@ LaunchValidation::Twins LaunchValidation::make_twins(const std::string& ptx) {
 // its builder got to them builds them once restored; until then (and for a
 // kernel without one) an on-demand fill makes its launches wait for the
 // whole fill.
-LaunchValidation::FillTwins LaunchValidation::make_fill_twins(const std::string& ptx) {
+LaunchValidation::FillTwins LaunchValidation::load_fill_twins(const Rewritten& rewritten) {
   FillTwins f;
-  ptx::TwinOptions options;
-  options.loads = true;
-  options.suffix = "__phos_fill";
-  Result<ptx::TwinResult> made = ptx::make_twins(ptx, options);
+  const Result<ptx::TwinResult>& made = rewritten.twins;
   if (!made) return f;
   for (const ptx::TwinKernel& k : made->kernels)
     if (k.complete && k.module_variables.empty()) f.kernels[k.name] = k.twin_name;
@@ -312,7 +323,7 @@ void LaunchValidation::schedule_fill_locked(const std::shared_ptr<Module>& m) {
   }
   m->fill_pending = true;
   if (build_gate_) queue_job_locked(BuildJob{m, true});
-  else publish_fill_locked(*m, make_fill_twins(m->ptx));  // PHOS_TWIN_BUILD=launch: here, as before
+  else publish_fill_locked(*m, load_fill_twins(rewrite(m->ptx, true)));  // PHOS_TWIN_BUILD=launch: here, as before
 }
 
 void LaunchValidation::ensure_built(const std::shared_ptr<Module>& m, std::unique_lock<std::mutex>& lock) {
@@ -322,7 +333,7 @@ void LaunchValidation::ensure_built(const std::shared_ptr<Module>& m, std::uniqu
     build_cv_.wait(lock, [&] { return m->build == Build::kDone; });
   } else {
     // Not started (or still queued: the builder skips it once it is done).
-    publish_locked(*m, make_twins(m->ptx));
+    publish_locked(*m, load_twins(rewrite(m->ptx, false)));
     schedule_fill_locked(m);
   }
   totals_.first_launch_wait_max_ns = std::max(totals_.first_launch_wait_max_ns, monotonic_ns() - started);

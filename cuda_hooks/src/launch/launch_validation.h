@@ -53,6 +53,7 @@
 #include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/sass_validation.h"
 #include "phos/ptx/range_table.h"
+#include "phos/ptx/twin.h"
 #include "phos/support/result.h"
 
 namespace phos::hooks {
@@ -233,8 +234,15 @@ class LaunchValidation {
     CUmodule module = nullptr;
     std::map<std::string, std::string> kernels;
   };
-  static Twins make_twins(const std::string& ptx);
-  static FillTwins make_fill_twins(const std::string& ptx);
+  // A build in two steps: the PTX rewritten (the CPU's), then loaded (the
+  // driver's JIT, in the current context).
+  struct Rewritten {
+    Result<ptx::TwinResult> twins;
+    uint64_t ns = 0;
+  };
+  static Rewritten rewrite(const std::string& ptx, bool fill);
+  static Twins load_twins(const Rewritten& rewritten);
+  static FillTwins load_fill_twins(const Rewritten& rewritten);
   void publish_locked(Module& m, Twins t);
   void publish_fill_locked(Module& m, FillTwins f);
   // After its twins: the fill twins, by the builder, or now where there is
