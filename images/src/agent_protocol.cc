@@ -205,6 +205,8 @@ struct PbStatus {
   std::vector<Phos__Agent__KernelSpeculation*> kernel_ptrs;
   std::vector<Phos__Agent__Device> devices;
   std::vector<Phos__Agent__Device*> device_ptrs;
+  std::vector<Phos__Agent__NcclCommunicator> comms;
+  std::vector<Phos__Agent__NcclCommunicator*> comm_ptrs;
 
   explicit PbStatus(const StatusReply& s) {
     m.gate_open = s.gate_open;
@@ -225,6 +227,25 @@ struct PbStatus {
     m.kernel_count = std::max<uint64_t>(s.kernel_count, s.kernels.size());
     add_kernels(s);
     add_devices(s);
+    add_nccl(s);
+  }
+
+  void add_nccl(const StatusReply& s) {
+    comms.resize(s.nccl_communicators.size());
+    for (size_t i = 0; i < comms.size(); i++) {
+      const NcclCommunicatorStatus& c = s.nccl_communicators[i];
+      phos__agent__nccl_communicator__init(&comms[i]);
+      comms[i].rank = c.rank;
+      comms[i].nranks = c.nranks;
+      comms[i].device = c.device;
+      comms[i].job_id = c.job_id;
+      comms[i].calls = c.calls;
+      comms[i].has_single_process = 1;
+      comms[i].single_process = c.single_process;
+      comm_ptrs.push_back(&comms[i]);
+    }
+    m.n_nccl_communicators = comm_ptrs.size();
+    m.nccl_communicators = comm_ptrs.data();
   }
 
   void add_counters(const StatusReply& s) {
@@ -434,6 +455,11 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
   out.speculation_active = r.has_speculation_active && r.speculation_active;
   out.indexed_buffers = r.has_indexed_buffers ? r.indexed_buffers : 0;
   out.validation_active = r.has_validation_active && r.validation_active;
+  for (size_t i = 0; i < r.n_nccl_communicators; i++) {
+    const Phos__Agent__NcclCommunicator& c = *r.nccl_communicators[i];
+    out.nccl_communicators.push_back(
+        {c.rank, c.nranks, c.device, c.job_id, c.calls, c.has_single_process && c.single_process});
+  }
   for (size_t i = 0; i < r.n_kernels; i++) out.kernels.push_back(decode(*r.kernels[i]));
   if (r.has_kernel_count && r.kernel_count < r.n_kernels)
     return malformed("reply", "status: kernel count " + std::to_string(r.kernel_count) + " is below the " +

@@ -384,6 +384,11 @@ int cmd_status(const std::string& pid_text, bool as_json) {
       j["modules"].push_back({{"id", m.id}, {"kind", m.kind}, {"size", m.size}, {"hash", hex(m.hash)},
                               {"source", m.source}, {"function_count", m.function_count},
                               {"functions", m.functions}, {"globals", m.globals}});
+    j["nccl_communicators"] = json::array();
+    for (const auto& c : status->nccl_communicators)
+      j["nccl_communicators"].push_back({{"rank", c.rank}, {"nranks", c.nranks}, {"device", c.device},
+                                         {"job_id", hex(c.job_id)}, {"calls", c.calls},
+                                         {"single_process", c.single_process}});
     j.update(speculation_json(*status));
     std::cout << j.dump(2) << "\n";
   } else {
@@ -395,6 +400,9 @@ int cmd_status(const std::string& pid_text, bool as_json) {
     for (const auto& d : status->devices)
       std::printf("  device %u: %s\n", d.ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
+    for (const auto& c : status->nccl_communicators)
+      std::printf("  NCCL communicator %016" PRIx64 ": rank %d of %d%s, device %d, %" PRIu64 " calls\n", c.job_id,
+                  c.rank, c.nranks, c.single_process ? " (all in this process)" : "", c.device, c.calls);
     for (const auto& [name, value] : status->counters) std::printf("  %s: %" PRIu64 "\n", name.c_str(), value);
     for (const auto& m : status->modules)
       std::printf("  module %" PRIu64 ": %s, %s, hash %016" PRIx64 ", %" PRIu64 " functions, %zu globals, from %s\n",

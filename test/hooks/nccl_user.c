@@ -18,7 +18,8 @@ int phos_nccl_user_run(void) {
   return bad;
 }
 
-/* Communicators made and destroyed: rank 1 of 4 from a unique id, two of
+/* Communicators made and destroyed (two calls issued on the first): rank 1
+ * of 4 from a unique id, two of
  * one process (ncclCommInitAll), a split of the first, a split that leaves
  * this rank out; one of the pair destroyed, and a third made and aborted.
  * Left: rank 1 of 4, rank 0 of 2 (one process), the split (rank 1 of 2). */
@@ -30,6 +31,8 @@ int phos_nccl_user_comms(void) {
   bad |= ncclGetUniqueId(&id);
   bad |= ncclCommInitRank(&a, 4, id, 1);
   bad |= ncclCommInitAll(pair, 2, devs);
+  bad |= ncclAllReduce((void *)0x10000, (void *)0x20000, 100, ncclFloat32, ncclSum, a, (cudaStream_t)0x5);
+  bad |= ncclSend((void *)0x15000, 3, ncclUint8, 0, a, (cudaStream_t)0x5);
   bad |= ncclCommSplit(a, 0, 1, &split, NULL);
   bad |= ncclCommSplit(a, NCCL_SPLIT_NOCOLOR, 0, &none, NULL);
   bad |= ncclCommDestroy(pair[1]);

@@ -20,7 +20,7 @@ trap 'rm -f "$stats"' EXIT
 out=$(LD_PRELOAD=$libphos PHOS_RECORD_LAUNCHES=1 PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
 echo "$out" | sed 's/^/[record] /'
 grep -qx "calls failed 0" <<< "$out" || fail "a call failed through libphos.so"
-grep -qx "reached copies 10 cublas 5 nccl 7" <<< "$out" || fail "calls did not all reach the libraries"
+grep -qx "reached copies 10 cublas 5 nccl 9" <<< "$out" || fail "calls did not all reach the libraries"
 grep '^record ' "$stats" | sed 's/^/[record] /'
 
 expected=$(cat <<'LINES'
@@ -47,9 +47,11 @@ record 19 library ncclAllGather r:0x13000+16 w:0x23000+64
 record 20 library ncclReduceScatter r:0x14000+256 w:0x24000+64
 record 21 library ncclSend r:0x15000+3
 record 22 library ncclRecv w:0x25000+12
-record 23 kernel vec_add module=1
-record 24 kernel vec_add module=1
-record 25 kernel lib_kernel module=2
+record 23 library ncclAllReduce r:0x10000+400 w:0x20000+400
+record 24 library ncclSend r:0x15000+3
+record 25 kernel vec_add module=1
+record 26 kernel vec_add module=1
+record 27 kernel lib_kernel module=2
 LINES
 )
 diff <(echo "$expected") <(grep '^record ' "$stats") || fail "the record differs from the expected ranges (above)"
@@ -68,9 +70,9 @@ hash2=$(awk '$1 == "module" && $2 == 2 {print $5}' "$stats")
 # (nccl_user.c): the three left are listed with their layout, the two with
 # ranks in other processes make a dump refuse the process, saying so.
 grep -qx "nccl_communicators 3" "$stats" || fail "not 3 live NCCL communicators: $(grep nccl "$stats" | tr '\n' '|')"
-for l in "rank=1 nranks=4 device=-1 split_from=no single_process=0" \
-         "rank=0 nranks=2 device=0 split_from=no single_process=1" \
-         "rank=1 nranks=2 device=-1 split_from=yes single_process=0"; do
+for l in "rank=1 nranks=4 device=-1 split_from=no single_process=0 calls=2" \
+         "rank=0 nranks=2 device=0 split_from=no single_process=1 calls=0" \
+         "rank=1 nranks=2 device=-1 split_from=yes single_process=0 calls=0"; do
   grep -qx "nccl_communicator $l" "$stats" || fail "no communicator '$l': $(grep nccl_comm "$stats" | tr '\n' '|')"
 done
 grep -q "^unsupported 2 NCCL communicator(s) with ranks in other processes" "$stats" ||
@@ -93,9 +95,14 @@ assert sorted(m) == [1, 2], m
 assert m[1]["kind"] == "fatbin" and m[1]["size"] == 216 and m[1]["functions"] == ["vec_add", "scale"], m[1]
 assert m[1]["globals"] == ["table"] and m[1]["source"] == "cuModuleLoadData", m[1]
 assert m[2]["functions"] == ["lib_kernel"] and m[2]["function_count"] == 1, m[2]
-' || fail "phosctl status does not show the modules: $status"
+c = s["nccl_communicators"]
+assert [(x["rank"], x["nranks"], x["calls"], x["single_process"]) for x in c] == \
+    [(1, 4, 2, False), (0, 2, 0, True), (1, 2, 0, False)], c
+assert len({x["job_id"] for x in c}) == 3, c  # the split is named apart from its parent
+assert s["counters"]["nccl_communicators"] == 3, s["counters"]
+' || fail "phosctl status does not show the modules and the NCCL communicators: $status"
 
 out=$(LD_PRELOAD=$libphos PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
-grep -qx "reached copies 10 cublas 5 nccl 7" <<< "$out" || fail "without recording, calls did not all reach the libraries"
+grep -qx "reached copies 10 cublas 5 nccl 9" <<< "$out" || fail "without recording, calls did not all reach the libraries"
 ! grep -q '^record ' "$stats" || fail "recorded while recording is off"
 echo "[record] PASS"

@@ -102,6 +102,7 @@ agent::StatusReply full_status() {
   s.kernel_count = 2;
   s.devices = {{0, {}}, {1, {}}};
   s.validation_active = true;
+  s.nccl_communicators = {{1, 4, 0, 0xfeedfacecafebeefull, 12, false}, {0, 2, 1, 0x1234, 0, true}};
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);

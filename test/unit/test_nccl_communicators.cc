@@ -54,3 +54,19 @@ TEST_CASE("nccl communicators: creations and destructions from several threads",
   CHECK(c.list().size() == 4 * 500);
   CHECK(c.spanning_processes() == 4 * 500);
 }
+
+TEST_CASE("nccl communicators: calls are counted on their communicator; the job id names it on every rank", "[nccl]") {
+  NcclCommunicators c;
+  unsigned char id[128] = {1, 2, 3};
+  uint64_t job = phos::hooks::nccl_job_id(id, sizeof(id));
+  c.created({0x1000, 0, 2, 0, 0, 0, 0, false, job, 0});
+  c.count_call(0x1000);
+  c.count_call(0x1000);
+  c.count_call(0x2000);  // not created through the hooks: not counted anywhere
+  CHECK(c.find(0x1000)->calls == 2);
+  CHECK(phos::hooks::nccl_job_id(id, sizeof(id)) == job);  // what another rank computes from the same id
+  id[127] = 1;
+  CHECK(phos::hooks::nccl_job_id(id, sizeof(id)) != job);
+  CHECK(phos::hooks::nccl_split_job_id(job, 0) != phos::hooks::nccl_split_job_id(job, 1));
+  CHECK(phos::hooks::nccl_split_job_id(job, 0) == phos::hooks::nccl_split_job_id(job, 0));
+}

@@ -61,12 +61,17 @@ int current_device() {
 // A creation that succeeded (or goes on, for a non-blocking one).
 bool made(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
-void note_created(ncclComm_t comm, int rank, int nranks, uint64_t parent = 0, int color = 0, int key = 0) {
+void note_created(ncclComm_t comm, int rank, int nranks, uint64_t job_id, uint64_t parent = 0, int color = 0,
+                  int key = 0) {
   if (!comm) return;  // a split that left this rank out (NCCL_SPLIT_NOCOLOR)
   auto from = parent ? runtime().nccl.find(parent) : std::nullopt;
+  if (from) job_id = nccl_split_job_id(from->job_id, color);
   runtime().nccl.created({reinterpret_cast<uint64_t>(comm), rank, nranks, current_device(), parent, color, key,
-                          from && from->single_process});
+                          from && from->single_process, job_id, 0});
 }
+
+// A call issued on `comm`, counted on its communicator.
+void issued(ncclComm_t comm) { runtime().nccl.count_call(reinterpret_cast<uint64_t>(comm)); }
 
 }  // namespace
 
@@ -74,14 +79,14 @@ void note_created(ncclComm_t comm, int rank, int nranks, uint64_t parent = 0, in
 // bootstrap), and a checkpoint's quiesce must not wait for it.
 extern "C" PHOS_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRank, (comm, nranks, id, rank))();
-  if (made(r)) note_created(*comm, rank, nranks);
+  if (made(r)) note_created(*comm, rank, nranks, nccl_job_id(&id, sizeof(id)));
   return r;
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                                                            ncclConfig_t* config) {
   ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (comm, nranks, id, rank, config))();
-  if (made(r)) note_created(*comm, rank, nranks);
+  if (made(r)) note_created(*comm, rank, nranks, nccl_job_id(&id, sizeof(id)));
   return r;
 }
 
@@ -91,7 +96,8 @@ extern "C" PHOS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev,
   if (made(r))
     for (int i = 0; i < ndev; i++)
       if (comms[i])
-        runtime().nccl.created({reinterpret_cast<uint64_t>(comms[i]), i, ndev, devlist ? devlist[i] : i, 0, 0, 0, true});
+        runtime().nccl.created({reinterpret_cast<uint64_t>(comms[i]), i, ndev, devlist ? devlist[i] : i, 0, 0, 0, true,
+                                reinterpret_cast<uint64_t>(comms[0]), 0});
   return r;
 }
 
@@ -99,7 +105,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, in
                                                   ncclConfig_t* config) {
   ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommSplit, (comm, color, key, newcomm, config))();
   if (made(r) && newcomm && *newcomm)
-    note_created(*newcomm, rank_of(*newcomm), rank_count(*newcomm), reinterpret_cast<uint64_t>(comm), color, key);
+    note_created(*newcomm, rank_of(*newcomm), rank_count(*newcomm), 0, reinterpret_cast<uint64_t>(comm), color, key);
   return r;
 }
 
@@ -117,6 +123,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 extern "C" PHOS_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                                                   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  issued(comm);
   return library_call(
       "ncclAllReduce", [&] { return describe(ranges::Collective::kAllReduce, send, recv, count, type, comm, stream); },
       PHOS_NCCL_FORWARD(ncclAllReduce, (send, recv, count, type, op, comm, stream)));
@@ -124,6 +131,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, 
 
 extern "C" PHOS_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
                                                   int root, ncclComm_t comm, cudaStream_t stream) {
+  issued(comm);
   return library_call(
       "ncclBroadcast",
       [&] { return describe(ranges::Collective::kBroadcast, send, recv, count, type, comm, stream, root); },
@@ -132,6 +140,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, 
 
 extern "C" PHOS_EXPORT ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                                                ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  issued(comm);
   return library_call(
       "ncclReduce", [&] { return describe(ranges::Collective::kReduce, send, recv, count, type, comm, stream, root); },
       PHOS_NCCL_FORWARD(ncclReduce, (send, recv, count, type, op, root, comm, stream)));
@@ -139,6 +148,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclReduce(const void* send, void* recv, siz
 
 extern "C" PHOS_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count,
                                                   ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  issued(comm);
   return library_call(
       "ncclAllGather",
       [&] { return describe(ranges::Collective::kAllGather, send, recv, send_count, type, comm, stream); },
@@ -148,6 +158,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, 
 extern "C" PHOS_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count,
                                                       ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                                                       cudaStream_t stream) {
+  issued(comm);
   return library_call(
       "ncclReduceScatter",
       [&] { return describe(ranges::Collective::kReduceScatter, send, recv, recv_count, type, comm, stream); },
@@ -156,6 +167,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* re
 
 extern "C" PHOS_EXPORT ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer,
                                              ncclComm_t comm, cudaStream_t stream) {
+  issued(comm);
   return library_call(
       "ncclSend", [&] { return describe(ranges::Collective::kSend, send, nullptr, count, type, comm, stream); },
       PHOS_NCCL_FORWARD(ncclSend, (send, count, type, peer, comm, stream)));
@@ -163,6 +175,7 @@ extern "C" PHOS_EXPORT ncclResult_t ncclSend(const void* send, size_t count, ncc
 
 extern "C" PHOS_EXPORT ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                                              cudaStream_t stream) {
+  issued(comm);
   return library_call(
       "ncclRecv", [&] { return describe(ranges::Collective::kRecv, nullptr, recv, count, type, comm, stream); },
       PHOS_NCCL_FORWARD(ncclRecv, (recv, count, type, peer, comm, stream)));

@@ -21,8 +21,18 @@ struct NcclCommunicator {
   uint64_t parent = 0;  // ncclCommSplit's source; 0: made from a unique id
   int color = 0, key = 0;  // ncclCommSplit's arguments
   bool single_process = false;  // every rank in this process (ncclCommInitAll, and its splits)
+  // The same on every rank of the communicator: a hash of the unique id it
+  // was made with, or of its parent's and its split color and key's order.
+  uint64_t job_id = 0;
+  uint64_t calls = 0;  // collective and point-to-point calls issued on it
   bool operator==(const NcclCommunicator&) const = default;
 };
+
+// The job-wide name of a communicator made from a unique id (its bytes),
+// and of one split from `parent_job` with `color` (every rank of the new
+// communicator passed the same color).
+uint64_t nccl_job_id(const void* unique_id, size_t bytes);
+uint64_t nccl_split_job_id(uint64_t parent_job, int color);
 
 class NcclCommunicators {
  public:
@@ -33,6 +43,9 @@ class NcclCommunicators {
   // free the communicator: it stays until one of those.
   void destroyed(uint64_t handle);
   std::optional<NcclCommunicator> find(uint64_t handle) const;
+  // A collective or point-to-point call was issued on `handle` (one not
+  // created through the hooks is not counted).
+  void count_call(uint64_t handle);
   // In creation order.
   std::vector<NcclCommunicator> list() const;
   // Communicators with ranks in other processes: what a dump of this

@@ -82,6 +82,17 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+// A live NCCL communicator of the process (agent.proto NcclCommunicator).
+struct NcclCommunicatorStatus {
+  int32_t rank = -1;
+  int32_t nranks = 0;
+  int32_t device = -1;
+  uint64_t job_id = 0;  // the same on every rank of it
+  uint64_t calls = 0;
+  bool single_process = false;
+  bool operator==(const NcclCommunicatorStatus&) const = default;
+};
+
 struct StatusReply {
   bool gate_open = false;  // the agent fills it in: it owns the gate
   bool cuda_initialized = false;
@@ -101,6 +112,7 @@ struct StatusReply {
   uint64_t kernel_count = 0;
   std::vector<Device> devices;  // empty from an older agent
   bool validation_active = false;  // false from an older agent
+  std::vector<NcclCommunicatorStatus> nccl_communicators;  // empty from an older agent
   bool operator==(const StatusReply&) const = default;
 };
 
