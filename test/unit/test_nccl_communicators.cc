@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -7,11 +9,28 @@
 using phos::hooks::NcclCommunicator;
 using phos::hooks::NcclCommunicators;
 
+namespace {
+NcclCommunicator comm(uint64_t handle, int rank, int nranks, int device = 0, uint64_t parent = 0, int color = 0,
+                      int key = 0, bool single_process = false, uint64_t job_id = 0) {
+  NcclCommunicator c;
+  c.handle = handle;
+  c.rank = rank;
+  c.nranks = nranks;
+  c.device = device;
+  c.parent = parent;
+  c.color = color;
+  c.key = key;
+  c.single_process = single_process;
+  c.job_id = job_id;
+  return c;
+}
+}  // namespace
+
 TEST_CASE("nccl communicators: created ones are listed in order, destroyed ones go", "[nccl]") {
   NcclCommunicators c;
-  c.created({0x1000, 0, 2, 0, 0, 0, 0});
-  c.created({0x2000, 1, 1, 0, 0, 0, 0});
-  c.created({0x3000, 0, 2, 0, 0x1000, 7, 3});  // split from 0x1000
+  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0));
+  c.created(comm(0x2000, 1, 1, 0, 0, 0, 0));
+  c.created(comm(0x3000, 0, 2, 0, 0x1000, 7, 3));  // split from 0x1000
   auto l = c.list();
   REQUIRE(l.size() == 3);
   CHECK(l[0].handle == 0x1000);
@@ -19,7 +38,7 @@ TEST_CASE("nccl communicators: created ones are listed in order, destroyed ones 
   CHECK(l[2].color == 7);
   CHECK(l[2].key == 3);
   CHECK(c.spanning_processes() == 2);  // the single-rank one does not count
-  c.created({0x4000, 0, 2, 0, 0, 0, 0, true});  // ncclCommInitAll: both ranks here
+  c.created(comm(0x4000, 0, 2, 0, 0, 0, 0, true));  // ncclCommInitAll: both ranks here
   CHECK(c.spanning_processes() == 2);
   c.destroyed(0x4000);
   c.destroyed(0x1000);
@@ -32,8 +51,8 @@ TEST_CASE("nccl communicators: created ones are listed in order, destroyed ones 
 
 TEST_CASE("nccl communicators: a handle created again replaces the old entry", "[nccl]") {
   NcclCommunicators c;
-  c.created({0x1000, 0, 4, 0, 0, 0, 0});
-  c.created({0x1000, 3, 8, 1, 0, 0, 0});  // destroyed behind phos's back, the address reused
+  c.created(comm(0x1000, 0, 4, 0, 0, 0, 0));
+  c.created(comm(0x1000, 3, 8, 1, 0, 0, 0));  // destroyed behind phos's back, the address reused
   REQUIRE(c.list().size() == 1);
   CHECK(c.find(0x1000)->nranks == 8);
   CHECK(c.find(0x1000)->device == 1);
@@ -46,7 +65,7 @@ TEST_CASE("nccl communicators: creations and destructions from several threads",
     threads.emplace_back([&c, t] {
       for (uint64_t i = 0; i < 1000; i++) {
         uint64_t h = (uint64_t(t) << 32) | (i + 1);
-        c.created({h, t, 4, t, 0, 0, 0});
+        c.created(comm(h, t, 4, t, 0, 0, 0));
         if (i % 2) c.destroyed(h);
       }
     });
@@ -59,7 +78,7 @@ TEST_CASE("nccl communicators: calls are counted on their communicator; the job 
   NcclCommunicators c;
   unsigned char id[128] = {1, 2, 3};
   uint64_t job = phos::hooks::nccl_job_id(id, sizeof(id));
-  c.created({0x1000, 0, 2, 0, 0, 0, 0, false, job, 0});
+  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, job));
   c.count_call(0x1000);
   c.count_call(0x1000);
   c.count_call(0x2000);  // not created through the hooks: not counted anywhere
@@ -69,4 +88,41 @@ TEST_CASE("nccl communicators: calls are counted on their communicator; the job 
   CHECK(phos::hooks::nccl_job_id(id, sizeof(id)) != job);
   CHECK(phos::hooks::nccl_split_job_id(job, 0) != phos::hooks::nccl_split_job_id(job, 1));
   CHECK(phos::hooks::nccl_split_job_id(job, 0) == phos::hooks::nccl_split_job_id(job, 0));
+}
+
+TEST_CASE("nccl communicators: a stop holds the call it is armed at until disarmed", "[nccl]") {
+  NcclCommunicators c;
+  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, 0xabc));
+  REQUIRE(c.arm_stop(0xabc, 5));
+  CHECK_FALSE(c.arm_stop(0xdef, 5));  // no communicator of that job here
+  std::atomic<int> issued{0};
+  std::thread program([&] {
+    for (int i = 0; i < 10; i++) {
+      c.count_call(0x1000);
+      issued++;
+    }
+  });
+  for (int i = 0; i < 2000 && !c.find(0x1000)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(c.find(0x1000)->held);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(issued == 5);  // calls 0..4 went through; call 5 waits before it is issued
+  CHECK(c.find(0x1000)->calls == 5);
+  CHECK_FALSE(c.arm_stop(0xabc, 3));  // already issued
+  c.disarm(0xabc);
+  program.join();
+  CHECK(issued == 10);
+  CHECK(c.find(0x1000)->calls == 10);
+  CHECK_FALSE(c.find(0x1000)->held);
+}
+
+TEST_CASE("nccl communicators: a held call is let go when its communicator is destroyed", "[nccl]") {
+  NcclCommunicators c;
+  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, 0xabc));
+  REQUIRE(c.arm_stop(0xabc, 0));
+  std::thread program([&] { c.count_call(0x1000); });
+  for (int i = 0; i < 2000 && !c.find(0x1000)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(c.find(0x1000)->held);
+  c.destroyed(0x1000);  // another thread of the program aborts it
+  program.join();
+  CHECK(c.list().empty());
 }

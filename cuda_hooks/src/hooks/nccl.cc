@@ -66,8 +66,17 @@ void note_created(ncclComm_t comm, int rank, int nranks, uint64_t job_id, uint64
   if (!comm) return;  // a split that left this rank out (NCCL_SPLIT_NOCOLOR)
   auto from = parent ? runtime().nccl.find(parent) : std::nullopt;
   if (from) job_id = nccl_split_job_id(from->job_id, color);
-  runtime().nccl.created({reinterpret_cast<uint64_t>(comm), rank, nranks, current_device(), parent, color, key,
-                          from && from->single_process, job_id, 0});
+  NcclCommunicator c;
+  c.handle = reinterpret_cast<uint64_t>(comm);
+  c.rank = rank;
+  c.nranks = nranks;
+  c.device = current_device();
+  c.parent = parent;
+  c.color = color;
+  c.key = key;
+  c.single_process = from && from->single_process;
+  c.job_id = job_id;
+  runtime().nccl.created(c);
 }
 
 // A call issued on `comm`, counted on its communicator.
@@ -94,10 +103,17 @@ extern "C" PHOS_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int
 extern "C" PHOS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitAll, (comms, ndev, devlist))();
   if (made(r))
-    for (int i = 0; i < ndev; i++)
-      if (comms[i])
-        runtime().nccl.created({reinterpret_cast<uint64_t>(comms[i]), i, ndev, devlist ? devlist[i] : i, 0, 0, 0, true,
-                                reinterpret_cast<uint64_t>(comms[0]), 0});
+    for (int i = 0; i < ndev; i++) {
+      if (!comms[i]) continue;
+      NcclCommunicator c;
+      c.handle = reinterpret_cast<uint64_t>(comms[i]);
+      c.rank = i;
+      c.nranks = ndev;
+      c.device = devlist ? devlist[i] : i;
+      c.single_process = true;
+      c.job_id = reinterpret_cast<uint64_t>(comms[0]);  // in this process only
+      runtime().nccl.created(c);
+    }
   return r;
 }
 

@@ -26,17 +26,53 @@ uint64_t nccl_split_job_id(uint64_t parent_job, int color) {
 }
 
 void NcclCommunicators::count_call(uint64_t handle) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto entry = [&]() -> NcclCommunicator* {
+    for (NcclCommunicator& l : live_)
+      if (l.handle == handle) return &l;
+    return nullptr;
+  };
+  NcclCommunicator* c = entry();
+  if (!c) return;
+  if (c->stop_at && *c->stop_at == c->calls) {
+    c->held = true;
+    // The vector may change meanwhile: found again after each wake.
+    stop_cv_.wait(lock, [&] {
+      c = entry();
+      return !c || !c->stop_at || *c->stop_at != c->calls;
+    });
+    if (!c) return;
+    c->held = false;
+  }
+  c->calls++;
+}
+
+bool NcclCommunicators::arm_stop(uint64_t job_id, uint64_t at_call) {
   std::lock_guard<std::mutex> lock(mu_);
+  bool armed = false;
   for (NcclCommunicator& l : live_)
-    if (l.handle == handle) {
-      l.calls++;
-      return;
+    if (l.job_id == job_id && l.calls <= at_call) {
+      l.stop_at = at_call;
+      armed = true;
     }
+  return armed;
+}
+
+void NcclCommunicators::disarm(uint64_t job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (NcclCommunicator& l : live_)
+      if (l.job_id == job_id) l.stop_at.reset();
+  }
+  stop_cv_.notify_all();
 }
 
 void NcclCommunicators::destroyed(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(live_, [&](const NcclCommunicator& l) { return l.handle == handle; });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(live_, [&](const NcclCommunicator& l) { return l.handle == handle; });
+  }
+  stop_cv_.notify_all();
 }
 
 std::optional<NcclCommunicator> NcclCommunicators::find(uint64_t handle) const {

@@ -6,6 +6,7 @@
 // NCCL here: handles are opaque addresses, so it is unit-tested alone.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -25,6 +26,10 @@ struct NcclCommunicator {
   // was made with, or of its parent's and its split color and key's order.
   uint64_t job_id = 0;
   uint64_t calls = 0;  // collective and point-to-point calls issued on it
+  // A job-wide quiesce's stop: the call with this number (0 the first)
+  // waits before it is issued, until disarmed; held while one does.
+  std::optional<uint64_t> stop_at;
+  bool held = false;
   bool operator==(const NcclCommunicator&) const = default;
 };
 
@@ -43,9 +48,19 @@ class NcclCommunicators {
   // free the communicator: it stays until one of those.
   void destroyed(uint64_t handle);
   std::optional<NcclCommunicator> find(uint64_t handle) const;
-  // A collective or point-to-point call was issued on `handle` (one not
-  // created through the hooks is not counted).
+  // A collective or point-to-point call is about to be issued on `handle`
+  // (one not created through the hooks is not counted): counted, after
+  // waiting while it is the call a stop is armed at. The caller holds no
+  // gate pass: a checkpoint's quiesce goes on while it waits.
   void count_call(uint64_t handle);
+  // Every rank's calls on a communicator are issued in the same order: a
+  // stop armed at the same call number on every rank (`job_id`) holds them
+  // all at one boundary, none having issued it, each having issued all
+  // before it. False where this process has no communicator of the job, or
+  // has issued that call already.
+  bool arm_stop(uint64_t job_id, uint64_t at_call);
+  // Lets the held calls (and those still to come to the stop) go on.
+  void disarm(uint64_t job_id);
   // In creation order.
   std::vector<NcclCommunicator> list() const;
   // Communicators with ranks in other processes: what a dump of this
@@ -54,6 +69,7 @@ class NcclCommunicators {
 
  private:
   mutable std::mutex mu_;
+  std::condition_variable stop_cv_;  // a stop disarmed, or a communicator gone
   std::vector<NcclCommunicator> live_;
 };
 
