@@ -113,6 +113,14 @@ std::vector<std::byte> encode(const CloseCopyWindowRequest&) {
   return pack_request(PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW, &Phos__Agent__Request::close_copy_window, m);
 }
 
+std::vector<std::byte> encode(const NcclStopRequest& q) {
+  Phos__Agent__NcclStopRequest m = PHOS__AGENT__NCCL_STOP_REQUEST__INIT;
+  m.job_id = q.job_id;
+  m.has_at_call = q.at_call.has_value();
+  m.at_call = q.at_call.value_or(0);
+  return pack_request(PHOS__AGENT__REQUEST__KIND_NCCL_STOP, &Phos__Agent__Request::nccl_stop, m);
+}
+
 Result<Request> decode(const Phos__Agent__OpenCopyWindowRequest& q) {
   if (q.trust < uint32_t(CopyTrust::kExact) || q.trust > uint32_t(CopyTrust::kValidated))
     return malformed("request", "open copy window: trust " + std::to_string(q.trust) + " is none of 1, 2, 3");
@@ -153,6 +161,11 @@ Result<Request> decode(const Phos__Agent__Request& r) {
       return decode(*r.open_copy_window);
     case PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW:
       return Request(CloseCopyWindowRequest{});
+    case PHOS__AGENT__REQUEST__KIND_NCCL_STOP: {
+      NcclStopRequest out{r.nccl_stop->job_id, std::nullopt};
+      if (r.nccl_stop->has_at_call) out.at_call = r.nccl_stop->at_call;
+      return Request(out);
+    }
     default:
       break;
   }
@@ -242,6 +255,10 @@ struct PbStatus {
       comms[i].calls = c.calls;
       comms[i].has_single_process = 1;
       comms[i].single_process = c.single_process;
+      comms[i].has_stop_at = c.stop_at.has_value();
+      comms[i].stop_at = c.stop_at.value_or(0);
+      comms[i].has_held = 1;
+      comms[i].held = c.held;
       comm_ptrs.push_back(&comms[i]);
     }
     m.n_nccl_communicators = comm_ptrs.size();
@@ -391,6 +408,12 @@ std::vector<std::byte> encode(const OpenCopyWindowReply& r) {
   return pack_reply(PHOS__AGENT__REPLY__KIND_OPEN_COPY_WINDOW, &Phos__Agent__Reply::open_copy_window, m);
 }
 
+std::vector<std::byte> encode(const NcclStopReply& r) {
+  Phos__Agent__NcclStopReply m = PHOS__AGENT__NCCL_STOP_REPLY__INIT;
+  m.armed = r.armed;
+  return pack_reply(PHOS__AGENT__REPLY__KIND_NCCL_STOP, &Phos__Agent__Reply::nccl_stop, m);
+}
+
 std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
   Phos__Agent__CloseCopyWindowReply m = PHOS__AGENT__CLOSE_COPY_WINDOW_REPLY__INIT;
   m.calls_checked = r.calls_checked;
@@ -457,8 +480,10 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
   out.validation_active = r.has_validation_active && r.validation_active;
   for (size_t i = 0; i < r.n_nccl_communicators; i++) {
     const Phos__Agent__NcclCommunicator& c = *r.nccl_communicators[i];
-    out.nccl_communicators.push_back(
-        {c.rank, c.nranks, c.device, c.job_id, c.calls, c.has_single_process && c.single_process});
+    NcclCommunicatorStatus s{c.rank, c.nranks, c.device, c.job_id, c.calls, c.has_single_process && c.single_process,
+                             std::nullopt, c.has_held && c.held};
+    if (c.has_stop_at) s.stop_at = c.stop_at;
+    out.nccl_communicators.push_back(s);
   }
   for (size_t i = 0; i < r.n_kernels; i++) out.kernels.push_back(decode(*r.kernels[i]));
   if (r.has_kernel_count && r.kernel_count < r.n_kernels)
@@ -526,6 +551,8 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
       return Reply(CloseCopyWindowReply{c.calls_checked, c.chunks_saved, c.calls_waited, c.unknown_waits, c.wait_ns,
                                         c.violations, text(c.violation), c.aborted != 0, text(c.abort_reason)});
     }
+    case PHOS__AGENT__REPLY__KIND_NCCL_STOP:
+      return Reply(NcclStopReply{r.nccl_stop->armed != 0});
     case PHOS__AGENT__REPLY__KIND_ERROR:
       // A code that is no errno would read as success where it is returned.
       if (r.error->code <= 0)
@@ -572,7 +599,7 @@ Result<Reply> decode_reply(std::span<const std::byte> payload) {
 std::string_view kind_name(const Request& request) {
   static constexpr std::string_view names[] = {"hello",  "status", "list_allocations", "quiesce",  "release_mappings",
                                                "remap",  "resume", "goodbye",          "speculate",
-                                               "open_copy_window", "close_copy_window"};
+                                               "open_copy_window", "close_copy_window", "nccl_stop"};
   static_assert(std::size(names) == std::variant_size_v<Request>);
   return names[request.index()];
 }
@@ -580,7 +607,7 @@ std::string_view kind_name(const Request& request) {
 std::string_view kind_name(const Reply& reply) {
   static constexpr std::string_view names[] = {"hello",  "status", "list_allocations", "quiesce",   "release_mappings",
                                                "remap",  "resume", "goodbye",          "speculate",
-                                               "open_copy_window", "close_copy_window", "error"};
+                                               "open_copy_window", "close_copy_window", "nccl_stop", "error"};
   static_assert(std::size(names) == std::variant_size_v<Reply>);
   return names[reply.index()];
 }

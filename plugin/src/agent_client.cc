@@ -88,6 +88,12 @@ Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window() {
   return call<agent::CloseCopyWindowReply>(agent::CloseCopyWindowRequest{});
 }
 
+Result<bool> AgentClient::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) {
+  auto reply = call<agent::NcclStopReply>(agent::NcclStopRequest{job_id, at_call});
+  if (!reply) return reply.error();
+  return reply->armed;
+}
+
 Result<agent::StatusReply> AgentClient::status() { return call<agent::StatusReply>(agent::StatusRequest{}); }
 
 Result<agent::SpeculateReply> AgentClient::speculate_request(bool on, std::optional<bool> validate) {

@@ -39,6 +39,9 @@ constexpr const char* kUsage =
     "       phosctl kernels PID [--json]  its kernels' read/write-set speculation, most unknown first\n"
     "       phosctl speculate PID on|off  turn that speculation on or off\n"
     "       phosctl validate PID on|off   turn the validation of the speculation on (speculating) or off\n"
+    "       phosctl nccl-stop PID JOB CALL  hold the process's calls on NCCL communicator JOB (its job id,\n"
+    "                                     as status prints it) before call number CALL\n"
+    "       phosctl nccl-go PID JOB       let them go on\n"
     "       phosctl version\n";
 
 std::string hex(uint64_t v) {
@@ -388,7 +391,8 @@ int cmd_status(const std::string& pid_text, bool as_json) {
     for (const auto& c : status->nccl_communicators)
       j["nccl_communicators"].push_back({{"rank", c.rank}, {"nranks", c.nranks}, {"device", c.device},
                                          {"job_id", hex(c.job_id)}, {"calls", c.calls},
-                                         {"single_process", c.single_process}});
+                                         {"single_process", c.single_process}, {"held", c.held},
+                                         {"stop_at", c.stop_at ? json(*c.stop_at) : json(nullptr)}});
     j.update(speculation_json(*status));
     std::cout << j.dump(2) << "\n";
   } else {
@@ -401,8 +405,11 @@ int cmd_status(const std::string& pid_text, bool as_json) {
       std::printf("  device %u: %s\n", d.ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
     for (const auto& c : status->nccl_communicators)
-      std::printf("  NCCL communicator %016" PRIx64 ": rank %d of %d%s, device %d, %" PRIu64 " calls\n", c.job_id,
-                  c.rank, c.nranks, c.single_process ? " (all in this process)" : "", c.device, c.calls);
+      std::printf("  NCCL communicator %016" PRIx64 ": rank %d of %d%s, device %d, %" PRIu64 " calls%s\n", c.job_id,
+                  c.rank, c.nranks, c.single_process ? " (all in this process)" : "", c.device, c.calls,
+                  !c.stop_at ? ""
+                  : c.held   ? ", held at its stop"
+                             : ", a stop armed");
     for (const auto& [name, value] : status->counters) std::printf("  %s: %" PRIu64 "\n", name.c_str(), value);
     for (const auto& m : status->modules)
       std::printf("  module %" PRIu64 ": %s, %s, hash %016" PRIx64 ", %" PRIu64 " functions, %zu globals, from %s\n",
@@ -479,6 +486,47 @@ int cmd_switch(const std::string& what, const std::string& pid_text, const std::
   return rc;
 }
 
+// `phosctl nccl-stop PID JOB CALL` and `phosctl nccl-go PID JOB`: JOB as
+// status prints it (hexadecimal).
+int cmd_nccl_stop(const std::string& pid_text, const std::string& job_text, const std::string* call_text) {
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  char* end = nullptr;
+  uint64_t job = std::strtoull(job_text.c_str(), &end, 16);
+  if (job_text.empty() || *end) {
+    std::fprintf(stderr, "phosctl: '%s' is not a communicator's job id (hexadecimal, as status prints it)\n",
+                 job_text.c_str());
+    return 2;
+  }
+  std::optional<uint64_t> at;
+  if (call_text) {
+    at = std::strtoull(call_text->c_str(), &end, 10);
+    if (call_text->empty() || *end) {
+      std::fprintf(stderr, "phosctl: '%s' is not a call number\n", call_text->c_str());
+      return 2;
+    }
+  }
+  bool armed = false;
+  int rc = with_client(pid, [&](phos::plugin::AgentClient& c) -> phos::Result<void> {
+    auto r = c.nccl_stop(job, at);
+    if (!r) return r.error();
+    armed = *r;
+    return {};
+  });
+  if (rc != 0) return rc;
+  if (!at) {
+    std::printf("process %d: NCCL communicator %016" PRIx64 ": calls go on\n", int(pid), job);
+    return 0;
+  }
+  if (!armed) {
+    std::fprintf(stderr, "phosctl: process %d has no NCCL communicator %016" PRIx64 " short of call %" PRIu64 "\n",
+                 int(pid), job, *at);
+    return 1;
+  }
+  std::printf("process %d: NCCL communicator %016" PRIx64 ": held before call %" PRIu64 "\n", int(pid), job, *at);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -508,6 +556,8 @@ int main(int argc, char** argv) {
   if (pos.size() == 2 && pos[0] == "kernels") return cmd_kernels(pos[1], as_json);
   if (pos.size() == 3 && (pos[0] == "speculate" || pos[0] == "validate") && !as_json)
     return cmd_switch(pos[0], pos[1], pos[2]);
+  if (pos.size() == 4 && pos[0] == "nccl-stop" && !as_json) return cmd_nccl_stop(pos[1], pos[2], &pos[3]);
+  if (pos.size() == 3 && pos[0] == "nccl-go" && !as_json) return cmd_nccl_stop(pos[1], pos[2], nullptr);
   std::fprintf(stderr, "%s", kUsage);
   return 2;
 }

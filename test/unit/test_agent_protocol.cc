@@ -102,7 +102,7 @@ agent::StatusReply full_status() {
   s.kernel_count = 2;
   s.devices = {{0, {}}, {1, {}}};
   s.validation_active = true;
-  s.nccl_communicators = {{1, 4, 0, 0xfeedfacecafebeefull, 12, false}, {0, 2, 1, 0x1234, 0, true}};
+  s.nccl_communicators = {{1, 4, 0, 0xfeedfacecafebeefull, 12, false, 12, true}, {0, 2, 1, 0x1234, 0, true, {}, false}};
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);
@@ -158,6 +158,8 @@ TEST_CASE("agent protocol: every request round trips", "[agent_protocol]") {
       agent::SpeculateRequest{false, std::nullopt},
       agent::SpeculateRequest{true, true},
       agent::SpeculateRequest{true, false},
+      agent::NcclStopRequest{0xfeedfacecafebeefull, 40},
+      agent::NcclStopRequest{0x1234, std::nullopt},
       agent::OpenCopyWindowRequest{agent::CopyTrust::kValidated, 60000, 1, 2ull << 30},
       agent::OpenCopyWindowRequest{agent::CopyTrust::kExact, 1, 0, 0},
       agent::CloseCopyWindowRequest{},
@@ -187,6 +189,8 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
       agent::SpeculateReply{std::nullopt, false},
       agent::SpeculateReply{true, true},
       agent::SpeculateReply{false, false},
+      agent::NcclStopReply{true},
+      agent::NcclStopReply{false},
       agent::OpenCopyWindowReply{true},
       agent::CloseCopyWindowReply{},
       agent::CloseCopyWindowReply{12, 3, 4, 1, 5000000, 2, "kernel k wrote outside its speculated set", true,
@@ -283,8 +287,8 @@ TEST_CASE("agent protocol: a device UUID that is not 16 bytes is refused", "[age
 }
 
 TEST_CASE("agent protocol: an unknown kind is refused, naming its field", "[agent_protocol][malformed]") {
-  CHECK_THAT(request_error(PbWriter().message(12, PbWriter())).message,
-             Catch::Contains("malformed request: unknown kind (field 12)"));
+  CHECK_THAT(request_error(PbWriter().message(13, PbWriter())).message,
+             Catch::Contains("malformed request: unknown kind (field 13)"));
   CHECK_THAT(reply_error(PbWriter().varint(14, 1)).message,
              Catch::Contains("malformed reply: unknown kind (field 14)"));
   CHECK_THAT(request_error(PbWriter()).message, Catch::Contains("malformed request: no kind"));

@@ -261,6 +261,12 @@ Agent::Answer Agent::answer(const agent::CloseCopyWindowRequest&) {
 }
 
 // run() closes our end after the reply, before the peer closes its own.
+Agent::Answer Agent::answer(const agent::NcclStopRequest& q) {
+  auto stopped = backend_.nccl_stop(q.job_id, q.at_call);
+  if (!stopped) return failure(stopped.error().code, "nccl stop: " + stopped.error().message);
+  return {agent::NcclStopReply{*stopped}};
+}
+
 Agent::Answer Agent::answer(const agent::GoodbyeRequest&) { return {agent::GoodbyeReply{}, true}; }
 
 }  // namespace phos::hooks

@@ -58,7 +58,7 @@ agent::StatusReply CudaBackend::status() {
   s.counters.emplace_back("physical_bytes", m.physical_bytes);
   s.counters.emplace_back("nccl_communicators", runtime().nccl.list().size());
   for (const auto& c : runtime().nccl.list())
-    s.nccl_communicators.push_back({c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process});
+    s.nccl_communicators.push_back({c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held});
   return s;
 }
 
@@ -123,6 +123,14 @@ Result<agent::OpenCopyWindowReply> CudaBackend::open_copy_window(const agent::Op
   for (const auto& k : runtime().validation.kernels()) kernel_violations_at_open_[k.name] += k.violations;
   PHOS_TRY(runtime().copy_window.start(q, std::move(fds)));
   return reply;
+}
+
+Result<bool> CudaBackend::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) {
+  if (!at_call) {
+    runtime().nccl.disarm(job_id);
+    return false;
+  }
+  return runtime().nccl.arm_stop(job_id, *at_call);
 }
 
 Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {

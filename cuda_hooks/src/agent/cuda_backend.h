@@ -22,6 +22,7 @@ class CudaBackend final : public AgentBackend {
   Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                       std::vector<UniqueFd> fds) override;
   Result<agent::CloseCopyWindowReply> close_copy_window() override;
+  Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) override;
 
  private:
   // Validation's counts when the window opened: what a close compares.

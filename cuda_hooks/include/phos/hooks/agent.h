@@ -72,6 +72,7 @@ class Agent {
   Answer answer(const agent::SpeculateRequest& q);
   Answer answer(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds);
   Answer answer(const agent::CloseCopyWindowRequest& q);
+  Answer answer(const agent::NcclStopRequest& q);
 
   Gate& gate_;
   AgentBackend& backend_;

@@ -49,6 +49,14 @@ class AgentBackend {
   virtual Result<agent::CloseCopyWindowReply> close_copy_window() {
     return make_error("this process has no copy window", ENOTSUP);
   }
+  // A job-wide quiesce's stop on the NCCL communicators of `job_id`
+  // (nccl_communicators.h): armed at `at_call`, or disarmed without; true
+  // where armed. A backend without NCCL has none.
+  virtual Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) {
+    (void)job_id;
+    (void)at_call;
+    return make_error("this process has no NCCL communicators", ENOTSUP);
+  }
 };
 
 }  // namespace phos::hooks

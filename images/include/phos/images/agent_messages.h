@@ -90,6 +90,8 @@ struct NcclCommunicatorStatus {
   uint64_t job_id = 0;  // the same on every rank of it
   uint64_t calls = 0;
   bool single_process = false;
+  std::optional<uint64_t> stop_at;  // a stop armed at this call
+  bool held = false;                // a thread waits at it
   bool operator==(const NcclCommunicatorStatus&) const = default;
 };
 
@@ -244,13 +246,25 @@ struct CloseCopyWindowReply {
   bool operator==(const CloseCopyWindowReply&) const = default;
 };
 
+// A job-wide quiesce's stop (agent.proto NcclStopRequest): armed at
+// `at_call` on the communicators of `job_id`, or disarmed without.
+struct NcclStopRequest {
+  uint64_t job_id = 0;
+  std::optional<uint64_t> at_call;
+  bool operator==(const NcclStopRequest&) const = default;
+};
+struct NcclStopReply {
+  bool armed = false;
+  bool operator==(const NcclStopReply&) const = default;
+};
+
 using Request = std::variant<Hello, StatusRequest, ListAllocationsRequest, QuiesceRequest, ReleaseMappingsRequest,
                              RemapRequest, ResumeRequest, GoodbyeRequest, SpeculateRequest, OpenCopyWindowRequest,
-                             CloseCopyWindowRequest>;
+                             CloseCopyWindowRequest, NcclStopRequest>;
 // Every request gets one reply: the matching kind, or an Error (its code an
 // errno value).
 using Reply = std::variant<HelloReply, StatusReply, ListAllocationsReply, QuiesceReply, ReleaseMappingsReply,
                            RemapReply, ResumeReply, GoodbyeReply, SpeculateReply, OpenCopyWindowReply,
-                           CloseCopyWindowReply, Error>;
+                           CloseCopyWindowReply, NcclStopReply, Error>;
 
 }  // namespace phos::agent

@@ -58,6 +58,9 @@ class AgentClient {
   Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                       std::span<const int> fds);
   Result<agent::CloseCopyWindowReply> close_copy_window();
+  // A job-wide quiesce's stop on the communicators of `job_id`: armed at
+  // `at_call` (true where armed), or disarmed without.
+  Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call);
   // Asks the agent to close its end and waits until it has, so that the
   // target holds no socket to us when CRIU dumps its files.
   Result<void> goodbye();
