@@ -42,6 +42,8 @@ constexpr const char* kUsage =
     "       phosctl nccl-stop PID JOB CALL  hold the process's calls on NCCL communicator JOB (its job id,\n"
     "                                     as status prints it) before call number CALL\n"
     "       phosctl nccl-go PID JOB       let them go on\n"
+    "       phosctl nccl-quiesce PID...   hold every rank of the NCCL communicator these processes share\n"
+    "                                     before one call number, the same on each\n"
     "       phosctl version\n";
 
 std::string hex(uint64_t v) {
@@ -527,6 +529,101 @@ int cmd_nccl_stop(const std::string& pid_text, const std::string& job_text, cons
   return 0;
 }
 
+// A status's communicator of `job` that spans processes; null if none.
+const phos::agent::NcclCommunicatorStatus* job_comm(const phos::agent::StatusReply& s, uint64_t job) {
+  for (const auto& c : s.nccl_communicators)
+    if (c.job_id == job) return &c;
+  return nullptr;
+}
+
+// `phosctl nccl-quiesce PID...`: the ranks of one job, held at one
+// collective boundary. Every rank issues a communicator's calls in the
+// same order, so a stop armed at the same call number K on each holds them
+// all where none has issued K and each has issued all before it. K is a
+// little past the furthest rank; a rank that got past K before its stop was
+// armed refuses it, and all are disarmed and tried again further on.
+int cmd_nccl_quiesce(const std::vector<std::string>& pid_texts) {
+  std::vector<pid_t> pids;
+  for (const auto& t : pid_texts) {
+    pid_t p = parse_pid(t);
+    if (!p) return 2;
+    pids.push_back(p);
+  }
+  auto statuses = [&]() -> std::optional<std::vector<phos::agent::StatusReply>> {
+    std::vector<phos::agent::StatusReply> out;
+    for (pid_t p : pids) {
+      auto s = fetch_status(p);
+      if (!s) return std::nullopt;
+      out.push_back(std::move(*s));
+    }
+    return out;
+  };
+  auto first = statuses();
+  if (!first) return 1;
+  // The job: the first communicator of the first process that every one has.
+  std::optional<uint64_t> job;
+  for (const auto& c : (*first)[0].nccl_communicators) {
+    bool everywhere = true;
+    for (const auto& s : *first) everywhere = everywhere && job_comm(s, c.job_id);
+    if (everywhere && !c.single_process) {
+      job = c.job_id;
+      break;
+    }
+  }
+  if (!job) {
+    std::fprintf(stderr, "phosctl: these processes share no NCCL communicator\n");
+    return 1;
+  }
+  auto stop_all = [&](std::optional<uint64_t> at) {
+    bool armed = true;
+    for (pid_t p : pids) {
+      int rc = with_client(p, [&](phos::plugin::AgentClient& c) -> phos::Result<void> {
+        auto r = c.nccl_stop(*job, at);
+        if (!r) return r.error();
+        armed = armed && *r;
+        return {};
+      });
+      if (rc != 0) armed = false;
+    }
+    return armed;
+  };
+  uint64_t margin = 2, at = 0;
+  bool armed = false;
+  for (int attempt = 0; attempt < 8 && !armed; attempt++, margin *= 4) {
+    auto now = statuses();
+    if (!now) return 1;
+    uint64_t furthest = 0;
+    for (const auto& s : *now)
+      if (auto* c = job_comm(s, *job)) furthest = std::max(furthest, c->calls);
+    at = furthest + margin;
+    armed = stop_all(at);
+    if (!armed) stop_all(std::nullopt);  // a rank was past it: all go on, and again further on
+  }
+  if (!armed) {
+    std::fprintf(stderr, "phosctl: the ranks of communicator %016" PRIx64 " ran past every stop tried\n", *job);
+    return 1;
+  }
+  // Every rank reaches K (the others' K-1 is issued, so none waits on a held one).
+  for (int waited = 0; waited < 30000; waited += 20) {
+    auto now = statuses();
+    if (!now) return 1;
+    bool all = true;
+    for (const auto& s : *now) {
+      auto* c = job_comm(s, *job);
+      all = all && c && c->held && c->calls == at;
+    }
+    if (all) {
+      std::printf("held %zu processes before call %" PRIu64 " of NCCL communicator %016" PRIx64 "\n", pids.size(), at,
+                  *job);
+      return 0;
+    }
+    ::usleep(20000);
+  }
+  std::fprintf(stderr, "phosctl: not every rank reached call %" PRIu64 " of communicator %016" PRIx64
+               " in 30 s; the stops stay armed (phosctl nccl-go to let them go)\n", at, *job);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -558,6 +655,8 @@ int main(int argc, char** argv) {
     return cmd_switch(pos[0], pos[1], pos[2]);
   if (pos.size() == 4 && pos[0] == "nccl-stop" && !as_json) return cmd_nccl_stop(pos[1], pos[2], &pos[3]);
   if (pos.size() == 3 && pos[0] == "nccl-go" && !as_json) return cmd_nccl_stop(pos[1], pos[2], nullptr);
+  if (pos.size() >= 2 && pos[0] == "nccl-quiesce" && !as_json)
+    return cmd_nccl_quiesce(std::vector<std::string>(pos.begin() + 1, pos.end()));
   std::fprintf(stderr, "%s", kUsage);
   return 2;
 }

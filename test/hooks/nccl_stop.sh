@@ -5,7 +5,9 @@
 # and the rank's thread waits before issuing that call, the status saying
 # it is held there; `phosctl nccl-go` lets it go on. A stop at a call
 # already issued, or on a job the process has no communicator of, is
-# refused.
+# refused. Then two ranks of one job (two processes, the fake's unique ids
+# alike, each calling at its own pace): `phosctl nccl-quiesce` holds both
+# before one call number, the same on each.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 dir=$BUILD/test/hooks
@@ -40,4 +42,24 @@ if "$phosctl" nccl-stop "$pid" 1234 99999999 2>/dev/null; then fail "a stop on a
 for _ in $(seq 200); do [ "$(cat "$work/state")" -gt $((at + 5)) ] && break; sleep 0.02; done
 [ "$(cat "$work/state")" -gt $((at + 5)) ] || fail "the rank did not go on after nccl-go (at $(cat "$work/state"))"
 [ "$(comm held)" = False ] || fail "still held after nccl-go"
-echo "[nccl_stop] PASS: rank 0 of 2 held before call $at of communicator $job, went on after nccl-go (now $(cat "$work/state"))"
+say_one="rank 0 of 2 held before call $at of communicator $job, went on after nccl-go (now $(cat "$work/state"))"
+
+# Two ranks of one job, started apart: their call counts differ.
+sleep 0.3
+LD_PRELOAD=$libphos "$dir/nccl_loop_client" "$work/state2" > "$work/out2" 2>&1 &
+pid2=$!
+trap 'kill $pid $pid2 2>/dev/null || true; rm -rf "$work"' EXIT
+for _ in $(seq 200); do [ -s "$work/state2" ] && break; sleep 0.02; done
+"$phosctl" nccl-quiesce "$pid" "$pid2" > "$work/quiesce" 2>&1 || fail "nccl-quiesce: $(cat "$work/quiesce")"
+sed 's/^/[nccl_stop] /' "$work/quiesce"
+k=$(grep -o 'before call [0-9]*' "$work/quiesce" | grep -o '[0-9]*$')
+[ -n "$k" ] || fail "nccl-quiesce names no call: $(cat "$work/quiesce")"
+a=$(cat "$work/state") b=$(cat "$work/state2")
+sleep 0.2
+[ "$a" = "$k" ] && [ "$b" = "$k" ] && [ "$(cat "$work/state")" = "$k" ] && [ "$(cat "$work/state2")" = "$k" ] ||
+  fail "the ranks are not both held at call $k: $a and $b, then $(cat "$work/state") and $(cat "$work/state2")"
+"$phosctl" nccl-go "$pid" "$job" > /dev/null
+"$phosctl" nccl-go "$pid2" "$job" > /dev/null
+for _ in $(seq 200); do [ "$(cat "$work/state2")" -gt $((k + 5)) ] && break; sleep 0.02; done
+[ "$(cat "$work/state2")" -gt $((k + 5)) ] || fail "the second rank did not go on"
+echo "[nccl_stop] PASS: $say_one; two ranks held by nccl-quiesce before call $k, each, and went on"
