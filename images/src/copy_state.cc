@@ -53,7 +53,6 @@ struct Header {
   std::atomic<uint64_t> transfer_rate;  // bytes per second the engine assumes for the program's transfers
   std::atomic<uint64_t> busy_until_ns;  // the program's queued transfers, estimated done (CLOCK_REALTIME)
   std::atomic<uint64_t> transfers, transfer_bytes;
-  std::atomic<uint32_t> transfers_in_flight;  // synchronous ones inside their call
 };
 
 struct RegionRecord {
@@ -576,20 +575,6 @@ std::optional<Claim> CopyState::claim_cold() {
   return std::nullopt;
 }
 
-void CopyState::transfer_started(uint64_t bytes) {
-  Header& h = *l_->header;
-  h.transfers_in_flight.fetch_add(1, std::memory_order_acq_rel);
-  h.transfers.fetch_add(1, std::memory_order_relaxed);
-  h.transfer_bytes.fetch_add(bytes, std::memory_order_relaxed);
-}
-
-void CopyState::transfer_ended() {
-  std::atomic<uint32_t>& n = l_->header->transfers_in_flight;
-  // Never below zero, whatever the other side wrote.
-  for (uint32_t v = n.load(std::memory_order_relaxed); v && !n.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel);) {
-  }
-}
-
 void CopyState::transfer_queued(uint64_t bytes, uint64_t now_ns) {
   Header& h = *l_->header;
   h.transfers.fetch_add(1, std::memory_order_relaxed);
@@ -609,7 +594,7 @@ void CopyState::set_transfer_rate(uint64_t bytes_per_second) {
 
 Traffic CopyState::traffic() const {
   const Header& h = *l_->header;
-  return Traffic{h.transfers_in_flight.load(std::memory_order_acquire), h.busy_until_ns.load(std::memory_order_acquire)};
+  return Traffic{h.busy_until_ns.load(std::memory_order_acquire)};
 }
 
 bool CopyState::urgent_waiting() const {

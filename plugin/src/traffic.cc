@@ -19,7 +19,7 @@ uint64_t TrafficControl::sleep_ns(uint64_t now, uint64_t pause_end) const {
   if (!t.busy(wall)) return 0;
   // Never longer than `poll` at once: a call of the program that starts
   // waiting for a chunk meanwhile ends the pause.
-  const uint64_t left = t.in_flight ? uint64_t(policy_.poll.count()) : t.busy_until_ns - wall;
+  const uint64_t left = t.busy_until_ns - wall;
   return std::min({left, uint64_t(policy_.poll.count()), pause_end - now});
 }
 

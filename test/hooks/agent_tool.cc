@@ -16,7 +16,7 @@
 //       takes looked at (and put back), GO2 created, MS ms later the dirty
 //       chunks counted again, the window closed: "recopy: dirty=N
 //       at=ADDRESS then dirty=N of N waited=N aborted=0|1 transfers=N
-//       transfer_bytes=N in_flight_max=N queued=0|1 cold_first=ADDRESS"
+//       transfer_bytes=N queued=0|1 cold_first=ADDRESS"
 //   phos-agent-tool fill-window PID GO MS  the engine's side of an on-demand
 //       restore's fill window (protocol kFill, 64 KiB chunks): the file GO
 //       created, MS ms later the chunks a call waits for filled, MS ms later
@@ -113,13 +113,8 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
       if (table.dirty(c) && n++ == 0 && first) *first = c;
     return n;
   };
-  // The process's synchronous transfer is in its call a while (the fake
-  // driver's FAKE_COPY_SLEEP_MS).
-  uint32_t in_flight_max = 0;
-  for (auto end = std::chrono::steady_clock::now() + hold; std::chrono::steady_clock::now() < end;) {
-    in_flight_max = std::max(in_flight_max, table.traffic().in_flight);
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
+  // The process writes and transfers meanwhile.
+  std::this_thread::sleep_for(hold);
   uint64_t first = UINT64_MAX;
   const uint64_t after_write = dirty(&first);
   // Cold first: the allocation written comes last; put back at once.
@@ -149,10 +144,10 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
   }
   const phos::copystate::Statistics s = table.statistics();
   std::printf("recopy: dirty=%" PRIu64 " at=0x%" PRIx64 " then dirty=%" PRIu64 " of %" PRIu64 " waited=%" PRIu64
-              " aborted=%d transfers=%" PRIu64 " transfer_bytes=%" PRIu64 " in_flight_max=%u queued=%d"
+              " aborted=%d transfers=%" PRIu64 " transfer_bytes=%" PRIu64 " queued=%d"
               " cold_first=0x%" PRIx64 "\n",
               after_write, at, after_unknown, table.chunk_count(), closed->calls_waited, closed->aborted ? 1 : 0,
-              s.transfers, s.transfer_bytes, in_flight_max, table.traffic().busy_until_ns ? 1 : 0, cold_first);
+              s.transfers, s.transfer_bytes, table.traffic().busy_until_ns ? 1 : 0, cold_first);
   return 0;
 }
 

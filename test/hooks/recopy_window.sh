@@ -36,7 +36,7 @@ read -r _ unknown_ms < <(grep '^unknown' "$work/out") || fail "no unknown line"
 [ "$memset_ms" -lt "$hold_ms" ] || fail "the write waited ($memset_ms ms): recopy never waits"
 [ "$unknown_ms" -lt "$hold_ms" ] || fail "the unknown set waited ($unknown_ms ms): recopy never waits"
 line=$(grep '^recopy:' "$work/tool") || fail "no account"
-read -r _ d1 at _ d2 _ total waited aborted transfers bytes in_flight queued cold <<< "$line"
+read -r _ d1 at _ d2 _ total waited aborted transfers bytes queued cold <<< "$line"
 [ "${d1#dirty=}" = 1 ] || fail "the write marked ${d1#dirty=} chunks dirty, not 1: $line"
 [ "$((${at#at=}))" = "$((buffer))" ] || fail "the dirty chunk is at ${at#at=}, not the one written at $buffer + 4096"
 [ "${d2#dirty=}" = "$total" ] || fail "the unknown set left chunks clean: $line"
@@ -44,7 +44,6 @@ read -r _ d1 at _ d2 _ total waited aborted transfers bytes in_flight queued col
 read -r _ told told_bytes < <(grep '^transfers' "$work/out") || fail "no transfers line"
 [ "${transfers#transfers=}" = "$told" ] && [ "${bytes#transfer_bytes=}" = "$told_bytes" ] ||
   fail "the table saw ${transfers#transfers=} transfers (${bytes#transfer_bytes=} bytes), not the $told ($told_bytes bytes) that cross the link: $line"
-[ "${in_flight#in_flight_max=}" = 0 ] || fail "a synchronous transfer was held in flight for its call: $line"
 [ "${queued#queued=}" = 1 ] || fail "the asynchronous transfers left no estimate: $line"
 [ "$((${cold#cold_first=}))" = "$((other))" ] ||
   fail "a cold-first claim took ${cold#cold_first=}, not the unwritten allocation at $other: $line"

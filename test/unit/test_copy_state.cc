@@ -1161,16 +1161,15 @@ TEST_CASE("copy state: the cold scan stays within the table when its cursor is s
   CHECK(seen.size() == s.chunk_count());  // each once, none outside the table
 }
 
-TEST_CASE("copy state: a synchronous transfer is in flight until it ends, never below zero", "[copy_state][traffic]") {
+TEST_CASE("copy state: a transfer keeps the link busy until its estimate, counted once", "[copy_state][traffic]") {
   CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 4 * kChunk}}, 0);
-  CHECK_FALSE(s.traffic().busy(monotonic_ns()));
-  s.transfer_started(1 << 20);
-  CHECK(s.traffic().in_flight == 1);
-  CHECK(s.traffic().busy(monotonic_ns()));
-  s.transfer_ended();
-  s.transfer_ended();  // one too many (a scribbled table): stays at zero
-  CHECK(s.traffic().in_flight == 0);
-  CHECK_FALSE(s.traffic().busy(monotonic_ns()));
+  s.set_transfer_rate(1'000'000'000);  // 1 byte per ns
+  const uint64_t now = realtime_ns();
+  CHECK_FALSE(s.traffic().busy(now));
+  s.transfer_queued(1 << 20, now);
+  CHECK(s.traffic().busy(now));
+  CHECK(s.traffic().busy(now + (1 << 20) - 1));
+  CHECK_FALSE(s.traffic().busy(now + (1 << 20)));
   CHECK(s.statistics().transfers == 1);
   CHECK(s.statistics().transfer_bytes == 1 << 20);
 }
@@ -1202,18 +1201,10 @@ TEST_CASE("copy state: transfers told from many threads while the engine claims 
   CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 256 * kChunk}}, 0);
   s.set_transfer_rate(1'000'000'000);
   constexpr int kThreads = 8, kEach = 2000;
-  std::atomic<uint32_t> most_in_flight{0};
   std::vector<std::thread> program;
   for (int t = 0; t < kThreads; t++)
     program.emplace_back([&] {
-      for (int i = 0; i < kEach; i++) {
-        s.transfer_started(10);
-        uint32_t now = s.traffic().in_flight, seen = most_in_flight.load();
-        while (now > seen && !most_in_flight.compare_exchange_weak(seen, now)) {
-        }
-        s.transfer_ended();
-        s.transfer_queued(10, 0);  // queued "at time 0": each adds 10 ns to the sum
-      }
+      for (int i = 0; i < kEach; i++) s.transfer_queued(10, 0);  // "at time 0": each adds 10 ns to the sum
     });
   std::set<uint64_t> claimed;
   while (claimed.size() < s.chunk_count()) {
@@ -1224,11 +1215,9 @@ TEST_CASE("copy state: transfers told from many threads while the engine claims 
   }
   for (auto& t : program) t.join();
   CHECK(claimed.size() == s.chunk_count());
-  CHECK(s.traffic().in_flight == 0);
-  CHECK(most_in_flight.load() >= 1);
   CHECK(s.traffic().busy_until_ns == uint64_t(kThreads) * kEach * 10);
-  CHECK(s.statistics().transfers == uint64_t(kThreads) * kEach * 2);
-  CHECK(s.statistics().transfer_bytes == uint64_t(kThreads) * kEach * 20);
+  CHECK(s.statistics().transfers == uint64_t(kThreads) * kEach);
+  CHECK(s.statistics().transfer_bytes == uint64_t(kThreads) * kEach * 10);
 }
 
 TEST_CASE("copy state: a transfer in the program's process is seen by the engine", "[copy_state][traffic]") {
@@ -1240,23 +1229,21 @@ TEST_CASE("copy state: a transfer in the program's process is seen by the engine
   if (child == 0) {
     auto hooks = CopyState::attach(s.fd());
     if (!hooks) _exit(2);
-    hooks->transfer_started(4096);
     hooks->transfer_queued(1000, 50);
     char b;
     if (::read(go[0], &b, 1) != 1) _exit(3);  // the parent looked
-    hooks->transfer_ended();
+    hooks->transfer_queued(4096, 0);  // behind the first
     _exit(0);
   }
   REQUIRE(child > 0);
-  for (int i = 0; i < 2000 && s.traffic().in_flight == 0; i++) std::this_thread::sleep_for(1ms);
-  CHECK(s.traffic().in_flight == 1);
+  for (int i = 0; i < 2000 && s.traffic().busy_until_ns == 0; i++) std::this_thread::sleep_for(1ms);
   CHECK(s.traffic().busy_until_ns == 1050);
   REQUIRE(::write(go[1], "x", 1) == 1);
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(s.traffic().in_flight == 0);
+  CHECK(s.traffic().busy_until_ns == 1050 + 4096);
   CHECK(s.statistics().transfers == 2);
   ::close(go[0]);
   ::close(go[1]);

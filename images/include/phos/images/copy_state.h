@@ -31,8 +31,8 @@
 // program. A transfer moves a shared "busy until" time (CLOCK_REALTIME: a
 // process in another time namespace reads it alike) on by its bytes at the
 // rate the engine assumes (`set_transfer_rate`), from now or from where
-// queued transfers end. (A count of transfers in flight is kept too; the
-// hooks tell none: a synchronous call is mostly a wait for its stream.) The estimate does not know when the stream reaches the
+// queued transfers end. A synchronous call is not held as in flight: it is
+// mostly a wait for its stream's earlier work. The estimate does not know when the stream reaches the
 // copy; it is a hint for pauses, never for correctness.
 //
 // On-demand restore (kFill; the image is the source): the process runs
@@ -117,9 +117,8 @@ struct Statistics {
 
 // What the engine sees of the program's transfers now.
 struct Traffic {
-  uint32_t in_flight = 0;      // synchronous transfers inside their call
   uint64_t busy_until_ns = 0;  // those queued: when they are estimated done (CLOCK_REALTIME, see clock.h)
-  bool busy(uint64_t now_ns) const { return in_flight > 0 || now_ns < busy_until_ns; }
+  bool busy(uint64_t now_ns) const { return now_ns < busy_until_ns; }
 };
 
 class CopyState {
@@ -176,11 +175,8 @@ class CopyState {
   // A call whose write set is unknown: waits until the window is closed.
   // For a fill, a window given up is an error: the memory is not whole.
   Result<void> wait_closed(std::chrono::milliseconds timeout) const;
-  // The program's own host<->device transfer of `bytes`: a synchronous one
-  // starts (transfer_ended() after its call), or an asynchronous one is
-  // queued at `now_ns` (CLOCK_MONOTONIC).
-  void transfer_started(uint64_t bytes);
-  void transfer_ended();
+  // The program's own host<->device transfer of `bytes`, made at `now_ns`
+  // (CLOCK_REALTIME), synchronous or not.
   void transfer_queued(uint64_t bytes, uint64_t now_ns);
 
   // --- the engine ---

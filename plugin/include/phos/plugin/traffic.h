@@ -3,7 +3,7 @@
 // tell the copy table of each (copy_state.h: an estimated end of those
 // queued); before each chunk it
 // claims, an engine worker looks, and while the program has transfers in
-// flight or queued it sleeps, so the PCIe link and the copy engines are the
+// queued it sleeps, so the PCIe link and the copy engines are the
 // program's. Bounded: at most `max_pause` per claim (a program that
 // transfers all the time still lets the copy move), never past the caller's
 // deadline (recopy's first pass), and not while a call of the program waits
@@ -27,8 +27,8 @@ struct TrafficPolicy {
   // The longest one claim waits. About what a 256 MiB transfer takes at
   // 20 GB/s plus its kernel: the program's usual transfer fits in a pause.
   std::chrono::nanoseconds max_pause = std::chrono::milliseconds(50);
-  // How often a transfer in flight (whose end the table cannot tell) is
-  // looked at again.
+  // The longest one sleep lasts: a call of the program that starts waiting
+  // for a chunk meanwhile ends the pause within it.
   std::chrono::nanoseconds poll = std::chrono::microseconds(200);
 };
 
@@ -38,7 +38,7 @@ class TrafficControl {
   TrafficControl(const copystate::CopyState& table, bool enabled, TrafficPolicy policy = {});
 
   // Before an engine worker claims its next chunk (not one a call waits
-  // for): sleeps while the program has transfers in flight or queued, at
+  // for): sleeps while the program has transfers queued, at
   // most the policy's max_pause and never past `deadline_ns`
   // (CLOCK_MONOTONIC). Returns the nanoseconds it slept. Thread-safe.
   uint64_t before_claim(uint64_t deadline_ns);
@@ -49,7 +49,7 @@ class TrafficControl {
 
  private:
   // How long to sleep at `now` of a pause that ends at `pause_end`: 0 when
-  // the program has nothing in flight or queued, or nothing is left of it.
+  // the program has nothing queued, or nothing is left of it.
   uint64_t sleep_ns(uint64_t now, uint64_t pause_end) const;
 
   const copystate::CopyState& table_;
