@@ -56,8 +56,9 @@ agent::StatusReply CudaBackend::status() {
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);
   s.counters.emplace_back("physical_bytes", m.physical_bytes);
-  s.counters.emplace_back("nccl_communicators", runtime().nccl.list().size());
-  for (const auto& c : runtime().nccl.list())
+  const auto communicators = runtime().nccl.list();
+  s.counters.emplace_back("nccl_communicators", communicators.size());
+  for (const auto& c : communicators)
     s.nccl_communicators.push_back({c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held});
   return s;
 }

@@ -281,15 +281,6 @@ PHOS_SET_FAMILY(8, unsigned char)
 PHOS_SET_FAMILY(16, unsigned short)
 PHOS_SET_FAMILY(32, unsigned int)
 
-// Stream memory operations: 4 or 8 bytes written at `addr`.
-#define PHOS_WRITE_VALUE(name, per_thread, type, bytes)                                                        \
-  PHOS_RECORDED_HOOK(name, (CUstream s, CUdeviceptr addr, type value, unsigned int flags), (s, addr, value, flags), \
-                     note_set(#name, s, per_thread, addr, bytes))
-PHOS_WRITE_VALUE(cuStreamWriteValue32_v2, false, cuuint32_t, 4)
-PHOS_WRITE_VALUE(cuStreamWriteValue32_v2_ptsz, true, cuuint32_t, 4)
-PHOS_WRITE_VALUE(cuStreamWriteValue64_v2, false, cuuint64_t, 8)
-PHOS_WRITE_VALUE(cuStreamWriteValue64_v2_ptsz, true, cuuint64_t, 8)
-
 // A stream that waits for a value in device memory reads it: an on-demand
 // restore fills it first.
 void note_wait_value(const char* call, CUstream stream, bool per_thread, CUdeviceptr addr, uint64_t bytes) {
@@ -297,13 +288,20 @@ void note_wait_value(const char* call, CUstream stream, bool per_thread, CUdevic
   l.add(addr, bytes, ranges::kRead);
   note(RecordKind::kCopy, call, stream, per_thread, l);
 }
-#define PHOS_WAIT_VALUE(name, per_thread, type, bytes)                                                         \
+
+// Stream memory operations on 4 or 8 bytes at `addr`: a write (note_set)
+// or a wait (note_wait_value).
+#define PHOS_STREAM_VALUE(name, per_thread, type, bytes, noted)                                                  \
   PHOS_RECORDED_HOOK(name, (CUstream s, CUdeviceptr addr, type value, unsigned int flags), (s, addr, value, flags), \
-                     note_wait_value(#name, s, per_thread, addr, bytes))
-PHOS_WAIT_VALUE(cuStreamWaitValue32_v2, false, cuuint32_t, 4)
-PHOS_WAIT_VALUE(cuStreamWaitValue32_v2_ptsz, true, cuuint32_t, 4)
-PHOS_WAIT_VALUE(cuStreamWaitValue64_v2, false, cuuint64_t, 8)
-PHOS_WAIT_VALUE(cuStreamWaitValue64_v2_ptsz, true, cuuint64_t, 8)
+                     noted(#name, s, per_thread, addr, bytes))
+PHOS_STREAM_VALUE(cuStreamWriteValue32_v2, false, cuuint32_t, 4, note_set)
+PHOS_STREAM_VALUE(cuStreamWriteValue32_v2_ptsz, true, cuuint32_t, 4, note_set)
+PHOS_STREAM_VALUE(cuStreamWriteValue64_v2, false, cuuint64_t, 8, note_set)
+PHOS_STREAM_VALUE(cuStreamWriteValue64_v2_ptsz, true, cuuint64_t, 8, note_set)
+PHOS_STREAM_VALUE(cuStreamWaitValue32_v2, false, cuuint32_t, 4, note_wait_value)
+PHOS_STREAM_VALUE(cuStreamWaitValue32_v2_ptsz, true, cuuint32_t, 4, note_wait_value)
+PHOS_STREAM_VALUE(cuStreamWaitValue64_v2, false, cuuint64_t, 8, note_wait_value)
+PHOS_STREAM_VALUE(cuStreamWaitValue64_v2_ptsz, true, cuuint64_t, 8, note_wait_value)
 
 #define PHOS_COPY_BATCH(name, per_thread)                                                                     \
   PHOS_RECORDED_HOOK(name,                                                                                     \
