@@ -31,6 +31,28 @@ TrafficPolicy policy(std::chrono::milliseconds max_pause) {
   return p;
 }
 
+// The program's link estimated busy for 5 s from now.
+void busy_for_5s(CopyState& s) {
+  s.set_transfer_rate(1'000'000'000);
+  s.transfer_queued(5000 * kMs, realtime_ns());
+}
+
+// A write of the program to a chunk not yet copied, with no pool: it waits
+// for the engine (the table's urgent list).
+std::thread write_waiting_for_engine(CopyState& s) {
+  return std::thread([&s] {
+    CHECK(s.before_write(0x100000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 5s).ok());
+  });
+}
+
+// The engine copies the chunk the write waits for; the write goes on.
+void copy_urgent(CopyState& s, std::thread& writer) {
+  auto c = s.claim_urgent();
+  REQUIRE(c);
+  s.copied(*c);
+  writer.join();
+}
+
 }  // namespace
 
 TEST_CASE("traffic: no pause while the program moves nothing", "[traffic]") {
@@ -43,8 +65,7 @@ TEST_CASE("traffic: no pause while the program moves nothing", "[traffic]") {
 
 TEST_CASE("traffic: off never pauses, whatever is queued", "[traffic]") {
   CopyState s = table();
-  s.set_transfer_rate(1'000'000'000);
-  s.transfer_queued(5000 * kMs, realtime_ns());  // estimated busy for 5 s
+  busy_for_5s(s);
   TrafficControl t(s, false, policy(1000ms));
   const uint64_t t0 = monotonic_ns();
   CHECK(t.before_claim(UINT64_MAX) == 0);
@@ -66,8 +87,7 @@ TEST_CASE("traffic: a queued transfer holds the claim for its estimate", "[traff
 
 TEST_CASE("traffic: a pause lasts at most max_pause: the copy still moves", "[traffic]") {
   CopyState s = table();
-  s.set_transfer_rate(1'000'000'000);
-  s.transfer_queued(5000 * kMs, realtime_ns());  // estimated busy for 5 s
+  busy_for_5s(s);
   TrafficControl t(s, true, policy(30ms));
   for (int i = 0; i < 2; i++) {
     const uint64_t paused = t.before_claim(UINT64_MAX);
@@ -79,8 +99,7 @@ TEST_CASE("traffic: a pause lasts at most max_pause: the copy still moves", "[tr
 
 TEST_CASE("traffic: a pause never runs past the deadline", "[traffic]") {
   CopyState s = table();
-  s.set_transfer_rate(1'000'000'000);
-  s.transfer_queued(5000 * kMs, realtime_ns());  // estimated busy for 5 s
+  busy_for_5s(s);
   TrafficControl t(s, true, policy(5000ms));
   SECTION("a deadline ahead") {
     const uint64_t deadline = monotonic_ns() + 20 * kMs;
@@ -104,27 +123,20 @@ TEST_CASE("traffic: a pause never runs past the deadline", "[traffic]") {
 
 TEST_CASE("traffic: no pause while a call of the program waits for a chunk", "[traffic]") {
   CopyState s = table(Protocol::kCopyOnWrite);  // no pool: a write waits for the engine
-  s.set_transfer_rate(1'000'000'000);
-  s.transfer_queued(5000 * kMs, realtime_ns());  // estimated busy for 5 s
-  std::thread writer([&] {
-    CHECK(s.before_write(0x100000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 5s).ok());
-  });
+  busy_for_5s(s);
+  std::thread writer = write_waiting_for_engine(s);
   for (int i = 0; i < 2000 && !s.urgent_waiting(); i++) std::this_thread::sleep_for(1ms);
   REQUIRE(s.urgent_waiting());
   TrafficControl t(s, true, policy(5000ms));
   const uint64_t t0 = monotonic_ns();
   t.before_claim(UINT64_MAX);
   CHECK(monotonic_ns() - t0 < 100 * kMs);
-  auto c = s.claim_urgent();
-  REQUIRE(c);
-  s.copied(*c);
-  writer.join();
+  copy_urgent(s, writer);
 }
 
 TEST_CASE("traffic: workers pausing at once count each pause, their time summed", "[traffic]") {
   CopyState s = table();
-  s.set_transfer_rate(1'000'000'000);
-  s.transfer_queued(5000 * kMs, realtime_ns());  // estimated busy for 5 s
+  busy_for_5s(s);
   TrafficControl t(s, true, policy(20ms));
   std::vector<std::thread> workers;
   for (int i = 0; i < 4; i++) workers.emplace_back([&] { t.before_claim(UINT64_MAX); });
@@ -135,22 +147,16 @@ TEST_CASE("traffic: workers pausing at once count each pause, their time summed"
 
 TEST_CASE("traffic: a pause for a queued transfer ends when a call starts waiting for a chunk", "[traffic]") {
   CopyState s = table(Protocol::kCopyOnWrite);  // no pool: a write waits for the engine
-  s.set_transfer_rate(1'000'000'000);
-  s.transfer_queued(5000 * kMs, realtime_ns());  // estimated busy for 5 s
+  busy_for_5s(s);
   TrafficControl t(s, true, policy(5000ms));
   std::atomic<uint64_t> paused{0};
   std::thread engine([&] { paused = t.before_claim(UINT64_MAX); });
   std::this_thread::sleep_for(30ms);
-  std::thread writer([&] {
-    CHECK(s.before_write(0x100000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 5s).ok());
-  });
+  std::thread writer = write_waiting_for_engine(s);
   engine.join();
   CHECK(paused >= 25 * kMs);
   CHECK(paused < 1000 * kMs);  // ended by the waiting call, not the 5 s estimate
-  auto c = s.claim_urgent();
-  REQUIRE(c);
-  s.copied(*c);
-  writer.join();
+  copy_urgent(s, writer);
 }
 
 TEST_CASE("traffic: a queued estimate on the wall clock ends the pause once it is done", "[traffic]") {
