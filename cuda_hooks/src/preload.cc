@@ -173,9 +173,11 @@ void write_stats() {
   for (const auto& [name, value] : status.counters) std::fprintf(f, "%s %llu\n", name.c_str(), (unsigned long long)value);
   for (const auto& call : status.unsupported_calls) std::fprintf(f, "unsupported %s\n", call.c_str());
   for (const auto& c : runtime().nccl.list())
-    std::fprintf(f, "nccl_communicator rank=%d nranks=%d device=%d split_from=%s single_process=%d calls=%llu\n",
+    std::fprintf(f,
+                 "nccl_communicator rank=%d nranks=%d device=%d split_from=%s single_process=%d calls=%llu "
+                 "rebuilds=%u\n",
                  c.rank, c.nranks, c.device, c.parent ? "yes" : "no", c.single_process ? 1 : 0,
-                 (unsigned long long)c.calls);
+                 (unsigned long long)c.calls, c.rebuilds);
   for (const auto& m : status.modules) {
     std::fprintf(f, "module %llu %s %llu %016llx %s functions=", (unsigned long long)m.id, m.kind.c_str(),
                  (unsigned long long)m.size, (unsigned long long)m.hash, m.source.c_str());

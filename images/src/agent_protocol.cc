@@ -259,6 +259,10 @@ struct PbStatus {
       comms[i].stop_at = c.stop_at.value_or(0);
       comms[i].has_held = 1;
       comms[i].held = c.held;
+      comms[i].has_released = 1;
+      comms[i].released = c.released;
+      comms[i].has_rebuilds = 1;
+      comms[i].rebuilds = c.rebuilds;
       comm_ptrs.push_back(&comms[i]);
     }
     m.n_nccl_communicators = comm_ptrs.size();
@@ -367,6 +371,10 @@ std::vector<std::byte> encode(const QuiesceReply& r) {
   m.at_step = r.at_step;
   m.n_touch_order = r.touch_order.size();
   m.touch_order = const_cast<uint64_t*>(r.touch_order.data());
+  m.has_nccl_released = r.nccl_released > 0;
+  m.nccl_released = r.nccl_released;
+  m.has_nccl_release_ns = r.nccl_released > 0;
+  m.nccl_release_ns = r.nccl_release_ns;
   return pack_reply(PHOS__AGENT__REPLY__KIND_QUIESCE, &Phos__Agent__Reply::quiesce, m);
 }
 
@@ -483,6 +491,8 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
     NcclCommunicatorStatus s{c.rank, c.nranks, c.device, c.job_id, c.calls, c.has_single_process && c.single_process,
                              std::nullopt, c.has_held && c.held};
     if (c.has_stop_at) s.stop_at = c.stop_at;
+    s.released = c.has_released && c.released;
+    s.rebuilds = c.has_rebuilds ? c.rebuilds : 0;
     out.nccl_communicators.push_back(s);
   }
   for (size_t i = 0; i < r.n_kernels; i++) out.kernels.push_back(decode(*r.kernels[i]));
@@ -527,7 +537,9 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
     case PHOS__AGENT__REPLY__KIND_QUIESCE:
       return Reply(QuiesceReply{r.quiesce->drained_ns, bool(r.quiesce->at_step),
                                 std::vector<uint64_t>(r.quiesce->touch_order,
-                                                      r.quiesce->touch_order + r.quiesce->n_touch_order)});
+                                                      r.quiesce->touch_order + r.quiesce->n_touch_order),
+                                r.quiesce->has_nccl_released ? r.quiesce->nccl_released : 0,
+                                r.quiesce->has_nccl_release_ns ? r.quiesce->nccl_release_ns : 0});
     case PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS:
       return Reply(ReleaseMappingsReply{r.release_mappings->released_bytes});
     case PHOS__AGENT__REPLY__KIND_REMAP:

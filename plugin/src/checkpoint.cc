@@ -109,6 +109,9 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   t.manifest.statistics.quiesce_ns = drained->drained_ns;
   t.manifest.fill_order = drained->touch_order;
   if (drained->at_step) PHOS_INFO("process %d: gate closed at the program's iteration boundary (phos_step)", pid);
+  if (drained->nccl_released)
+    PHOS_INFO("process %d: %u NCCL communicator(s) released in %.1f ms (made again when the gate opens)", pid,
+              drained->nccl_released, double(drained->nccl_release_ns) / 1e6);
   PHOS_TRY(pause_target(pid, *client, t));
   t.paused_done_ns = clock_ns(CLOCK_MONOTONIC);
   PHOS_INFO("process %d (pid %d in its namespace): agent %s, gate closed in %.3f ms, %zu allocations%s", pid,

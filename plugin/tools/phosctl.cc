@@ -394,7 +394,8 @@ int cmd_status(const std::string& pid_text, bool as_json) {
       j["nccl_communicators"].push_back({{"rank", c.rank}, {"nranks", c.nranks}, {"device", c.device},
                                          {"job_id", hex(c.job_id)}, {"calls", c.calls},
                                          {"single_process", c.single_process}, {"held", c.held},
-                                         {"stop_at", c.stop_at ? json(*c.stop_at) : json(nullptr)}});
+                                         {"stop_at", c.stop_at ? json(*c.stop_at) : json(nullptr)},
+                                         {"released", c.released}, {"rebuilds", c.rebuilds}});
     j.update(speculation_json(*status));
     std::cout << j.dump(2) << "\n";
   } else {
@@ -407,11 +408,13 @@ int cmd_status(const std::string& pid_text, bool as_json) {
       std::printf("  device %u: %s\n", d.ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
     for (const auto& c : status->nccl_communicators)
-      std::printf("  NCCL communicator %016" PRIx64 ": rank %d of %d%s, device %d, %" PRIu64 " calls%s\n", c.job_id,
-                  c.rank, c.nranks, c.single_process ? " (all in this process)" : "", c.device, c.calls,
+      std::printf("  NCCL communicator %016" PRIx64 ": rank %d of %d%s, device %d, %" PRIu64 " calls%s%s%s\n",
+                  c.job_id, c.rank, c.nranks, c.single_process ? " (all in this process)" : "", c.device, c.calls,
                   !c.stop_at ? ""
                   : c.held   ? ", held at its stop"
-                             : ", a stop armed");
+                             : ", a stop armed",
+                  c.released ? ", released for a checkpoint" : "",
+                  c.rebuilds ? (", made again " + std::to_string(c.rebuilds) + " times").c_str() : "");
     for (const auto& [name, value] : status->counters) std::printf("  %s: %" PRIu64 "\n", name.c_str(), value);
     for (const auto& m : status->modules)
       std::printf("  module %" PRIu64 ": %s, %s, hash %016" PRIx64 ", %" PRIu64 " functions, %zu globals, from %s\n",

@@ -301,6 +301,10 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
       fail "the dump did not land on the program's iteration boundary (phos.step())"
     lazy="; the dump landed on the program's iteration boundary (phos.step())"
   fi
+  if [ "${PHOS_TEST_DDP:-}" = 1 ]; then
+    grep -q "NCCL communicator(s) released in" "$WORK/dump.log" || fail "the dump log says no NCCL communicator was released"
+    lazy="$lazy; $(grep -o '[0-9]* NCCL communicator(s) released in [0-9.]* ms' "$WORK/dump.log" | head -n1), made again after the restore"
+  fi
   if [ "${PHOS_LAZY_RESTORE:-}" = on ]; then
     grep -q "on-demand restore: [0-9]* allocations in the recorded order first" "$WORK/restore.log" || fail "no on-demand restore in the log"
     # (set -e and pipefail: a line that is not there must not end the case)
@@ -351,6 +355,12 @@ case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segm
 case_lazy_torch_mlp() { torch_case PHOS_LAZY_RESTORE=on; }
 # The SDK's phos.step() at each iteration: the dump lands on a boundary.
 case_sdk_torch_step() { torch_case PHOS_SDK_STEP=1; }
+# DistributedDataParallel in a job of one rank: an NCCL communicator of one
+# rank, its all-reduce in every step (issue 17's first real NCCL case).
+case_torch_ddp_one_rank() { torch_case PHOS_TEST_DDP=1; }
+# The same, left running with copy-on-write: the communicator is made again
+# at once, the job trains on through it.
+case_torch_ddp_one_rank_cow() { torch_cow_case PHOS_TEST_DDP=1; }
 
 # ---- copy-on-write (copy_on_write=always: the snapshot is not taken) ------
 

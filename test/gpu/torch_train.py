@@ -10,6 +10,10 @@ tests).
 With PHOS_SDK_STEP=1 each iteration starts with phos.step() (the SDK in
 sdk/python): a checkpoint asked for mid-iteration lands on the next one.
 
+With PHOS_TEST_DDP=1 the model trains under DistributedDataParallel in a
+job of one rank (backend nccl, a file store next to STATE): every backward
+all-reduces its gradients through an NCCL communicator.
+
 usage: torch_train.py STATE LOSSES STEPS [PACE_MS]
 """
 import os
@@ -38,6 +42,10 @@ def main():
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True)
     model, _, opt, (x, y) = build("mlp")
+    if os.environ.get("PHOS_TEST_DDP") == "1":
+        import torch.distributed as dist
+        dist.init_process_group("nccl", init_method=f"file://{state}.store", rank=0, world_size=1)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in range(1, steps + 1):
         mark()

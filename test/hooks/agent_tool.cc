@@ -202,6 +202,8 @@ int main(int argc, char** argv) {
   auto q = client->quiesce(30000);
   if (!q) return fail("quiesce", q.error());
   double quiesce_ms = ms_since(t0);
+  if (q->nccl_released)
+    std::printf("nccl: %u communicators released in %.2f ms\n", q->nccl_released, double(q->nccl_release_ns) / 1e6);
   // For a test that samples the process only while the gate is closed.
   std::printf("quiesced\n");
   std::fflush(stdout);

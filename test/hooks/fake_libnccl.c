@@ -1,9 +1,48 @@
 /* A stand-in libnccl for testing libphos.so's interposition without a GPU.
  * A communicator here points at two ints: this process's rank and the rank
- * count. */
+ * count. The communicators it made and has not destroyed are kept: a call
+ * on any other (one destroyed, or a handle that is not NCCL's) fails with
+ * ncclInvalidArgument, as NCCL's own check of its magic makes it fail. */
 #include <nccl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 unsigned long long fake_nccl_calls;
+/* Communicators made and destroyed so far (read by the tests' clients). */
+unsigned long long fake_nccl_created, fake_nccl_destroyed;
+
+#define FAKE_MAX_COMMS 64
+static void *live[FAKE_MAX_COMMS];
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void keep(void *c) {
+  pthread_mutex_lock(&live_mu);
+  for (int i = 0; i < FAKE_MAX_COMMS; i++)
+    if (!live[i]) { live[i] = c; break; }
+  fake_nccl_created++;
+  pthread_mutex_unlock(&live_mu);
+}
+/* 1 where `c` is live; with `drop`, no longer. */
+static int alive(const void *c, int drop) {
+  int found = 0;
+  pthread_mutex_lock(&live_mu);
+  for (int i = 0; i < FAKE_MAX_COMMS; i++)
+    if (c && live[i] == c) {
+      found = 1;
+      if (drop) { live[i] = 0; fake_nccl_destroyed++; }
+      break;
+    }
+  pthread_mutex_unlock(&live_mu);
+  return found;
+}
+/* The record test's communicators are the library's own static ints,
+ * never made here: those (ranks below 8 of counts below 8, at addresses
+ * not kept) are let through when FAKE_NCCL_STRICT is unset. */
+static int usable(const void *c) {
+  if (alive(c, 0)) return 1;
+  return !getenv("FAKE_NCCL_STRICT");
+}
 
 static ncclResult_t counted(void) {
   __atomic_add_fetch(&fake_nccl_calls, 1, __ATOMIC_RELAXED);
@@ -15,7 +54,8 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) { *count = ((const
 
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
                            cudaStream_t st) {
-  (void)s; (void)r; (void)n; (void)t; (void)op; (void)c; (void)st; return counted();
+  (void)s; (void)r; (void)n; (void)t; (void)op; (void)st;
+  return usable(c) ? counted() : ncclInvalidArgument;
 }
 ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st) {
   (void)s; (void)r; (void)n; (void)t; (void)root; (void)c; (void)st; return counted();
@@ -39,12 +79,11 @@ ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t 
 }
 
 /* Communicators: two ints each (rank, rank count), no bootstrap. */
-#include <stdlib.h>
-#include <string.h>
 static ncclComm_t fake_comm(int rank, int nranks) {
   int *c = malloc(2 * sizeof(int));
   c[0] = rank;
   c[1] = nranks;
+  keep(c);
   return (ncclComm_t)c;
 }
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) { memset(id, 0, sizeof(*id)); return ncclSuccess; }
@@ -59,11 +98,25 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
   for (int i = 0; i < ndev; i++) comms[i] = fake_comm(i, ndev);
   return ncclSuccess;
 }
-/* The new communicator: rank `key` of 2, or none for NCCL_SPLIT_NOCOLOR. */
+/* The new communicator: rank `key` of 2 (of 1, split from one of 1), or
+ * none for NCCL_SPLIT_NOCOLOR. */
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
-  (void)comm; (void)config;
-  *newcomm = color == NCCL_SPLIT_NOCOLOR ? NULL : fake_comm(key, 2);
+  (void)config;
+  if (!usable(comm)) return ncclInvalidArgument;
+  *newcomm = color == NCCL_SPLIT_NOCOLOR ? NULL : fake_comm(key, ((const int *)comm)[1] == 1 ? 1 : 2);
   return ncclSuccess;
 }
-ncclResult_t ncclCommDestroy(ncclComm_t comm) { free(comm); return ncclSuccess; }
-ncclResult_t ncclCommAbort(ncclComm_t comm) { free(comm); return ncclSuccess; }
+static ncclResult_t end(ncclComm_t comm) {
+  if (!alive(comm, 1)) return ncclInvalidArgument;
+  free(comm);
+  return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) { return end(comm); }
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return end(comm); }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *error) {
+  *error = ncclSuccess;
+  return usable(comm) ? ncclSuccess : ncclInvalidArgument;
+}
+ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "fake error"; }

@@ -70,9 +70,9 @@ hash2=$(awk '$1 == "module" && $2 == 2 {print $5}' "$stats")
 # (nccl_user.c): the three left are listed with their layout, the two with
 # ranks in other processes make a dump refuse the process, saying so.
 grep -qx "nccl_communicators 3" "$stats" || fail "not 3 live NCCL communicators: $(grep nccl "$stats" | tr '\n' '|')"
-for l in "rank=1 nranks=4 device=-1 split_from=no single_process=0 calls=2" \
-         "rank=0 nranks=2 device=0 split_from=no single_process=1 calls=0" \
-         "rank=1 nranks=2 device=-1 split_from=yes single_process=0 calls=0"; do
+for l in "rank=1 nranks=4 device=-1 split_from=no single_process=0 calls=2 rebuilds=0" \
+         "rank=0 nranks=2 device=0 split_from=no single_process=1 calls=0 rebuilds=0" \
+         "rank=1 nranks=2 device=-1 split_from=yes single_process=0 calls=0 rebuilds=0"; do
   grep -qx "nccl_communicator $l" "$stats" || fail "no communicator '$l': $(grep nccl_comm "$stats" | tr '\n' '|')"
 done
 grep -q "^unsupported 2 NCCL communicator(s) with ranks in other processes" "$stats" ||

@@ -102,7 +102,7 @@ agent::StatusReply full_status() {
   s.kernel_count = 2;
   s.devices = {{0, {}}, {1, {}}};
   s.validation_active = true;
-  s.nccl_communicators = {{1, 4, 0, 0xfeedfacecafebeefull, 12, false, 12, true}, {0, 2, 1, 0x1234, 0, true, {}, false}};
+  s.nccl_communicators = {{1, 4, 0, 0xfeedfacecafebeefull, 12, false, 12, true}, {0, 2, 1, 0x1234, 0, true, {}, false, true, 3}};
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);
@@ -182,6 +182,7 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
       agent::ListAllocationsReply{{}, 0},
       agent::QuiesceReply{123456789, false, {}},
       agent::QuiesceReply{5, true, {7, 3, 12}},
+      agent::QuiesceReply{9, false, {}, 2, 41000000},
       agent::ReleaseMappingsReply{6u << 20},
       agent::RemapReply{6u << 20},
       agent::ResumeReply{},

@@ -290,3 +290,27 @@ TEST_CASE("nccl: send reads, recv writes", "[ranges]") {
 TEST_CASE("nccl: zero count touches nothing", "[ranges]") {
   CHECK(collective({Collective::kAllReduce, 0x1000, 0x2000, 0, 32}).count == 0);
 }
+
+TEST_CASE("nccl: all-to-all reads and writes a count for each rank", "[ranges]") {
+  RangeList l = collective({Collective::kAlltoAll, 0x1000, 0x2000, 100, 32, 4});
+  CHECK(at(l, 0x1000).bytes == 1600u);
+  CHECK(at(l, 0x1000).access == kRead);
+  CHECK(at(l, 0x2000).bytes == 1600u);
+  CHECK(at(l, 0x2000).access == kWrite);
+}
+
+TEST_CASE("nccl: gather writes recvbuff only on the root, a count from each rank", "[ranges]") {
+  CollectiveCall c{Collective::kGather, 0x1000, 0x2000, 10, 32, 4, 1, 0};
+  CHECK(at(collective(c), 0x1000).bytes == 40u);
+  CHECK_FALSE(has(collective(c), 0x2000));
+  c.rank = 0;
+  CHECK(at(collective(c), 0x2000).bytes == 160u);
+}
+
+TEST_CASE("nccl: scatter reads sendbuff only on the root, a count for each rank", "[ranges]") {
+  CollectiveCall c{Collective::kScatter, 0x1000, 0x2000, 10, 32, 4, 2, 0};
+  CHECK_FALSE(has(collective(c), 0x1000));
+  CHECK(at(collective(c), 0x2000).bytes == 40u);
+  c.rank = -1;  // unknown: both sides
+  CHECK(at(collective(c), 0x1000).bytes == 160u);
+}

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -125,4 +126,85 @@ TEST_CASE("nccl communicators: a held call is let go when its communicator is de
   c.destroyed(0x1000);  // another thread of the program aborts it
   program.join();
   CHECK(c.list().empty());
+}
+
+TEST_CASE("nccl communicators: stable handles translate to NCCL's communicator of now", "[nccl]") {
+  NcclCommunicators c;
+  uint64_t h = c.new_handle();
+  REQUIRE(h != 0);
+  CHECK(c.owns(h));
+  CHECK_FALSE(c.owns(0x1000));
+  CHECK(c.real_of(0x1000) == 0x1000);  // not ours: passed through
+  NcclCommunicator made = comm(h, 0, 1);
+  made.real = 0xabc0;
+  c.created(made);
+  CHECK(c.real_of(h) == 0xabc0);
+  c.set_real(h, 0);  // released
+  CHECK(c.real_of(h) == 0);
+  CHECK(c.find(h)->released);
+  c.set_real(h, 0xdef0);  // made again
+  CHECK(c.real_of(h) == 0xdef0);
+  CHECK_FALSE(c.find(h)->released);
+  CHECK(c.find(h)->rebuilds == 1);
+  c.destroyed(h);
+  CHECK(c.real_of(h) == 0);
+  CHECK(c.new_handle() == h);  // free again
+}
+
+TEST_CASE("nccl communicators: handles run out, then come back", "[nccl]") {
+  NcclCommunicators c;
+  std::vector<uint64_t> all;
+  for (size_t i = 0; i < NcclCommunicators::kMaxHandles; i++) all.push_back(c.new_handle());
+  CHECK(std::find(all.begin(), all.end(), 0u) == all.end());
+  CHECK(c.new_handle() == 0);
+  c.created(comm(all[7], 0, 1));
+  c.destroyed(all[7]);
+  CHECK(c.new_handle() == all[7]);
+}
+
+TEST_CASE("nccl communicators: a release waits for the tickets held, new ones wait for it", "[nccl]") {
+  NcclCommunicators c;
+  REQUIRE(c.enter());
+  CHECK_FALSE(c.begin_release(std::chrono::milliseconds(20)));  // one still held: given up
+  CHECK_FALSE(c.release_pending());
+  std::thread leaver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    c.leave();
+  });
+  CHECK(c.begin_release(std::chrono::milliseconds(5000)));
+  leaver.join();
+  CHECK(c.release_pending());
+  CHECK_FALSE(c.enter(false));  // a query does not wait
+  std::atomic<bool> entered{false};
+  std::thread caller([&] {
+    c.enter();
+    entered = true;
+    c.leave();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  CHECK_FALSE(entered.load());
+  c.end_release();
+  caller.join();
+  CHECK(entered.load());
+}
+
+TEST_CASE("nccl communicators: which ones can be made again", "[nccl]") {
+  NcclCommunicator alone = comm(0x1000, 0, 1);
+  CHECK_FALSE(phos::hooks::nccl_why_not_recreatable(alone));
+  NcclCommunicator set = comm(0x2000, 1, 2, 1, 0, 0, 0, true);
+  set.origin = phos::hooks::NcclOrigin::kInitAll;
+  CHECK_FALSE(phos::hooks::nccl_why_not_recreatable(set));
+  NcclCommunicator split_of_set = comm(0x3000, 0, 2, 0, 0x2000, 1, 0, true);
+  split_of_set.origin = phos::hooks::NcclOrigin::kSplit;
+  CHECK(phos::hooks::nccl_why_not_recreatable(split_of_set));
+  alone.extras = 1;  // a buffer registration
+  CHECK(phos::hooks::nccl_why_not_recreatable(alone)->find("registration") != std::string::npos);
+  NcclCommunicators c;
+  c.created(alone);
+  c.created(set);
+  auto why = c.not_recreatable();
+  REQUIRE(why.size() == 1);
+  CHECK(why[0].find("rank 0 of 1") != std::string::npos);
+  c.count_extra(0x1000, -1);
+  CHECK(c.not_recreatable().empty());
 }

@@ -199,16 +199,26 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
   // (bounded); it waits there until the gate opens again.
   StepBoundary* steps = options_.steps;
   const bool at_step = steps && steps->used() && steps->wait_next(std::chrono::milliseconds(options_.step_wait_ms));
+  // NCCL's communicators go while the gate is still open: the calls on
+  // them that run now need it to end.
+  auto nccl = backend_.nccl_release(timeout);
+  if (!nccl) {
+    if (at_step) steps->release();
+    return failure(nccl.error().code, "NCCL: " + nccl.error().message + "; gate left open");
+  }
   const bool closed = gate_.close(timeout);
   if (at_step) steps->release();
   if (!closed)
     return failure(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +
-                                  std::to_string(q.timeout_ms) + " ms; gate reopened");
+                                  std::to_string(q.timeout_ms) + " ms; gate reopened" + rebuilt_after_failure());
   if (auto d = backend_.drain(timeout); !d) {
     gate_.open();
-    return failure(d.error().code, "drain: " + d.error().message + "; gate reopened");
+    return failure(d.error().code, "drain: " + d.error().message + "; gate reopened" + rebuilt_after_failure());
   }
-  return {agent::QuiesceReply{monotonic_ns() - t0, at_step, backend_.touch_order()}};
+  agent::QuiesceReply reply{monotonic_ns() - t0, at_step, backend_.touch_order()};
+  reply.nccl_released = nccl->communicators;
+  reply.nccl_release_ns = nccl->ns;
+  return {std::move(reply)};
 }
 
 Agent::Answer Agent::answer(const agent::ReleaseMappingsRequest& q) {
@@ -227,9 +237,20 @@ Agent::Answer Agent::answer(const agent::RemapRequest& q, std::vector<UniqueFd> 
   return {agent::RemapReply{*mapped}};
 }
 
+// NCCL's communicators are made again once the gate is open (NCCL's
+// threads call CUDA); the program's NCCL calls wait until then.
 Agent::Answer Agent::answer(const agent::ResumeRequest&) {
   gate_.open();
+  if (auto made = backend_.nccl_rebuild(); !made)
+    return failure(made.error().code, "gate open, but NCCL: " + made.error().message);
   return {agent::ResumeReply{}};
+}
+
+// A quiesce that failed after NCCL's communicators went: they are made
+// again (the gate is open), and the answer says if that failed too.
+std::string Agent::rebuilt_after_failure() {
+  auto made = backend_.nccl_rebuild();
+  return made ? std::string() : "; NCCL: " + made.error().message;
 }
 
 Agent::Answer Agent::answer(const agent::SpeculateRequest& q) {

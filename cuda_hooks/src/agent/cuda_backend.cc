@@ -8,6 +8,7 @@
 #include <string>
 
 #include "driver/driver.h"
+#include "hooks/nccl.h"
 #include "phos/speculation/demangle.h"
 #include "runtime.h"
 
@@ -41,6 +42,7 @@ agent::StatusReply CudaBackend::status() {
   if (size_t n = runtime().nccl.spanning_processes())
     s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes " +
                                   "(a multi-process job: its ranks must be checkpointed together, not done yet)");
+  for (auto& why : runtime().nccl.not_recreatable()) s.unsupported_calls.push_back(std::move(why));
   if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
   if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
   for (auto& m : runtime().modules.modules()) {
@@ -59,7 +61,8 @@ agent::StatusReply CudaBackend::status() {
   const auto communicators = runtime().nccl.list();
   s.counters.emplace_back("nccl_communicators", communicators.size());
   for (const auto& c : communicators)
-    s.nccl_communicators.push_back({c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held});
+    s.nccl_communicators.push_back(
+        {c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held, c.released, c.rebuilds});
   return s;
 }
 
@@ -133,6 +136,14 @@ Result<bool> CudaBackend::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_
   }
   return runtime().nccl.arm_stop(job_id, *at_call);
 }
+
+Result<AgentBackend::NcclReleased> CudaBackend::nccl_release(std::chrono::milliseconds timeout) {
+  auto released = phos::hooks::nccl_release(timeout);
+  if (!released) return released.error();
+  return NcclReleased{released->communicators, released->ns};
+}
+
+Result<uint32_t> CudaBackend::nccl_rebuild() { return phos::hooks::nccl_rebuild(); }
 
 Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
   agent::CloseCopyWindowReply reply = runtime().copy_window.finish();

@@ -194,6 +194,18 @@ RangeList collective(const CollectiveCall& c) {
     case Collective::kRecv:
       out.add(c.recv, one, kWrite);
       break;
+    case Collective::kAlltoAll:  // count to and from each rank
+      out.add(c.send, all, kRead);
+      out.add(c.recv, all, kWrite);
+      break;
+    case Collective::kGather:  // only the root's recvbuff is written, a count from each rank
+      out.add(c.send, one, kRead);
+      if (is_root || !root_known) out.add(c.recv, all, kWrite);
+      break;
+    case Collective::kScatter:  // only the root's sendbuff is read, a count for each rank
+      if (is_root || !root_known) out.add(c.send, all, kRead);
+      out.add(c.recv, one, kWrite);
+      break;
   }
   return out;
 }

@@ -4,10 +4,119 @@
 
 namespace phos::hooks {
 
+std::optional<std::string> nccl_why_not_recreatable(const NcclCommunicator& c) {
+  if (c.extras)
+    return std::to_string(c.extras) + " buffer registration(s), window(s), device communicator(s) or reduction " +
+           "operator(s) on it";
+  if (c.nranks <= 1) return std::nullopt;  // made again alone, from a unique id of its own
+  if (!c.single_process) return std::nullopt;  // its job's coordinator supplies the new unique id
+  if (c.origin == NcclOrigin::kInitAll) return std::nullopt;  // ncclCommInitAll again
+  return std::string("split from communicators of one process (ncclCommSplit of an ncclCommInitAll set)");
+}
+
+uint64_t NcclCommunicators::new_handle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < kMaxHandles; i++)
+    if (!handle_taken_[i]) {
+      handle_taken_[i] = true;
+      real_[i].store(0, std::memory_order_relaxed);
+      return reinterpret_cast<uint64_t>(&handle_space_[i]);
+    }
+  return 0;
+}
+
+bool NcclCommunicators::owns(uint64_t handle) const {
+  uint64_t base = reinterpret_cast<uint64_t>(&handle_space_[0]);
+  return handle >= base && handle < base + kMaxHandles;
+}
+
+uint64_t NcclCommunicators::real_of(uint64_t handle) const {
+  if (!owns(handle)) return handle;
+  return real_[handle - reinterpret_cast<uint64_t>(&handle_space_[0])].load(std::memory_order_acquire);
+}
+
+void NcclCommunicators::free_handle(uint64_t handle) {
+  if (!owns(handle)) return;
+  size_t i = handle - reinterpret_cast<uint64_t>(&handle_space_[0]);
+  real_[i].store(0, std::memory_order_release);
+  handle_taken_[i] = false;
+}
+
+NcclCommunicator* NcclCommunicators::entry(uint64_t handle) {
+  for (NcclCommunicator& l : live_)
+    if (l.handle == handle) return &l;
+  return nullptr;
+}
+
 void NcclCommunicators::created(const NcclCommunicator& c) {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(live_, [&](const NcclCommunicator& l) { return l.handle == c.handle; });
   live_.push_back(c);
+  if (owns(c.handle)) real_[c.handle - reinterpret_cast<uint64_t>(&handle_space_[0])].store(c.real, std::memory_order_release);
+}
+
+void NcclCommunicators::set_real(uint64_t handle, uint64_t real) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NcclCommunicator* c = entry(handle);
+  if (!c) return;
+  if (c->released && real) c->rebuilds++;
+  c->real = real;
+  c->released = real == 0;
+  if (owns(handle)) real_[handle - reinterpret_cast<uint64_t>(&handle_space_[0])].store(real, std::memory_order_release);
+}
+
+void NcclCommunicators::count_extra(uint64_t handle, int delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NcclCommunicator* c = entry(handle);
+  if (!c) return;
+  if (delta < 0 && c->extras < uint32_t(-delta)) c->extras = 0;
+  else c->extras += delta;
+}
+
+bool NcclCommunicators::enter(bool wait) {
+  std::unique_lock<std::mutex> lock(ticket_mu_);
+  if (release_pending_ && !wait) return false;
+  ticket_cv_.wait(lock, [&] { return !release_pending_; });
+  tickets_++;
+  return true;
+}
+
+void NcclCommunicators::leave() {
+  std::lock_guard<std::mutex> lock(ticket_mu_);
+  if (tickets_ > 0) tickets_--;
+  if (tickets_ == 0) ticket_cv_.notify_all();
+}
+
+bool NcclCommunicators::begin_release(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(ticket_mu_);
+  release_pending_ = true;
+  if (ticket_cv_.wait_for(lock, timeout, [&] { return tickets_ == 0; })) return true;
+  release_pending_ = false;
+  ticket_cv_.notify_all();
+  return false;
+}
+
+void NcclCommunicators::end_release() {
+  {
+    std::lock_guard<std::mutex> lock(ticket_mu_);
+    release_pending_ = false;
+  }
+  ticket_cv_.notify_all();
+}
+
+bool NcclCommunicators::release_pending() const {
+  std::lock_guard<std::mutex> lock(ticket_mu_);
+  return release_pending_;
+}
+
+std::vector<std::string> NcclCommunicators::not_recreatable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> why;
+  for (const NcclCommunicator& c : live_)
+    if (auto w = nccl_why_not_recreatable(c))
+      why.push_back("NCCL communicator (rank " + std::to_string(c.rank) + " of " + std::to_string(c.nranks) +
+                    "): " + *w);
+  return why;
 }
 
 // FNV-1a (64 bits): a name, not a defence; the ids are NCCL's own random
@@ -27,18 +136,13 @@ uint64_t nccl_split_job_id(uint64_t parent_job, int color) {
 
 void NcclCommunicators::count_call(uint64_t handle) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto entry = [&]() -> NcclCommunicator* {
-    for (NcclCommunicator& l : live_)
-      if (l.handle == handle) return &l;
-    return nullptr;
-  };
-  NcclCommunicator* c = entry();
+  NcclCommunicator* c = entry(handle);
   if (!c) return;
   if (c->stop_at && *c->stop_at == c->calls) {
     c->held = true;
     // The vector may change meanwhile: found again after each wake.
     stop_cv_.wait(lock, [&] {
-      c = entry();
+      c = entry(handle);
       return !c || !c->stop_at || *c->stop_at != c->calls;
     });
     if (!c) return;
@@ -71,6 +175,7 @@ void NcclCommunicators::destroyed(uint64_t handle) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(live_, [&](const NcclCommunicator& l) { return l.handle == handle; });
+    free_handle(handle);
   }
   stop_cv_.notify_all();
 }

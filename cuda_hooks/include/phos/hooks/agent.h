@@ -61,6 +61,7 @@ class Agent {
   };
   // An error reply; the session goes on.
   static Answer failure(int code, const std::string& message);
+  std::string rebuilt_after_failure();
   Answer answer(const agent::Hello& q);
   Answer answer(const agent::StatusRequest& q);
   Answer answer(const agent::ListAllocationsRequest& q);

@@ -57,6 +57,19 @@ class AgentBackend {
     (void)at_call;
     return make_error("this process has no NCCL communicators", ENOTSUP);
   }
+  // Before the gate closes for a checkpoint: the NCCL communicators
+  // destroyed (how many, in how long); after it opens again: made again
+  // behind the program's handles (how many). A backend without NCCL has
+  // none.
+  struct NcclReleased {
+    uint32_t communicators = 0;
+    uint64_t ns = 0;
+  };
+  virtual Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return NcclReleased{};
+  }
+  virtual Result<uint32_t> nccl_rebuild() { return 0u; }
 };
 
 }  // namespace phos::hooks

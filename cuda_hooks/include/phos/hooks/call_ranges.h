@@ -105,14 +105,17 @@ RangeList lt_matmul(uint64_t a, const MatrixLayout& la, uint64_t b, const Matrix
                     const MatrixLayout& lc, uint64_t d, const MatrixLayout& ld, uint64_t workspace,
                     uint64_t workspace_bytes);
 
-enum class Collective { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kSend, kRecv };
+enum class Collective { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kSend, kRecv, kAlltoAll, kGather, kScatter };
 struct CollectiveCall {
   Collective op = Collective::kAllReduce;
   uint64_t send = 0, recv = 0;
-  uint64_t count = 0;  // as passed: sendcount (AllGather), recvcount (ReduceScatter)
+  // As passed: sendcount (AllGather), recvcount (ReduceScatter), the count
+  // to or from each rank (AlltoAll, Gather, Scatter).
+  uint64_t count = 0;
   uint32_t bits = 0;
-  int nranks = 0;      // AllGather, ReduceScatter
-  int rank = -1, root = -1;  // Broadcast, Reduce: -1 when unknown (then both sides are recorded)
+  int nranks = 0;      // AllGather, ReduceScatter, AlltoAll, Gather, Scatter
+  // Broadcast, Reduce, Gather, Scatter: -1 when unknown (then both sides are recorded)
+  int rank = -1, root = -1;
 };
 RangeList collective(const CollectiveCall& c);
 

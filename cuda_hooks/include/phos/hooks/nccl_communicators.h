@@ -1,21 +1,41 @@
 // The NCCL communicators the program has created and not yet destroyed,
-// with the layout each was made with (rank, rank count, device, the
-// communicator it was split from). A multi-process job's checkpoint (issue
-// 17) must destroy them before the driver's checkpoint and create them
-// again after a restore; this is what it will know them by. No CUDA or
-// NCCL here: handles are opaque addresses, so it is unit-tested alone.
+// with the layout and the recipe each was made with (rank, rank count,
+// device, the communicator it was split from, its configuration).
+//
+// A checkpoint cannot take a communicator: NCCL's sockets, threads and
+// device memory are not the program's to keep. So the program never holds
+// NCCL's communicator: it holds a stable handle, an address phos hands out
+// (new_handle), and every NCCL call it makes is translated to the
+// communicator of now (real_of). Before a checkpoint phos destroys the
+// communicators (released), after it creates them again from their recipe,
+// behind the same handles (rebuilt). Calls on NCCL wait meanwhile: each
+// holds a ticket (enter/leave) and a release waits until none is held.
+//
+// No CUDA or NCCL here: handles are opaque addresses, configurations opaque
+// bytes, so it is unit-tested alone.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace phos::hooks {
 
+// How a communicator was made: what creating it again takes.
+enum class NcclOrigin : uint8_t {
+  kUniqueId,  // ncclCommInitRank/Config/Scalable: every rank, one unique id
+  kInitAll,   // ncclCommInitAll: every rank in this process, at once
+  kSplit,     // ncclCommSplit or ncclCommShrink of `parent`
+};
+
 struct NcclCommunicator {
-  uint64_t handle = 0;  // the program's ncclComm_t
+  uint64_t handle = 0;  // the program's ncclComm_t (a stable handle where new_handle made it)
+  uint64_t real = 0;    // NCCL's communicator behind it now; 0 while released
   int rank = -1;
   int nranks = 0;
   int device = -1;      // current at its creation; -1: none
@@ -30,6 +50,19 @@ struct NcclCommunicator {
   // waits before it is issued, until disarmed; held while one does.
   std::optional<uint64_t> stop_at;
   bool held = false;
+  // The recipe. The configuration's bytes (none: NCCL's defaults), with the
+  // strings its pointers named (offset in the bytes, text) copied aside.
+  NcclOrigin origin = NcclOrigin::kUniqueId;
+  std::vector<uint8_t> config;
+  std::vector<std::pair<size_t, std::string>> config_strings;
+  uint64_t init_all_first = 0;  // kInitAll: the handle of the first of its set
+  std::vector<int> devices;     // kInitAll: the whole set's devices, in rank order
+  // Things NCCL made on it that phos cannot make again (buffer
+  // registrations, windows, device communicators, custom reduction
+  // operators): while any lives, it cannot be released.
+  uint32_t extras = 0;
+  bool released = false;  // destroyed for a checkpoint, not yet made again
+  uint32_t rebuilds = 0;  // times made again behind its handle
   bool operator==(const NcclCommunicator&) const = default;
 };
 
@@ -39,15 +72,50 @@ struct NcclCommunicator {
 uint64_t nccl_job_id(const void* unique_id, size_t bytes);
 uint64_t nccl_split_job_id(uint64_t parent_job, int color);
 
+// Why `c` could not be made again after a release, or nothing: where the
+// rest of its ranks are matters (single_process, nranks) and what it holds.
+std::optional<std::string> nccl_why_not_recreatable(const NcclCommunicator& c);
+
 class NcclCommunicators {
  public:
+  static constexpr size_t kMaxHandles = 4096;
+
+  // A stable handle for a communicator about to be listed; 0 when all are
+  // taken (the program then holds NCCL's own: it works, and cannot be
+  // released).
+  uint64_t new_handle();
+  // Whether `handle` is one of new_handle's; lock-free.
+  bool owns(uint64_t handle) const;
+  // NCCL's communicator behind `handle`: itself for one that is not ours,
+  // 0 for ours while released. Lock-free: every NCCL call asks it.
+  uint64_t real_of(uint64_t handle) const;
+
   // A creation that succeeded. A handle listed already is replaced (NCCL
   // handed out the address of one destroyed without phos seeing it).
   void created(const NcclCommunicator& c);
   // ncclCommDestroy or ncclCommAbort succeeded. ncclCommFinalize does not
-  // free the communicator: it stays until one of those.
+  // free the communicator: it stays until one of those. Its handle is free
+  // for a new one.
   void destroyed(uint64_t handle);
   std::optional<NcclCommunicator> find(uint64_t handle) const;
+  // A registration or the like made (+1) or undone (-1) on `handle`.
+  void count_extra(uint64_t handle, int delta);
+  // The release and the rebuild of one communicator: `real` is NCCL's new
+  // communicator (0: released).
+  void set_real(uint64_t handle, uint64_t real);
+
+  // Tickets: a thread calling NCCL holds one for the call (enter, leave),
+  // taken only while no release is pending; `wait` false: none taken
+  // (false) while one is.
+  bool enter(bool wait = true);
+  void leave();
+  // A release: new tickets wait from now on; true once none is held, false
+  // (and no release pending) if some still were after `timeout`.
+  bool begin_release(std::chrono::milliseconds timeout);
+  // The release is over (the communicators were made again, or not
+  // released after all): waiting tickets are taken.
+  void end_release();
+  bool release_pending() const;
   // A collective or point-to-point call is about to be issued on `handle`
   // (one not created through the hooks is not counted): counted, after
   // waiting while it is the call a stop is armed at. The caller holds no
@@ -66,11 +134,26 @@ class NcclCommunicators {
   // Communicators with ranks in other processes: what a dump of this
   // process alone cannot take (until issue 17's coordinated checkpoint).
   size_t spanning_processes() const;
+  // Why each communicator that cannot be released and made again cannot
+  // (nccl_why_not_recreatable), one line each; empty: all can.
+  std::vector<std::string> not_recreatable() const;
 
  private:
+  NcclCommunicator* entry(uint64_t handle);  // under mu_
+  void free_handle(uint64_t handle);         // under mu_
+
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;  // a stop disarmed, or a communicator gone
   std::vector<NcclCommunicator> live_;
+  // new_handle's addresses: one byte each of this space, never read.
+  alignas(64) unsigned char handle_space_[kMaxHandles] = {};
+  std::atomic<uint64_t> real_[kMaxHandles] = {};
+  std::vector<bool> handle_taken_ = std::vector<bool>(kMaxHandles);
+  // Tickets (their own lock: taken on every call).
+  mutable std::mutex ticket_mu_;
+  std::condition_variable ticket_cv_;
+  uint64_t tickets_ = 0;
+  bool release_pending_ = false;
 };
 
 }  // namespace phos::hooks

@@ -92,6 +92,8 @@ struct NcclCommunicatorStatus {
   bool single_process = false;
   std::optional<uint64_t> stop_at;  // a stop armed at this call
   bool held = false;                // a thread waits at it
+  bool released = false;            // destroyed for a checkpoint, not made again yet
+  uint32_t rebuilds = 0;            // times made again behind the program's handle
   bool operator==(const NcclCommunicatorStatus&) const = default;
 };
 
@@ -151,6 +153,8 @@ struct QuiesceReply {
   uint64_t drained_ns = 0;
   bool at_step = false;  // closed at the program's iteration boundary (phos_step)
   std::vector<uint64_t> touch_order;  // allocation ids, as the recorded launches first touched them
+  uint32_t nccl_released = 0;    // NCCL communicators destroyed for the checkpoint
+  uint64_t nccl_release_ns = 0;
   bool operator==(const QuiesceReply&) const = default;
 };
 

@@ -1,0 +1,33 @@
+// What the agent asks of the NCCL hooks around a checkpoint (issue 17): the
+// program's communicators destroyed before it and made again after it,
+// behind the handles the program holds (nccl_communicators.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "phos/support/result.h"
+
+namespace phos::hooks {
+
+struct NcclReleased {
+  uint32_t communicators = 0;  // destroyed
+  uint64_t ns = 0;             // from the first ticket waited for to the last destroy
+};
+
+// Before the gate closes: new NCCL calls wait from now on; once none is
+// running, the GPU work already queued is waited for and every
+// communicator is destroyed (newest first). Refused, with nothing
+// released, where one cannot be made again (nccl_why_not_recreatable) or
+// NCCL calls still run after `timeout`.
+Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout);
+
+// After the gate opens again (a restore, or the end of a dump that left the
+// program running): every released communicator is made again from its
+// recipe, oldest first, behind its old handle; the waiting NCCL calls then
+// go on. Returns how many were made. An error names the first that could
+// not be: calls on it fail from then on (ncclSystemError).
+Result<uint32_t> nccl_rebuild();
+
+}  // namespace phos::hooks
