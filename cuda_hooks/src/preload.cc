@@ -209,6 +209,11 @@ __attribute__((constructor)) static void phos_preload_init() {
   const char* disable = std::getenv("PHOS_DISABLE");
   if (disable && *disable && *disable != '0') return;
   g_preload = new Preload();
+  // NCCL's RAS (2.24 on) keeps a thread and TCP sockets, its own and to the
+  // other processes', for the process's life, beyond any communicator: no
+  // checkpoint can carry them. Off unless the program's user asked for it
+  // (the status then names it).
+  setenv("NCCL_RAS_ENABLE", "0", 0);
   const char* record = std::getenv("PHOS_RECORD_LAUNCHES");
   if (record && *record && *record != '0') runtime().launches.enable(true);
   if (const char* sigdb = std::getenv("PHOS_SIGDB"); sigdb && *sigdb)

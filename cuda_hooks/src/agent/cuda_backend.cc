@@ -43,6 +43,9 @@ agent::StatusReply CudaBackend::status() {
     s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes " +
                                   "(a multi-process job: its ranks must be checkpointed together, not done yet)");
   for (auto& why : runtime().nccl.not_recreatable()) s.unsupported_calls.push_back(std::move(why));
+  if (const char* ras = std::getenv("NCCL_RAS_ENABLE"); ras && std::atoi(ras) != 0 && !runtime().nccl.list().empty())
+    s.unsupported_calls.push_back(std::string("NCCL's RAS (NCCL_RAS_ENABLE=") + ras +
+                                  ": its sockets live as long as the process; phos turns it off unless asked)");
   if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
   if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
   for (auto& m : runtime().modules.modules()) {
