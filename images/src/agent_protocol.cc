@@ -79,8 +79,10 @@ std::vector<std::byte> encode(const RemapRequest& q) {
   return pack_request(PHOS__AGENT__REQUEST__KIND_REMAP, &Phos__Agent__Request::remap, m);
 }
 
-std::vector<std::byte> encode(const ResumeRequest&) {
+std::vector<std::byte> encode(const ResumeRequest& q) {
   Phos__Agent__ResumeRequest m = PHOS__AGENT__RESUME_REQUEST__INIT;
+  m.has_nccl_nonce = q.nccl_nonce.has_value();
+  m.nccl_nonce = q.nccl_nonce.value_or(0);
   return pack_request(PHOS__AGENT__REQUEST__KIND_RESUME, &Phos__Agent__Request::resume, m);
 }
 
@@ -118,6 +120,8 @@ std::vector<std::byte> encode(const NcclStopRequest& q) {
   m.job_id = q.job_id;
   m.has_at_call = q.at_call.has_value();
   m.at_call = q.at_call.value_or(0);
+  m.has_pend_release = q.pend_release.has_value();
+  m.pend_release = q.pend_release.value_or(false);
   return pack_request(PHOS__AGENT__REQUEST__KIND_NCCL_STOP, &Phos__Agent__Request::nccl_stop, m);
 }
 
@@ -147,8 +151,11 @@ Result<Request> decode(const Phos__Agent__Request& r) {
       const auto& q = *r.remap;
       return Request(RemapRequest{std::vector<uint64_t>(q.allocation_ids, q.allocation_ids + q.n_allocation_ids)});
     }
-    case PHOS__AGENT__REQUEST__KIND_RESUME:
-      return Request(ResumeRequest{});
+    case PHOS__AGENT__REQUEST__KIND_RESUME: {
+      ResumeRequest out;
+      if (r.resume && r.resume->has_nccl_nonce) out.nccl_nonce = r.resume->nccl_nonce;
+      return Request(out);
+    }
     case PHOS__AGENT__REQUEST__KIND_GOODBYE:
       return Request(GoodbyeRequest{});
     case PHOS__AGENT__REQUEST__KIND_SPECULATE: {
@@ -162,8 +169,9 @@ Result<Request> decode(const Phos__Agent__Request& r) {
     case PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW:
       return Request(CloseCopyWindowRequest{});
     case PHOS__AGENT__REQUEST__KIND_NCCL_STOP: {
-      NcclStopRequest out{r.nccl_stop->job_id, std::nullopt};
+      NcclStopRequest out{r.nccl_stop->job_id, std::nullopt, std::nullopt};
       if (r.nccl_stop->has_at_call) out.at_call = r.nccl_stop->at_call;
+      if (r.nccl_stop->has_pend_release) out.pend_release = r.nccl_stop->pend_release != 0;
       return Request(out);
     }
     default:

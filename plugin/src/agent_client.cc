@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -88,10 +89,27 @@ Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window() {
   return call<agent::CloseCopyWindowReply>(agent::CloseCopyWindowRequest{});
 }
 
+uint64_t nccl_nonce() {
+  static const uint64_t nonce = [] {
+    uint64_t n = 0;
+    while (::getrandom(&n, sizeof(n), 0) != ssize_t(sizeof(n)) || n == 0) {
+    }
+    return n;
+  }();
+  return nonce;
+}
+
 Result<bool> AgentClient::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) {
-  auto reply = call<agent::NcclStopReply>(agent::NcclStopRequest{job_id, at_call});
+  auto reply = call<agent::NcclStopReply>(agent::NcclStopRequest{job_id, at_call, std::nullopt});
   if (!reply) return reply.error();
   return reply->armed;
+}
+
+Result<void> AgentClient::nccl_pend_release(uint64_t job_id, bool pend) {
+  auto reply = call<agent::NcclStopReply>(agent::NcclStopRequest{job_id, std::nullopt, pend});
+  if (!reply) return reply.error();
+  if (!reply->armed) return make_error(pend ? "the NCCL calls still running did not end" : "not pending", EBUSY);
+  return {};
 }
 
 Result<agent::StatusReply> AgentClient::status() { return call<agent::StatusReply>(agent::StatusRequest{}); }
@@ -239,7 +257,7 @@ Result<uint64_t> AgentClient::remap_all(const std::vector<agent::Allocation>& al
 }
 
 Result<void> AgentClient::resume() {
-  auto reply = call<agent::ResumeReply>(agent::ResumeRequest{});
+  auto reply = call<agent::ResumeReply>(agent::ResumeRequest{nccl_nonce()});
   if (!reply) return reply.error();
   return {};
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,16 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   if (!vpid) return vpid.error();
   auto status = client->status();
   if (!status) return status.error();
+  if (const auto* c = spanning_communicator(*status); c && !c->held) {
+    // The agent serves one connection at a time: ours closes while the
+    // job's ranks, this one among them, are held.
+    (void)client->goodbye();
+    PHOS_TRY(hold_nccl_job(pid, *c));
+    client = AgentClient::connect(pid, options_.agent_timeout_ms);
+    if (!client) return make_error("process " + std::to_string(pid) + ": " + client.error().message);
+    status = client->status();
+    if (!status) return status.error();
+  }
   if (!status->unsupported_calls.empty())
     return make_error("process " + std::to_string(pid) + " used " + join(status->unsupported_calls) +
                       ", which phos cannot checkpoint");
@@ -597,8 +608,37 @@ void Checkpointer::start_keeper() {
   keeper_.emplace(std::move(*k));
 }
 
+Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicatorStatus& c) {
+  std::vector<pid_t> tree = criu_tree_pids();
+  if (tree.empty())
+    return make_error("process " + std::to_string(pid) + " has an NCCL communicator with ranks in other processes, " +
+                      "and criu's command line names no tree (-t) to find them in (criu swrk/RPC)", ENOTSUP);
+  // criu has frozen the processes it paused already: their agents cannot
+  // answer (and a rank among them would have been held then).
+  std::erase_if(tree, [&](pid_t p) { return targets_.count(p) > 0; });
+  auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms);
+  if (!ranks) return make_error("process " + std::to_string(pid) + ": " + ranks.error().message, ranks.error().code);
+  uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  auto held = phos::plugin::hold_nccl_job(*ranks, c.job_id, options_.agent_timeout_ms,
+                                          std::chrono::milliseconds(options_.quiesce_timeout_ms), true);
+  if (!held) return make_error("process " + std::to_string(pid) + ": " + held.error().message, held.error().code);
+  std::string pids;
+  for (pid_t p : held->pids) pids += (pids.empty() ? "" : " ") + std::to_string(p);
+  PHOS_INFO("NCCL communicator %016" PRIx64 ": its %zu ranks (pids %s) held before call %" PRIu64
+            " in %.1f ms, their release pending",
+            c.job_id, held->pids.size(), pids.c_str(), held->at_call, double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+  nccl_jobs_.push_back(std::move(*held));
+  return {};
+}
+
 bool Checkpointer::finish(bool dump_succeeded) {
   bool pending = false, handed_over = false;
+  // A failed dump: the ranks of a held job go on (those given back below
+  // make their communicators again).
+  for (const auto& job : nccl_jobs_)
+    for (const auto& why : dump_succeeded ? std::vector<std::string>{} : let_nccl_job_go(job, options_.agent_timeout_ms))
+      PHOS_WARN("NCCL communicator %016" PRIx64 ": %s", job.job_id, why.c_str());
+  nccl_jobs_.clear();
   for (auto& [pid, t] : targets_) {
     if (dump_succeeded && t.write_behind) {
       // Its memory is in the snapshot: the process may run while the image

@@ -60,6 +60,7 @@
 #include "keeper_link.h"
 #include "phos/images/manifest.h"
 #include "phos/plugin/agent_client.h"
+#include "phos/plugin/nccl_job.h"
 #include "phos/plugin/options.h"
 #include "phos/support/result.h"
 
@@ -165,6 +166,10 @@ class Checkpointer {
   Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const agent::StatusReply& status);
   // Starts phos-keeper once per dump; a dump goes on without one (warned).
   void start_keeper();
+  // A process with an NCCL communicator whose ranks are in other processes:
+  // every rank in criu's tree held at one collective boundary, its release
+  // made pending (nccl_job.h), once per job.
+  Result<void> hold_nccl_job(pid_t pid, const agent::NcclCommunicatorStatus& c);
 
   // criu's image directory, duplicated: criu closes its own before a
   // write-behind finishes.
@@ -173,6 +178,7 @@ class Checkpointer {
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
   std::map<pid_t, Target> targets_;
+  std::vector<NcclJobHeld> nccl_jobs_;  // held by this dump
   std::optional<KeeperLink> keeper_;
   bool keeper_tried_ = false;
   bool write_behind_ = false;  // write_behind=auto and criu leaves the processes running

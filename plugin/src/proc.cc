@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -238,6 +239,33 @@ bool argv_restores_lazily(const std::vector<std::string>& argv) {
   CriuArgs a = parse_criu_args(argv);
   // "--lazy-p": --lazy-migrate is the other --lazy- option.
   return a.said("restore") && a.has("--lazy-pages", 8);
+}
+
+std::optional<pid_t> argv_tree_root(const std::vector<std::string>& argv) {
+  auto number = [](const std::string& s) -> std::optional<pid_t> {
+    char* end = nullptr;
+    long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end || v <= 0 || v > INT32_MAX) return std::nullopt;
+    return pid_t(v);
+  };
+  for (size_t i = 1; i < argv.size(); i++) {
+    const std::string& a = argv[i];
+    if (a == "--") break;
+    if (a == "-t" || a == "--tree") return i + 1 < argv.size() ? number(argv[i + 1]) : std::nullopt;
+    if (a.rfind("--tree=", 0) == 0) return number(a.substr(7));
+    if (a.rfind("-t", 0) == 0 && a.size() > 2 && a[1] == 't') return number(a.substr(2));
+  }
+  return std::nullopt;
+}
+
+std::vector<pid_t> criu_tree_pids() {
+  auto argv = own_argv();
+  auto root = argv ? argv_tree_root(*argv) : std::nullopt;
+  if (!root) return {};
+  std::vector<pid_t> out{*root};
+  for (size_t i = 0; i < out.size(); i++)
+    for (pid_t c : children_of(out[i])) out.push_back(c);
+  return out;
 }
 
 bool criu_leaves_running() {

@@ -24,6 +24,7 @@
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
 #include "phos/plugin/agent_client.h"
+#include "phos/plugin/nccl_job.h"
 #include "phos/plugin/gpu_map.h"
 #include "phos/speculation/demangle.h"
 
@@ -532,12 +533,6 @@ int cmd_nccl_stop(const std::string& pid_text, const std::string& job_text, cons
   return 0;
 }
 
-// A status's communicator of `job` that spans processes; null if none.
-const phos::agent::NcclCommunicatorStatus* job_comm(const phos::agent::StatusReply& s, uint64_t job) {
-  for (const auto& c : s.nccl_communicators)
-    if (c.job_id == job) return &c;
-  return nullptr;
-}
 
 // `phosctl nccl-quiesce PID...`: the ranks of one job, held at one
 // collective boundary. Every rank issues a communicator's calls in the
@@ -552,22 +547,17 @@ int cmd_nccl_quiesce(const std::vector<std::string>& pid_texts) {
     if (!p) return 2;
     pids.push_back(p);
   }
-  auto statuses = [&]() -> std::optional<std::vector<phos::agent::StatusReply>> {
-    std::vector<phos::agent::StatusReply> out;
-    for (pid_t p : pids) {
-      auto s = fetch_status(p);
-      if (!s) return std::nullopt;
-      out.push_back(std::move(*s));
-    }
-    return out;
-  };
-  auto first = statuses();
-  if (!first) return 1;
+  std::vector<phos::agent::StatusReply> first;
+  for (pid_t p : pids) {
+    auto s = fetch_status(p);
+    if (!s) return 1;
+    first.push_back(std::move(*s));
+  }
   // The job: the first communicator of the first process that every one has.
   std::optional<uint64_t> job;
-  for (const auto& c : (*first)[0].nccl_communicators) {
+  for (const auto& c : first[0].nccl_communicators) {
     bool everywhere = true;
-    for (const auto& s : *first) everywhere = everywhere && job_comm(s, c.job_id);
+    for (const auto& s : first) everywhere = everywhere && phos::plugin::job_communicator(s, c.job_id);
     if (everywhere && !c.single_process) {
       job = c.job_id;
       break;
@@ -577,54 +567,14 @@ int cmd_nccl_quiesce(const std::vector<std::string>& pid_texts) {
     std::fprintf(stderr, "phosctl: these processes share no NCCL communicator\n");
     return 1;
   }
-  auto stop_all = [&](std::optional<uint64_t> at) {
-    bool armed = true;
-    for (pid_t p : pids) {
-      int rc = with_client(p, [&](phos::plugin::AgentClient& c) -> phos::Result<void> {
-        auto r = c.nccl_stop(*job, at);
-        if (!r) return r.error();
-        armed = armed && *r;
-        return {};
-      });
-      if (rc != 0) armed = false;
-    }
-    return armed;
-  };
-  uint64_t margin = 2, at = 0;
-  bool armed = false;
-  for (int attempt = 0; attempt < 8 && !armed; attempt++, margin *= 4) {
-    auto now = statuses();
-    if (!now) return 1;
-    uint64_t furthest = 0;
-    for (const auto& s : *now)
-      if (auto* c = job_comm(s, *job)) furthest = std::max(furthest, c->calls);
-    at = furthest + margin;
-    armed = stop_all(at);
-    if (!armed) stop_all(std::nullopt);  // a rank was past it: all go on, and again further on
-  }
-  if (!armed) {
-    std::fprintf(stderr, "phosctl: the ranks of communicator %016" PRIx64 " ran past every stop tried\n", *job);
+  auto held = phos::plugin::hold_nccl_job(pids, *job, 5000, std::chrono::seconds(30), false);
+  if (!held) {
+    std::fprintf(stderr, "phosctl: %s; every stop lifted\n", held.error().message.c_str());
     return 1;
   }
-  // Every rank reaches K (the others' K-1 is issued, so none waits on a held one).
-  for (int waited = 0; waited < 30000; waited += 20) {
-    auto now = statuses();
-    if (!now) return 1;
-    bool all = true;
-    for (const auto& s : *now) {
-      auto* c = job_comm(s, *job);
-      all = all && c && c->held && c->calls == at;
-    }
-    if (all) {
-      std::printf("held %zu processes before call %" PRIu64 " of NCCL communicator %016" PRIx64 "\n", pids.size(), at,
-                  *job);
-      return 0;
-    }
-    ::usleep(20000);
-  }
-  std::fprintf(stderr, "phosctl: not every rank reached call %" PRIu64 " of communicator %016" PRIx64
-               " in 30 s; the stops stay armed (phosctl nccl-go to let them go)\n", at, *job);
-  return 1;
+  std::printf("held %zu processes before call %" PRIu64 " of NCCL communicator %016" PRIx64 "\n", pids.size(),
+              held->at_call, *job);
+  return 0;
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 unsigned long long fake_nccl_calls;
 /* Communicators made and destroyed so far (read by the tests' clients). */
 unsigned long long fake_nccl_created, fake_nccl_destroyed;
+/* The first 8 bytes of the unique id the last communicator was made from. */
+unsigned long long fake_nccl_last_id;
 
 #define FAKE_MAX_COMMS 64
 static void *live[FAKE_MAX_COMMS];
@@ -86,12 +88,20 @@ static ncclComm_t fake_comm(int rank, int nranks) {
   keep(c);
   return (ncclComm_t)c;
 }
-ncclResult_t ncclGetUniqueId(ncclUniqueId *id) { memset(id, 0, sizeof(*id)); return ncclSuccess; }
+/* All zeros (every process of a test agrees on it without talking), or
+ * random bytes with FAKE_NCCL_RANDOM_IDS set (as NCCL's own). */
+#include <sys/random.h>
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  memset(id, 0, sizeof(*id));
+  if (getenv("FAKE_NCCL_RANDOM_IDS") && getrandom(id, 8, 0) != 8) return ncclSystemError;
+  return ncclSuccess;
+}
+static void note_id(const ncclUniqueId *id) { memcpy(&fake_nccl_last_id, id, sizeof(fake_nccl_last_id)); }
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
-  (void)id; *comm = fake_comm(rank, nranks); return ncclSuccess;
+  note_id(&id); *comm = fake_comm(rank, nranks); return ncclSuccess;
 }
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
-  (void)id; (void)config; *comm = fake_comm(rank, nranks); return ncclSuccess;
+  (void)config; note_id(&id); *comm = fake_comm(rank, nranks); return ncclSuccess;
 }
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
   (void)devlist;

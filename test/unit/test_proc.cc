@@ -166,3 +166,15 @@ TEST_CASE("proc: start_time_of tells a process from a later one", "[proc]") {
   ::waitpid(child, nullptr, 0);
   CHECK_FALSE(start_time_of(child).has_value());
 }
+
+TEST_CASE("proc: the dumped tree's root from criu's command line", "[proc]") {
+  using phos::plugin::argv_tree_root;
+  CHECK(argv_tree_root({"criu", "dump", "-t", "42", "-D", "img"}) == 42);
+  CHECK(argv_tree_root({"criu", "dump", "-t42"}) == 42);
+  CHECK(argv_tree_root({"criu", "dump", "--tree", "7"}) == 7);
+  CHECK(argv_tree_root({"criu", "dump", "--tree=9", "-R"}) == 9);
+  CHECK_FALSE(argv_tree_root({"criu", "swrk", "3"}));
+  CHECK_FALSE(argv_tree_root({"criu", "dump", "-t"}));
+  CHECK_FALSE(argv_tree_root({"criu", "dump", "-t", "x1"}));
+  CHECK_FALSE(argv_tree_root({"criu", "dump", "-D", "img", "--", "-t", "5"}));
+}

@@ -239,9 +239,9 @@ Agent::Answer Agent::answer(const agent::RemapRequest& q, std::vector<UniqueFd> 
 
 // NCCL's communicators are made again once the gate is open (NCCL's
 // threads call CUDA); the program's NCCL calls wait until then.
-Agent::Answer Agent::answer(const agent::ResumeRequest&) {
+Agent::Answer Agent::answer(const agent::ResumeRequest& q) {
   gate_.open();
-  if (auto made = backend_.nccl_rebuild(); !made)
+  if (auto made = backend_.nccl_rebuild(q.nccl_nonce); !made)
     return failure(made.error().code, "gate open, but NCCL: " + made.error().message);
   return {agent::ResumeReply{}};
 }
@@ -249,7 +249,7 @@ Agent::Answer Agent::answer(const agent::ResumeRequest&) {
 // A quiesce that failed after NCCL's communicators went: they are made
 // again (the gate is open), and the answer says if that failed too.
 std::string Agent::rebuilt_after_failure() {
-  auto made = backend_.nccl_rebuild();
+  auto made = backend_.nccl_rebuild(std::nullopt);
   return made ? std::string() : "; NCCL: " + made.error().message;
 }
 
@@ -283,6 +283,11 @@ Agent::Answer Agent::answer(const agent::CloseCopyWindowRequest&) {
 
 // run() closes our end after the reply, before the peer closes its own.
 Agent::Answer Agent::answer(const agent::NcclStopRequest& q) {
+  if (q.pend_release) {
+    auto pending = backend_.nccl_pend_release(*q.pend_release);
+    if (!pending) return failure(pending.error().code, "nccl release: " + pending.error().message);
+    return {agent::NcclStopReply{*pending}};
+  }
   auto stopped = backend_.nccl_stop(q.job_id, q.at_call);
   if (!stopped) return failure(stopped.error().code, "nccl stop: " + stopped.error().message);
   return {agent::NcclStopReply{*stopped}};

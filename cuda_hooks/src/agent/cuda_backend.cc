@@ -39,9 +39,10 @@ agent::StatusReply CudaBackend::status() {
   s.device_count = m.devices;
   for (const auto& [dev, uuid] : m.uuids) s.devices.push_back({uint32_t(dev), uuid});
   s.unsupported_calls = runtime().unsupported();
-  if (size_t n = runtime().nccl.spanning_processes())
-    s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes " +
-                                  "(a multi-process job: its ranks must be checkpointed together, not done yet)");
+  if (size_t n = runtime().nccl.spanning_processes(true))
+    s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes, " +
+                                  "not held at a job-wide stop (a multi-process job: dump its whole tree with " +
+                                  "one criu, which holds every rank at one collective boundary)");
   for (auto& why : runtime().nccl.not_recreatable()) s.unsupported_calls.push_back(std::move(why));
   if (const char* ras = std::getenv("NCCL_RAS_ENABLE"); ras && std::atoi(ras) != 0 && !runtime().nccl.list().empty())
     s.unsupported_calls.push_back(std::string("NCCL's RAS (NCCL_RAS_ENABLE=") + ras +
@@ -146,7 +147,9 @@ Result<AgentBackend::NcclReleased> CudaBackend::nccl_release(std::chrono::millis
   return NcclReleased{released->communicators, released->ns};
 }
 
-Result<uint32_t> CudaBackend::nccl_rebuild() { return phos::hooks::nccl_rebuild(); }
+Result<uint32_t> CudaBackend::nccl_rebuild(std::optional<uint64_t> nonce) { return phos::hooks::nccl_rebuild(nonce); }
+
+Result<bool> CudaBackend::nccl_pend_release(bool pend) { return phos::hooks::nccl_pend_release(pend); }
 
 Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
   agent::CloseCopyWindowReply reply = runtime().copy_window.finish();

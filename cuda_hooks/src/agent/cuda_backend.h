@@ -24,7 +24,8 @@ class CudaBackend final : public AgentBackend {
   Result<agent::CloseCopyWindowReply> close_copy_window() override;
   Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) override;
   Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) override;
-  Result<uint32_t> nccl_rebuild() override;
+  Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) override;
+  Result<bool> nccl_pend_release(bool pend) override;
 
  private:
   // Validation's counts when the window opened: what a close compares.

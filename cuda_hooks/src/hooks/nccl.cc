@@ -25,9 +25,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "driver/driver.h"
 #include "hooks/library_call.h"
+#include "phos/hooks/nccl_rendezvous.h"
 #include "phos/support/clock.h"
 
 #define PHOS_EXPORT __attribute__((visibility("default")))
@@ -680,6 +682,47 @@ Result<void> make_set(const std::vector<NcclCommunicator>& live, const NcclCommu
   return {};
 }
 
+// A communicator with ranks in other processes, made again: rank 0 draws
+// the unique id and leaves it at the rendezvous, the others take it there.
+Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, const NcclRendezvous& meet, uint64_t nonce) {
+  DeviceScope scope(c.device);
+  ncclUniqueId id;
+  if (c.rank == 0) {
+    ncclResult_t r = PHOS_NCCL_FORWARD(ncclGetUniqueId, (&id))();
+    if (r != ncclSuccess) return make_error(nccl_error("ncclGetUniqueId", r), EIO);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+    PHOS_TRY(meet.leave(c.job_id, nonce, std::vector<uint8_t>(bytes, bytes + sizeof(id))));
+  } else {
+    auto got = meet.wait(c.job_id, nonce, sizeof(id), std::chrono::minutes(5));
+    if (!got) return got.error();
+    std::memcpy(&id, got->data(), sizeof(id));
+  }
+  std::vector<uint8_t> bytes;
+  ncclConfig_t* config = config_again(c, bytes);
+  ncclComm_t real = nullptr;
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (&real, c.nranks, id, c.rank, config))();
+  if (r == ncclInProgress) r = ready(real, r);
+  if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitRankConfig", r), EIO);
+  return real;
+}
+
+// In the background, oldest first (every rank made them in one order); the
+// stops lifted and the waiting calls let go at the end, made or not.
+void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce) {
+  AgentCalls as_agent;
+  auto meet = NcclRendezvous::open(NcclRendezvous::default_dir());
+  for (const auto& c : spanning) {
+    auto real = meet ? make_with_peers(c, *meet, nonce) : Result<ncclComm_t>(meet.error());
+    if (real)
+      registry().set_real(c.handle, id_of(*real));
+    else
+      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
+                   c.nranks, real.error().message.c_str());
+  }
+  registry().end_release();
+  for (const auto& c : spanning) registry().disarm(c.job_id);
+}
+
 }  // namespace
 
 namespace phos::hooks {
@@ -688,8 +731,8 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
   auto live = registry().list();
   if (live.empty()) return NcclReleased{};
   std::vector<std::string> why = registry().not_recreatable();
-  if (size_t n = registry().spanning_processes())
-    why.push_back(std::to_string(n) + " communicator(s) with ranks in other processes");
+  if (size_t n = registry().spanning_processes(true))
+    why.push_back(std::to_string(n) + " communicator(s) with ranks in other processes, not held at a job-wide stop");
   for (const auto& c : live)
     if (!registry().owns(c.handle)) why.push_back("a communicator the program holds NCCL's own handle of");
   if (!why.empty()) return make_error("NCCL communicators cannot be released: " + join_lines(why), ENOTSUP);
@@ -706,11 +749,15 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
   for (auto it = live.rbegin(); it != live.rend(); ++it) {
     if (it->released || !it->real) continue;
     DeviceScope scope(it->device);
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommDestroy, (comm_of(it->real)))();
+    // One with ranks in other processes is aborted: a destroy may wait for
+    // the peers, which release theirs in their own time.
+    const bool spanning = it->nranks > 1 && !it->single_process;
+    ncclResult_t r = spanning ? PHOS_NCCL_FORWARD(ncclCommAbort, (comm_of(it->real)))()
+                              : PHOS_NCCL_FORWARD(ncclCommDestroy, (comm_of(it->real)))();
     // Gone or not, it is made again from its recipe.
     if (r != ncclSuccess)
       std::fprintf(stderr, "phos: releasing NCCL communicator (rank %d of %d): %s\n", it->rank, it->nranks,
-                   nccl_error("ncclCommDestroy", r).c_str());
+                   nccl_error(spanning ? "ncclCommAbort" : "ncclCommDestroy", r).c_str());
     registry().set_real(it->handle, 0);
     out.communicators++;
   }
@@ -718,36 +765,54 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
   return out;
 }
 
-Result<uint32_t> nccl_rebuild() {
+Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
   auto live = registry().list();
   AgentCalls as_agent;
   uint32_t made = 0;
   std::optional<Error> first_error;
+  std::vector<NcclCommunicator> spanning;
+  auto failed = [&](const NcclCommunicator& c, const Error& e) {
+    if (!first_error)
+      first_error = Error{"NCCL communicator (rank " + std::to_string(c.rank) + " of " + std::to_string(c.nranks) +
+                              ") not made again: " + e.message,
+                          e.code};
+  };
   for (const auto& c : live) {
     if (!c.released) continue;
-    Result<void> r;
     if (c.origin == NcclOrigin::kInitAll) {
       if (c.init_all_first != 0) continue;  // made with the first of its set
-      r = make_set(live, c, made);
+      if (auto r = make_set(live, c, made); !r) failed(c, r.error());
     } else if (c.nranks == 1) {
       auto real = make_alone(c);
-      if (real) {
-        registry().set_real(c.handle, id_of(*real));
-        made++;
-      } else {
-        r = real.error();
+      if (!real) {
+        failed(c, real.error());
+        continue;
       }
+      registry().set_real(c.handle, id_of(*real));
+      made++;
+    } else if (!nonce) {
+      failed(c, make_error("its ranks in other processes meet under the resuming criu run's nonce, and none came",
+                           EINVAL));
     } else {
-      r = make_error("it has ranks in other processes", ENOTSUP);
+      spanning.push_back(c);
     }
-    if (!r && !first_error)
-      first_error = Error{"NCCL communicator (rank " + std::to_string(c.rank) + " of " + std::to_string(c.nranks) +
-                              ") not made again: " + r.error().message,
-                          r.error().code};
   }
-  registry().end_release();
+  if (spanning.empty()) {
+    registry().end_release();
+  } else {
+    // Each rank waits for the others here: criu resumes them one by one.
+    std::thread([spanning, nonce] { make_spanning(spanning, *nonce); }).detach();
+  }
   if (first_error) return *first_error;
-  return made;
+  return made + uint32_t(spanning.size());
+}
+
+Result<bool> nccl_pend_release(bool pend) {
+  if (pend) return registry().begin_release(std::chrono::seconds(10));
+  for (const auto& c : registry().list())
+    if (c.released) return false;
+  registry().end_release();
+  return true;
 }
 
 }  // namespace phos::hooks

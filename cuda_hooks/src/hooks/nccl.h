@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "phos/support/result.h"
@@ -28,6 +29,18 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout);
 // recipe, oldest first, behind its old handle; the waiting NCCL calls then
 // go on. Returns how many were made. An error names the first that could
 // not be: calls on it fail from then on (ncclSystemError).
-Result<uint32_t> nccl_rebuild();
+//
+// Communicators with ranks in other processes are made again in the
+// background (each rank waits for the others): from a new unique id that
+// their rank 0 draws and leaves, named by `nonce` (the resuming criu run's,
+// the same for every rank), in a directory of the user's on /dev/shm for
+// the other ranks; the job-wide stop is lifted once they are made. Without
+// a nonce they are not made again (an error says so).
+Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce);
+
+// A job-wide quiesce's second step: every rank's release made pending
+// before any rank's communicators go (true once no NCCL call runs), or no
+// longer pending (where nothing was released).
+Result<bool> nccl_pend_release(bool pend);
 
 }  // namespace phos::hooks

@@ -89,8 +89,10 @@ void NcclCommunicators::leave() {
 
 bool NcclCommunicators::begin_release(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(ticket_mu_);
+  const bool already = release_pending_;
   release_pending_ = true;
   if (ticket_cv_.wait_for(lock, timeout, [&] { return tickets_ == 0; })) return true;
+  if (already) return false;
   release_pending_ = false;
   ticket_cv_.notify_all();
   return false;
@@ -192,10 +194,11 @@ std::vector<NcclCommunicator> NcclCommunicators::list() const {
   return live_;
 }
 
-size_t NcclCommunicators::spanning_processes() const {
+size_t NcclCommunicators::spanning_processes(bool not_held) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return size_t(std::count_if(live_.begin(), live_.end(),
-                              [](const NcclCommunicator& l) { return l.nranks > 1 && !l.single_process; }));
+  return size_t(std::count_if(live_.begin(), live_.end(), [&](const NcclCommunicator& l) {
+    return l.nranks > 1 && !l.single_process && !(not_held && (l.held || l.released));
+  }));
 }
 
 }  // namespace phos::hooks

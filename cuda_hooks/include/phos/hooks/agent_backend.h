@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,7 +70,16 @@ class AgentBackend {
     (void)timeout;
     return NcclReleased{};
   }
-  virtual Result<uint32_t> nccl_rebuild() { return 0u; }
+  // `nonce`: the resuming criu run's (ResumeRequest.nccl_nonce).
+  virtual Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
+    (void)nonce;
+    return 0u;
+  }
+  // A job-wide quiesce's second step (NcclStopRequest.pend_release).
+  virtual Result<bool> nccl_pend_release(bool pend) {
+    (void)pend;
+    return make_error("this process has no NCCL communicators", ENOTSUP);
+  }
 };
 
 }  // namespace phos::hooks

@@ -110,7 +110,8 @@ class NcclCommunicators {
   bool enter(bool wait = true);
   void leave();
   // A release: new tickets wait from now on; true once none is held, false
-  // (and no release pending) if some still were after `timeout`.
+  // (and no release pending, unless one was already) if some still were
+  // after `timeout`.
   bool begin_release(std::chrono::milliseconds timeout);
   // The release is over (the communicators were made again, or not
   // released after all): waiting tickets are taken.
@@ -132,8 +133,9 @@ class NcclCommunicators {
   // In creation order.
   std::vector<NcclCommunicator> list() const;
   // Communicators with ranks in other processes: what a dump of this
-  // process alone cannot take (until issue 17's coordinated checkpoint).
-  size_t spanning_processes() const;
+  // process alone cannot take, unless a job-wide stop holds the process's
+  // calls on them (not_held: only those not held so).
+  size_t spanning_processes(bool not_held = false) const;
   // Why each communicator that cannot be released and made again cannot
   // (nccl_why_not_recreatable), one line each; empty: all can.
   std::vector<std::string> not_recreatable() const;

@@ -182,6 +182,7 @@ struct RemapReply {
 
 // Open the gate.
 struct ResumeRequest {
+  std::optional<uint64_t> nccl_nonce;  // see agent.proto
   bool operator==(const ResumeRequest&) const = default;
 };
 struct ResumeReply {
@@ -255,6 +256,7 @@ struct CloseCopyWindowReply {
 struct NcclStopRequest {
   uint64_t job_id = 0;
   std::optional<uint64_t> at_call;
+  std::optional<bool> pend_release;  // see agent.proto
   bool operator==(const NcclStopRequest&) const = default;
 };
 struct NcclStopReply {

@@ -29,6 +29,10 @@ Result<void> check_allocations(const std::vector<agent::Allocation>& allocs);
 // included), directory, socket, pipe, link or block device.
 Result<void> check_memory_fd(int fd, const agent::Allocation& a);
 
+// Random, drawn once per process (one criu run): the name under which the
+// ranks of an NCCL job resumed by this run find their new unique id.
+uint64_t nccl_nonce();
+
 class AgentClient {
  public:
   // Finds the agent of `pid`, connects (in the target's network namespace,
@@ -46,6 +50,8 @@ class AgentClient {
   // Maps `allocs` back with their fds (fds[i] for allocs[i]), a frame's worth
   // at a time; with no allocations, the same memory as before (no fds).
   Result<uint64_t> remap_all(const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds);
+  // Sends nccl_nonce(): the process's NCCL communicators with ranks in
+  // other processes meet again under it.
   Result<void> resume();
   // Read/write-set speculation of launches on or off (off: validation too).
   Result<void> set_speculation(bool on);
@@ -61,6 +67,9 @@ class AgentClient {
   // A job-wide quiesce's stop on the communicators of `job_id`: armed at
   // `at_call` (true where armed), or disarmed without.
   Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call);
+  // A release of the process's NCCL communicators made pending, or no
+  // longer (agent.proto NcclStopRequest.pend_release).
+  Result<void> nccl_pend_release(uint64_t job_id, bool pend);
   // Asks the agent to close its end and waits until it has, so that the
   // target holds no socket to us when CRIU dumps its files.
   Result<void> goodbye();

@@ -54,5 +54,11 @@ bool criu_leaves_running();
 // demand): GPU memory is then restored on demand too (lazy_restore=auto).
 bool argv_restores_lazily(const std::vector<std::string>& argv);
 bool criu_restores_lazily();
+// The root of the tree a criu command line dumps (-t/--tree PID), or none
+// where it names none (criu swrk: its options come over RPC).
+std::optional<pid_t> argv_tree_root(const std::vector<std::string>& argv);
+// The processes of this criu's dumped tree: its root and every descendant,
+// root first; none where the root is unknown.
+std::vector<pid_t> criu_tree_pids();
 
 }  // namespace phos::plugin

@@ -1,0 +1,91 @@
+#include "phos/hooks/nccl_rendezvous.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <thread>
+
+#include "phos/support/result.h"
+
+namespace phos::hooks {
+
+std::string NcclRendezvous::default_dir() {
+  if (const char* d = std::getenv("PHOS_NCCL_RENDEZVOUS_DIR"); d && *d) return d;
+  return "/dev/shm/phos-nccl-" + std::to_string(::getuid());
+}
+
+Result<NcclRendezvous> NcclRendezvous::open(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errno_error("make " + dir);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return errno_error("stat " + dir);
+  if (!S_ISDIR(st.st_mode)) return make_error(dir + " is not a directory", ENOTDIR);
+  if (st.st_uid != ::getuid()) return make_error(dir + " belongs to uid " + std::to_string(st.st_uid), EPERM);
+  if (st.st_mode & 077) return make_error(dir + " is open to other users", EPERM);
+  return NcclRendezvous(dir);
+}
+
+std::string NcclRendezvous::path(uint64_t job_id, uint64_t nonce) const {
+  char name[64];
+  std::snprintf(name, sizeof(name), "/%016" PRIx64 "-%016" PRIx64, job_id, nonce);
+  return dir_ + name;
+}
+
+Result<void> NcclRendezvous::leave(uint64_t job_id, uint64_t nonce, const std::vector<uint8_t>& id) const {
+  const std::string final_path = path(job_id, nonce), tmp = final_path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_error("create " + tmp);
+  ssize_t n = ::write(fd, id.data(), id.size());
+  int err = errno;
+  ::close(fd);
+  if (n != ssize_t(id.size())) return errno_error("write " + tmp, n < 0 ? err : EIO);
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return errno_error("rename " + tmp);
+  (void)prune(std::chrono::hours(1));
+  return {};
+}
+
+Result<std::vector<uint8_t>> NcclRendezvous::wait(uint64_t job_id, uint64_t nonce, size_t bytes,
+                                                  std::chrono::milliseconds timeout) const {
+  const std::string p = path(job_id, nonce);
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      std::vector<uint8_t> id(bytes);
+      struct stat st {};
+      ssize_t n = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() ? ::read(fd, id.data(), bytes) : -1;
+      ::close(fd);
+      if (n == ssize_t(bytes)) return id;
+      return make_error(p + ": not a unique id of " + std::to_string(bytes) + " bytes", EINVAL);
+    }
+    if (errno != ENOENT) return errno_error("open " + p);
+    if (std::chrono::steady_clock::now() >= until)
+      return make_error("no unique id from rank 0 at " + p + " after " + std::to_string(timeout.count()) + " ms",
+                        ETIMEDOUT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+size_t NcclRendezvous::prune(std::chrono::seconds age) const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (!d) return 0;
+  const time_t before = ::time(nullptr) - time_t(age.count());
+  size_t removed = 0;
+  while (struct dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        st.st_mtime < before && ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
+      removed++;
+  }
+  ::closedir(d);
+  return removed;
+}
+
+}  // namespace phos::hooks

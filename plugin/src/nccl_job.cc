@@ -1,0 +1,151 @@
+#include "phos/plugin/nccl_job.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+
+#include "phos/plugin/agent_client.h"
+
+namespace phos::plugin {
+namespace {
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "%016" PRIx64, v);
+  return b;
+}
+
+Result<std::vector<agent::StatusReply>> statuses(const std::vector<pid_t>& pids, int timeout_ms) {
+  std::vector<agent::StatusReply> out;
+  for (pid_t p : pids) {
+    std::optional<agent::StatusReply> got;
+    PHOS_TRY(with_agent(p, timeout_ms, [&](AgentClient& c) -> Result<void> {
+      auto s = c.status();
+      if (!s) return s.error();
+      got = std::move(*s);
+      return {};
+    }));
+    out.push_back(std::move(*got));
+  }
+  return out;
+}
+
+// Every rank's stop armed at `at` (or lifted, without); true where each was.
+Result<bool> stop_all(const std::vector<pid_t>& pids, uint64_t job, std::optional<uint64_t> at, int timeout_ms) {
+  bool armed = true;
+  for (pid_t p : pids)
+    PHOS_TRY(with_agent(p, timeout_ms, [&](AgentClient& c) -> Result<void> {
+      auto r = c.nccl_stop(job, at);
+      if (!r) return r.error();
+      armed = armed && *r;
+      return {};
+    }));
+  return armed;
+}
+
+}  // namespace
+
+const agent::NcclCommunicatorStatus* spanning_communicator(const agent::StatusReply& s) {
+  for (const auto& c : s.nccl_communicators)
+    if (c.nranks > 1 && !c.single_process) return &c;
+  return nullptr;
+}
+
+const agent::NcclCommunicatorStatus* job_communicator(const agent::StatusReply& s, uint64_t job_id) {
+  for (const auto& c : s.nccl_communicators)
+    if (c.job_id == job_id) return &c;
+  return nullptr;
+}
+
+Result<std::vector<pid_t>> find_nccl_job(const std::vector<pid_t>& candidates, uint64_t job_id, int nranks,
+                                         int agent_timeout_ms) {
+  std::map<int, pid_t> ranks;
+  for (pid_t p : candidates) {
+    auto client = AgentClient::connect(p, agent_timeout_ms);
+    if (!client) continue;  // no agent: no rank of ours
+    auto s = client->status();
+    (void)client->goodbye();
+    if (!s) continue;
+    if (auto* c = job_communicator(*s, job_id); c && c->rank >= 0 && c->rank < nranks) ranks.emplace(c->rank, p);
+  }
+  if (int(ranks.size()) == nranks) {
+    std::vector<pid_t> out;
+    for (const auto& [rank, pid] : ranks) out.push_back(pid);
+    return out;
+  }
+  std::string missing;
+  for (int r = 0; r < nranks; r++)
+    if (!ranks.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  return make_error("NCCL communicator " + hex(job_id) + ": rank(s) " + missing + " of " + std::to_string(nranks) +
+                        " not found among the processes dumped (outside criu's tree, or without phos's agent)",
+                    ESRCH);
+}
+
+Result<NcclJobHeld> hold_nccl_job(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms,
+                                  std::chrono::milliseconds wait, bool pend_release) {
+  NcclJobHeld held{job_id, 0, pids};
+  auto give_up = [&](const Error& e) -> Result<NcclJobHeld> {
+    (void)let_nccl_job_go(held, agent_timeout_ms);
+    return e;
+  };
+  uint64_t margin = 2;
+  bool armed = false;
+  for (int attempt = 0; attempt < 8 && !armed; attempt++, margin *= 4) {
+    auto now = statuses(pids, agent_timeout_ms);
+    if (!now) return give_up(now.error());
+    uint64_t furthest = 0;
+    for (const auto& s : *now)
+      if (auto* c = job_communicator(s, job_id)) furthest = std::max(furthest, c->calls);
+    held.at_call = furthest + margin;
+    auto r = stop_all(pids, job_id, held.at_call, agent_timeout_ms);
+    if (!r) return give_up(r.error());
+    armed = *r;
+    if (!armed) {
+      auto lifted = stop_all(pids, job_id, std::nullopt, agent_timeout_ms);  // a rank was past it: again further on
+      if (!lifted) return give_up(lifted.error());
+    }
+  }
+  if (!armed) return give_up(make_error("the ranks of NCCL communicator " + hex(job_id) + " ran past every stop tried", EAGAIN));
+  // Every rank reaches K (the others' K-1 is issued, so none waits on a held one).
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    auto now = statuses(pids, agent_timeout_ms);
+    if (!now) return give_up(now.error());
+    bool all = true;
+    for (const auto& s : *now) {
+      auto* c = job_communicator(s, job_id);
+      all = all && c && c->held && c->calls == held.at_call;
+    }
+    if (all) break;
+    if (std::chrono::steady_clock::now() >= until)
+      return give_up(make_error("not every rank of NCCL communicator " + hex(job_id) + " reached call " +
+                                    std::to_string(held.at_call) + " in " + std::to_string(wait.count()) + " ms",
+                                ETIMEDOUT));
+    ::usleep(20000);
+  }
+  if (pend_release)
+    for (pid_t p : pids)
+      if (auto r = with_agent(p, agent_timeout_ms, [&](AgentClient& c) { return c.nccl_pend_release(job_id, true); });
+          !r)
+        return give_up(make_error("process " + std::to_string(p) + ": " + r.error().message, r.error().code));
+  return held;
+}
+
+std::vector<std::string> let_nccl_job_go(const NcclJobHeld& held, int agent_timeout_ms) {
+  std::vector<std::string> failed;
+  for (pid_t p : held.pids) {
+    auto r = with_agent(p, agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+      (void)c.nccl_pend_release(held.job_id, false);  // "not pending": nothing to lift
+      auto lifted = c.nccl_stop(held.job_id, std::nullopt);
+      if (!lifted) return lifted.error();
+      return {};
+    });
+    if (!r) failed.push_back("process " + std::to_string(p) + ": " + r.error().message);
+  }
+  return failed;
+}
+
+}  // namespace phos::plugin

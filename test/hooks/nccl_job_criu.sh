@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A multi-process NCCL job through real criu dumps of its whole tree,
+# against the fake libnccl (which fails a call on a communicator it
+# destroyed): a launcher and two ranks sharing a communicator of 2 ranks.
+# - A leave-running dump: the plugin holds both ranks before one call
+#   number and makes their release pending, each rank's quiesce releases
+#   its communicator, and after the dump both make it again from one new
+#   unique id (rank 0 draws it, rank 1 finds it at the rendezvous): the job
+#   goes on.
+# - A dump and a restore: the same in the restored job, from yet another id.
+# - A rank without phos's agent: the dump is refused for the whole job, and
+#   both ranks carry on.
+export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/nccl_job_client FAKE_NCCL_STRICT=1 FAKE_NCCL_RANDOM_IDS=1
+source "$(dirname "$0")/../e2e/lib.sh"
+export PHOS_NCCL_RENDEZVOUS_DIR=$WORK/rendezvous
+# state: TOKEN COUNTER MADE0 MADE1 ID0 ID1
+made() { echo "$(state_field 3) $(state_field 4)"; }
+ids() { echo "$(state_field 5) $(state_field 6)"; }
+same_new_id() {  # same_new_id OLD: both ranks on one id, not OLD
+  local a b
+  read -r a b <<< "$(ids)"
+  [ "$a" = "$b" ] && [ "$a" != "$1" ] && [ "$a" != 0000000000000000 ]
+}
+
+start_workload --preload
+wait_counter_above 5
+[ "$(made)" = "1 1" ] || fail "the ranks made $(made) communicators, not 1 each"
+first_id=$(state_field 5)
+criu_dump --leave-running || fail "criu dump --leave-running failed: $(grep -m1 -A1 Error "$WORK/dump.log")"
+held=$(grep -o 'NCCL communicator [0-9a-f]*: its 2 ranks (pids [0-9 ]*) held before call [0-9]* in [0-9.]* ms' "$WORK/dump.log") ||
+  fail "the dump log does not say both ranks were held"
+[ "$(grep -c '1 NCCL communicator(s) released in' "$WORK/dump.log")" = 2 ] || fail "not both ranks released their communicator"
+at=$(state_counter)
+wait_counter_above $((at + 20)) 10
+[ "$(made)" = "2 2" ] || fail "after the leave-running dump the ranks made $(made) communicators, not 2 each"
+same_new_id "$first_id" || fail "the ranks did not meet on one new unique id: $(ids) (first $first_id)"
+[ "$(ls "$PHOS_NCCL_RENDEZVOUS_DIR" | wc -l)" = 1 ] || fail "not one id at the rendezvous: $(ls "$PHOS_NCCL_RENDEZVOUS_DIR")"
+[ "$(stat -c %a "$PHOS_NCCL_RENDEZVOUS_DIR")" = 700 ] || fail "the rendezvous is open to others"
+say "leave-running: $held; both released, made again from one new id ($(state_field 5)), the job went on"
+
+rm -rf "$IMG" && mkdir -p "$IMG"
+token=$(state_token) second_id=$(state_field 5)
+criu_dump || fail "criu dump failed: $(grep -m1 -A1 Error "$WORK/dump.log")"
+dumped=$(state_counter)
+sleep 0.2
+[ -z "$(workload_pids)" ] || fail "the job still runs after the dump"
+criu_restore || fail "criu restore failed: $(grep -m1 -A1 Error "$WORK/restore.log")"
+restored_pid > /dev/null || fail "no restored process"
+wait_counter_above $((dumped + 20)) 10
+[ "$(state_token)" = "$token" ] || fail "token changed after restore"
+[ "$(made)" = "3 3" ] || fail "after the restore the ranks made $(made) communicators, not 3 each"
+same_new_id "$second_id" || fail "the restored ranks did not meet on one new unique id: $(ids)"
+say "dump and restore: the restored ranks made their communicator again from one new id, the job went on (counter $dumped -> $(state_counter))"
+for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+sleep 0.3
+
+# Rank 1 without phos's agent: refused for the whole job, both go on.
+rm -rf "$IMG" && mkdir -p "$IMG"
+rm -f "$WORK"/state*
+start_workload --preload --bare-rank1
+wait_counter_above 5
+if criu_dump --leave-running; then fail "a job with a rank without an agent was dumped"; fi
+grep -q "rank(s) 1 of 2 not found among the processes dumped" "$WORK/dump.log" ||
+  fail "the refusal does not name the missing rank: $(grep -m1 -A1 Error "$WORK/dump.log")"
+at=$(state_counter)
+wait_counter_above $((at + 20)) 10
+[ "$(made)" = "1 1" ] || fail "the refused dump touched the communicators: $(made)"
+say "a rank without an agent: dump refused ($(grep -o 'rank(s) 1 of 2 not found[^;]*' "$WORK/dump.log" | head -n1)); both ranks went on"
+say "PASS"
