@@ -280,13 +280,15 @@ steps_case() {  # steps_case MODE: gpu_steps, dumped at step ~100 of 300
 case_cublas() { steps_case cublas; }
 case_cuda_graph() { steps_case graph; }
 
+# TORCH_SCRIPT: the workload (torch_train.py; torch_ddp_job.py for a job of
+# several processes, whose ranks past 0 write LOSSES.rR, compared too).
 torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
-  local n=150
+  local n=150 script=${TORCH_SCRIPT:-$here/torch_train.py}
   # The interpreter's own path: what the process's command line shows (a
   # launcher such as pyenv's would exec it under another name).
-  setup "$here/torch_train.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
   export CUBLAS_WORKSPACE_CONFIG=:4096:8 "$@"
-  timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$here/torch_train.py" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
+  timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
     > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
   start_workload --preload "$WORK/run.losses" $n
   reach 40 120 "before the dump"
@@ -295,7 +297,15 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
   cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
-  local lazy=
+  local lazy= r
+  for r in "$WORK"/ref.losses.r*; do
+    [ -e "$r" ] || continue
+    cmp -s "$r" "$WORK/run.losses.${r##*.}" || fail "rank ${r##*.r}'s loss curve differs from the uninterrupted run's"
+    lazy="$lazy; rank ${r##*.r}'s loss curve equal too"
+  done
+  if grep -q "ranks (pids [0-9 ]*) held before call" "$WORK/dump.log"; then
+    lazy="$lazy; $(grep -o 'its [0-9]* ranks (pids [0-9 ]*) held before call [0-9]* in [0-9.]* ms' "$WORK/dump.log" | head -n1)"
+  fi
   if [ "${PHOS_SDK_STEP:-}" = 1 ]; then
     grep -q "gate closed at the program's iteration boundary (phos_step)" "$WORK/dump.log" ||
       fail "the dump did not land on the program's iteration boundary (phos.step())"
@@ -361,6 +371,14 @@ case_torch_ddp_one_rank() { torch_case PHOS_TEST_DDP=1; }
 # The same, left running with copy-on-write: the communicator is made again
 # at once, the job trains on through it.
 case_torch_ddp_one_rank_cow() { torch_cow_case PHOS_TEST_DDP=1; }
+# A job of 2 processes on 2 GPUs (torch_ddp_job.py, a file store): one criu
+# of the launcher's tree holds both ranks at one collective boundary,
+# releases each rank's communicator, and the restored ranks make it again
+# from one new unique id; both ranks' loss curves bitwise equal.
+case_torch_ddp_2gpu() {
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  TORCH_SCRIPT=$here/torch_ddp_job.py torch_case PHOS_TEST_DDP=1
+}
 
 # ---- copy-on-write (copy_on_write=always: the snapshot is not taken) ------
 

@@ -336,37 +336,35 @@ extern "C" PHOS_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags) {
 
 // ---- queries -----------------------------------------------------------------
 
-extern "C" PHOS_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+namespace {
+// ncclCommCount, ncclCommUserRank, ncclCommCuDevice: one number of the
+// layout, the record's while released.
+template <class Real>
+ncclResult_t layout_query(ncclComm_t comm, int* out, int NcclCommunicator::*field, Real&& real) {
   return query<ncclResult_t>(
       comm,
       [&](const std::optional<NcclCommunicator>& c) {
         if (!c) return ncclInvalidArgument;
-        *count = c->nranks;
+        *out = (*c).*field;
         return ncclSuccess;
       },
-      [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommCount, (real, count))(); });
+      real);
+}
+}  // namespace
+
+extern "C" PHOS_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return layout_query(comm, count, &NcclCommunicator::nranks,
+                      [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommCount, (real, count))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  return query<ncclResult_t>(
-      comm,
-      [&](const std::optional<NcclCommunicator>& c) {
-        if (!c) return ncclInvalidArgument;
-        *rank = c->rank;
-        return ncclSuccess;
-      },
-      [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommUserRank, (real, rank))(); });
+  return layout_query(comm, rank, &NcclCommunicator::rank,
+                      [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommUserRank, (real, rank))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  return query<ncclResult_t>(
-      comm,
-      [&](const std::optional<NcclCommunicator>& c) {
-        if (!c) return ncclInvalidArgument;
-        *device = c->device;
-        return ncclSuccess;
-      },
-      [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommCuDevice, (real, device))(); });
+  return layout_query(comm, device, &NcclCommunicator::device,
+                      [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommCuDevice, (real, device))(); });
 }
 
 // While released there is no error to report.

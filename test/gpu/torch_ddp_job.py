@@ -1,0 +1,83 @@
+"""A DistributedDataParallel job of N processes, one GPU each (issue 17's
+evidence): the launcher (as torchrun, but with a file store: no TCP between
+the ranks but NCCL's own) starts N ranks of this script and waits for them.
+Each rank trains the deterministic MLP of torch_workloads.py under DDP
+(backend nccl) for STEPS steps; rank 0 appends "STEP LOSS" (the loss as a
+float hex, exact) to LOSSES and writes "TOKEN STEP" to STATE (atomically),
+rank R > 0 appends to LOSSES.rR. A dumped and restored job must write the
+loss curves of an uninterrupted one. An exception ends a rank with its
+traceback in STATE.error.R.
+
+usage: torch_ddp_job.py STATE LOSSES STEPS [PACE_MS] [--ranks N]
+       torch_ddp_job.py STATE LOSSES STEPS PACE_MS --rank R --ranks N  (a rank)
+"""
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+
+def launcher(argv, ranks):
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--rank", str(r), "--ranks", str(ranks)])
+             for r in range(ranks)]
+    sys.exit(max(p.wait() for p in procs))
+
+
+def rank_main(state, losses, steps, pace, rank, ranks):
+    import torch
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    from torch_workloads import build  # also sets CUBLAS_WORKSPACE_CONFIG before CUDA starts
+    token = os.urandom(8).hex()
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True)
+    dist.init_process_group("nccl", init_method=f"file://{state}.store", rank=rank, world_size=ranks,
+                            device_id=torch.device(f"cuda:{rank}"))
+    model, _, opt, (x, y) = build("mlp")
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    loss_fn = torch.nn.CrossEntropyLoss()
+    out = losses if rank == 0 else f"{losses}.r{rank}"
+    for step in range(1, steps + 1):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        with open(out, "a") as f:
+            f.write(f"{step} {loss.item().hex()}\n")
+        if rank == 0:
+            with open(state + ".tmp", "w") as f:
+                f.write(f"{token} {step}\n")
+            os.rename(state + ".tmp", state)
+        time.sleep(pace)
+    dist.destroy_process_group()
+
+
+def main():
+    args = sys.argv[1:]
+    ranks = 2
+    rank = None
+    if "--ranks" in args:
+        i = args.index("--ranks")
+        ranks = int(args[i + 1])
+        del args[i:i + 2]
+    if "--rank" in args:
+        i = args.index("--rank")
+        rank = int(args[i + 1])
+        del args[i:i + 2]
+    if rank is None:
+        launcher(args, ranks)
+    state, losses, steps = args[0], args[1], int(args[2])
+    pace = int(args[3]) / 1000 if len(args) > 3 else 0.02
+    try:
+        rank_main(state, losses, steps, pace, rank, ranks)
+    except BaseException:
+        with open(f"{state}.error.{rank}", "w") as f:
+            f.write(traceback.format_exc())
+        raise
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()
