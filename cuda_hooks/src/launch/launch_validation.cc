@@ -155,20 +155,29 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
   if (!wanted()) return;  // a first launch built it already, or the module is gone
   std::string ptx = m.ptx;
   Gate* gate = build_gate_;
+  // An exit waits from here on (stop_builder): the rewrite uses the
+  // process's statics, which exit destroys.
+  job_running_ = true;
+  auto done = [&] {
+    job_running_ = false;
+    build_cv_.notify_all();
+  };
   lock.unlock();
   // The rewrite is the CPU's: before the gate, so that a checkpoint's
   // quiesce waits for the driver's load only.
   Rewritten rewritten = rewrite(ptx, job.fill);
+  lock.lock();
+  if (builder_stopping_ || !wanted()) return done();
+  lock.unlock();
   // Through the gate before the module counts as being built: a launch
   // that waits for a build must never wait for one held at a closed gate
   // (the gate's quiesce would wait for that launch in turn). Meanwhile it
   // stays queued, and a first launch builds it itself.
   GatePass pass(*gate);
   lock.lock();
-  if (!wanted()) return;
+  if (builder_stopping_ || !wanted()) return done();
   CUcontext ctx = job.fill ? m.ctx : m.load_ctx;
   if (!job.fill) m.build = Build::kBuilding;
-  job_running_ = true;
   lock.unlock();
   PHOS_REAL(cuCtxSetCurrent)(ctx);
   if (job.fill) {
@@ -182,8 +191,7 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
     publish_locked(m, std::move(t));
     schedule_fill_locked(job.module);
   }
-  job_running_ = false;
-  build_cv_.notify_all();
+  done();
 }
 
 void LaunchValidation::before_fork() { mu_.lock(); }
