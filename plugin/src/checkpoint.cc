@@ -613,15 +613,26 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
   if (tree.empty())
     return make_error("process " + std::to_string(pid) + " has an NCCL communicator with ranks in other processes, " +
                       "and criu's command line names no tree (-t) to find them in (criu swrk/RPC)", ENOTSUP);
-  // criu has frozen the processes it paused already: their agents cannot
-  // answer (and a rank among them would have been held then).
-  std::erase_if(tree, [&](pid_t p) { return targets_.count(p) > 0; });
+  // criu goes on pausing the other processes after a refusal: the job's
+  // other ranks are refused at once, the same way.
+  if (auto failed = failed_nccl_jobs_.find(c.job_id); failed != failed_nccl_jobs_.end())
+    return make_error("process " + std::to_string(pid) + ": " + failed->second, EPERM);
+  auto refuse = [&](const Error& e) -> Result<void> {
+    failed_nccl_jobs_[c.job_id] = e.message;
+    return make_error("process " + std::to_string(pid) + ": " + e.message, e.code);
+  };
+  // criu has seized (frozen) the processes it paused already: their agents
+  // cannot answer (and a rank among them would have been held then).
+  std::erase_if(tree, [&](pid_t p) {
+    auto tracer = tracer_of(p, p);
+    return targets_.count(p) > 0 || (tracer && *tracer == ::getpid());
+  });
   auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms);
-  if (!ranks) return make_error("process " + std::to_string(pid) + ": " + ranks.error().message, ranks.error().code);
+  if (!ranks) return refuse(ranks.error());
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto held = phos::plugin::hold_nccl_job(*ranks, c.job_id, options_.agent_timeout_ms,
                                           std::chrono::milliseconds(options_.quiesce_timeout_ms), true);
-  if (!held) return make_error("process " + std::to_string(pid) + ": " + held.error().message, held.error().code);
+  if (!held) return refuse(held.error());
   std::string pids;
   for (pid_t p : held->pids) pids += (pids.empty() ? "" : " ") + std::to_string(p);
   PHOS_INFO("NCCL communicator %016" PRIx64 ": its %zu ranks (pids %s) held before call %" PRIu64
@@ -631,13 +642,34 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
   return {};
 }
 
+// A failed dump of a held job: where some ranks let go of their
+// communicators (those paused, given back below, make them again from a new
+// id), the ranks never paused must do the same to meet them: each closes
+// and opens its gate (its quiesce releases, its resume makes again). Then
+// every stop is lifted.
+void Checkpointer::abandon_nccl_job(const NcclJobHeld& job) {
+  const bool some_released =
+      std::any_of(job.pids.begin(), job.pids.end(), [&](pid_t p) { return targets_.count(p) > 0; });
+  for (pid_t p : job.pids) {
+    if (!some_released || targets_.count(p) || !process_alive(p)) continue;
+    auto r = with_agent(p, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+      auto q = c.quiesce(options_.quiesce_timeout_ms);
+      if (!q) return q.error();
+      return c.resume();
+    });
+    if (!r)
+      PHOS_WARN("NCCL communicator %016" PRIx64 ": process %d could not release and make again its communicator "
+                "(%s): the other ranks wait for it at the rendezvous",
+                job.job_id, p, r.error().message.c_str());
+  }
+  for (const auto& why : let_nccl_job_go(job, options_.agent_timeout_ms))
+    PHOS_WARN("NCCL communicator %016" PRIx64 ": %s", job.job_id, why.c_str());
+}
+
 bool Checkpointer::finish(bool dump_succeeded) {
   bool pending = false, handed_over = false;
-  // A failed dump: the ranks of a held job go on (those given back below
-  // make their communicators again).
-  for (const auto& job : nccl_jobs_)
-    for (const auto& why : dump_succeeded ? std::vector<std::string>{} : let_nccl_job_go(job, options_.agent_timeout_ms))
-      PHOS_WARN("NCCL communicator %016" PRIx64 ": %s", job.job_id, why.c_str());
+  if (!dump_succeeded)
+    for (const auto& job : nccl_jobs_) abandon_nccl_job(job);
   nccl_jobs_.clear();
   for (auto& [pid, t] : targets_) {
     if (dump_succeeded && t.write_behind) {

@@ -170,6 +170,7 @@ class Checkpointer {
   // every rank in criu's tree held at one collective boundary, its release
   // made pending (nccl_job.h), once per job.
   Result<void> hold_nccl_job(pid_t pid, const agent::NcclCommunicatorStatus& c);
+  void abandon_nccl_job(const NcclJobHeld& job);
 
   // criu's image directory, duplicated: criu closes its own before a
   // write-behind finishes.
@@ -179,6 +180,7 @@ class Checkpointer {
   std::unique_ptr<Engine> engine_;
   std::map<pid_t, Target> targets_;
   std::vector<NcclJobHeld> nccl_jobs_;  // held by this dump
+  std::map<uint64_t, std::string> failed_nccl_jobs_;  // refused by this dump, and why
   std::optional<KeeperLink> keeper_;
   bool keeper_tried_ = false;
   bool write_behind_ = false;  // write_behind=auto and criu leaves the processes running

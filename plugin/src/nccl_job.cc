@@ -126,11 +126,23 @@ Result<NcclJobHeld> hold_nccl_job(const std::vector<pid_t>& pids, uint64_t job_i
                                 ETIMEDOUT));
     ::usleep(20000);
   }
-  if (pend_release)
-    for (pid_t p : pids)
-      if (auto r = with_agent(p, agent_timeout_ms, [&](AgentClient& c) { return c.nccl_pend_release(job_id, true); });
-          !r)
-        return give_up(make_error("process " + std::to_string(p) + ": " + r.error().message, r.error().code));
+  if (!pend_release) return held;
+  for (pid_t p : pids)
+    if (auto r = with_agent(p, agent_timeout_ms, [&](AgentClient& c) { return c.nccl_pend_release(job_id, true); }); !r)
+      return give_up(make_error("process " + std::to_string(p) + ": " + r.error().message, r.error().code));
+  // Held, every rank's dump must be able to go through: what one rank
+  // cannot take refuses the whole job before any rank lets go of its
+  // communicators.
+  auto now = statuses(pids, agent_timeout_ms);
+  if (!now) return give_up(now.error());
+  for (size_t i = 0; i < pids.size(); i++)
+    if (!(*now)[i].unsupported_calls.empty()) {
+      std::string why;
+      for (const auto& u : (*now)[i].unsupported_calls) why += (why.empty() ? "" : ", ") + u;
+      return give_up(make_error("rank " + std::to_string(i) + " (process " + std::to_string(pids[i]) + ") used " + why +
+                                    ", which phos cannot checkpoint; the whole job goes on",
+                                ENOTSUP));
+    }
   return held;
 }
 

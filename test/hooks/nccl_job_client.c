@@ -7,9 +7,11 @@
  * writes "TOKEN COUNTER MADE0 MADE1 ID0 ID1" to STATE, COUNTER the lower
  * rank's count. A rank whose NCCL call fails exits 3.
  *
- * usage: nccl_job_client STATE [--bare-rank1]   the launcher; with
- *          --bare-rank1, rank 1 runs without phos (PHOS_DISABLE=1)
- *        nccl_job_client STATE --rank R IDHEX   a rank (the launcher's) */
+ * usage: nccl_job_client STATE [--bare-rank1|--register-rank1]   the
+ *          launcher; with --bare-rank1, rank 1 runs without phos
+ *          (PHOS_DISABLE=1); with --register-rank1, rank 1 registers a
+ *          buffer with its communicator (ncclCommRegister)
+ *        nccl_job_client STATE --rank R IDHEX [register]   a rank */
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,7 +32,7 @@ static void put(const char *path, const char *line) {
   if (rename(tmp, path) != 0) exit(2);
 }
 
-static int rank_main(const char *state, int rank, const char *idhex) {
+static int rank_main(const char *state, int rank, const char *idhex, int register_buffer) {
   ncclUniqueId id;
   memset(&id, 0, sizeof(id));
   for (int i = 0; i < 8 && idhex[2 * i] && idhex[2 * i + 1]; i++) {
@@ -40,6 +42,8 @@ static int rank_main(const char *state, int rank, const char *idhex) {
   }
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 3;
+  void *registration;
+  if (register_buffer && ncclCommRegister(comm, (void *)0x30000, 4096, &registration) != ncclSuccess) return 3;
   char path[4096], line[128];
   if (snprintf(path, sizeof(path), "%s.r%d", state, rank) >= (int)sizeof(path)) return 2;
   for (unsigned long long n = 1;; n++) {
@@ -55,7 +59,8 @@ static int rank_main(const char *state, int rank, const char *idhex) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 5 && !strcmp(argv[2], "--rank")) return rank_main(argv[1], atoi(argv[3]), argv[4]);
+  if (argc >= 5 && !strcmp(argv[2], "--rank"))
+    return rank_main(argv[1], atoi(argv[3]), argv[4], argc > 5 && !strcmp(argv[5], "register"));
   if (argc < 2) return 2;
   uint64_t token;
   ncclUniqueId id;
@@ -63,12 +68,14 @@ int main(int argc, char **argv) {
   char idhex[17];
   for (int i = 0; i < 8; i++) snprintf(idhex + 2 * i, 3, "%02x", ((unsigned char *)&id)[i]);
   int bare = argc > 2 && !strcmp(argv[2], "--bare-rank1");
+  int registers = argc > 2 && !strcmp(argv[2], "--register-rank1");
   for (int r = 0; r < 2; r++) {
     if (fork() == 0) {
       if (r == 1 && bare) setenv("PHOS_DISABLE", "1", 1);
       char rank[8];
       snprintf(rank, sizeof(rank), "%d", r);
-      execl("/proc/self/exe", argv[0], argv[1], "--rank", rank, idhex, (char *)NULL);
+      execl("/proc/self/exe", argv[0], argv[1], "--rank", rank, idhex, r == 1 && registers ? "register" : NULL,
+            (char *)NULL);
       _exit(127);
     }
   }

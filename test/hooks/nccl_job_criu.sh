@@ -8,8 +8,10 @@
 #   unique id (rank 0 draws it, rank 1 finds it at the rendezvous): the job
 #   goes on.
 # - A dump and a restore: the same in the restored job, from yet another id.
-# - A rank without phos's agent: the dump is refused for the whole job, and
-#   both ranks carry on.
+# - A rank without phos's agent, or one whose communicator holds a buffer
+#   registration (which phos cannot make again): the dump is refused for
+#   the whole job before any rank lets go of its communicator, and both
+#   ranks carry on.
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/nccl_job_client FAKE_NCCL_STRICT=1 FAKE_NCCL_RANDOM_IDS=1
 source "$(dirname "$0")/../e2e/lib.sh"
 export PHOS_NCCL_RENDEZVOUS_DIR=$WORK/rendezvous
@@ -66,4 +68,22 @@ at=$(state_counter)
 wait_counter_above $((at + 20)) 10
 [ "$(made)" = "1 1" ] || fail "the refused dump touched the communicators: $(made)"
 say "a rank without an agent: dump refused ($(grep -o 'rank(s) 1 of 2 not found[^;]*' "$WORK/dump.log" | head -n1)); both ranks went on"
+for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+sleep 0.3
+
+rm -rf "$IMG" && mkdir -p "$IMG"
+rm -f "$WORK"/state*
+start_workload --preload --register-rank1
+wait_counter_above 5
+if criu_dump --leave-running; then fail "a job with a buffer registration was dumped"; fi
+grep -q "rank 1 (process [0-9]*) used NCCL communicator (rank 1 of 2): 1 buffer registration" "$WORK/dump.log" ||
+  fail "the refusal does not name rank 1's registration: $(grep -m1 -A1 Error "$WORK/dump.log")"
+grep -q "NCCL communicator(s) released" "$WORK/dump.log" && fail "a rank released its communicator before the refusal"
+# criu pauses rank 1 too after rank 0's refusal: refused at once, not
+# waiting for a frozen rank's agent until criu's own timeout.
+grep -q "Timeout reached\|BUG at" "$WORK/dump.log" && fail "criu timed out on the refused job: $(grep -m1 'Timeout reached\|BUG at' "$WORK/dump.log")"
+at=$(state_counter)
+wait_counter_above $((at + 20)) 10
+[ "$(made)" = "1 1" ] || fail "the refused dump touched the communicators: $(made)"
+say "rank 1 with a buffer registration: dump refused before any release ($(grep -o 'rank 1 (process [0-9]*) used [^,]*' "$WORK/dump.log" | head -n1)); both ranks went on"
 say "PASS"

@@ -41,7 +41,9 @@ Result<std::vector<pid_t>> find_nccl_job(const std::vector<pid_t>& candidates, u
 // Holds the ranks `pids` of `job_id` at one call number (a little past the
 // furthest rank, tried further on where a rank got there first), waiting
 // at most `wait` for each to reach it; with `pend_release`, then makes their
-// release pending. On an error every stop is lifted again.
+// release pending and refuses where a rank's status names anything phos
+// cannot checkpoint. On an error every stop is lifted again. `pids` in
+// rank order.
 Result<NcclJobHeld> hold_nccl_job(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms,
                                   std::chrono::milliseconds wait, bool pend_release);
 
