@@ -371,6 +371,36 @@ case_torch_ddp_one_rank() { torch_case PHOS_TEST_DDP=1; }
 # The same, left running with copy-on-write: the communicator is made again
 # at once, the job trains on through it.
 case_torch_ddp_one_rank_cow() { torch_cow_case PHOS_TEST_DDP=1; }
+# The anchor beside it: the same training without phos, dumped and restored
+# through CRIU's cuda plugin (cuda-checkpoint on PATH). NCCL's communicator
+# stays in the process, its TCP sockets too (connected to the process
+# itself; hence --tcp-established). The line says what it did.
+anchor_torch_case() {  # anchor_torch_case [ENV=VALUE...]
+  local n=150 script=${TORCH_SCRIPT:-$here/torch_train.py}
+  [ -f "$PHOS_BUNDLE/criu/cuda_plugin.so" ] || skip "no cuda_plugin.so in the bundle"
+  setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8 PATH=$PHOS_BUILD/test/bench:$PATH "$@"
+  timeout 180 python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n 0 > "$WORK/reference.log" 2>&1 ||
+    fail "the reference run failed (rc $?)"
+  rm -f "$PLUGIN_DIR"/*.so && ln -s "$PHOS_BUNDLE/criu/cuda_plugin.so" "$PLUGIN_DIR/"
+  start_workload "$WORK/run.losses" $n
+  reach 40 120 "before the dump"
+  TOKEN=$(state_token)
+  local t0 t1 t2 t3
+  t0=$(now)
+  criu_dump --tcp-established || fail "CRIU's cuda plugin: the dump failed: $(grep -E 'Error' "$WORK/dump.log" | grep -v rlimit | head -n3 | cut -c1-200 | tr '\n' ' ')"
+  t1=$(now)
+  DUMPED=$(state_counter)
+  wait_pid_free
+  t2=$(now)
+  criu_restore --tcp-established || fail "CRIU's cuda plugin: the restore failed: $(grep -E 'Error' "$WORK/restore.log" | grep -v rlimit | head -n3 | cut -c1-200 | tr '\n' ' ')"
+  t3=$(now)
+  reach $((n - 1)) 120 "after the restore (CRIU's cuda plugin)"
+  cmp -s "$WORK/ref.losses" "$WORK/run.losses" || fail "CRIU's cuda plugin: the loss curve differs from the uninterrupted run's"
+  pass "CRIU's cuda plugin: loss curve of $n steps bitwise equal (dumped at step $DUMPED); dump $(dt "$t0" "$t1") s, restore $(dt "$t2" "$t3") s, with --tcp-established (NCCL's sockets kept)"
+}
+case_anchor_torch_ddp_one_rank() { anchor_torch_case PHOS_TEST_DDP=1; }
+
 # A job of 2 processes on 2 GPUs (torch_ddp_job.py, a file store): one criu
 # of the launcher's tree holds both ranks at one collective boundary,
 # releases each rank's communicator, and the restored ranks make it again
@@ -758,7 +788,7 @@ case_soak_torch() {
   rm -rf "$IMG" && mkdir -p "$IMG"
   criu_dump --leave-running || fail "checkpoint 0: criu dump failed: $(phos_error "$WORK/dump.log")"
   sleep 0.2
-  soak_baseline "$log/soak_torch.table"
+  soak_baseline "$log/${SOAK_NAME:-soak_torch}.table"
   soak_leave_running "$checkpoints" 2
   soak_chain "$chain" 3
   reach $((n - 1)) 500 "to the end"
@@ -766,6 +796,14 @@ case_soak_torch() {
   cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
     fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on"
   pass "$checkpoints leave-running checkpoints and $chain dumps+restores in a chain: loss curve of $n steps bitwise equal to an uninterrupted run's; fds ($B_FDS), threads ($B_THREADS) back to baseline after each, RSS and GPU memory within 64 MiB; $(soak_stalls); table: $SOAK_TABLE"
+}
+
+# The same with DDP in a job of one rank (PHOS_TEST_DDP=1): its NCCL
+# communicator released and made again at every checkpoint; 20 and 5 by
+# default. The leak criterion holds NCCL's threads and fds to it too.
+case_soak_torch_ddp_one_rank() {
+  export PHOS_TEST_DDP=1 SOAK_NAME=soak_torch_ddp_one_rank
+  PHOS_SOAK_CHECKPOINTS=${PHOS_SOAK_CHECKPOINTS:-20} PHOS_SOAK_CHAIN=${PHOS_SOAK_CHAIN:-5} case_soak_torch
 }
 
 # The pattern program at 32 GiB (PHOS_SOAK_PATTERN_MIB): checkpointed with
