@@ -36,6 +36,9 @@ at=$(state_counter)
 wait_counter_above $((at + 20)) 10
 [ "$(made)" = "2 2" ] || fail "after the leave-running dump the ranks made $(made) communicators, not 2 each"
 same_new_id "$first_id" || fail "the ranks did not meet on one new unique id: $(ids) (first $first_id)"
+for p in $(pgrep -f "^$PHOS_WORKLOAD $WORK/state --rank"); do
+  "$PHOSCTL" status "$p" | grep -q "nccl_rebuilds: 1" || fail "process $p: the status counts no rebuild: $("$PHOSCTL" status "$p" | grep nccl_)"
+done
 [ "$(ls "$PHOS_NCCL_RENDEZVOUS_DIR" | wc -l)" = 1 ] || fail "not one id at the rendezvous: $(ls "$PHOS_NCCL_RENDEZVOUS_DIR")"
 [ "$(stat -c %a "$PHOS_NCCL_RENDEZVOUS_DIR")" = 700 ] || fail "the rendezvous is open to others"
 say "leave-running: $held; both released, made again from one new id ($(state_field 5)), the job went on"

@@ -41,6 +41,8 @@ import json, sys
 c = json.load(sys.stdin)['nccl_communicators']
 print(' '.join(str(x['rebuilds']) + ('r' if x['released'] else '') for x in c))")
 [ "$rebuilds" = "1 1 1 1" ] || fail "rebuild counts per communicator: $rebuilds (want 1 1 1 1)"
+"$phosctl" status "$pid" | grep -q "nccl_rebuilds: 1" || fail "the status counts no rebuild: $("$phosctl" status "$pid" | grep nccl_)"
+"$phosctl" status "$pid" | grep -q "nccl_last_rebuild_us: [0-9]" || fail "the status gives no rebuild time"
 say_one="$(grep '^nccl:' "$work/hold"); the program's calls waited meanwhile and went on through the same handles, 4 made again (status: rebuilds $rebuilds)"
 
 # Twice more: the handles are reused again and again.

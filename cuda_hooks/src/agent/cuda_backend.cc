@@ -64,6 +64,12 @@ agent::StatusReply CudaBackend::status() {
   s.counters.emplace_back("physical_bytes", m.physical_bytes);
   const auto communicators = runtime().nccl.list();
   s.counters.emplace_back("nccl_communicators", communicators.size());
+  if (auto t = runtime().nccl.timings(); t.releases || t.rebuilds) {
+    s.counters.emplace_back("nccl_releases", t.releases);
+    s.counters.emplace_back("nccl_last_release_us", t.last_release_ns / 1000);
+    s.counters.emplace_back("nccl_rebuilds", t.rebuilds);
+    s.counters.emplace_back("nccl_last_rebuild_us", t.last_rebuild_ns / 1000);
+  }
   for (const auto& c : communicators)
     s.nccl_communicators.push_back(
         {c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held, c.released, c.rebuilds});

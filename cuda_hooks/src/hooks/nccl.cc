@@ -38,6 +38,7 @@ using namespace phos::hooks;
 using phos::Error;
 using phos::make_error;
 using phos::Result;
+using phos::monotonic_ns;
 namespace ranges = phos::hooks::ranges;
 
 namespace {
@@ -706,7 +707,7 @@ Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, const NcclRendezvo
 
 // In the background, oldest first (every rank made them in one order); the
 // stops lifted and the waiting calls let go at the end, made or not.
-void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce) {
+void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce, uint64_t t0) {
   AgentCalls as_agent;
   auto meet = NcclRendezvous::open(NcclRendezvous::default_dir());
   for (const auto& c : spanning) {
@@ -717,6 +718,7 @@ void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce
       std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
                    c.nranks, real.error().message.c_str());
   }
+  registry().note_rebuild(monotonic_ns() - t0);
   registry().end_release();
   for (const auto& c : spanning) registry().disarm(c.job_id);
 }
@@ -760,10 +762,12 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
     out.communicators++;
   }
   out.ns = monotonic_ns() - t0;
+  registry().note_release(out.ns);
   return out;
 }
 
 Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
+  const uint64_t t0 = monotonic_ns();
   auto live = registry().list();
   AgentCalls as_agent;
   uint32_t made = 0;
@@ -796,10 +800,11 @@ Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
     }
   }
   if (spanning.empty()) {
+    if (made || first_error) registry().note_rebuild(monotonic_ns() - t0);
     registry().end_release();
   } else {
     // Each rank waits for the others here: criu resumes them one by one.
-    std::thread([spanning, nonce] { make_spanning(spanning, *nonce); }).detach();
+    std::thread([spanning, nonce, t0] { make_spanning(spanning, *nonce, t0); }).detach();
   }
   if (first_error) return *first_error;
   return made + uint32_t(spanning.size());

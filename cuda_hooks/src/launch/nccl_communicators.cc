@@ -106,6 +106,23 @@ void NcclCommunicators::end_release() {
   ticket_cv_.notify_all();
 }
 
+void NcclCommunicators::note_release(uint64_t ns) {
+  std::lock_guard<std::mutex> lock(ticket_mu_);
+  timings_.releases++;
+  timings_.last_release_ns = ns;
+}
+
+void NcclCommunicators::note_rebuild(uint64_t ns) {
+  std::lock_guard<std::mutex> lock(ticket_mu_);
+  timings_.rebuilds++;
+  timings_.last_rebuild_ns = ns;
+}
+
+NcclCommunicators::Timings NcclCommunicators::timings() const {
+  std::lock_guard<std::mutex> lock(ticket_mu_);
+  return timings_;
+}
+
 bool NcclCommunicators::release_pending() const {
   std::lock_guard<std::mutex> lock(ticket_mu_);
   return release_pending_;

@@ -117,6 +117,15 @@ class NcclCommunicators {
   // released after all): waiting tickets are taken.
   void end_release();
   bool release_pending() const;
+  // What the last release and the last rebuild took (the rebuild: until
+  // its last communicator was made, in the background where it waited for
+  // other processes), and how many of each there were: the status's.
+  void note_release(uint64_t ns);
+  void note_rebuild(uint64_t ns);
+  struct Timings {
+    uint64_t releases = 0, rebuilds = 0, last_release_ns = 0, last_rebuild_ns = 0;
+  };
+  Timings timings() const;
   // A collective or point-to-point call is about to be issued on `handle`
   // (one not created through the hooks is not counted): counted, after
   // waiting while it is the call a stop is armed at. The caller holds no
@@ -156,6 +165,7 @@ class NcclCommunicators {
   std::condition_variable ticket_cv_;
   uint64_t tickets_ = 0;
   bool release_pending_ = false;
+  Timings timings_;  // under ticket_mu_
 };
 
 }  // namespace phos::hooks
