@@ -644,17 +644,33 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
 
 // A failed dump of a held job: where some ranks let go of their
 // communicators (those paused, given back below, make them again from a new
-// id), the ranks never paused must do the same to meet them: each closes
+// id), the others must meet them: a rank that let go and was not paused (a
+// quiesce that failed after its release) is resumed; one that did not closes
 // and opens its gate (its quiesce releases, its resume makes again). Then
 // every stop is lifted.
 void Checkpointer::abandon_nccl_job(const NcclJobHeld& job) {
-  const bool some_released =
-      std::any_of(job.pids.begin(), job.pids.end(), [&](pid_t p) { return targets_.count(p) > 0; });
+  std::map<pid_t, bool> released;  // the ranks not paused: whether they let go
+  bool some_released = false;
   for (pid_t p : job.pids) {
-    if (!some_released || targets_.count(p) || !process_alive(p)) continue;
-    auto r = with_agent(p, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
-      auto q = c.quiesce(options_.quiesce_timeout_ms);
-      if (!q) return q.error();
+    if (targets_.count(p)) {
+      some_released = true;
+      continue;
+    }
+    if (!process_alive(p)) continue;
+    (void)with_agent(p, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
+      auto s = c.status();
+      if (!s) return s.error();
+      const auto* comm = job_communicator(*s, job.job_id);
+      released[p] = comm && comm->released;
+      some_released = some_released || released[p];
+      return {};
+    });
+  }
+  for (const auto& [p, let_go] : released) {
+    if (!some_released) break;
+    auto r = with_agent(p, options_.agent_timeout_ms, [&, let_go = let_go](AgentClient& c) -> Result<void> {
+      if (!let_go)
+        if (auto q = c.quiesce(options_.quiesce_timeout_ms); !q) return q.error();
       return c.resume();
     });
     if (!r)

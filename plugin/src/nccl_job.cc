@@ -109,17 +109,24 @@ Result<NcclJobHeld> hold_nccl_job(const std::vector<pid_t>& pids, uint64_t job_i
     }
   }
   if (!armed) return give_up(make_error("the ranks of NCCL communicator " + hex(job_id) + " ran past every stop tried", EAGAIN));
-  // Every rank reaches K (the others' K-1 is issued, so none waits on a held one).
+  // Every rank reaches K (the others' K-1 is issued, so none waits on a
+  // held one), or the first call past it that a stop may hold (not inside
+  // a group after its first call): the same on every rank.
   const auto until = std::chrono::steady_clock::now() + wait;
   for (;;) {
     auto now = statuses(pids, agent_timeout_ms);
     if (!now) return give_up(now.error());
     bool all = true;
+    std::optional<uint64_t> at;
     for (const auto& s : *now) {
       auto* c = job_communicator(s, job_id);
-      all = all && c && c->held && c->calls == held.at_call;
+      all = all && c && c->held && c->calls >= held.at_call && (!at || *at == c->calls);
+      if (c) at = c->calls;
     }
-    if (all) break;
+    if (all) {
+      held.at_call = *at;
+      break;
+    }
     if (std::chrono::steady_clock::now() >= until)
       return give_up(make_error("not every rank of NCCL communicator " + hex(job_id) + " reached call " +
                                     std::to_string(held.at_call) + " in " + std::to_string(wait.count()) + " ms",

@@ -39,7 +39,8 @@ same_new_id "$first_id" || fail "the ranks did not meet on one new unique id: $(
 for p in $(pgrep -f "^$PHOS_WORKLOAD $WORK/state --rank"); do
   "$PHOSCTL" status "$p" | grep -q "nccl_rebuilds: 1" || fail "process $p: the status counts no rebuild: $("$PHOSCTL" status "$p" | grep nccl_)"
 done
-[ "$(ls "$PHOS_NCCL_RENDEZVOUS_DIR" | wc -l)" = 1 ] || fail "not one id at the rendezvous: $(ls "$PHOS_NCCL_RENDEZVOUS_DIR")"
+[ "$(ls "$PHOS_NCCL_RENDEZVOUS_DIR" | grep -vc '\.r[0-9]*$')" = 1 ] || fail "not one id at the rendezvous: $(ls "$PHOS_NCCL_RENDEZVOUS_DIR")"
+[ "$(ls "$PHOS_NCCL_RENDEZVOUS_DIR" | grep -c '\.r[01]$')" = 2 ] || fail "not both ranks arrived at the rendezvous: $(ls "$PHOS_NCCL_RENDEZVOUS_DIR")"
 [ "$(stat -c %a "$PHOS_NCCL_RENDEZVOUS_DIR")" = 700 ] || fail "the rendezvous is open to others"
 say "leave-running: $held; both released, made again from one new id ($(state_field 5)), the job went on"
 

@@ -87,8 +87,9 @@ TEST_CASE("nccl communicators: calls are counted on their communicator; the job 
   CHECK(phos::hooks::nccl_job_id(id, sizeof(id)) == job);  // what another rank computes from the same id
   id[127] = 1;
   CHECK(phos::hooks::nccl_job_id(id, sizeof(id)) != job);
-  CHECK(phos::hooks::nccl_split_job_id(job, 0) != phos::hooks::nccl_split_job_id(job, 1));
-  CHECK(phos::hooks::nccl_split_job_id(job, 0) == phos::hooks::nccl_split_job_id(job, 0));
+  CHECK(phos::hooks::nccl_split_job_id(job, 0, 0) != phos::hooks::nccl_split_job_id(job, 1, 0));
+  CHECK(phos::hooks::nccl_split_job_id(job, 0, 0) == phos::hooks::nccl_split_job_id(job, 0, 0));
+  CHECK(phos::hooks::nccl_split_job_id(job, 0, 0) != phos::hooks::nccl_split_job_id(job, 0, 1));
 }
 
 TEST_CASE("nccl communicators: a stop holds the call it is armed at until disarmed", "[nccl]") {
@@ -207,4 +208,35 @@ TEST_CASE("nccl communicators: which ones can be made again", "[nccl]") {
   CHECK(why[0].find("rank 0 of 1") != std::string::npos);
   c.count_extra(0x1000, -1);
   CHECK(c.not_recreatable().empty());
+}
+
+TEST_CASE("nccl communicators: splits of one parent are numbered in order", "[nccl]") {
+  NcclCommunicators c;
+  CHECK(c.next_split(0x1000) == 0);
+  CHECK(c.next_split(0x1000) == 1);
+  CHECK(c.next_split(0x2000) == 0);
+  c.created(comm(0x1000, 0, 2));
+  c.destroyed(0x1000);  // a new communicator at that address starts again
+  CHECK(c.next_split(0x1000) == 0);
+}
+
+TEST_CASE("nccl communicators: a call that may not be held passes a stop, the next one holds", "[nccl]") {
+  NcclCommunicators c;
+  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, 77));
+  REQUIRE(c.arm_stop(77, 1));
+  c.count_call(0x1000);         // call 0
+  c.count_call(0x1000, false);  // call 1, inside a group: passes the stop
+  CHECK(c.find(0x1000)->calls == 2);
+  std::atomic<bool> through{false};
+  std::thread t([&] {
+    c.count_call(0x1000);  // call 2: held (past the stop)
+    through = true;
+  });
+  for (int i = 0; i < 200 && !c.find(0x1000)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(c.find(0x1000)->held);
+  CHECK_FALSE(through.load());
+  c.disarm(77);
+  t.join();
+  CHECK(through.load());
+  CHECK(c.find(0x1000)->calls == 3);
 }

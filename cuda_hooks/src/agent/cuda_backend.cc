@@ -44,6 +44,8 @@ agent::StatusReply CudaBackend::status() {
                                   "not held at a job-wide stop (a multi-process job: dump its whole tree with " +
                                   "one criu, which holds every rank at one collective boundary)");
   for (auto& why : runtime().nccl.not_recreatable()) s.unsupported_calls.push_back(std::move(why));
+  if (runtime().nccl.rebuilding())
+    s.unsupported_calls.push_back("NCCL communicators still being made again after the last checkpoint");
   if (const char* ras = std::getenv("NCCL_RAS_ENABLE"); ras && std::atoi(ras) != 0 && !runtime().nccl.list().empty())
     s.unsupported_calls.push_back(std::string("NCCL's RAS (NCCL_RAS_ENABLE=") + ras +
                                   ": its sockets live as long as the process; phos turns it off unless asked)");

@@ -174,7 +174,9 @@ LibraryCall describe(ranges::Collective op, const void* send, const void* recv, 
 template <class F>
 ncclResult_t collective(const char* name, ncclComm_t handle, ranges::Collective op, const void* send, const void* recv,
                         size_t count, ncclDataType_t type, cudaStream_t stream, int root, F&& issue) {
-  registry().count_call(id_of(handle));
+  // A stop holds a thread only where it keeps no group's ticket (the
+  // release waits for every ticket).
+  registry().count_call(id_of(handle), !(t_group_depth > 0 && t_group_ticket));
   return on_comm(handle, [&](ncclComm_t real) {
     return library_call(
         name, [&] { return describe(op, send, recv, count, type, real, stream, root); },
@@ -240,7 +242,7 @@ NcclCommunicator split_of(ncclComm_t parent, ncclComm_t made_real, int color, in
   c.color = color;
   c.key = key;
   c.single_process = from && from->single_process;
-  c.job_id = nccl_split_job_id(from ? from->job_id : id_of(parent), color);
+  c.job_id = nccl_split_job_id(from ? from->job_id : id_of(parent), color, registry().next_split(id_of(parent)));
   c.origin = NcclOrigin::kSplit;
   keep_config(config, c);
   return c;
@@ -473,7 +475,9 @@ namespace {
 template <class R, class F>
 R team_call(ncclComm_t comm, F&& f) {
   Ticket ticket;
-  return f(real_comm(comm));
+  ncclComm_t real = real_comm(comm);
+  if (!real) return R{};  // not made again after a checkpoint (said once)
+  return f(real);
 }
 }  // namespace
 
@@ -501,13 +505,26 @@ extern "C" PHOS_EXPORT ncclResult_t ncclGroupStart() {
   return PHOS_NCCL_FORWARD(ncclGroupStart, ())();
 }
 
-// The group's work is issued here: its ticket is dropped after.
-extern "C" PHOS_EXPORT ncclResult_t ncclGroupEnd() {
-  ncclResult_t r = PHOS_NCCL_FORWARD(ncclGroupEnd, ())();
+namespace {
+void group_ended() {
   if (t_group_depth > 0 && --t_group_depth == 0 && t_group_ticket) {
     t_group_ticket = false;
     drop_ticket();
   }
+}
+}  // namespace
+
+// The group's work is issued here: its ticket is dropped after.
+extern "C" PHOS_EXPORT ncclResult_t ncclGroupEnd() {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclGroupEnd, ())();
+  group_ended();
+  return r;
+}
+
+// Ends the group too, issuing nothing.
+extern "C" PHOS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclGroupSimulateEnd, (info))();
+  group_ended();
   return r;
 }
 
@@ -696,6 +713,9 @@ Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, const NcclRendezvo
     if (!got) return got.error();
     std::memcpy(&id, got->data(), sizeof(id));
   }
+  // NCCL's creation has no deadline: it starts once every rank is here.
+  PHOS_TRY(meet.arrive(c.job_id, nonce, c.rank));
+  PHOS_TRY(meet.wait_all(c.job_id, nonce, c.nranks, std::chrono::minutes(5)));
   std::vector<uint8_t> bytes;
   ncclConfig_t* config = config_again(c, bytes);
   ncclComm_t real = nullptr;
@@ -719,6 +739,7 @@ void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce
                    c.nranks, real.error().message.c_str());
   }
   registry().note_rebuild(monotonic_ns() - t0);
+  registry().set_rebuilding(false);
   registry().end_release();
   for (const auto& c : spanning) registry().disarm(c.job_id);
 }
@@ -727,18 +748,32 @@ void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce
 
 namespace phos::hooks {
 
-Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
-  auto live = registry().list();
-  if (live.empty()) return NcclReleased{};
+// Why the communicators cannot be released now, or nothing.
+std::vector<std::string> why_not_released(const std::vector<NcclCommunicator>& live) {
   std::vector<std::string> why = registry().not_recreatable();
   if (size_t n = registry().spanning_processes(true))
     why.push_back(std::to_string(n) + " communicator(s) with ranks in other processes, not held at a job-wide stop");
   for (const auto& c : live)
     if (!registry().owns(c.handle)) why.push_back("a communicator the program holds NCCL's own handle of");
-  if (!why.empty()) return make_error("NCCL communicators cannot be released: " + join_lines(why), ENOTSUP);
+  if (registry().rebuilding()) why.push_back("they are still being made again after the last checkpoint");
+  return why;
+}
+
+Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
+  if (registry().list().empty() && !registry().release_pending()) return NcclReleased{};
+  if (auto why = why_not_released(registry().list()); !why.empty())
+    return make_error("NCCL communicators cannot be released: " + join_lines(why), ENOTSUP);
   uint64_t t0 = monotonic_ns();
+  const bool was_pending = registry().release_pending();
   if (!registry().begin_release(timeout))
     return make_error("NCCL calls still running after " + std::to_string(timeout.count()) + " ms", ETIMEDOUT);
+  // Listed again now that no call runs: one destroyed or made meanwhile
+  // counts as it is now.
+  auto live = registry().list();
+  if (auto why = why_not_released(live); !why.empty()) {
+    if (!was_pending) registry().end_release();
+    return make_error("NCCL communicators cannot be released: " + join_lines(why), ENOTSUP);
+  }
   // NCCL's kernels already queued use the communicator's memory.
   if (auto synced = runtime().memory.synchronize(); !synced) {
     registry().end_release();
@@ -773,6 +808,7 @@ Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
   uint32_t made = 0;
   std::optional<Error> first_error;
   std::vector<NcclCommunicator> spanning;
+  bool waiting = false;
   auto failed = [&](const NcclCommunicator& c, const Error& e) {
     if (!first_error)
       first_error = Error{"NCCL communicator (rank " + std::to_string(c.rank) + " of " + std::to_string(c.nranks) +
@@ -792,18 +828,24 @@ Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
       }
       registry().set_real(c.handle, id_of(*real));
       made++;
-    } else if (!nonce) {
-      failed(c, make_error("its ranks in other processes meet under the resuming criu run's nonce, and none came",
-                           EINVAL));
+    } else if (!nonce || registry().rebuilding()) {
+      // Its ranks meet under a resuming criu run's nonce (none came: the
+      // release stays pending until one does), or a rebuild of them is on.
+      waiting = true;
     } else {
       spanning.push_back(c);
     }
   }
-  if (spanning.empty()) {
+  if (waiting) {
+    if (!nonce)
+      std::fprintf(stderr, "phos: NCCL communicators with ranks in other processes wait to be made again "
+                           "(their calls wait too): no criu run resumed them\n");
+  } else if (spanning.empty()) {
     if (made || first_error) registry().note_rebuild(monotonic_ns() - t0);
     registry().end_release();
   } else {
     // Each rank waits for the others here: criu resumes them one by one.
+    registry().set_rebuilding(true);
     std::thread([spanning, nonce, t0] { make_spanning(spanning, *nonce, t0); }).detach();
   }
   if (first_error) return *first_error;
@@ -811,6 +853,8 @@ Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
 }
 
 Result<bool> nccl_pend_release(bool pend) {
+  if (pend && registry().rebuilding())
+    return make_error("NCCL communicators are still being made again after the last checkpoint", EBUSY);
   if (pend) return registry().begin_release(std::chrono::seconds(10));
   for (const auto& c : registry().list())
     if (c.released) return false;

@@ -146,23 +146,32 @@ uint64_t nccl_job_id(const void* unique_id, size_t bytes) {
   return h;
 }
 
-uint64_t nccl_split_job_id(uint64_t parent_job, int color) {
-  unsigned char bytes[12];
+uint64_t nccl_split_job_id(uint64_t parent_job, int color, uint32_t sequence) {
+  unsigned char bytes[16];
   for (int i = 0; i < 8; i++) bytes[i] = static_cast<unsigned char>(parent_job >> (8 * i));
   for (int i = 0; i < 4; i++) bytes[8 + i] = static_cast<unsigned char>(uint32_t(color) >> (8 * i));
+  for (int i = 0; i < 4; i++) bytes[12 + i] = static_cast<unsigned char>(sequence >> (8 * i));
   return nccl_job_id(bytes, sizeof(bytes));
 }
 
-void NcclCommunicators::count_call(uint64_t handle) {
+uint32_t NcclCommunicators::next_split(uint64_t parent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [p, n] : splits_)
+    if (p == parent) return n++;
+  splits_.emplace_back(parent, 1);
+  return 0;
+}
+
+void NcclCommunicators::count_call(uint64_t handle, bool may_hold) {
   std::unique_lock<std::mutex> lock(mu_);
   NcclCommunicator* c = entry(handle);
   if (!c) return;
-  if (c->stop_at && *c->stop_at == c->calls) {
+  if (may_hold && c->stop_at && *c->stop_at <= c->calls) {
     c->held = true;
     // The vector may change meanwhile: found again after each wake.
     stop_cv_.wait(lock, [&] {
       c = entry(handle);
-      return !c || !c->stop_at || *c->stop_at != c->calls;
+      return !c || !c->stop_at || *c->stop_at > c->calls;
     });
     if (!c) return;
     c->held = false;
@@ -194,6 +203,7 @@ void NcclCommunicators::destroyed(uint64_t handle) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(live_, [&](const NcclCommunicator& l) { return l.handle == handle; });
+    std::erase_if(splits_, [&](const auto& s) { return s.first == handle; });
     free_handle(handle);
   }
   stop_cv_.notify_all();

@@ -72,6 +72,33 @@ Result<std::vector<uint8_t>> NcclRendezvous::wait(uint64_t job_id, uint64_t nonc
   }
 }
 
+Result<void> NcclRendezvous::arrive(uint64_t job_id, uint64_t nonce, int rank) const {
+  const std::string p = path(job_id, nonce) + ".r" + std::to_string(rank);
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_error("create " + p);
+  ::close(fd);
+  return {};
+}
+
+Result<void> NcclRendezvous::wait_all(uint64_t job_id, uint64_t nonce, int nranks,
+                                      std::chrono::milliseconds timeout) const {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  const std::string base = path(job_id, nonce) + ".r";
+  for (int rank = 0; rank < nranks;) {
+    struct stat st {};
+    if (::lstat((base + std::to_string(rank)).c_str(), &st) == 0) {
+      rank++;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() >= until)
+      return make_error("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " did not come to " +
+                            base + "N in " + std::to_string(timeout.count()) + " ms",
+                        ETIMEDOUT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return {};
+}
+
 size_t NcclRendezvous::prune(std::chrono::seconds age) const {
   DIR* d = ::opendir(dir_.c_str());
   if (!d) return 0;

@@ -68,9 +68,11 @@ struct NcclCommunicator {
 
 // The job-wide name of a communicator made from a unique id (its bytes),
 // and of one split from `parent_job` with `color` (every rank of the new
-// communicator passed the same color).
+// communicator passed the same color) as the parent's `sequence`th split
+// (the same on every rank: they split in one order; two splits of one
+// color are two communicators).
 uint64_t nccl_job_id(const void* unique_id, size_t bytes);
-uint64_t nccl_split_job_id(uint64_t parent_job, int color);
+uint64_t nccl_split_job_id(uint64_t parent_job, int color, uint32_t sequence);
 
 // Why `c` could not be made again after a release, or nothing: where the
 // rest of its ranks are matters (single_process, nranks) and what it holds.
@@ -117,6 +119,10 @@ class NcclCommunicators {
   // released after all): waiting tickets are taken.
   void end_release();
   bool release_pending() const;
+  // Communicators with ranks in other processes are being made again in
+  // the background: no new release, stop or rebuild of them meanwhile.
+  void set_rebuilding(bool on) { rebuilding_.store(on, std::memory_order_release); }
+  bool rebuilding() const { return rebuilding_.load(std::memory_order_acquire); }
   // What the last release and the last rebuild took (the rebuild: until
   // its last communicator was made, in the background where it waited for
   // other processes), and how many of each there were: the status's.
@@ -128,9 +134,14 @@ class NcclCommunicators {
   Timings timings() const;
   // A collective or point-to-point call is about to be issued on `handle`
   // (one not created through the hooks is not counted): counted, after
-  // waiting while it is the call a stop is armed at. The caller holds no
-  // gate pass: a checkpoint's quiesce goes on while it waits.
-  void count_call(uint64_t handle);
+  // waiting while a stop is armed at it or before it. The caller holds no
+  // gate pass: a checkpoint's quiesce goes on while it waits. `may_hold`
+  // false (a call inside a group after its first, whose thread holds the
+  // group's ticket): it passes, and the stop holds the next call that may
+  // be held (the same on every rank: they issue one sequence).
+  void count_call(uint64_t handle, bool may_hold = true);
+  // The number of the next split of `parent` (see nccl_split_job_id).
+  uint32_t next_split(uint64_t parent);
   // Every rank's calls on a communicator are issued in the same order: a
   // stop armed at the same call number on every rank (`job_id`) holds them
   // all at one boundary, none having issued it, each having issued all
@@ -156,6 +167,8 @@ class NcclCommunicators {
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;  // a stop disarmed, or a communicator gone
   std::vector<NcclCommunicator> live_;
+  std::vector<std::pair<uint64_t, uint32_t>> splits_;  // parent handle, splits made of it
+  std::atomic<bool> rebuilding_{false};
   // new_handle's addresses: one byte each of this space, never read.
   alignas(64) unsigned char handle_space_[kMaxHandles] = {};
   std::atomic<uint64_t> real_[kMaxHandles] = {};

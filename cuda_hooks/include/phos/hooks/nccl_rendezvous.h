@@ -30,7 +30,12 @@ class NcclRendezvous {
   // after `timeout`.
   Result<std::vector<uint8_t>> wait(uint64_t job_id, uint64_t nonce, size_t bytes,
                                     std::chrono::milliseconds timeout) const;
-  // Removes the ids left before `age` ago; how many went.
+  // Every rank says it is here (before NCCL's creation, which has no
+  // deadline); wait_all returns once `nranks` have, or fails after
+  // `timeout`.
+  Result<void> arrive(uint64_t job_id, uint64_t nonce, int rank) const;
+  Result<void> wait_all(uint64_t job_id, uint64_t nonce, int nranks, std::chrono::milliseconds timeout) const;
+  // Removes the files left before `age` ago; how many went.
   size_t prune(std::chrono::seconds age) const;
 
   const std::string& dir() const { return dir_; }
