@@ -135,8 +135,14 @@ Result<bool> AgentClient::set_validation(bool on) {
   return reply->sass_attached;
 }
 
+// The agent may spend the whole quiesce timeout (an NCCL release, then the
+// gate) before it answers: the reply is waited for that much longer.
 Result<agent::QuiesceReply> AgentClient::quiesce(uint32_t timeout_ms) {
-  return call<agent::QuiesceReply>(agent::QuiesceRequest{timeout_ms});
+  const int usual = timeout_ms_;
+  timeout_ms_ = usual + int(std::min<uint32_t>(timeout_ms, INT32_MAX / 2));
+  auto reply = call<agent::QuiesceReply>(agent::QuiesceRequest{timeout_ms});
+  timeout_ms_ = usual;
+  return reply;
 }
 
 Result<void> check_allocations(const std::vector<agent::Allocation>& allocs) {

@@ -201,12 +201,16 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
   const bool at_step = steps && steps->used() && steps->wait_next(std::chrono::milliseconds(options_.step_wait_ms));
   // NCCL's communicators go while the gate is still open: the calls on
   // them that run now need it to end.
+  // One timeout for both: the gate gets what the release left of it.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto nccl = backend_.nccl_release(timeout);
   if (!nccl) {
     if (at_step) steps->release();
     return failure(nccl.error().code, "NCCL: " + nccl.error().message + "; gate left open");
   }
-  const bool closed = gate_.close(timeout);
+  const auto left = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                               deadline - std::chrono::steady_clock::now()));
+  const bool closed = gate_.close(left);
   if (at_step) steps->release();
   if (!closed)
     return failure(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +

@@ -784,6 +784,8 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
   for (auto it = live.rbegin(); it != live.rend(); ++it) {
     if (it->released || !it->real) continue;
     DeviceScope scope(it->device);
+    // A non-blocking communicator may still be issuing a group's work.
+    (void)ready(comm_of(it->real), ncclInProgress);
     // One with ranks in other processes is aborted: a destroy may wait for
     // the peers, which release theirs in their own time.
     const bool spanning = it->nranks > 1 && !it->single_process;
