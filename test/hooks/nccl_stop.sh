@@ -25,9 +25,9 @@ comm() {  # comm FIELD: the first communicator's FIELD in phosctl status --json
 }
 job=$(comm job_id)
 [ "$(comm rank)" = 0 ] && [ "$(comm nranks)" = 2 ] || fail "not rank 0 of 2: $("$phosctl" status "$pid")"
-at=$(( $(comm calls) + 500 ))  # half a second ahead: phosctl and python take tens of ms
+at=$(( $(comm calls) + 2000 ))  # two seconds ahead: phosctl and python take tens of ms, more on a loaded machine
 "$phosctl" nccl-stop "$pid" "$job" "$at" | sed 's/^/[nccl_stop] /'
-for _ in $(seq 300); do [ "$(comm held)" = True ] && break; sleep 0.02; done
+for _ in $(seq 600); do [ "$(comm held)" = True ] && break; sleep 0.02; done
 [ "$(comm held)" = True ] || fail "no call held at $at: $("$phosctl" status "$pid" | grep NCCL)"
 [ "$(comm calls)" = "$at" ] || fail "held after $(comm calls) calls, not $at"
 n=$(cat "$work/state")
