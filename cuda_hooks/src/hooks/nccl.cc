@@ -393,54 +393,48 @@ extern "C" PHOS_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
 
 // ---- what phos cannot make again: counted, a release is refused while any lives
 
-extern "C" PHOS_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+namespace {
+// A call that makes (+1) or undoes (-1) such a thing on `comm`.
+template <class F>
+ncclResult_t extra(ncclComm_t comm, int delta, F&& call) {
   return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommRegister, (real, buff, size, handle))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), +1);
+    ncclResult_t r = call(real);
+    if (r == ncclSuccess) registry().count_extra(id_of(comm), delta);
     return r;
   });
 }
+}  // namespace
+
+extern "C" PHOS_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return extra(comm, +1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommRegister, (real, buff, size, handle))(); });
+}
 
 extern "C" PHOS_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
-  return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommDeregister, (real, handle))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), -1);
-    return r;
-  });
+  return extra(comm, -1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommDeregister, (real, handle))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                                            int flags) {
-  return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommWindowRegister, (real, buff, size, win, flags))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), +1);
-    return r;
-  });
+  return extra(comm, +1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommWindowRegister, (real, buff, size, win, flags))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommWindowDeregister, (real, win))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), -1);
-    return r;
-  });
+  return extra(comm, -1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclCommWindowDeregister, (real, win))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t type,
                                                              ncclScalarResidence_t residence, ncclComm_t comm) {
-  return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclRedOpCreatePreMulSum, (op, scalar, type, residence, real))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), +1);
-    return r;
-  });
+  return extra(comm, +1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclRedOpCreatePreMulSum, (op, scalar, type, residence, real))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclRedOpDestroy, (op, real))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), -1);
-    return r;
-  });
+  return extra(comm, -1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclRedOpDestroy, (op, real))(); });
 }
 
 #ifdef PHOS_HAVE_NCCL_DEVICE_API
@@ -448,19 +442,13 @@ extern "C" PHOS_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t 
 // NCCL owns; teams are plain values.
 extern "C" PHOS_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const* reqs,
                                                       ncclDevComm_t* out) {
-  return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclDevCommCreate, (real, reqs, out))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), +1);
-    return r;
-  });
+  return extra(comm, +1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclDevCommCreate, (real, reqs, out))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const* dev) {
-  return on_comm(comm, [&](ncclComm_t real) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclDevCommDestroy, (real, dev))();
-    if (r == ncclSuccess) registry().count_extra(id_of(comm), -1);
-    return r;
-  });
+  return extra(comm, -1,
+               [&](ncclComm_t real) { return PHOS_NCCL_FORWARD(ncclDevCommDestroy, (real, dev))(); });
 }
 
 extern "C" PHOS_EXPORT ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int n,
