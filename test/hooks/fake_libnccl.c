@@ -96,7 +96,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   if (getenv("FAKE_NCCL_RANDOM_IDS") && getrandom(id, 8, 0) != 8) return ncclSystemError;
   return ncclSuccess;
 }
-static void note_id(const ncclUniqueId *id) { memcpy(&fake_nccl_last_id, id, sizeof(fake_nccl_last_id)); }
+/* FAKE_NCCL_INIT_MS: each creation from a unique id takes that long (a
+ * test sees a rebuild in progress). */
+#include <unistd.h>
+static void note_id(const ncclUniqueId *id) {
+  memcpy(&fake_nccl_last_id, id, sizeof(fake_nccl_last_id));
+  const char *ms = getenv("FAKE_NCCL_INIT_MS");
+  if (ms) usleep((useconds_t)atoi(ms) * 1000);
+}
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
   note_id(&id); *comm = fake_comm(rank, nranks); return ncclSuccess;
 }

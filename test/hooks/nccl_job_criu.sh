@@ -8,6 +8,9 @@
 #   unique id (rank 0 draws it, rank 1 finds it at the rendezvous): the job
 #   goes on.
 # - A dump and a restore: the same in the restored job, from yet another id.
+# - A dump while the ranks still make their communicator again after the
+#   last one (NCCL's creation slowed to 2 s): refused, saying so, and the
+#   job goes on; once made, the next dump goes through.
 # - A rank without phos's agent, or one whose communicator holds a buffer
 #   registration (which phos cannot make again): the dump is refused for
 #   the whole job before any rank lets go of its communicator, and both
@@ -57,6 +60,28 @@ wait_counter_above $((dumped + 20)) 10
 [ "$(made)" = "3 3" ] || fail "after the restore the ranks made $(made) communicators, not 3 each"
 same_new_id "$second_id" || fail "the restored ranks did not meet on one new unique id: $(ids)"
 say "dump and restore: the restored ranks made their communicator again from one new id, the job went on (counter $dumped -> $(state_counter))"
+for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+sleep 0.3
+
+# A dump while the last one's rebuild still runs: refused, the job goes on.
+rm -rf "$IMG" && mkdir -p "$IMG"
+rm -f "$WORK"/state*
+FAKE_NCCL_INIT_MS=2000 start_workload --preload
+wait_counter_above 5 10
+criu_dump --leave-running || fail "the first leave-running dump failed: $(grep -v rlimit "$WORK/dump.log" | grep -m1 -A1 Error)"
+rm -rf "$IMG" && mkdir -p "$IMG"
+if criu_dump --leave-running; then fail "a dump went through while the ranks still made their communicator again"; fi
+grep -q "still being made again after the last checkpoint" "$WORK/dump.log" ||
+  fail "the refusal does not say the rebuild still runs: $(grep -v rlimit "$WORK/dump.log" | grep -m1 Error)"
+at=$(state_counter)
+wait_counter_above $((at + 20)) 15
+[ "$(made)" = "2 2" ] || fail "after the refused dump the ranks made $(made) communicators, not 2 each"
+rm -rf "$IMG" && mkdir -p "$IMG"
+criu_dump --leave-running || fail "the dump after the rebuild failed: $(grep -v rlimit "$WORK/dump.log" | grep -m1 -A1 Error)"
+at=$(state_counter)
+wait_counter_above $((at + 20)) 15
+[ "$(made)" = "3 3" ] || fail "after the third dump the ranks made $(made) communicators, not 3 each"
+say "a dump during the last one's rebuild (NCCL's creation slowed to 2 s): refused ('NCCL communicators still being made again after the last checkpoint'), the job went on; the dump after the rebuild went through"
 for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
 sleep 0.3
 
