@@ -412,6 +412,8 @@ anchor_torch_case() {  # anchor_torch_case [ENV=VALUE...]
   pass "CRIU's cuda plugin: loss curve of $n steps bitwise equal (dumped at step $DUMPED); dump $(dt "$t0" "$t1") s, restore $(dt "$t2" "$t3") s, with --tcp-established (NCCL's sockets kept)"
 }
 case_anchor_torch_ddp_one_rank() { anchor_torch_case PHOS_TEST_DDP=1; }
+# With NCCL's RAS off, as libphos runs it: NCCL's bootstrap sockets alone.
+case_anchor_torch_ddp_one_rank_ras_off() { anchor_torch_case PHOS_TEST_DDP=1 NCCL_RAS_ENABLE=0; }
 
 # A job of 2 processes on 2 GPUs (torch_ddp_job.py, a file store): one criu
 # of the launcher's tree holds both ranks at one collective boundary,
