@@ -11,8 +11,13 @@
  *   launch_2threads: the same from two threads at once, per launch and thread
  *   gated_call:      cuCtxSetCurrent, a driver function that passes the gate
  *   query_call:      cuDriverGetVersion, a query (query_functions.txt)
- *   memcpy_dtod:     cuMemcpyDtoD between two of the allocations */
+ *   memcpy_dtod:     cuMemcpyDtoD between two of the allocations
+ *   nccl_allreduce:  ncclAllReduce (test/hooks' fake libnccl) on a
+ *                    communicator of one rank: phos's translation of the
+ *                    handle, its ticket and its call count
+ *   nccl_group_allreduce: the same inside ncclGroupStart/End */
 #include <cuda.h>
+#include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,5 +107,23 @@ int main(void) {
   t0 = now_ns();
   for (long i = 0; i < CALLS / 4; i++) dtod(args[4], args[0], 256);
   printf("bench memcpy_dtod %.1f\n", (now_ns() - t0) / (CALLS / 4));
+
+  ncclUniqueId id;
+  ncclComm_t comm;
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess) {
+    fprintf(stderr, "no communicator\n");
+    return 2;
+  }
+  t0 = now_ns();
+  for (long i = 0; i < CALLS / 4; i++)
+    ncclAllReduce((void *)args[0], (void *)args[1], 16, ncclFloat32, ncclSum, comm, NULL);
+  printf("bench nccl_allreduce %.1f\n", (now_ns() - t0) / (CALLS / 4));
+  t0 = now_ns();
+  for (long i = 0; i < CALLS / 4; i++) {
+    ncclGroupStart();
+    ncclAllReduce((void *)args[0], (void *)args[1], 16, ncclFloat32, ncclSum, comm, NULL);
+    ncclGroupEnd();
+  }
+  printf("bench nccl_group_allreduce %.1f\n", (now_ns() - t0) / (CALLS / 4));
   return 0;
 }

@@ -14,7 +14,6 @@ usage: torch_ddp_job.py STATE LOSSES STEPS [PACE_MS] [--ranks N]
 import os
 import subprocess
 import sys
-import time
 import traceback
 
 
@@ -29,28 +28,16 @@ def rank_main(state, losses, steps, pace, rank, ranks):
     import torch.distributed as dist
     torch.cuda.set_device(rank)
     from torch_workloads import build  # also sets CUBLAS_WORKSPACE_CONFIG before CUDA starts
-    token = os.urandom(8).hex()
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True)
+    from torch_train import deterministic, train
+    deterministic()
     dist.init_process_group("nccl", init_method=f"file://{state}.store", rank=rank, world_size=ranks,
                             device_id=torch.device(f"cuda:{rank}"))
     model, _, opt, (x, y) = build("mlp")
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
-    loss_fn = torch.nn.CrossEntropyLoss()
-    out = losses if rank == 0 else f"{losses}.r{rank}"
-    for step in range(1, steps + 1):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        with open(out, "a") as f:
-            f.write(f"{step} {loss.item().hex()}\n")
-        if rank == 0:
-            with open(state + ".tmp", "w") as f:
-                f.write(f"{token} {step}\n")
-            os.rename(state + ".tmp", state)
-        time.sleep(pace)
+    if rank == 0:
+        train(model, opt, x, y, steps, pace, losses, state)
+    else:
+        train(model, opt, x, y, steps, pace, f"{losses}.r{rank}")
     dist.destroy_process_group()
 
 

@@ -33,19 +33,16 @@ def step_marker():
     return phos.step
 
 
-def main():
-    state, losses, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    mark = step_marker()
-    pace = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.02
-    token = os.urandom(8).hex()
+def deterministic():
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True)
-    model, _, opt, (x, y) = build("mlp")
-    if os.environ.get("PHOS_TEST_DDP") == "1":
-        import torch.distributed as dist
-        dist.init_process_group("nccl", init_method=f"file://{state}.store", rank=0, world_size=1)
-        model = torch.nn.parallel.DistributedDataParallel(model)
+
+
+def train(model, opt, x, y, steps, pace, losses, state=None, mark=lambda: None):
+    """STEPS steps, "STEP LOSS" appended to LOSSES after each and, with
+    STATE, "TOKEN STEP" written to it (atomically)."""
+    token = os.urandom(8).hex()
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in range(1, steps + 1):
         mark()
@@ -55,10 +52,23 @@ def main():
         opt.step()
         with open(losses, "a") as f:
             f.write(f"{step} {loss.item().hex()}\n")
-        with open(state + ".tmp", "w") as f:
-            f.write(f"{token} {step}\n")
-        os.rename(state + ".tmp", state)
+        if state:
+            with open(state + ".tmp", "w") as f:
+                f.write(f"{token} {step}\n")
+            os.rename(state + ".tmp", state)
         time.sleep(pace)
+
+
+def main():
+    state, losses, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    pace = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.02
+    deterministic()
+    model, _, opt, (x, y) = build("mlp")
+    if os.environ.get("PHOS_TEST_DDP") == "1":
+        import torch.distributed as dist
+        dist.init_process_group("nccl", init_method=f"file://{state}.store", rank=0, world_size=1)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    train(model, opt, x, y, steps, pace, losses, state, step_marker())
 
 
 if __name__ == "__main__":

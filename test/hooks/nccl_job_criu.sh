@@ -26,6 +26,22 @@ same_new_id() {  # same_new_id OLD: both ranks on one id, not OLD
   read -r a b <<< "$(ids)"
   [ "$a" = "$b" ] && [ "$a" != "$1" ] && [ "$a" != 0000000000000000 ]
 }
+new_job() {  # new_job [CLIENT ARGS...]: the last job ended, a new one counting, an empty image dir
+  for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+  sleep 0.3
+  rm -rf "$IMG" "$WORK"/state* && mkdir -p "$IMG"
+  start_workload --preload "$@"
+  wait_counter_above 5 10
+}
+# refused_dump WHAT PATTERN MADE: a leave-running dump fails, its log says
+# PATTERN, and the job goes on with MADE communicators made per rank.
+refused_dump() {
+  if criu_dump --leave-running; then fail "$1 was dumped"; fi
+  grep -q "$2" "$WORK/dump.log" || fail "the refusal of $1 does not say why: $(grep -v rlimit "$WORK/dump.log" | grep -m1 -A1 Error)"
+  local at; at=$(state_counter)
+  wait_counter_above $((at + 20)) 15
+  [ "$(made)" = "$3" ] || fail "after the refused dump of $1 the ranks made $(made) communicators, not $3"
+}
 
 start_workload --preload
 wait_counter_above 5
@@ -60,59 +76,29 @@ wait_counter_above $((dumped + 20)) 10
 [ "$(made)" = "3 3" ] || fail "after the restore the ranks made $(made) communicators, not 3 each"
 same_new_id "$second_id" || fail "the restored ranks did not meet on one new unique id: $(ids)"
 say "dump and restore: the restored ranks made their communicator again from one new id, the job went on (counter $dumped -> $(state_counter))"
-for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
-sleep 0.3
 
 # A dump while the last one's rebuild still runs: refused, the job goes on.
-rm -rf "$IMG" && mkdir -p "$IMG"
-rm -f "$WORK"/state*
-FAKE_NCCL_INIT_MS=2000 start_workload --preload
-wait_counter_above 5 10
+FAKE_NCCL_INIT_MS=2000 new_job
 criu_dump --leave-running || fail "the first leave-running dump failed: $(grep -v rlimit "$WORK/dump.log" | grep -m1 -A1 Error)"
 rm -rf "$IMG" && mkdir -p "$IMG"
-if criu_dump --leave-running; then fail "a dump went through while the ranks still made their communicator again"; fi
-grep -q "still being made again after the last checkpoint" "$WORK/dump.log" ||
-  fail "the refusal does not say the rebuild still runs: $(grep -v rlimit "$WORK/dump.log" | grep -m1 Error)"
-at=$(state_counter)
-wait_counter_above $((at + 20)) 15
-[ "$(made)" = "2 2" ] || fail "after the refused dump the ranks made $(made) communicators, not 2 each"
+refused_dump "a job still making its communicator again" "still being made again after the last checkpoint" "2 2"
 rm -rf "$IMG" && mkdir -p "$IMG"
 criu_dump --leave-running || fail "the dump after the rebuild failed: $(grep -v rlimit "$WORK/dump.log" | grep -m1 -A1 Error)"
 at=$(state_counter)
 wait_counter_above $((at + 20)) 15
 [ "$(made)" = "3 3" ] || fail "after the third dump the ranks made $(made) communicators, not 3 each"
 say "a dump during the last one's rebuild (NCCL's creation slowed to 2 s): refused ('NCCL communicators still being made again after the last checkpoint'), the job went on; the dump after the rebuild went through"
-for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
-sleep 0.3
 
 # Rank 1 without phos's agent: refused for the whole job, both go on.
-rm -rf "$IMG" && mkdir -p "$IMG"
-rm -f "$WORK"/state*
-start_workload --preload --bare-rank1
-wait_counter_above 5
-if criu_dump --leave-running; then fail "a job with a rank without an agent was dumped"; fi
-grep -q "rank(s) 1 of 2 not found among the processes dumped" "$WORK/dump.log" ||
-  fail "the refusal does not name the missing rank: $(grep -m1 -A1 Error "$WORK/dump.log")"
-at=$(state_counter)
-wait_counter_above $((at + 20)) 10
-[ "$(made)" = "1 1" ] || fail "the refused dump touched the communicators: $(made)"
+new_job --bare-rank1
+refused_dump "a job with a rank without an agent" "rank(s) 1 of 2 not found among the processes dumped" "1 1"
 say "a rank without an agent: dump refused ($(grep -o 'rank(s) 1 of 2 not found[^;]*' "$WORK/dump.log" | head -n1)); both ranks went on"
-for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
-sleep 0.3
 
-rm -rf "$IMG" && mkdir -p "$IMG"
-rm -f "$WORK"/state*
-start_workload --preload --register-rank1
-wait_counter_above 5
-if criu_dump --leave-running; then fail "a job with a buffer registration was dumped"; fi
-grep -q "rank 1 (process [0-9]*) used NCCL communicator (rank 1 of 2): 1 buffer registration" "$WORK/dump.log" ||
-  fail "the refusal does not name rank 1's registration: $(grep -m1 -A1 Error "$WORK/dump.log")"
+new_job --register-rank1
+refused_dump "a job with a buffer registration" "rank 1 (process [0-9]*) used NCCL communicator (rank 1 of 2): 1 buffer registration" "1 1"
 grep -q "NCCL communicator(s) released" "$WORK/dump.log" && fail "a rank released its communicator before the refusal"
 # criu pauses rank 1 too after rank 0's refusal: refused at once, not
 # waiting for a frozen rank's agent until criu's own timeout.
 grep -q "Timeout reached\|BUG at" "$WORK/dump.log" && fail "criu timed out on the refused job: $(grep -m1 'Timeout reached\|BUG at' "$WORK/dump.log")"
-at=$(state_counter)
-wait_counter_above $((at + 20)) 10
-[ "$(made)" = "1 1" ] || fail "the refused dump touched the communicators: $(made)"
 say "rank 1 with a buffer registration: dump refused before any release ($(grep -o 'rank 1 (process [0-9]*) used [^,]*' "$WORK/dump.log" | head -n1)); both ranks went on"
 say "PASS"

@@ -77,13 +77,14 @@ TEST_CASE("nccl communicators: creations and destructions from several threads",
 
 TEST_CASE("nccl communicators: calls are counted on their communicator; the job id names it on every rank", "[nccl]") {
   NcclCommunicators c;
+  const uint64_t h = c.new_handle();  // calls are counted on phos's handles
   unsigned char id[128] = {1, 2, 3};
   uint64_t job = phos::hooks::nccl_job_id(id, sizeof(id));
-  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, job));
-  c.count_call(0x1000);
-  c.count_call(0x1000);
+  c.created(comm(h, 0, 2, 0, 0, 0, 0, false, job));
+  c.count_call(h);
+  c.count_call(h);
   c.count_call(0x2000);  // not created through the hooks: not counted anywhere
-  CHECK(c.find(0x1000)->calls == 2);
+  CHECK(c.find(h)->calls == 2);
   CHECK(phos::hooks::nccl_job_id(id, sizeof(id)) == job);  // what another rank computes from the same id
   id[127] = 1;
   CHECK(phos::hooks::nccl_job_id(id, sizeof(id)) != job);
@@ -94,37 +95,39 @@ TEST_CASE("nccl communicators: calls are counted on their communicator; the job 
 
 TEST_CASE("nccl communicators: a stop holds the call it is armed at until disarmed", "[nccl]") {
   NcclCommunicators c;
-  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, 0xabc));
+  const uint64_t h = c.new_handle();  // calls are counted on phos's handles
+  c.created(comm(h, 0, 2, 0, 0, 0, 0, false, 0xabc));
   REQUIRE(c.arm_stop(0xabc, 5));
   CHECK_FALSE(c.arm_stop(0xdef, 5));  // no communicator of that job here
   std::atomic<int> issued{0};
   std::thread program([&] {
     for (int i = 0; i < 10; i++) {
-      c.count_call(0x1000);
+      c.count_call(h);
       issued++;
     }
   });
-  for (int i = 0; i < 2000 && !c.find(0x1000)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(c.find(0x1000)->held);
+  for (int i = 0; i < 2000 && !c.find(h)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(c.find(h)->held);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(issued == 5);  // calls 0..4 went through; call 5 waits before it is issued
-  CHECK(c.find(0x1000)->calls == 5);
+  CHECK(c.find(h)->calls == 5);
   CHECK_FALSE(c.arm_stop(0xabc, 3));  // already issued
   c.disarm(0xabc);
   program.join();
   CHECK(issued == 10);
-  CHECK(c.find(0x1000)->calls == 10);
-  CHECK_FALSE(c.find(0x1000)->held);
+  CHECK(c.find(h)->calls == 10);
+  CHECK_FALSE(c.find(h)->held);
 }
 
 TEST_CASE("nccl communicators: a held call is let go when its communicator is destroyed", "[nccl]") {
   NcclCommunicators c;
-  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, 0xabc));
+  const uint64_t h = c.new_handle();  // calls are counted on phos's handles
+  c.created(comm(h, 0, 2, 0, 0, 0, 0, false, 0xabc));
   REQUIRE(c.arm_stop(0xabc, 0));
-  std::thread program([&] { c.count_call(0x1000); });
-  for (int i = 0; i < 2000 && !c.find(0x1000)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(c.find(0x1000)->held);
-  c.destroyed(0x1000);  // another thread of the program aborts it
+  std::thread program([&] { c.count_call(h); });
+  for (int i = 0; i < 2000 && !c.find(h)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(c.find(h)->held);
+  c.destroyed(h);  // another thread of the program aborts it
   program.join();
   CHECK(c.list().empty());
 }
@@ -142,10 +145,10 @@ TEST_CASE("nccl communicators: stable handles translate to NCCL's communicator o
   CHECK(c.real_of(h) == 0xabc0);
   c.set_real(h, 0);  // released
   CHECK(c.real_of(h) == 0);
-  CHECK(c.find(h)->released);
+  CHECK(c.find(h)->released());
   c.set_real(h, 0xdef0);  // made again
   CHECK(c.real_of(h) == 0xdef0);
-  CHECK_FALSE(c.find(h)->released);
+  CHECK_FALSE(c.find(h)->released());
   CHECK(c.find(h)->rebuilds == 1);
   c.destroyed(h);
   CHECK(c.real_of(h) == 0);
@@ -222,21 +225,22 @@ TEST_CASE("nccl communicators: splits of one parent are numbered in order", "[nc
 
 TEST_CASE("nccl communicators: a call that may not be held passes a stop, the next one holds", "[nccl]") {
   NcclCommunicators c;
-  c.created(comm(0x1000, 0, 2, 0, 0, 0, 0, false, 77));
+  const uint64_t h = c.new_handle();  // calls are counted on phos's handles
+  c.created(comm(h, 0, 2, 0, 0, 0, 0, false, 77));
   REQUIRE(c.arm_stop(77, 1));
-  c.count_call(0x1000);         // call 0
-  c.count_call(0x1000, false);  // call 1, inside a group: passes the stop
-  CHECK(c.find(0x1000)->calls == 2);
+  c.count_call(h);         // call 0
+  c.count_call(h, false);  // call 1, inside a group: passes the stop
+  CHECK(c.find(h)->calls == 2);
   std::atomic<bool> through{false};
   std::thread t([&] {
-    c.count_call(0x1000);  // call 2: held (past the stop)
+    c.count_call(h);  // call 2: held (past the stop)
     through = true;
   });
-  for (int i = 0; i < 200 && !c.find(0x1000)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  CHECK(c.find(0x1000)->held);
+  for (int i = 0; i < 200 && !c.find(h)->held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(c.find(h)->held);
   CHECK_FALSE(through.load());
   c.disarm(77);
   t.join();
   CHECK(through.load());
-  CHECK(c.find(0x1000)->calls == 3);
+  CHECK(c.find(h)->calls == 3);
 }

@@ -74,7 +74,7 @@ agent::StatusReply CudaBackend::status() {
   }
   for (const auto& c : communicators)
     s.nccl_communicators.push_back(
-        {c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held, c.released, c.rebuilds});
+        {c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held, c.released(), c.rebuilds});
   return s;
 }
 

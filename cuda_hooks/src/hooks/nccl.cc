@@ -657,19 +657,31 @@ ncclResult_t ready(ncclComm_t real, ncclResult_t r) {
   return r;
 }
 
-// A communicator of one rank: a unique id of its own.
-Result<ncclComm_t> make_alone(const NcclCommunicator& c) {
-  DeviceScope scope(c.device);
+Result<ncclUniqueId> new_unique_id() {
   ncclUniqueId id;
   ncclResult_t r = PHOS_NCCL_FORWARD(ncclGetUniqueId, (&id))();
   if (r != ncclSuccess) return make_error(nccl_error("ncclGetUniqueId", r), EIO);
+  return id;
+}
+
+// `c` made again from `id` with the configuration it was made with (its
+// device current: the caller's DeviceScope).
+Result<ncclComm_t> init_rank(const NcclCommunicator& c, const ncclUniqueId& id) {
   std::vector<uint8_t> bytes;
   ncclConfig_t* config = config_again(c, bytes);
   ncclComm_t real = nullptr;
-  r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (&real, 1, id, 0, config))();
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (&real, c.nranks, id, c.rank, config))();
   if (r == ncclInProgress) r = ready(real, r);
   if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitRankConfig", r), EIO);
   return real;
+}
+
+// A communicator of one rank: a unique id of its own.
+Result<ncclComm_t> make_alone(const NcclCommunicator& c) {
+  DeviceScope scope(c.device);
+  auto id = new_unique_id();
+  if (!id) return id.error();
+  return init_rank(c, *id);
 }
 
 // An ncclCommInitAll set, all its members at once.
@@ -678,7 +690,7 @@ Result<void> make_set(const std::vector<NcclCommunicator>& live, const NcclCommu
   ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitAll, (reals.data(), int(reals.size()), first.devices.data()))();
   if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitAll", r), EIO);
   for (const auto& m : live)
-    if (m.released && (m.handle == first.handle || m.init_all_first == first.handle) && m.rank >= 0 &&
+    if (m.released() && (m.handle == first.handle || m.init_all_first == first.handle) && m.rank >= 0 &&
         size_t(m.rank) < reals.size()) {
       registry().set_real(m.handle, id_of(reals[m.rank]));
       made++;
@@ -692,8 +704,9 @@ Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, const NcclRendezvo
   DeviceScope scope(c.device);
   ncclUniqueId id;
   if (c.rank == 0) {
-    ncclResult_t r = PHOS_NCCL_FORWARD(ncclGetUniqueId, (&id))();
-    if (r != ncclSuccess) return make_error(nccl_error("ncclGetUniqueId", r), EIO);
+    auto drawn = new_unique_id();
+    if (!drawn) return drawn.error();
+    id = *drawn;
     const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
     PHOS_TRY(meet.leave(c.job_id, nonce, std::vector<uint8_t>(bytes, bytes + sizeof(id))));
   } else {
@@ -704,13 +717,7 @@ Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, const NcclRendezvo
   // NCCL's creation has no deadline: it starts once every rank is here.
   PHOS_TRY(meet.arrive(c.job_id, nonce, c.rank));
   PHOS_TRY(meet.wait_all(c.job_id, nonce, c.nranks, std::chrono::minutes(5)));
-  std::vector<uint8_t> bytes;
-  ncclConfig_t* config = config_again(c, bytes);
-  ncclComm_t real = nullptr;
-  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (&real, c.nranks, id, c.rank, config))();
-  if (r == ncclInProgress) r = ready(real, r);
-  if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitRankConfig", r), EIO);
-  return real;
+  return init_rank(c, id);
 }
 
 // In the background, oldest first (every rank made them in one order); the
@@ -770,7 +777,7 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
   AgentCalls as_agent;
   NcclReleased out;
   for (auto it = live.rbegin(); it != live.rend(); ++it) {
-    if (it->released || !it->real) continue;
+    if (it->released()) continue;
     DeviceScope scope(it->device);
     // A non-blocking communicator may still be issuing a group's work.
     (void)ready(comm_of(it->real), ncclInProgress);
@@ -806,7 +813,7 @@ Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
                           e.code};
   };
   for (const auto& c : live) {
-    if (!c.released) continue;
+    if (!c.released()) continue;
     if (c.origin == NcclOrigin::kInitAll) {
       if (c.init_all_first != 0) continue;  // made with the first of its set
       if (auto r = make_set(live, c, made); !r) failed(c, r.error());
@@ -847,7 +854,7 @@ Result<bool> nccl_pend_release(bool pend) {
     return make_error("NCCL communicators are still being made again after the last checkpoint", EBUSY);
   if (pend) return registry().begin_release(std::chrono::seconds(10));
   for (const auto& c : registry().list())
-    if (c.released) return false;
+    if (c.released()) return false;
   registry().end_release();
   return true;
 }

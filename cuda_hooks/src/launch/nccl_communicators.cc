@@ -20,6 +20,7 @@ uint64_t NcclCommunicators::new_handle() {
     if (!handle_taken_[i]) {
       handle_taken_[i] = true;
       real_[i].store(0, std::memory_order_relaxed);
+      calls_[i].store(0, std::memory_order_relaxed);
       return reinterpret_cast<uint64_t>(&handle_space_[i]);
     }
   return 0;
@@ -32,14 +33,25 @@ bool NcclCommunicators::owns(uint64_t handle) const {
 
 uint64_t NcclCommunicators::real_of(uint64_t handle) const {
   if (!owns(handle)) return handle;
-  return real_[handle - reinterpret_cast<uint64_t>(&handle_space_[0])].load(std::memory_order_acquire);
+  return real_[slot(handle)].load(std::memory_order_acquire);
 }
 
 void NcclCommunicators::free_handle(uint64_t handle) {
   if (!owns(handle)) return;
-  size_t i = handle - reinterpret_cast<uint64_t>(&handle_space_[0]);
-  real_[i].store(0, std::memory_order_release);
-  handle_taken_[i] = false;
+  real_[slot(handle)].store(0, std::memory_order_release);
+  handle_taken_[slot(handle)] = false;
+}
+
+NcclCommunicator NcclCommunicators::snapshot(const NcclCommunicator& c) const {
+  NcclCommunicator out = c;
+  if (owns(c.handle)) out.calls = calls_[slot(c.handle)].load(std::memory_order_relaxed);
+  return out;
+}
+
+void NcclCommunicators::count_stops() {
+  stops_armed_.store(uint32_t(std::count_if(live_.begin(), live_.end(),
+                                            [](const NcclCommunicator& l) { return l.stop_at.has_value(); })),
+                     std::memory_order_release);
 }
 
 NcclCommunicator* NcclCommunicators::entry(uint64_t handle) {
@@ -52,17 +64,20 @@ void NcclCommunicators::created(const NcclCommunicator& c) {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(live_, [&](const NcclCommunicator& l) { return l.handle == c.handle; });
   live_.push_back(c);
-  if (owns(c.handle)) real_[c.handle - reinterpret_cast<uint64_t>(&handle_space_[0])].store(c.real, std::memory_order_release);
+  if (owns(c.handle)) {
+    real_[slot(c.handle)].store(c.real, std::memory_order_release);
+    calls_[slot(c.handle)].store(c.calls, std::memory_order_relaxed);
+  }
+  count_stops();
 }
 
 void NcclCommunicators::set_real(uint64_t handle, uint64_t real) {
   std::lock_guard<std::mutex> lock(mu_);
   NcclCommunicator* c = entry(handle);
   if (!c) return;
-  if (c->released && real) c->rebuilds++;
+  if (!c->real && real) c->rebuilds++;
   c->real = real;
-  c->released = real == 0;
-  if (owns(handle)) real_[handle - reinterpret_cast<uint64_t>(&handle_space_[0])].store(real, std::memory_order_release);
+  if (owns(handle)) real_[slot(handle)].store(real, std::memory_order_release);
 }
 
 void NcclCommunicators::count_extra(uint64_t handle, int delta) {
@@ -73,27 +88,35 @@ void NcclCommunicators::count_extra(uint64_t handle, int delta) {
   else c->extras += delta;
 }
 
+// A ticket is counted, then the release looked at; a release is made
+// pending, then the tickets looked at (both sequentially consistent): one
+// of the two sees the other, and the ticket is given back or waited for.
 bool NcclCommunicators::enter(bool wait) {
-  std::unique_lock<std::mutex> lock(ticket_mu_);
-  if (release_pending_ && !wait) return false;
-  ticket_cv_.wait(lock, [&] { return !release_pending_; });
-  tickets_++;
-  return true;
+  for (;;) {
+    if (!release_pending_.load()) {
+      tickets_.fetch_add(1);
+      if (!release_pending_.load()) return true;
+      leave();
+    }
+    if (!wait) return false;
+    std::unique_lock<std::mutex> lock(ticket_mu_);
+    ticket_cv_.wait(lock, [&] { return !release_pending_.load(); });
+  }
 }
 
 void NcclCommunicators::leave() {
-  std::lock_guard<std::mutex> lock(ticket_mu_);
-  if (tickets_ > 0) tickets_--;
-  if (tickets_ == 0) ticket_cv_.notify_all();
+  if (tickets_.fetch_sub(1) == 1 && release_pending_.load()) {
+    std::lock_guard<std::mutex> lock(ticket_mu_);  // the release waits under it
+    ticket_cv_.notify_all();
+  }
 }
 
 bool NcclCommunicators::begin_release(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(ticket_mu_);
-  const bool already = release_pending_;
-  release_pending_ = true;
-  if (ticket_cv_.wait_for(lock, timeout, [&] { return tickets_ == 0; })) return true;
+  const bool already = release_pending_.exchange(true);
+  if (ticket_cv_.wait_for(lock, timeout, [&] { return tickets_.load() == 0; })) return true;
   if (already) return false;
-  release_pending_ = false;
+  release_pending_.store(false);
   ticket_cv_.notify_all();
   return false;
 }
@@ -101,7 +124,7 @@ bool NcclCommunicators::begin_release(std::chrono::milliseconds timeout) {
 void NcclCommunicators::end_release() {
   {
     std::lock_guard<std::mutex> lock(ticket_mu_);
-    release_pending_ = false;
+    release_pending_.store(false);
   }
   ticket_cv_.notify_all();
 }
@@ -123,10 +146,7 @@ NcclCommunicators::Timings NcclCommunicators::timings() const {
   return timings_;
 }
 
-bool NcclCommunicators::release_pending() const {
-  std::lock_guard<std::mutex> lock(ticket_mu_);
-  return release_pending_;
-}
+bool NcclCommunicators::release_pending() const { return release_pending_.load(); }
 
 std::vector<std::string> NcclCommunicators::not_recreatable() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -163,30 +183,37 @@ uint32_t NcclCommunicators::next_split(uint64_t parent) {
 }
 
 void NcclCommunicators::count_call(uint64_t handle, bool may_hold) {
+  if (!owns(handle)) return;
+  std::atomic<uint64_t>& calls = calls_[slot(handle)];
+  if (stops_armed_.load(std::memory_order_acquire) == 0) {
+    calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   NcclCommunicator* c = entry(handle);
   if (!c) return;
-  if (may_hold && c->stop_at && *c->stop_at <= c->calls) {
+  if (may_hold && c->stop_at && *c->stop_at <= calls.load()) {
     c->held = true;
     // The vector may change meanwhile: found again after each wake.
     stop_cv_.wait(lock, [&] {
       c = entry(handle);
-      return !c || !c->stop_at || *c->stop_at > c->calls;
+      return !c || !c->stop_at || *c->stop_at > calls.load();
     });
     if (!c) return;
     c->held = false;
   }
-  c->calls++;
+  calls.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool NcclCommunicators::arm_stop(uint64_t job_id, uint64_t at_call) {
   std::lock_guard<std::mutex> lock(mu_);
   bool armed = false;
   for (NcclCommunicator& l : live_)
-    if (l.job_id == job_id && l.calls <= at_call) {
+    if (l.job_id == job_id && owns(l.handle) && calls_[slot(l.handle)].load() <= at_call) {
       l.stop_at = at_call;
       armed = true;
     }
+  count_stops();
   return armed;
 }
 
@@ -195,6 +222,7 @@ void NcclCommunicators::disarm(uint64_t job_id) {
     std::lock_guard<std::mutex> lock(mu_);
     for (NcclCommunicator& l : live_)
       if (l.job_id == job_id) l.stop_at.reset();
+    count_stops();
   }
   stop_cv_.notify_all();
 }
@@ -205,6 +233,7 @@ void NcclCommunicators::destroyed(uint64_t handle) {
     std::erase_if(live_, [&](const NcclCommunicator& l) { return l.handle == handle; });
     std::erase_if(splits_, [&](const auto& s) { return s.first == handle; });
     free_handle(handle);
+    count_stops();
   }
   stop_cv_.notify_all();
 }
@@ -213,18 +242,20 @@ std::optional<NcclCommunicator> NcclCommunicators::find(uint64_t handle) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = std::find_if(live_.begin(), live_.end(), [&](const NcclCommunicator& l) { return l.handle == handle; });
   if (it == live_.end()) return std::nullopt;
-  return *it;
+  return snapshot(*it);
 }
 
 std::vector<NcclCommunicator> NcclCommunicators::list() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return live_;
+  std::vector<NcclCommunicator> out;
+  for (const auto& l : live_) out.push_back(snapshot(l));
+  return out;
 }
 
 size_t NcclCommunicators::spanning_processes(bool not_held) const {
   std::lock_guard<std::mutex> lock(mu_);
   return size_t(std::count_if(live_.begin(), live_.end(), [&](const NcclCommunicator& l) {
-    return l.nranks > 1 && !l.single_process && !(not_held && (l.held || l.released));
+    return l.nranks > 1 && !l.single_process && !(not_held && (l.held || l.released()));
   }));
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <thread>
 
 #include "phos/support/result.h"
@@ -50,26 +51,44 @@ Result<void> NcclRendezvous::leave(uint64_t job_id, uint64_t nonce, const std::v
   return {};
 }
 
+namespace {
+// Asks `there` every millisecond until it says yes (true) or `timeout` has
+// passed (false).
+template <class There>
+bool poll(std::chrono::milliseconds timeout, There&& there) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (there()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+}  // namespace
+
 Result<std::vector<uint8_t>> NcclRendezvous::wait(uint64_t job_id, uint64_t nonce, size_t bytes,
                                                   std::chrono::milliseconds timeout) const {
   const std::string p = path(job_id, nonce);
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
+  std::optional<Result<std::vector<uint8_t>>> got;
+  const bool there = poll(timeout, [&] {
     int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-      std::vector<uint8_t> id(bytes);
-      struct stat st {};
-      ssize_t n = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() ? ::read(fd, id.data(), bytes) : -1;
-      ::close(fd);
-      if (n == ssize_t(bytes)) return id;
-      return make_error(p + ": not a unique id of " + std::to_string(bytes) + " bytes", EINVAL);
+    if (fd < 0) {
+      if (errno != ENOENT) got = errno_error("open " + p);
+      return errno != ENOENT;
     }
-    if (errno != ENOENT) return errno_error("open " + p);
-    if (std::chrono::steady_clock::now() >= until)
-      return make_error("no unique id from rank 0 at " + p + " after " + std::to_string(timeout.count()) + " ms",
-                        ETIMEDOUT);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+    std::vector<uint8_t> id(bytes);
+    struct stat st {};
+    ssize_t n = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() ? ::read(fd, id.data(), bytes) : -1;
+    ::close(fd);
+    if (n == ssize_t(bytes))
+      got = std::move(id);
+    else
+      got = make_error(p + ": not a unique id of " + std::to_string(bytes) + " bytes", EINVAL);
+    return true;
+  });
+  if (!there)
+    return make_error("no unique id from rank 0 at " + p + " after " + std::to_string(timeout.count()) + " ms",
+                      ETIMEDOUT);
+  return std::move(*got);
 }
 
 Result<void> NcclRendezvous::arrive(uint64_t job_id, uint64_t nonce, int rank) const {
@@ -82,20 +101,17 @@ Result<void> NcclRendezvous::arrive(uint64_t job_id, uint64_t nonce, int rank) c
 
 Result<void> NcclRendezvous::wait_all(uint64_t job_id, uint64_t nonce, int nranks,
                                       std::chrono::milliseconds timeout) const {
-  const auto until = std::chrono::steady_clock::now() + timeout;
   const std::string base = path(job_id, nonce) + ".r";
-  for (int rank = 0; rank < nranks;) {
+  int rank = 0;  // every rank below it has come
+  const bool all = poll(timeout, [&] {
     struct stat st {};
-    if (::lstat((base + std::to_string(rank)).c_str(), &st) == 0) {
-      rank++;
-      continue;
-    }
-    if (std::chrono::steady_clock::now() >= until)
-      return make_error("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " did not come to " +
-                            base + "N in " + std::to_string(timeout.count()) + " ms",
-                        ETIMEDOUT);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+    while (rank < nranks && ::lstat((base + std::to_string(rank)).c_str(), &st) == 0) rank++;
+    return rank == nranks;
+  });
+  if (!all)
+    return make_error("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " did not come to " + base +
+                          "N in " + std::to_string(timeout.count()) + " ms",
+                      ETIMEDOUT);
   return {};
 }
 

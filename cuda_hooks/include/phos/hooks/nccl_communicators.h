@@ -45,7 +45,9 @@ struct NcclCommunicator {
   // The same on every rank of the communicator: a hash of the unique id it
   // was made with, or of its parent's and its split color and key's order.
   uint64_t job_id = 0;
-  uint64_t calls = 0;  // collective and point-to-point calls issued on it
+  // Collective and point-to-point calls issued on it (counted only on a
+  // handle of new_handle's; as of the list or find that returned it).
+  uint64_t calls = 0;
   // A job-wide quiesce's stop: the call with this number (0 the first)
   // waits before it is issued, until disarmed; held while one does.
   std::optional<uint64_t> stop_at;
@@ -61,8 +63,9 @@ struct NcclCommunicator {
   // registrations, windows, device communicators, custom reduction
   // operators): while any lives, it cannot be released.
   uint32_t extras = 0;
-  bool released = false;  // destroyed for a checkpoint, not yet made again
   uint32_t rebuilds = 0;  // times made again behind its handle
+  // Destroyed for a checkpoint, not yet made again.
+  bool released() const { return real == 0; }
   bool operator==(const NcclCommunicator&) const = default;
 };
 
@@ -108,7 +111,7 @@ class NcclCommunicators {
 
   // Tickets: a thread calling NCCL holds one for the call (enter, leave),
   // taken only while no release is pending; `wait` false: none taken
-  // (false) while one is.
+  // (false) while one is. Lock-free while none is pending.
   bool enter(bool wait = true);
   void leave();
   // A release: new tickets wait from now on; true once none is held, false
@@ -133,7 +136,8 @@ class NcclCommunicators {
   };
   Timings timings() const;
   // A collective or point-to-point call is about to be issued on `handle`
-  // (one not created through the hooks is not counted): counted, after
+  // (one not of new_handle's is not counted): counted, lock-free while no
+  // stop is armed, after
   // waiting while a stop is armed at it or before it. The caller holds no
   // gate pass: a checkpoint's quiesce goes on while it waits. `may_hold`
   // false (a call inside a group after its first, whose thread holds the
@@ -163,6 +167,10 @@ class NcclCommunicators {
  private:
   NcclCommunicator* entry(uint64_t handle);  // under mu_
   void free_handle(uint64_t handle);         // under mu_
+  void count_stops();                        // under mu_
+  size_t slot(uint64_t handle) const { return handle - reinterpret_cast<uint64_t>(&handle_space_[0]); }
+  // The entry as the program's calls have it now (its call count).
+  NcclCommunicator snapshot(const NcclCommunicator& c) const;
 
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;  // a stop disarmed, or a communicator gone
@@ -172,12 +180,15 @@ class NcclCommunicators {
   // new_handle's addresses: one byte each of this space, never read.
   alignas(64) unsigned char handle_space_[kMaxHandles] = {};
   std::atomic<uint64_t> real_[kMaxHandles] = {};
+  std::atomic<uint64_t> calls_[kMaxHandles] = {};
+  std::atomic<uint32_t> stops_armed_{0};  // communicators with a stop armed
   std::vector<bool> handle_taken_ = std::vector<bool>(kMaxHandles);
-  // Tickets (their own lock: taken on every call).
+  // Tickets: counted without a lock; the lock and the condition variable
+  // for the waits around a release.
+  std::atomic<uint64_t> tickets_{0};
+  std::atomic<bool> release_pending_{false};
   mutable std::mutex ticket_mu_;
   std::condition_variable ticket_cv_;
-  uint64_t tickets_ = 0;
-  bool release_pending_ = false;
   Timings timings_;  // under ticket_mu_
 };
 
