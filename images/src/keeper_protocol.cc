@@ -15,13 +15,27 @@ std::vector<std::byte> pack(const Phos__Keeper__Message& m) {
   return out;
 }
 
-std::vector<std::byte> encode(const Hold& h) {
-  std::vector<Phos__Agent__Allocation> allocs(h.allocations.size());
-  std::vector<Phos__Agent__Allocation*> ptrs;
+// The allocation list of a message, as protobuf-c wants it; `allocs` owns
+// the structs `ptrs` points to.
+void to_pb_list(const std::vector<agent::Allocation>& in, std::vector<Phos__Agent__Allocation>& allocs,
+                std::vector<Phos__Agent__Allocation*>& ptrs) {
+  allocs.resize(in.size());
   for (size_t i = 0; i < allocs.size(); i++) {
-    agent::pb::to_pb(h.allocations[i], allocs[i]);
+    agent::pb::to_pb(in[i], allocs[i]);
     ptrs.push_back(&allocs[i]);
   }
+}
+
+std::vector<agent::Allocation> from_pb_list(Phos__Agent__Allocation* const* allocs, size_t n) {
+  std::vector<agent::Allocation> out;
+  for (size_t i = 0; i < n; i++) out.push_back(agent::pb::from_pb(*allocs[i]));
+  return out;
+}
+
+std::vector<std::byte> encode(const Hold& h) {
+  std::vector<Phos__Agent__Allocation> allocs;
+  std::vector<Phos__Agent__Allocation*> ptrs;
+  to_pb_list(h.allocations, allocs, ptrs);
   Phos__Keeper__Hold hold = PHOS__KEEPER__HOLD__INIT;
   hold.pid = h.pid;
   hold.n_allocations = ptrs.size();
@@ -70,13 +84,71 @@ std::vector<std::byte> encode(const RestoreStarted& r) {
   return pack(m);
 }
 
+std::vector<std::byte> encode(const Keep& k) {
+  std::vector<Phos__Agent__Allocation> allocs;
+  std::vector<Phos__Agent__Allocation*> ptrs;
+  to_pb_list(k.allocations, allocs, ptrs);
+  Phos__Keeper__Keep keep = PHOS__KEEPER__KEEP__INIT;
+  keep.pid = k.pid;
+  keep.migration = const_cast<char*>(k.migration.c_str());
+  keep.vpid = k.vpid;
+  keep.keep_s = k.keep_s;
+  keep.n_allocations = ptrs.size();
+  keep.allocations = ptrs.data();
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_KEEP;
+  m.keep = &keep;
+  return pack(m);
+}
+
+std::vector<std::byte> encode(const KeepCommitted& k) {
+  Phos__Keeper__KeepCommitted committed = PHOS__KEEPER__KEEP_COMMITTED__INIT;
+  committed.pid = k.pid;
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_KEEP_COMMITTED;
+  m.keep_committed = &committed;
+  return pack(m);
+}
+
+std::vector<std::byte> encode(const TakeKept& t) {
+  Phos__Keeper__TakeKept take = PHOS__KEEPER__TAKE_KEPT__INIT;
+  take.migration = const_cast<char*>(t.migration.c_str());
+  take.vpid = t.vpid;
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_TAKE_KEPT;
+  m.take_kept = &take;
+  return pack(m);
+}
+
+std::vector<std::byte> encode(const Kept& k) {
+  std::vector<Phos__Agent__Allocation> allocs;
+  std::vector<Phos__Agent__Allocation*> ptrs;
+  to_pb_list(k.allocations, allocs, ptrs);
+  Phos__Keeper__Kept kept = PHOS__KEEPER__KEPT__INIT;
+  kept.n_allocations = ptrs.size();
+  kept.allocations = ptrs.data();
+  kept.last = k.last;
+  if (!k.error.empty()) kept.error = const_cast<char*>(k.error.c_str());
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_KEPT;
+  m.kept = &kept;
+  return pack(m);
+}
+
+std::vector<std::byte> encode(const Taken& t) {
+  Phos__Keeper__Taken taken = PHOS__KEEPER__TAKEN__INIT;
+  taken.vpid = t.vpid;
+  taken.restored = t.restored;
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_TAKEN;
+  m.taken = &taken;
+  return pack(m);
+}
+
 Result<Message> decode(const Phos__Keeper__Message& m) {
   switch (m.kind_case) {
     case PHOS__KEEPER__MESSAGE__KIND_HOLD: {
-      Hold out{m.hold->pid, {}};
-      for (size_t i = 0; i < m.hold->n_allocations; i++)
-        out.allocations.push_back(agent::pb::from_pb(*m.hold->allocations[i]));
-      return Message(std::move(out));
+      return Message(Hold{m.hold->pid, from_pb_list(m.hold->allocations, m.hold->n_allocations)});
     }
     case PHOS__KEEPER__MESSAGE__KIND_STATE:
       return Message(State{m.state->pid, m.state->taken});
@@ -86,6 +158,18 @@ Result<Message> decode(const Phos__Keeper__Message& m) {
       return Message(Restoring{m.restoring->pid, bool(m.restoring->restored)});
     case PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED:
       return Message(RestoreStarted{m.restore_started->criu_pid});
+    case PHOS__KEEPER__MESSAGE__KIND_KEEP:
+      return Message(Keep{m.keep->pid, m.keep->migration ? m.keep->migration : "",
+                          from_pb_list(m.keep->allocations, m.keep->n_allocations), m.keep->vpid, m.keep->keep_s});
+    case PHOS__KEEPER__MESSAGE__KIND_KEEP_COMMITTED:
+      return Message(KeepCommitted{m.keep_committed->pid});
+    case PHOS__KEEPER__MESSAGE__KIND_TAKE_KEPT:
+      return Message(TakeKept{m.take_kept->migration ? m.take_kept->migration : "", m.take_kept->vpid});
+    case PHOS__KEEPER__MESSAGE__KIND_KEPT:
+      return Message(Kept{from_pb_list(m.kept->allocations, m.kept->n_allocations), bool(m.kept->last),
+                          m.kept->error ? m.kept->error : ""});
+    case PHOS__KEEPER__MESSAGE__KIND_TAKEN:
+      return Message(Taken{m.taken->vpid, bool(m.taken->restored)});
     default:
       break;
   }
@@ -93,6 +177,8 @@ Result<Message> decode(const Phos__Keeper__Message& m) {
 }
 
 }  // namespace
+
+std::string kept_socket_name(std::string_view migration) { return "phos-kept." + std::string(migration); }
 
 std::vector<std::byte> encode_message(const Message& message) {
   return std::visit([](const auto& m) { return encode(m); }, message);

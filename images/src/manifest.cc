@@ -48,6 +48,7 @@ struct PbManifest {
   Phos__Image__Manifest m = PHOS__IMAGE__MANIFEST__INIT;
   Phos__Image__Statistics stats = PHOS__IMAGE__STATISTICS__INIT;
   Phos__Image__LaunchLog log = PHOS__IMAGE__LAUNCH_LOG__INIT;
+  Phos__Image__KeptMemory kept = PHOS__IMAGE__KEPT_MEMORY__INIT;
   std::vector<Phos__Image__Device> devices;
   std::vector<Phos__Image__Device*> device_ptrs;
   std::vector<Phos__Image__Allocation> allocs;
@@ -169,7 +170,19 @@ struct PbManifest {
     optional(stats.has_traffic_pauses, stats.traffic_pauses, s.traffic_pauses);
     optional(stats.has_traffic_paused_ns, stats.traffic_paused_ns, s.traffic_paused_ns);
     optional(stats.has_recopy_wasted_bytes, stats.recopy_wasted_bytes, s.recopy_wasted_bytes);
+    optional(stats.has_gate_closed_unix_ns, stats.gate_closed_unix_ns, s.gate_closed_unix_ns);
     m.statistics = &stats;
+    if (in.kept) {
+      const KeptMemory& k = *in.kept;
+      kept.migration = const_cast<char*>(k.migration.c_str());
+      kept.device_uuid.len = k.device_uuid.size();
+      kept.device_uuid.data = const_cast<uint8_t*>(k.device_uuid.data());
+      kept.device_name = const_cast<char*>(k.device_name.c_str());
+      kept.has_in_place = kept.has_kept_bytes = 1;
+      kept.in_place = k.in_place;
+      kept.kept_bytes = k.kept_bytes;
+      m.kept = &kept;
+    }
     if (in.copy_trust != agent::CopyTrust(0)) {
       m.has_copy_trust = 1;
       m.copy_trust = uint32_t(in.copy_trust);
@@ -264,6 +277,21 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
     o.traffic_pauses = s->traffic_pauses;
     o.traffic_paused_ns = s->traffic_paused_ns;
     o.recopy_wasted_bytes = s->recopy_wasted_bytes;
+    o.gate_closed_unix_ns = s->gate_closed_unix_ns;
+  }
+  if (const auto* k = m.kept) {
+    KeptMemory o;
+    o.migration = k->migration ? k->migration : "";
+    // A UUID of another length is refused by validate_manifest (its name
+    // left empty here marks it).
+    if (k->device_uuid.len == o.device_uuid.size())
+      std::copy_n(k->device_uuid.data, o.device_uuid.size(), o.device_uuid.begin());
+    else
+      o.migration.clear();
+    o.device_name = k->device_name ? k->device_name : "";
+    o.in_place = k->in_place;
+    o.kept_bytes = k->kept_bytes;
+    out.kept = std::move(o);
   }
   out.copy_trust = agent::CopyTrust(m.has_copy_trust ? m.copy_trust : 0);
   out.fill_order.assign(m.fill_order, m.fill_order + m.n_fill_order);
@@ -311,7 +339,12 @@ Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_vi
   return m;
 }
 
+bool is_migration_id(std::string_view id) {
+  return id.size() == 16 && id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 uint32_t format_version_for(const Manifest& m) {
+  if (m.kept) return kKeptMemoryFormatVersion;
   for (const auto& a : m.allocations)
     for (const auto& c : a.chunks)
       if (c.compression == Compression::kZero) return kZeroChunkFormatVersion;
@@ -361,6 +394,14 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
   if (m.chunk_size < 4096 || m.chunk_size > kMaxChunkSize)
     return fail("chunk size " + std::to_string(m.chunk_size) + " is outside 4096.." + std::to_string(kMaxChunkSize));
 
+  if (m.kept) {
+    if (m.format_version < kKeptMemoryFormatVersion)
+      return fail("names GPU data kept in device memory, which format version " + std::to_string(m.format_version) +
+                  " does not have");
+    if (!is_migration_id(m.kept->migration)) return fail("kept memory: invalid migration name '" + m.kept->migration + "'");
+    if (!m.data_files.empty()) return fail("kept memory: the image also lists data files");
+  }
+
   std::set<uint32_t> ordinals;
   for (const auto& d : m.devices)
     if (!ordinals.insert(d.ordinal).second) return fail("device " + std::to_string(d.ordinal) + " listed twice");
@@ -386,6 +427,10 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
     if (std::next(it) != ranges.end() && std::next(it)->first < it->second)
       return fail(what + " overlaps another allocation");
 
+    if (m.kept) {
+      if (!a.chunks.empty()) return fail(what + " has chunks, but its data is kept in device memory");
+      continue;
+    }
     uint64_t covered = 0;
     for (size_t k = 0; k < a.chunks.size(); k++) {
       const Chunk& c = a.chunks[k];

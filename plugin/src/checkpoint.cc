@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "driver_checkpoint.h"
 #include "fault.h"
@@ -92,6 +93,12 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   t.hello = client->hello();
   t.status = *status;
   t.host_ordinal = std::move(host_ordinal);
+  if (!options_.migrate_to.empty()) {
+    if (auto planned = plan_migration(pid, t); !planned) {
+      targets_.erase(pid);  // nothing taken yet
+      return planned.error();
+    }
+  }
   if (recopy_wanted(pid, t)) {
     if (auto r = first_pass(pid, *client, t); !r) {
       // The process runs (its gate is open again, or never closed): the
@@ -117,6 +124,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   start_keeper();
   taking(pid, t, kGateClosed);
   t.paused_at_ns = t0;
+  t.manifest.statistics.gate_closed_unix_ns = clock_ns(CLOCK_REALTIME);
   t.manifest.statistics.quiesce_ns = drained->drained_ns;
   t.manifest.fill_order = drained->touch_order;
   if (drained->at_step) PHOS_INFO("process %d: gate closed at the program's iteration boundary (phos_step)", pid);
@@ -156,6 +164,7 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
 Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
   if (t.recopy) PHOS_TRY(end_first_window(pid, client, t));
   PHOS_TRY(list_allocations(pid, client, t));
+  if (t.migrate) PHOS_TRY(check_migration(pid, t));
   if (t.recopy && t.save->allocs != t.allocations) {
     PHOS_WARN("process %d: its allocations changed while soft recopy's first pass ran; its memory is copied while "
               "it is stopped", pid);
@@ -174,7 +183,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     // so the process lets go of its own at once. Soft recopy mapped it
     // before its first pass: the same job goes on.
     if (!t.recopy) {
-      auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
+      auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
       if (!job) return job.error();
       t.save = std::move(*job);
     }
@@ -196,6 +205,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
         }
       }
       t.copied = engine_->run_save(*t.save);
+      if (t.copied) t.kept = Engine::take_kept(*t.save);
       if (t.recopy) {
         t.manifest.statistics.recopied_bytes = t.save->recopied_chunks * t.manifest.chunk_size;
         t.manifest.statistics.final_pass_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
@@ -226,6 +236,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
 
 bool Checkpointer::recopy_wanted(pid_t pid, const Target& t) {
   if (!options_.recopy || write_behind_ || criu_leaves_running() || t.status.allocation_count == 0) return false;
+  if (t.migrate && t.migrate->in_place) return false;  // nothing is copied
   // A launch with a set not trusted marks every chunk dirty: the first pass
   // would be copied again whole.
   if (options_.cow_trust == agent::CopyTrust::kValidated && !t.status.validation_active) {
@@ -260,7 +271,8 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     PHOS_TRY(list_allocations(pid, c, t));
     if (t.allocations.empty()) return make_error("no device memory", ENODATA);
     PHOS_TRY(start_engine());
-    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest);
+    if (t.migrate) PHOS_TRY(check_migration(pid, t));
+    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
     if (!job) return job.error();
     t.save = std::move(*job);
     t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
@@ -336,11 +348,14 @@ void Checkpointer::discard_first_pass(Target& t) {
   if (engine_ && t.save) engine_->discard_save(dirfd_, std::move(t.save));
   t.save.reset();
   t.recopy = false;
-  // prepare_save filled the manifest's devices; the stopped copy fills them
-  // again.
-  const uint64_t quiesce_ns = t.manifest.statistics.quiesce_ns;
-  t.manifest = image::Manifest{};
-  t.manifest.statistics.quiesce_ns = quiesce_ns;
+  // prepare_save filled the manifest's devices (and a migration's kept
+  // memory); the stopped copy fills them again. What the final quiesce
+  // recorded stays.
+  image::Manifest fresh;
+  fresh.statistics.quiesce_ns = t.manifest.statistics.quiesce_ns;
+  fresh.statistics.gate_closed_unix_ns = t.manifest.statistics.gate_closed_unix_ns;
+  fresh.fill_order = std::move(t.manifest.fill_order);
+  t.manifest = std::move(fresh);
 }
 
 Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
@@ -489,6 +504,7 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
     const uint64_t w0 = clock_ns(CLOCK_MONOTONIC);
     PHOS_TRY(copy_done(t));
     t.copy_wait_ns = clock_ns(CLOCK_MONOTONIC) - w0;
+    if (t.migrate) PHOS_TRY(keep_migration(pid, t));
     PHOS_TRY(write_manifest(pid, t));
   }
   t.checkpointed_at_ns = clock_ns(CLOCK_MONOTONIC);
@@ -559,6 +575,81 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
             std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
             double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),
             t.copy_on_write ? ", copy window" : "", ms(t0, t.resumed_at_ns));
+}
+
+Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
+  auto refuse = [&](const std::string& why) {
+    return make_error("process " + std::to_string(pid) + ": migrate_to=" + options_.migrate_to + ": " + why, EINVAL);
+  };
+  if (criu_leaves_running())
+    return refuse("criu leaves the process running (--leave-running), but a migration ends it (its copy runs on the "
+                  "target)");
+  if (migration_id_.empty()) {
+    uint64_t id = 0;
+    if (::getentropy(&id, sizeof(id)) != 0) return errno_error("migration: random name");
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016" PRIx64, id);
+    migration_id_ = buf;
+  }
+  if (t.status.allocation_count == 0) {
+    // No device memory to move: the image is kept all the same (its
+    // restore finds the keeper as any migration's does).
+    t.migrate = Engine::MigrationSink{-1, true};
+    PHOS_INFO("process %d: migration %s: no device memory to move", pid, migration_id_.c_str());
+    return {};
+  }
+  PHOS_TRY(start_engine());
+  auto host = engine_->host_gpus();
+  if (!host) return host.error();
+  const HostGpu* target = find_host_gpu(options_.migrate_to, *host);
+  if (!target) return refuse("this host has no such GPU");
+  std::set<int> sources;
+  for (auto [theirs, ours] : t.host_ordinal) sources.insert(ours);
+  if (sources.size() > 1)
+    return refuse("the process uses " + std::to_string(sources.size()) + " GPUs; a migration moves one");
+  const int source = sources.empty() ? target->ordinal : *sources.begin();
+  if ((*host)[size_t(source)].name != target->name)
+    return refuse("the process runs on a " + (*host)[size_t(source)].name + ", GPU " +
+                  std::to_string(target->ordinal) + " is a " + target->name + "; the driver restores onto the same model");
+  const bool in_place = source == target->ordinal && options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
+  t.migrate = Engine::MigrationSink{target->ordinal, in_place};
+  PHOS_INFO("process %d: migration %s from GPU %d to GPU %d (%s)%s", pid, migration_id_.c_str(), source,
+            target->ordinal, format_gpu_uuid(target->uuid).c_str(),
+            in_place ? ": the same GPU, its memory stays in place" : "");
+  return {};
+}
+
+Result<void> Checkpointer::check_migration(pid_t pid, const Target& t) {
+  if (t.migrate->device < 0) {
+    if (t.allocations.empty()) return {};
+    return make_error("process " + std::to_string(pid) + ": migration: it allocated device memory while the dump "
+                      "began; dump it again", EAGAIN);
+  }
+  const int source = t.migrate->in_place ? t.migrate->device : -1;
+  std::set<int> devices;
+  for (const auto& a : t.allocations) {
+    auto it = t.host_ordinal.find(a.device);
+    devices.insert(it == t.host_ordinal.end() ? int(a.device) : it->second);
+  }
+  if (devices.size() > 1 || (source >= 0 && !devices.empty() && *devices.begin() != source))
+    return make_error("process " + std::to_string(pid) + ": migration: its memory is on " +
+                      std::to_string(devices.size()) + " GPU(s) now, not the one planned for", EAGAIN);
+  return {};
+}
+
+Result<void> Checkpointer::keep_migration(pid_t pid, Target& t) {
+  if (!keeper_)
+    return make_error("process " + std::to_string(pid) + ": a migration needs phos-keeper to hold its GPU memory "
+                      "between the dump and the restore, and it is not running", ESRCH);
+  if (t.kept.size() != t.allocations.size())
+    return make_error("process " + std::to_string(pid) + ": migration: " + std::to_string(t.kept.size()) +
+                      " kept allocations for " + std::to_string(t.allocations.size()), EIO);
+  if (auto r = keeper_->keep(pid, t.vpid, migration_id_, options_.migrate_keep_s, t.allocations, t.kept); !r)
+    return make_error("process " + std::to_string(pid) + ": migration: phos-keeper: " + r.error().message, EIO);
+  if (!t.manifest.kept) t.manifest.kept = image::KeptMemory{"", {}, "", t.migrate->in_place, 0};
+  t.manifest.kept->migration = migration_id_;
+  t.kept.clear();  // the keeper has them
+  return {};
 }
 
 void Checkpointer::taking(pid_t pid, Target& t, uint32_t step) {
@@ -710,6 +801,15 @@ bool Checkpointer::finish(bool dump_succeeded) {
     if (dump_succeeded && !t.manifest_file.empty()) {
       if (auto r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file); !r)
         PHOS_ERR("process %d: completion marker: %s", pid, r.error().message.c_str());
+      // criu ends the process next: its memory, with phos-keeper, outlives
+      // criu for the restore.
+      if (t.migrate && keeper_) {
+        if (auto r = keeper_->keep_committed(pid); !r)
+          PHOS_ERR("process %d: phos-keeper did not take the migration's memory: %s", pid, r.error().message.c_str());
+        else
+          PHOS_INFO("process %d: its GPU memory stays with phos-keeper (migration %s) until criu restore takes it", pid,
+                    migration_id_.c_str());
+      }
     } else if (auto r = image::remove_completion_marker(dirfd_, t.vpid); !r) {
       PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
     }

@@ -40,6 +40,14 @@
 // the copy in the background takes the chunks left and the dirty ones. The
 // image is the state at that last gate closing, as a stopped dump's.
 //
+// Migration (migrate_to, a dump that stops the process): the copy goes to
+// device memory on the target GPU instead of data files (soft recopy's
+// passes, peer to peer), or, to the process's own GPU, its memory stays in
+// place. phos-keeper is given that memory (Keep) before the manifest is
+// written and keeps it past criu's exit once the dump succeeded
+// (KeepCommitted), until `criu restore` takes it; the manifest names it
+// (KeptMemory) and the image holds no GPU data files.
+//
 // phos-keeper (keeper_link.h), started at the first pause, holds a second
 // reference to the memory and learns each step before it is taken, so a
 // criu that dies mid-dump does not leave a process without its GPU state.
@@ -118,12 +126,23 @@ class Checkpointer {
     uint64_t paused_at_ns = 0;
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
+    std::optional<Engine::MigrationSink> migrate;  // a migration: where its memory goes
+    std::vector<UniqueFd> kept;  // a migration's memory once copied, for phos-keeper
     std::vector<std::byte> manifest_file;  // once written
   };
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
   // The process's allocations and their fds (gate closed), its devices named.
   Result<void> list_allocations(pid_t pid, AgentClient& client, Target& t);
 
+  // migrate_to: the target GPU of the process's memory; refused where criu
+  // leaves it running, or it uses several GPUs, or the models differ.
+  Result<void> plan_migration(pid_t pid, Target& t);
+  // A migration's devices, once the allocations are listed: all on the one
+  // GPU planned for.
+  Result<void> check_migration(pid_t pid, const Target& t);
+  // A migration's memory handed to phos-keeper (before the manifest).
+  Result<void> keep_migration(pid_t pid, Target& t);
+  const Engine::MigrationSink* sink(const Target& t) const { return t.migrate ? &*t.migrate : nullptr; }
   // Soft recopy (copy_state.h), for a dump that stops the process: whether
   // this one gets it (why not is logged).
   bool recopy_wanted(pid_t pid, const Target& t);
@@ -184,6 +203,7 @@ class Checkpointer {
   std::optional<KeeperLink> keeper_;
   bool keeper_tried_ = false;
   bool write_behind_ = false;  // write_behind=auto and criu leaves the processes running
+  std::string migration_id_;    // a migration: the name phos-keeper serves its memory under
 };
 
 }  // namespace phos::plugin

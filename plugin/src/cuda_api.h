@@ -43,6 +43,8 @@ namespace phos::plugin {
   X(cuMemcpyDtoHAsync_v2)                    \
   X(cuMemcpyHtoDAsync_v2)                    \
   X(cuMemcpyDtoDAsync_v2)                    \
+  X(cuMemcpyPeerAsync)                       \
+  X(cuDeviceCanAccessPeer)                   \
   X(cuMemsetD8Async)                         \
   X(cuMemAlloc_v2)                           \
   X(cuMemFree_v2)                            \

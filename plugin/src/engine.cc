@@ -232,7 +232,7 @@ unsigned Engine::workers_for(size_t pieces) const {
 }
 
 Result<void> Engine::run_workers(const std::vector<Piece>& pieces, size_t buffer_size, const PieceWork& work,
-                                 std::vector<uint64_t>& dma_wait_ns) {
+                                 std::vector<uint64_t>& dma_wait_ns, unsigned workers) {
   // Contexts first, on this thread: the workers only read the map.
   for (const auto& p : pieces) {
     Result<void> err;
@@ -245,7 +245,7 @@ Result<void> Engine::run_workers(const std::vector<Piece>& pieces, size_t buffer
     out = pieces[i];
     return Take::kTaken;
   };
-  return run_workers(workers_for(pieces.size()), take, buffer_size, work, dma_wait_ns);
+  return run_workers(workers ? workers : workers_for(pieces.size()), take, buffer_size, work, dma_wait_ns);
 }
 
 Result<void> Engine::run_workers(unsigned n, const NextPiece& next, size_t buffer_size, const PieceWork& work,
@@ -407,6 +407,17 @@ void Engine::release_sources(SaveJob& job) {
   }
   free_snapshot(job.snapshot_bases);
   std::fill(job.vas.begin(), job.vas.end(), CUdeviceptr(0));
+  // A migration's target: its fds (kept, or dropped with the job) hold it.
+  if (job.migration) {
+    SaveJob::Migration& mig = *job.migration;
+    if (!mig.handles.empty()) cu_.cuCtxSetCurrent(contexts_.at(mig.sink.device));
+    for (size_t i = 0; i < mig.handles.size(); i++) {
+      if (mig.vas[i]) unmap(mig.vas[i], job.allocs[i].size);
+      if (mig.handles[i]) cu_.cuMemRelease(mig.handles[i]);
+    }
+    mig.handles.clear();
+    mig.vas.clear();
+  }
 }
 
 void Engine::free_snapshot(std::map<int, CUdeviceptr>& bases) {
@@ -494,7 +505,7 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
                                                               const std::vector<agent::Allocation>& allocs,
                                                               const std::vector<UniqueFd>& fds,
                                                               const std::map<uint32_t, int>& host_ordinal,
-                                                              image::Manifest& m) {
+                                                              image::Manifest& m, const MigrationSink* sink) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
   std::lock_guard<std::mutex> lock(run_mu_);
   auto host_device = [&](uint32_t ordinal) {
@@ -542,13 +553,118 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
       job->pieces.push_back({i, k, off, size_t(std::min<uint64_t>(chunk_size, a.size - off)), device});
     }
   }
+  if (sink) {
+    job->migration.emplace();
+    job->migration->sink = *sink;
+    auto target = describe(sink->device);
+    if (!target) return target.error();
+    uint64_t bytes = 0;
+    for (const auto& a : allocs) bytes += a.size;
+    m.kept = image::KeptMemory{"", target->uuid, target->name, sink->in_place, bytes};
+    if (sink->in_place) {
+      // The process's own memory is what is kept: nothing to copy.
+      for (const auto& fd : fds) {
+        job->migration->fds.emplace_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+        if (!job->migration->fds.back().valid()) return errno_error("duplicate an allocation's fd");
+      }
+      job->pieces.clear();
+      return job;
+    }
+    PHOS_TRY(create_migration_target(*job));
+    // Device-to-device copies need no CPU work between them: a few streams
+    // keep the copy engines busy.
+    job->workers = unsigned(std::min<size_t>({job->pieces.size(), size_t(8), size_t(std::max(1u, settings_.workers))}));
+    return job;
+  }
   for (uint32_t w = 0; w < workers_for(job->pieces.size()); w++) {
     auto writer = image::DataFileWriter::create(dirfd, image::data_file_name(vpid, w), vpid, w, settings_.direct_io,
                                                 settings_.sparse);
     if (!writer) return writer.error();
     job->writers.push_back(std::move(*writer));
   }
+  job->workers = unsigned(job->writers.size());
   return job;
+}
+
+Result<void> Engine::create_migration_target(SaveJob& job) {
+  SaveJob::Migration& mig = *job.migration;
+  const int target = mig.sink.device;
+  Result<void> err;
+  CUcontext ctx = context(target, err);
+  if (!ctx) return err.error();
+  for (int source : std::set<int>(job.devices.begin(), job.devices.end())) {
+    int can = source == target;
+    if (!can && cu_.cuDeviceCanAccessPeer(&can, source, target) != CUDA_SUCCESS) can = 0;
+    mig.peer[source] = can != 0;
+    if (source != target)
+      PHOS_INFO("process %d: migration from GPU %d to GPU %d %s", job.vpid, source, target,
+                can ? "peer to peer (the source GPU maps the target's memory)"
+                    : "through cuMemcpyPeerAsync (no peer access between them)");
+  }
+  mig.handles.assign(job.allocs.size(), 0);
+  mig.vas.assign(job.allocs.size(), 0);
+  for (size_t i = 0; i < job.allocs.size(); i++) {
+    const agent::Allocation& a = job.allocs[i];
+    PHOS_CU(cu_, cu_.cuCtxSetCurrent(ctx), "use the migration's target GPU");
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = target;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (CUresult r = cu_.cuMemCreate(&mig.handles[i], a.size, &prop, 0); r != CUDA_SUCCESS) {
+      mig.handles[i] = 0;
+      return make_error(cu_.error(("GPU " + std::to_string(target) + ": allocate " + std::to_string(a.size) +
+                                   " bytes for allocation " + std::to_string(a.id) + " (migration target)").c_str(), r),
+                        ENOMEM);
+    }
+    int fd = -1;
+    PHOS_CU(cu_, cu_.cuMemExportToShareableHandle(&fd, mig.handles[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            ("export the migration's copy of allocation " + std::to_string(a.id)).c_str());
+    mig.fds.emplace_back(fd);
+    auto va = map(mig.handles[i], a.size, target);
+    if (!va) return va.error();
+    mig.vas[i] = *va;
+    const int source = job.devices[i];
+    if (source != target && mig.peer[source]) {
+      CUmemAccessDesc access = read_write(source);
+      PHOS_CU(cu_, cu_.cuMemSetAccess(mig.vas[i], a.size, &access, 1),
+              ("give GPU " + std::to_string(source) + " access to the migration's target memory").c_str());
+    }
+  }
+  return {};
+}
+
+std::vector<UniqueFd> Engine::take_kept(SaveJob& job) {
+  if (!job.migration) return {};
+  return std::move(job.migration->fds);
+}
+
+size_t Engine::staging_size(const SaveJob& job) const { return job.migration ? 4096 : settings_.chunk_size; }
+
+Engine::PieceWork Engine::migrate_work(SaveJob& job) {
+  PieceWork work;
+  work.start = [this, &job](const Piece& p, void*, CUstream stream, unsigned) -> Result<void> {
+    const SaveJob::Migration& mig = *job.migration;
+    const CUdeviceptr src = job.vas[p.allocation] + p.offset;
+    const CUdeviceptr dst = mig.vas[p.allocation] + p.offset;
+    const std::string what = "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to GPU " +
+                             std::to_string(mig.sink.device);
+    if (fault("fail-migration-copy") && job.chunk_copies >= 1)
+      return make_error(what + ": fault injection (PHOS_FAULT): the target GPU fails", EIO);
+    if (mig.peer.at(p.device)) {
+      PHOS_CU(cu_, cu_.cuMemcpyDtoDAsync_v2(dst, src, p.size, stream), what.c_str());
+    } else {
+      PHOS_CU(cu_, cu_.cuMemcpyPeerAsync(dst, contexts_.at(mig.sink.device), src, contexts_.at(p.device), p.size, stream),
+              what.c_str());
+    }
+    return {};
+  };
+  work.done = [&job](const Piece& p, void*, unsigned) -> Result<void> {
+    if (p.claim) job.window->table.copied(*p.claim);
+    job.chunk_copies++;
+    return {};
+  };
+  return work;
 }
 
 Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_bytes) {
@@ -726,7 +842,7 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
   };
   const uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
-  PHOS_TRY(run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, save_work(job),
+  PHOS_TRY(run_workers(job.workers, next, staging_size(job), job.migration ? migrate_work(job) : save_work(job),
                        dma_wait_ns));
   FirstPass pass{bytes.load(), monotonic_ns() - t0, !stopped, traffic.pauses(), traffic.paused_ns()};
   job.first_pass_chunks = taken;
@@ -759,7 +875,8 @@ void Engine::discard_save(int dirfd, std::unique_ptr<SaveJob> job) {
 Result<void> Engine::run_save(SaveJob& job) {
   if (job.allocs.empty()) return {};
   std::lock_guard<std::mutex> lock(run_mu_);
-  const PieceWork work = save_work(job);
+  const PieceWork work = job.migration ? migrate_work(job) : save_work(job);
+  const size_t buffer_size = staging_size(job);
   uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   Result<void> copied;
@@ -775,7 +892,7 @@ Result<void> Engine::run_save(SaveJob& job) {
       p = piece_of(job, *claim);
       return Take::kTaken;
     };
-    copied = run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, work, dma_wait_ns);
+    copied = run_workers(job.workers, next, buffer_size, work, dma_wait_ns);
     job.recopied_chunks = recopied;
     if (copied && !table.all_copied()) copied = make_error("soft recopy: chunks left uncopied after the final pass", EIO);
     close_window(job, copied.ok());
@@ -784,7 +901,7 @@ Result<void> Engine::run_save(SaveJob& job) {
     if (!context(job.devices.front(), err)) copied = err;
     TrafficControl traffic(job.window->table, settings_.traffic == PluginOptions::Traffic::kAuto);
     NextPiece next = [&](Piece& p) { return next_claim(job, traffic, p); };
-    if (copied) copied = run_workers(unsigned(job.writers.size()), next, settings_.chunk_size, work, dma_wait_ns);
+    if (copied) copied = run_workers(job.workers, next, buffer_size, work, dma_wait_ns);
     job.traffic_pauses += traffic.pauses();
     job.traffic_paused_ns += traffic.paused_ns();
     log_cow_traffic(job, traffic);
@@ -792,13 +909,15 @@ Result<void> Engine::run_save(SaveJob& job) {
       copied = make_error("the process gave up the copy-on-write window (the agent says why when it closes)",
                           ECANCELED);
     close_window(job, copied.ok());
-  } else {
-    copied = run_workers(job.pieces, settings_.chunk_size, work, dma_wait_ns);
+  } else if (!job.pieces.empty()) {
+    copied = run_workers(job.pieces, buffer_size, work, dma_wait_ns, job.workers);
   }
   uint64_t elapsed = monotonic_ns() - t0;
   release_sources(job);
   PHOS_TRY(copied);
-  if (job.gpu_checksummed == job.chunk_copies)
+  if (job.migration) {
+    // No image data: nothing checksummed or written.
+  } else if (job.gpu_checksummed == job.chunk_copies)
     PHOS_INFO("process %d: every chunk's CRC-32C computed on the GPU", job.vpid);
   else
     PHOS_INFO("process %d: %llu of %llu chunk copies' CRC-32C computed on the GPU (the rest on the CPU%s%s)", job.vpid,
@@ -824,12 +943,13 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
   }
   for (size_t i = 0; i < job.allocs.size(); i++) {
     const agent::Allocation& a = job.allocs[i];
-    m.allocations.push_back(image::Allocation{a, std::move(job.chunks[i])});
+    // A migration's data is in device memory, not in chunks of the image.
+    m.allocations.push_back(image::Allocation{a, job.migration ? std::vector<image::Chunk>{} : std::move(job.chunks[i])});
     s.raw_bytes += a.size;
   }
   count_zero_chunks(m);
   s.copy_ns = elapsed_ns;
-  s.workers = uint32_t(job.writers.size());
+  s.workers = job.workers;
   for (uint64_t ns : dma_wait_ns) s.dma_wait_ns += ns;
   s.checksum_ns = times.checksum_ns;
   s.compress_ns = times.compress_ns;
@@ -845,6 +965,19 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
     PHOS_INFO("process %d: soft recopy's final pass copied %llu chunks (%llu of them again) in %.1f ms", job.vpid,
               (unsigned long long)(job.chunk_copies - job.first_pass_chunks),
               (unsigned long long)job.recopied_chunks, double(elapsed_ns) / 1e6);
+  if (job.migration) {
+    const SaveJob::Migration& mig = *job.migration;
+    if (mig.sink.in_place)
+      PHOS_INFO("process %d: %zu allocations, %.1f MiB kept in place on GPU %d for the restore (migration, no copy)",
+                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device);
+    else
+      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to GPU %d in %.1f ms (%.2f GB/s, %u workers; %llu chunk "
+                "copies)",
+                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device, double(elapsed_ns) / 1e6,
+                double(s.raw_bytes) / double(elapsed_ns ? elapsed_ns : 1), s.workers,
+                (unsigned long long)job.chunk_copies.load());
+    return {};
+  }
   PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers, %s), "
             "%.1f MiB stored; %llu zero chunks (%.1f MiB) not stored%s; summed over workers: waiting for DMA %.1f ms, "
             "checksums %.1f ms, compression %.1f ms, writing %.1f ms",

@@ -75,9 +75,23 @@ class Engine {
   // `host_ordinal`: the process's device ordinals in criu's numbering
   // (host_ordinals(), gpu_map.h); a device not in it keeps its ordinal. The
   // manifest names each device by the process's ordinal.
+  //
+  // A migration (`sink`, migrate_to) copies into device memory on the
+  // sink's GPU instead of data files: device to device, peer to peer where
+  // the GPUs differ (NVLink or PCIe, no host staging where the source GPU
+  // can map the target's memory), by a few workers. In place, nothing is
+  // copied: the process's own memory is what is kept.
+  struct MigrationSink {
+    int device = 0;         // criu's numbering
+    bool in_place = false;  // the process's own GPU: its memory stays
+  };
   Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<agent::Allocation>& allocs,
                                                 const std::vector<UniqueFd>& fds,
-                                                const std::map<uint32_t, int>& host_ordinal, image::Manifest& m);
+                                                const std::map<uint32_t, int>& host_ordinal, image::Manifest& m,
+                                                const MigrationSink* sink = nullptr);
+  // A migration's memory once run_save is done, one fd per allocation, in
+  // order (empty before): what phos-keeper holds for the restore.
+  static std::vector<UniqueFd> take_kept(SaveJob& job);
   // Copies every allocation of a prepared job into device memory of criu's
   // own, on the same GPU (device to device: ~40 ms for 32 GiB on an H200),
   // and lets go of the process's memory: from then on the process may run
@@ -185,11 +199,11 @@ class Engine {
   struct Queue;
   // The number of workers for `pieces` pieces: each has its own data file.
   unsigned workers_for(size_t pieces) const;
-  // Runs `work` over all pieces on the workers, each with staging buffers of
-  // `buffer_size` bytes; the first error stops them. dma_wait_ns: per worker,
-  // the time spent waiting for DMA.
+  // Runs `work` over all pieces on the workers (`workers`, 0: workers_for),
+  // each with staging buffers of `buffer_size` bytes; the first error stops
+  // them. dma_wait_ns: per worker, the time spent waiting for DMA.
   Result<void> run_workers(const std::vector<Piece>& pieces, size_t buffer_size, const PieceWork& work,
-                           std::vector<uint64_t>& dma_wait_ns);
+                           std::vector<uint64_t>& dma_wait_ns, unsigned workers = 0);
   // The same over the pieces `next` hands out, on `workers` workers.
   Result<void> run_workers(unsigned workers, const NextPiece& next, size_t buffer_size, const PieceWork& work,
                            std::vector<uint64_t>& dma_wait_ns);
@@ -211,8 +225,16 @@ class Engine {
   // job's order from `cursor`).
   Take next_fill(LoadJob& job, std::atomic<size_t>& cursor, Piece& out);
   // What a dump does with each piece: read it from the process's memory
-  // (or its pool slot), then checksum and write it.
+  // (or its pool slot), then checksum and write it; a migration's copies it
+  // to the target memory (migrate_work).
   PieceWork save_work(SaveJob& job);
+  PieceWork migrate_work(SaveJob& job);
+  // A migration's target memory: one allocation per source allocation on
+  // the sink's GPU, exported, mapped in criu (for the source GPU too where
+  // it has peer access).
+  Result<void> create_migration_target(SaveJob& job);
+  // The staging buffer size of the job's workers (a migration's need none).
+  size_t staging_size(const SaveJob& job) const;
   // Queues the memset that restores a zero chunk (read from no file) on
   // `stream`, the worker's: it is done when the worker syncs that stream.
   Result<void> queue_zero_chunk(const LoadJob& job, const Piece& p, CUstream stream);
@@ -260,6 +282,16 @@ struct Engine::SaveJob {
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
   std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker
+  unsigned workers = 0;  // the copy's threads: one per data file; a migration's, a few
+  // A migration (migrate_to): the memory the data goes to, and its fds.
+  struct Migration {
+    MigrationSink sink;
+    std::vector<CUmemGenericAllocationHandle> handles;  // the copy's target memory
+    std::vector<CUdeviceptr> vas;                       // mapped in criu
+    std::vector<UniqueFd> fds;                          // for phos-keeper
+    std::map<int, bool> peer;  // per source GPU: it maps the target memory (else cuMemcpyPeerAsync)
+  };
+  std::optional<Migration> migration;
   image::Manifest* manifest = nullptr;
   Engine* engine = nullptr;
   ~SaveJob();  // releases what it still holds

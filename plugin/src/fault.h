@@ -9,6 +9,9 @@
 //   slow-fill               an on-demand restore fills one chunk per 20 ms
 //                           per worker, except those a call waits for (a
 //                           test's calls meet memory not yet in)
+//   fail-migration-copy     a migration's copy to its target GPU fails at
+//                           its second chunk, as a target GPU that fails
+//                           mid-copy would (the source must run on)
 #pragma once
 
 #include <cstdlib>

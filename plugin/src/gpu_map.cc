@@ -58,6 +58,12 @@ std::string format_gpu_uuid(const std::array<uint8_t, 16>& u) {
   return buf;
 }
 
+const HostGpu* find_host_gpu(const std::string& key, const std::vector<HostGpu>& host) {
+  for (const auto& h : host)
+    if (key == std::to_string(h.ordinal) || key == format_gpu_uuid(h.uuid)) return &h;
+  return nullptr;
+}
+
 Result<std::map<uint32_t, int>> host_ordinals(const std::vector<agent::Device>& devices,
                                               const std::vector<HostGpu>& host) {
   std::map<uint32_t, int> out;
@@ -79,11 +85,6 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
   auto image_matches = [](const image::Device& d, const std::string& key) {
     return key == std::to_string(d.ordinal) || key == format_gpu_uuid(d.uuid);
   };
-  auto find_host = [&](const std::string& key) -> const HostGpu* {
-    for (const auto& h : host)
-      if (key == std::to_string(h.ordinal) || key == format_gpu_uuid(h.uuid)) return &h;
-    return nullptr;
-  };
   for (const auto& e : spec) {
     bool known = false;
     for (const auto& d : image_devices) known = known || image_matches(d, e.from);
@@ -100,7 +101,7 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
       if (h.uuid == d.uuid) target = format_gpu_uuid(d.uuid);
     for (const auto& e : spec)
       if (image_matches(d, e.from)) target = e.to;
-    const HostGpu* h = find_host(target);
+    const HostGpu* h = find_host_gpu(target, host);
     std::string which = "device " + std::to_string(d.ordinal) + " (" + d.name + ")";
     if (!h) return make_error(manifest_name + ": " + which + ": this host has no GPU " + target, ENODEV);
     if (h->name != d.name)

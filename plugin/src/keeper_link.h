@@ -34,6 +34,12 @@ class KeeperLink {
   Result<void> restoring(pid_t pid, bool restored);
   // A restore begins in this criu: the keeper watches the processes it forks.
   Result<void> restore_started();
+  // A migration: the memory that holds `vpid`'s GPU data after the copy
+  // (one fd per allocation), kept once committed, for `keep_s` seconds.
+  Result<void> keep(pid_t pid, pid_t vpid, const std::string& migration, uint32_t keep_s,
+                    const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds);
+  // The dump succeeded: what keep() named outlives criu.
+  Result<void> keep_committed(pid_t pid);
   // Tells the keeper to let go and exit; closes the link.
   Result<void> done();
   // Leaves the link open until criu exits, without Done: the keeper then

@@ -122,6 +122,18 @@ constexpr Choice<LazyRestore> kLazyRestore[] = {
 std::string set_lazy_restore(PluginOptions& o, std::string_view v) { return parse_choice(v, kLazyRestore, o.lazy_restore); }
 std::string set_lazy_timeout(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 3600000, o.lazy_timeout_ms); }
 
+std::string set_migrate_to(PluginOptions& o, std::string_view v) {
+  // One side of a gpu_map entry: an ordinal or a UUID, checked the same way.
+  auto spec = parse_gpu_map("0=" + std::string(v));
+  if (!spec || spec->size() != 1) return "expected a GPU ordinal or UUID";
+  o.migrate_to = spec->front().to;
+  return "";
+}
+using MigrateCopy = PluginOptions::MigrateCopy;
+constexpr Choice<MigrateCopy> kMigrateCopy[] = {{"auto", MigrateCopy::kAuto}, {"always", MigrateCopy::kAlways}};
+std::string set_migrate_copy(PluginOptions& o, std::string_view v) { return parse_choice(v, kMigrateCopy, o.migrate_copy); }
+std::string set_migrate_keep_s(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 86400, o.migrate_keep_s); }
+
 struct Key {
   const char* name;  // in the file
   const char* env;   // its environment variable
@@ -151,6 +163,9 @@ constexpr Key kKeys[] = {
     {"sparse", "PHOS_SPARSE", set_sparse},
     {"lazy_restore", "PHOS_LAZY_RESTORE", set_lazy_restore},
     {"lazy_timeout_ms", "PHOS_LAZY_TIMEOUT_MS", set_lazy_timeout},
+    {"migrate_to", "PHOS_MIGRATE_TO", set_migrate_to},
+    {"migrate_copy", "PHOS_MIGRATE_COPY", set_migrate_copy},
+    {"migrate_keep_s", "PHOS_MIGRATE_KEEP_S", set_migrate_keep_s},
 };
 
 const Key* find_key(std::string_view name) {
@@ -251,7 +266,10 @@ std::string PluginOptions::describe() const {
          " traffic=" + std::string(choice_word(kTraffic, traffic)) + " traffic_gbps=" + std::to_string(traffic_gbps) +
          " sparse=" + std::string(choice_word(kSparse, sparse)) +
          " lazy_restore=" + std::string(choice_word(kLazyRestore, lazy_restore)) +
-         " lazy_timeout_ms=" + std::to_string(lazy_timeout_ms);
+         " lazy_timeout_ms=" + std::to_string(lazy_timeout_ms) +
+         " migrate_to=" + (migrate_to.empty() ? std::string("none") : migrate_to) +
+         " migrate_copy=" + std::string(choice_word(kMigrateCopy, migrate_copy)) +
+         " migrate_keep_s=" + std::to_string(migrate_keep_s);
 }
 
 }  // namespace phos::plugin

@@ -47,9 +47,12 @@ Result<void> Restorer::load() {
     auto img = image::open_process_image(dirfd_, vpid, /*require_complete=*/true);
     if (!img) return img.error();
     // In place first: the load job keeps a pointer to the manifest.
-    Loaded& l = images_.emplace(vpid, Loaded{std::move(*img), {}, {}, {}, {}, {}}).first->second;
+    Loaded& l = images_[vpid];
+    l.image = std::move(*img);
     const image::Manifest& m = l.image.manifest;
-    if (!m.devices.empty() || !m.allocations.empty()) {
+    if (m.kept) {
+      PHOS_TRY(take_kept(vpid, l));
+    } else if (!m.devices.empty() || !m.allocations.empty()) {
       if (!engine_) {
         auto engine = Engine::start(EngineSettings::from(options_));
         if (!engine) return make_error(l.image.manifest_name + ": " + engine.error().message, engine.error().code);
@@ -92,6 +95,55 @@ Result<void> Restorer::load() {
       PHOS_WARN("%s: if criu dies during this restore, a process it leaves half-restored stays", k.error().message.c_str());
   }
   if (engine_) filler_ = std::thread([this] { fill_all(); });
+  return {};
+}
+
+Result<void> Restorer::take_kept(pid_t vpid, Loaded& l) {
+  const image::Manifest& m = l.image.manifest;
+  const std::string& name = l.image.manifest_name;
+  const image::KeptMemory& kept = *m.kept;
+  auto link = KeptMemoryLink::take(kept.migration, vpid, options_.agent_timeout_ms);
+  if (!link) return make_error(name + ": " + link.error().message, link.error().code);
+  // What the keeper holds must be what the image lists (the keeper is
+  // another process: its word is checked).
+  const auto& got = link->allocations;
+  bool same = got.size() == m.allocations.size();
+  for (size_t i = 0; same && i < got.size(); i++) {
+    const auto& a = m.allocations[i];
+    same = got[i].id == a.id && got[i].address == a.address && got[i].size == a.size && got[i].device == a.device;
+  }
+  if (!same) {
+    (void)link->taken(false);
+    return make_error(name + ": phos-keeper's kept memory (" + std::to_string(got.size()) +
+                          " allocations) is not what the image lists (" + std::to_string(m.allocations.size()) + ")",
+                      EPROTO);
+  }
+  l.fds = std::move(link->fds);
+  l.kept.emplace(std::move(*link));
+  if (!m.devices.empty()) {
+    if (!engine_) {
+      auto engine = Engine::start(EngineSettings::from(options_));
+      if (!engine) return make_error(name + ": " + engine.error().message, engine.error().code);
+      engine_ = std::move(*engine);
+    }
+    // The memory is on the GPU the dump moved it to: the image's device goes
+    // there, whatever gpu_map says.
+    if (!options_.gpu_map.empty())
+      PHOS_WARN("%s: gpu_map=%s ignored: a migration's memory is on GPU %s", name.c_str(),
+                describe_gpu_map(options_.gpu_map).c_str(), format_gpu_uuid(kept.device_uuid).c_str());
+    GpuMapSpec spec;
+    for (const auto& d : m.devices) spec.push_back({std::to_string(d.ordinal), format_gpu_uuid(kept.device_uuid)});
+    auto placement = engine_->place_devices(m, name, spec, l.host);
+    if (!placement) return placement.error();
+    l.placement = std::move(*placement);
+  }
+  uint64_t bytes = 0;
+  for (const auto& a : m.allocations) bytes += a.size;
+  PHOS_INFO("%s: migration %s: %zu allocations (%.1f MiB) taken from phos-keeper, on GPU %s (%s)%s", name.c_str(),
+            kept.migration.c_str(), m.allocations.size(), double(bytes) / (1 << 20),
+            format_gpu_uuid(kept.device_uuid).c_str(), kept.device_name.c_str(),
+            kept.in_place ? ", where the process left it" : "");
+  l.created_ns = l.filled_ns = since_init_ns();
   return {};
 }
 
@@ -277,9 +329,16 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     PHOS_ERR("process %d: restore of GPU state failed: %s; killing it", pid, r.error().message.c_str());
     ::kill(pid, SIGKILL);
     failed_ = true;
+    if (it->second.kept) (void)it->second.kept->taken(false);  // kept for another restore
     return r.error();
   }
   it->second.fds.clear();
+  if (it->second.kept) {
+    if (auto told = it->second.kept->taken(true); !told)
+      PHOS_WARN("process %d: could not tell phos-keeper that it has its kept memory: %s", pid,
+                told.error().message.c_str());
+    it->second.kept.reset();
+  }
   // On-demand: the keeper hears at the end of the fill (end_fill_window).
   {
     std::lock_guard<std::mutex> lock(window_mu_);

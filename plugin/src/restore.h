@@ -15,6 +15,12 @@
 //                            criu's exit status says so (failed()); if criu
 //                            dies meanwhile, phos-keeper ends the process
 //
+// A migration's image (KeptMemory in the manifest) has no data files: at
+// init its memory is taken from the phos-keeper that kept it since the dump,
+// already on the GPU the manifest names, where the image's device is placed;
+// nothing is filled. The keeper hears at the end whether the process was
+// restored (it lets go) or not (it keeps the memory for another restore).
+//
 // On-demand (lazy_restore): the fill runs on after RESUME_DEVICES_LATE. The
 // process gets its memory before it is filled, with a fill window
 // (copy_state.h, kFill) through which each of its calls waits for what it
@@ -36,6 +42,7 @@
 
 #include "engine.h"
 #include "keeper_link.h"
+#include "kept_memory.h"
 #include "phos/images/image_dir.h"
 #include "phos/plugin/options.h"
 #include "phos/support/result.h"
@@ -70,7 +77,13 @@ class Restorer {
     // the process whose fill window is open (0: none).
     bool fill_ended = false;
     pid_t window_pid = 0;
+    // A migration's image: its memory, taken from the phos-keeper that
+    // kept it (told at the end whether the process got it).
+    std::optional<KeptMemoryLink> kept;
   };
+  // A migration's image: its memory taken from phos-keeper (already on the
+  // GPU it names, which the image's device is placed on).
+  Result<void> take_kept(pid_t vpid, Loaded& l);
   // On-demand: the fill's window opened in the process (after its remap).
   Result<void> open_fill_window(pid_t pid, Loaded& l, AgentClient& c);
   // On-demand, once the fill ended (window_mu_ held): the window closed and

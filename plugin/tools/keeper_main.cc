@@ -5,7 +5,9 @@
 // processes, whose give-back the plugin hands over), it waits until criu's
 // ptrace hold on each process is gone and gives each process that lives on
 // back what the dump took. At a restore it ends each process criu left
-// without its GPU state. It logs into phos-keeper.log in the image directory.
+// without its GPU state. A migration's memory (kept_memory.h) it keeps past
+// the dump, served until a restore takes it. It logs into phos-keeper.log in
+// the image directory.
 //
 // usage (by the plugin only): phos-keeper [--detach] [--agent-timeout-ms N]
 //   fd 3: the link to the plugin; fd 4: the image directory
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "give_back.h"
+#include "kept_memory.h"
 #include "log.h"
 #include "phos/images/keeper_protocol.h"
 #include "phos/plugin/proc.h"
@@ -57,6 +60,9 @@ struct KeeperState {
   bool tree_known = false;  // criu reached RESUME_DEVICES_LATE: it forked all it will
   std::map<pid_t, uint64_t> forked;
   std::set<pid_t> restored;
+  // A migration: each process's kept memory (Keep), committed once the
+  // dump succeeded (KeepCommitted).
+  std::vector<KeptProcess> kept;
 };
 
 void apply(KeeperState& k, const keeper::Hold& hold, std::vector<UniqueFd>& fds) {
@@ -76,6 +82,42 @@ void apply(KeeperState& k, const keeper::State& state, std::vector<UniqueFd>&) {
 }
 
 void apply(KeeperState&, const keeper::Done&, std::vector<UniqueFd>&) {}
+
+void apply(KeeperState& k, const keeper::Keep& keep, std::vector<UniqueFd>& fds) {
+  auto it = std::find_if(k.kept.begin(), k.kept.end(), [&](const KeptProcess& p) { return p.pid == keep.pid; });
+  if (it == k.kept.end()) {
+    k.kept.push_back(KeptProcess{keep.pid, keep.vpid, keep.migration, keep.keep_s, {}, {}, false});
+    it = std::prev(k.kept.end());
+  }
+  for (size_t i = 0; i < keep.allocations.size() && i < fds.size(); i++) {
+    it->allocations.push_back(keep.allocations[i]);
+    it->fds.push_back(std::move(fds[i]));
+  }
+}
+
+void apply(KeeperState& k, const keeper::KeepCommitted& c, std::vector<UniqueFd>&) {
+  for (auto& p : k.kept)
+    if (p.pid == c.pid) p.committed = true;
+}
+
+// Messages of a restore's link to kept memory, not of this one.
+void apply(KeeperState&, const keeper::TakeKept&, std::vector<UniqueFd>&) {}
+void apply(KeeperState&, const keeper::Kept&, std::vector<UniqueFd>&) {}
+void apply(KeeperState&, const keeper::Taken&, std::vector<UniqueFd>&) {}
+
+// After the dump: the migrations' memory served until taken, where the
+// dump committed it and its process is gone (one that lives on, given back,
+// runs with its own memory: a restore of it must not run beside it).
+void keep_migrations(KeeperState& k) {
+  std::erase_if(k.kept, [](const KeptProcess& p) {
+    if (!p.committed || !process_alive(p.pid)) return false;
+    PHOS_WARN("process %d lives on after its migration's dump; its kept memory is let go", p.pid);
+    return true;
+  });
+  if (k.kept.empty()) return;
+  k.processes.clear();  // the source's memory: only what is kept stays
+  serve_kept_memory(k.kept, kImageDirFd);
+}
 
 // Every process below criu now, recorded with its start time.
 void scan_restore_tree(KeeperState& k) {
@@ -220,11 +262,17 @@ int main(int argc, char** argv) {
     auto received = keeper::recv_message(kLinkFd, -1);
     if (!received) break;  // criu is gone (end of stream without Done), or sent what does not decode
     std::visit([&](const auto& m) { apply(k, m, received->fds); }, received->message);
-    if (std::holds_alternative<keeper::Done>(received->message)) return 0;
+    if (std::holds_alternative<keeper::Done>(received->message)) {
+      if (k.kept.empty()) return 0;
+      log_to_image_dir();
+      keep_migrations(k);
+      return 0;
+    }
   }
   log_to_image_dir();
   bool restore = !k.restoring.empty() || !k.forked.empty();
   if (restore) end_half_restored(k);
   if (!k.order.empty() || !restore) recover(k, agent_timeout_ms);
+  keep_migrations(k);
   return 0;
 }

@@ -6,8 +6,14 @@
 //   phosctl kernels PID [--json]  its kernels' read/write-set speculation
 //   phosctl speculate PID on|off  turn that speculation on or off
 //   phosctl validate PID on|off   turn the validation of it on or off
+//   phosctl migrate PID --to GPU --dir DIR --lib LIBDIR [--criu CRIU] [-- CRIU_ARGS]
+//                                 move a running process to another GPU
 //   phosctl version
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +51,11 @@ constexpr const char* kUsage =
     "       phosctl nccl-go PID JOB       let them go on\n"
     "       phosctl nccl-quiesce PID...   hold every rank of the NCCL communicator these processes share\n"
     "                                     before one call number, the same on each\n"
+    "       phosctl migrate PID --to GPU --dir DIR --lib LIBDIR [--criu CRIU] [-- CRIU_ARGS...]\n"
+    "                                     move a running process to GPU (an ordinal or UUID) of this host:\n"
+    "                                     criu dump with migrate_to=GPU into DIR (GPU data goes GPU to GPU,\n"
+    "                                     DIR gets the CPU images), then criu restore -d from DIR; CRIU_ARGS\n"
+    "                                     go to both\n"
     "       phosctl version\n";
 
 std::string hex(uint64_t v) {
@@ -126,6 +137,10 @@ json image_json(const phos::image::ProcessImage& img) {
                                 {"stored_bytes", stored}});
   }
   for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
+  if (m.kept)
+    j["kept"] = {{"migration", m.kept->migration}, {"device_uuid", phos::plugin::format_gpu_uuid(m.kept->device_uuid)},
+                 {"device_name", m.kept->device_name}, {"in_place", m.kept->in_place},
+                 {"kept_bytes", m.kept->kept_bytes}};
   const auto& s = m.statistics;
   j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
                      {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"zero_chunks", s.zero_chunks},
@@ -140,7 +155,8 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"recopy_first_pass_ns", s.recopy_first_pass_ns}, {"recopied_bytes", s.recopied_bytes},
                      {"final_pass_ns", s.final_pass_ns}, {"program_transfers", s.program_transfers},
                      {"program_transfer_bytes", s.program_transfer_bytes}, {"traffic_pauses", s.traffic_pauses},
-                     {"traffic_paused_ns", s.traffic_paused_ns}, {"recopy_wasted_bytes", s.recopy_wasted_bytes}};
+                     {"traffic_paused_ns", s.traffic_paused_ns}, {"recopy_wasted_bytes", s.recopy_wasted_bytes},
+                     {"gate_closed_unix_ns", s.gate_closed_unix_ns}};
   return j;
 }
 
@@ -160,6 +176,11 @@ void print_image_text(const phos::image::ProcessImage& img) {
   for (const auto& a : m.allocations)
     std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
                 bytes_text(a.size).c_str(), a.chunks.size());
+  if (m.kept)
+    std::printf("  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
+                "takes it\n",
+                m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device_uuid).c_str(),
+                m.kept->device_name.c_str(), m.kept->in_place ? ", where the process left it" : "");
   const auto& s = m.statistics;
   std::printf("  size: %s logical, %s stored; %" PRIu64 " zero chunks (%s) not stored\n",
               bytes_text(size.logical_bytes).c_str(), bytes_text(size.stored_bytes).c_str(), size.zero_chunks,
@@ -244,6 +265,9 @@ int cmd_show(const std::string& dir, bool as_json, bool verify) {
       } else if (!img->complete) {
         std::fprintf(stderr, "phosctl: %s: %s\n", img->manifest_name.c_str(), img->incomplete_reason.c_str());
         rc = 1;
+      } else if (img->manifest.kept) {
+        std::printf("%s: ok; its GPU data is with phos-keeper (migration %s), not in the image: nothing to check\n",
+                    img->manifest_name.c_str(), img->manifest.kept->migration.c_str());
       } else {
         std::printf("%s: ok, %s in %zu allocations checked\n", img->manifest_name.c_str(), bytes_text(*checked).c_str(),
                     img->manifest.allocations.size());
@@ -577,10 +601,148 @@ int cmd_nccl_quiesce(const std::vector<std::string>& pid_texts) {
   return 0;
 }
 
+uint64_t realtime_ns() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// Runs `argv` with `extra_env` added to the environment; its exit status
+// (-1: it could not start).
+int run_command(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env_text(extra_env);
+  for (char** e = environ; *e; e++) {
+    std::string var(*e);
+    bool replaced = false;
+    for (const auto& x : extra_env) replaced = replaced || var.rfind(x.substr(0, x.find('=') + 1), 0) == 0;
+    if (!replaced) env_text.push_back(var);
+  }
+  std::vector<char*> env, args;
+  for (auto& e : env_text) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::vector<std::string> argv_copy(argv);
+  for (auto& a : argv_copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t child = 0;
+  if (int err = ::posix_spawnp(&child, args[0], nullptr, nullptr, args.data(), env.data()); err != 0) {
+    std::fprintf(stderr, "phosctl: cannot run %s: %s\n", args[0], std::strerror(err));
+    return -1;
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// phosctl migrate: a dump with migrate_to (the plugin moves the GPU data and
+// phos-keeper holds it), then a restore from the same directory.
+int cmd_migrate(const std::vector<std::string>& args) {
+  std::string pid_text, gpu, dir, lib, criu = "criu";
+  std::vector<std::string> criu_args;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    bool ok = true;
+    if (a == "--") {
+      criu_args.assign(args.begin() + long(i) + 1, args.end());
+      break;
+    } else if (a == "--to") {
+      ok = value(gpu);
+    } else if (a == "--dir") {
+      ok = value(dir);
+    } else if (a == "--lib") {
+      ok = value(lib);
+    } else if (a == "--criu") {
+      ok = value(criu);
+    } else if (a.rfind("-", 0) == 0 || !pid_text.empty()) {
+      ok = false;
+    } else {
+      pid_text = a;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "phosctl migrate: bad argument %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (pid_text.empty() || gpu.empty() || dir.empty() || lib.empty()) {
+    std::fprintf(stderr, "phosctl migrate: PID, --to, --dir and --lib are needed\n%s", kUsage);
+    return 2;
+  }
+  pid_t pid = parse_pid(pid_text);
+  if (!pid) return 2;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "phosctl: %s: %s\n", dir.c_str(), std::strerror(errno));
+    return 1;
+  }
+  {
+    phos::UniqueFd dirfd(open_dir(dir));
+    if (!dirfd.valid()) return 1;
+    auto pids = phos::image::list_process_images(dirfd.get());
+    if (!pids || !pids->empty()) {
+      std::fprintf(stderr, "phosctl: %s holds a GPU image already; a migration needs a directory of its own\n",
+                   dir.c_str());
+      return 1;
+    }
+  }
+  std::vector<std::string> dump = {criu, "dump", "-t", std::to_string(pid), "-D", dir, "--lib", lib,
+                                   "-o", "migrate-dump.log", "-v4"};
+  dump.insert(dump.end(), criu_args.begin(), criu_args.end());
+  const uint64_t t0 = realtime_ns();
+  int rc = run_command(dump, {"PHOS_MIGRATE_TO=" + gpu});
+  const uint64_t t1 = realtime_ns();
+  if (rc != 0) {
+    std::fprintf(stderr, "phosctl: the dump failed (status %d; %s/migrate-dump.log says why)%s\n", rc, dir.c_str(),
+                 ::kill(pid, 0) == 0 ? "; the process runs on where it was" : "");
+    return 1;
+  }
+  std::vector<std::string> restore = {criu, "restore", "-D", dir, "--lib", lib, "-d",
+                                      "-o", "migrate-restore.log", "-v4", "--pidfile", "migrate-restored.pid"};
+  restore.insert(restore.end(), criu_args.begin(), criu_args.end());
+  rc = run_command(restore, {});
+  const uint64_t t2 = realtime_ns();
+  if (rc != 0) {
+    std::fprintf(stderr,
+                 "phosctl: the restore failed (status %d; %s/migrate-restore.log says why). The GPU data stays with "
+                 "phos-keeper for migrate_keep_s seconds, then it is written into %s; restore again with: %s restore "
+                 "-D %s --lib %s\n",
+                 rc, dir.c_str(), dir.c_str(), criu.c_str(), dir.c_str(), lib.c_str());
+    return 1;
+  }
+  // The gate closed for the last time on the source: from the manifests.
+  uint64_t gate_closed = 0, moved = 0;
+  bool in_place = true;
+  phos::UniqueFd dirfd(open_dir(dir));
+  if (auto pids = phos::image::list_process_images(dirfd.get()))
+    for (int32_t vpid : *pids)
+      if (auto img = phos::image::open_process_image(dirfd.get(), vpid, false)) {
+        const auto& m = img->manifest;
+        if (m.statistics.gate_closed_unix_ns && (!gate_closed || m.statistics.gate_closed_unix_ns < gate_closed))
+          gate_closed = m.statistics.gate_closed_unix_ns;
+        moved += m.statistics.raw_bytes;
+        in_place = in_place && m.kept && m.kept->in_place;
+      }
+  std::string restored = "?";
+  if (auto text = phos::image::read_small_file(dirfd.get(), "migrate-restored.pid", 64)) {
+    restored.assign(reinterpret_cast<const char*>(text->data()), text->size());
+    while (!restored.empty() && (restored.back() == '\n' || restored.back() == ' ')) restored.pop_back();
+  }
+  std::printf("migrated process %d to GPU %s: now process %s; dump %.1f ms, restore %.1f ms; %s %s; "
+              "downtime (its gate closed on the source -> restored and running) %.1f ms\n",
+              int(pid), gpu.c_str(), restored.c_str(), double(t1 - t0) / 1e6, double(t2 - t1) / 1e6,
+              bytes_text(moved).c_str(), in_place ? "kept in place" : "moved GPU to GPU",
+              gate_closed && t2 > gate_closed ? double(t2 - gate_closed) / 1e6 : 0.0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "migrate") return cmd_migrate(std::vector<std::string>(args.begin() + 1, args.end()));
   bool as_json = false;
   std::vector<std::string> pos;
   for (const auto& a : args) {

@@ -404,6 +404,15 @@ TEST_CASE("keeper protocol: every message round trips, with its fds", "[agent_pr
       keeper::Restoring{44, false},
       keeper::Restoring{44, true},
       keeper::RestoreStarted{4242},
+      keeper::Keep{42, "0123456789abcdef", {{1, 0, 0x7f0000000000ull, 2u << 20, 0}}, 1, 600},
+      keeper::Keep{43, "0123456789abcdef", {}, 7, 1},
+      keeper::KeepCommitted{42},
+      keeper::TakeKept{"0123456789abcdef", 1},
+      keeper::Kept{{{1, 0, 0x7f0000000000ull, 2u << 20, 0}}, true, ""},
+      keeper::Kept{{}, false, ""},
+      keeper::Kept{{}, true, "no memory kept for process 3"},
+      keeper::Taken{1, true},
+      keeper::Taken{1, false},
   };
   for (const auto& m : messages) {
     auto back = keeper::decode_message(keeper::encode_message(m));
@@ -422,15 +431,37 @@ TEST_CASE("keeper protocol: every message round trips, with its fds", "[agent_pr
   CHECK(got->fds.size() == 2);
 }
 
+TEST_CASE("keeper protocol: a migration's kept memory socket is named after it", "[agent_protocol][keeper][migrate]") {
+  CHECK(keeper::kept_socket_name("0123456789abcdef") == "phos-kept.0123456789abcdef");
+}
+
+TEST_CASE("keeper protocol: kept memory goes with its fds, frame by frame", "[agent_protocol][keeper][migrate]") {
+  SocketPair s;
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  const keeper::Kept first{{{1, 0, 0x7f0000000000ull, 2u << 20, 0}}, false, ""};
+  const keeper::Kept last{{{2, 0, 0x7f0000200000ull, 2u << 20, 0}}, true, ""};
+  REQUIRE(keeper::send_message(s.a.get(), first, std::vector<int>{p[0]}).ok());
+  REQUIRE(keeper::send_message(s.a.get(), last, std::vector<int>{p[1]}).ok());
+  ::close(p[0]);
+  ::close(p[1]);
+  for (const auto& want : {first, last}) {
+    auto got = keeper::recv_message(s.b.get(), 1000);
+    REQUIRE(got.ok());
+    CHECK(got->message == keeper::Message(want));
+    CHECK(got->fds.size() == 1);
+  }
+}
+
 TEST_CASE("keeper protocol: a malformed message is refused", "[agent_protocol][keeper][malformed]") {
   std::vector<std::byte> junk(8, std::byte{0xff});
   auto bad = keeper::decode_message(junk);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code == EPROTO);
   CHECK_THAT(bad.error().message, Catch::Contains("malformed keeper message: payload does not parse"));
-  auto unknown = keeper::decode_message(PbWriter().message(7, PbWriter()).payload());
+  auto unknown = keeper::decode_message(PbWriter().message(15, PbWriter()).payload());
   REQUIRE_FALSE(unknown.ok());
-  CHECK_THAT(unknown.error().message, Catch::Contains("unknown kind (field 7)"));
+  CHECK_THAT(unknown.error().message, Catch::Contains("unknown kind (field 15)"));
 }
 
 // --- the copy window's requests as another build might send them ---

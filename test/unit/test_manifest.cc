@@ -556,3 +556,68 @@ TEST_CASE("manifest: the recorded fill order round trips, in order, duplicates a
   REQUIRE(none.ok());
   CHECK(none->fill_order.empty());
 }
+
+namespace {
+
+// A migration's manifest: its allocations' data kept by phos-keeper.
+Manifest kept_manifest() {
+  Manifest m = full_manifest();
+  for (auto& a : m.allocations) a.chunks.clear();
+  m.data_files.clear();
+  std::array<uint8_t, 16> uuid{};
+  uuid[0] = 0xbb;
+  m.kept = KeptMemory{"0123456789abcdef", uuid, "NVIDIA H200", false, 6u << 20};
+  m.statistics.gate_closed_unix_ns = 1700000000123456789ull;
+  m.format_version = format_version_for(m);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("manifest: a migration's manifest round trips with its kept memory", "[manifest][migrate]") {
+  Manifest m = kept_manifest();
+  CHECK(m.format_version == kKeptMemoryFormatVersion);
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(*back == m);
+  REQUIRE(back->kept);
+  CHECK(back->kept->migration == "0123456789abcdef");
+  CHECK(back->statistics.gate_closed_unix_ns == 1700000000123456789ull);
+}
+
+TEST_CASE("manifest: the format version of a migration is the kept-memory one", "[manifest][migrate]") {
+  CHECK(format_version_for(kept_manifest()) == kKeptMemoryFormatVersion);
+  CHECK(kKeptMemoryFormatVersion <= kManifestFormatVersion);
+  CHECK(format_version_for(full_manifest()) < kKeptMemoryFormatVersion);
+}
+
+TEST_CASE("manifest validation: kept memory in a manifest of an older version", "[manifest][validate][migrate]") {
+  Manifest m = kept_manifest();
+  m.format_version = kZeroChunkFormatVersion;
+  CHECK_THAT(validate_error(m), Catch::Contains("names GPU data kept in device memory, which format version 2"));
+}
+
+TEST_CASE("manifest validation: kept memory with chunks", "[manifest][validate][migrate]") {
+  Manifest m = kept_manifest();
+  m.allocations[0].chunks = full_manifest().allocations[0].chunks;
+  m.data_files = full_manifest().data_files;
+  CHECK_THAT(validate_error(m), Catch::Contains("kept memory: the image also lists data files"));
+  m.data_files.clear();
+  CHECK_THAT(validate_error(m), Catch::Contains("has chunks, but its data is kept in device memory"));
+}
+
+TEST_CASE("manifest validation: a migration name that is not 16 hex digits", "[manifest][validate][migrate]") {
+  for (const char* bad : {"", "0123456789ABCDEF", "0123456789abcde", "../../etc/passwd", "0123456789abcdef0"}) {
+    INFO(bad);
+    Manifest m = kept_manifest();
+    m.kept->migration = bad;
+    CHECK_THAT(validate_error(m), Catch::Contains("kept memory: invalid migration name"));
+  }
+}
+
+TEST_CASE("manifest: migration names are 16 lower-case hex digits", "[manifest][migrate]") {
+  CHECK(is_migration_id("0123456789abcdef"));
+  CHECK_FALSE(is_migration_id("0123456789abcdeg"));
+  CHECK_FALSE(is_migration_id("0123456789abcde"));
+  CHECK_FALSE(is_migration_id("phos-kept.01234567"));
+}

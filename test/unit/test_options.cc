@@ -469,3 +469,35 @@ TEST_CASE("options: bad traffic values warn and keep the defaults", "[options][t
   REQUIRE(env.warnings.size() == 1);
   CHECK(env.warnings[0] == "PHOS_TRAFFIC=fast: expected auto, order or off; ignored");
 }
+
+TEST_CASE("options: migration settings default to none", "[options][migrate]") {
+  PluginOptions o;
+  CHECK(o.migrate_to.empty());
+  CHECK(o.migrate_copy == PluginOptions::MigrateCopy::kAuto);
+  CHECK(o.migrate_keep_s == 600);
+  CHECK(o.describe().find("migrate_to=none migrate_copy=auto migrate_keep_s=600") != std::string::npos);
+}
+
+TEST_CASE("options: migrate_to takes an ordinal or a GPU UUID", "[options][migrate]") {
+  auto p = parse("migrate_to = 1\nmigrate_copy = always\nmigrate_keep_s = 30\n");
+  CHECK(p.warnings.empty());
+  CHECK(p.options.migrate_to == "1");
+  CHECK(p.options.migrate_copy == PluginOptions::MigrateCopy::kAlways);
+  CHECK(p.options.migrate_keep_s == 30);
+  auto q = parse("", {{"PHOS_MIGRATE_TO", "GPU-bb919f8b-1c2d-3e4f-5a6b-7c8d9e0f1a2b"}});
+  CHECK(q.warnings.empty());
+  CHECK(q.options.migrate_to == "GPU-bb919f8b-1c2d-3e4f-5a6b-7c8d9e0f1a2b");
+}
+
+TEST_CASE("options: a bad migrate_to is warned about and ignored", "[options][migrate]") {
+  for (const char* bad : {"gpu1", "0,1", "0=1", "-1"}) {
+    INFO(bad);
+    auto p = parse(std::string("migrate_to = ") + bad + "\n");
+    CHECK(p.options.migrate_to.empty());
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("expected a GPU ordinal or UUID") != std::string::npos);
+  }
+  auto k = parse("migrate_keep_s = 0\n");
+  CHECK(k.options.migrate_keep_s == 600);
+  CHECK(k.warnings.size() == 1);
+}

@@ -20,8 +20,11 @@ namespace phos::image {
 // holds its manifest (format_version_for, manifest.h), so a phos that reads
 // only version 1 restores every image without a zero chunk and refuses the
 // others by their version.
-inline constexpr uint32_t kManifestFormatVersion = 2;
+inline constexpr uint32_t kManifestFormatVersion = 3;
 inline constexpr uint32_t kZeroChunkFormatVersion = 2;
+// Version 3: a migration's manifest, whose GPU data is kept in device
+// memory by phos-keeper (KeptMemory) instead of data files.
+inline constexpr uint32_t kKeptMemoryFormatVersion = 3;
 // The completion marker and the data files have kept their first format.
 inline constexpr uint32_t kMarkerFormatVersion = 1;
 inline constexpr uint32_t kDataFormatVersion = 1;

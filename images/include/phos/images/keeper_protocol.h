@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -50,7 +52,50 @@ struct RestoreStarted {
   bool operator==(const RestoreStarted&) const = default;
 };
 
-using Message = std::variant<Hold, State, Done, Restoring, RestoreStarted>;
+// A migration: the memory that holds the process's GPU data after the
+// dump's copy, fds alongside, one per allocation; several add up.
+struct Keep {
+  int32_t pid = 0;  // in criu's pid namespace
+  std::string migration;
+  std::vector<agent::Allocation> allocations;
+  int32_t vpid = 0;     // the image's pid: what a restore asks for
+  uint32_t keep_s = 0;  // how long to keep it
+  bool operator==(const Keep&) const = default;
+};
+
+// The dump succeeded: the kept memory outlives criu until a restore takes it.
+struct KeepCommitted {
+  int32_t pid = 0;
+  bool operator==(const KeepCommitted&) const = default;
+};
+
+// A restore asks for a migration's memory.
+struct TakeKept {
+  std::string migration;
+  int32_t vpid = 0;
+  bool operator==(const TakeKept&) const = default;
+};
+
+// The keeper's answer, in frames of up to 253 fds; `last` on the final one,
+// `error` where it has nothing to give.
+struct Kept {
+  std::vector<agent::Allocation> allocations;
+  bool last = false;
+  std::string error;
+  bool operator==(const Kept&) const = default;
+};
+
+// The restore's word: restored (the keeper lets go), or not (kept).
+struct Taken {
+  int32_t vpid = 0;
+  bool restored = false;
+  bool operator==(const Taken&) const = default;
+};
+
+using Message = std::variant<Hold, State, Done, Restoring, RestoreStarted, Keep, KeepCommitted, TakeKept, Kept, Taken>;
+
+// The abstract socket name ("\0" not included) of a migration's kept memory.
+std::string kept_socket_name(std::string_view migration);
 
 std::vector<std::byte> encode_message(const Message& message);
 // EPROTO with what is wrong where the payload does not parse or holds no kind.

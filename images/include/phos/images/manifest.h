@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -103,6 +104,8 @@ struct Statistics {
   uint64_t traffic_pauses = 0;
   uint64_t traffic_paused_ns = 0;
   uint64_t recopy_wasted_bytes = 0;
+  // CLOCK_REALTIME when the gate closed for the copy the image holds.
+  uint64_t gate_closed_unix_ns = 0;
   bool operator==(const Statistics&) const = default;
 };
 
@@ -113,6 +116,22 @@ struct LaunchRecord {
   std::vector<uint64_t> write_allocations;
   bool operator==(const LaunchRecord&) const = default;
 };
+
+// A migration's GPU data, kept in device memory by phos-keeper (see
+// KeptMemory in manifest.proto): the allocations have no chunks and the
+// image no data files.
+struct KeptMemory {
+  std::string migration;  // 16 hex digits: the keeper's name for it
+  std::array<uint8_t, 16> device_uuid{};
+  std::string device_name;
+  bool in_place = false;  // the process's own memory, not a copy
+  uint64_t kept_bytes = 0;
+  bool operator==(const KeptMemory&) const = default;
+};
+
+// Whether `id` is a migration's name as phos makes them (16 hex digits):
+// it becomes part of a socket's name.
+bool is_migration_id(std::string_view id);
 
 struct Manifest {
   uint32_t format_version = kManifestFormatVersion;
@@ -130,6 +149,7 @@ struct Manifest {
   std::vector<LaunchRecord> launch_log;
   std::vector<uint64_t> fill_order;  // allocation ids, as recorded launches first touched them
   std::vector<std::string> unsupported_calls;
+  std::optional<KeptMemory> kept;  // a migration: where the GPU data is
   bool operator==(const Manifest&) const = default;
 };
 
@@ -147,12 +167,13 @@ std::vector<std::byte> encode_manifest(const Manifest& m);
 // `name` is the file name that error messages carry.
 Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_view name);
 
-// The oldest format version that holds `m`: kZeroChunkFormatVersion where a
-// chunk is zero, 1 otherwise. A dump writes its manifest with it.
+// The oldest format version that holds `m`: kKeptMemoryFormatVersion for a
+// migration, kZeroChunkFormatVersion where a chunk is zero, 1 otherwise. A
+// dump writes its manifest with it.
 uint32_t format_version_for(const Manifest& m);
 
 // Structural checks a reader relies on: versions, device references, chunks
-// that cover each allocation exactly, chunk sizes within chunk_size, data file
+// that cover each allocation exactly (none at all where the memory is kept), chunk sizes within chunk_size, data file
 // names and extents inside their files.
 Result<void> validate_manifest(const Manifest& m, std::string_view name);
 

@@ -47,6 +47,9 @@ struct GpuPlacement {
   bool moved() const { return image_uuid != host_uuid; }
 };
 
+// The GPU of `host` that `key` names (an ordinal or a UUID); null: none.
+const HostGpu* find_host_gpu(const std::string& key, const std::vector<HostGpu>& host);
+
 // Each GPU of a process, as the process numbers it (its agent reports the
 // ordinal with the GPU's UUID), in this process's (criu's) own numbering:
 // they differ when the program runs with CUDA_VISIBLE_DEVICES. A device

@@ -91,6 +91,21 @@ struct PluginOptions {
   // lazy_timeout_ms: the longest a call of the restored process waits for
   // its memory; past it the process is ended (it cannot run without it).
   uint32_t lazy_timeout_ms = 600000;
+  // migrate_to: a GPU of this host (an ordinal as nvidia-smi numbers it, or
+  // its UUID); empty: none. A dump that stops the process (a migration)
+  // moves its device memory there instead of into the image directory:
+  // peer to peer while the process still runs (soft recopy), then what it
+  // wrote meanwhile. phos-keeper holds the memory after criu exits until
+  // `criu restore` takes it, the process then mapping it on that GPU. To
+  // the GPU the process is on, its own memory stays where it is (no copy)
+  // unless migrate_copy=always.
+  std::string migrate_to;
+  enum class MigrateCopy { kAuto, kAlways };
+  MigrateCopy migrate_copy = MigrateCopy::kAuto;
+  // migrate_keep_s: how long phos-keeper keeps a migration's memory for a
+  // restore; then it writes it into the image directory as a dump would
+  // have (an image like any other) and lets go.
+  uint32_t migrate_keep_s = 600;
 
   uint32_t chunk_size() const { return chunk_mib << 20; }
 

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Migration (migrate_to, `phosctl migrate`) through real criu, of processes
+# with libphos.so and no device memory (CI has no GPU; the GPU suite's
+# migrate cases move memory): the image keeps no GPU data file, phos-keeper
+# keeps the process's (here: empty) memory past the dump and serves it to
+# the restore, then exits; a keeper that no restore comes to writes what it
+# keeps into the image directory (migrate_keep_s, SIGTERM); a restore whose
+# keeper is gone is refused before a process exists; a dump that would leave
+# the source running is refused and the source runs on.
+source "$(dirname "$0")/lib.sh"
+
+keepers() { pgrep -f "phos-keeper --detach" || true; }
+wait_no_keeper() {
+  for _ in $(seq 100); do [ -z "$(keepers)" ] && return 0; sleep 0.05; done
+  fail "phos-keeper still runs: $(keepers)"
+}
+migration_of() { "$PHOSCTL" show --json "$IMG" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"][0]["kept"]["migration"])'; }
+fresh_img() { rm -rf "$IMG"; mkdir -p "$IMG"; }
+
+# 1. phosctl migrate: dump and restore, the keeper in between.
+wait_no_keeper
+start_workload --preload
+wait_counter_above 5
+token=$(state_token)
+out=$("$PHOSCTL" migrate "$WORKLOAD_PID" --to 0 --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1) ||
+  { cp "$IMG"/*.log "$WORK"/ 2>/dev/null; fail "phosctl migrate failed: $out"; }
+cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true
+say "$out"
+grep -q "^migrated process $WORKLOAD_PID to GPU 0: now process [0-9]*; dump .* downtime .* ms$" <<<"$out" ||
+  fail "phosctl migrate printed no summary"
+grep -q "migrate_to=0 " "$IMG/migrate-dump.log" || fail "the dump did not run with migrate_to=0"
+grep -q "phos: process $WORKLOAD_PID: migration [0-9a-f]\{16\}: no device memory to move" "$IMG/migrate-dump.log" ||
+  fail "the dump log does not name the migration"
+grep -q "its GPU memory stays with phos-keeper (migration" "$IMG/migrate-dump.log" ||
+  fail "the dump did not commit the kept memory"
+grep -q "migration [0-9a-f]\{16\}: 0 allocations (0.0 MiB) taken from phos-keeper" "$IMG/migrate-restore.log" ||
+  fail "the restore did not take the kept memory"
+"$PHOSCTL" show "$IMG" | tee "$WORK/show.txt"
+grep -q "format v3" "$WORK/show.txt" || fail "a migration's manifest is not format version 3"
+grep -q "migration [0-9a-f]\{16\}: the GPU data is in no file; phos-keeper keeps it" "$WORK/show.txt" ||
+  fail "phosctl show does not say where the data went"
+"$PHOSCTL" verify "$IMG" | grep -q "with phos-keeper (migration" || fail "phosctl verify does not say where the data is"
+ls "$IMG"/phos-*-data-*.img 2>/dev/null && fail "a migration wrote GPU data files"
+grep -q "process 1 restored with its kept memory; let go" "$IMG/phos-keeper.log" || fail "the keeper did not hear Taken"
+wait_no_keeper
+pid=$(restored_pid) || fail "no restored process"
+gate_opens "$pid" || fail "the restored process's gate is not open"
+at=$(state_counter)
+wait_counter_above $((at + 10))
+[ "$(state_token)" = "$token" ] || fail "token changed across the migration"
+say "migrated: pid $WORKLOAD_PID -> $pid, token kept, keeper gone"
+kill -9 "$pid"
+for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
+
+# 2. No restore comes: after migrate_keep_s the keeper writes what it keeps
+# into the image directory, which then restores without it.
+fresh_img
+start_workload --preload
+wait_counter_above 5
+token=$(state_token)
+PHOS_MIGRATE_TO=0 PHOS_MIGRATE_KEEP_S=1 criu_dump || fail "migration dump failed"
+for _ in $(seq 100); do grep -q "written into the image directory" "$IMG/phos-keeper.log" 2>/dev/null && break; sleep 0.05; done
+grep -q "no restore took it in migrate_keep_s" "$IMG/phos-keeper.log" || fail "the keeper did not time out"
+wait_no_keeper
+"$PHOSCTL" show --json "$IMG" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["images"][0]
+assert m["complete"] and "kept" not in m and m["format_version"] == 1, m' || fail "the spilled image is not an ordinary one"
+criu_restore || fail "restore of the spilled image failed"
+pid=$(restored_pid) || fail "no process restored from the spilled image"
+gate_opens "$pid" || fail "gate not open after restoring the spilled image"
+[ "$(state_token)" = "$token" ] || fail "token changed"
+say "kept memory spilled after migrate_keep_s; the image restored without a keeper"
+kill -9 "$pid"
+for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
+
+# 3. SIGTERM to the keeper: the same.
+fresh_img
+start_workload --preload
+wait_counter_above 5
+PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
+keeper=$(keepers)
+[ -n "$keeper" ] || fail "no keeper keeps the migration"
+kill -TERM $keeper
+wait_no_keeper
+grep -q "SIGTERM: writing the kept memory" "$IMG/phos-keeper.log" || fail "the keeper did not spill on SIGTERM"
+"$PHOSCTL" show "$IMG" | grep -q "format v1" || fail "the image was not rewritten on SIGTERM"
+say "SIGTERM: kept memory written into the image directory"
+
+# 4. The keeper gone (killed): the restore is refused before a process exists.
+fresh_img
+wait_pid_free
+start_workload --preload
+wait_counter_above 5
+PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
+keeper=$(keepers)
+kill -KILL $keeper
+wait_no_keeper
+restore_refused "no phos-keeper serves migration $(migration_of)" "an image whose keeper is gone"
+say "keeper gone: restore refused"
+
+# 5. A migration that would leave the source running is refused; it runs on.
+fresh_img
+wait_pid_free
+start_workload --preload
+wait_counter_above 5
+token=$(state_token)
+if PHOS_MIGRATE_TO=0 criu_dump --leave-running; then fail "a leave-running migration dump succeeded"; fi
+grep -q "migrate_to=0: criu leaves the process running (--leave-running), but a migration ends it" "$WORK/dump.log" ||
+  fail "the dump log does not say why"
+at=$(state_counter)
+wait_counter_above $((at + 10))
+[ "$(state_token)" = "$token" ] || fail "the source changed"
+"$PHOSCTL" status "$WORKLOAD_PID" | grep -q "gate: open" || fail "the source's gate is not open"
+wait_no_keeper
+say "leave-running migration refused; the source runs on"
+say "PASS"
