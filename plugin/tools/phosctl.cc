@@ -699,6 +699,13 @@ int cmd_migrate(const std::vector<std::string>& args) {
                  ::kill(pid, 0) == 0 ? "; the process runs on where it was" : "");
     return 1;
   }
+  // criu restores the process with its pid: the source's must be free
+  // (without a pid namespace, its parent has to reap it first).
+  const std::string proc = "/proc/" + std::to_string(pid);
+  for (int waited = 0; ::access(proc.c_str(), F_OK) == 0 && waited < 10000; waited += 5) ::usleep(5000);
+  if (::access(proc.c_str(), F_OK) == 0)
+    std::fprintf(stderr, "phosctl: pid %d is still taken 10 s after the dump (its parent has not reaped it); the "
+                 "restore may fail\n", int(pid));
   std::vector<std::string> restore = {criu, "restore", "-D", dir, "--lib", lib, "-d",
                                       "-o", "migrate-restore.log", "-v4", "--pidfile", "migrate-restored.pid"};
   restore.insert(restore.end(), criu_args.begin(), criu_args.end());

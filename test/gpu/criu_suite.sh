@@ -113,6 +113,16 @@
 #                        iteration: the dump lands on a boundary
 #   lazy_restore_criu_killed  the same during an on-demand fill, the process
 #                        already running: phos-keeper ends it
+#   migrate_torch, migrate_torch_copy  torch_train.py moved by `phosctl
+#                        migrate --to 0` while it trains (its memory kept in
+#                        place; copied device to device with
+#                        migrate_copy=always): loss curve bitwise equal, no
+#                        GPU data file in the image
+#   migrate_llama, migrate_llama_copy  a Llama-shaped server (1b) migrated
+#                        between two requests: the same tokens after as before
+#   migrate_fails_mid_copy  the copy to the target fails: the source runs on
+#   migrate_torch_2gpu, migrate_llama_2gpu  (2 GPUs) the same to GPU 1, peer
+#                        to peer
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -1292,6 +1302,125 @@ case_restore_other_gpu() {  # dumped on GPU 0, restored onto GPU 1 (PHOS_GPU_MAP
   pass "dumped on GPU 0 ($before), restored onto GPU 1 ($after) in $RESTORE_S s; $CARRIED"
 }
 
+# ---- migration (issue 18: phosctl migrate, migrate_to) ----------------------
+
+# migrate_into_img PID GPU [ENV=VALUE...]: `phosctl migrate PID --to GPU`
+# into $IMG, its criu logs kept as the case's dump.log and restore.log;
+# MIGRATED: its summary line.
+migrate_into_img() {
+  local pid=$1 gpu=$2
+  shift 2
+  MIGRATED=$(env "$@" "$PHOSCTL" migrate "$pid" --to "$gpu" --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1)
+  local rc=$?
+  cp "$IMG/migrate-dump.log" "$WORK/dump.log" 2>/dev/null || true
+  cp "$IMG/migrate-restore.log" "$WORK/restore.log" 2>/dev/null || true
+  cp "$IMG/phos-keeper.log" "$WORK/keeper.log" 2>/dev/null || true
+  return $rc
+}
+# What a migration's dump log says it did: moved or kept, recopied.
+migration_said() {
+  { grep -o '[0-9]* allocations, [0-9.]* MiB \(moved to GPU [0-9]* in [0-9.]* ms ([0-9.]* GB/s\|kept in place on GPU [0-9]*\)' "$WORK/dump.log" | head -n1
+    grep -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" "$WORK/dump.log" | head -n1
+    grep -o "final pass copied [0-9]* chunks ([0-9]* of them again)" "$WORK/dump.log" | head -n1; } | paste -sd';' - | sed 's/;/; /g'
+}
+
+# migrate_torch_case GPU [ENV=VALUE...]: torch_train.py (150 steps) moved to
+# GPU with `phosctl migrate` after step 40 while it trains; its loss curve
+# bitwise equal to an uninterrupted run's, no GPU data file in the image.
+migrate_torch_case() {
+  local n=150 script=$here/torch_train.py gpu=$1
+  shift
+  setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
+  start_workload --preload "$WORK/run.losses" $n
+  reach 40 120 "before the migration"
+  TOKEN=$(state_token)
+  local before; before=$(gpu_of_pid "$WORKLOAD_PID")
+  migrate_into_img "$WORKLOAD_PID" "$gpu" "$@" || fail "phosctl migrate failed: $MIGRATED; $(phos_error "$WORK/dump.log") $(phos_error "$WORK/restore.log")"
+  ls "$IMG"/phos-*-data-*.img >/dev/null 2>&1 && fail "the migration wrote GPU data files"
+  grep -q "restored with its kept memory; let go" "$WORK/keeper.log" || fail "phos-keeper did not hand the memory over"
+  local pid; pid=$(restored_pid) || fail "no restored process"
+  local after; after=$(gpu_of_pid "$pid")
+  [ "$after" = "$(gpu_uuid "$gpu")" ] || fail "the migrated process runs on '$after', not GPU $gpu ($(gpu_uuid "$gpu"))"
+  reach $((n - 1)) 120 "after the migration"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
+    fail "loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on"
+  pass "loss curve of $n steps bitwise equal to an uninterrupted run's across the migration (GPU $before -> $after); $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said)"
+}
+# To the GPU it runs on: its memory stays in place, nothing is copied.
+case_migrate_torch() { migrate_torch_case 0; }
+# The same memory copied (migrate_copy=always): soft recopy's first pass
+# while it trains, then what it wrote meanwhile, device to device.
+case_migrate_torch_copy() { migrate_torch_case 0 PHOS_MIGRATE_COPY=always PHOS_COW_TRUST=speculated; }
+# (2 GPUs) To the other GPU, peer to peer.
+case_migrate_torch_2gpu() {
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  migrate_torch_case 1 PHOS_COW_TRUST=speculated
+}
+
+# The target GPU fails mid-copy (PHOS_FAULT=fail-migration-copy): the dump
+# fails, the source runs on intact where it was, no keeper is left.
+case_migrate_fails_mid_copy() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024
+  wait_above "$WORK/state" 5 60 || fail "the workload does not count"
+  TOKEN=$(state_token)
+  if migrate_into_img "$WORKLOAD_PID" 0 PHOS_MIGRATE_COPY=always PHOS_COW_TRUST=speculated PHOS_RECOPY=off \
+       PHOS_FAULT=fail-migration-copy; then fail "the migration succeeded although its copy failed"; fi
+  grep -q "the target GPU fails" "$WORK/dump.log" || fail "the dump log does not say the copy failed"
+  grep -q "the process runs on where it was" <<<"$MIGRATED" || fail "phosctl does not say the source runs on: $MIGRATED"
+  alive "$WORKLOAD_PID" || fail "the source is gone"
+  carried_on "$WORK/state" "$TOKEN" 1024
+  sleep 0.5
+  [ -z "$(pgrep -f 'phos-keeper --detach' || true)" ] || fail "a phos-keeper still runs after the failed migration"
+  pass "the copy to the target failed; phosctl: $(grep -o 'the dump failed.*' <<<"$MIGRATED" | head -n1); the source $CARRIED"
+}
+
+# llama_request DIR SEED: one request to llama_server.py; its tokens.
+llama_request() {
+  rm -f "$1/reply"
+  echo "seed=$2 prompt_len=32 new_tokens=24" > "$1/request.tmp" && mv "$1/request.tmp" "$1/request"
+  for _ in $(seq 1200); do [ -s "$1/reply" ] && break; sleep 0.05; done
+  [ -s "$1/reply" ] || fail "no reply from the inference server"
+  sed -n 's/^tokens //p' "$1/reply"
+}
+# An inference server (llama_server.py, 1b shape, seeded random weights)
+# migrated between two requests: the same request answered with the same
+# tokens after the migration as before it (and as a second request before).
+migrate_llama_case() {
+  local gpu=$1
+  shift
+  setup "$here/llama_server.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  local req=$WORK/req
+  mkdir -p "$req"
+  ( setsid env LD_PRELOAD="$LIBPHOS" "$PHOS_WORKLOAD_RUNNER" "$here/llama_server.py" --reqdir "$req" --shape 1b \
+      --seed 7 </dev/null >/dev/null 2>&1 & )
+  for _ in $(seq 2400); do [ -s "$req/ready" ] && break; sleep 0.05; done
+  [ -s "$req/ready" ] || fail "the server did not start: $(tail -n 3 "$req/server.log" 2>/dev/null | tr '\n' ' ')"
+  local pid; pid=$(awk '$1 == "pid" {print $2}' "$req/ready")
+  AT_EXIT="kill -9 $pid 2>/dev/null; $AT_EXIT"
+  local first second after
+  first=$(llama_request "$req" 11)
+  second=$(llama_request "$req" 11)
+  [ "$first" = "$second" ] || fail "the server answers one request two ways before any migration"
+  WORKLOAD_PID=$pid
+  migrate_into_img "$pid" "$gpu" "$@" || fail "phosctl migrate failed: $MIGRATED; $(phos_error "$WORK/dump.log") $(phos_error "$WORK/restore.log")"
+  after=$(llama_request "$req" 11)
+  local by; by=$(sed -n 's/^pid //p' "$req/reply")
+  [ "$after" = "$first" ] || fail "the migrated server answers differently: $after (before: $first)"
+  kill -9 "$by" 2>/dev/null
+  pass "the same 24 tokens after the migration as before (answered by pid $by); $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said)"
+}
+case_migrate_llama() { migrate_llama_case 0; }
+case_migrate_llama_copy() { migrate_llama_case 0 PHOS_MIGRATE_COPY=always PHOS_COW_TRUST=speculated; }
+case_migrate_llama_2gpu() {
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  migrate_llama_case 1 PHOS_COW_TRUST=speculated
+}
+
 # ---- driver ----------------------------------------------------------------
 
 if [ "${1:-}" = --case ]; then
@@ -1309,6 +1438,7 @@ export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
+    migrate_torch* | migrate_llama*) echo 300 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
     cow_random | cow_planted | recopy_random | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
@@ -1320,7 +1450,8 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
-  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB"
+  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
+  migrate_torch migrate_torch_copy migrate_fails_mid_copy migrate_llama migrate_llama_copy migrate_torch_2gpu migrate_llama_2gpu"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then
