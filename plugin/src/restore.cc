@@ -95,7 +95,36 @@ Result<void> Restorer::load() {
       PHOS_WARN("%s: if criu dies during this restore, a process it leaves half-restored stays", k.error().message.c_str());
   }
   if (engine_) filler_ = std::thread([this] { fill_all(); });
+  for (auto& [vpid, l] : images_)
+    if (l.kept && !l.image.manifest.devices.empty()) {
+      kept_placer_ = std::thread([this] { place_kept(); });
+      break;
+    }
   return {};
+}
+
+void Restorer::place_kept() {
+  Result<void> started;
+  if (auto engine = Engine::start(EngineSettings::from(options_)); engine)
+    kept_engine_ = std::move(*engine);
+  else
+    started = engine.error();
+  for (auto& [vpid, l] : images_) {
+    const image::Manifest& m = l.image.manifest;
+    if (!l.kept || m.devices.empty()) continue;
+    if (!started) {
+      l.filled = make_error(l.image.manifest_name + ": " + started.error().message, started.error().code);
+      continue;
+    }
+    GpuMapSpec spec;
+    for (const auto& d : m.devices) spec.push_back({std::to_string(d.ordinal), format_gpu_uuid(m.kept->device_uuid)});
+    auto placement = kept_engine_->place_devices(m, l.image.manifest_name, spec, l.host);
+    if (!placement) {
+      l.filled = placement.error();
+      continue;
+    }
+    l.placement = std::move(*placement);
+  }
 }
 
 Result<void> Restorer::take_kept(pid_t vpid, Loaded& l) {
@@ -120,23 +149,11 @@ Result<void> Restorer::take_kept(pid_t vpid, Loaded& l) {
   }
   l.fds = std::move(link->fds);
   l.kept.emplace(std::move(*link));
-  if (!m.devices.empty()) {
-    if (!engine_) {
-      auto engine = Engine::start(EngineSettings::from(options_));
-      if (!engine) return make_error(name + ": " + engine.error().message, engine.error().code);
-      engine_ = std::move(*engine);
-    }
-    // The memory is on the GPU the dump moved it to: the image's device goes
-    // there, whatever gpu_map says.
-    if (!options_.gpu_map.empty())
-      PHOS_WARN("%s: gpu_map=%s ignored: a migration's memory is on GPU %s", name.c_str(),
-                describe_gpu_map(options_.gpu_map).c_str(), format_gpu_uuid(kept.device_uuid).c_str());
-    GpuMapSpec spec;
-    for (const auto& d : m.devices) spec.push_back({std::to_string(d.ordinal), format_gpu_uuid(kept.device_uuid)});
-    auto placement = engine_->place_devices(m, name, spec, l.host);
-    if (!placement) return placement.error();
-    l.placement = std::move(*placement);
-  }
+  // The memory is on the GPU the dump moved it to: the image's device goes
+  // there, whatever gpu_map says (place_kept, in the background).
+  if (!m.devices.empty() && !options_.gpu_map.empty())
+    PHOS_WARN("%s: gpu_map=%s ignored: a migration's memory is on GPU %s", name.c_str(),
+              describe_gpu_map(options_.gpu_map).c_str(), format_gpu_uuid(kept.device_uuid).c_str());
   uint64_t bytes = 0;
   for (const auto& a : m.allocations) bytes += a.size;
   PHOS_INFO("%s: migration %s: %zu allocations (%.1f MiB) taken from phos-keeper, on GPU %s (%s)%s", name.c_str(),
@@ -149,6 +166,7 @@ Result<void> Restorer::take_kept(pid_t vpid, Loaded& l) {
 
 Restorer::~Restorer() {
   if (filler_.joinable()) filler_.join();
+  if (kept_placer_.joinable()) kept_placer_.join();
   if (keeper_) (void)keeper_->done();
 }
 
@@ -182,6 +200,7 @@ void Restorer::fill_all() {
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   const uint64_t hook_ns = since_init_ns();
   const bool lazy = l.job && l.job->fill;
+  if (l.kept && kept_placer_.joinable()) kept_placer_.join();  // its placement (l.filled says if it failed)
   if (!lazy && l.job) {
     if (filler_.joinable()) filler_.join();  // all images filled (criu calls this hook one process at a time)
     l.job.reset();

@@ -700,10 +700,20 @@ int cmd_migrate(const std::vector<std::string>& args) {
     return 1;
   }
   // criu restores the process with its pid: the source's must be free
-  // (without a pid namespace, its parent has to reap it first).
-  const std::string proc = "/proc/" + std::to_string(pid);
-  for (int waited = 0; ::access(proc.c_str(), F_OK) == 0 && waited < 10000; waited += 5) ::usleep(5000);
-  if (::access(proc.c_str(), F_OK) == 0)
+  // (without a pid namespace, its parent has to reap it first). How long
+  // it took to exit, and to be reaped, goes in the summary.
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  int exit_ms = -1, free_ms = 0;
+  for (; free_ms < 10000; free_ms += 2) {
+    auto stat = phos::image::read_small_file(AT_FDCWD, stat_path, 4096);
+    if (!stat) break;
+    std::string text(reinterpret_cast<const char*>(stat->data()), stat->size());
+    auto paren = text.rfind(')');
+    if (exit_ms < 0 && paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') exit_ms = free_ms;
+    ::usleep(2000);
+  }
+  if (exit_ms < 0) exit_ms = free_ms;
+  if (free_ms >= 10000)
     std::fprintf(stderr, "phosctl: pid %d is still taken 10 s after the dump (its parent has not reaped it); the "
                  "restore may fail\n", int(pid));
   std::vector<std::string> restore = {criu, "restore", "-D", dir, "--lib", lib, "-d",
@@ -737,9 +747,11 @@ int cmd_migrate(const std::vector<std::string>& args) {
     restored.assign(reinterpret_cast<const char*>(text->data()), text->size());
     while (!restored.empty() && (restored.back() == '\n' || restored.back() == ' ')) restored.pop_back();
   }
-  std::printf("migrated process %d to GPU %s: now process %s; dump %.1f ms, restore %.1f ms; %s %s; "
+  std::printf("migrated process %d to GPU %s: now process %s; dump %.1f ms, the source's pid free after %d ms "
+              "(exited after %d ms), restore %.1f ms; %s %s; "
               "downtime (its gate closed on the source -> restored and running) %.1f ms\n",
-              int(pid), gpu.c_str(), restored.c_str(), double(t1 - t0) / 1e6, double(t2 - t1) / 1e6,
+              int(pid), gpu.c_str(), restored.c_str(), double(t1 - t0) / 1e6, free_ms, exit_ms,
+              double(t2 - t1) / 1e6 - free_ms,
               bytes_text(moved).c_str(), in_place ? "kept in place" : "moved GPU to GPU",
               gate_closed && t2 > gate_closed ? double(t2 - gate_closed) / 1e6 : 0.0);
   return 0;
