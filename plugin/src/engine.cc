@@ -530,6 +530,24 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   job->chunks.resize(allocs.size());
   job->manifest = &m;
   job->engine = this;
+  if (sink) {
+    job->migration.emplace();
+    job->migration->sink = *sink;
+    auto target = describe(sink->device);
+    if (!target) return target.error();
+    uint64_t bytes = 0;
+    for (const auto& a : allocs) bytes += a.size;
+    m.kept = image::KeptMemory{"", target->uuid, target->name, sink->in_place, bytes};
+  }
+  if (sink && sink->in_place) {
+    // The process's own memory is what is kept: nothing to copy, nothing to
+    // map into criu (for 465 allocations that was 0.15 s of the downtime).
+    for (const auto& fd : fds) {
+      job->migration->fds.emplace_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+      if (!job->migration->fds.back().valid()) return errno_error("duplicate an allocation's fd");
+    }
+    return job;
+  }
   if (allocs.empty()) return job;
   for (size_t i = 0; i < allocs.size(); i++) {
     const agent::Allocation& a = allocs[i];
@@ -554,22 +572,6 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
     }
   }
   if (sink) {
-    job->migration.emplace();
-    job->migration->sink = *sink;
-    auto target = describe(sink->device);
-    if (!target) return target.error();
-    uint64_t bytes = 0;
-    for (const auto& a : allocs) bytes += a.size;
-    m.kept = image::KeptMemory{"", target->uuid, target->name, sink->in_place, bytes};
-    if (sink->in_place) {
-      // The process's own memory is what is kept: nothing to copy.
-      for (const auto& fd : fds) {
-        job->migration->fds.emplace_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
-        if (!job->migration->fds.back().valid()) return errno_error("duplicate an allocation's fd");
-      }
-      job->pieces.clear();
-      return job;
-    }
     PHOS_TRY(create_migration_target(*job));
     // Device-to-device copies need no CPU work between them: a few streams
     // keep the copy engines busy.
