@@ -339,7 +339,7 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
   PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(device)), "engine worker: use device context");
   // Page-aligned, as O_DIRECT writes from it need; the GPU checksum of the
   // chunk in it lands in the tail (ChunkCrcTail), which the device writes.
-  if (!slot.buffer) {
+  if (!slot.buffer && buffer_size) {  // none for device-to-device copies (a migration's)
     const size_t size = buffer_size + sizeof(ChunkCrcTail);
     // Huge pages: on the H200 host, 32 GiB went device to image at 47.1-48.1
     // GB/s with them, 45.4-45.6 with cuMemHostAlloc's pages (image to device
@@ -641,7 +641,7 @@ std::vector<UniqueFd> Engine::take_kept(SaveJob& job) {
   return std::move(job.migration->fds);
 }
 
-size_t Engine::staging_size(const SaveJob& job) const { return job.migration ? 4096 : settings_.chunk_size; }
+size_t Engine::staging_size(const SaveJob& job) const { return job.migration ? 0 : settings_.chunk_size; }
 
 Engine::PieceWork Engine::migrate_work(SaveJob& job) {
   PieceWork work;
@@ -972,12 +972,15 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
     if (mig.sink.in_place)
       PHOS_INFO("process %d: %zu allocations, %.1f MiB kept in place on GPU %d for the restore (migration, no copy)",
                 job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device);
+    else if (job.window)  // soft recopy: most of it moved while the process ran
+      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to GPU %d (%llu chunk copies in all, %u workers; the "
+                "final pass %.1f ms)",
+                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device,
+                (unsigned long long)job.chunk_copies.load(), s.workers, double(elapsed_ns) / 1e6);
     else
-      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to GPU %d in %.1f ms (%.2f GB/s, %u workers; %llu chunk "
-                "copies)",
-                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device, double(elapsed_ns) / 1e6,
-                double(s.raw_bytes) / double(elapsed_ns ? elapsed_ns : 1), s.workers,
-                (unsigned long long)job.chunk_copies.load());
+      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to GPU %d in %.1f ms (%.2f GB/s, %u workers)", job.vpid,
+                job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device, double(elapsed_ns) / 1e6,
+                double(s.raw_bytes) / double(elapsed_ns ? elapsed_ns : 1), s.workers);
     return {};
   }
   PHOS_INFO("process %d: %zu allocations, %.1f MiB copied to the image in %.1f ms (%.2f GB/s, %u workers, %s), "

@@ -20,6 +20,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -705,9 +706,11 @@ int cmd_migrate(const std::vector<std::string>& args) {
   const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
   int exit_ms = -1, free_ms = 0;
   for (; free_ms < 10000; free_ms += 2) {
-    auto stat = phos::image::read_small_file(AT_FDCWD, stat_path, 4096);
-    if (!stat) break;
-    std::string text(reinterpret_cast<const char*>(stat->data()), stat->size());
+    // /proc files have no size: read as a stream. State Z: every thread
+    // has exited (its leader at least), the pid is held until it is reaped.
+    std::ifstream stat(stat_path);
+    std::string text;
+    if (!stat || !std::getline(stat, text)) break;
     auto paren = text.rfind(')');
     if (exit_ms < 0 && paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') exit_ms = free_ms;
     ::usleep(2000);
@@ -748,7 +751,7 @@ int cmd_migrate(const std::vector<std::string>& args) {
     while (!restored.empty() && (restored.back() == '\n' || restored.back() == ' ')) restored.pop_back();
   }
   std::printf("migrated process %d to GPU %s: now process %s; dump %.1f ms, the source's pid free after %d ms "
-              "(exited after %d ms), restore %.1f ms; %s %s; "
+              "(a zombie from %d ms), restore %.1f ms; %s %s; "
               "downtime (its gate closed on the source -> restored and running) %.1f ms\n",
               int(pid), gpu.c_str(), restored.c_str(), double(t1 - t0) / 1e6, free_ms, exit_ms,
               double(t2 - t1) / 1e6 - free_ms,

@@ -17,7 +17,9 @@
 # Per dump: the downtime, from the gate closing for good on the source (the
 # manifest's gate_closed_unix_ns) to the end of the first step the program
 # finished after it (its STATE.steps, so the step in flight and its first
-# kernels on the target are inside it); criu's dump and restore times; what
+# kernels on the target are inside it); criu's dump and restore times (the
+# restore's from the moment the source's pid is free: without a pid
+# namespace the restored process needs it, in every mode); what
 # recopy's first pass copied and what it copied again. --reps dumps per
 # mode, after one unmeasured warm-up migration per job.
 # One CSV row per dump (--csv); a table (medians) to stdout, with each
@@ -100,8 +102,10 @@ for job in ${jobs//,/ }; do
         echo "[$job $mode] $out"
         cp "$IMG/migrate-dump.log" "${OUT:-/tmp}/bench_migrate.$kind.$mode.dump.log" 2>/dev/null || true
         cp "$IMG/migrate-restore.log" "${OUT:-/tmp}/bench_migrate.$kind.$mode.restore.log" 2>/dev/null || true
-        t1=$(awk '{for (i = 1; i <= NF; i++) if ($i == "dump") {gsub(/[^0-9.]/, "", $(i + 1)); print $(i + 1) / 1000; exit}}' <<<"$out")
-        t1=$(awk -v a="$t0" -v d="$t1" 'BEGIN {printf "%.6f", a + d}') t2=$t1
+        # phosctl's own figures: the dump, then the wait for the source's
+        # pid (the restore starts after it, as the stopped path's does).
+        t1=$(awk -v a="$t0" '{for (i = 1; i <= NF; i++) if ($i == "dump") {d = $(i + 1) + 0; printf "%.6f", a + d / 1000; exit}}' <<<"$out")
+        t2=$(awk -v a="$t1" '{for (i = 1; i <= NF; i++) if ($i == "after" && $(i - 1) == "free") {printf "%.6f", a + ($(i + 1) + 0) / 1000; exit}}' <<<"$out")
         ;;
     esac
     stats=$(image_stats gate_closed_unix_ns recopy_first_pass_bytes recopied_bytes raw_bytes) || fail "$job: phosctl show"

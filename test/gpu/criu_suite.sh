@@ -1319,7 +1319,7 @@ migrate_into_img() {
 }
 # What a migration's dump log says it did: moved or kept, recopied.
 migration_said() {
-  { grep -o '[0-9]* allocations, [0-9.]* MiB \(moved to GPU [0-9]* in [0-9.]* ms ([0-9.]* GB/s\|kept in place on GPU [0-9]*\)' "$WORK/dump.log" | head -n1
+  { grep -o '[0-9]* allocations, [0-9.]* MiB \(moved to GPU [0-9]* [^)]*)\|kept in place on GPU [0-9]*\)' "$WORK/dump.log" | head -n1
     grep -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" "$WORK/dump.log" | head -n1
     grep -o "final pass copied [0-9]* chunks ([0-9]* of them again)" "$WORK/dump.log" | head -n1; } | paste -sd';' - | sed 's/;/; /g'
 }
