@@ -16,6 +16,14 @@ wait_no_keeper() {
 }
 migration_of() { "$PHOSCTL" show --json "$IMG" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"][0]["kept"]["migration"])'; }
 fresh_img() { rm -rf "$IMG"; mkdir -p "$IMG"; }
+# A fresh image directory and a fresh counting workload with libphos.
+fresh_workload() {
+  fresh_img
+  wait_pid_free
+  start_workload --preload
+  wait_counter_above 5
+  token=$(state_token)
+}
 
 # 1. phosctl migrate: dump and restore, the keeper in between.
 wait_no_keeper
@@ -54,10 +62,7 @@ for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
 
 # 2. No restore comes: after migrate_keep_s the keeper writes what it keeps
 # into the image directory, which then restores without it.
-fresh_img
-start_workload --preload
-wait_counter_above 5
-token=$(state_token)
+fresh_workload
 PHOS_MIGRATE_TO=0 PHOS_MIGRATE_KEEP_S=1 criu_dump || fail "migration dump failed"
 for _ in $(seq 100); do grep -q "written into the image directory" "$IMG/phos-keeper.log" 2>/dev/null && break; sleep 0.05; done
 grep -q "no restore took it in migrate_keep_s" "$IMG/phos-keeper.log" || fail "the keeper did not time out"
@@ -75,9 +80,7 @@ kill -9 "$pid"
 for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
 
 # 3. SIGTERM to the keeper: the same.
-fresh_img
-start_workload --preload
-wait_counter_above 5
+fresh_workload
 PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
 keeper=$(keepers)
 [ -n "$keeper" ] || fail "no keeper keeps the migration"
@@ -88,10 +91,7 @@ grep -q "SIGTERM: writing the kept memory" "$IMG/phos-keeper.log" || fail "the k
 say "SIGTERM: kept memory written into the image directory"
 
 # 4. The keeper gone (killed): the restore is refused before a process exists.
-fresh_img
-wait_pid_free
-start_workload --preload
-wait_counter_above 5
+fresh_workload
 PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
 keeper=$(keepers)
 kill -KILL $keeper
@@ -100,11 +100,7 @@ restore_refused "no phos-keeper serves migration $(migration_of)" "an image whos
 say "keeper gone: restore refused"
 
 # 5. A migration that would leave the source running is refused; it runs on.
-fresh_img
-wait_pid_free
-start_workload --preload
-wait_counter_above 5
-token=$(state_token)
+fresh_workload
 if PHOS_MIGRATE_TO=0 criu_dump --leave-running; then fail "a leave-running migration dump succeeded"; fi
 grep -q "migrate_to=0: criu leaves the process running (--leave-running), but a migration ends it" "$WORK/dump.log" ||
   fail "the dump log does not say why"

@@ -63,6 +63,21 @@ criu_log_at() {
        END {if (found) printf "%.6f", t}' "$1" 2>/dev/null
 }
 
+# image_stats NAME...: the statistics of the image in $IMG (phosctl show
+# --json), the named ones in order, comma-separated: bytes as MiB (names
+# ending in _bytes), times as ms (_ns), gate_closed_unix_ns as unix seconds.
+image_stats() {
+  "$PHOSCTL" show --json "$IMG" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["images"][0]["statistics"]
+out = []
+for name in sys.argv[1:]:
+    v = s.get(name, 0)
+    out.append("%.6f" % (v / 1e9) if name == "gate_closed_unix_ns" else "%.0f" % (v / 2**20) if name.endswith("_bytes")
+               else "%.0f" % (v / 1e6) if name.endswith("_ns") else str(v))
+print(",".join(out))' "$@"
+}
+
 # proc_alive PID: the process exists and is not a zombie (a killed process
 # whose reaper, init or a subreaper, has not waited for it yet holds no
 # memory any more).

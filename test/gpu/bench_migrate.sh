@@ -48,19 +48,6 @@ source "$here/../e2e/lib.sh"
 TEST_NAME=bench_migrate
 now() { date +%s.%N; }
 dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
-# The image's statistics (phosctl show --json), comma-separated: bytes as
-# MiB (_bytes), times as ms (_ns), gate_closed_unix_ns as seconds.
-image_stats() {
-  "$PHOSCTL" show --json "$IMG" | python3 -c '
-import json, sys
-s = json.load(sys.stdin)["images"][0]["statistics"]
-out = []
-for name in sys.argv[1:]:
-    v = s.get(name, 0)
-    out.append("%.6f" % (v / 1e9) if name == "gate_closed_unix_ns" else "%.0f" % (v / 2**20) if name.endswith("_bytes")
-               else "%.0f" % (v / 1e6) if name.endswith("_ns") else str(v))
-print(",".join(out))' "$@"
-}
 # first_step_after T STEPS: the end (unix s) of the first step that ended after T.
 first_step_after() { awk -v t="$1" '$2 > t {print $2; exit}' "$2"; }
 wait_steps_after() {  # wait_steps_after T: the restored program finishes a step after T

@@ -69,18 +69,6 @@ now() { date +%s.%N; }
 dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 add() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.6f", a + b}'; }
 ms_between() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f", (b - a) * 1000}'; }
-# The image's statistics (phosctl show --json), the named ones in order,
-# comma-separated: bytes as MiB (names ending in _bytes), times as ms (_ns).
-image_stats() {
-  "$PHOSCTL" show --json "$IMG" | python3 -c '
-import json, sys
-s = json.load(sys.stdin)["images"][0]["statistics"]
-out = []
-for name in sys.argv[1:]:
-    v = s.get(name, 0)
-    out.append("%.0f" % (v / 2**20) if name.endswith("_bytes") else "%.0f" % (v / 1e6) if name.endswith("_ns") else str(v))
-print(",".join(out))' "$@"
-}
 
 # --traffic: PhOS §5's traffic control, off against on, for recopy and
 # copy-on-write: its own loop, CSV and table.
