@@ -6,7 +6,8 @@
 # the restore, then exits; a keeper that no restore comes to writes what it
 # keeps into the image directory (migrate_keep_s, SIGTERM); a restore whose
 # keeper is gone is refused before a process exists; a dump that would leave
-# the source running is refused and the source runs on.
+# the source running is refused and the source runs on; a restore killed
+# after it took the memory leaves it kept for the next.
 source "$(dirname "$0")/lib.sh"
 
 keepers() { pgrep -f "phos-keeper --detach" || true; }
@@ -99,7 +100,38 @@ wait_no_keeper
 restore_refused "no phos-keeper serves migration $(migration_of)" "an image whose keeper is gone"
 say "keeper gone: restore refused"
 
-# 5. A migration that would leave the source running is refused; it runs on.
+# 5. criu killed during the restore, after it took the kept memory (held at
+# RESUME_DEVICES_LATE): the keeper that watched the restore ends the
+# half-restored process, the migration's keeper keeps the memory, and the
+# next restore takes it.
+fresh_workload
+PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
+mkdir -p "$WORK/as_dumped" && cp -p "$WORK"/state* "$WORK/as_dumped/" 2>/dev/null || true
+wait_pid_free
+PHOS_FAULT=stall-before-resume criu_restore &
+criu_job=$!
+for _ in $(seq 300); do grep -q "fault injection (PHOS_FAULT)" "$WORK/restore.log" 2>/dev/null && break; sleep 0.05; done
+grep -q "taken from phos-keeper" "$WORK/restore.log" || fail "the restore did not take the kept memory"
+criu_pid=$(pgrep -f "^$CRIU restore -D $IMG" | head -n1)
+[ -n "$criu_pid" ] || fail "criu not found"
+kill -9 "$criu_pid"
+wait "$criu_job" 2>/dev/null || true
+for _ in $(seq 200); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
+[ -z "$(workload_pids)" ] || fail "the half-restored process runs on"
+[ -n "$(keepers)" ] || fail "the migration's keeper is gone with the killed restore"
+grep -q "restored with its kept memory" "$IMG/phos-keeper.log" && fail "the keeper let go of memory no process has"
+cp -p "$WORK"/as_dumped/* "$WORK/" 2>/dev/null || true
+criu_restore || fail "the next restore failed: $(grep -v rlimit "$WORK/restore.log" | grep -m1 Error)"
+pid=$(restored_pid) || fail "no process after the next restore"
+gate_opens "$pid" || fail "gate not open after the next restore"
+[ "$(state_token)" = "$token" ] || fail "the restored process is another one"
+grep -q "process 1 restored with its kept memory; let go" "$IMG/phos-keeper.log" || fail "the keeper did not hear Taken"
+wait_no_keeper
+say "restore killed mid-way: the memory stayed kept; the next restore took it"
+kill -9 "$pid"
+for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
+
+# 6. A migration that would leave the source running is refused; it runs on.
 fresh_workload
 if PHOS_MIGRATE_TO=0 criu_dump --leave-running; then fail "a leave-running migration dump succeeded"; fi
 grep -q "migrate_to=0: criu leaves the process running (--leave-running), but a migration ends it" "$WORK/dump.log" ||
