@@ -121,6 +121,11 @@
 #   migrate_llama, migrate_llama_copy  a Llama-shaped server (1b) migrated
 #                        between two requests: the same tokens after as before
 #   migrate_fails_mid_copy  the copy to the target fails: the source runs on
+#   migrate_spilled, migrate_spilled_copy  no restore comes: phos-keeper
+#                        writes the kept memory into the image directory
+#                        after migrate_keep_s; it restores from the files
+#   migrate_restore_killed  criu killed mid-restore after it took the kept
+#                        memory: kept on, the next restore maps it, intact
 #   migrate_torch_2gpu, migrate_llama_2gpu  (2 GPUs) the same to GPU 1, peer
 #                        to peer
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
@@ -1379,6 +1384,71 @@ case_migrate_fails_mid_copy() {
   pass "the copy to the target failed; phosctl: $(grep -o 'the dump failed.*' <<<"$MIGRATED" | head -n1); the source $CARRIED"
 }
 
+# No restore comes (migrate_keep_s=2): phos-keeper writes the kept device
+# memory of gpu_counter (4 GiB, in place or copied) into the image
+# directory; the image then restores like any other, every byte verified,
+# and the GPU's memory is back to where it was before the restore.
+migrate_spilled_case() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 4096
+  wait_above "$WORK/state" 5 60 || fail "the workload does not count"
+  TOKEN=$(state_token)
+  ( export PHOS_MIGRATE_TO=0 PHOS_MIGRATE_KEEP_S=2 PHOS_COW_TRUST=speculated "$@"; criu_dump ) ||
+    fail "the migration's dump failed: $(phos_error "$WORK/dump.log")"
+  local kept_mib; kept_mib=$(gpu_used_mib)
+  for _ in $(seq 400); do
+    grep -q "written into the image directory\|could not be written" "$IMG/phos-keeper.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  cp "$IMG/phos-keeper.log" "$WORK/keeper.log" 2>/dev/null || true
+  grep -q "kept GPU memory written into the image directory" "$IMG/phos-keeper.log" ||
+    fail "phos-keeper did not write the kept memory: $(tail -n 3 "$IMG/phos-keeper.log" 2>/dev/null)"
+  for _ in $(seq 100); do [ -z "$(pgrep -f 'phos-keeper --detach' || true)" ] && break; sleep 0.05; done
+  local freed; freed=$(gpu_used_mib)
+  "$PHOSCTL" verify "$IMG" > "$WORK/verify.log" 2>&1 || fail "phosctl verify of the spilled image: $(tail -n 2 "$WORK/verify.log")"
+  "$PHOSCTL" show --json "$IMG" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["images"][0]
+assert m["complete"] and "kept" not in m and m["size"]["logical_bytes"] >= 4 << 30, m["size"]' ||
+    fail "the spilled image is not an ordinary, complete one"
+  wait_pid_free
+  criu_restore || fail "restore of the spilled image failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  grep -q "taken from phos-keeper" "$WORK/restore.log" && fail "the restore asked a keeper"
+  carried_on "$WORK/state" "$TOKEN" 4096
+  pass "kept ${kept_mib} MiB used on the GPU; after migrate_keep_s the keeper wrote it into the image (phosctl verify: $(sed -n 's/.*: ok, //p' "$WORK/verify.log" | head -n1)) and let go (${freed} MiB used); restored from the files: $CARRIED"
+}
+case_migrate_spilled() { migrate_spilled_case; }
+case_migrate_spilled_copy() { migrate_spilled_case PHOS_MIGRATE_COPY=always; }
+
+# criu killed during a migration's restore, after it took the kept memory
+# (held before RESUME_DEVICES_LATE): the half-restored process is ended, the
+# memory stays with the migration's keeper, and the next restore maps it:
+# every byte of gpu_counter's 4 GiB verified.
+case_migrate_restore_killed() {
+  setup "$bin/gpu_counter"
+  start_workload --preload 4096
+  wait_above "$WORK/state" 5 60 || fail "the workload does not count"
+  TOKEN=$(state_token)
+  PHOS_MIGRATE_TO=0 PHOS_MIGRATE_COPY=always PHOS_COW_TRUST=speculated criu_dump ||
+    fail "the migration's dump failed: $(phos_error "$WORK/dump.log")"
+  gone "$WORKLOAD_PID"; wait_pid_free
+  PHOS_FAULT=stall-before-resume criu_restore &
+  for _ in $(seq 600); do grep -q "fault injection (PHOS_FAULT)" "$WORK/restore.log" 2>/dev/null && break; sleep 0.05; done
+  grep -q "taken from phos-keeper" "$WORK/restore.log" || fail "the restore did not take the kept memory"
+  pkill -9 -f "$CRIU restore -D $IMG" || fail "no criu to kill"
+  wait || true
+  for _ in $(seq 200); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
+  [ -z "$(workload_pids)" ] || fail "the half-restored process runs on"
+  [ -n "$(pgrep -f 'phos-keeper --detach' || true)" ] || fail "the migration's keeper is gone"
+  criu_restore || fail "the next restore failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  cp "$IMG/phos-keeper.log" "$WORK/keeper.log" 2>/dev/null || true
+  grep -q "restored with its kept memory; let go" "$IMG/phos-keeper.log" || fail "the keeper did not hand the memory over"
+  carried_on "$WORK/state" "$TOKEN" 4096
+  pass "criu killed mid-restore; the kept memory stayed with phos-keeper; the next restore took it: $CARRIED"
+}
+
 # llama_request DIR SEED: one request to llama_server.py; its tokens.
 llama_request() {
   rm -f "$1/reply"
@@ -1451,7 +1521,8 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
-  migrate_torch migrate_torch_copy migrate_fails_mid_copy migrate_llama migrate_llama_copy migrate_torch_2gpu migrate_llama_2gpu"
+  migrate_torch migrate_torch_copy migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
+  migrate_torch_2gpu migrate_llama_2gpu"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then
