@@ -1,4 +1,4 @@
-#include "kept_memory.h"
+#include "phos/plugin/kept_memory.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -42,7 +42,7 @@
 
 #include "engine.h"
 #include "keeper_link.h"
-#include "kept_memory.h"
+#include "phos/plugin/kept_memory.h"
 #include "phos/images/image_dir.h"
 #include "phos/plugin/options.h"
 #include "phos/support/result.h"

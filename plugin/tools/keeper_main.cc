@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "give_back.h"
-#include "kept_memory.h"
+#include "phos/plugin/kept_memory.h"
 #include "log.h"
 #include "phos/images/keeper_protocol.h"
 #include "phos/plugin/proc.h"
