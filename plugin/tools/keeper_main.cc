@@ -106,11 +106,11 @@ void apply(KeeperState&, const keeper::Kept&, std::vector<UniqueFd>&) {}
 void apply(KeeperState&, const keeper::Taken&, std::vector<UniqueFd>&) {}
 
 // After the dump: the migrations' memory served until taken, where the
-// dump committed it and its process is gone (one that lives on, given back,
-// runs with its own memory: a restore of it must not run beside it).
-void keep_migrations(KeeperState& k) {
-  std::erase_if(k.kept, [](const KeptProcess& p) {
-    if (!p.committed || !process_alive(p.pid)) return false;
+// dump committed it and its process did not live on (one given back runs
+// with its own memory: a restore of it must not run beside it).
+void keep_migrations(KeeperState& k, const std::set<pid_t>& lived_on) {
+  std::erase_if(k.kept, [&](const KeptProcess& p) {
+    if (!p.committed || !lived_on.count(p.pid)) return false;
     PHOS_WARN("process %d lives on after its migration's dump; its kept memory is let go", p.pid);
     return true;
   });
@@ -199,13 +199,18 @@ void end_half_restored(const KeeperState& k) {
   }
 }
 
-void recover(KeeperState& k, int agent_timeout_ms) {
+// Returns the processes that live on (given back, or trying to be).
+std::set<pid_t> recover(KeeperState& k, int agent_timeout_ms) {
+  std::set<pid_t> lived_on;
   PHOS_WARN("criu went away without Done; giving what the dump took back to those of %zu process(es) that live on",
             k.order.size());
   for (auto it = k.order.rbegin(); it != k.order.rend(); ++it) {
     pid_t pid = *it;
     Held& h = k.processes[pid];
-    if (h.taken == 0) continue;
+    if (h.taken == 0) {  // given back by the plugin already
+      if (process_alive(pid)) lived_on.insert(pid);
+      continue;
+    }
     if (!process_alive(pid)) {
       PHOS_INFO("process %d is gone; nothing to give back", pid);
       continue;
@@ -215,12 +220,14 @@ void recover(KeeperState& k, int agent_timeout_ms) {
       PHOS_INFO("process %d ended with criu; nothing to give back", pid);
       continue;
     }
+    lived_on.insert(pid);
     auto r = give_back_gpu_state(pid, h.taken, h.allocations, h.fds, agent_timeout_ms, /*tolerant=*/true);
     if (r)
       PHOS_INFO("process %d: given back what the dump took (steps 0x%x); it runs on", pid, h.taken);
     else
       PHOS_ERR("process %d: could not give back everything: %s", pid, r.error().message.c_str());
   }
+  return lived_on;
 }
 
 }  // namespace
@@ -264,15 +271,20 @@ int main(int argc, char** argv) {
     std::visit([&](const auto& m) { apply(k, m, received->fds); }, received->message);
     if (std::holds_alternative<keeper::Done>(received->message)) {
       if (k.kept.empty()) return 0;
+      // Done: the plugin gave back (or found gone) every process itself.
+      std::set<pid_t> alive;
+      for (const auto& p : k.kept)
+        if (process_alive(p.pid)) alive.insert(p.pid);
       log_to_image_dir();
-      keep_migrations(k);
+      keep_migrations(k, alive);
       return 0;
     }
   }
   log_to_image_dir();
   bool restore = !k.restoring.empty() || !k.forked.empty();
   if (restore) end_half_restored(k);
-  if (!k.order.empty() || !restore) recover(k, agent_timeout_ms);
-  keep_migrations(k);
+  std::set<pid_t> lived_on;
+  if (!k.order.empty() || !restore) lived_on = recover(k, agent_timeout_ms);
+  keep_migrations(k, lived_on);
   return 0;
 }
