@@ -27,6 +27,9 @@
 # usage: bench_migrate.sh [--jobs KIND:GIB,...] [--to GPU] [--reps N] [--csv FILE]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# Under a subreaper that reaps at once (subreaper.py says why): PID 1 of the
+# test hosts takes 1.5-2 s, which every restore here would wait for.
+[ -n "${PHOS_SUBREAPER:-}" ] || PHOS_SUBREAPER=1 exec python3 "$here/subreaper.py" bash "$0" "$@"
 jobs=infer:16,train:8 to=0 reps=2 csv=${OUT:-/tmp}/bench_migrate.csv
 usage="usage: bench_migrate.sh [--jobs KIND:GIB,...] [--to GPU] [--reps N] [--csv FILE]"
 while [ $# -gt 0 ]; do

@@ -1499,6 +1499,8 @@ if [ "${1:-}" = --case ]; then
   exit 1  # a case ends in pass, skip or fail
 fi
 
+# Under a subreaper that reaps at once (subreaper.py says why).
+[ -n "${PHOS_SUBREAPER:-}" ] || PHOS_SUBREAPER=1 exec python3 "$here/subreaper.py" bash "$0" "$@"
 source "$here/run-on-host.sh"
 bin=$PHOS_BUNDLE/gpu
 mkdir -p "$log"

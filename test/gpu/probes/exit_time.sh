@@ -57,4 +57,25 @@ for _ in $(seq 600); do [ -s "$w/cpu.ready" ] && break; sleep 0.05; done
 t0=$(date +%s%N); kill -9 "$pid"
 echo "exit-time: a CPU process of $r MiB resident, killed: $(gone_after "$pid" "$t0")"
 wait "$pid" 2>/dev/null
+# The same size, orphaned as the GPU workloads are (setsid in a subshell
+# that exits: its parent is then init, or the nearest subreaper), to tell
+# the reaper's delay from the process's own teardown; and what PID 1 is.
+( setsid python3 -c "
+import sys, time
+b = bytearray(int(sys.argv[1]) << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+open(sys.argv[2], 'w').write('ready')
+time.sleep(600)" "$r" "$w/orphan.ready" </dev/null >/dev/null 2>&1 & )
+for _ in $(seq 600); do [ -s "$w/orphan.ready" ] && break; sleep 0.05; done
+pid=$(pgrep -f "orphan.ready" | head -n1)
+echo "exit-time: the orphan's parent: $(ps -o ppid= -p "$pid" | tr -d ' ') ($(ps -o comm= -p "$(ps -o ppid= -p "$pid")"))"
+t0=$(date +%s%N); kill -9 "$pid"
+echo "exit-time: an orphaned CPU process of $r MiB resident, killed: $(gone_after "$pid" "$t0")"
+# A GPU workload killed: its threads while the pid is held.
+pid=$(start_loop "LD_PRELOAD=$PHOS_BUILD/cuda_hooks/libphos.so")
+t0=$(date +%s%N); kill -9 "$pid"
+sleep 0.2
+echo "exit-time: 200 ms after the kill of a GPU process: state $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null), $(ls "/proc/$pid/task" 2>/dev/null | wc -l) task(s): $(for t in /proc/$pid/task/*; do echo "$(cat "$t/comm" 2>/dev/null)=$(awk '{print $3}' "$t/stat" 2>/dev/null)"; done | tr '\n' ' ')"
+echo "exit-time: $(gone_after "$pid" "$t0")"
+echo "exit-time: PID 1 is $(cat /proc/1/comm) ($(tr '\0' ' ' < /proc/1/cmdline | cut -c1-80))"
 rm -rf "$w"
