@@ -118,6 +118,7 @@
 #                        place; copied device to device with
 #                        migrate_copy=always): loss curve bitwise equal, no
 #                        GPU data file in the image
+#   migrate_torch_ddp_one_rank  the same for a DDP job of one rank (NCCL)
 #   migrate_llama, migrate_llama_copy  a Llama-shaped server (1b) migrated
 #                        between two requests: the same tokens after as before
 #   migrate_fails_mid_copy  the copy to the target fails: the source runs on
@@ -1360,6 +1361,9 @@ case_migrate_torch() { migrate_torch_case 0; }
 # The same memory copied (migrate_copy=always): soft recopy's first pass
 # while it trains, then what it wrote meanwhile, device to device.
 case_migrate_torch_copy() { migrate_torch_case 0 PHOS_MIGRATE_COPY=always PHOS_COW_TRUST=speculated; }
+# A DDP job of one rank (an NCCL communicator, its all-reduce every step):
+# released at the migration's quiesce, made again on the target.
+case_migrate_torch_ddp_one_rank() { PHOS_TEST_DDP=1 migrate_torch_case 0; }
 # (2 GPUs) To the other GPU, peer to peer.
 case_migrate_torch_2gpu() {
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
@@ -1523,7 +1527,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
-  migrate_torch migrate_torch_copy migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
+  migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu"
 passed=0 failed=0
 for c in ${*:-$all}; do
