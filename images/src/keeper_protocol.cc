@@ -139,6 +139,8 @@ std::vector<std::byte> encode(const Taken& t) {
   Phos__Keeper__Taken taken = PHOS__KEEPER__TAKEN__INIT;
   taken.vpid = t.vpid;
   taken.restored = t.restored;
+  taken.has_spoilt = t.spoilt;
+  taken.spoilt = t.spoilt;
   Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
   m.kind_case = PHOS__KEEPER__MESSAGE__KIND_TAKEN;
   m.taken = &taken;
@@ -169,7 +171,7 @@ Result<Message> decode(const Phos__Keeper__Message& m) {
       return Message(Kept{from_pb_list(m.kept->allocations, m.kept->n_allocations), bool(m.kept->last),
                           m.kept->error ? m.kept->error : ""});
     case PHOS__KEEPER__MESSAGE__KIND_TAKEN:
-      return Message(Taken{m.taken->vpid, bool(m.taken->restored)});
+      return Message(Taken{m.taken->vpid, bool(m.taken->restored), bool(m.taken->spoilt)});
     default:
       break;
   }

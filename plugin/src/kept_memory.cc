@@ -21,11 +21,20 @@
 namespace phos::plugin {
 namespace {
 
-constexpr int kPollSliceMs = 500;
+constexpr int kPollSliceMs = 200;
 constexpr int kFrameTimeoutMs = 10000;
+// On SIGTERM, how long a restore that holds some of the memory is waited
+// for before the rest is written out.
+constexpr uint64_t kTerminateGraceNs = 30'000'000'000ull;
 
-std::atomic<bool> g_terminate{false};
-void on_terminate(int) { g_terminate = true; }
+// SIGTERM or SIGINT pending. phos-keeper blocks both once it keeps a
+// migration's memory (block_termination), so neither interrupts it, and
+// this sees them.
+bool termination_pending() {
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return false;
+  return sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1;
+}
 
 // Root or our own user, on either end: the memory of a migration is not
 // handed to, nor taken from, anyone else.
@@ -44,12 +53,6 @@ bool peer_allowed(int conn) {
   return false;
 }
 
-KeptProcess* find_kept(std::vector<KeptProcess>& kept, const std::string& migration, int32_t vpid) {
-  for (auto& p : kept)
-    if (p.migration == migration && p.vpid == vpid) return &p;
-  return nullptr;
-}
-
 Result<void> send_kept(int conn, const KeptProcess& p) {
   size_t at = 0;
   do {
@@ -64,57 +67,128 @@ Result<void> send_kept(int conn, const KeptProcess& p) {
   return {};
 }
 
-// One restore's connection: TakeKept requests answered, Taken heard, until
-// it closes. A process taken without Taken{restored} stays kept.
-void serve_connection(int conn, std::vector<KeptProcess>& kept, uint64_t deadline_ns) {
-  for (;;) {
-    struct pollfd pfd = {conn, POLLIN, 0};
-    int ready = ::poll(&pfd, 1, kPollSliceMs);
-    if (g_terminate || monotonic_ns() >= deadline_ns) return;
-    if (ready <= 0) continue;
-    auto received = keeper::recv_message(conn, kFrameTimeoutMs);
-    if (!received) return;  // closed: what it took and did not say restored stays kept
-    if (const auto* take = std::get_if<keeper::TakeKept>(&received->message)) {
-      KeptProcess* p = find_kept(kept, take->migration, take->vpid);
-      if (!p) {
-        (void)keeper::send_message(conn, keeper::Kept{{}, true,
-                                                      "no memory kept for process " + std::to_string(take->vpid) +
-                                                          " of migration " + take->migration});
-        continue;
-      }
-      if (auto sent = send_kept(conn, *p); !sent) {
-        PHOS_WARN("kept memory of process %d: %s", p->vpid, sent.error().message.c_str());
-        return;
-      }
-      PHOS_INFO("kept memory of process %d (%zu allocations) given to a restore", p->vpid, p->allocations.size());
-    } else if (const auto* taken = std::get_if<keeper::Taken>(&received->message)) {
-      auto it = std::find_if(kept.begin(), kept.end(), [&](const KeptProcess& p) { return p.vpid == taken->vpid; });
-      if (it == kept.end()) continue;
-      if (taken->restored) {
-        PHOS_INFO("process %d restored with its kept memory; let go", it->vpid);
-        kept.erase(it);
-      } else {
-        PHOS_WARN("the restore of process %d failed; its memory stays kept for another", it->vpid);
-      }
-    } else {
-      PHOS_WARN("kept memory: unexpected message from a restore; connection closed");
-      return;
-    }
-  }
+bool any_lent(const std::vector<KeptProcess>& kept) {
+  return std::any_of(kept.begin(), kept.end(), [](const KeptProcess& p) { return p.lent_to >= 0; });
 }
 
-void spill_all(std::vector<KeptProcess>& kept, int image_dirfd, const char* why) {
-  PHOS_WARN("%s: writing the kept memory of %zu process(es) into the image directory", why, kept.size());
-  for (auto& p : kept) {
-    if (auto r = spill_kept_memory(image_dirfd, p); !r)
-      PHOS_ERR("process %d: its kept GPU memory could not be written: %s; it is lost", p.vpid, r.error().message.c_str());
-    else
-      PHOS_INFO("process %d: kept GPU memory written into the image directory; restore it as any image", p.vpid);
+// The restores' connections, each of which may hold (have been lent) some
+// processes' memory until it says Taken or closes.
+class KeptServer {
+ public:
+  KeptServer(std::vector<KeptProcess>& kept, UniqueFd listener, int image_dirfd)
+      : kept_(kept), listener_(std::move(listener)), image_dirfd_(image_dirfd) {}
+
+  // Serves for up to `slice_ms`: new connections, requests.
+  void poll_once(int slice_ms, bool accepting) {
+    std::vector<struct pollfd> fds{{listener_.get(), short(accepting ? POLLIN : 0), 0}};
+    for (const auto& c : conns_) fds.push_back({c.get(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), slice_ms) <= 0) return;
+    if (fds[0].revents & POLLIN) accept_one();
+    std::vector<int> closed;
+    for (size_t i = 1; i < fds.size(); i++)
+      if (fds[i].revents && !serve_one(fds[i].fd, accepting)) closed.push_back(fds[i].fd);
+    for (int fd : closed) close_conn(fd);
   }
-  kept.clear();
+
+ private:
+  void accept_one() {
+    UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (conn.valid() && peer_allowed(conn.get())) conns_.push_back(std::move(conn));
+  }
+
+  // false: the connection is done (closed, broken, or sent what is not ours).
+  bool serve_one(int conn, bool accepting) {
+    auto received = keeper::recv_message(conn, kFrameTimeoutMs);
+    if (!received) return false;
+    if (const auto* take = std::get_if<keeper::TakeKept>(&received->message)) return lend(conn, *take, accepting);
+    if (const auto* taken = std::get_if<keeper::Taken>(&received->message)) {
+      settle(conn, *taken);
+      return true;
+    }
+    PHOS_WARN("kept memory: unexpected message from a restore; connection closed");
+    return false;
+  }
+
+  bool lend(int conn, const keeper::TakeKept& take, bool accepting) {
+    auto refuse = [&](const std::string& why) { return keeper::send_message(conn, keeper::Kept{{}, true, why}).ok(); };
+    auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptProcess& p) {
+      return p.migration == take.migration && p.vpid == take.vpid;
+    });
+    if (it == kept_.end())
+      return refuse("no memory kept for process " + std::to_string(take.vpid) + " of migration " + take.migration);
+    if (it->lent_to >= 0) return refuse("process " + std::to_string(take.vpid) + " is being restored by another restore");
+    if (!accepting) return refuse("phos-keeper is ending (SIGTERM): it writes the memory into the image directory");
+    if (auto sent = send_kept(conn, *it); !sent) {
+      PHOS_WARN("kept memory of process %d: %s", it->vpid, sent.error().message.c_str());
+      return false;
+    }
+    it->lent_to = conn;
+    PHOS_INFO("kept memory of process %d (%zu allocations) given to a restore", it->vpid, it->allocations.size());
+    return true;
+  }
+
+  void settle(int conn, const keeper::Taken& taken) {
+    auto it = std::find_if(kept_.begin(), kept_.end(),
+                           [&](const KeptProcess& p) { return p.vpid == taken.vpid && p.lent_to == conn; });
+    if (it == kept_.end()) return;
+    if (taken.restored) {
+      PHOS_INFO("process %d restored with its kept memory; let go", it->vpid);
+      kept_.erase(it);
+    } else if (taken.spoilt) {
+      // Its restore failed after the process may have run on it: no longer
+      // the checkpoint. The image must not restore as if it were.
+      PHOS_ERR("process %d may have run on its kept memory before its restore failed: let go; its image is refused "
+               "from now on (no completion marker)",
+               it->vpid);
+      if (auto r = image::remove_completion_marker(image_dirfd_, it->vpid); !r)
+        PHOS_ERR("process %d: %s", it->vpid, r.error().message.c_str());
+      kept_.erase(it);
+    } else {
+      PHOS_WARN("the restore of process %d failed; its memory stays kept for another", it->vpid);
+      it->lent_to = -1;
+    }
+  }
+
+  void close_conn(int fd) {
+    for (auto& p : kept_)
+      if (p.lent_to == fd) {
+        PHOS_WARN("the restore of process %d ended without a word; its memory stays kept for another", p.vpid);
+        p.lent_to = -1;
+      }
+    std::erase_if(conns_, [&](const UniqueFd& c) { return c.get() == fd; });
+  }
+
+  std::vector<KeptProcess>& kept_;
+  UniqueFd listener_;
+  int image_dirfd_;
+  std::vector<UniqueFd> conns_;
+};
+
+// Writes what no restore holds into the image directory; what could not be
+// written stays kept. true: nothing is left kept.
+bool spill_unlent(std::vector<KeptProcess>& kept, int image_dirfd, const char* why) {
+  PHOS_WARN("%s: writing the kept memory of %zu process(es) into the image directory", why, kept.size());
+  std::erase_if(kept, [&](KeptProcess& p) {
+    if (p.lent_to >= 0) return false;
+    if (auto r = spill_kept_memory(image_dirfd, p); !r) {
+      PHOS_ERR("process %d: its kept GPU memory could not be written: %s", p.vpid, r.error().message.c_str());
+      return false;
+    }
+    PHOS_INFO("process %d: kept GPU memory written into the image directory; restore it as any image", p.vpid);
+    return true;
+  });
+  return kept.empty();
 }
 
 }  // namespace
+
+void block_termination() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+}
 
 void serve_kept_memory(std::vector<KeptProcess>& kept, int image_dirfd) {
   std::erase_if(kept, [](const KeptProcess& p) {
@@ -122,40 +196,53 @@ void serve_kept_memory(std::vector<KeptProcess>& kept, int image_dirfd) {
     return !p.committed;
   });
   if (kept.empty()) return;
+  for (auto& p : kept) p.lent_to = -1;
   const std::string migration = kept.front().migration;
   uint32_t keep_s = 0;
   for (const auto& p : kept) keep_s = std::max(keep_s, p.keep_s);
-  const uint64_t deadline_ns = monotonic_ns() + uint64_t(keep_s) * 1000000000ull;
-  struct sigaction sa {};
-  sa.sa_handler = on_terminate;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
+  uint64_t deadline_ns = monotonic_ns() + uint64_t(keep_s) * 1000000000ull;
 
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   struct sockaddr_un addr {};
   socklen_t len = wire::abstract_socket_address(keeper::kept_socket_name(migration), addr);
   if (!listener.valid() || len == 0 || ::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      ::listen(listener.get(), 4) != 0) {
+      ::listen(listener.get(), 8) != 0) {
     PHOS_ERR("kept memory: cannot serve %s: %s", keeper::kept_socket_name(migration).c_str(), std::strerror(errno));
-    spill_all(kept, image_dirfd, "no restore can take it");
+    spill_unlent(kept, image_dirfd, "no restore can take it");
     return;
   }
   PHOS_INFO("serving the kept memory of %zu process(es) as %s for %u s", kept.size(),
             keeper::kept_socket_name(migration).c_str(), keep_s);
+  KeptServer server(kept, std::move(listener), image_dirfd);
+  uint64_t terminating_since = 0;
   while (!kept.empty()) {
-    if (g_terminate) return spill_all(kept, image_dirfd, "SIGTERM");
-    if (monotonic_ns() >= deadline_ns) return spill_all(kept, image_dirfd, "no restore took it in migrate_keep_s");
-    struct pollfd pfd = {listener.get(), POLLIN, 0};
-    if (::poll(&pfd, 1, kPollSliceMs) <= 0) continue;
-    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!conn.valid() || !peer_allowed(conn.get())) continue;
-    serve_connection(conn.get(), kept, deadline_ns);
+    const uint64_t now = monotonic_ns();
+    if (!terminating_since && termination_pending()) {
+      terminating_since = now;
+      PHOS_WARN("SIGTERM: no new restore is served; %s", any_lent(kept) ? "waiting for the one running" : "");
+    }
+    if (terminating_since && (!any_lent(kept) || now - terminating_since >= kTerminateGraceNs)) {
+      if (!spill_unlent(kept, image_dirfd, "SIGTERM"))
+        PHOS_ERR("phos-keeper ends with the kept memory of %zu process(es) not written (a restore holds it, or it "
+                 "could not be written): lost",
+                 kept.size());
+      return;
+    }
+    // A restore that holds memory is never cut off by the deadline; one
+    // that failed to be written is tried again a period later.
+    if (!terminating_since && now >= deadline_ns && !any_lent(kept)) {
+      if (spill_unlent(kept, image_dirfd, "no restore took it in migrate_keep_s")) return;
+      deadline_ns = now + uint64_t(keep_s) * 1000000000ull;
+    }
+    server.poll_once(kPollSliceMs, terminating_since == 0);
   }
   PHOS_INFO("every kept memory taken; phos-keeper exits");
 }
 
 Result<void> spill_kept_memory(int image_dirfd, KeptProcess& p) {
-  auto img = image::open_process_image(image_dirfd, p.vpid, /*require_complete=*/true);
+  // Its completion marker may have failed to be written at the dump: the
+  // manifest naming this migration is enough (the spill writes a marker).
+  auto img = image::open_process_image(image_dirfd, p.vpid, /*require_complete=*/false);
   if (!img) return img.error();
   image::Manifest m = std::move(img->manifest);
   if (!m.kept || m.kept->migration != p.migration)
@@ -224,8 +311,8 @@ Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_
   }
 }
 
-Result<void> KeptMemoryLink::taken(bool restored) {
-  auto r = keeper::send_message(sock_.get(), keeper::Taken{vpid_, restored});
+Result<void> KeptMemoryLink::taken(bool restored, bool spoilt) {
+  auto r = keeper::send_message(sock_.get(), keeper::Taken{vpid_, restored, spoilt});
   sock_.reset();
   return r;
 }

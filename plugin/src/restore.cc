@@ -248,6 +248,7 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
       if (l.fill_ended && !l.filled) return l.filled.error();
       if (!l.fill_ended) PHOS_TRY(open_fill_window(pid, l, c));
     }
+    l.gate_asked_open = true;
     return c.resume();
   }));
   // criu's log stamps each line with the time since criu started.
@@ -348,7 +349,8 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     PHOS_ERR("process %d: restore of GPU state failed: %s; killing it", pid, r.error().message.c_str());
     ::kill(pid, SIGKILL);
     failed_ = true;
-    if (it->second.kept) (void)it->second.kept->taken(false);  // kept for another restore
+    // Kept for another restore, unless the process may have run on it.
+    if (it->second.kept) (void)it->second.kept->taken(false, it->second.gate_asked_open);
     return r.error();
   }
   it->second.fds.clear();

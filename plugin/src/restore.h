@@ -80,6 +80,9 @@ class Restorer {
     // A migration's image: its memory, taken from the phos-keeper that
     // kept it (told at the end whether the process got it).
     std::optional<KeptMemoryLink> kept;
+    // The resume was asked to open the gate: the process may have run on
+    // its memory (a kept copy is then no longer the checkpoint).
+    bool gate_asked_open = false;
   };
   // A migration's image: its memory taken from phos-keeper (already on the
   // GPU it names, which the image's device is placed on).

@@ -30,6 +30,7 @@
 #include "give_back.h"
 #include "phos/plugin/kept_memory.h"
 #include "log.h"
+#include "phos/images/image_dir.h"
 #include "phos/images/keeper_protocol.h"
 #include "phos/plugin/proc.h"
 
@@ -84,6 +85,9 @@ void apply(KeeperState& k, const keeper::State& state, std::vector<UniqueFd>&) {
 void apply(KeeperState&, const keeper::Done&, std::vector<UniqueFd>&) {}
 
 void apply(KeeperState& k, const keeper::Keep& keep, std::vector<UniqueFd>& fds) {
+  // From here on this keeper may hold the only copy of a process's GPU
+  // data: SIGTERM must not end it before that copy is written out.
+  if (k.kept.empty()) block_termination();
   auto it = std::find_if(k.kept.begin(), k.kept.end(), [&](const KeptProcess& p) { return p.pid == keep.pid; });
   if (it == k.kept.end()) {
     k.kept.push_back(KeptProcess{keep.pid, keep.vpid, keep.migration, keep.keep_s, {}, {}, false});
@@ -111,7 +115,11 @@ void apply(KeeperState&, const keeper::Taken&, std::vector<UniqueFd>&) {}
 void keep_migrations(KeeperState& k, const std::set<pid_t>& lived_on) {
   std::erase_if(k.kept, [&](const KeptProcess& p) {
     if (!p.committed || !lived_on.count(p.pid)) return false;
-    PHOS_WARN("process %d lives on after its migration's dump; its kept memory is let go", p.pid);
+    PHOS_WARN("process %d lives on after its migration's dump; its kept memory is let go, and the image refused (no "
+              "completion marker)",
+              p.pid);
+    if (auto r = image::remove_completion_marker(kImageDirFd, p.vpid); !r)
+      PHOS_ERR("process %d: %s", p.pid, r.error().message.c_str());
     return true;
   });
   if (k.kept.empty()) return;
@@ -220,11 +228,11 @@ std::set<pid_t> recover(KeeperState& k, int agent_timeout_ms) {
       PHOS_INFO("process %d ended with criu; nothing to give back", pid);
       continue;
     }
-    lived_on.insert(pid);
     auto r = give_back_gpu_state(pid, h.taken, h.allocations, h.fds, agent_timeout_ms, /*tolerant=*/true);
-    if (r)
+    if (r) {
       PHOS_INFO("process %d: given back what the dump took (steps 0x%x); it runs on", pid, h.taken);
-    else
+      lived_on.insert(pid);  // its own memory again: a migration's copy of it is let go
+    } else
       PHOS_ERR("process %d: could not give back everything: %s", pid, r.error().message.c_str());
   }
   return lived_on;

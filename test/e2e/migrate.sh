@@ -18,13 +18,8 @@ wait_no_keeper() {
 migration_of() { "$PHOSCTL" show --json "$IMG" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"][0]["kept"]["migration"])'; }
 fresh_img() { rm -rf "$IMG"; mkdir -p "$IMG"; }
 # A fresh image directory and a fresh counting workload with libphos.
-fresh_workload() {
-  fresh_img
-  wait_pid_free
-  start_workload --preload
-  wait_counter_above 5
-  token=$(state_token)
-}
+fresh_workload() { fresh_workload_args; }
+fresh_workload_args() { fresh_img; wait_pid_free; start_workload --preload "$@"; wait_counter_above 5; token=$(state_token); }
 
 # 1. phosctl migrate: dump and restore, the keeper in between.
 wait_no_keeper
@@ -61,7 +56,26 @@ say "migrated: pid $WORKLOAD_PID -> $pid, token kept, keeper gone"
 kill -9 "$pid"
 for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
 
-# 2. No restore comes: after migrate_keep_s the keeper writes what it keeps
+# 2. A tree of two processes (parent and child, both with libphos): one
+# keeper keeps both, one restore takes both.
+fresh_workload_args --fork
+child_at=$(state_child_counter)
+out=$("$PHOSCTL" migrate "$WORKLOAD_PID" --to 0 --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1) ||
+  { cp "$IMG"/*.log "$WORK"/ 2>/dev/null; fail "phosctl migrate of a tree failed: $out"; }
+[ "$(ls "$IMG"/phos-*-manifest.img | wc -l)" = 2 ] || fail "not two GPU manifests for the tree"
+[ "$(grep -c 'restored with its kept memory; let go' "$IMG/phos-keeper.log")" = 2 ] ||
+  fail "the keeper did not hand both processes' memory over: $(tail -n 5 "$IMG/phos-keeper.log")"
+wait_no_keeper
+pid=$(restored_pid) || fail "no restored tree"
+at=$(state_counter)
+wait_counter_above $((at + 10))
+[ "$(state_child_counter)" -gt "$child_at" ] || fail "the child does not count after the migration"
+[ "$(state_token)" = "$token" ] || fail "token changed"
+say "a tree of two migrated: both counting, one keeper, both taken"
+kill -9 "$pid"
+for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
+
+# 3. No restore comes: after migrate_keep_s the keeper writes what it keeps
 # into the image directory, which then restores without it.
 fresh_workload
 PHOS_MIGRATE_TO=0 PHOS_MIGRATE_KEEP_S=1 criu_dump || fail "migration dump failed"
@@ -80,7 +94,7 @@ say "kept memory spilled after migrate_keep_s; the image restored without a keep
 kill -9 "$pid"
 for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
 
-# 3. SIGTERM to the keeper: the same.
+# 4. SIGTERM to the keeper: the same.
 fresh_workload
 PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
 keeper=$(keepers)
@@ -91,7 +105,7 @@ grep -q "SIGTERM: writing the kept memory" "$IMG/phos-keeper.log" || fail "the k
 "$PHOSCTL" show "$IMG" | grep -q "format v1" || fail "the image was not rewritten on SIGTERM"
 say "SIGTERM: kept memory written into the image directory"
 
-# 4. The keeper gone (killed): the restore is refused before a process exists.
+# 5. The keeper gone (killed): the restore is refused before a process exists.
 fresh_workload
 PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
 keeper=$(keepers)
@@ -100,7 +114,7 @@ wait_no_keeper
 restore_refused "no phos-keeper serves migration $(migration_of)" "an image whose keeper is gone"
 say "keeper gone: restore refused"
 
-# 5. criu killed during the restore, after it took the kept memory (held at
+# 6. criu killed during the restore, after it took the kept memory (held at
 # RESUME_DEVICES_LATE): the keeper that watched the restore ends the
 # half-restored process, the migration's keeper keeps the memory, and the
 # next restore takes it.
@@ -131,7 +145,7 @@ say "restore killed mid-way: the memory stayed kept; the next restore took it"
 kill -9 "$pid"
 for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
 
-# 6. A migration that would leave the source running is refused; it runs on.
+# 7. A migration that would leave the source running is refused; it runs on.
 fresh_workload
 if PHOS_MIGRATE_TO=0 criu_dump --leave-running; then fail "a leave-running migration dump succeeded"; fi
 grep -q "migrate_to=0: criu leaves the process running (--leave-running), but a migration ends it" "$WORK/dump.log" ||

@@ -1409,6 +1409,7 @@ migrate_spilled_case() {
     fail "phos-keeper did not write the kept memory: $(tail -n 3 "$IMG/phos-keeper.log" 2>/dev/null)"
   for _ in $(seq 100); do [ -z "$(pgrep -f 'phos-keeper --detach' || true)" ] && break; sleep 0.05; done
   local freed; freed=$(gpu_used_mib)
+  [ "$freed" -le $((kept_mib - 3500)) ] || fail "the keeper did not let go of the GPU memory: $kept_mib MiB used kept, $freed MiB after"
   "$PHOSCTL" verify "$IMG" > "$WORK/verify.log" 2>&1 || fail "phosctl verify of the spilled image: $(tail -n 2 "$WORK/verify.log")"
   "$PHOSCTL" show --json "$IMG" | python3 -c '
 import json, sys

@@ -121,3 +121,37 @@ TEST_CASE("kept memory: what the dump did not commit is let go at once", "[kept]
   serve_kept_memory(kept, AT_FDCWD);  // returns: nothing to serve
   CHECK(kept.empty());
 }
+
+TEST_CASE("kept memory: several restores at once, each process's memory to one of them", "[kept][migrate]") {
+  const std::string migration = migration_name();
+  std::vector<KeptProcess> kept;
+  kept.push_back(kept_process(migration, 1, 2));
+  kept.push_back(kept_process(migration, 2, 3));
+  std::thread keeper([&] { serve_kept_memory(kept, AT_FDCWD); });
+  // One restore holds process 1's memory while another takes process 2's.
+  auto first = take_when_served(migration, 1);
+  REQUIRE(first.ok());
+  auto second = take_when_served(migration, 2);
+  REQUIRE(second.ok());
+  CHECK(second->fds.size() == 3);
+  // Process 1's is lent: no second restore gets it meanwhile.
+  auto twice = take_when_served(migration, 1);
+  REQUIRE_FALSE(twice.ok());
+  CHECK_THAT(twice.error().message, Catch::Contains("process 1 is being restored by another restore"));
+  REQUIRE(second->taken(true).ok());
+  REQUIRE(first->taken(true).ok());
+  keeper.join();
+  CHECK(kept.empty());
+}
+
+TEST_CASE("kept memory: a restore that may have run on it spoils it: let go", "[kept][migrate]") {
+  const std::string migration = migration_name();
+  std::vector<KeptProcess> kept;
+  kept.push_back(kept_process(migration, 5, 1));
+  std::thread keeper([&] { serve_kept_memory(kept, AT_FDCWD); });
+  auto link = take_when_served(migration, 5);
+  REQUIRE(link.ok());
+  REQUIRE(link->taken(false, /*spoilt=*/true).ok());
+  keeper.join();  // nothing kept any more: it returns
+  CHECK(kept.empty());
+}

@@ -85,10 +85,12 @@ struct Kept {
   bool operator==(const Kept&) const = default;
 };
 
-// The restore's word: restored (the keeper lets go), or not (kept).
+// The restore's word: restored (the keeper lets go), or not (kept), or
+// spoilt (the process may have run on it: let go, the image refused).
 struct Taken {
   int32_t vpid = 0;
   bool restored = false;
+  bool spoilt = false;  // not restored, and no longer the checkpoint: let it go
   bool operator==(const Taken&) const = default;
 };
 

@@ -33,11 +33,21 @@ struct KeptProcess {
   std::vector<agent::Allocation> allocations;
   std::vector<UniqueFd> fds;  // one per allocation
   bool committed = false;     // the dump succeeded
+  int lent_to = -1;           // serving: the restore's connection that has it now
 };
 
+// SIGTERM and SIGINT blocked, so that they interrupt nothing: the keeper
+// looks for them while it serves (and then writes the memory out). Called
+// once it keeps a migration's memory.
+void block_termination();
+
 // The keeper's side: lets go of what was not committed, then serves the
-// rest until every process's memory is taken, or keep_s passes or SIGTERM
-// comes (then spills it). Logs what it does.
+// rest to any number of restores at once (a process's memory to one of them
+// at a time, until it says Taken or closes) until every process's memory is
+// taken. After keep_s (without a restore holding any) or on SIGTERM (after
+// the restore holding some, 30 s at most) it writes what is kept into the
+// image directory; what cannot be written stays kept (tried again a period
+// later). Logs what it does.
 void serve_kept_memory(std::vector<KeptProcess>& kept, int image_dirfd);
 
 // Writes `p`'s memory into the image directory as data files and rewrites
@@ -56,7 +66,10 @@ class KeptMemoryLink {
   std::vector<agent::Allocation> allocations;
   std::vector<UniqueFd> fds;
 
-  Result<void> taken(bool restored);
+  // restored: the keeper lets go. Not: it keeps it for another restore,
+  // unless `spoilt` (the process may have run on it): then it lets go and
+  // removes the image's completion marker.
+  Result<void> taken(bool restored, bool spoilt = false);
 
  private:
   KeptMemoryLink(UniqueFd sock, int32_t vpid) : sock_(std::move(sock)), vpid_(vpid) {}
