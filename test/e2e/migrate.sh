@@ -145,7 +145,20 @@ say "restore killed mid-way: the memory stayed kept; the next restore took it"
 kill -9 "$pid"
 for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
 
-# 7. A migration that would leave the source running is refused; it runs on.
+# 7. The image lists memory the keeper does not hold (edited after the
+# dump): the restore refused before a process exists; the keeper keeps what
+# it has.
+fresh_workload
+PHOS_MIGRATE_TO=0 criu_dump || fail "migration dump failed"
+"$BUILD/test/tools/phos-image-edit" "$IMG" 1 kept-allocation 0x7f0000000000 2097152 >/dev/null || fail "phos-image-edit failed"
+wait_pid_free
+restore_refused "phos-keeper's kept memory (0 allocations) is not what the image lists (1)" "an image unlike its kept memory"
+[ -n "$(keepers)" ] || fail "the keeper let go after a refused restore"
+kill -TERM $(keepers)
+wait_no_keeper
+say "kept memory unlike the image: restore refused, kept"
+
+# 8. A migration that would leave the source running is refused; it runs on.
 fresh_workload
 if PHOS_MIGRATE_TO=0 criu_dump --leave-running; then fail "a leave-running migration dump succeeded"; fi
 grep -q "migrate_to=0: criu leaves the process running (--leave-running), but a migration ends it" "$WORK/dump.log" ||

@@ -4,6 +4,9 @@
 // completion marker renewed, so the only thing wrong is what was changed.
 //
 // usage: phos-image-edit DIR PID device-name INDEX NAME
+//        phos-image-edit DIR PID kept-allocation ADDRESS SIZE
+//          (a migration's image: one more allocation it says is kept, on
+//          device 0, listed first if the image has no device)
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -21,13 +24,29 @@ int die(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6 || std::string(argv[3]) != "device-name")
-    return die("usage: phos-image-edit DIR PID device-name INDEX NAME");
+  const std::string what = argc == 6 ? argv[3] : "";
+  if (what != "device-name" && what != "kept-allocation")
+    return die("usage: phos-image-edit DIR PID device-name INDEX NAME | DIR PID kept-allocation ADDRESS SIZE");
   phos::UniqueFd dir(::open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return die(std::string("cannot open ") + argv[1]);
   auto img = phos::image::open_process_image(dir.get(), std::atoi(argv[2]), /*require_complete=*/true);
   if (!img) return die(img.error().message);
   phos::image::Manifest m = img->manifest;
+  if (what == "kept-allocation") {
+    if (!m.kept) return die(img->manifest_name + " is not a migration's image");
+    if (m.devices.empty()) m.devices.push_back(phos::image::Device{0, {}, "NVIDIA H200", 150ull << 30, 9, 0});
+    phos::image::Allocation a;
+    a.id = 1000000 + m.allocations.size();
+    a.device = m.devices.front().ordinal;
+    a.address = std::strtoull(argv[4], nullptr, 0);
+    a.size = std::strtoull(argv[5], nullptr, 0);
+    m.allocations.push_back(a);
+    auto written = phos::image::write_manifest(dir.get(), m);
+    if (!written) return die(written.error().message);
+    if (auto r = phos::image::write_completion_marker(dir.get(), m.pid, *written); !r) return die(r.error().message);
+    std::printf("%s: allocation %llu added\n", img->manifest_name.c_str(), (unsigned long long)a.id);
+    return 0;
+  }
   size_t index = std::strtoul(argv[4], nullptr, 10);
   if (index >= m.devices.size()) return die(img->manifest_name + " has " + std::to_string(m.devices.size()) + " devices");
   std::string old = m.devices[index].name;
