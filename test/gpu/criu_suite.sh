@@ -1325,9 +1325,9 @@ migrate_into_img() {
 }
 # What a migration's dump log says it did: moved or kept, recopied.
 migration_said() {
-  { grep -o '[0-9]* allocations, [0-9.]* MiB \(moved to GPU [0-9]* [^)]*)\|kept in place on GPU [0-9]*\)' "$WORK/dump.log" | head -n1
-    grep -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" "$WORK/dump.log" | head -n1
-    grep -o "final pass copied [0-9]* chunks ([0-9]* of them again)" "$WORK/dump.log" | head -n1; } | paste -sd';' - | sed 's/;/; /g'
+  { grep -a -o '[0-9]* allocations, [0-9.]* MiB \(moved to GPU [0-9]* [^)]*)\|kept in place on GPU [0-9]*\)' "$WORK/dump.log" | head -n1
+    grep -a -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" "$WORK/dump.log" | head -n1
+    grep -a -o "final pass copied [0-9]* chunks ([0-9]* of them again)" "$WORK/dump.log" | head -n1; } | paste -sd';' - | sed 's/;/; /g'
 }
 
 # migrate_torch_case GPU [ENV=VALUE...]: torch_train.py (150 steps) moved to
