@@ -61,7 +61,7 @@ wait_steps_after() {  # wait_steps_after T: the restored program finishes a step
   fail "no step after the restore: $(tail -n 2 "$WORK/state.error" 2>/dev/null)"
 }
 
-echo "job,gib,mode,downtime_ms,dump_s,restore_s,first_pass_mib,recopied_mib,raw_mib" > "$csv"
+echo "job,gib,mode,downtime_ms,dump_s,restore_s,first_pass_mib,recopied_mib,raw_mib,copy_gbps" > "$csv"
 for job in ${jobs//,/ }; do
   kind=${job%%:*} size=${job#*:}
   case $kind in infer|train) ;; *) fail "unknown job $job (infer or train)" ;; esac
@@ -73,6 +73,9 @@ for job in ${jobs//,/ }; do
     rm -rf "$IMG" && mkdir -p "$IMG"
     case $mode in
       stop)
+        # The tmpfs's pages again just before (a removed image's may have
+        # gone back to the host), so the stopped copy runs at its best.
+        fallocate -l "$((size + 2))G" "$TMPDIR/warm" && rm -f "$TMPDIR/warm"
         t0=$(now)
         PHOS_RECOPY=off criu_dump || fail "$job: criu dump failed"
         t1=$(now)
@@ -107,25 +110,29 @@ for job in ${jobs//,/ }; do
     wait_pid_free
     [ "$mode" = warmup ] && continue
     downtime=$(awk -v g="$gate" -v f="$first" 'BEGIN {printf "%.0f", (f - g) * 1000}')
-    echo "$kind,$size,$mode,$downtime,$(dt "$t0" "$t1"),$(dt "$t2" "$t3"),${stats#*,}" >> "$csv"
+    # The stopped copy's rate to the image (criu's log), for the record.
+    gbps=$(grep -a -o 'copied to the image in [0-9.]* ms ([0-9.]* GB/s' "${OUT:-/tmp}/bench_migrate.$kind.stop.dump.log" 2>/dev/null | tail -n1 | sed 's/.*(//; s/ GB.s//')
+    [ "$mode" = stop ] || gbps=-
+    echo "$kind,$size,$mode,$downtime,$(dt "$t0" "$t1"),$(dt "$t2" "$t3"),${stats#*,},${gbps:--}" >> "$csv"
   done
 done
 
 echo "## migration against a stop-the-world dump and restore through host memory (images on a tmpfs of huge pages)"
 echo "medians of $reps runs each; downtime: from the gate closing for good on the source to the end of the first step after it (on the target)"
-echo "| job | mode | downtime | dump | restore | first pass (while running) | copied again | device memory |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| job | mode | downtime | dump | restore | first pass (while running) | copied again | device memory | stopped copy to the image |"
+echo "|---|---|---|---|---|---|---|---|---|"
 awk -F, "$awk_median"'
   NR > 1 {
     key = $1 ":" $2 "," $3
     if (!(key in seen)) { seen[key] = 1; order[++k] = key }
-    for (c = 4; c <= 9; c++) vals[key, c] = vals[key, c] " " $c
+    for (c = 4; c <= 10; c++) vals[key, c] = vals[key, c] " " $c
   }
   END {
     for (i = 1; i <= k; i++) {
       split(order[i], f, ",")
-      printf "| %s | %s | %s ms | %s s | %s s | %s MiB | %s MiB | %s MiB |\n", f[1], f[2], median(order[i], 4),
-        median(order[i], 5), median(order[i], 6), median(order[i], 7), median(order[i], 8), median(order[i], 9)
+      printf "| %s | %s | %s ms | %s s | %s s | %s MiB | %s MiB | %s MiB | %s |\n", f[1], f[2], median(order[i], 4),
+        median(order[i], 5), median(order[i], 6), median(order[i], 7), median(order[i], 8), median(order[i], 9),
+        f[2] == "stop" ? median(order[i], 10) " GB/s" : "-"
     }
   }' "$csv"
 awk -F, "$awk_median"'
