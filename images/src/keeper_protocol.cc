@@ -1,5 +1,6 @@
 #include "phos/images/keeper_protocol.h"
 
+#include <algorithm>
 #include <string>
 
 #include "agent_pb.h"
@@ -196,6 +197,22 @@ Result<Message> decode_message(std::span<const std::byte> payload) {
 
 Result<void> send_message(int sock, const Message& message, std::span<const int> fds) {
   return wire::send_frame(sock, encode_message(message), fds);
+}
+
+Result<void> send_allocations(int sock, const std::vector<agent::Allocation>& allocations,
+                              const std::vector<UniqueFd>& fds,
+                              const std::function<Message(std::vector<agent::Allocation> slice, bool last)>& make) {
+  if (allocations.size() != fds.size()) return make_error("keeper: one fd per allocation expected", EINVAL);
+  size_t at = 0;
+  do {
+    const size_t end = std::min(allocations.size(), at + wire::kMaxFdsPerFrame);
+    std::vector<int> raw;
+    for (size_t i = at; i < end; i++) raw.push_back(fds[i].get());
+    std::vector<agent::Allocation> slice(allocations.begin() + long(at), allocations.begin() + long(end));
+    PHOS_TRY(send_message(sock, make(std::move(slice), end == allocations.size()), raw));
+    at = end;
+  } while (at < allocations.size());
+  return {};
 }
 
 Result<ReceivedMessage> recv_message(int sock, int timeout_ms) {

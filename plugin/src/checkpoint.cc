@@ -608,6 +608,7 @@ Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
   if (sources.size() > 1)
     return refuse("the process uses " + std::to_string(sources.size()) + " GPUs; a migration moves one");
   const int source = sources.empty() ? target->ordinal : *sources.begin();
+  t.migrate_from = source;
   if ((*host)[size_t(source)].name != target->name)
     return refuse("the process runs on a " + (*host)[size_t(source)].name + ", GPU " +
                   std::to_string(target->ordinal) + " is a " + target->name + "; the driver restores onto the same model");
@@ -620,20 +621,13 @@ Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
 }
 
 Result<void> Checkpointer::check_migration(pid_t pid, const Target& t) {
-  if (t.migrate->device < 0) {
-    if (t.allocations.empty()) return {};
-    return make_error("process " + std::to_string(pid) + ": migration: it allocated device memory while the dump "
-                      "began; dump it again", EAGAIN);
-  }
-  const int source = t.migrate->in_place ? t.migrate->device : -1;
-  std::set<int> devices;
-  for (const auto& a : t.allocations) {
-    auto it = t.host_ordinal.find(a.device);
-    devices.insert(it == t.host_ordinal.end() ? int(a.device) : it->second);
-  }
-  if (devices.size() > 1 || (source >= 0 && !devices.empty() && *devices.begin() != source))
-    return make_error("process " + std::to_string(pid) + ": migration: its memory is on " +
-                      std::to_string(devices.size()) + " GPU(s) now, not the one planned for", EAGAIN);
+  for (const auto& a : t.allocations)
+    if (host_device(t.host_ordinal, a.device) != t.migrate_from)
+      return make_error("process " + std::to_string(pid) + ": migration: allocation " + std::to_string(a.id) +
+                            " is on GPU " + std::to_string(host_device(t.host_ordinal, a.device)) +
+                            ", not where the migration was planned from (allocated while the dump began); dump it "
+                            "again",
+                        EAGAIN);
   return {};
 }
 

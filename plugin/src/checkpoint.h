@@ -127,6 +127,7 @@ class Checkpointer {
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
     std::optional<Engine::MigrationSink> migrate;  // a migration: where its memory goes
+    int migrate_from = -1;  // and the GPU (criu's numbering) it is on; -1: none
     std::vector<UniqueFd> kept;  // a migration's memory once copied, for phos-keeper
     std::vector<std::byte> manifest_file;  // once written
   };
@@ -137,8 +138,7 @@ class Checkpointer {
   // migrate_to: the target GPU of the process's memory; refused where criu
   // leaves it running, or it uses several GPUs, or the models differ.
   Result<void> plan_migration(pid_t pid, Target& t);
-  // A migration's devices, once the allocations are listed: all on the one
-  // GPU planned for.
+  // A migration's allocations, once listed: all on the GPU planned from.
   Result<void> check_migration(pid_t pid, const Target& t);
   // A migration's memory handed to phos-keeper (before the manifest).
   Result<void> keep_migration(pid_t pid, Target& t);

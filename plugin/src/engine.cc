@@ -191,6 +191,24 @@ void Engine::unmap(CUdeviceptr va, size_t size) {
   cu_.cuMemAddressFree(va, size);
 }
 
+CUresult Engine::create_exportable(CUmemGenericAllocationHandle& h, size_t bytes, int device) const {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  h = 0;
+  CUresult r = cu_.cuMemCreate(&h, bytes, &prop, 0);
+  if (r != CUDA_SUCCESS) h = 0;
+  return r;
+}
+
+Result<UniqueFd> Engine::export_fd(CUmemGenericAllocationHandle h, const std::string& what) const {
+  int fd = -1;
+  PHOS_CU(cu_, cu_.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), what.c_str());
+  return UniqueFd(fd);
+}
+
 Result<image::Device> Engine::describe(int ordinal) {
   CUdevice dev;
   PHOS_CU(cu_, cu_.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
@@ -508,16 +526,12 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
                                                               image::Manifest& m, const MigrationSink* sink) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
   std::lock_guard<std::mutex> lock(run_mu_);
-  auto host_device = [&](uint32_t ordinal) {
-    auto it = host_ordinal.find(ordinal);
-    return it == host_ordinal.end() ? int(ordinal) : it->second;
-  };
   const uint32_t chunk_size = settings_.chunk_size;
   m.chunk_size = chunk_size;
   std::set<uint32_t> devices;
   for (const auto& a : allocs) devices.insert(a.device);
   for (uint32_t d : devices) {
-    auto desc = describe(host_device(d));
+    auto desc = describe(host_device(host_ordinal, d));
     if (!desc) return desc.error();
     desc->ordinal = d;  // the process's numbering: what its allocations and a restore's gpu_map use
     m.devices.push_back(*desc);
@@ -526,7 +540,7 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   job->vpid = vpid;
   job->allocs = allocs;
   job->vas.assign(allocs.size(), 0);
-  for (const auto& a : allocs) job->devices.push_back(host_device(a.device));
+  for (const auto& a : allocs) job->devices.push_back(host_device(host_ordinal, a.device));
   job->chunks.resize(allocs.size());
   job->manifest = &m;
   job->engine = this;
@@ -608,21 +622,13 @@ Result<void> Engine::create_migration_target(SaveJob& job) {
   for (size_t i = 0; i < job.allocs.size(); i++) {
     const agent::Allocation& a = job.allocs[i];
     PHOS_CU(cu_, cu_.cuCtxSetCurrent(ctx), "use the migration's target GPU");
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = target;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    if (CUresult r = cu_.cuMemCreate(&mig.handles[i], a.size, &prop, 0); r != CUDA_SUCCESS) {
-      mig.handles[i] = 0;
+    if (CUresult r = create_exportable(mig.handles[i], a.size, target); r != CUDA_SUCCESS)
       return make_error(cu_.error(("GPU " + std::to_string(target) + ": allocate " + std::to_string(a.size) +
                                    " bytes for allocation " + std::to_string(a.id) + " (migration target)").c_str(), r),
                         ENOMEM);
-    }
-    int fd = -1;
-    PHOS_CU(cu_, cu_.cuMemExportToShareableHandle(&fd, mig.handles[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-            ("export the migration's copy of allocation " + std::to_string(a.id)).c_str());
-    mig.fds.emplace_back(fd);
+    auto fd = export_fd(mig.handles[i], "export the migration's copy of allocation " + std::to_string(a.id));
+    if (!fd) return fd.error();
+    mig.fds.push_back(std::move(*fd));
     auto va = map(mig.handles[i], a.size, target);
     if (!va) return va.error();
     mig.vas[i] = *va;
@@ -684,25 +690,17 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_b
   if (!slots) return pool;
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t bytes = image::align_up(slots * chunk, kGranule);
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle h = 0;
-  CUresult r = cu_.cuMemCreate(&h, bytes, &prop, 0);
-  if (r != CUDA_SUCCESS) {
+  if (CUresult r = create_exportable(h, bytes, device); r != CUDA_SUCCESS) {
     PHOS_WARN("process %d: no copy-on-write pool (%s): writes to memory not yet copied wait for the engine",
               job.vpid, cu_.error("allocate", r).c_str());
     return pool;
   }
-  int fd = -1;
-  r = cu_.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  auto va = r == CUDA_SUCCESS ? map(h, bytes, device) : Result<CUdeviceptr>(make_error("export", EIO));
+  auto fd = export_fd(h, "copy-on-write: export the pool");
+  auto va = fd ? map(h, bytes, device) : Result<CUdeviceptr>(fd.error());
   cu_.cuMemRelease(h);  // the mapping and the fd keep it
-  if (fd >= 0) pool.fd = UniqueFd(fd);
-  if (r != CUDA_SUCCESS) return make_error(cu_.error("copy-on-write: export the pool", r), EIO);
   if (!va) return va.error();
+  pool.fd = std::move(*fd);
   pool.va = *va;
   pool.bytes = bytes;
   pool.slots = uint32_t(slots);
@@ -917,11 +915,9 @@ Result<void> Engine::run_save(SaveJob& job) {
   uint64_t elapsed = monotonic_ns() - t0;
   release_sources(job);
   PHOS_TRY(copied);
-  if (job.migration) {
-    // No image data: nothing checksummed or written.
-  } else if (job.gpu_checksummed == job.chunk_copies)
+  if (!job.migration && job.gpu_checksummed == job.chunk_copies)  // a migration checksums and writes nothing
     PHOS_INFO("process %d: every chunk's CRC-32C computed on the GPU", job.vpid);
-  else
+  else if (!job.migration)
     PHOS_INFO("process %d: %llu of %llu chunk copies' CRC-32C computed on the GPU (the rest on the CPU%s%s)", job.vpid,
               (unsigned long long)job.gpu_checksummed.load(), (unsigned long long)job.chunk_copies.load(),
               crc_unavailable_.empty() ? "" : ": ", crc_unavailable_.c_str());
@@ -1042,18 +1038,10 @@ Result<std::unique_ptr<Engine::LoadJob>> Engine::prepare_load(const image::Manif
     CUcontext ctx = context(device, err);
     if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
       return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    CUresult r = cu_.cuMemCreate(&job->handles[i], a.size, &prop, 0);
-    if (r != CUDA_SUCCESS) {
-      job->handles[i] = 0;
+    if (CUresult r = create_exportable(job->handles[i], a.size, device); r != CUDA_SUCCESS)
       return make_error(cu_.error(("device " + std::to_string(device) + ": allocate " + std::to_string(a.size) +
                                    " bytes for allocation " + std::to_string(a.id)).c_str(), r),
                         ENOMEM);
-    }
     auto va = map(job->handles[i], a.size, device);
     if (!va) return va.error();
     job->vas[i] = *va;
@@ -1158,12 +1146,11 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
       handles[i] = 0;
       continue;
     }
-    int fd = -1;
-    CUresult r = cu_.cuMemExportToShareableHandle(&fd, handles[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    auto fd = export_fd(handles[i], "export restored allocation");
     cu_.cuMemRelease(handles[i]);  // the fd keeps the memory
     handles[i] = 0;
-    if (r != CUDA_SUCCESS) return make_error(cu_.error("export restored allocation", r), EIO);
-    fds.emplace_back(fd);
+    if (!fd) return fd.error();
+    fds.push_back(std::move(*fd));
   }
   if (job.fill) {
     const copystate::Statistics s = job.fill->statistics();
@@ -1228,12 +1215,11 @@ Result<void> Engine::open_fill(LoadJob& job, const std::vector<uint64_t>& first)
   for (size_t i : by_address) place(i);
   // The fds go to the process before the fill ends.
   for (size_t i = 0; i < m.allocations.size(); i++) {
-    int fd = -1;
     if (Result<void> err; !context(job.devices[i], err) || cu_.cuCtxSetCurrent(contexts_.at(job.devices[i])) != CUDA_SUCCESS)
       return make_error("on-demand restore: cannot use device " + std::to_string(job.devices[i]), ENODEV);
-    CUresult r = cu_.cuMemExportToShareableHandle(&fd, job.handles[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r != CUDA_SUCCESS) return make_error(cu_.error("export allocation for on-demand restore", r), EIO);
-    job.fds.emplace_back(fd);
+    auto fd = export_fd(job.handles[i], "export allocation for on-demand restore");
+    if (!fd) return fd.error();
+    job.fds.push_back(std::move(*fd));
   }
   job.fill.emplace(std::move(*table));
   return {};

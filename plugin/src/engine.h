@@ -166,6 +166,11 @@ class Engine {
   CUcontext context(int ordinal, Result<void>& err);
   Result<CUdeviceptr> map(CUmemGenericAllocationHandle h, size_t size, int device);
   void unmap(CUdeviceptr va, size_t size);
+  // Device memory on `device` (its context current) that exports as a POSIX
+  // fd: what a process maps, and what phos-keeper holds. h is 0 on failure.
+  CUresult create_exportable(CUmemGenericAllocationHandle& h, size_t bytes, int device) const;
+  // `h`'s fd; an error names `what`.
+  Result<UniqueFd> export_fd(CUmemGenericAllocationHandle h, const std::string& what) const;
   Result<image::Device> describe(int ordinal);
   // Unmaps the process's memory from criu, or frees the snapshot.
   void release_sources(SaveJob& job);

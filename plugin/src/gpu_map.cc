@@ -36,7 +36,7 @@ Result<GpuMapSpec> parse_gpu_map(std::string_view spec) {
       return make_error("GPU map entry '" + std::string(item) + "': expected OLD=NEW", EINVAL);
     std::string_view from = trim(item.substr(0, eq)), to = trim(item.substr(eq + 1));
     for (std::string_view side : {from, to})
-      if (!is_ordinal(side) && !is_uuid(side))
+      if (!is_gpu_key(side))
         return make_error("GPU map entry '" + std::string(item) + "': '" + std::string(side) +
                               "' is neither an ordinal nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
                           EINVAL);
@@ -56,6 +56,13 @@ std::string format_gpu_uuid(const std::array<uint8_t, 16>& u) {
   std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
                 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   return buf;
+}
+
+bool is_gpu_key(std::string_view key) { return is_ordinal(key) || is_uuid(key); }
+
+int host_device(const std::map<uint32_t, int>& host_ordinal, uint32_t ordinal) {
+  auto it = host_ordinal.find(ordinal);
+  return it == host_ordinal.end() ? int(ordinal) : it->second;
 }
 
 const HostGpu* find_host_gpu(const std::string& key, const std::vector<HostGpu>& host) {

@@ -11,7 +11,6 @@
 #include <cstdlib>
 
 #include "log.h"
-#include "phos/images/agent_wire.h"
 #include "phos/images/keeper_protocol.h"
 
 extern char** environ;
@@ -80,38 +79,17 @@ Result<KeeperLink> KeeperLink::start(int image_dirfd, int agent_timeout_ms) {
   return KeeperLink(std::move(ours));
 }
 
-namespace {
-
-// Sends `allocs` and their fds a frame's worth at a time, as the messages
-// `make` builds from each slice; one (empty) message for none.
-template <class Make>
-Result<void> send_in_frames(int sock, const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds,
-                            const Make& make) {
-  if (allocs.size() != fds.size()) return make_error("keeper: one fd per allocation expected");
-  size_t at = 0;
-  do {
-    size_t end = std::min(allocs.size(), at + wire::kMaxFdsPerFrame);
-    std::vector<int> raw;
-    for (size_t i = at; i < end; i++) raw.push_back(fds[i].get());
-    PHOS_TRY(keeper::send_message(
-        sock, make(std::vector<agent::Allocation>(allocs.begin() + at, allocs.begin() + end)), raw));
-    at = end;
-  } while (at < allocs.size());
-  return {};
-}
-
-}  // namespace
-
 Result<void> KeeperLink::hold(pid_t pid, const std::vector<agent::Allocation>& allocs,
                               const std::vector<UniqueFd>& fds) {
-  return send_in_frames(sock_.get(), allocs, fds,
-                        [&](std::vector<agent::Allocation> slice) { return keeper::Hold{pid, std::move(slice)}; });
+  return keeper::send_allocations(sock_.get(), allocs, fds, [&](std::vector<agent::Allocation> slice, bool) {
+    return keeper::Message(keeper::Hold{pid, std::move(slice)});
+  });
 }
 
 Result<void> KeeperLink::keep(pid_t pid, pid_t vpid, const std::string& migration, uint32_t keep_s,
                               const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds) {
-  return send_in_frames(sock_.get(), allocs, fds, [&](std::vector<agent::Allocation> slice) {
-    return keeper::Keep{pid, migration, std::move(slice), vpid, keep_s};
+  return keeper::send_allocations(sock_.get(), allocs, fds, [&](std::vector<agent::Allocation> slice, bool) {
+    return keeper::Message(keeper::Keep{pid, migration, std::move(slice), vpid, keep_s});
   });
 }
 

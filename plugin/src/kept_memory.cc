@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -51,20 +50,6 @@ bool peer_allowed(int conn) {
   if (peer_trusted(conn, uid)) return true;
   PHOS_WARN("kept memory: refused a connection from uid %u (neither root nor the keeper's user)", uid);
   return false;
-}
-
-Result<void> send_kept(int conn, const KeptProcess& p) {
-  size_t at = 0;
-  do {
-    const size_t end = std::min(p.allocations.size(), at + wire::kMaxFdsPerFrame);
-    std::vector<int> raw;
-    for (size_t i = at; i < end; i++) raw.push_back(p.fds[i].get());
-    keeper::Kept frame{std::vector<agent::Allocation>(p.allocations.begin() + at, p.allocations.begin() + end),
-                       end == p.allocations.size(), ""};
-    PHOS_TRY(keeper::send_message(conn, frame, raw));
-    at = end;
-  } while (at < p.allocations.size());
-  return {};
 }
 
 bool any_lent(const std::vector<KeptProcess>& kept) {
@@ -118,7 +103,11 @@ class KeptServer {
       return refuse("no memory kept for process " + std::to_string(take.vpid) + " of migration " + take.migration);
     if (it->lent_to >= 0) return refuse("process " + std::to_string(take.vpid) + " is being restored by another restore");
     if (!accepting) return refuse("phos-keeper is ending (SIGTERM): it writes the memory into the image directory");
-    if (auto sent = send_kept(conn, *it); !sent) {
+    auto sent = keeper::send_allocations(conn, it->allocations, it->fds, [](std::vector<agent::Allocation> slice,
+                                                                             bool last) {
+      return keeper::Message(keeper::Kept{std::move(slice), last, ""});
+    });
+    if (!sent) {
       PHOS_WARN("kept memory of process %d: %s", it->vpid, sent.error().message.c_str());
       return false;
     }

@@ -123,10 +123,8 @@ std::string set_lazy_restore(PluginOptions& o, std::string_view v) { return pars
 std::string set_lazy_timeout(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 3600000, o.lazy_timeout_ms); }
 
 std::string set_migrate_to(PluginOptions& o, std::string_view v) {
-  // One side of a gpu_map entry: an ordinal or a UUID, checked the same way.
-  auto spec = parse_gpu_map("0=" + std::string(v));
-  if (!spec || spec->size() != 1) return "expected a GPU ordinal or UUID";
-  o.migrate_to = spec->front().to;
+  if (!is_gpu_key(v)) return "expected a GPU ordinal or UUID";
+  o.migrate_to = std::string(v);
   return "";
 }
 using MigrateCopy = PluginOptions::MigrateCopy;

@@ -136,12 +136,7 @@ Result<void> Restorer::take_kept(pid_t vpid, Loaded& l) {
   // What the keeper holds must be what the image lists (the keeper is
   // another process: its word is checked).
   const auto& got = link->allocations;
-  bool same = got.size() == m.allocations.size();
-  for (size_t i = 0; same && i < got.size(); i++) {
-    const auto& a = m.allocations[i];
-    same = got[i].id == a.id && got[i].address == a.address && got[i].size == a.size && got[i].device == a.device;
-  }
-  if (!same) {
+  if (got != std::vector<agent::Allocation>(m.allocations.begin(), m.allocations.end())) {  // without their chunks
     (void)link->taken(false);
     return make_error(name + ": phos-keeper's kept memory (" + std::to_string(got.size()) +
                           " allocations) is not what the image lists (" + std::to_string(m.allocations.size()) + ")",

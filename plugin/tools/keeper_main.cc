@@ -207,7 +207,7 @@ void end_half_restored(const KeeperState& k) {
   }
 }
 
-// Returns the processes that live on (given back, or trying to be).
+// Returns the processes that live on with their own memory (given back).
 std::set<pid_t> recover(KeeperState& k, int agent_timeout_ms) {
   std::set<pid_t> lived_on;
   PHOS_WARN("criu went away without Done; giving what the dump took back to those of %zu process(es) that live on",

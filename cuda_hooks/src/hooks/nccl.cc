@@ -117,11 +117,12 @@ ncclResult_t on_comm(ncclComm_t handle, F&& f) {
 template <class F>
 ncclResult_t ending(ncclComm_t handle, F&& end) {
   Ticket ticket;
-  if (handle && !registry().real_of(id_of(handle))) {
+  const uint64_t real = registry().real_of(id_of(handle));
+  if (handle && !real) {
     registry().destroyed(id_of(handle));
     return ncclSuccess;
   }
-  ncclResult_t r = end(comm_of(registry().real_of(id_of(handle))));
+  ncclResult_t r = end(comm_of(real));
   if (r == ncclSuccess) registry().destroyed(id_of(handle));
   return r;
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -109,6 +110,12 @@ struct ReceivedMessage {
 };
 
 Result<void> send_message(int sock, const Message& message, std::span<const int> fds = {});
+// Sends `allocations` with their fds (one each, in order), a frame's worth
+// at a time, as the messages `make(slice, last)` builds; one message for
+// none. (Hold, Keep, Kept.)
+Result<void> send_allocations(int sock, const std::vector<agent::Allocation>& allocations,
+                              const std::vector<UniqueFd>& fds,
+                              const std::function<Message(std::vector<agent::Allocation> slice, bool last)>& make);
 // Errors are the framing's (agent_wire.h), and EPROTO for a payload that
 // does not decode.
 Result<ReceivedMessage> recv_message(int sock, int timeout_ms);

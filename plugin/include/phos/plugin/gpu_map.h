@@ -47,6 +47,9 @@ struct GpuPlacement {
   bool moved() const { return image_uuid != host_uuid; }
 };
 
+// Whether `key` names a GPU as gpu_map's sides do: an ordinal or a UUID.
+bool is_gpu_key(std::string_view key);
+
 // The GPU of `host` that `key` names (an ordinal or a UUID); null: none.
 const HostGpu* find_host_gpu(const std::string& key, const std::vector<HostGpu>& host);
 
@@ -57,6 +60,10 @@ const HostGpu* find_host_gpu(const std::string& key, const std::vector<HostGpu>&
 // host does not have is an error.
 Result<std::map<uint32_t, int>> host_ordinals(const std::vector<agent::Device>& devices,
                                               const std::vector<HostGpu>& host);
+
+// Criu's ordinal of the process's device `ordinal` (host_ordinals' map); a
+// device not in it keeps its ordinal.
+int host_device(const std::map<uint32_t, int>& host_ordinal, uint32_t ordinal);
 
 // One placement per image device, in the image's order. Errors name the
 // device, the spec entry or both models.
