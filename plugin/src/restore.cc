@@ -257,7 +257,7 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
             "gate open %.1f",
             pid, ms(l.created_ns), lazy ? "behind the running process" : std::to_string(ms(l.filled_ns)).c_str(),
             double(bytes) / (1 << 20),
-            lazy || !l.filled_ns ? ""
+            lazy || !l.filled_ns || !bytes || l.filled_ns <= l.created_ns ? ""
                                  : (" at " + std::to_string(double(bytes) / double(l.filled_ns - l.created_ns)) + " GB/s").c_str(),
             ms(hook_ns), ms(waited_ns), ms(driver_ns), ms(remap_ns), ms(since_init_ns()));
   return {};

@@ -58,6 +58,9 @@ workload_pids() { pgrep -f "$MATCH" || true; }
 # start_workload [--preload] [WORKLOAD ARGS...]
 start_workload() {
   local env_args=() counter_args=()
+  # A state file left by an earlier workload would pass for this one's until
+  # it writes its first (its token read too early is another process's).
+  rm -f "$WORK/state" "$WORK/state.tmp"
   for a in "$@"; do
     case $a in
       --preload) env_args+=("LD_PRELOAD=$LIBPHOS") ;;
