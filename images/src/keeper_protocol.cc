@@ -16,6 +16,15 @@ std::vector<std::byte> pack(const Phos__Keeper__Message& m) {
   return out;
 }
 
+// The message of one kind: its oneof field `field` points to `body`.
+template <typename Body>
+std::vector<std::byte> pack(Phos__Keeper__Message__KindCase kind, Body* Phos__Keeper__Message::*field, Body& body) {
+  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
+  m.kind_case = kind;
+  m.*field = &body;
+  return pack(m);
+}
+
 // The allocation list of a message, as protobuf-c wants it; `allocs` owns
 // the structs `ptrs` points to.
 void to_pb_list(const std::vector<agent::Allocation>& in, std::vector<Phos__Agent__Allocation>& allocs,
@@ -41,28 +50,19 @@ std::vector<std::byte> encode(const Hold& h) {
   hold.pid = h.pid;
   hold.n_allocations = ptrs.size();
   hold.allocations = ptrs.data();
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_HOLD;
-  m.hold = &hold;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_HOLD, &Phos__Keeper__Message::hold, hold);
 }
 
 std::vector<std::byte> encode(const State& s) {
   Phos__Keeper__State state = PHOS__KEEPER__STATE__INIT;
   state.pid = s.pid;
   state.taken = s.taken;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_STATE;
-  m.state = &state;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_STATE, &Phos__Keeper__Message::state, state);
 }
 
 std::vector<std::byte> encode(const Done&) {
   Phos__Keeper__Done done = PHOS__KEEPER__DONE__INIT;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_DONE;
-  m.done = &done;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_DONE, &Phos__Keeper__Message::done, done);
 }
 
 std::vector<std::byte> encode(const Restoring& r) {
@@ -70,19 +70,13 @@ std::vector<std::byte> encode(const Restoring& r) {
   restoring.pid = r.pid;
   restoring.has_restored = r.restored;
   restoring.restored = r.restored;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_RESTORING;
-  m.restoring = &restoring;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_RESTORING, &Phos__Keeper__Message::restoring, restoring);
 }
 
 std::vector<std::byte> encode(const RestoreStarted& r) {
   Phos__Keeper__RestoreStarted started = PHOS__KEEPER__RESTORE_STARTED__INIT;
   started.criu_pid = r.criu_pid;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED;
-  m.restore_started = &started;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED, &Phos__Keeper__Message::restore_started, started);
 }
 
 std::vector<std::byte> encode(const Keep& k) {
@@ -96,29 +90,20 @@ std::vector<std::byte> encode(const Keep& k) {
   keep.keep_s = k.keep_s;
   keep.n_allocations = ptrs.size();
   keep.allocations = ptrs.data();
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_KEEP;
-  m.keep = &keep;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_KEEP, &Phos__Keeper__Message::keep, keep);
 }
 
 std::vector<std::byte> encode(const KeepCommitted& k) {
   Phos__Keeper__KeepCommitted committed = PHOS__KEEPER__KEEP_COMMITTED__INIT;
   committed.pid = k.pid;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_KEEP_COMMITTED;
-  m.keep_committed = &committed;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_KEEP_COMMITTED, &Phos__Keeper__Message::keep_committed, committed);
 }
 
 std::vector<std::byte> encode(const TakeKept& t) {
   Phos__Keeper__TakeKept take = PHOS__KEEPER__TAKE_KEPT__INIT;
   take.migration = const_cast<char*>(t.migration.c_str());
   take.vpid = t.vpid;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_TAKE_KEPT;
-  m.take_kept = &take;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_TAKE_KEPT, &Phos__Keeper__Message::take_kept, take);
 }
 
 std::vector<std::byte> encode(const Kept& k) {
@@ -130,10 +115,7 @@ std::vector<std::byte> encode(const Kept& k) {
   kept.allocations = ptrs.data();
   kept.last = k.last;
   if (!k.error.empty()) kept.error = const_cast<char*>(k.error.c_str());
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_KEPT;
-  m.kept = &kept;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_KEPT, &Phos__Keeper__Message::kept, kept);
 }
 
 std::vector<std::byte> encode(const Taken& t) {
@@ -142,10 +124,7 @@ std::vector<std::byte> encode(const Taken& t) {
   taken.restored = t.restored;
   taken.has_spoilt = t.spoilt;
   taken.spoilt = t.spoilt;
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = PHOS__KEEPER__MESSAGE__KIND_TAKEN;
-  m.taken = &taken;
-  return pack(m);
+  return pack(PHOS__KEEPER__MESSAGE__KIND_TAKEN, &Phos__Keeper__Message::taken, taken);
 }
 
 Result<Message> decode(const Phos__Keeper__Message& m) {

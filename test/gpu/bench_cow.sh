@@ -186,8 +186,7 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 awk -F, "$awk_median"'
   $1 == "pattern" {
     key = $2 "," $3
-    if (!(key in seen)) { seen[key] = 1; order[++k] = key }
-    for (c = 4; c <= 15; c++) vals[key, c] = vals[key, c] " " $c
+    gather(key, 4, 15)
     if (!(key in lo) || $4 + 0 < lo[key]) lo[key] = $4 + 0
     if (!(key in hi) || $4 + 0 > hi[key]) hi[key] = $4 + 0
   }

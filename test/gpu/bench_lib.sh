@@ -85,10 +85,16 @@ proc_alive() {
   [ -e "/proc/$1" ] && [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" != Z ]
 }
 
-# An awk function for the tables: median(key, col) of the values gathered,
-# space-separated, in vals[key, col]. Prepend it to an awk program:
-#   awk -F, "$awk_median"' ... { vals[k, c] = vals[k, c] " " $c } END { ... median(k, c) ... }'
+# awk functions for the tables: gather(key, first, last) adds this row's
+# columns first..last to vals[key, col] (space-separated; the keys in
+# order[1..k], as first seen); median(key, col) of the values gathered.
+# Prepend them to an awk program:
+#   awk -F, "$awk_median"' NR > 1 { gather($1 "," $2, 3, 9) } END { ... median(order[i], c) ... }'
 awk_median='
+  function gather(key, first, last,   c) {
+    if (!(key in seen)) { seen[key] = 1; order[++k] = key }
+    for (c = first; c <= last; c++) vals[key, c] = vals[key, c] " " $c
+  }
   function median(key, col,   n, i, j, v, t) {
     n = split(vals[key, col], v, " ")
     for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }

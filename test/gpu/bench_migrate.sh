@@ -122,11 +122,7 @@ echo "medians of $reps runs each; downtime: from the gate closing for good on th
 echo "| job | mode | downtime | dump | restore | first pass (while running) | copied again | device memory | stopped copy to the image |"
 echo "|---|---|---|---|---|---|---|---|---|"
 awk -F, "$awk_median"'
-  NR > 1 {
-    key = $1 ":" $2 "," $3
-    if (!(key in seen)) { seen[key] = 1; order[++k] = key }
-    for (c = 4; c <= 10; c++) vals[key, c] = vals[key, c] " " $c
-  }
+  NR > 1 { gather($1 ":" $2 "," $3, 4, 10) }
   END {
     for (i = 1; i <= k; i++) {
       split(order[i], f, ",")

@@ -127,11 +127,7 @@ traffic_run() {
   echo "| job | protocol | traffic | step before | step during the copy (longest) | copy beside the program | transfers seen | pauses (time) | first pass | written after its copy | copied again | saved copy-on-write | downtime |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F, "$awk_median"'
-    NR > 1 {
-      key = $1 ":" $2 "," $3 "," $4
-      if (!(key in seen)) { seen[key] = 1; order[++k] = key }
-      for (c = 5; c <= 19; c++) vals[key, c] = vals[key, c] " " $c
-    }
+    NR > 1 { gather($1 ":" $2 "," $3 "," $4, 5, 19) }
     END {
       for (i = 1; i <= k; i++) {
         split(order[i], f, ",")
@@ -187,11 +183,7 @@ echo "medians of $reps dumps each; downtime: from the gate closing for good to c
 echo "| job | mode | downtime | criu in all | first pass (while running) | copied again | device memory |"
 echo "|---|---|---|---|---|---|---|"
 awk -F, "$awk_median"'
-  NR > 1 {
-    key = $1 ":" $2 "," $3
-    if (!(key in seen)) { seen[key] = 1; order[++k] = key }
-    for (c = 4; c <= 10; c++) vals[key, c] = vals[key, c] " " $c
-  }
+  NR > 1 { gather($1 ":" $2 "," $3, 4, 10) }
   END {
     for (i = 1; i <= k; i++) {
       split(order[i], f, ",")
