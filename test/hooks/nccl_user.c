@@ -40,3 +40,18 @@ int phos_nccl_user_comms(void) {
   bad |= ncclCommAbort(gone);
   return bad;
 }
+
+/* Rank RANK of 2 (from the fixed unique id) splits twice: rank 0 with a
+ * color, rank 1 sitting the first split out (NCCL_SPLIT_NOCOLOR), then both
+ * with one color. The second split is one communicator of both ranks: its
+ * job id must be the same in both processes. */
+int phos_nccl_user_late_split(int rank) {
+  ncclUniqueId id;
+  ncclComm_t c, first, late;
+  int bad = 0;
+  bad |= ncclGetUniqueId(&id);
+  bad |= ncclCommInitRank(&c, 2, id, rank);
+  bad |= ncclCommSplit(c, rank == 0 ? 3 : NCCL_SPLIT_NOCOLOR, rank, &first, NULL);
+  bad |= ncclCommSplit(c, 4, rank, &late, NULL);
+  return bad;
+}

@@ -102,6 +102,21 @@ assert len({x["job_id"] for x in c}) == 3, c  # the split is named apart from it
 assert s["counters"]["nccl_communicators"] == 3, s["counters"]
 ' || fail "phosctl status does not show the modules and the NCCL communicators: $status"
 
+# A rank that sits a split out (NCCL_SPLIT_NOCOLOR) still counts it: the
+# next split of the same parent has one job id in both ranks' processes.
+late_split_job() {  # late_split_job RANK: the job id of its last communicator
+  local line= p
+  exec 4< <(LD_PRELOAD=$libphos "$dir/record_client" "$dir/libnccl_user.so" wait late-split "$1")
+  until [ "${line%% *}" = ready ]; do read -r -t 10 line <&4 || fail "the late-split client $1 did not get ready"; done
+  p=${line#ready }
+  "$BUILD/plugin/phosctl" status "$p" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["nccl_communicators"][-1]["job_id"])'
+  kill "$p"
+}
+job0=$(late_split_job 0) && job1=$(late_split_job 1) || fail "phosctl status of the late-split clients"
+[ -n "$job0" ] && [ "$job0" = "$job1" ] ||
+  fail "a split after one that rank 1 sat out has two job ids: rank 0 $job0, rank 1 $job1"
+echo "[record] a split after one a rank sat out: one job id in both ranks ($job0)"
+
 out=$(LD_PRELOAD=$libphos PHOS_STATS_FILE=$stats "$dir/record_client" "$dir/libnccl_user.so")
 grep -qx "reached copies 10 cublas 5 nccl 9" <<< "$out" || fail "without recording, calls did not all reach the libraries"
 ! grep -q '^record ' "$stats" || fail "recorded while recording is off"

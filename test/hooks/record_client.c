@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -135,6 +136,11 @@ int main(int argc, char **argv) {
   printf("calls failed %d\n", bad);
   printf("reached copies %llu cublas %llu nccl %llu\n", fake_copy_calls, fake_cublas_calls,
          nccl_calls ? *nccl_calls : 0ULL);
+  /* "wait late-split RANK": also the splits of phos_nccl_user_late_split. */
+  if (argc > 4 && !strcmp(argv[3], "late-split")) {
+    int (*late_split)(int) = (int (*)(int))dlsym(user, "phos_nccl_user_late_split");
+    if (!late_split || late_split(atoi(argv[4]))) { printf("late split failed\n"); return 2; }
+  }
   if (argc > 2 && !strcmp(argv[2], "wait")) {
     printf("ready %d\n", (int)getpid());
     fflush(stdout);

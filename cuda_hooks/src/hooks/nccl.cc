@@ -234,7 +234,11 @@ NcclCommunicator from_unique_id(int rank, int nranks, const void* id, size_t id_
   return c;
 }
 
-NcclCommunicator split_of(ncclComm_t parent, ncclComm_t made_real, int color, int key, const ncclConfig_t* config) {
+// `sequence`: the parent's split count (next_split), taken by every rank that
+// made the call, a rank the split leaves out too, so that the ranks agree on
+// the next split's job id.
+NcclCommunicator split_of(ncclComm_t parent, uint32_t sequence, ncclComm_t made_real, int color, int key,
+                          const ncclConfig_t* config) {
   NcclCommunicator c;
   auto from = registry().find(id_of(parent));
   c.rank = rank_of(made_real);
@@ -243,7 +247,7 @@ NcclCommunicator split_of(ncclComm_t parent, ncclComm_t made_real, int color, in
   c.color = color;
   c.key = key;
   c.single_process = from && from->single_process;
-  c.job_id = nccl_split_job_id(from ? from->job_id : id_of(parent), color, registry().next_split(id_of(parent)));
+  c.job_id = nccl_split_job_id(from ? from->job_id : id_of(parent), color, sequence);
   c.origin = NcclOrigin::kSplit;
   keep_config(config, c);
   return c;
@@ -307,7 +311,9 @@ extern "C" PHOS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, in
                                                   ncclConfig_t* config) {
   return on_comm(comm, [&](ncclComm_t real) {
     ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommSplit, (real, color, key, newcomm, config))();
-    if (made(r) && newcomm && *newcomm) adopt(newcomm, split_of(comm, *newcomm, color, key, config));
+    if (!made(r)) return r;
+    const uint32_t sequence = registry().next_split(id_of(comm));
+    if (newcomm && *newcomm) adopt(newcomm, split_of(comm, sequence, *newcomm, color, key, config));
     return r;
   });
 }
@@ -317,7 +323,9 @@ extern "C" PHOS_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude
   return on_comm(comm, [&](ncclComm_t real) {
     ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommShrink, (real, exclude, exclude_count, newcomm, config, flags))();
     // Like a split to which the excluded ranks passed no color.
-    if (made(r) && newcomm && *newcomm) adopt(newcomm, split_of(comm, *newcomm, -2, 0, config));
+    if (!made(r)) return r;
+    const uint32_t sequence = registry().next_split(id_of(comm));
+    if (newcomm && *newcomm) adopt(newcomm, split_of(comm, sequence, *newcomm, -2, 0, config));
     return r;
   });
 }
