@@ -119,6 +119,33 @@ TEST_CASE("nccl communicators: a stop holds the call it is armed at until disarm
   CHECK_FALSE(c.find(h)->held);
 }
 
+TEST_CASE("nccl communicators: a stop armed while calls race on never lets its call through", "[nccl]") {
+  NcclCommunicators c;
+  const uint64_t h = c.new_handle();
+  c.created(comm(h, 0, 2, 0, 0, 0, 0, false, 0xabc));
+  std::atomic<bool> done{false};
+  std::thread program([&] {
+    while (!done) c.count_call(h);
+  });
+  int armed = 0;
+  for (int round = 0; round < 3000; round++) {
+    // At the count just read: the program is issuing that very call.
+    const uint64_t at = c.find(h)->calls;
+    if (c.arm_stop(0xabc, at)) {
+      armed++;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!c.find(h)->held && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      REQUIRE(c.find(h)->held);
+      REQUIRE(c.find(h)->calls == at);  // held before call `at`, never after it
+    }
+    c.disarm(0xabc);
+  }
+  done = true;
+  program.join();
+  INFO("stops armed: " << armed);
+  CHECK(armed > 0);
+}
+
 TEST_CASE("nccl communicators: a held call is let go when its communicator is destroyed", "[nccl]") {
   NcclCommunicators c;
   const uint64_t h = c.new_handle();  // calls are counted on phos's handles

@@ -50,8 +50,7 @@ NcclCommunicator NcclCommunicators::snapshot(const NcclCommunicator& c) const {
 
 void NcclCommunicators::count_stops() {
   stops_armed_.store(uint32_t(std::count_if(live_.begin(), live_.end(),
-                                            [](const NcclCommunicator& l) { return l.stop_at.has_value(); })),
-                     std::memory_order_release);
+                                            [](const NcclCommunicator& l) { return l.stop_at.has_value(); })));
 }
 
 NcclCommunicator* NcclCommunicators::entry(uint64_t handle) {
@@ -185,10 +184,13 @@ uint32_t NcclCommunicators::next_split(uint64_t parent) {
 void NcclCommunicators::count_call(uint64_t handle, bool may_hold) {
   if (!owns(handle)) return;
   std::atomic<uint64_t>& calls = calls_[slot(handle)];
-  if (stops_armed_.load(std::memory_order_acquire) == 0) {
-    calls.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  // Counted, then the check (both seq_cst): arm_stop publishes a stop before
+  // it reads the counts, so either this call sees the stop or the stop sees
+  // this call. Checked first, a call could pass just before a stop at its
+  // number was armed and be issued anyway.
+  calls.fetch_add(1);
+  if (stops_armed_.load() == 0) return;
+  calls.fetch_sub(1);  // a stop is armed somewhere: counted below, under the lock
   std::unique_lock<std::mutex> lock(mu_);
   NcclCommunicator* c = entry(handle);
   if (!c) return;
@@ -207,12 +209,22 @@ void NcclCommunicators::count_call(uint64_t handle, bool may_hold) {
 
 bool NcclCommunicators::arm_stop(uint64_t job_id, uint64_t at_call) {
   std::lock_guard<std::mutex> lock(mu_);
-  bool armed = false;
+  // Published first, then the counts read (see count_call); a communicator
+  // already past the call gets its stop as it was. The lock keeps every
+  // held path out until then.
+  std::vector<std::pair<NcclCommunicator*, std::optional<uint64_t>>> mine;
   for (NcclCommunicator& l : live_)
-    if (l.job_id == job_id && owns(l.handle) && calls_[slot(l.handle)].load() <= at_call) {
+    if (l.job_id == job_id && owns(l.handle)) {
+      mine.emplace_back(&l, l.stop_at);
       l.stop_at = at_call;
-      armed = true;
     }
+  count_stops();
+  bool armed = false;
+  for (auto& [l, before] : mine)
+    if (calls_[slot(l->handle)].load() <= at_call)
+      armed = true;
+    else
+      l->stop_at = before;
   count_stops();
   return armed;
 }
