@@ -651,19 +651,23 @@ size_t Engine::staging_size(const SaveJob& job) const { return job.migration ? 0
 
 Engine::PieceWork Engine::migrate_work(SaveJob& job) {
   PieceWork work;
-  work.start = [this, &job](const Piece& p, void*, CUstream stream, unsigned) -> Result<void> {
+  const bool fail_copy = fault("fail-migration-copy");  // read once, not per chunk
+  work.start = [this, &job, fail_copy](const Piece& p, void*, CUstream stream, unsigned) -> Result<void> {
     const SaveJob::Migration& mig = *job.migration;
     const CUdeviceptr src = job.vas[p.allocation] + p.offset;
     const CUdeviceptr dst = mig.vas[p.allocation] + p.offset;
-    const std::string what = "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to GPU " +
-                             std::to_string(mig.sink.device);
-    if (fault("fail-migration-copy") && job.chunk_copies >= 1)
-      return make_error(what + ": fault injection (PHOS_FAULT): the target GPU fails", EIO);
+    // Named only when something fails.
+    auto what = [&] {
+      return "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to GPU " +
+             std::to_string(mig.sink.device);
+    };
+    if (fail_copy && job.chunk_copies >= 1)
+      return make_error(what() + ": fault injection (PHOS_FAULT): the target GPU fails", EIO);
     if (mig.peer.at(p.device)) {
-      PHOS_CU(cu_, cu_.cuMemcpyDtoDAsync_v2(dst, src, p.size, stream), what.c_str());
+      PHOS_CU(cu_, cu_.cuMemcpyDtoDAsync_v2(dst, src, p.size, stream), what().c_str());
     } else {
       PHOS_CU(cu_, cu_.cuMemcpyPeerAsync(dst, contexts_.at(mig.sink.device), src, contexts_.at(p.device), p.size, stream),
-              what.c_str());
+              what().c_str());
     }
     return {};
   };

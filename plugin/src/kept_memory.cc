@@ -153,13 +153,60 @@ class KeptServer {
   std::vector<UniqueFd> conns_;
 };
 
+// Writes `p`'s memory into the image directory as data files and rewrites
+// its manifest as an ordinary image's. `engine`: started for the first
+// process that has memory, then shared (one CUDA start for a tree).
+Result<void> spill_kept_memory(int image_dirfd, KeptProcess& p, std::unique_ptr<Engine>& engine) {
+  // Its completion marker may have failed to be written at the dump: the
+  // manifest naming this migration is enough (the spill writes a marker).
+  auto img = image::open_process_image(image_dirfd, p.vpid, /*require_complete=*/false);
+  if (!img) return img.error();
+  image::Manifest m = std::move(img->manifest);
+  if (!m.kept || m.kept->migration != p.migration)
+    return make_error(img->manifest_name + " no longer names migration " + p.migration, ESTALE);
+  if (!p.allocations.empty()) {
+    if (!engine) {
+      auto started = Engine::start(EngineSettings::from(PluginOptions::load()));
+      if (!started) return started.error();
+      engine = std::move(*started);
+    }
+    auto host = engine->host_gpus();
+    if (!host) return host.error();
+    const HostGpu* gpu = find_host_gpu(format_gpu_uuid(m.kept->device_uuid), *host);
+    if (!gpu) return make_error("the GPU that holds the memory is gone", ENODEV);
+    std::map<uint32_t, int> host_ordinal;
+    for (const auto& a : p.allocations) host_ordinal[a.device] = gpu->ordinal;
+    // The data as a stopped dump writes it; the devices stay the process's
+    // own (the driver restores it there unless gpu_map moves it).
+    image::Manifest copied;
+    auto job = engine->prepare_save(image_dirfd, p.vpid, p.allocations, p.fds, host_ordinal, copied);
+    if (!job) return job.error();
+    PHOS_TRY(engine->run_save(**job));
+    job->reset();
+    m.allocations = std::move(copied.allocations);
+    m.data_files = std::move(copied.data_files);
+    m.chunk_size = copied.chunk_size;
+    m.statistics.raw_bytes = copied.statistics.raw_bytes;
+    m.statistics.stored_bytes = copied.statistics.stored_bytes;
+    m.statistics.zero_chunks = copied.statistics.zero_chunks;
+    m.statistics.zero_bytes = copied.statistics.zero_bytes;
+  }
+  m.kept.reset();
+  m.format_version = image::format_version_for(m);
+  PHOS_TRY(image::remove_completion_marker(image_dirfd, p.vpid));
+  auto written = image::write_manifest(image_dirfd, m);
+  if (!written) return written.error();
+  return image::write_completion_marker(image_dirfd, p.vpid, *written);
+}
+
 // Writes what no restore holds into the image directory; what could not be
 // written stays kept. true: nothing is left kept.
 bool spill_unlent(std::vector<KeptProcess>& kept, int image_dirfd, const char* why) {
   PHOS_WARN("%s: writing the kept memory of %zu process(es) into the image directory", why, kept.size());
+  std::unique_ptr<Engine> engine;
   std::erase_if(kept, [&](KeptProcess& p) {
     if (p.lent_to >= 0) return false;
-    if (auto r = spill_kept_memory(image_dirfd, p); !r) {
+    if (auto r = spill_kept_memory(image_dirfd, p, engine); !r) {
       PHOS_ERR("process %d: its kept GPU memory could not be written: %s", p.vpid, r.error().message.c_str());
       return false;
     }
@@ -226,46 +273,6 @@ void serve_kept_memory(std::vector<KeptProcess>& kept, int image_dirfd) {
     server.poll_once(kPollSliceMs, terminating_since == 0);
   }
   PHOS_INFO("every kept memory taken; phos-keeper exits");
-}
-
-Result<void> spill_kept_memory(int image_dirfd, KeptProcess& p) {
-  // Its completion marker may have failed to be written at the dump: the
-  // manifest naming this migration is enough (the spill writes a marker).
-  auto img = image::open_process_image(image_dirfd, p.vpid, /*require_complete=*/false);
-  if (!img) return img.error();
-  image::Manifest m = std::move(img->manifest);
-  if (!m.kept || m.kept->migration != p.migration)
-    return make_error(img->manifest_name + " no longer names migration " + p.migration, ESTALE);
-  if (!p.allocations.empty()) {
-    auto engine = Engine::start(EngineSettings::from(PluginOptions::load()));
-    if (!engine) return engine.error();
-    auto host = (*engine)->host_gpus();
-    if (!host) return host.error();
-    const HostGpu* gpu = find_host_gpu(format_gpu_uuid(m.kept->device_uuid), *host);
-    if (!gpu) return make_error("the GPU that holds the memory is gone", ENODEV);
-    std::map<uint32_t, int> host_ordinal;
-    for (const auto& a : p.allocations) host_ordinal[a.device] = gpu->ordinal;
-    // The data as a stopped dump writes it; the devices stay the process's
-    // own (the driver restores it there unless gpu_map moves it).
-    image::Manifest copied;
-    auto job = (*engine)->prepare_save(image_dirfd, p.vpid, p.allocations, p.fds, host_ordinal, copied);
-    if (!job) return job.error();
-    PHOS_TRY((*engine)->run_save(**job));
-    job->reset();
-    m.allocations = std::move(copied.allocations);
-    m.data_files = std::move(copied.data_files);
-    m.chunk_size = copied.chunk_size;
-    m.statistics.raw_bytes = copied.statistics.raw_bytes;
-    m.statistics.stored_bytes = copied.statistics.stored_bytes;
-    m.statistics.zero_chunks = copied.statistics.zero_chunks;
-    m.statistics.zero_bytes = copied.statistics.zero_bytes;
-  }
-  m.kept.reset();
-  m.format_version = image::format_version_for(m);
-  PHOS_TRY(image::remove_completion_marker(image_dirfd, p.vpid));
-  auto written = image::write_manifest(image_dirfd, m);
-  if (!written) return written.error();
-  return image::write_completion_marker(image_dirfd, p.vpid, *written);
 }
 
 Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_t vpid, int timeout_ms) {

@@ -13,14 +13,12 @@
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -33,7 +31,9 @@
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/nccl_job.h"
 #include "phos/plugin/gpu_map.h"
+#include "phos/plugin/proc.h"
 #include "phos/speculation/demangle.h"
+#include "phos/support/clock.h"
 
 namespace {
 
@@ -602,12 +602,6 @@ int cmd_nccl_quiesce(const std::vector<std::string>& pid_texts) {
   return 0;
 }
 
-uint64_t realtime_ns() {
-  struct timespec ts {};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
 // Runs `argv` with `extra_env` added to the environment; its exit status
 // (-1: it could not start).
 int run_command(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
@@ -692,27 +686,22 @@ int cmd_migrate(const std::vector<std::string>& args) {
   std::vector<std::string> dump = {criu, "dump", "-t", std::to_string(pid), "-D", dir, "--lib", lib,
                                    "-o", "migrate-dump.log", "-v4"};
   dump.insert(dump.end(), criu_args.begin(), criu_args.end());
-  const uint64_t t0 = realtime_ns();
+  const uint64_t t0 = phos::realtime_ns();
   int rc = run_command(dump, {"PHOS_MIGRATE_TO=" + gpu});
-  const uint64_t t1 = realtime_ns();
+  const uint64_t t1 = phos::realtime_ns();
   if (rc != 0) {
     std::fprintf(stderr, "phosctl: the dump failed (status %d; %s/migrate-dump.log says why)%s\n", rc, dir.c_str(),
-                 ::kill(pid, 0) == 0 ? "; the process runs on where it was" : "");
+                 phos::plugin::process_alive(pid) ? "; the process runs on where it was" : "");
     return 1;
   }
   // criu restores the process with its pid: the source's must be free
   // (without a pid namespace, its parent has to reap it first). How long
   // it took to exit, and to be reaped, goes in the summary.
-  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  // A zombie has exited; its pid is held until it is reaped.
+  const std::string proc_dir = "/proc/" + std::to_string(pid);
   int exit_ms = -1, free_ms = 0;
-  for (; free_ms < 10000; free_ms += 2) {
-    // /proc files have no size: read as a stream. State Z: every thread
-    // has exited (its leader at least), the pid is held until it is reaped.
-    std::ifstream stat(stat_path);
-    std::string text;
-    if (!stat || !std::getline(stat, text)) break;
-    auto paren = text.rfind(')');
-    if (exit_ms < 0 && paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') exit_ms = free_ms;
+  for (; free_ms < 10000 && ::access(proc_dir.c_str(), F_OK) == 0; free_ms += 2) {
+    if (exit_ms < 0 && !phos::plugin::process_alive(pid)) exit_ms = free_ms;
     ::usleep(2000);
   }
   if (exit_ms < 0) exit_ms = free_ms;
@@ -723,7 +712,7 @@ int cmd_migrate(const std::vector<std::string>& args) {
                                       "-o", "migrate-restore.log", "-v4", "--pidfile", "migrate-restored.pid"};
   restore.insert(restore.end(), criu_args.begin(), criu_args.end());
   rc = run_command(restore, {});
-  const uint64_t t2 = realtime_ns();
+  const uint64_t t2 = phos::realtime_ns();
   if (rc != 0) {
     std::fprintf(stderr,
                  "phosctl: the restore failed (status %d; %s/migrate-restore.log says why). The GPU data stays with "

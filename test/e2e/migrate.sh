@@ -17,9 +17,9 @@ wait_no_keeper() {
 }
 migration_of() { "$PHOSCTL" show --json "$IMG" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"][0]["kept"]["migration"])'; }
 fresh_img() { rm -rf "$IMG"; mkdir -p "$IMG"; }
-# A fresh image directory and a fresh counting workload with libphos.
-fresh_workload() { fresh_workload_args; }
-fresh_workload_args() { fresh_img; wait_pid_free; start_workload --preload "$@"; wait_counter_above 5; token=$(state_token); }
+# A fresh image directory and a fresh counting workload with libphos (ARGS:
+# the workload's).
+fresh_workload() { fresh_img; wait_pid_free; start_workload --preload "$@"; wait_counter_above 5; token=$(state_token); }
 
 # 1. phosctl migrate: dump and restore, the keeper in between.
 wait_no_keeper
@@ -58,7 +58,7 @@ for _ in $(seq 100); do [ -z "$(workload_pids)" ] && break; sleep 0.05; done
 
 # 2. A tree of two processes (parent and child, both with libphos): one
 # keeper keeps both, one restore takes both.
-fresh_workload_args --fork
+fresh_workload --fork
 child_at=$(state_child_counter)
 out=$("$PHOSCTL" migrate "$WORKLOAD_PID" --to 0 --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1) ||
   { cp "$IMG"/*.log "$WORK"/ 2>/dev/null; fail "phosctl migrate of a tree failed: $out"; }

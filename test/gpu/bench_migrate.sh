@@ -132,7 +132,7 @@ awk -F, "$awk_median"'
     }
   }' "$csv"
 awk -F, "$awk_median"'
-  NR > 1 { key = $1 ":" $2 SUBSEP $3; vals[$1 ":" $2, $3] = vals[$1 ":" $2, $3] " " $4; jobs[$1 ":" $2] = 1 }
+  NR > 1 { vals[$1 ":" $2, $3] = vals[$1 ":" $2, $3] " " $4; jobs[$1 ":" $2] = 1 }
   END {
     for (j in jobs) {
       s = median(j, "stop")

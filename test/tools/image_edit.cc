@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   auto img = phos::image::open_process_image(dir.get(), std::atoi(argv[2]), /*require_complete=*/true);
   if (!img) return die(img.error().message);
   phos::image::Manifest m = img->manifest;
+  std::string done;  // what was changed, for the line printed
   if (what == "kept-allocation") {
     if (!m.kept) return die(img->manifest_name + " is not a migration's image");
     if (m.devices.empty()) m.devices.push_back(phos::image::Device{0, {}, "NVIDIA H200", 150ull << 30, 9, 0});
@@ -41,19 +42,17 @@ int main(int argc, char** argv) {
     a.address = std::strtoull(argv[4], nullptr, 0);
     a.size = std::strtoull(argv[5], nullptr, 0);
     m.allocations.push_back(a);
-    auto written = phos::image::write_manifest(dir.get(), m);
-    if (!written) return die(written.error().message);
-    if (auto r = phos::image::write_completion_marker(dir.get(), m.pid, *written); !r) return die(r.error().message);
-    std::printf("%s: allocation %llu added\n", img->manifest_name.c_str(), (unsigned long long)a.id);
-    return 0;
+    done = "allocation " + std::to_string(a.id) + " added";
+  } else {
+    size_t index = std::strtoul(argv[4], nullptr, 10);
+    if (index >= m.devices.size())
+      return die(img->manifest_name + " has " + std::to_string(m.devices.size()) + " devices");
+    done = "device " + std::to_string(index) + " renamed from \"" + m.devices[index].name + "\" to \"" + argv[5] + "\"";
+    m.devices[index].name = argv[5];
   }
-  size_t index = std::strtoul(argv[4], nullptr, 10);
-  if (index >= m.devices.size()) return die(img->manifest_name + " has " + std::to_string(m.devices.size()) + " devices");
-  std::string old = m.devices[index].name;
-  m.devices[index].name = argv[5];
   auto written = phos::image::write_manifest(dir.get(), m);
   if (!written) return die(written.error().message);
   if (auto r = phos::image::write_completion_marker(dir.get(), m.pid, *written); !r) return die(r.error().message);
-  std::printf("%s: device %zu renamed from \"%s\" to \"%s\"\n", img->manifest_name.c_str(), index, old.c_str(), argv[5]);
+  std::printf("%s: %s\n", img->manifest_name.c_str(), done.c_str());
   return 0;
 }

@@ -50,10 +50,6 @@ void block_termination();
 // later). Logs what it does.
 void serve_kept_memory(std::vector<KeptProcess>& kept, int image_dirfd);
 
-// Writes `p`'s memory into the image directory as data files and rewrites
-// its manifest as an ordinary image's.
-Result<void> spill_kept_memory(int image_dirfd, KeptProcess& p);
-
 // The restore's side: one process's kept memory, taken from the keeper
 // that serves `migration`. The link stays open until taken() says whether
 // the process was restored (the keeper lets go) or not (it keeps it).
