@@ -348,8 +348,8 @@ void Checkpointer::discard_first_pass(Target& t) {
   if (engine_ && t.save) engine_->discard_save(dirfd_, std::move(t.save));
   t.save.reset();
   t.recopy = false;
-  // prepare_save filled the manifest's devices (and a migration's kept
-  // memory); the stopped copy fills them again. What the final quiesce
+  // prepare_save filled the manifest's devices; the stopped copy fills them
+  // again. What the final quiesce
   // recorded stays.
   image::Manifest fresh;
   fresh.statistics.quiesce_ns = t.manifest.statistics.quiesce_ns;
@@ -614,6 +614,7 @@ Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
                   std::to_string(target->ordinal) + " is a " + target->name + "; the driver restores onto the same model");
   const bool in_place = source == target->ordinal && options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
   t.migrate = Engine::MigrationSink{target->ordinal, in_place};
+  t.migrate_target = *target;
   PHOS_INFO("process %d: migration %s from GPU %d to GPU %d (%s)%s", pid, migration_id_.c_str(), source,
             target->ordinal, format_gpu_uuid(target->uuid).c_str(),
             in_place ? ": the same GPU, its memory stays in place" : "");
@@ -640,8 +641,10 @@ Result<void> Checkpointer::keep_migration(pid_t pid, Target& t) {
                       " kept allocations for " + std::to_string(t.allocations.size()), EIO);
   if (auto r = keeper_->keep(pid, t.vpid, migration_id_, options_.migrate_keep_s, t.allocations, t.kept); !r)
     return make_error("process " + std::to_string(pid) + ": migration: phos-keeper: " + r.error().message, EIO);
-  if (!t.manifest.kept) t.manifest.kept = image::KeptMemory{"", {}, "", t.migrate->in_place, 0};
-  t.manifest.kept->migration = migration_id_;
+  uint64_t bytes = 0;
+  for (const auto& a : t.allocations) bytes += a.size;
+  t.manifest.kept = image::KeptMemory{migration_id_, t.migrate_target.uuid, t.migrate_target.name,
+                                      t.migrate->in_place, bytes};
   t.kept.clear();  // the keeper has them
   return {};
 }

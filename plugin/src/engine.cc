@@ -159,6 +159,8 @@ void Engine::warm_up(const std::vector<int>& ordinals) {
 }
 
 Result<std::vector<HostGpu>> Engine::host_gpus() {
+  std::lock_guard<std::mutex> lock(host_gpus_mu_);
+  if (host_gpus_) return *host_gpus_;
   int count = 0;
   PHOS_CU(cu_, cu_.cuDeviceGetCount(&count), "count GPUs");
   std::vector<HostGpu> host;
@@ -167,6 +169,7 @@ Result<std::vector<HostGpu>> Engine::host_gpus() {
     if (!d) return make_error("GPU " + std::to_string(i) + ": " + d.error().message, ENODEV);
     host.push_back({i, d->name, d->uuid});
   }
+  host_gpus_ = host;
   return host;
 }
 
@@ -547,11 +550,6 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   if (sink) {
     job->migration.emplace();
     job->migration->sink = *sink;
-    auto target = describe(sink->device);
-    if (!target) return target.error();
-    uint64_t bytes = 0;
-    for (const auto& a : allocs) bytes += a.size;
-    m.kept = image::KeptMemory{"", target->uuid, target->name, sink->in_place, bytes};
   }
   if (sink && sink->in_place) {
     // The process's own memory is what is kept: nothing to copy, nothing to

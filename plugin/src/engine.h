@@ -65,7 +65,8 @@ class Engine {
   // wait for). Best effort: a device that fails here fails later.
   void warm_up(const std::vector<int>& ordinals);
 
-  // This host's GPUs as criu numbers them.
+  // This host's GPUs as criu numbers them (described once: a dump asks for
+  // each process, twice for a migration's).
   Result<std::vector<HostGpu>> host_gpus();
 
   // A dump of one process's device memory: prepared (every allocation
@@ -266,6 +267,8 @@ class Engine {
   std::map<int, CUfunction> crc_functions_;
   std::string crc_unavailable_;
   std::mutex run_mu_;  // one copy at a time (the workers share the engine's contexts)
+  std::mutex host_gpus_mu_;
+  std::optional<std::vector<HostGpu>> host_gpus_;  // once described
 };
 
 struct Engine::SaveJob {
