@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstring>
@@ -44,6 +45,14 @@ socklen_t abstract_socket_address(const std::string& name, struct sockaddr_un& a
   if (name.empty() || name.size() + 1 > sizeof(addr.sun_path)) return 0;
   std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: leading NUL
   return socklen_t(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+}
+
+bool peer_trusted(int conn, uid_t& uid) {
+  struct ucred cred {};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  uid = cred.uid;
+  return cred.uid == 0 || cred.uid == ::getuid();
 }
 
 Result<void> send_frame(int sock, std::span<const std::byte> payload, std::span<const int> fds) {

@@ -37,17 +37,9 @@ bool termination_pending() {
 
 // Root or our own user, on either end: the memory of a migration is not
 // handed to, nor taken from, anyone else.
-bool peer_trusted(int conn, uid_t& uid) {
-  struct ucred cred {};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
-  uid = cred.uid;
-  return cred.uid == 0 || cred.uid == ::getuid();
-}
-
 bool peer_allowed(int conn) {
   uid_t uid = 0;
-  if (peer_trusted(conn, uid)) return true;
+  if (wire::peer_trusted(conn, uid)) return true;
   PHOS_WARN("kept memory: refused a connection from uid %u (neither root nor the keeper's user)", uid);
   return false;
 }
@@ -286,7 +278,7 @@ Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_
     return errno_error("no phos-keeper serves migration " + migration +
                        " (it keeps a migration's memory migrate_keep_s seconds, then writes it into the image "
                        "directory: restore again once it has)");
-  if (uid_t uid = 0; !peer_trusted(sock.get(), uid))
+  if (uid_t uid = 0; !wire::peer_trusted(sock.get(), uid))
     return make_error(name + " is served by uid " + std::to_string(uid) + ", neither root nor this user: not taken",
                       EPERM);
   PHOS_TRY(keeper::send_message(sock.get(), keeper::TakeKept{migration, vpid}));

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "phos/images/agent_wire.h"
 #include "phos/support/clock.h"
 
 namespace phos::hooks {
@@ -111,11 +112,11 @@ void Agent::run(std::promise<void>& named) {
 }
 
 bool Agent::peer_allowed(int conn) {
-  struct ucred cred {};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
-  if (cred.uid == 0 || cred.uid == ::getuid()) return true;
-  std::string why = "permission denied: uid " + std::to_string(cred.uid) +
+  constexpr uid_t kUnknown = uid_t(-1);
+  uid_t uid = kUnknown;
+  if (wire::peer_trusted(conn, uid)) return true;
+  if (uid == kUnknown) return false;  // no credentials: nothing to tell it
+  std::string why = "permission denied: uid " + std::to_string(uid) +
                     " is neither root nor the owner of process " + std::to_string(::getpid());
   (void)agent::send_reply(conn, make_error(why, EPERM));
   return false;

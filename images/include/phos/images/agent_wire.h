@@ -38,4 +38,10 @@ Result<Frame> recv_frame(int sock, int timeout_ms, size_t max_bytes = kMaxFrameB
 // the address length to pass to bind/connect, 0 when the name is too long.
 socklen_t abstract_socket_address(const std::string& name, struct sockaddr_un& addr);
 
+// Whether the process at the other end of `conn` (SO_PEERCRED) is root or
+// runs as this process's user, the only ones either end of phos's sockets
+// talks to; `uid`: its user, for the refusal's message (left as it was
+// where the kernel does not say: false then too).
+bool peer_trusted(int conn, uid_t& uid);
+
 }  // namespace phos::wire
