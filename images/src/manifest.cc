@@ -282,12 +282,9 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
   if (const auto* k = m.kept) {
     KeptMemory o;
     o.migration = k->migration ? k->migration : "";
-    // A UUID of another length is refused by validate_manifest (its name
-    // left empty here marks it).
+    // A UUID of another length is refused before (decode_manifest).
     if (k->device_uuid.len == o.device_uuid.size())
       std::copy_n(k->device_uuid.data, o.device_uuid.size(), o.device_uuid.begin());
-    else
-      o.migration.clear();
     o.device_name = k->device_name ? k->device_name : "";
     o.in_place = k->in_place;
     o.kept_bytes = k->kept_bytes;
@@ -329,6 +326,12 @@ Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_vi
   Phos__Image__Manifest* pb = phos__image__manifest__unpack(
       nullptr, payload.size(), reinterpret_cast<const uint8_t*>(payload.data()));
   if (!pb) return make_error(std::string(name) + ": manifest: protobuf payload does not parse");
+  if (pb->kept && pb->kept->device_uuid.len != sizeof(KeptMemory{}.device_uuid)) {
+    const size_t len = pb->kept->device_uuid.len;
+    phos__image__manifest__free_unpacked(pb, nullptr);
+    return make_error(std::string(name) + ": manifest: kept memory: a GPU UUID of " + std::to_string(len) +
+                      " bytes (16 expected)");
+  }
   Manifest m = from_pb(*pb);
   phos__image__manifest__free_unpacked(pb, nullptr);
   if (m.format_version != unframed->format_version)

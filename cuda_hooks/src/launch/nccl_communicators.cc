@@ -65,7 +65,7 @@ void NcclCommunicators::created(const NcclCommunicator& c) {
   live_.push_back(c);
   if (owns(c.handle)) {
     real_[slot(c.handle)].store(c.real, std::memory_order_release);
-    calls_[slot(c.handle)].store(c.calls, std::memory_order_relaxed);
+    calls_[slot(c.handle)].store(0, std::memory_order_relaxed);  // a new communicator: none issued
   }
   count_stops();
 }

@@ -46,7 +46,8 @@ struct NcclCommunicator {
   // was made with, or of its parent's and its split color and key's order.
   uint64_t job_id = 0;
   // Collective and point-to-point calls issued on it (counted only on a
-  // handle of new_handle's; as of the list or find that returned it).
+  // handle of new_handle's; as of the list or find that returned it: the
+  // count lives beside the entry, which created() does not take it from).
   uint64_t calls = 0;
   // A job-wide quiesce's stop: the call with this number (0 the first)
   // waits before it is issued, until disarmed; held while one does.
