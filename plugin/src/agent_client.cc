@@ -66,9 +66,9 @@ Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms) {
 
 template <class R>
 Result<R> AgentClient::call(const agent::Request& request, std::span<const int> fds,
-                            std::vector<UniqueFd>* reply_fds) {
+                            std::vector<UniqueFd>* reply_fds, int longer_ms) {
   PHOS_TRY(agent::send_request(sock_.get(), request, fds));
-  auto received = agent::recv_reply(sock_.get(), timeout_ms_);
+  auto received = agent::recv_reply(sock_.get(), timeout_ms_ + longer_ms);
   if (!received) return received.error();
   if (const auto* e = std::get_if<Error>(&received->reply)) return make_error("agent: " + e->message, e->code);
   R* reply = std::get_if<R>(&received->reply);
@@ -138,11 +138,8 @@ Result<bool> AgentClient::set_validation(bool on) {
 // The agent may spend the whole quiesce timeout (an NCCL release, then the
 // gate) before it answers: the reply is waited for that much longer.
 Result<agent::QuiesceReply> AgentClient::quiesce(uint32_t timeout_ms) {
-  const int usual = timeout_ms_;
-  timeout_ms_ = usual + int(std::min<uint32_t>(timeout_ms, INT32_MAX / 2));
-  auto reply = call<agent::QuiesceReply>(agent::QuiesceRequest{timeout_ms});
-  timeout_ms_ = usual;
-  return reply;
+  return call<agent::QuiesceReply>(agent::QuiesceRequest{timeout_ms}, {}, nullptr,
+                                   int(std::min<uint32_t>(timeout_ms, INT32_MAX / 2)));
 }
 
 Result<void> check_allocations(const std::vector<agent::Allocation>& allocs) {

@@ -78,10 +78,11 @@ class AgentClient {
   AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
   // Sends `request` (with `fds`) and returns its reply, which must be a
   // `R`; an Error reply is the error. The fds that came with the reply go
-  // to `reply_fds`.
+  // to `reply_fds`. The reply is waited for the client's timeout plus
+  // `longer_ms`.
   template <class R>
   Result<R> call(const agent::Request& request, std::span<const int> fds = {},
-                 std::vector<UniqueFd>* reply_fds = nullptr);
+                 std::vector<UniqueFd>* reply_fds = nullptr, int longer_ms = 0);
   Result<agent::SpeculateReply> speculate_request(bool on, std::optional<bool> validate);
 
   UniqueFd sock_;
