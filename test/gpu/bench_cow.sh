@@ -53,8 +53,6 @@ bench_tmpfs bench-cow $(((largest >> 10) + 8))
 export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_cow
-now() { date +%s.%N; }
-dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 # num PATTERN [N]: the Nth number in the first match of PATTERN in criu's log; empty if none.
 num() { { grep -o "$1" "$WORK/dump.log" || true; } | head -n1 | { grep -o '[0-9.]*' || true; } | head -n"${2:-1}" | tail -n1; }
 

@@ -78,6 +78,10 @@ for name in sys.argv[1:]:
 print(",".join(out))' "$@"
 }
 
+# Wall-clock time (s), and the seconds from one to another, for the tables.
+now() { date +%s.%N; }
+dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
+
 # proc_alive PID: the process exists and is not a zombie (a killed process
 # whose reaper, init or a subreaper, has not waited for it yet holds no
 # memory any more).

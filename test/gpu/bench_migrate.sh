@@ -49,8 +49,6 @@ bench_tmpfs bench-migrate "$gib"
 export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_migrate
-now() { date +%s.%N; }
-dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 # first_step_after T STEPS: the end (unix s) of the first step that ended after T.
 first_step_after() { awk -v t="$1" '$2 > t {print $2; exit}' "$2"; }
 wait_steps_after() {  # wait_steps_after T: the restored program finishes a step after T

@@ -65,8 +65,6 @@ bench_tmpfs bench-recopy "$gib"
 export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_recopy
-now() { date +%s.%N; }
-dt() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 add() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.6f", a + b}'; }
 ms_between() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f", (b - a) * 1000}'; }
 
