@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Builds and installs CRIU 4.1.1 (criu binary, criu-plugin.h, and CRIU's own
+# Builds and installs CRIU 4.2.1 (criu binary, criu-plugin.h, and CRIU's own
 # cuda plugin for side-by-side benchmarks) under /usr/local from Debian
-# trixie's source package.
+# unstable's source package.
 #
-# Why: bookworm's criu 3.17 fails on current kernels ("Unexpected rt vDSO area
-# bounds") and has no PAUSE_DEVICES / CHECKPOINT_DEVICES hooks.
+# Why 4.2.1: bookworm's criu 3.17 fails on current kernels ("Unexpected rt
+# vDSO area bounds") and has no PAUSE_DEVICES / CHECKPOINT_DEVICES hooks;
+# 4.1.1 cannot dump a TCP or UDP socket on Linux 6.16 and later ("Can't get
+# 1:16 opt": SO_PASSCRED is refused there on inet sockets), fixed in 4.2.
 #
-# The trixie deb-src entry is derived from the machine's own Debian sources
+# The unstable deb-src entry is derived from the machine's own Debian sources
 # and used through a private apt configuration, so the machine's package
-# lists stay on its own suite. Idempotent: an installed 4.1.1 is kept.
+# lists stay on its own suite. Only the upstream (orig) tarball is used, and
+# its SHA-256 is checked against the one pinned here. Idempotent: an
+# installed 4.2.1 is kept.
 set -euo pipefail
 
-want=4.1.1
+want=4.2.1
+suite=unstable
+# criu_4.2.1.orig.tar.xz as Debian ships it (its .dsc's Checksums-Sha256).
+want_sha256=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
 prefix=${PHOS_CRIU_PREFIX:-/usr/local}
 cache=${PHOS_CRIU_CACHE:-/var/cache/phos-criu}
 
@@ -56,15 +63,15 @@ if [ -z "$src_tarball" ]; then
   aptdir=$(mktemp -d)
   trap 'rm -rf "$aptdir"' EXIT
   mkdir -p "$aptdir/lists/partial" "$aptdir/cache/archives/partial"
-  echo "deb-src $mirror trixie main" > "$aptdir/sources.list"
+  echo "deb-src $mirror $suite main" > "$aptdir/sources.list"
   apt_private=(-oDir::Etc::SourceList="$aptdir/sources.list" -oDir::Etc::SourceParts=/dev/null
                -oDir::State::Lists="$aptdir/lists" -oDir::Cache="$aptdir/cache"
                -oAPT::Get::Only-Source=true)
-  echo "install-criu: fetching trixie's criu source"
+  echo "install-criu: fetching Debian $suite's criu source"
   apt-get "${apt_private[@]}" update -qq
   version=$(apt-cache "${apt_private[@]}" showsrc criu | sed -n 's/^Version: //p' | grep "^$want" | head -n1 || true)
   if [ -z "$version" ]; then
-    echo "install-criu: trixie has no criu $want source package" >&2
+    echo "install-criu: Debian $suite has no criu $want source package" >&2
     exit 1
   fi
   # The .dsc is not needed: the upstream tarball is enough to build criu.
@@ -74,6 +81,12 @@ if [ -z "$src_tarball" ]; then
     echo "install-criu: apt-get source fetched no criu_$want.orig tarball" >&2
     exit 1
   fi
+fi
+
+if [ "$(sha256sum "$src_tarball" | cut -d' ' -f1)" != "$want_sha256" ]; then
+  echo "install-criu: $src_tarball does not have the SHA-256 pinned for criu $want; removed" >&2
+  rm -f "$src_tarball"
+  exit 1
 fi
 
 build=$(mktemp -d)
