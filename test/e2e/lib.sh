@@ -1,4 +1,4 @@
-# Shared by the end-to-end tests: real criu 4.1.1, the real plugin, real
+# Shared by the end-to-end tests: real criu (4.2 or later), the real plugin, real
 # processes. Each workload runs as init of its own pid namespace, so a restore
 # never collides with a pid that is still taken ("Can't fork for N: File
 # exists"), and the restored pid inside the namespace is the dumped one.
@@ -103,8 +103,12 @@ wait_counter_above() {
   fail "counter stuck at $(state_counter 2>/dev/null) (wanted > $1)"
 }
 
+# CRIU_NET_ARGS: options every dump and restore of this test takes, for
+# workloads with TCP connections (e.g. "--tcp-established --network-lock nftables").
 criu_dump() {
-  criu_limit "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" "$@" 2>"$WORK/dump.err"
+  # shellcheck disable=SC2086 # CRIU_NET_ARGS is a list of words
+  criu_limit "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" ${CRIU_NET_ARGS:-} "$@" \
+    2>"$WORK/dump.err"
 }
 # Without a pid namespace the restored pid is the dumped one: wait (5 s at
 # most) until the dumped process is reaped. Call it before timing a restore.
@@ -117,7 +121,9 @@ wait_pid_free() {
 }
 criu_restore() {
   wait_pid_free
-  criu_limit "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" "$@" 2>"$WORK/restore.err"
+  # shellcheck disable=SC2086
+  criu_limit "$CRIU" restore -D "$IMG" --lib "$PLUGIN_DIR" -d -v4 -o "$WORK/restore.log" ${CRIU_NET_ARGS:-} "$@" \
+    2>"$WORK/restore.err"
 }
 # restore_refused PATTERN WHAT: criu restore fails (WHAT: the image, for the
 # message), its log says PATTERN, and no workload runs after it.
@@ -145,5 +151,8 @@ gate_opens() {
   done
   return 1
 }
+# criu_errors LOG: criu's errors in LOG, on one line (not the RLIMIT_NOFILE
+# one, which criu logs and carries on after where setrlimit is refused).
+criu_errors() { grep 'Error' "$1" | grep -v 'RLIMIT_NOFILE' | head -n 3 | tr '\n' ' '; }
 # CRIU copies its log into the image directory; the work dir keeps ours.
 cp_img_logs() { cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true; }
