@@ -2,7 +2,7 @@
 # The main job (README): sets everything up, then checkpoints and restores a
 # program with real CRIU and the phos plugin.
 #
-#   demo.sh            install what is missing (Debian packages, CRIU 4.1.1)
+#   demo.sh            install what is missing (Debian packages, CRIU 4.2.1)
 #                      and build phos into build/
 #   demo.sh --bundle   take phos, criu and the libraries the host lacks from
 #                      bundle/ instead (test/gpu/make-bundle.sh builds it on a

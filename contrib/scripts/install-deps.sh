@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that phos builds and tests with, then CRIU 4.1.1.
+# Installs the Debian packages that phos builds and tests with, then CRIU 4.2.1.
 # Idempotent: packages already present are not fetched again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -10,7 +10,7 @@ packages=(
   protobuf-c-compiler libprotobuf-c-dev libzstd-dev liblz4-dev catch2 nlohmann-json3-dev
   # LLVM/Clang 14 libTooling, used by phos-sigdb (speculation)
   llvm-14-dev libclang-14-dev libclang-cpp14-dev
-  # CRIU 4.1.1 build (contrib/scripts/install-criu.sh)
+  # CRIU 4.2.1 build (contrib/scripts/install-criu.sh)
   dpkg-dev build-essential libprotobuf-dev protobuf-compiler python3-protobuf
   libnl-3-dev libnet1-dev libcap-dev libaio-dev libgnutls28-dev libbsd-dev
   libnftables-dev libdrm-dev uuid-dev iproute2 xz-utils

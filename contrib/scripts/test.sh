@@ -2,7 +2,7 @@
 # The test command (README, .ci/run): installs what is missing, then
 #   1. builds with ASan+UBSan and runs the unit tests;
 #   2. builds plainly (warnings as errors) and runs the unit tests and the
-#      end-to-end tests with the real criu 4.1.1 and the real plugin;
+#      end-to-end tests with the real criu 4.2.1 and the real plugin;
 #   3. fuzzes the image, fatbin and cubin readers for PHOS_FUZZ_SECONDS (default
 #      60, in all);
 # and ends with one line "tests: N passed, N failed".

@@ -3,7 +3,7 @@
 # installs it beside, not over, the project's CRIU, for measuring criu's
 # CPU-side restore with the development branch (parallel memfd restore and
 # native AIO restore of private memory, CRIU pull requests 3021 and 3022).
-# The project itself installs CRIU 4.1.1 (contrib/scripts/install-criu.sh);
+# The project itself installs CRIU 4.2.1 (contrib/scripts/install-criu.sh);
 # make-bundle.sh carries this build as bundle/criu-dev/ when it is there.
 #
 # The source is not fetched here: it is reachable only where a snapshot of

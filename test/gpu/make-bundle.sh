@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what the GPU suite runs on a GPU host into bundle/ (listed in
 # .git/info/exclude; the device tool carries it): phos built for release, the
-# criu 4.1.1 binary and CRIU's cuda plugin (and criu-dev/, CRIU's development
+# criu 4.2.1 binary and CRIU's cuda plugin (and criu-dev/, CRIU's development
 # branch, where build-criu-dev.sh built it), probes, and every shared library
 # they need beyond glibc, so the host need not have them (run-on-host.sh
 # puts only the ones the host lacks on LD_LIBRARY_PATH).
