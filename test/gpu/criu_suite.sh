@@ -315,7 +315,9 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
     reach $((DUMPED + 5)) 120 "after the restore"
     local p us
     REBUILT=
-    for p in $(workload_pids); do
+    # Every process of the job names its state file (torchrun's ranks run
+    # as "python -u SCRIPT ...", which workload_pids does not match).
+    for p in $(pgrep -f -- "$WORK/state" || true); do
       us=$("$PHOSCTL" status "$p" 2>/dev/null | grep -o 'nccl_last_rebuild_us: [0-9]*' | grep -o '[0-9]*$' || true)
       [ -n "$us" ] && REBUILT="${REBUILT:+$REBUILT, }$us us"
     done
@@ -443,6 +445,22 @@ case_torch_ddp_2gpu_cow() {
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   TORCH_SCRIPT=$here/torch_ddp_job.py torch_cow_case PHOS_TEST_DDP=1
 }
+# The same job started as users do, through torchrun (--standalone: its
+# agent holds the c10d TCPStore and the ranks' TCP connections to it, and
+# libuv's io_uring, which libphos refuses so the store runs on epoll). criu
+# dumps and restores the tree launcher -> torchrun -> ranks with
+# --tcp-established; after the restore the store's connections carry on and
+# both ranks' loss curves are bitwise equal to an uninterrupted run's.
+torchrun_case() {  # torchrun_case torch_case|torch_cow_case
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  python3 -c 'import torch.distributed.run' 2>/dev/null || skip "no torch.distributed.run"
+  export CRIU_NET_ARGS="--tcp-established --network-lock nftables"
+  # torchrun and its ranks are not workload_pids: end every process of the job.
+  AT_EXIT='pkill -9 -f -- "$WORK/state" || true'
+  TORCH_SCRIPT=$here/torch_ddp_job.py "$1" PHOS_TEST_DDP=1 PHOS_TEST_TORCHRUN=1
+}
+case_torchrun_ddp_2gpu() { torchrun_case torch_case; }
+case_torchrun_ddp_2gpu_cow() { torchrun_case torch_cow_case; }
 case_anchor_torch_ddp_2gpu() {
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   TORCH_SCRIPT=$here/torch_ddp_job.py anchor_torch_case PHOS_TEST_DDP=1
@@ -1496,6 +1514,42 @@ case_migrate_llama_2gpu() {
   migrate_llama_case 1 PHOS_COW_TRUST=speculated
 }
 
+# An inference server with a port (llama_server.py --http-port, 1b shape,
+# under libphos): criu must dump its listening socket (criu 4.2 on these
+# kernels; --tcp-established, nftables network lock). It answers over HTTP,
+# is dumped with --leave-running and answers the next request; then killed
+# and restored from that image, the restored server answers the same request
+# with the same tokens, on the same port.
+http_generate() {  # http_generate PORT SEED: the tokens of one HTTP request
+  LD_PRELOAD= timeout 60 python3 -c '
+import sys, urllib.request
+with urllib.request.urlopen("http://127.0.0.1:%s/generate?seed=%s&prompt_len=32&new_tokens=24" % tuple(sys.argv[1:3]), timeout=50) as r:
+    print(dict(l.split(" ", 1) for l in r.read().decode().splitlines())["tokens"])' "$1" "$2"
+}
+case_llama_http() {
+  setup "$here/llama_server.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CRIU_NET_ARGS="--tcp-established --network-lock nftables"
+  local req=$WORK/req
+  mkdir -p "$req"
+  ( setsid env LD_PRELOAD="$LIBPHOS" "$PHOS_WORKLOAD_RUNNER" "$here/llama_server.py" --reqdir "$req" --shape 1b \
+      --seed 7 --http-port 0 </dev/null >/dev/null 2>&1 & )
+  for _ in $(seq 2400); do [ -s "$req/ready" ] && break; sleep 0.05; done
+  [ -s "$req/ready" ] || fail "the server did not start: $(tail -n 3 "$req/server.log" 2>/dev/null | tr '\n' ' ')"
+  local pid port; pid=$(awk '$1 == "pid" {print $2}' "$req/ready"); port=$(awk '$1 == "port" {print $2}' "$req/ready")
+  AT_EXIT="pkill -9 -f -- '--reqdir $req' 2>/dev/null; $AT_EXIT"
+  local first after original restored t0 t1 t2 t3
+  first=$(http_generate "$port" 11) || fail "no HTTP answer before the dump"
+  WORKLOAD_PID=$pid
+  t0=$(now); criu_dump --leave-running || fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
+  original=$(http_generate "$port" 11) || fail "no HTTP answer after the leave-running dump"
+  [ "$original" = "$first" ] || fail "the server answers otherwise after the dump"
+  kill -9 "$pid"; gone "$pid"; wait_pid_free
+  t2=$(now); criu_restore || fail "criu restore failed: $(phos_error "$WORK/restore.log")"; t3=$(now)
+  restored=$(http_generate "$port" 11) || fail "the restored server does not answer on port $port"
+  [ "$restored" = "$original" ] || fail "the restored server answers otherwise: $restored (before: $original)"
+  pass "24 tokens over HTTP on port $port equal before the dump, after the leave-running dump and from the restored server; dump $(dt "$t0" "$t1") s, restore $(dt "$t2" "$t3") s"
+}
+
 # ---- driver ----------------------------------------------------------------
 
 if [ "${1:-}" = --case ]; then
@@ -1515,7 +1569,7 @@ export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
-    migrate_torch* | migrate_llama*) echo 300 ;;
+    migrate_torch* | migrate_llama* | llama_http | torchrun_*) echo 300 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
     cow_random | cow_planted | recopy_random | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
@@ -1529,7 +1583,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
-  migrate_torch_2gpu migrate_llama_2gpu"
+  migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

@@ -50,12 +50,18 @@ nothing in its loop and keeps no file open (its log, REQDIR/server.log, is
 opened for each line), so CRIU can dump it at any moment between polls;
 run it with setsid and its stdio redirected (stdin /dev/null).
 
+--http-port P (0: any free port): the server also listens on 127.0.0.1:P;
+GET /generate?KEY=VALUE&... takes the request line's words as query
+parameters (seed, prompt_len, new_tokens, tokens) and answers with the
+reply's lines (without time and seen). The port goes into REQDIR/ready
+("port P"). It is served in the same loop, between polls.
+
 --protocol-only: no torch, no GPU: the tokens are a hash of the prompt; for
 testing the benchmark's plumbing (criu, the files) on a host without a GPU.
 
 usage: llama_server.py --reqdir DIR [--shape tiny|1b|8b|13b] [--seed S]
          [--kv-cache-frac F] [--kv-written-mib M] [--warmup-tokens N]
-         [--poll-ms MS] [--native-start] [--protocol-only]
+         [--poll-ms MS] [--http-port P] [--native-start] [--protocol-only]
 """
 import argparse
 import os
@@ -90,6 +96,8 @@ def parse_args(argv):
     p.add_argument("--warmup-tokens", type=int, default=4, help="tokens of the warm-up generate (default 4)")
     p.add_argument("--warmup-prompt-len", type=int, default=32, help="prompt length of the warm-up (default 32)")
     p.add_argument("--poll-ms", type=float, default=1.0, help="request polling interval, ms (default 1)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="also answer GET /generate?seed=S&... on 127.0.0.1:P (0: any free port)")
     p.add_argument("--native-start", action="store_true",
                    help="marks the run as a native cold start in the log (the protocol is the same)")
     p.add_argument("--protocol-only", action="store_true",
@@ -241,7 +249,36 @@ class Server:
         self.log(f"KV-cache pool: {elems * 2 / 2**30:.2f} GiB ({a.kv_cache_frac} of {free / 2**30:.2f} GiB free), "
                  f"first {written * 2 / 2**20:.0f} MiB written")
 
+    def listen(self):
+        """The HTTP front (--http-port): made before ready, so ready names its port."""
+        import http.server
+        import urllib.parse
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                url = urllib.parse.urlparse(self.path)
+                if url.path != "/generate":
+                    self.send_error(404)
+                    return
+                line = " ".join(f"{k}={v}" for k, v in urllib.parse.parse_qsl(url.query))
+                body = server.answer_body(line)[1].encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", self.args.http_port), Handler)
+        self.httpd.timeout = self.args.poll_ms / 1000
+        self.info["port"] = self.httpd.server_address[1]
+
     def ready(self):
+        if self.args.http_port is not None:
+            self.listen()
         if not self.args.protocol_only:
             free, total = torch.cuda.mem_get_info()
             self.info["gpu_used_bytes"] = total - free
@@ -255,7 +292,8 @@ class Server:
                  f"{(self.times['t_ready'] - T_START):.3f} s after the start")
 
     # ------------------------------------------------------------- requests
-    def answer(self, line, seen):
+    def answer_body(self, line):
+        """(gen_ms, the reply's lines after time and seen) for one request line."""
         try:
             req = dict(w.split("=", 1) for w in line.split())
             ids = self.prompt(req)
@@ -271,6 +309,10 @@ class Server:
             why = f"{type(e).__name__}: {e}".replace("\n", " ")
             body = f"gen_ms 0\npid {os.getpid()}\nrequest {line}\nerror {why}\n"
             self.log("request failed: " + traceback.format_exc().replace("\n", " | "))
+        return gen_ms, body
+
+    def answer(self, line, seen):
+        gen_ms, body = self.answer_body(line)
         self.write_atomic("reply", f"time {time.time():.6f}\nseen {seen:.6f}\n" + body)
         self.log(f"answered '{line}' in {gen_ms:.1f} ms (seen {seen:.6f})")
 
@@ -294,7 +336,10 @@ class Server:
             if os.path.exists(stop):
                 self.log("stop")
                 return
-            time.sleep(poll)
+            if getattr(self, "httpd", None):
+                self.httpd.handle_request()  # waits up to one poll interval
+            else:
+                time.sleep(poll)
 
 
 def main(argv):

@@ -8,8 +8,14 @@ rank R > 0 appends to LOSSES.rR. A dumped and restored job must write the
 loss curves of an uninterrupted one. An exception ends a rank with its
 traceback in STATE.error.R.
 
+With PHOS_TEST_TORCHRUN=1 the launcher starts the job as users do, through
+torchrun (`python -m torch.distributed.run --standalone`): torchrun's agent
+holds the job's c10d TCPStore, the ranks meet through it (env://), and the
+tree is launcher -> torchrun -> ranks.
+
 usage: torch_ddp_job.py STATE LOSSES STEPS [PACE_MS] [--ranks N]
        torch_ddp_job.py STATE LOSSES STEPS PACE_MS --rank R --ranks N  (a rank)
+       torch_ddp_job.py STATE LOSSES STEPS PACE_MS --torchrun  (a rank torchrun started)
 """
 import os
 import subprocess
@@ -18,6 +24,10 @@ import traceback
 
 
 def launcher(argv, ranks):
+    if os.environ.get("PHOS_TEST_TORCHRUN") == "1":
+        run = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                f"--nproc_per_node={ranks}", os.path.abspath(__file__), *argv, "--torchrun"])
+        sys.exit(run.wait())
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--rank", str(r), "--ranks", str(ranks)])
              for r in range(ranks)]
     sys.exit(max(p.wait() for p in procs))
@@ -30,7 +40,9 @@ def rank_main(state, losses, steps, pace, rank, ranks):
     from torch_workloads import build  # also sets CUBLAS_WORKSPACE_CONFIG before CUDA starts
     from torch_train import deterministic, train
     deterministic()
-    dist.init_process_group("nccl", init_method=f"file://{state}.store", rank=rank, world_size=ranks,
+    # torchrun's ranks meet through its TCPStore (MASTER_ADDR/PORT), the others through a file.
+    init = "env://" if "TORCHELASTIC_RUN_ID" in os.environ else f"file://{state}.store"
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=ranks,
                             device_id=torch.device(f"cuda:{rank}"))
     model, _, opt, (x, y) = build("mlp")
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
@@ -53,6 +65,9 @@ def main():
         i = args.index("--rank")
         rank = int(args[i + 1])
         del args[i:i + 2]
+    if "--torchrun" in args:
+        args.remove("--torchrun")
+        rank, ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if rank is None:
         launcher(args, ranks)
     state, losses, steps = args[0], args[1], int(args[2])
