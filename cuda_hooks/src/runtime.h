@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "launch/copy_window.h"
-#include "launch/kernel_info.h"
+#include "modules/kernel_info.h"
 #include "launch/launch_log.h"
 #include "launch/launch_speculation.h"
 #include "launch/launch_validation.h"

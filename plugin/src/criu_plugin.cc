@@ -16,12 +16,12 @@ extern "C" {
 #include <exception>
 #include <memory>
 
-#include "checkpoint.h"
+#include "dump/checkpoint.h"
 #include "phos/images/agent_messages.h"
 #include "phos/plugin/proc.h"
-#include "log.h"
+#include "phos/plugin/log.h"
 #include "phos/plugin/options.h"
-#include "restore.h"
+#include "restore/restore.h"
 
 namespace {
 

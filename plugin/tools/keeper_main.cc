@@ -27,9 +27,9 @@
 #include <variant>
 #include <vector>
 
-#include "give_back.h"
+#include "phos/plugin/give_back.h"
 #include "phos/plugin/kept_memory.h"
-#include "log.h"
+#include "phos/plugin/log.h"
 #include "phos/images/image_dir.h"
 #include "phos/images/keeper_protocol.h"
 #include "phos/plugin/proc.h"

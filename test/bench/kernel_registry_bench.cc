@@ -1,5 +1,5 @@
 // phos-kernel-registry-bench: what a launch pays to find its kernel's entry
-// in the kernel registry (cuda_hooks/src/kernel_registry.h) on this CPU (a
+// in the kernel registry (phos/hooks/kernel_registry.h) on this CPU (a
 // measurement to read, not a test). Every kernel is known already (the
 // launches after each kernel's first); each thread looks up a working set
 // of 64 kernels (a training step's) or 4096 in its own random order, with 1,

@@ -1,4 +1,4 @@
-// The kernel registry (cuda_hooks/src/kernel_registry.h), with fake kernel
+// The kernel registry (phos/hooks/kernel_registry.h), with fake kernel
 // handles: each points at a FakeKernel whose name and layout the describer
 // reads, as the fake libcuda's handles carry theirs.
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
 // Module images and the module registry: kinds, sizes and hashes of
 // synthetic images as the one reader (identify_image, image_extent in
 // phos/speculation/fatbin.h) gives them to the hooks' module registry
-// (cuda_hooks/src/module_registry.h).
+// (phos/hooks/module_registry.h).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "driver/driver.h"
-#include "launch/kernel_info.h"
+#include "modules/kernel_info.h"
 #include "runtime.h"
 
 #define PHOS_EXPORT __attribute__((visibility("default")))

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "driver/driver.h"
-#include "launch/kernel_info.h"
+#include "modules/kernel_info.h"
 
 namespace phos::hooks {
 namespace {

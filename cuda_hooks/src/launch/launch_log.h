@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/kernel_info.h"
+#include "modules/kernel_info.h"
 #include "phos/hooks/call_ranges.h"
 #include "phos/hooks/kernel_registry.h"
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "driver/driver.h"
-#include "launch/kernel_info.h"
+#include "modules/kernel_info.h"
 #include "phos/speculation/demangle.h"
 #include "phos/support/clock.h"
 

@@ -9,7 +9,7 @@
 #include <iterator>
 
 #include "driver/driver.h"
-#include "launch/kernel_info.h"
+#include "modules/kernel_info.h"
 #include "phos/ptx/range_table.h"
 #include "phos/ptx/twin.h"
 #include "phos/speculation/fatbin.h"

@@ -27,7 +27,7 @@ struct Hold {
   bool operator==(const Hold&) const = default;
 };
 
-// What the dump has taken from a process so far: bits (plugin/src/give_back.h).
+// What the dump has taken from a process so far: bits (phos/plugin/give_back.h).
 struct State {
   int32_t pid = 0;
   uint32_t taken = 0;

@@ -1,4 +1,4 @@
-#include "driver_checkpoint.h"
+#include "driver/driver_checkpoint.h"
 
 #include <unistd.h>
 
@@ -6,9 +6,9 @@
 #include <optional>
 #include <string>
 
-#include "cuda_api.h"
+#include "driver/cuda_api.h"
 #include "phos/plugin/proc.h"
-#include "stopped_thread.h"
+#include "common/stopped_thread.h"
 
 namespace phos::plugin {
 namespace {

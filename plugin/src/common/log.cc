@@ -1,4 +1,4 @@
-#include "log.h"
+#include "phos/plugin/log.h"
 
 #include <dlfcn.h>
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "log.h"
+#include "phos/plugin/log.h"
 #include "phos/images/image_dir.h"
 
 namespace phos::plugin {

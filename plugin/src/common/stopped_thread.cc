@@ -1,4 +1,4 @@
-#include "stopped_thread.h"
+#include "common/stopped_thread.h"
 
 #include <sys/ptrace.h>
 #include <sys/wait.h>
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "log.h"
+#include "phos/plugin/log.h"
 
 namespace phos::plugin {
 

@@ -1,4 +1,4 @@
-#include "launch/kernel_info.h"
+#include "modules/kernel_info.h"
 
 #include "driver/driver.h"
 

@@ -1,7 +1,7 @@
-#include "give_back.h"
+#include "phos/plugin/give_back.h"
 
-#include "driver_checkpoint.h"
-#include "log.h"
+#include "driver/driver_checkpoint.h"
+#include "phos/plugin/log.h"
 
 namespace phos::plugin {
 

@@ -64,8 +64,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine.h"
-#include "keeper_link.h"
+#include "engine/engine.h"
+#include "keeper/keeper_link.h"
 #include "phos/images/manifest.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/nccl_job.h"

@@ -40,8 +40,8 @@
 
 #include <optional>
 
-#include "engine.h"
-#include "keeper_link.h"
+#include "engine/engine.h"
+#include "keeper/keeper_link.h"
 #include "phos/plugin/kept_memory.h"
 #include "phos/images/image_dir.h"
 #include "phos/plugin/options.h"

@@ -1,4 +1,4 @@
-#include "checkpoint.h"
+#include "dump/checkpoint.h"
 
 #include <time.h>
 
@@ -12,10 +12,10 @@
 #include <cstring>
 #include <set>
 
-#include "driver_checkpoint.h"
-#include "fault.h"
-#include "give_back.h"
-#include "log.h"
+#include "driver/driver_checkpoint.h"
+#include "common/fault.h"
+#include "phos/plugin/give_back.h"
+#include "phos/plugin/log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
 #include "phos/plugin/proc.h"

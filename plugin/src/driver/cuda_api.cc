@@ -1,4 +1,4 @@
-#include "cuda_api.h"
+#include "driver/cuda_api.h"
 
 #include <dlfcn.h>
 

@@ -1,4 +1,4 @@
-#include "restore.h"
+#include "restore/restore.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "driver_checkpoint.h"
-#include "fault.h"
-#include "log.h"
+#include "driver/driver_checkpoint.h"
+#include "common/fault.h"
+#include "phos/plugin/log.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/proc.h"
 #include "phos/support/clock.h"

@@ -1,4 +1,4 @@
-#include "engine.h"
+#include "engine/engine.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,8 +18,8 @@
 #include <utility>
 
 #include "chunk_crc.h"
-#include "fault.h"
-#include "log.h"
+#include "common/fault.h"
+#include "phos/plugin/log.h"
 #include "phos/images/crc32c.h"
 #include "phos/images/data_file.h"
 #include "phos/images/format.h"

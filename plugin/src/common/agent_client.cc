@@ -281,7 +281,7 @@ Result<void> AgentClient::goodbye() {
 
 #include <optional>
 
-#include "stopped_thread.h"
+#include "common/stopped_thread.h"
 
 namespace phos::plugin {
 

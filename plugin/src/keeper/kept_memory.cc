@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "engine.h"
-#include "log.h"
+#include "engine/engine.h"
+#include "phos/plugin/log.h"
 #include "phos/images/agent_wire.h"
 #include "phos/images/image_dir.h"
 #include "phos/images/keeper_protocol.h"

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "chunk_crc.h"
-#include "cuda_api.h"
+#include "driver/cuda_api.h"
 #include "phos/images/copy_state.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"

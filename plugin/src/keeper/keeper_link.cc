@@ -1,4 +1,4 @@
-#include "keeper_link.h"
+#include "keeper/keeper_link.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <climits>
 #include <cstdlib>
 
-#include "log.h"
+#include "phos/plugin/log.h"
 #include "phos/images/keeper_protocol.h"
 
 extern char** environ;
