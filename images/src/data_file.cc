@@ -179,8 +179,8 @@ Result<std::unique_ptr<DataFileWriter>> DataFileWriter::create(int dirfd, std::s
   struct statfs fs {};
   if (direct_io == DirectIo::kAuto && ::fstatfs(fd.get(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
     // tmpfs takes O_DIRECT but still copies through its page cache (the
-    // pages are the storage), and measured slower with it on an H200 host:
-    // 32 GiB at 10.2 GB/s with O_DIRECT, 13.4 GB/s without (8 workers).
+    // pages are the storage), and writes slower with it
+    // (docs/benchmarks/architecture-figures.md).
     why_buffered = "tmpfs: its page cache is the storage";
     if (!tmpfs_has_huge_pages(fd.get()))
       why_buffered += "; without huge pages (a tmpfs mounted with huge=within_size took 32 GiB at 41 GB/s on an "

@@ -1,7 +1,7 @@
 // The engine's checksum on the GPU: the CRC-32C of a chunk of device memory,
 // computed by one block while the chunk is copied to the host, so the
-// writer threads do not read each chunk once more to checksum it (on the
-// H200 host that read was a third of their time). Each of the block's
+// writer threads do not read each chunk once more to checksum it (a large
+// share of their time: docs/benchmarks/architecture-figures.md). Each of the block's
 // threads takes one part of the chunk (crc32c_split.h: 16-byte loads, a
 // byte-at-a-time table in shared memory); thread 0 joins the parts' CRCs.
 // The result is the same CRC-32C the host computes (test_crc32c.cc).

@@ -18,8 +18,8 @@ namespace {
 // The driver's checkpoint refuses a process that a profiler is attached to
 // (lock fails with CUDA_ERROR_NOT_SUPPORTED): say so before a dump starts.
 // Profilers (Nsight Systems, Compute) inject theirs through
-// CUDA_INJECTION64_PATH. libcupti merely loaded is no refusal: on the H200
-// the driver checkpointed such processes until CUPTI was subscribed; the
+// CUDA_INJECTION64_PATH. libcupti merely loaded is no refusal: the driver
+// checkpointed such processes until CUPTI was subscribed; the
 // plugin names libcupti when the lock is refused. Looked at when the status
 // is asked for, never on a CUDA call.
 std::optional<std::string> profiler_attached() {

@@ -473,7 +473,7 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   auto it = targets_.find(pid);
   if (it == targets_.end()) return false;
   Target& t = it->second;
-  // The driver checkpoint (~0.35 s, fixed) runs while the engine copies:
+  // The driver checkpoint (a fixed cost) runs while the engine copies:
   // the process let go of its memory at PAUSE, so the two do not meet.
   if (t.taken & kDriverLocked) {
     taking(pid, t, kDriverCheckpointed);
@@ -811,7 +811,7 @@ bool Checkpointer::finish(bool dump_succeeded) {
       PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
     }
     // Without --leave-running on its command line criu kills the process
-    // after this: the give-back (0.2-0.3 s of criu's time) is phos-keeper's,
+    // after this: the give-back (criu's time otherwise) is phos-keeper's,
     // once criu has exited, for a process that lived on after all (the
     // option came through criu swrk, or a config file). Without a keeper,
     // or after a failed dump, it is given back now.

@@ -91,9 +91,9 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
   auto cu = CudaApi::get();
   if (!cu) return cu.error();
   EngineSettings s = settings;
-  // One per core, at most 16: on an H200 host (16 cores) writing 32 GiB to
-  // tmpfs went from 13.3 GB/s with 8 workers to 21 GB/s with 16; each
-  // worker's copies into and out of the page cache are what bound it.
+  // One per core, at most 16: each worker's copies into and out of the page
+  // cache are what bound the write, so more workers write faster
+  // (docs/benchmarks/architecture-figures.md).
   if (s.workers == 0) s.workers = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
   return std::unique_ptr<Engine>(new Engine(**cu, s));
 }
@@ -362,9 +362,8 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
   // chunk in it lands in the tail (ChunkCrcTail), which the device writes.
   if (!slot.buffer && buffer_size) {  // none for device-to-device copies (a migration's)
     const size_t size = buffer_size + sizeof(ChunkCrcTail);
-    // Huge pages: on the H200 host, 32 GiB went device to image at 47.1-48.1
-    // GB/s with them, 45.4-45.6 with cuMemHostAlloc's pages (image to device
-    // 43.0-43.4 against 42.0-42.6), alternating in one call.
+    // Huge pages: copies both ways went faster with them than with
+    // cuMemHostAlloc's pages (docs/benchmarks/architecture-figures.md).
     if (auto mapped = huge_staging(size)) {
       slot.buffer = mapped->first;
       slot.mapped = mapped->second;
@@ -553,7 +552,7 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   }
   if (sink && sink->in_place) {
     // The process's own memory is what is kept: nothing to copy, nothing to
-    // map into criu (for 465 allocations that was 0.15 s of the downtime).
+    // map into criu (a cost of the downtime that grows with the allocations).
     for (const auto& fd : fds) {
       job->migration->fds.emplace_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
       if (!job->migration->fds.back().valid()) return errno_error("duplicate an allocation's fd");

@@ -61,8 +61,8 @@ class Engine {
   ~Engine();
 
   // Creates criu's contexts on these devices ahead of time (a dump does it
-  // before the process's gate closes: ~0.1 s each that the process does not
-  // wait for). Best effort: a device that fails here fails later.
+  // before the process's gate closes: time the process does not wait
+  // for). Best effort: a device that fails here fails later.
   void warm_up(const std::vector<int>& ordinals);
 
   // This host's GPUs as criu numbers them (described once: a dump asks for
@@ -94,7 +94,7 @@ class Engine {
   // order (empty before): what phos-keeper holds for the restore.
   static std::vector<UniqueFd> take_kept(SaveJob& job);
   // Copies every allocation of a prepared job into device memory of criu's
-  // own, on the same GPU (device to device: ~40 ms for 32 GiB on an H200),
+  // own, on the same GPU (device to device, at the speed of its memory),
   // and lets go of the process's memory: from then on the process may run
   // while run_save writes the image from the snapshot. false, with the job
   // unchanged, where a GPU lacks the free memory for it (the snapshot must

@@ -87,7 +87,7 @@ class Restorer {
   // A migration's image: its memory taken from phos-keeper (already on the
   // GPU it names, which the image's device is placed on).
   Result<void> take_kept(pid_t vpid, Loaded& l);
-  // Where each kept image's devices go (CUDA's start in criu, ~0.2 s, off
+  // Where each kept image's devices go (CUDA's start in criu, off
   // the restore's path: the thread runs while criu restores the CPU side;
   // a failure there fails the process's resume, the memory stays kept).
   void place_kept();

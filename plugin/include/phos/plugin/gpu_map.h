@@ -71,8 +71,8 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
                                              const std::vector<HostGpu>& host, const std::string& manifest_name);
 
 // The UUID pairs for the driver's restore when a GPU moves (empty when none
-// does): the driver wants every GPU the process had checkpointed, which on
-// the H200 host meant every GPU it could see (a pair for the used GPU alone
+// does): the driver wants every GPU the process had checkpointed, which
+// was every GPU it could see (a pair for the used GPU alone
 // was refused with CUDA_ERROR_INVALID_VALUE). So the pairs cover all of
 // `host`, as a permutation: placed GPUs go where placed, the others stay,
 // or take a GPU a placement freed.

@@ -52,10 +52,10 @@ struct PluginOptions {
   agent::CopyTrust cow_trust = agent::CopyTrust::kValidated;
   uint32_t cow_timeout_ms = 60000;  // cow_timeout_ms: a call waits at most this long, then the image is given up
   // cow_start: resume | pause. When the copy-on-write copy starts: once the
-  // process runs again (the stall is shortest: on an H100, 64 GiB stalled
-  // 0.83 s, the image complete 2.95 s after the dump began), or already at
-  // PAUSE_DEVICES (the image sooner, 2.2 s, but the stall longer, 1.5 s: 16
-  // copy workers compete with criu and the driver for the CPUs and PCIe).
+  // process runs again (the stall is shortest), or already at PAUSE_DEVICES
+  // (the image complete sooner, but the stall longer: the copy workers
+  // compete with criu and the driver for the CPUs and PCIe;
+  // docs/benchmarks/copy-on-write.md).
   enum class CowStart { kResume, kPause };
   CowStart cow_start = CowStart::kResume;
   // recopy: auto | off. auto: a dump that stops the process (no
