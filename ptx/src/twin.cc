@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -378,10 +379,10 @@ class Twins {
  private:
   Result<void> pick_names();
   void analyze(size_t f);
-  // False with `why` empty for an access that touches no global memory
-  // (a variable of another space), with `why` set where the address cannot
-  // be read.
-  bool read_address(const Operand& op, const Scope& scope, Address* a, std::string* why) const;
+  // No address (nullopt) for an access that touches no global memory (a
+  // variable of another space); an error saying why where the address
+  // cannot be read.
+  Result<std::optional<Address>> read_address(const Operand& op, const Scope& scope) const;
   std::string check_text(const SitePlan& s, const Scope& scope) const;
   std::string twin_text(size_t f);
   std::string header_edits(size_t f, std::vector<Edit>* edits) const;
@@ -436,26 +437,25 @@ Result<void> Twins::pick_names() {
   }
 }
 
-bool Twins::read_address(const Operand& op, const Scope& scope, Address* a, std::string* why) const {
+Result<std::optional<Address>> Twins::read_address(const Operand& op, const Scope& scope) const {
   auto text = [&](uint32_t t) { return m_.str(t); };
   if (op.last - op.first < 3 || text(op.first) != "[" || text(op.last - 1) != "]") {
-    *why = "cannot read the address " + std::string(m_.span(op.first, op.last));
-    return false;
+    return make_error("cannot read the address " + std::string(m_.span(op.first, op.last)));
   }
   uint32_t t = op.first + 1;
   const uint32_t end = op.last - 1;
   const Token& base = m_.tokens[t];
-  a->base = std::string(text(t));
+  Address a;
+  a.base = std::string(text(t));
   if (base.kind == TokenKind::kIdentifier) {
-    std::string type = scope.reg_type(a->base);
+    std::string type = scope.reg_type(a.base);
     if (!type.empty()) {
-      a->reg32 = !is64(type);
+      a.reg32 = !is64(type);
     } else {
-      a->symbol = true;
+      a.symbol = true;
     }
   } else if (base.kind != TokenKind::kNumber) {
-    *why = "cannot read the address " + std::string(m_.span(op.first, op.last));
-    return false;
+    return make_error("cannot read the address " + std::string(m_.span(op.first, op.last)));
   }
   t++;
   if (t < end) {
@@ -467,27 +467,25 @@ bool Twins::read_address(const Operand& op, const Scope& scope, Address* a, std:
     }
     int64_t v = 0;
     if (t + 1 != end || !parse_int(text(t), &v)) {
-      *why = "cannot read the address " + std::string(m_.span(op.first, op.last));
-      return false;
+      return make_error("cannot read the address " + std::string(m_.span(op.first, op.last)));
     }
-    a->offset = negative ? -v : v;
+    a.offset = negative ? -v : v;
   }
-  if (a->symbol) {
+  if (a.symbol) {
     Space s = Space::kOther;
-    auto it = scope.symbols.find(a->base);
+    auto it = scope.symbols.find(a.base);
     if (it != scope.symbols.end()) {
       s = it->second;
-    } else if (const Variable* v = variable(a->base)) {
+    } else if (const Variable* v = variable(a.base)) {
       s = v->space;
     } else {
-      *why = "address of unknown symbol " + a->base;
-      return false;
+      return make_error("address of unknown symbol " + a.base);
     }
     // A generic or global access to a variable of another space touches no
     // global memory.
-    if (s != Space::kGlobal) return false;
+    if (s != Space::kGlobal) return std::optional<Address>();
   }
-  return true;
+  return std::optional<Address>(std::move(a));
 }
 
 void Twins::analyze(size_t fi) {
@@ -569,12 +567,14 @@ void Twins::analyze(size_t fi) {
       note(&plan, "cannot read the operands of " + collapse(m_.span(s.first, s.last)));
       continue;
     }
-    SitePlan sp;
-    std::string why;
-    if (!read_address(in.operands[a.address], scope, &sp.address, &why)) {
-      if (!why.empty()) note(&plan, why);
+    Result<std::optional<Address>> address = read_address(in.operands[a.address], scope);
+    if (!address) {
+      note(&plan, address.error().message);
       continue;
     }
+    if (!*address) continue;
+    SitePlan sp;
+    sp.address = std::move(**address);
     Mods mods(m_, in);
     if (op == "cp" && mods.at(0) == ".async" && (mods.at(1) == ".ca" || mods.at(1) == ".cg")) {
       // cp.async: an operand after cp-size (and before a cache policy) is

@@ -404,15 +404,17 @@ void LaunchValidation::resolve_fill_locked(ValidatedKernel& v, const std::string
 // module or library the driver names for it retires its entry, whether or
 // not the module registry knows that module.
 void LaunchValidation::try_sass_locked(ValidatedKernel& v, Kernel& k) {
-  std::string why;
-  if (sass_.resolve(function_of(k), &v.sass_handles, &why) && sass_.ensure_patched(v.sass_handles, &why)) {
+  Result<SassPatcher::Patched> handles = sass_.resolve(function_of(k));
+  if (handles) v.sass_handles = *handles;
+  Result<void> patched = handles ? sass_.ensure_patched(v.sass_handles) : Result<void>(handles.error());
+  if (patched) {
     v.sass = true;
     v.stats.validator = "sass";
     v.stats.skipped.clear();
     kernels_.unloaded_with(k, v.sass_handles.module);
     kernels_.unloaded_with(k, v.sass_handles.library);
   } else {
-    v.stats.skipped += (v.stats.skipped.empty() ? "" : "; ") + std::string("sass: ") + why;
+    v.stats.skipped += (v.stats.skipped.empty() ? "" : "; ") + std::string("sass: ") + patched.error().message;
   }
 }
 
@@ -487,8 +489,11 @@ bool LaunchValidation::prepare(Kernel& kernel, void** params, void** extra, uint
   // Validation may have gone off since seen(); the module is patched again
   // here if it went off and on.
   const SassPatcher::Patched& handles = out->sass_handles;
-  if (active() && sass_.ensure_patched(handles, &why) && sass_.set_table(handles.function, out->table.device))
-    return true;
+  if (active()) {
+    Result<void> patched = sass_.ensure_patched(handles);
+    if (patched && sass_.set_table(handles.function, out->table.device)) return true;
+    if (!patched) why = patched.error().message;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!why.empty()) {
     auto* k = static_cast<ValidatedKernel*>(out->table.kernel);

@@ -72,8 +72,8 @@ Result<void> SassPatcher::attach() {
   return {};
 }
 
-bool SassPatcher::resolve(CUfunction f, Patched* out, std::string* why) const {
-  if (!attached_) return *why = "the Sanitizer API is not attached", false;
+Result<SassPatcher::Patched> SassPatcher::resolve(CUfunction f) const {
+  if (!attached_) return make_error("the Sanitizer API is not attached");
   // A CUfunction names its module. A CUkernel does not (driver 580 answers
   // cuFuncGetModule with an error for one, measured): its function in this
   // context does, and its library is what an unload will name.
@@ -83,28 +83,33 @@ bool SassPatcher::resolve(CUfunction f, Patched* out, std::string* why) const {
     auto kernel = reinterpret_cast<CUkernel>(f);
     if (PHOS_REAL(cuKernelGetFunction)(&p.function, kernel) != CUDA_SUCCESS ||
         PHOS_REAL(cuFuncGetModule)(&p.module, p.function) != CUDA_SUCCESS || !p.module)
-      return *why = "the driver names no module for this function", false;
+      return make_error("the driver names no module for this function");
     if (PHOS_REAL(cuKernelGetLibrary)(&p.library, kernel) != CUDA_SUCCESS) p.library = nullptr;
   }
-  *out = p;
-  return true;
+  return p;
 }
 
-bool SassPatcher::ensure_patched(const Patched& handles, std::string* why) {
+Result<void> SassPatcher::ensure_patched(const Patched& handles) {
   CUmodule module = handles.module;
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = modules_.find(module); it != modules_.end())
-    return *why = it->second.why_not, it->second.why_not.empty();
+  if (auto it = modules_.find(module); it != modules_.end()) {
+    if (!it->second.why_not.empty()) return make_error(it->second.why_not);
+    return {};
+  }
   uint64_t started = monotonic_ns();
   SanitizerCall call;
   CUcontext ctx = nullptr;
   PHOS_REAL(cuCtxGetCurrent)(&ctx);
   ModuleState& state = modules_[module];
   state.library = handles.library;
-  std::string& outcome = state.why_not;
+  // The first failure is kept for the module: later calls answer with it.
+  auto fail = [&](std::string why) {
+    state.why_not = why;
+    return make_error(std::move(why));
+  };
   if (!contexts_.count(ctx)) {
     if (sanitizer::Result r = add_patches_(kSassPatchImage, ctx); r != sanitizer::kSuccess)
-      return *why = outcome = "sanitizerAddPatches: " + message(r), false;
+      return fail("sanitizerAddPatches: " + message(r));
     contexts_.insert(ctx);
     totals_.contexts++;
   }
@@ -115,17 +120,17 @@ bool SassPatcher::ensure_patched(const Patched& handles, std::string* why) {
   };
   for (const auto& [instruction, callback] : patches)
     if (sanitizer::Result r = patch_instructions_(instruction, module, callback); r != sanitizer::kSuccess)
-      return *why = outcome = "sanitizerPatchInstructions(" + std::to_string(instruction) + "): " + message(r), false;
+      return fail("sanitizerPatchInstructions(" + std::to_string(instruction) + "): " + message(r));
   if (sanitizer::Result r = patch_module_(module); r != sanitizer::kSuccess)
-    return *why = outcome = "sanitizerPatchModule: " + message(r), false;
+    return fail("sanitizerPatchModule: " + message(r));
   uint64_t ns = monotonic_ns() - started;
   totals_.modules++;
   totals_.patch_ns += ns;
   totals_.patch_max_ns = std::max(totals_.patch_max_ns, ns);
-  return true;
+  return {};
 }
 
-bool SassPatcher::set_table(CUfunction f, CUdeviceptr table) {
+bool SassPatcher::set_table(CUfunction f, uint64_t table) {
   SanitizerCall call;
   return set_callback_data_(f, reinterpret_cast<const void*>(table)) == sanitizer::kSuccess;
 }

@@ -20,8 +20,6 @@
 // the real header (test/gpu/sanitizer_abi_check.cc).
 #pragma once
 
-#include <cuda.h>
-
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -29,6 +27,14 @@
 #include <unordered_set>
 
 #include "phos/support/result.h"
+
+// The driver's handle types, declared as cuda.h declares them (a repeated
+// identical typedef is allowed, so this and cuda.h can be included in either
+// order): include/phos/hooks stays free of the CUDA headers.
+typedef struct CUctx_st* CUcontext;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUlib_st* CUlibrary;
 
 namespace phos::hooks {
 
@@ -74,15 +80,17 @@ class SassPatcher {
   };
   // The handles of a launched f, from the driver (once per kernel: the
   // caller keeps them). f may be a CUkernel (cudart 13 launches those):
-  // out->function is then its function in the current context.
-  bool resolve(CUfunction f, Patched* out, std::string* why) const;
+  // the result's function is then its function in the current context.
+  Result<Patched> resolve(CUfunction f) const;
   // `handles.module` patched: the patch image is added to the current
   // context once, the module patched once (again after unpatch_all or an
-  // unload). A lookup when it is already. False with *why when it cannot be.
-  bool ensure_patched(const Patched& handles, std::string* why);
-  // Launches of f (patch()'s *function) from now on hand `table` (a device
-  // address; 0: none) to the patches.
-  bool set_table(CUfunction f, CUdeviceptr table);
+  // unload). A lookup when it is already. An error saying why when it
+  // cannot be (the same error again at each later call for that module).
+  Result<void> ensure_patched(const Patched& handles);
+  // Launches of f (resolve()'s function) from now on hand `table` (a device
+  // address, a CUdeviceptr; 0: none) to the patches. False if the API
+  // refused.
+  bool set_table(CUfunction f, uint64_t table);
   // Every patched module unpatched (validation going off).
   void unpatch_all();
   // `handle` (a module or library) unloaded: the modules it held are
