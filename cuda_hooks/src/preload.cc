@@ -223,7 +223,7 @@ __attribute__((constructor)) static void phos_preload_init() {
   const char* validate = std::getenv("PHOS_VALIDATE");
   bool validating = validate && *validate && *validate != '0';
   if (validating || (speculate && *speculate && *speculate != '0'))
-    runtime().speculation.set_active(true, runtime().memory);
+    runtime().speculation.set_active(true);
   if (validating) {
     using V = LaunchValidation::Validators;
     std::string which = validate;
@@ -237,7 +237,7 @@ __attribute__((constructor)) static void phos_preload_init() {
     // at each module's first launch, as before).
     const char* build = std::getenv("PHOS_TWIN_BUILD");
     if (validators != V::kSass && !(build && std::string_view(build) == "launch"))
-      runtime().validation.set_background_builds(&runtime().gate);
+      runtime().validation.set_background_builds(true);
   }
   if (const char* fill = std::getenv("PHOS_FILL_TWINS"); fill && *fill == '0')
     runtime().validation.set_fill_twins(false);

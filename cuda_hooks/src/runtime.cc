@@ -6,10 +6,13 @@ namespace phos::hooks {
 
 std::atomic<Runtime*> g_runtime{nullptr};
 
+Runtime::Runtime() {
+  memory.on_unit_dropped([this](uint64_t address) { copy_window.unit_dropped(address); });
+}
+
 Runtime& make_runtime() {
   static Runtime* r = [] {
     auto* made = new Runtime();
-    made->memory.on_unit_dropped([](uint64_t address) { runtime().copy_window.unit_dropped(address); });
     g_runtime.store(made, std::memory_order_release);
     return made;
   }();

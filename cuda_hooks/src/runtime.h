@@ -41,6 +41,10 @@ enum class Counter : uint32_t {
 
 class Runtime {
  public:
+  Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
   Gate gate;
   StepBoundary steps;  // the program's iteration boundaries (phos_step)
   DeviceMemory memory;
@@ -48,9 +52,12 @@ class Runtime {
   // One entry per launched kernel, shared by the three features below (kernel_registry.h).
   KernelRegistry kernels{modules, describe_kernel};
   LaunchLog launches{kernels};
-  LaunchSpeculation speculation{kernels};
-  LaunchValidation validation{kernels};
-  // A concurrent dump's copy window, while one is open (copy_window.h).
+  // Its buffer index follows the device memory while it is on.
+  LaunchSpeculation speculation{kernels, memory};
+  // Its background builds pass the gate.
+  LaunchValidation validation{kernels, gate};
+  // A concurrent dump's copy window, while one is open (copy_window.h); told
+  // by the device memory of the units the program lets go of.
   CopyWindow copy_window;
   // The program's live NCCL communicators (hooks/nccl.cc).
   NcclCommunicators nccl;

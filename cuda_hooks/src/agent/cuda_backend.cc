@@ -121,7 +121,7 @@ std::vector<uint64_t> CudaBackend::touch_order() {
 
 Result<void> CudaBackend::set_speculation(bool on) {
   if (!on) runtime().validation.set_active(false);  // nothing to validate without it
-  runtime().speculation.set_active(on, runtime().memory);
+  runtime().speculation.set_active(on);
   return {};
 }
 
@@ -131,7 +131,7 @@ Result<void> CudaBackend::set_speculation(bool on) {
 // so turned on now it could validate none of the kernels already there.
 Result<agent::OpenCopyWindowReply> CudaBackend::open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                                  std::vector<UniqueFd> fds) {
-  runtime().speculation.set_active(true, runtime().memory);
+  runtime().speculation.set_active(true);
   agent::OpenCopyWindowReply reply;
   reply.validating = runtime().validation.active();
   violations_at_open_ = runtime().validation.totals().violations;
@@ -190,7 +190,7 @@ Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
 }
 
 Result<bool> CudaBackend::set_validation(bool on) {
-  if (on) runtime().speculation.set_active(true, runtime().memory);
+  if (on) runtime().speculation.set_active(true);
   runtime().validation.set_active(on);
   return runtime().validation.sass_attached();
 }
