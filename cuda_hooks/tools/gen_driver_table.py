@@ -106,13 +106,13 @@ def copy_hooks(rows, seen):
                 raise SystemExit(f'copy table: {variant} takes two streams')
             stream = streams[0] if streams else 'nullptr'  # a synchronous copy: the default stream
             per_thread = 'true' if variant != name else 'false'
-            body = ['  GatePass pass(runtime().gate);']
+            body = ['  const CopyDeps rt;', '  GatePass pass(rt.gate());']
             if form == 'unknown':
-                body.append('  runtime().copy_window.before_unknown_call();')
+                body.append('  rt.copy_window().before_unknown_call();')
             else:
-                body.append(f'  if (tracked()) note_{form}("{variant}", {stream}, {per_thread}, {args});')
+                body.append(f'  if (tracked(rt)) note_{form}(rt, "{variant}", {stream}, {per_thread}, {args});')
             if host:
-                body.append(f'  if (window_open()) host_transfer(host_bytes_{host[0]}({host[1]}));')
+                body.append(f'  if (window_open(rt)) host_transfer(rt, host_bytes_{host[0]}(rt, {host[1]}));')
             body += [f'  auto real = PHOS_REAL({variant});',
                      f'  return real ? real({", ".join(n for _, n in params)}) : CUDA_ERROR_NOT_FOUND;']
             hooks.append((variant, f'extern "C" PHOS_EXPORT CUresult {variant}({seen[variant]}) {{\n' +
