@@ -38,19 +38,32 @@
 namespace phos::hooks {
 namespace {
 
+// What the entry point sets up from the environment and writes to the stats
+// file: the gate and the iteration boundaries (the agent's), the launch
+// log, the speculation, the validation, the NCCL communicators.
+struct PreloadDeps : RuntimeView {
+  using RuntimeView::gate;
+  using RuntimeView::launches;
+  using RuntimeView::nccl;
+  using RuntimeView::speculation;
+  using RuntimeView::steps;
+  using RuntimeView::validation;
+};
+
 // Never destroyed: the agent thread may still run while the process exits.
 // PHOS_STEP_WAIT_MS: how long a checkpoint waits for the program's next
 // iteration boundary, where it marks them (2000 ms by default).
-AgentOptions agent_options() {
+AgentOptions agent_options(PreloadDeps rt) {
   AgentOptions o;
-  o.steps = &runtime().steps;
+  o.steps = &rt.steps();
   if (const char* v = std::getenv("PHOS_STEP_WAIT_MS"); v && *v) o.step_wait_ms = std::atoi(v);
   return o;
 }
 
 struct Preload {
-  CudaBackend backend;
-  Agent agent{runtime().gate, backend, agent_options()};
+  const PreloadDeps rt;
+  CudaBackend backend{CudaBackend::Deps()};
+  Agent agent{rt.gate(), backend, agent_options(rt)};
 };
 Preload* g_preload = nullptr;
 
@@ -58,13 +71,13 @@ void report(const char* what, const Result<void>& r) {
   if (!r.ok()) std::fprintf(stderr, "phos: %s: %s; running without checkpoint support\n", what, r.error().message.c_str());
 }
 
-void before_fork() { runtime().validation.before_fork(); }
-void after_fork_in_parent() { runtime().validation.after_fork_in_parent(); }
+void before_fork() { PreloadDeps().validation().before_fork(); }
+void after_fork_in_parent() { PreloadDeps().validation().after_fork_in_parent(); }
 
 bool g_agent_started = false;
 
 void after_fork_in_child() {
-  runtime().validation.after_fork_in_child();
+  PreloadDeps().validation().after_fork_in_child();
   if (g_preload && g_agent_started) report("agent restart after fork", g_preload->agent.restart_after_fork());
 }
 
@@ -109,10 +122,10 @@ void write_record(FILE* f, const LaunchRecord& r) {
 }
 
 // "speculation ..." totals, then one "speculated NAME ..." line per kernel.
-void write_speculation(FILE* f) {
-  auto t = runtime().speculation.totals();
-  if (!runtime().speculation.active() && t.launches == 0 && t.calls == 0) return;
-  double rate = runtime().speculation.measure_lookup_rate(200000);
+void write_speculation(PreloadDeps rt, FILE* f) {
+  auto t = rt.speculation().totals();
+  if (!rt.speculation().active() && t.launches == 0 && t.calls == 0) return;
+  double rate = rt.speculation().measure_lookup_rate(200000);
   std::fprintf(f,
                "speculation kernels=%llu launches=%llu exact=%llu speculated=%llu unknown=%llu calls=%llu "
                "calls_exact=%llu calls_unknown=%llu buffers=%llu lookups=%llu indexed=%llu lookup_rate=%.0f "
@@ -125,7 +138,7 @@ void write_speculation(FILE* f) {
                (unsigned long long)t.cubin_unreadable, (unsigned long long)t.index_refused,
                t.analysis_ns / 1e6, t.analysis_max_ns / 1e6, t.worst_lock_ns / 1e6, t.worst_metadata_ns / 1e6,
                t.worst_layout_ns / 1e6);
-  for (const auto& k : runtime().speculation.kernels())
+  for (const auto& k : rt.speculation().kernels())
     std::fprintf(f, "speculated %s launches=%llu exact=%llu speculated=%llu unknown=%llu buffers=%llu reads=%llu "
                     "writes=%llu types=%s%s%s\n",
                  k.name.empty() ? "?" : k.name.c_str(), (unsigned long long)k.launches, (unsigned long long)k.exact,
@@ -137,10 +150,10 @@ void write_speculation(FILE* f) {
 // "validation ..." totals, then one "validated NAME ..." line per kernel a
 // validator looked at (via=ptx or via=sass; skipped=REASON for those not
 // validated).
-void write_validation(FILE* f) {
-  if (!runtime().validation.active() && !runtime().validation.ever_active()) return;
+void write_validation(PreloadDeps rt, FILE* f) {
+  if (!rt.validation().active() && !rt.validation().ever_active()) return;
   PHOS_REAL(cuCtxSynchronize)();  // the last launches' tables
-  auto t = runtime().validation.totals();
+  auto t = rt.validation().totals();
   std::fprintf(f, "validation modules=%llu twins=%llu incomplete=%llu validated=%llu pending=%llu violations=%llu "
                   "twin_build_ms=%.3f twin_build_max_ms=%.3f twin_background_builds=%llu first_launch_wait_max_ms=%.3f "
                   "sass=%s sass_modules=%llu sass_patch_ms=%.3f sass_patch_max_ms=%.3f\n",
@@ -149,7 +162,7 @@ void write_validation(FILE* f) {
                t.twin_build_ns / 1e6, t.twin_build_max_ns / 1e6, (unsigned long long)t.background_builds,
                t.first_launch_wait_max_ns / 1e6, t.sass_attached ? "attached" : "off",
                (unsigned long long)t.sass.modules, t.sass.patch_ns / 1e6, t.sass.patch_max_ns / 1e6);
-  for (const auto& k : runtime().validation.kernels()) {
+  for (const auto& k : rt.validation().kernels()) {
     std::fprintf(f, "validated %s launches=%llu violations=%llu launches_with_violations=%llu",
                  k.name.c_str(), (unsigned long long)k.validated, (unsigned long long)k.violations,
                  (unsigned long long)k.launches_with_violations);
@@ -164,6 +177,7 @@ void write_validation(FILE* f) {
 void write_stats() {
   const char* path = std::getenv("PHOS_STATS_FILE");
   if (!path || !*path || !g_preload) return;
+  const PreloadDeps rt;
   std::string file = std::string(path);
   auto at = file.find("%p");
   if (at != std::string::npos) file.replace(at, 2, std::to_string(::getpid()));
@@ -172,7 +186,7 @@ void write_stats() {
   auto status = g_preload->backend.status();
   for (const auto& [name, value] : status.counters) std::fprintf(f, "%s %llu\n", name.c_str(), (unsigned long long)value);
   for (const auto& call : status.unsupported_calls) std::fprintf(f, "unsupported %s\n", call.c_str());
-  for (const auto& c : runtime().nccl.list())
+  for (const auto& c : rt.nccl().list())
     std::fprintf(f,
                  "nccl_communicator rank=%d nranks=%d device=%d split_from=%s single_process=%d calls=%llu "
                  "rebuilds=%u\n",
@@ -186,18 +200,18 @@ void write_stats() {
     for (size_t i = 0; i < m.globals.size(); i++) std::fprintf(f, "%s%s", i ? "," : "", m.globals[i].c_str());
     std::fprintf(f, "\n");
   }
-  if (runtime().launches.enabled()) {
-    std::fprintf(f, "recorded_launches %llu\n", (unsigned long long)runtime().launches.recorded());
-    for (const auto& k : runtime().launches.kernels()) {
+  if (rt.launches().enabled()) {
+    std::fprintf(f, "recorded_launches %llu\n", (unsigned long long)rt.launches().recorded());
+    for (const auto& k : rt.launches().kernels()) {
       std::fprintf(f, "kernel %s %llu module=%llu params=", k.name.empty() ? "?" : k.name.c_str(),
                    (unsigned long long)k.launches, (unsigned long long)k.module);
       for (size_t i = 0; i < k.params.size(); i++) std::fprintf(f, "%s%u:%u", i ? "," : "", k.params[i].offset, k.params[i].size);
       std::fprintf(f, "\n");
     }
-    for (const auto& r : runtime().launches.recent()) write_record(f, r);
+    for (const auto& r : rt.launches().recent()) write_record(f, r);
   }
-  write_speculation(f);
-  write_validation(f);
+  write_speculation(rt, f);
+  write_validation(rt, f);
   std::fclose(f);
 }
 
@@ -209,39 +223,40 @@ __attribute__((constructor)) static void phos_preload_init() {
   const char* disable = std::getenv("PHOS_DISABLE");
   if (disable && *disable && *disable != '0') return;
   g_preload = new Preload();
+  const PreloadDeps rt;
   // NCCL's RAS (2.24 on) keeps a thread and TCP sockets, its own and to the
   // other processes', for the process's life, beyond any communicator: no
   // checkpoint can carry them. Off unless the program's user asked for it
   // (the status then names it).
   setenv("NCCL_RAS_ENABLE", "0", 0);
   const char* record = std::getenv("PHOS_RECORD_LAUNCHES");
-  if (record && *record && *record != '0') runtime().launches.enable(true);
+  if (record && *record && *record != '0') rt.launches().enable(true);
   if (const char* sigdb = std::getenv("PHOS_SIGDB"); sigdb && *sigdb)
-    if (auto loaded = runtime().speculation.load_signatures(sigdb); !loaded.ok())
+    if (auto loaded = rt.speculation().load_signatures(sigdb); !loaded.ok())
       std::fprintf(stderr, "phos: %s; speculating without it\n", loaded.error().message.c_str());
   const char* speculate = std::getenv("PHOS_SPECULATE");
   const char* validate = std::getenv("PHOS_VALIDATE");
   bool validating = validate && *validate && *validate != '0';
   if (validating || (speculate && *speculate && *speculate != '0'))
-    runtime().speculation.set_active(true, runtime().memory);
+    rt.speculation().set_active(true);
   if (validating) {
     using V = LaunchValidation::Validators;
     std::string which = validate;
     V validators = which == "ptx" ? V::kPtx : which == "sass" ? V::kSass : V::kPtxAndSass;
-    runtime().validation.set_validators(validators);
+    rt.validation().set_validators(validators);
     // Now, before the program's first CUDA call (sass_validation.h).
     if (validators != V::kPtx)
-      if (auto attached = runtime().validation.attach_sass(); !attached.ok())
+      if (auto attached = rt.validation().attach_sass(); !attached.ok())
         std::fprintf(stderr, "phos: SASS-level validation unavailable: %s\n", attached.error().message.c_str());
     // Twins built as modules load, off the launch path (PHOS_TWIN_BUILD=launch:
     // at each module's first launch, as before).
     const char* build = std::getenv("PHOS_TWIN_BUILD");
     if (validators != V::kSass && !(build && std::string_view(build) == "launch"))
-      runtime().validation.set_background_builds(&runtime().gate);
+      rt.validation().set_background_builds(true);
   }
   if (const char* fill = std::getenv("PHOS_FILL_TWINS"); fill && *fill == '0')
-    runtime().validation.set_fill_twins(false);
-  runtime().validation.set_active(validating);
+    rt.validation().set_fill_twins(false);
+  rt.validation().set_active(validating);
   auto started = g_preload->agent.start();
   report("agent start", started);
   g_agent_started = started.ok();
@@ -252,10 +267,11 @@ __attribute__((constructor)) static void phos_preload_init() {
 // The program's iteration boundaries, for a checkpoint to land on
 // (step_boundary.h; the Python SDK's phos.step()). C linkage, exported.
 extern "C" __attribute__((visibility("default"))) void phos_step() {
-  phos::hooks::runtime().steps.step(phos::hooks::runtime().gate);
+  const phos::hooks::PreloadDeps rt;
+  rt.steps().step(rt.gate());
 }
 // idle != 0: the program stays at a boundary (it waits for a checkpoint it
 // asked for itself) until it calls this with 0.
 extern "C" __attribute__((visibility("default"))) void phos_step_idle(int idle) {
-  phos::hooks::runtime().steps.set_idle(idle != 0);
+  phos::hooks::PreloadDeps().steps().set_idle(idle != 0);
 }

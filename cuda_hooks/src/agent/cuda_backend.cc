@@ -10,7 +10,6 @@
 #include "driver/driver.h"
 #include "hooks/nccl.h"
 #include "phos/speculation/demangle.h"
-#include "runtime.h"
 
 namespace phos::hooks {
 namespace {
@@ -32,41 +31,41 @@ std::optional<std::string> profiler_attached() {
 
 agent::StatusReply CudaBackend::status() {
   agent::StatusReply s;
-  auto m = runtime().memory.stats();
-  s.cuda_initialized = runtime().cuda_used.load() || driver::loaded();
+  auto m = rt_.memory().stats();
+  s.cuda_initialized = rt_.cuda_used().load() || driver::loaded();
   s.allocation_count = m.units;
   s.allocated_bytes = m.physical_bytes;
   s.device_count = m.devices;
   for (const auto& [dev, uuid] : m.uuids) s.devices.push_back({uint32_t(dev), uuid});
-  s.unsupported_calls = runtime().unsupported();
-  if (size_t n = runtime().nccl.spanning_processes(true))
+  s.unsupported_calls = rt_.unsupported().list();
+  if (size_t n = rt_.nccl().spanning_processes(true))
     s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes, " +
                                   "not held at a job-wide stop (a multi-process job: dump its whole tree with " +
                                   "one criu, which holds every rank at one collective boundary)");
-  for (auto& why : runtime().nccl.not_recreatable()) s.unsupported_calls.push_back(std::move(why));
-  if (runtime().nccl.rebuilding())
+  for (auto& why : rt_.nccl().not_recreatable()) s.unsupported_calls.push_back(std::move(why));
+  if (rt_.nccl().rebuilding())
     s.unsupported_calls.push_back("NCCL communicators still being made again after the last checkpoint");
-  if (const char* ras = std::getenv("NCCL_RAS_ENABLE"); ras && std::atoi(ras) != 0 && !runtime().nccl.list().empty())
+  if (const char* ras = std::getenv("NCCL_RAS_ENABLE"); ras && std::atoi(ras) != 0 && !rt_.nccl().list().empty())
     s.unsupported_calls.push_back(std::string("NCCL's RAS (NCCL_RAS_ENABLE=") + ras +
                                   ": its sockets live as long as the process; phos turns it off unless asked)");
-  if (runtime().memory.mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
+  if (rt_.memory().mps_seen()) s.unsupported_calls.push_back("MPS (the device's contexts are shared through MPS)");
   if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
-  for (auto& m : runtime().modules.modules()) {
+  for (auto& m : rt_.modules().modules()) {
     uint64_t count = m.functions.size();
     s.modules.push_back({m.id, module_kind_name(m.image.kind), m.image.size, m.image.hash, std::move(m.source),
                          std::move(m.functions), count, std::move(m.globals)});
   }
-  s.speculation_active = runtime().speculation.active();
-  s.validation_active = runtime().validation.active();
-  s.indexed_buffers = runtime().speculation.totals().indexed;
-  s.kernels = runtime().speculation.kernels();
-  s.counters = runtime().counters();
+  s.speculation_active = rt_.speculation().active();
+  s.validation_active = rt_.validation().active();
+  s.indexed_buffers = rt_.speculation().totals().indexed;
+  s.kernels = rt_.speculation().kernels();
+  s.counters = rt_.counters().list();
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);
   s.counters.emplace_back("physical_bytes", m.physical_bytes);
-  const auto communicators = runtime().nccl.list();
+  const auto communicators = rt_.nccl().list();
   s.counters.emplace_back("nccl_communicators", communicators.size());
-  if (auto t = runtime().nccl.timings(); t.releases || t.rebuilds) {
+  if (auto t = rt_.nccl().timings(); t.releases || t.rebuilds) {
     s.counters.emplace_back("nccl_releases", t.releases);
     s.counters.emplace_back("nccl_last_release_us", t.last_release_ns / 1000);
     s.counters.emplace_back("nccl_rebuilds", t.rebuilds);
@@ -78,27 +77,27 @@ agent::StatusReply CudaBackend::status() {
   return s;
 }
 
-std::vector<agent::Allocation> CudaBackend::allocations() { return runtime().memory.units(); }
+std::vector<agent::Allocation> CudaBackend::allocations() { return rt_.memory().units(); }
 
-Result<UniqueFd> CudaBackend::export_allocation(uint64_t id) { return runtime().memory.export_unit(id); }
+Result<UniqueFd> CudaBackend::export_allocation(uint64_t id) { return rt_.memory().export_unit(id); }
 
 // cuCtxSynchronize has no timeout: a kernel that never ends makes the
 // checkpoint wait (the plugin's agent timeout then fails the dump).
-Result<void> CudaBackend::drain(std::chrono::milliseconds) { return runtime().memory.synchronize(); }
+Result<void> CudaBackend::drain(std::chrono::milliseconds) { return rt_.memory().synchronize(); }
 
 Result<uint64_t> CudaBackend::release_mappings(bool drop_handles) {
-  return runtime().memory.release_mappings(drop_handles);
+  return rt_.memory().release_mappings(drop_handles);
 }
 
 Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) {
-  return runtime().memory.remap(ids, std::move(fds));
+  return rt_.memory().remap(ids, std::move(fds));
 }
 
 // Each record's buffers (a kernel's speculated set, where speculation was
 // on; a call's exact ranges) matched to the allocation that holds them.
 std::vector<uint64_t> CudaBackend::touch_order() {
-  if (!runtime().launches.enabled()) return {};
-  std::vector<agent::Allocation> units = runtime().memory.units();
+  if (!rt_.launches().enabled()) return {};
+  std::vector<agent::Allocation> units = rt_.memory().units();
   std::sort(units.begin(), units.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   std::vector<uint64_t> order;
   std::set<uint64_t> seen;
@@ -109,7 +108,7 @@ std::vector<uint64_t> CudaBackend::touch_order() {
     --it;
     if (address < it->address + it->size && seen.insert(it->id).second) order.push_back(it->id);
   };
-  for (const LaunchRecord& r : runtime().launches.recent()) {
+  for (const LaunchRecord& r : rt_.launches().recent()) {
     if (r.kind == RecordKind::kKernel) {
       for (uint8_t i = 0; r.set.present && i < r.set.count; i++) touch(r.set.items[i].start);
     } else {
@@ -120,8 +119,8 @@ std::vector<uint64_t> CudaBackend::touch_order() {
 }
 
 Result<void> CudaBackend::set_speculation(bool on) {
-  if (!on) runtime().validation.set_active(false);  // nothing to validate without it
-  runtime().speculation.set_active(on, runtime().memory);
+  if (!on) rt_.validation().set_active(false);  // nothing to validate without it
+  rt_.speculation().set_active(on);
   return {};
 }
 
@@ -131,22 +130,22 @@ Result<void> CudaBackend::set_speculation(bool on) {
 // so turned on now it could validate none of the kernels already there.
 Result<agent::OpenCopyWindowReply> CudaBackend::open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                                  std::vector<UniqueFd> fds) {
-  runtime().speculation.set_active(true, runtime().memory);
+  rt_.speculation().set_active(true);
   agent::OpenCopyWindowReply reply;
-  reply.validating = runtime().validation.active();
-  violations_at_open_ = runtime().validation.totals().violations;
+  reply.validating = rt_.validation().active();
+  violations_at_open_ = rt_.validation().totals().violations;
   kernel_violations_at_open_.clear();
-  for (const auto& k : runtime().validation.kernels()) kernel_violations_at_open_[k.name] += k.violations;
-  PHOS_TRY(runtime().copy_window.start(q, std::move(fds)));
+  for (const auto& k : rt_.validation().kernels()) kernel_violations_at_open_[k.name] += k.violations;
+  PHOS_TRY(rt_.copy_window().start(q, std::move(fds)));
   return reply;
 }
 
 Result<bool> CudaBackend::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) {
   if (!at_call) {
-    runtime().nccl.disarm(job_id);
+    rt_.nccl().disarm(job_id);
     return false;
   }
-  return runtime().nccl.arm_stop(job_id, *at_call);
+  return rt_.nccl().arm_stop(job_id, *at_call);
 }
 
 Result<AgentBackend::NcclReleased> CudaBackend::nccl_release(std::chrono::milliseconds timeout) {
@@ -160,16 +159,16 @@ Result<uint32_t> CudaBackend::nccl_rebuild(std::optional<uint64_t> nonce) { retu
 Result<bool> CudaBackend::nccl_pend_release(bool pend) { return phos::hooks::nccl_pend_release(pend); }
 
 Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
-  agent::CloseCopyWindowReply reply = runtime().copy_window.finish();
+  agent::CloseCopyWindowReply reply = rt_.copy_window().finish();
   // Launches made while the window was open report their writes once they
   // have run.
-  if (auto drained = runtime().memory.synchronize(); !drained)
+  if (auto drained = rt_.memory().synchronize(); !drained)
     return make_error("close copy window: wait for the launches made in it: " + drained.error().message, EIO);
-  reply.violations = runtime().validation.totals().violations - violations_at_open_;
+  reply.violations = rt_.validation().totals().violations - violations_at_open_;
   if (reply.violations == 0) return reply;
   // A kernel of an unloaded module may be listed again live: sums by name,
   // as at the open.
-  auto kernels = runtime().validation.kernels();
+  auto kernels = rt_.validation().kernels();
   std::map<std::string, uint64_t> now;
   for (const auto& k : kernels) now[k.name] += k.violations;
   for (const auto& k : kernels) {
@@ -177,7 +176,7 @@ Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
     char where[160];
     CUdeviceptr base = 0;
     size_t size = 0;
-    if (runtime().memory.address_range(k.first_address, &base, &size))
+    if (rt_.memory().address_range(k.first_address, &base, &size))
       std::snprintf(where, sizeof(where), "0x%llx, in the buffer of %zu bytes at 0x%llx",
                     static_cast<unsigned long long>(k.first_address), size, static_cast<unsigned long long>(base));
     else
@@ -190,9 +189,9 @@ Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
 }
 
 Result<bool> CudaBackend::set_validation(bool on) {
-  if (on) runtime().speculation.set_active(true, runtime().memory);
-  runtime().validation.set_active(on);
-  return runtime().validation.sass_attached();
+  if (on) rt_.speculation().set_active(true);
+  rt_.validation().set_active(on);
+  return rt_.validation().sass_attached();
 }
 
 }  // namespace phos::hooks

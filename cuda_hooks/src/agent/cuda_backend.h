@@ -5,11 +5,30 @@
 #include <string>
 
 #include "phos/hooks/agent_backend.h"
+#include "runtime.h"
 
 namespace phos::hooks {
 
 class CudaBackend final : public AgentBackend {
  public:
+  // What the agent reads and drives: the device memory, the module
+  // registry, the launch log, the speculation and the validation, a dump's
+  // copy window, the NCCL communicators, the counters, the calls that make
+  // a checkpoint impossible and whether CUDA was used.
+  struct Deps : RuntimeView {
+    using RuntimeView::copy_window;
+    using RuntimeView::counters;
+    using RuntimeView::cuda_used;
+    using RuntimeView::launches;
+    using RuntimeView::memory;
+    using RuntimeView::modules;
+    using RuntimeView::nccl;
+    using RuntimeView::speculation;
+    using RuntimeView::unsupported;
+    using RuntimeView::validation;
+  };
+  explicit CudaBackend(Deps rt) : rt_(rt) {}
+
   agent::StatusReply status() override;
   std::vector<agent::Allocation> allocations() override;
   Result<UniqueFd> export_allocation(uint64_t id) override;
@@ -28,6 +47,7 @@ class CudaBackend final : public AgentBackend {
   Result<bool> nccl_pend_release(bool pend) override;
 
  private:
+  const Deps rt_;
   // Validation's counts when the window opened: what a close compares.
   uint64_t violations_at_open_ = 0;
   std::map<std::string, uint64_t> kernel_violations_at_open_;

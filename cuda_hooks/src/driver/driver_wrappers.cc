@@ -6,10 +6,17 @@
 
 #define PHOS_EXPORT __attribute__((visibility("default")))
 
+namespace {
+// What the generated wrappers use: the gate.
+struct WrapperDeps : ::phos::hooks::RuntimeView {
+  using RuntimeView::gate;
+};
+}  // namespace
+
 #define PHOS_DRIVER_HOOKED(name, params, args)
 #define PHOS_DRIVER_FN(name, params, args)                                            \
   extern "C" PHOS_EXPORT CUresult name params {                                       \
-    ::phos::hooks::GatePass pass(::phos::hooks::runtime().gate);                      \
+    ::phos::hooks::GatePass pass(WrapperDeps().gate());                               \
     auto real = PHOS_REAL(name);                                                      \
     return real ? real args : CUDA_ERROR_NOT_FOUND;                                   \
   }

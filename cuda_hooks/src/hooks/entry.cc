@@ -8,9 +8,18 @@
 
 using namespace phos::hooks;
 
+namespace {
+// What cuInit uses: the gate, and the note that the program uses CUDA.
+struct EntryDeps : RuntimeView {
+  using RuntimeView::cuda_used;
+  using RuntimeView::gate;
+};
+}  // namespace
+
 extern "C" PHOS_EXPORT CUresult cuInit(unsigned int flags) {
-  GatePass pass(runtime().gate);
-  runtime().cuda_used = true;
+  const EntryDeps rt;
+  GatePass pass(rt.gate());
+  rt.cuda_used() = true;
   auto real = PHOS_REAL(cuInit);
   return real ? real(flags) : CUDA_ERROR_NO_DEVICE;
 }

@@ -22,6 +22,16 @@ using namespace phos::hooks;
 
 namespace {
 
+// What the graph hooks use: the gate, the counters, the kernel registry and
+// the speculation (a graph's kernel nodes), a dump's copy window.
+struct GraphDeps : RuntimeView {
+  using RuntimeView::copy_window;
+  using RuntimeView::counters;
+  using RuntimeView::gate;
+  using RuntimeView::kernels;
+  using RuntimeView::speculation;
+};
+
 std::mutex g_mu;
 std::map<CUgraphExec, uint64_t> g_kernel_nodes;  // per executable graph
 
@@ -35,13 +45,13 @@ std::map<CUgraphExec, std::vector<NodeKernel>> g_node_kernels;  // while specula
 
 // The node's kernel and a copy of its arguments; no arguments where the
 // layout is not known (the speculation then scans nothing and says unknown).
-NodeKernel node_kernel(CUgraphNode node) {
+NodeKernel node_kernel(GraphDeps rt, CUgraphNode node) {
   NodeKernel k;
   CUDA_KERNEL_NODE_PARAMS p{};
   if (PHOS_REAL(cuGraphKernelNodeGetParams_v2)(node, &p) != CUDA_SUCCESS) return k;
   CUfunction function = p.func ? p.func : reinterpret_cast<CUfunction>(p.kern);
   if (!function) return k;
-  k.kernel = &runtime().kernels.get(function);
+  k.kernel = &rt.kernels().get(function);
   if (p.kernelParams) {
     const auto& slots = k.kernel->params;
     if (!slots) return k;
@@ -57,7 +67,7 @@ NodeKernel node_kernel(CUgraphNode node) {
   return k;
 }
 
-uint64_t kernel_nodes(CUgraph graph, std::vector<NodeKernel>* kernels, int depth = 0) {
+uint64_t kernel_nodes(GraphDeps rt, CUgraph graph, std::vector<NodeKernel>* kernels, int depth = 0) {
   size_t n = 0;
   if (depth > 16 || PHOS_REAL(cuGraphGetNodes)(graph, nullptr, &n) != CUDA_SUCCESS || n == 0) return 0;
   std::vector<CUgraphNode> nodes(n);
@@ -68,38 +78,38 @@ uint64_t kernel_nodes(CUgraph graph, std::vector<NodeKernel>* kernels, int depth
     if (PHOS_REAL(cuGraphNodeGetType)(node, &type) != CUDA_SUCCESS) continue;
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
       count++;
-      if (kernels) kernels->push_back(node_kernel(node));
+      if (kernels) kernels->push_back(node_kernel(rt, node));
     } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
       CUgraph child;
       if (PHOS_REAL(cuGraphChildGraphNodeGetGraph)(node, &child) == CUDA_SUCCESS)
-        count += kernel_nodes(child, kernels, depth + 1);
+        count += kernel_nodes(rt, child, kernels, depth + 1);
     }
   }
   return count;
 }
 
-CUresult instantiated(CUresult r, CUgraphExec* exec, CUgraph graph) {
+CUresult instantiated(GraphDeps rt, CUresult r, CUgraphExec* exec, CUgraph graph) {
   if (r != CUDA_SUCCESS || !exec) return r;
-  bool speculating = runtime().speculation.active();
+  bool speculating = rt.speculation().active();
   std::vector<NodeKernel> kernels;
-  uint64_t n = kernel_nodes(graph, speculating ? &kernels : nullptr);
+  uint64_t n = kernel_nodes(rt, graph, speculating ? &kernels : nullptr);
   std::lock_guard<std::mutex> lock(g_mu);
   g_kernel_nodes[*exec] = n;
   if (speculating) g_node_kernels[*exec] = std::move(kernels);
   return r;
 }
 
-CUresult launched(CUresult r, CUgraphExec exec) {
+CUresult launched(GraphDeps rt, CUresult r, CUgraphExec exec) {
   if (r != CUDA_SUCCESS) return r;
-  runtime().count(Counter::kGraphLaunches);
+  rt.counters().count(Counter::kGraphLaunches);
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_kernel_nodes.find(exec);
-  if (it != g_kernel_nodes.end()) runtime().count(Counter::kGraphKernels, it->second);
-  if (runtime().speculation.active()) {
+  if (it != g_kernel_nodes.end()) rt.counters().count(Counter::kGraphKernels, it->second);
+  if (rt.speculation().active()) {
     auto k = g_node_kernels.find(exec);
     if (k != g_node_kernels.end())
       for (const NodeKernel& node : k->second)
-        if (node.kernel) runtime().speculation.on_packed_kernel(*node.kernel, node.args.data(), node.args.size());
+        if (node.kernel) rt.speculation().on_packed_kernel(*node.kernel, node.args.data(), node.args.size());
   }
   return r;
 }
@@ -107,24 +117,28 @@ CUresult launched(CUresult r, CUgraphExec exec) {
 }  // namespace
 
 extern "C" PHOS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  GatePass pass(runtime().gate);
-  return instantiated(PHOS_REAL(cuGraphInstantiateWithFlags)(exec, graph, flags), exec, graph);
+  const GraphDeps rt;
+  GatePass pass(rt.gate());
+  return instantiated(rt, PHOS_REAL(cuGraphInstantiateWithFlags)(exec, graph, flags), exec, graph);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                                              CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  GatePass pass(runtime().gate);
-  return instantiated(PHOS_REAL(cuGraphInstantiateWithParams)(exec, graph, params), exec, graph);
+  const GraphDeps rt;
+  GatePass pass(rt.gate());
+  return instantiated(rt, PHOS_REAL(cuGraphInstantiateWithParams)(exec, graph, params), exec, graph);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
                                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  GatePass pass(runtime().gate);
-  return instantiated(PHOS_REAL(cuGraphInstantiateWithParams_ptsz)(exec, graph, params), exec, graph);
+  const GraphDeps rt;
+  GatePass pass(rt.gate());
+  return instantiated(rt, PHOS_REAL(cuGraphInstantiateWithParams_ptsz)(exec, graph, params), exec, graph);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
-  GatePass pass(runtime().gate);
+  const GraphDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = PHOS_REAL(cuGraphExecDestroy)(exec);
   std::lock_guard<std::mutex> lock(g_mu);
   g_kernel_nodes.erase(exec);
@@ -133,13 +147,15 @@ extern "C" PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-  GatePass pass(runtime().gate);
-  runtime().copy_window.before_unknown_call();
-  return launched(PHOS_REAL(cuGraphLaunch)(exec, stream), exec);
+  const GraphDeps rt;
+  GatePass pass(rt.gate());
+  rt.copy_window().before_unknown_call();
+  return launched(rt, PHOS_REAL(cuGraphLaunch)(exec, stream), exec);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  GatePass pass(runtime().gate);
-  runtime().copy_window.before_unknown_call();
-  return launched(PHOS_REAL(cuGraphLaunch_ptsz)(exec, stream), exec);
+  const GraphDeps rt;
+  GatePass pass(rt.gate());
+  rt.copy_window().before_unknown_call();
+  return launched(rt, PHOS_REAL(cuGraphLaunch_ptsz)(exec, stream), exec);
 }

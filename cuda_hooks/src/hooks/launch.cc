@@ -11,27 +11,41 @@ using namespace phos::hooks;
 
 namespace {
 
+// What the launch hooks use: the gate, the counters, the kernel registry
+// and the features it serves (launch log, speculation, validation), a
+// dump's copy window, the stream captures.
+struct LaunchDeps : RuntimeView {
+  using RuntimeView::captures;
+  using RuntimeView::copy_window;
+  using RuntimeView::counters;
+  using RuntimeView::gate;
+  using RuntimeView::kernels;
+  using RuntimeView::launches;
+  using RuntimeView::speculation;
+  using RuntimeView::validation;
+};
+
 // Every launch: counted; recorded and speculated while that is on. A launch
 // into a stream being captured runs later, with its graph (counted there).
 // `writes` (while validating, or a copy window is open) gets the launch's
 // speculated write set. The kernel's registry entry where it was looked up;
 // null where nothing was on.
-inline Kernel* seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                    unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
+inline Kernel* seen(LaunchDeps rt, bool capturing, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                    unsigned by, unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
                     WriteRanges* writes = nullptr) {
   if (__builtin_expect(capturing, 0)) {
-    runtime().count(Counter::kCapturedLaunches);
+    rt.counters().count(Counter::kCapturedLaunches);
     return nullptr;
   }
-  runtime().count(Counter::kLaunches);
-  bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
+  rt.counters().count(Counter::kLaunches);
+  bool recording = rt.launches().enabled(), speculating = rt.speculation().active();
   if (__builtin_expect(!recording && !speculating, 1)) return nullptr;
-  Kernel& kernel = runtime().kernels.get(f);
+  Kernel& kernel = rt.kernels().get(f);
   LaunchSet set;
-  if (speculating) runtime().speculation.on_kernel(kernel, params, extra, recording ? &set : nullptr, writes);
+  if (speculating) rt.speculation().on_kernel(kernel, params, extra, recording ? &set : nullptr, writes);
   if (recording) {
     const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    runtime().launches.record(kernel, grid, block, shmem, stream, params, extra, speculating ? &set : nullptr);
+    rt.launches().record(kernel, grid, block, shmem, stream, params, extra, speculating ? &set : nullptr);
   }
   return &kernel;
 }
@@ -46,16 +60,16 @@ inline Kernel* seen(bool capturing, CUfunction f, unsigned gx, unsigned gy, unsi
 // SASS-validated kernel's launch that is not validated this time must not
 // run inside another launch's table window: the table is set per function).
 template <class LaunchTwin>
-bool ran_as_twin(bool validating, Kernel* kernel, CUfunction f, void** params, void** extra, uint32_t shmem,
-                 CUstream stream, const WriteRanges& writes, LaunchTwin&& launch_twin, CUresult* result,
-                 std::unique_lock<std::mutex>* unvalidated) {
+bool ran_as_twin(LaunchDeps rt, bool validating, Kernel* kernel, CUfunction f, void** params, void** extra,
+                 uint32_t shmem, CUstream stream, const WriteRanges& writes, LaunchTwin&& launch_twin,
+                 CUresult* result, std::unique_lock<std::mutex>* unvalidated) {
   if (__builtin_expect(!validating, 1)) return false;
   LaunchValidation::Prepared twin;
-  if (kernel && writes.known && runtime().validation.prepare(*kernel, params, extra, shmem, writes, &twin)) {
+  if (kernel && writes.known && rt.validation().prepare(*kernel, params, extra, shmem, writes, &twin)) {
     *result = launch_twin(twin.launch, twin.launch_params);
-    if (runtime().validation.finish(twin, *result, stream)) return true;
+    if (rt.validation().finish(twin, *result, stream)) return true;
   }
-  *unvalidated = runtime().validation.hold_unvalidated(kernel ? kernel : runtime().kernels.find(f));
+  *unvalidated = rt.validation().hold_unvalidated(kernel ? kernel : rt.kernels().find(f));
   return false;
 }
 
@@ -65,20 +79,20 @@ bool ran_as_twin(bool validating, Kernel* kernel, CUfunction f, void** params, v
 // ends the process (copy_window.h). False: the caller launches the
 // original, which waits for the whole fill.
 template <class Launch>
-bool ran_as_fill_twin(Kernel* kernel, void** params, void** extra, uint32_t shmem, CUstream stream,
+bool ran_as_fill_twin(LaunchDeps rt, Kernel* kernel, void** params, void** extra, uint32_t shmem, CUstream stream,
                       const WriteRanges& sets, Launch&& launch, CUresult* result) {
-  if (!kernel || !sets.known || !runtime().validation.active()) return false;
-  auto allowed = runtime().copy_window.before_fill_twin(sets);
+  if (!kernel || !sets.known || !rt.validation().active()) return false;
+  auto allowed = rt.copy_window().before_fill_twin(sets);
   if (!allowed) return false;
   LaunchValidation::Prepared twin;
-  if (!runtime().validation.prepare_fill(*kernel, params, extra, shmem, *allowed, &twin)) return false;
+  if (!rt.validation().prepare_fill(*kernel, params, extra, shmem, *allowed, &twin)) return false;
   *result = launch(twin.launch, twin.launch_params, nullptr);
-  auto v = runtime().validation.finish_fill(twin, *result, stream);
+  auto v = rt.validation().finish_fill(twin, *result, stream);
   if (!v && *result != CUDA_SUCCESS) return false;  // not launched: the original goes after the whole fill
   // Launched, but what it touched cannot be known: it may have computed on
   // memory not yet in.
-  if (!v) runtime().copy_window.fill_failed(v.error());
-  if (v->count) runtime().copy_window.touched_unfilled(runtime().validation.kernel_name(twin), v->first_address, v->count);
+  if (!v) rt.copy_window().fill_failed(v.error());
+  if (v->count) rt.copy_window().touched_unfilled(rt.validation().kernel_name(twin), v->first_address, v->count);
   return true;
 }
 
@@ -87,28 +101,28 @@ bool ran_as_fill_twin(Kernel* kernel, void** params, void** extra, uint32_t shme
 // `launch(f, params, extra)` makes the real call with the hook's other
 // arguments.
 template <class Launch>
-inline CUresult launch_kernel(bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                              unsigned by, unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra,
-                              Launch&& launch) {
-  const bool capturing = stream_capturing(stream, per_thread);
-  const bool validating = runtime().validation.active();
+inline CUresult launch_kernel(LaunchDeps rt, bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                              unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void** params,
+                              void** extra, Launch&& launch) {
+  const bool capturing = rt.captures().capturing(stream, per_thread);
+  const bool validating = rt.validation().active();
   // A launch into a capture runs with its graph (which waits there).
-  const bool window = __builtin_expect(runtime().copy_window.open(), 0) && !capturing;
+  const bool window = __builtin_expect(rt.copy_window().open(), 0) && !capturing;
   WriteRanges writes;
-  Kernel* kernel = seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
+  Kernel* kernel = seen(rt, capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
                         validating || window ? &writes : nullptr);
   CUresult r;
-  if (window && runtime().copy_window.filling_open() &&
-      ran_as_fill_twin(kernel, params, extra, shmem, stream, writes, launch, &r))
+  if (window && rt.copy_window().filling_open() &&
+      ran_as_fill_twin(rt, kernel, params, extra, shmem, stream, writes, launch, &r))
     return r;
   std::unique_lock<std::mutex> unvalidated;
   auto launch_twin = [&](CUfunction twin, void** twin_params) {
-    if (window) runtime().copy_window.before_kernel(writes, /*validated=*/true);
+    if (window) rt.copy_window().before_kernel(writes, /*validated=*/true);
     return launch(twin, twin_params, nullptr);
   };
-  if (ran_as_twin(validating, kernel, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))
+  if (ran_as_twin(rt, validating, kernel, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))
     return r;
-  if (window) runtime().copy_window.before_kernel(writes, /*validated=*/false);
+  if (window) rt.copy_window().before_kernel(writes, /*validated=*/false);
   return launch(f, params, extra);
 }
 
@@ -118,8 +132,9 @@ inline CUresult launch_kernel(bool per_thread, CUfunction f, unsigned gx, unsign
   extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params, void** extra) {                         \
-    GatePass pass(runtime().gate);                                                                             \
-    return launch_kernel(per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,                  \
+    const LaunchDeps rt;                                                                                       \
+    GatePass pass(rt.gate());                                                                                  \
+    return launch_kernel(rt, per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,              \
                          [&](CUfunction fn, void** p, void** e) {                                              \
                            return PHOS_REAL(name)(fn, gx, gy, gz, bx, by, bz, shmem, stream, p, e);            \
                          });                                                                                   \
@@ -129,13 +144,14 @@ PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
 #define PHOS_LAUNCH_EX_HOOK(name, per_thread)                                                                \
   extern "C" PHOS_EXPORT CUresult name(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) { \
-    GatePass pass(runtime().gate);                                                                           \
+    const LaunchDeps rt;                                                                                     \
+    GatePass pass(rt.gate());                                                                                \
     if (!c) {                                                                                                \
-      runtime().count(Counter::kLaunches);                                                                   \
+      rt.counters().count(Counter::kLaunches);                                                               \
       return PHOS_REAL(name)(c, f, params, extra);                                                           \
     }                                                                                                        \
-    return launch_kernel(per_thread, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,  \
-                         c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra,                         \
+    return launch_kernel(rt, per_thread, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,            \
+                         c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra,           \
                          [&](CUfunction fn, void** p, void** e) { return PHOS_REAL(name)(c, fn, p, e); });   \
   }
 PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
@@ -145,24 +161,26 @@ PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
   extern "C" PHOS_EXPORT CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params) {                                       \
-    GatePass pass(runtime().gate);                                                                             \
-    const bool capturing = stream_capturing(stream, per_thread);                                               \
-    const bool window = __builtin_expect(runtime().copy_window.open(), 0) && !capturing;                       \
+    const LaunchDeps rt;                                                                                       \
+    GatePass pass(rt.gate());                                                                                  \
+    const bool capturing = rt.captures().capturing(stream, per_thread);                                        \
+    const bool window = __builtin_expect(rt.copy_window().open(), 0) && !capturing;                            \
     WriteRanges writes;                                                                                        \
-    seen(capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr, window ? &writes : nullptr);    \
-    if (window) runtime().copy_window.before_kernel(writes, /*validated=*/false);                              \
+    seen(rt, capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr, window ? &writes : nullptr); \
+    if (window) rt.copy_window().before_kernel(writes, /*validated=*/false);                                   \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                                  \
   }
 PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)
 PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 
 // Captures: begun and ended, so launches know when to ask about their stream.
-#define PHOS_CAPTURE_BEGIN_HOOK(name, params, args)                                          \
-  extern "C" PHOS_EXPORT CUresult name params {                                              \
-    GatePass pass(runtime().gate);                                                           \
-    CUresult r = PHOS_REAL(name) args;                                                       \
-    if (r == CUDA_SUCCESS) runtime().captures_active.fetch_add(1, std::memory_order_relaxed); \
-    return r;                                                                                \
+#define PHOS_CAPTURE_BEGIN_HOOK(name, params, args)  \
+  extern "C" PHOS_EXPORT CUresult name params {      \
+    const LaunchDeps rt;                             \
+    GatePass pass(rt.gate());                        \
+    CUresult r = PHOS_REAL(name) args;               \
+    if (r == CUDA_SUCCESS) rt.captures().begun();    \
+    return r;                                        \
   }
 PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode), (s, mode))
 PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode mode), (s, mode))
@@ -176,14 +194,13 @@ PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph_ptsz,
                         (s, g, deps, data, n, mode))
 
 // A capture ends with this call whether or not it succeeds.
-#define PHOS_CAPTURE_END_HOOK(name)                                                        \
-  extern "C" PHOS_EXPORT CUresult name(CUstream s, CUgraph* graph) {                       \
-    GatePass pass(runtime().gate);                                                         \
-    CUresult r = PHOS_REAL(name)(s, graph);                                                \
-    int active = runtime().captures_active.load();                                         \
-    while (active > 0 && !runtime().captures_active.compare_exchange_weak(active, active - 1)) { \
-    }                                                                                      \
-    return r;                                                                              \
+#define PHOS_CAPTURE_END_HOOK(name)                                  \
+  extern "C" PHOS_EXPORT CUresult name(CUstream s, CUgraph* graph) { \
+    const LaunchDeps rt;                                             \
+    GatePass pass(rt.gate());                                        \
+    CUresult r = PHOS_REAL(name)(s, graph);                          \
+    rt.captures().ended();                                           \
+    return r;                                                        \
   }
 PHOS_CAPTURE_END_HOOK(cuStreamEndCapture)
 PHOS_CAPTURE_END_HOOK(cuStreamEndCapture_ptsz)

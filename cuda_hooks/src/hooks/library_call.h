@@ -11,6 +11,15 @@
 
 namespace phos::hooks {
 
+// What a library call uses: the launch log and the speculation, which
+// record it, a dump's copy window, the stream captures.
+struct LibraryDeps : RuntimeView {
+  using RuntimeView::captures;
+  using RuntimeView::copy_window;
+  using RuntimeView::launches;
+  using RuntimeView::speculation;
+};
+
 struct LibraryCall {
   CUstream stream = nullptr;
   ranges::RangeList ranges;
@@ -20,16 +29,17 @@ struct LibraryCall {
 // kernels the call issues are covered by its exact set.
 template <class Describe, class Real>
 auto library_call(const char* call, Describe&& describe, Real&& real) {
-  bool recording = runtime().launches.enabled(), speculating = runtime().speculation.active();
+  const LibraryDeps rt;
+  bool recording = rt.launches().enabled(), speculating = rt.speculation().active();
   if (__builtin_expect(!recording && !speculating, 1)) return real();
   LibraryCall c = describe();
   // Queued into a graph being captured: it runs later, with the graph.
-  if (stream_capturing(c.stream, false)) return real();
+  if (rt.captures().capturing(c.stream, false)) return real();
   std::optional<LibraryCallScope> scope;
-  if (recording) scope.emplace(runtime().launches.record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
+  if (recording) scope.emplace(rt.launches().record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
   if (!speculating) return real();
-  runtime().speculation.on_call(c.ranges);
-  if (runtime().copy_window.open()) runtime().copy_window.before_library(c.ranges);
+  rt.speculation().on_call(c.ranges);
+  if (rt.copy_window().open()) rt.copy_window().before_library(c.ranges);
   LaunchSpeculation::ExactScope exact;
   return real();
 }

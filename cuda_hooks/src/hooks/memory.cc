@@ -13,13 +13,23 @@ namespace image = phos::image;
 
 namespace {
 
+// What the allocation hooks use: the gate, the device memory, the counters,
+// the calls that make a checkpoint impossible, the stream captures.
+struct MemoryDeps : RuntimeView {
+  using RuntimeView::captures;
+  using RuntimeView::counters;
+  using RuntimeView::gate;
+  using RuntimeView::memory;
+  using RuntimeView::unsupported;
+};
+
 constexpr size_t kPitchAlignment = 512;
 
-CUresult allocate(CUdeviceptr* dptr, size_t size, uint32_t flags) {
-  CUresult r = runtime().memory.allocate(dptr, size, flags);
+CUresult allocate(MemoryDeps rt, CUdeviceptr* dptr, size_t size, uint32_t flags) {
+  CUresult r = rt.memory().allocate(dptr, size, flags);
   if (r == CUDA_SUCCESS) {
-    runtime().count(Counter::kAllocations);
-    if (flags & image::kAllocAsync) runtime().count(Counter::kAsyncAllocations);
+    rt.counters().count(Counter::kAllocations);
+    if (flags & image::kAllocAsync) rt.counters().count(Counter::kAsyncAllocations);
   }
   return r;
 }
@@ -30,53 +40,58 @@ CUresult allocate(CUdeviceptr* dptr, size_t size, uint32_t flags) {
 template <class Real>
 CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_thread, const char* name,
                         Real&& real) {
-  GatePass pass(runtime().gate);
-  if (stream_capturing(stream, per_thread)) {
-    runtime().note_unsupported(name);
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
+  if (rt.captures().capturing(stream, per_thread)) {
+    rt.unsupported().note(name);
     return real();
   }
-  return allocate(dptr, size, image::kAllocAsync);
+  return allocate(rt, dptr, size, image::kAllocAsync);
 }
 
 template <class Real>
 CUresult free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, Real&& real) {
-  GatePass pass(runtime().gate);
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = CUDA_SUCCESS;
-  if (!stream_capturing(stream, per_thread) && runtime().memory.free_after(ptr, stream, per_thread, &r)) {
-    if (r == CUDA_SUCCESS) runtime().count(Counter::kFrees);
+  if (!rt.captures().capturing(stream, per_thread) && rt.memory().free_after(ptr, stream, per_thread, &r)) {
+    if (r == CUDA_SUCCESS) rt.counters().count(Counter::kFrees);
     return r;
   }
-  runtime().count(Counter::kForeignFrees);
+  rt.counters().count(Counter::kForeignFrees);
   return real();
 }
 
 }  // namespace
 
 extern "C" PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  GatePass pass(runtime().gate);
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
   if (bytesize == 0) return PHOS_REAL(cuMemAlloc_v2)(dptr, bytesize);
-  return allocate(dptr, bytesize, 0);
+  return allocate(rt, dptr, bytesize, 0);
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                    unsigned int element_size) {
-  GatePass pass(runtime().gate);
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
   if (!pitch || width == 0 || height == 0 || (element_size != 4 && element_size != 8 && element_size != 16))
     return PHOS_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
   size_t p = align_up(width, kPitchAlignment);
-  CUresult r = allocate(dptr, p * height, image::kAllocPitched);
+  CUresult r = allocate(rt, dptr, p * height, image::kAllocPitched);
   if (r == CUDA_SUCCESS) *pitch = p;
   return r;
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
-  GatePass pass(runtime().gate);
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = CUDA_SUCCESS;
-  if (runtime().memory.free(ptr, &r)) {
-    if (r == CUDA_SUCCESS) runtime().count(Counter::kFrees);
+  if (rt.memory().free(ptr, &r)) {
+    if (r == CUDA_SUCCESS) rt.counters().count(Counter::kFrees);
     return r;
   }
-  runtime().count(Counter::kForeignFrees);
+  rt.counters().count(Counter::kForeignFrees);
   return PHOS_REAL(cuMemFree_v2)(ptr);
 }
 
@@ -107,26 +122,30 @@ extern "C" PHOS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream st
 
 // A sub-allocation's own range, not its slab's.
 extern "C" PHOS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
-  GatePass pass(runtime().gate);
-  if (runtime().memory.address_range(ptr, base, size)) return CUDA_SUCCESS;
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
+  if (rt.memory().address_range(ptr, base, size)) return CUDA_SUCCESS;
   return PHOS_REAL(cuMemGetAddressRange_v2)(base, size, ptr);
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) {
-  GatePass pass(runtime().gate);
-  runtime().note_unsupported("cuMemAllocManaged");
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
+  rt.unsupported().note("cuMemAllocManaged");
   return PHOS_REAL(cuMemAllocManaged)(dptr, size, flags);
 }
 
 extern "C" PHOS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
-  GatePass pass(runtime().gate);
-  runtime().note_unsupported("cuIpcGetMemHandle");
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
+  rt.unsupported().note("cuIpcGetMemHandle");
   return PHOS_REAL(cuIpcGetMemHandle)(handle, ptr);
 }
 
 extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
-  GatePass pass(runtime().gate);
-  runtime().note_unsupported("cuIpcOpenMemHandle");
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
+  rt.unsupported().note("cuIpcOpenMemHandle");
   return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
 }
 
@@ -149,25 +168,27 @@ CUresult device_of(CUcontext ctx, CUdevice* dev) {
 // Peer access covers the driver's own allocations only: phos's memory on the
 // peer's device gets the access set on its mappings (device_memory.h).
 extern "C" PHOS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
-  GatePass pass(runtime().gate);
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = PHOS_REAL(cuCtxEnablePeerAccess)(peer, flags);
   CUdevice self = 0, owner = 0;
   if (r != CUDA_SUCCESS || PHOS_REAL(cuCtxGetDevice)(&self) != CUDA_SUCCESS || device_of(peer, &owner) != CUDA_SUCCESS)
     return r;
-  r = runtime().memory.peer_access_enabled(owner, self);
+  r = rt.memory().peer_access_enabled(owner, self);
   // All or nothing: the program sees peer access fail rather than fault later.
   if (r != CUDA_SUCCESS) {
-    runtime().memory.peer_access_disabled(owner, self);
+    rt.memory().peer_access_disabled(owner, self);
     PHOS_REAL(cuCtxDisablePeerAccess)(peer);
   }
   return r;
 }
 
 extern "C" PHOS_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
-  GatePass pass(runtime().gate);
+  const MemoryDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = PHOS_REAL(cuCtxDisablePeerAccess)(peer);
   CUdevice self = 0, owner = 0;
   if (r == CUDA_SUCCESS && PHOS_REAL(cuCtxGetDevice)(&self) == CUDA_SUCCESS && device_of(peer, &owner) == CUDA_SUCCESS)
-    runtime().memory.peer_access_disabled(owner, self);
+    rt.memory().peer_access_disabled(owner, self);
   return r;
 }

@@ -51,7 +51,15 @@ constexpr const char* kNccl = "libnccl.so";
     return next_ ? next_ args : ncclSystemError;       \
   }
 
-NcclCommunicators& registry() { return runtime().nccl; }
+// What the NCCL hooks use besides a library call's (library_call.h): the
+// program's communicators, and the device memory (a release waits for the
+// work queued on it).
+struct NcclDeps : RuntimeView {
+  using RuntimeView::memory;
+  using RuntimeView::nccl;
+};
+
+NcclCommunicators& registry() { return NcclDeps().nccl(); }
 uint64_t id_of(ncclComm_t c) { return reinterpret_cast<uint64_t>(c); }
 ncclComm_t comm_of(uint64_t id) { return reinterpret_cast<ncclComm_t>(id); }
 
@@ -779,7 +787,7 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
     return make_error("NCCL communicators cannot be released: " + join_lines(why), ENOTSUP);
   }
   // NCCL's kernels already queued use the communicator's memory.
-  if (auto synced = runtime().memory.synchronize(); !synced) {
+  if (auto synced = NcclDeps().memory().synchronize(); !synced) {
     registry().end_release();
     return make_error("before releasing NCCL communicators: " + synced.error().message, synced.error().code);
   }

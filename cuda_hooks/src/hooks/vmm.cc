@@ -8,9 +8,21 @@
 
 using namespace phos::hooks;
 
+namespace {
+// What the VMM hooks use: the gate, the device memory (handles and
+// mappings), the counters, the calls that make a checkpoint impossible.
+struct VmmDeps : RuntimeView {
+  using RuntimeView::counters;
+  using RuntimeView::gate;
+  using RuntimeView::memory;
+  using RuntimeView::unsupported;
+};
+}  // namespace
+
 extern "C" PHOS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                             const CUmemAllocationProp* prop, unsigned long long flags) {
-  GatePass pass(runtime().gate);
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
   auto real = PHOS_REAL(cuMemCreate);
   if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return real(handle, size, prop, flags);
@@ -21,60 +33,67 @@ extern "C" PHOS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle
       CUmemAllocationHandleType(exportable.requestedHandleTypes | CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   CUresult r = real(handle, size, &exportable, flags);
   if (r == CUDA_SUCCESS) {
-    runtime().memory.user_created(*handle, size, prop->location.id);
-    runtime().count(Counter::kUserVmmCreates);
+    rt.memory().user_created(*handle, size, prop->location.id);
+    rt.counters().count(Counter::kUserVmmCreates);
     return r;
   }
   r = real(handle, size, prop, flags);
-  if (r == CUDA_SUCCESS) runtime().note_unsupported("cuMemCreate of memory that cannot be exported");
+  if (r == CUDA_SUCCESS) rt.unsupported().note("cuMemCreate of memory that cannot be exported");
   return r;
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  GatePass pass(runtime().gate);
-  CUresult r = PHOS_REAL(cuMemRelease)(runtime().memory.translate(handle));
-  if (r == CUDA_SUCCESS) runtime().memory.user_released(handle);
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
+  CUresult r = PHOS_REAL(cuMemRelease)(rt.memory().translate(handle));
+  if (r == CUDA_SUCCESS) rt.memory().user_released(handle);
   return r;
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                                          unsigned long long flags) {
-  GatePass pass(runtime().gate);
-  CUresult r = PHOS_REAL(cuMemMap)(ptr, size, offset, runtime().memory.translate(handle), flags);
-  if (r == CUDA_SUCCESS && !runtime().memory.user_mapped(ptr, size, offset, handle))
-    runtime().note_unsupported("cuMemMap of part of an allocation");
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
+  CUresult r = PHOS_REAL(cuMemMap)(ptr, size, offset, rt.memory().translate(handle), flags);
+  if (r == CUDA_SUCCESS && !rt.memory().user_mapped(ptr, size, offset, handle))
+    rt.unsupported().note("cuMemMap of part of an allocation");
   return r;
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  GatePass pass(runtime().gate);
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = PHOS_REAL(cuMemUnmap)(ptr, size);
-  if (r == CUDA_SUCCESS) runtime().memory.user_unmapped(ptr, size);
+  if (r == CUDA_SUCCESS) rt.memory().user_unmapped(ptr, size);
   return r;
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
-  GatePass pass(runtime().gate);
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = PHOS_REAL(cuMemSetAccess)(ptr, size, desc, count);
-  if (r == CUDA_SUCCESS) runtime().memory.user_access(ptr, size, desc, count);
+  if (r == CUDA_SUCCESS) rt.memory().user_access(ptr, size, desc, count);
   return r;
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
                                                              CUmemAllocationHandleType type, unsigned long long flags) {
-  GatePass pass(runtime().gate);
-  return PHOS_REAL(cuMemExportToShareableHandle)(shareable, runtime().memory.translate(handle), type, flags);
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
+  return PHOS_REAL(cuMemExportToShareableHandle)(shareable, rt.memory().translate(handle), type, flags);
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
                                                                        CUmemGenericAllocationHandle handle) {
-  GatePass pass(runtime().gate);
-  return PHOS_REAL(cuMemGetAllocationPropertiesFromHandle)(prop, runtime().memory.translate(handle));
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
+  return PHOS_REAL(cuMemGetAllocationPropertiesFromHandle)(prop, rt.memory().translate(handle));
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
-  GatePass pass(runtime().gate);
+  const VmmDeps rt;
+  GatePass pass(rt.gate());
   CUresult r = PHOS_REAL(cuMemRetainAllocationHandle)(handle, addr);
-  if (r == CUDA_SUCCESS && handle) *handle = runtime().memory.virtual_of(*handle);
+  if (r == CUDA_SUCCESS && handle) *handle = rt.memory().virtual_of(*handle);
   return r;
 }

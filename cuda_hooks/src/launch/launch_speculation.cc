@@ -49,19 +49,19 @@ spec::LaunchArgs launch_args(void** params, void** extra) {
 LaunchSpeculation::ExactScope::ExactScope() { t_exact_depth++; }
 LaunchSpeculation::ExactScope::~ExactScope() { t_exact_depth--; }
 
-void LaunchSpeculation::set_active(bool on, DeviceMemory& memory) {
+void LaunchSpeculation::set_active(bool on) {
   // Serialised: an "off" clearing the index after a concurrent "on" refilled
   // it would leave speculation on over an empty index.
   std::lock_guard<std::mutex> switching(switch_mu_);
   if (on == active()) return;
   if (!on) {
     active_.store(false, std::memory_order_relaxed);
-    memory.observe(nullptr);
+    memory_.observe(nullptr);
     std::lock_guard<std::mutex> lock(mu_);
     index_.clear();
     return;
   }
-  memory.observe(this);  // fills the index under the memory lock
+  memory_.observe(this);  // fills the index under the memory lock
   active_.store(true, std::memory_order_release);
 }
 

@@ -51,12 +51,13 @@ struct WriteRanges {
 
 class LaunchSpeculation final : public BufferObserver {
  public:
-  explicit LaunchSpeculation(const KernelRegistry& kernels) : kernels_(kernels) {}
+  // `memory`: the buffers its index follows while it is on.
+  LaunchSpeculation(const KernelRegistry& kernels, DeviceMemory& memory) : kernels_(kernels), memory_(memory) {}
 
   bool active() const { return active_.load(std::memory_order_relaxed); }
-  // On: the index is filled from `memory` and follows it from then on. Off:
-  // the index is dropped, statistics are kept.
-  void set_active(bool on, DeviceMemory& memory);
+  // On: the index is filled from the device memory and follows it from then
+  // on. Off: the index is dropped, statistics are kept.
+  void set_active(bool on);
   // Signature databases (phos-sigdb) from a ':'-separated list of files.
   Result<void> load_signatures(const std::string& paths);
 
@@ -127,6 +128,7 @@ class LaunchSpeculation final : public BufferObserver {
   const speculation::CubinKernel* cubin_kernel_locked(const ModuleRef& module, const std::string& name);
 
   const KernelRegistry& kernels_;
+  DeviceMemory& memory_;
   std::atomic<bool> active_{false};
   std::mutex switch_mu_;  // one set_active at a time (taken before DeviceMemory's lock and mu_)
   std::mutex mu_;

@@ -92,13 +92,13 @@ void LaunchValidation::module_loaded(uint64_t id, uint64_t hash, const void* ima
   queue_build_locked(m);
 }
 
-void LaunchValidation::set_background_builds(Gate* gate) {
+void LaunchValidation::set_background_builds(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
-  build_gate_ = gate;
+  background_builds_ = on;
 }
 
 void LaunchValidation::queue_build_locked(const std::shared_ptr<Module>& m) {
-  if (!build_gate_ || !m->load_ctx) return;  // built at its first launch
+  if (!background_builds_ || !m->load_ctx) return;  // built at its first launch
   m->build = Build::kQueued;
   queue_job_locked(BuildJob{m, false});
 }
@@ -154,7 +154,6 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
   auto wanted = [&] { return !m.unloaded && (job.fill ? m.fill_pending : m.build == Build::kQueued); };
   if (!wanted()) return;  // a first launch built it already, or the module is gone
   std::string ptx = m.ptx;
-  Gate* gate = build_gate_;
   // An exit waits from here on (stop_builder): the rewrite uses the
   // process's statics, which exit destroys.
   job_running_ = true;
@@ -173,7 +172,7 @@ void LaunchValidation::run_job(BuildJob& job, std::unique_lock<std::mutex>& lock
   // that waits for a build must never wait for one held at a closed gate
   // (the gate's quiesce would wait for that launch in turn). Meanwhile it
   // stays queued, and a first launch builds it itself.
-  GatePass pass(*gate);
+  GatePass pass(gate_);
   lock.lock();
   if (builder_stopping_ || !wanted()) return done();
   CUcontext ctx = job.fill ? m.ctx : m.load_ctx;
@@ -330,7 +329,7 @@ void LaunchValidation::schedule_fill_locked(const std::shared_ptr<Module>& m) {
     return;
   }
   m->fill_pending = true;
-  if (build_gate_) queue_job_locked(BuildJob{m, true});
+  if (background_builds_) queue_job_locked(BuildJob{m, true});
   else publish_fill_locked(*m, load_fill_twins(rewrite(m->ptx, true)));  // PHOS_TWIN_BUILD=launch: here, as before
 }
 

@@ -60,7 +60,8 @@ namespace phos::hooks {
 
 class LaunchValidation {
  public:
-  explicit LaunchValidation(KernelRegistry& kernels) : kernels_(kernels) {}
+  // `gate`: what background builds pass (set_background_builds).
+  LaunchValidation(KernelRegistry& kernels, Gate& gate) : kernels_(kernels), gate_(gate) {}
 
   bool active() const { return active_.load(std::memory_order_relaxed); }
   // Off: the patched modules are unpatched.
@@ -152,9 +153,9 @@ class LaunchValidation {
     std::string skipped;  // why this kernel is not validated; empty if it is
   };
   // Builds twins in a thread of their own from each module's load on,
-  // passing `gate` (a checkpoint's quiesce waits for a build in the driver,
-  // and holds the next); null: at each module's first launch only.
-  void set_background_builds(Gate* gate);
+  // passing the gate (a checkpoint's quiesce waits for a build in the
+  // driver, and holds the next); off: at each module's first launch only.
+  void set_background_builds(bool on);
   // Around fork() (pthread_atfork): the lock held across it, so that the
   // child does not inherit it held by a thread it does not have; in the
   // child, the builder thread is not there: queued builds are left to the
@@ -265,6 +266,7 @@ class LaunchValidation {
   std::string triton_ptx(const void* image, size_t size);
 
   KernelRegistry& kernels_;
+  Gate& gate_;
   std::atomic<bool> active_{false}, ever_active_{false};
   Validators validators_ = Validators::kPtxAndSass;
   bool fill_twins_ = true;
@@ -274,7 +276,7 @@ class LaunchValidation {
   // By module registry id. Kernels keep theirs (shared_ptr) in their entry.
   std::unordered_map<uint64_t, std::shared_ptr<Module>> modules_;
   // The builder thread (started with the first module it gets) and its queue.
-  Gate* build_gate_ = nullptr;
+  bool background_builds_ = false;
   bool builder_started_ = false;
   bool builder_stopping_ = false;  // exit: queue nothing more
   bool job_running_ = false;       // the builder is in a build, the lock released

@@ -210,7 +210,7 @@ CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
 void DeviceMemory::drop_unit_locked(Unit& u) {
   if (u.mapped) PHOS_REAL(cuMemUnmap)(u.va, u.size);
   if (u.handle) PHOS_REAL(cuMemRelease)(u.handle);
-  if (auto fn = unit_dropped_.load()) fn(u.va);
+  if (unit_dropped_) unit_dropped_(u.va);
   devices_[u.device].va.free(u.va, u.size);
   units_.erase(u.id);
 }
@@ -476,7 +476,7 @@ void DeviceMemory::user_unmapped(CUdeviceptr va, size_t size) {
     if (u.user_handle && u.va >= va && u.va + u.size <= va + size) {
       if (u.handle) PHOS_REAL(cuMemRelease)(u.handle);
       if (observer_) observer_->buffer_removed(u.va);
-      if (auto fn = unit_dropped_.load()) fn(u.va);
+      if (unit_dropped_) unit_dropped_(u.va);
       CUmemGenericAllocationHandle h = u.user_handle;
       it = units_.erase(it);
       auto uh = user_handles_.find(h);

@@ -47,9 +47,10 @@ class DeviceMemory {
   // Replays the buffers there are to `o`, then keeps it told; nullptr stops.
   void observe(BufferObserver* o);
   // Told (under the lock) whenever a unit's memory goes away from its
-  // address: a concurrent dump's copy window forgets the address then.
-  using UnitDropped = void (*)(uint64_t address);
-  void on_unit_dropped(UnitDropped fn) { unit_dropped_.store(fn); }
+  // address: a concurrent dump's copy window forgets the address then. Set
+  // once, before the memory is used (the runtime does, as it is made).
+  using UnitDropped = std::function<void(uint64_t address)>;
+  void on_unit_dropped(UnitDropped fn) { unit_dropped_ = std::move(fn); }
 
   static constexpr uint64_t kSlabMaxRequest = 512u << 10;  // larger requests get their own unit
   static constexpr uint64_t kBlockAlignment = 256;         // what cudaMalloc guarantees
@@ -156,7 +157,7 @@ class DeviceMemory {
   std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
   std::map<CUdevice, std::set<CUdevice>> peers_;  // owner -> devices granted access to its memory
   BufferObserver* observer_ = nullptr;  // under mu_
-  std::atomic<UnitDropped> unit_dropped_{nullptr};
+  UnitDropped unit_dropped_;
   std::atomic<bool> any_user_handles_{false};
   std::atomic<bool> mps_seen_{false};
   uint64_t next_id_ = 1;
