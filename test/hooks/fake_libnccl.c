@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 unsigned long long fake_nccl_calls;
 /* Communicators made and destroyed so far (read by the tests' clients). */
@@ -80,12 +81,59 @@ ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t 
   (void)r; (void)n; (void)t; (void)peer; (void)c; (void)st; return counted();
 }
 
+/* FAKE_NCCL_PROXY_POLL: each communicator has a thread that, like NCCL's
+ * proxy service thread, sees its stop flag only between polls of 500 ms on
+ * an idle fd; destroying or aborting the communicator joins it. */
+#include <poll.h>
+struct fake_proxy {
+  const void *comm;
+  pthread_t thread;
+  int idle[2];
+  int stop;
+};
+static struct fake_proxy proxies[FAKE_MAX_COMMS];
+
+static void *proxy_loop(void *arg) {
+  struct fake_proxy *p = arg;
+  struct pollfd pfd = {p->idle[0], POLLIN, 0};
+  while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) poll(&pfd, 1, 500);
+  return NULL;
+}
+static void start_proxy(const void *comm) {
+  if (!getenv("FAKE_NCCL_PROXY_POLL")) return;
+  pthread_mutex_lock(&live_mu);
+  for (int i = 0; i < FAKE_MAX_COMMS; i++)
+    if (!proxies[i].comm && pipe(proxies[i].idle) == 0) {
+      proxies[i].comm = comm;
+      proxies[i].stop = 0;
+      pthread_create(&proxies[i].thread, NULL, proxy_loop, &proxies[i]);
+      break;
+    }
+  pthread_mutex_unlock(&live_mu);
+}
+static void stop_proxy(const void *comm) {
+  struct fake_proxy *p = NULL;
+  pthread_mutex_lock(&live_mu);
+  for (int i = 0; i < FAKE_MAX_COMMS; i++)
+    if (proxies[i].comm == comm) p = &proxies[i];
+  pthread_mutex_unlock(&live_mu);
+  if (!p) return;
+  __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+  pthread_join(p->thread, NULL);
+  close(p->idle[0]);
+  close(p->idle[1]);
+  pthread_mutex_lock(&live_mu);
+  p->comm = NULL;
+  pthread_mutex_unlock(&live_mu);
+}
+
 /* Communicators: two ints each (rank, rank count), no bootstrap. */
 static ncclComm_t fake_comm(int rank, int nranks) {
   int *c = malloc(2 * sizeof(int));
   c[0] = rank;
   c[1] = nranks;
   keep(c);
+  start_proxy(c);
   return (ncclComm_t)c;
 }
 /* All zeros (every process of a test agrees on it without talking), or
@@ -125,6 +173,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 }
 static ncclResult_t end(ncclComm_t comm) {
   if (!alive(comm, 1)) return ncclInvalidArgument;
+  stop_proxy(comm);
   free(comm);
   return ncclSuccess;
 }

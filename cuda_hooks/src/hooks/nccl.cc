@@ -14,6 +14,7 @@
 //   runs at ncclGroupEnd, which a group's ticket covers.
 // - the release before a checkpoint and the rebuild after it (nccl.h).
 #include "hooks/nccl.h"
+#include "nccl/proxy_wake.h"
 
 #include <nccl.h>
 #if __has_include(<nccl_device/core.h>)
@@ -793,6 +794,7 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
   }
   AgentCalls as_agent;
   NcclReleased out;
+  nccl_proxy_wake_begin();
   for (auto it = live.rbegin(); it != live.rend(); ++it) {
     if (it->released()) continue;
     DeviceScope scope(it->device);
@@ -810,6 +812,7 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
     registry().set_real(it->handle, 0);
     out.communicators++;
   }
+  nccl_proxy_wake_end();
   out.ns = monotonic_ns() - t0;
   registry().note_release(out.ns);
   return out;
