@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "state_file.h"
+
 #define WORDS (8u << 20) / 8
 
 static uint64_t *memory;
@@ -24,16 +26,13 @@ static uint64_t token;
 static uint64_t expected(uint64_t i) { return (token ^ (i * 0x9E3779B97F4A7C15ull)) + i; }
 
 static void write_state(const char *path, uint64_t counter, const volatile uint64_t *child_counter) {
-  char tmp[4096], line[128];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  int n = child_counter ? snprintf(line, sizeof(line), "%016llx %llu %llu\n", (unsigned long long)token,
-                                   (unsigned long long)counter, (unsigned long long)*child_counter)
-                        : snprintf(line, sizeof(line), "%016llx %llu\n", (unsigned long long)token,
-                                   (unsigned long long)counter);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0 || write(fd, line, (size_t)n) != n) exit(2);
-  close(fd);
-  if (rename(tmp, path) != 0) exit(2);
+  char line[128];
+  if (child_counter)
+    snprintf(line, sizeof(line), "%016llx %llu %llu\n", (unsigned long long)token, (unsigned long long)counter,
+             (unsigned long long)*child_counter);
+  else
+    snprintf(line, sizeof(line), "%016llx %llu\n", (unsigned long long)token, (unsigned long long)counter);
+  write_state_line(path, line);
 }
 
 int main(int argc, char **argv) {

@@ -18,15 +18,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "state_file.h"
+
 static void write_state(const char *path, uint64_t token, uint64_t counter, const char *ring) {
-  char tmp[4096], line[160];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  int n = snprintf(line, sizeof(line), "%016llx %llu %s\n", (unsigned long long)token, (unsigned long long)counter,
-                   ring);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0 || write(fd, line, (size_t)n) != n) exit(2);
-  close(fd);
-  if (rename(tmp, path) != 0) exit(2);
+  char line[160];
+  snprintf(line, sizeof(line), "%016llx %llu %s\n", (unsigned long long)token, (unsigned long long)counter, ring);
+  write_state_line(path, line);
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,19 @@
+/* The end-to-end workloads' state file (lib.sh's contract): LINE written to
+ * PATH atomically (PATH.tmp, then renamed), no file kept open, so CRIU has
+ * no open file to carry. Exits 2 where it cannot. */
+#pragma once
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static inline void write_state_line(const char *path, const char *line) {
+  char tmp[4096];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  size_t n = strlen(line);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0 || write(fd, line, n) != (ssize_t)n) exit(2);
+  close(fd);
+  if (rename(tmp, path) != 0) exit(2);
+}
