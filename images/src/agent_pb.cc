@@ -1,8 +1,11 @@
 #include "agent_pb.h"
 
-namespace phos::agent::pb {
+#include <cstring>
+#include <string>
 
-void to_pb(const Allocation& a, Phos__Agent__Allocation& m) {
+namespace phos::pb {
+
+void to_pb(const agent::Allocation& a, Phos__Agent__Allocation& m) {
   phos__agent__allocation__init(&m);
   m.id = a.id;
   m.device = a.device;
@@ -11,11 +14,33 @@ void to_pb(const Allocation& a, Phos__Agent__Allocation& m) {
   m.flags = a.flags;
 }
 
-Allocation from_pb(const Phos__Agent__Allocation& m) { return Allocation{m.id, m.device, m.address, m.size, m.flags}; }
-
-std::string no_kind(const ProtobufCMessage& m) {
-  if (m.n_unknown_fields == 0) return "no kind";
-  return "unknown kind (field " + std::to_string(m.unknown_fields[0].tag) + ")";
+agent::Allocation from_pb(const Phos__Agent__Allocation& m) {
+  return agent::Allocation{.id = m.id, .device = m.device, .address = m.address, .size = m.size, .flags = m.flags};
 }
 
-}  // namespace phos::agent::pb
+Repeated<Phos__Agent__Allocation> allocations_to_pb(const std::vector<agent::Allocation>& allocations) {
+  return Repeated<Phos__Agent__Allocation>(phos__agent__allocation__init, allocations,
+                                           [](const agent::Allocation& a, Phos__Agent__Allocation& m) { to_pb(a, m); });
+}
+
+std::vector<agent::Allocation> allocations_from_pb(Phos__Agent__Allocation* const* items, size_t n) {
+  return decode_each(items, n, [](const Phos__Agent__Allocation& m) { return from_pb(m); });
+}
+
+void to_pb(const agent::Device& d, Phos__Agent__Device& m) {
+  phos__agent__device__init(&m);
+  m.ordinal = d.ordinal;
+  m.uuid = {d.uuid.size(), const_cast<uint8_t*>(d.uuid.data())};
+}
+
+Result<agent::Device> from_pb(const Phos__Agent__Device& m) {
+  agent::Device out{.ordinal = m.ordinal};
+  if (m.uuid.len != out.uuid.size())
+    return make_error("device " + std::to_string(m.ordinal) + " has a UUID of " + std::to_string(m.uuid.len) +
+                          " bytes, not " + std::to_string(out.uuid.size()),
+                      EPROTO);
+  std::memcpy(out.uuid.data(), m.uuid.data, out.uuid.size());
+  return out;
+}
+
+}  // namespace phos::pb

@@ -464,6 +464,65 @@ TEST_CASE("keeper protocol: a malformed message is refused", "[agent_protocol][k
   CHECK_THAT(unknown.error().message, Catch::Contains("unknown kind (field 15)"));
 }
 
+// --- what the codecs share (images/src/pb_codec.h) ---
+
+TEST_CASE("codecs: a payload that does not parse is refused naming the message it is not",
+          "[agent_protocol][keeper][malformed][pb_codec]") {
+  std::vector<std::byte> junk(8, std::byte{0xff});
+  auto request = agent::decode_request(junk);
+  auto reply = agent::decode_reply(junk);
+  auto message = keeper::decode_message(junk);
+  REQUIRE_FALSE(request.ok());
+  REQUIRE_FALSE(reply.ok());
+  REQUIRE_FALSE(message.ok());
+  for (const Error* e : {&request.error(), &reply.error(), &message.error()}) CHECK(e->code == EPROTO);
+  CHECK(request.error().message ==
+        "malformed request: payload does not parse (not a request, or a required field is missing)");
+  CHECK(reply.error().message ==
+        "malformed reply: payload does not parse (not a reply, or a required field is missing)");
+  CHECK(message.error().message ==
+        "malformed keeper message: payload does not parse (not a keeper message, or a required field is missing)");
+}
+
+TEST_CASE("codecs: an envelope without a kind is refused naming the envelope",
+          "[agent_protocol][keeper][malformed][pb_codec]") {
+  CHECK_THAT(request_error(PbWriter()).message, Catch::Equals("malformed request: no kind"));
+  CHECK_THAT(reply_error(PbWriter()).message, Catch::Equals("malformed reply: no kind"));
+  auto none = keeper::decode_message(PbWriter().payload());
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().code == EPROTO);
+  CHECK(none.error().message == "malformed keeper message: no kind");
+  auto unknown = keeper::decode_message(PbWriter().message(11, PbWriter()).payload());
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message == "malformed keeper message: unknown kind (field 11)");
+}
+
+TEST_CASE("codecs: repeated messages keep their order and each item's fields, in every envelope",
+          "[agent_protocol][keeper][pb_codec]") {
+  // Three allocations through the one Allocation codec the agent's listing,
+  // the keeper's Hold, Keep and Kept share.
+  const std::vector<agent::Allocation> allocs = {
+      {.id = 3, .device = 1, .address = 0x7f0000000000ull, .size = 4096, .flags = 1},
+      {.id = 1, .device = 0, .address = 0x7f0000100000ull, .size = 2u << 20, .flags = 0},
+      {.id = 2, .device = 2, .address = 0x7f0000400000ull, .size = 8192, .flags = 3},
+  };
+  auto listed = round_trip(agent::Reply(agent::ListAllocationsReply{.allocations = allocs, .total_count = 3}));
+  CHECK(std::get<agent::ListAllocationsReply>(listed).allocations == allocs);
+  for (const keeper::Message& m :
+       {keeper::Message(keeper::Hold{.pid = 7, .allocations = allocs}),
+        keeper::Message(
+            keeper::Keep{.pid = 7, .migration = "0123456789abcdef", .allocations = allocs, .vpid = 1, .keep_s = 60}),
+        keeper::Message(keeper::Kept{.allocations = allocs, .last = true, .error = ""})}) {
+    auto back = keeper::decode_message(keeper::encode_message(m));
+    REQUIRE(back.ok());
+    CHECK(*back == m);
+  }
+  // None: an empty repeated field, not a missing one.
+  auto empty = keeper::decode_message(keeper::encode_message(keeper::Hold{.pid = 7, .allocations = {}}));
+  REQUIRE(empty.ok());
+  CHECK(std::get<keeper::Hold>(*empty).allocations.empty());
+}
+
 // --- the copy window's requests as another build might send them ---
 
 namespace {
