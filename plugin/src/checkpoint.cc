@@ -278,7 +278,10 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
     auto opened = engine_->open_window(*t.save, copystate::Protocol::kRecopy, 0);
     if (!opened) return opened.error();
-    agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, (*opened)->device, 0};
+    agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
+                                   .timeout_ms = options_.cow_timeout_ms,
+                                   .pool_device = (*opened)->device,
+                                   .pool_bytes = 0};
     const int fd = (*opened)->table.fd();
     auto reply = c.open_copy_window(q, std::vector<int>{fd});
     if (!reply) return reply.error();
@@ -390,7 +393,10 @@ Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   const Engine::CopyWindow& w = *t.save->window;
   // Copied while the process was stopped: nothing to protect.
   if (w.table.window() != copystate::Window::kOpen) return true;
-  agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, w.device, w.pool_bytes};
+  agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
+                                 .timeout_ms = options_.cow_timeout_ms,
+                                 .pool_device = w.device,
+                                 .pool_bytes = w.pool_bytes};
   std::vector<int> fds{w.table.fd()};
   if (w.pool_fd.valid()) fds.push_back(w.pool_fd.get());
   const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
@@ -643,8 +649,11 @@ Result<void> Checkpointer::keep_migration(pid_t pid, Target& t) {
     return make_error("process " + std::to_string(pid) + ": migration: phos-keeper: " + r.error().message, EIO);
   uint64_t bytes = 0;
   for (const auto& a : t.allocations) bytes += a.size;
-  t.manifest.kept = image::KeptMemory{migration_id_, t.migrate_target.uuid, t.migrate_target.name,
-                                      t.migrate->in_place, bytes};
+  t.manifest.kept = image::KeptMemory{.migration = migration_id_,
+                                      .device_uuid = t.migrate_target.uuid,
+                                      .device_name = t.migrate_target.name,
+                                      .in_place = t.migrate->in_place,
+                                      .kept_bytes = bytes};
   t.kept.clear();  // the keeper has them
   return {};
 }

@@ -736,7 +736,7 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, copystate::Protoco
   const uint64_t bytes = pool.bytes, slots = pool.slots;
   CUdeviceptr pool_va = pool.va;
   std::vector<copystate::Region> regions;
-  for (const auto& a : job.allocs) regions.push_back({a.id, a.address, a.size});
+  for (const auto& a : job.allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
   auto table = copystate::CopyState::create(protocol, chunk, regions, uint32_t(slots));
   if (!table) {
     if (pool_va) unmap(pool_va, bytes);
@@ -1175,7 +1175,7 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
 Result<void> Engine::open_fill(LoadJob& job, const std::vector<uint64_t>& first) {
   const image::Manifest& m = *job.manifest;
   std::vector<copystate::Region> regions;
-  for (const auto& a : m.allocations) regions.push_back({a.id, a.address, a.size});
+  for (const auto& a : m.allocations) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
   auto table = copystate::CopyState::create(copystate::Protocol::kFill, m.chunk_size, regions, 0);
   if (!table) return make_error("on-demand restore: " + table.error().message, table.error().code);
   // The table's regions are in address order; the manifest's allocations

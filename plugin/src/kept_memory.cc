@@ -87,7 +87,9 @@ class KeptServer {
   }
 
   bool lend(int conn, const keeper::TakeKept& take, bool accepting) {
-    auto refuse = [&](const std::string& why) { return keeper::send_message(conn, keeper::Kept{{}, true, why}).ok(); };
+    auto refuse = [&](const std::string& why) {
+      return keeper::send_message(conn, keeper::Kept{.allocations = {}, .last = true, .error = why}).ok();
+    };
     auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptProcess& p) {
       return p.migration == take.migration && p.vpid == take.vpid;
     });
@@ -97,7 +99,7 @@ class KeptServer {
     if (!accepting) return refuse("phos-keeper is ending (SIGTERM): it writes the memory into the image directory");
     auto sent = keeper::send_allocations(conn, it->allocations, it->fds, [](std::vector<agent::Allocation> slice,
                                                                              bool last) {
-      return keeper::Message(keeper::Kept{std::move(slice), last, ""});
+      return keeper::Message(keeper::Kept{.allocations = std::move(slice), .last = last, .error = ""});
     });
     if (!sent) {
       PHOS_WARN("kept memory of process %d: %s", it->vpid, sent.error().message.c_str());
@@ -281,7 +283,7 @@ Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_
   if (uid_t uid = 0; !wire::peer_trusted(sock.get(), uid))
     return make_error(name + " is served by uid " + std::to_string(uid) + ", neither root nor this user: not taken",
                       EPERM);
-  PHOS_TRY(keeper::send_message(sock.get(), keeper::TakeKept{migration, vpid}));
+  PHOS_TRY(keeper::send_message(sock.get(), keeper::TakeKept{.migration = migration, .vpid = vpid}));
   KeptMemoryLink link(std::move(sock), vpid);
   for (;;) {
     auto received = keeper::recv_message(link.sock_.get(), timeout_ms);
@@ -300,7 +302,7 @@ Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_
 }
 
 Result<void> KeptMemoryLink::taken(bool restored, bool spoilt) {
-  auto r = keeper::send_message(sock_.get(), keeper::Taken{vpid_, restored, spoilt});
+  auto r = keeper::send_message(sock_.get(), keeper::Taken{.vpid = vpid_, .restored = restored, .spoilt = spoilt});
   sock_.reset();
   return r;
 }

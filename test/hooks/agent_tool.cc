@@ -158,7 +158,7 @@ int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
   auto allocs = client.list_allocations(false, nullptr);
   if (!allocs) return fail_and_reopen(client, "list allocations", allocs.error());
   std::vector<phos::copystate::Region> regions;
-  for (const auto& a : *allocs) regions.push_back({a.id, a.address, a.size});
+  for (const auto& a : *allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
   auto table = phos::copystate::CopyState::create(phos::copystate::Protocol::kFill, 64u << 10, regions, 0);
   if (!table) return fail_and_reopen(client, "fill table", table.error());
   int fd = table->fd();
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     auto allocs = client->list_allocations(false, nullptr);
     if (!allocs) return fail_and_reopen(*client, "list allocations", allocs.error());
     std::vector<phos::copystate::Region> regions;
-    for (const auto& a : *allocs) regions.push_back({a.id, a.address, a.size});
+    for (const auto& a : *allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
     auto table = phos::copystate::CopyState::create(
         recopy ? phos::copystate::Protocol::kRecopy : phos::copystate::Protocol::kCopyOnWrite, 64u << 10, regions, 0);
     if (!table) return fail_and_reopen(*client, "copy table", table.error());

@@ -93,8 +93,22 @@ agent::StatusReply full_status() {
   s.device_count = 2;
   s.unsupported_calls = {"cudaMallocManaged"};
   s.counters = {{"launches", 42}, {"live_blocks", 2}};
-  s.modules = {{1, "fatbin", 4096, 0x1234abcd, "cuLibraryLoadData", {"vec_add", "scale"}, 2, {"table"}},
-               {2, "file", 0, 0, "/tmp/x.cubin", {}, 0, {}}};
+  s.modules = {{.id = 1,
+                .kind = "fatbin",
+                .size = 4096,
+                .hash = 0x1234abcd,
+                .source = "cuLibraryLoadData",
+                .functions = {"vec_add", "scale"},
+                .function_count = 2,
+                .globals = {"table"}},
+               {.id = 2,
+                .kind = "file",
+                .size = 0,
+                .hash = 0,
+                .source = "/tmp/x.cubin",
+                .functions = {},
+                .function_count = 0,
+                .globals = {}}};
   s.speculation_active = true;
   s.indexed_buffers = 17;
   s.kernels = {kernel("_Z7vec_addPKfS0_Pfi", 10), kernel("plain", 1)};
@@ -102,7 +116,24 @@ agent::StatusReply full_status() {
   s.kernel_count = 2;
   s.devices = {{0, {}}, {1, {}}};
   s.validation_active = true;
-  s.nccl_communicators = {{1, 4, 0, 0xfeedfacecafebeefull, 12, false, 12, true}, {0, 2, 1, 0x1234, 0, true, {}, false, true, 3}};
+  s.nccl_communicators = {{.rank = 1,
+                           .nranks = 4,
+                           .device = 0,
+                           .job_id = 0xfeedfacecafebeefull,
+                           .calls = 12,
+                           .single_process = false,
+                           .stop_at = 12,
+                           .held = true},
+                          {.rank = 0,
+                           .nranks = 2,
+                           .device = 1,
+                           .job_id = 0x1234,
+                           .calls = 0,
+                           .single_process = true,
+                           .stop_at = {},
+                           .held = false,
+                           .released = true,
+                           .rebuilds = 3}};
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);

@@ -53,8 +53,14 @@ agent::StatusReply CudaBackend::status() {
   if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
   for (auto& m : runtime().modules.modules()) {
     uint64_t count = m.functions.size();
-    s.modules.push_back({m.id, module_kind_name(m.image.kind), m.image.size, m.image.hash, std::move(m.source),
-                         std::move(m.functions), count, std::move(m.globals)});
+    s.modules.push_back(agent::Module{.id = m.id,
+                                      .kind = module_kind_name(m.image.kind),
+                                      .size = m.image.size,
+                                      .hash = m.image.hash,
+                                      .source = std::move(m.source),
+                                      .functions = std::move(m.functions),
+                                      .function_count = count,
+                                      .globals = std::move(m.globals)});
   }
   s.speculation_active = runtime().speculation.active();
   s.validation_active = runtime().validation.active();
@@ -73,8 +79,16 @@ agent::StatusReply CudaBackend::status() {
     s.counters.emplace_back("nccl_last_rebuild_us", t.last_rebuild_ns / 1000);
   }
   for (const auto& c : communicators)
-    s.nccl_communicators.push_back(
-        {c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held, c.released(), c.rebuilds});
+    s.nccl_communicators.push_back(agent::NcclCommunicatorStatus{.rank = c.rank,
+                                                                 .nranks = c.nranks,
+                                                                 .device = c.device,
+                                                                 .job_id = c.job_id,
+                                                                 .calls = c.calls,
+                                                                 .single_process = c.single_process,
+                                                                 .stop_at = c.stop_at,
+                                                                 .held = c.held,
+                                                                 .released = c.released(),
+                                                                 .rebuilds = c.rebuilds});
   return s;
 }
 
