@@ -27,14 +27,14 @@ std::vector<agent::Allocation> allocations_from_pb(Phos__Agent__Allocation* cons
   return decode_each(items, n, [](const Phos__Agent__Allocation& m) { return from_pb(m); });
 }
 
-void to_pb(const agent::Device& d, Phos__Agent__Device& m) {
+void to_pb(const GpuDevice& d, Phos__Agent__Device& m) {
   phos__agent__device__init(&m);
   m.ordinal = d.ordinal;
   m.uuid = {d.uuid.size(), const_cast<uint8_t*>(d.uuid.data())};
 }
 
-Result<agent::Device> from_pb(const Phos__Agent__Device& m) {
-  agent::Device out{.ordinal = m.ordinal};
+Result<GpuDevice> from_pb(const Phos__Agent__Device& m) {
+  GpuDevice out{.ordinal = m.ordinal};
   if (m.uuid.len != out.uuid.size())
     return make_error("device " + std::to_string(m.ordinal) + " has a UUID of " + std::to_string(m.uuid.len) +
                           " bytes, not " + std::to_string(out.uuid.size()),

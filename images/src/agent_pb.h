@@ -18,8 +18,8 @@ Repeated<Phos__Agent__Allocation> allocations_to_pb(const std::vector<agent::All
 std::vector<agent::Allocation> allocations_from_pb(Phos__Agent__Allocation* const* items, size_t n);
 
 // `m` initialized, then filled from `d`; it points into `d`.
-void to_pb(const agent::Device& d, Phos__Agent__Device& m);
+void to_pb(const GpuDevice& d, Phos__Agent__Device& m);
 // EPROTO where its UUID is not 16 bytes, naming the device.
-Result<agent::Device> from_pb(const Phos__Agent__Device& m);
+Result<GpuDevice> from_pb(const Phos__Agent__Device& m);
 
 }  // namespace phos::pb

@@ -221,7 +221,7 @@ struct PbStatus {
                                                            kernels_to_send(s.kernels), encode_kernel);
     kernels.set(m.n_kernels, m.kernels);
     devices = pb::Repeated<Phos__Agent__Device>(phos__agent__device__init, s.devices,
-                                                [](const Device& d, Phos__Agent__Device& o) { pb::to_pb(d, o); });
+                                                [](const GpuDevice& d, Phos__Agent__Device& o) { pb::to_pb(d, o); });
     devices.set(m.n_devices, m.devices);
     comms = pb::Repeated<Phos__Agent__NcclCommunicator>(phos__agent__nccl_communicator__init, s.nccl_communicators,
                                                         encode_communicator);

@@ -164,7 +164,7 @@ struct PbManifest {
     m.created_unix_ns = in.created_unix_ns;
 
     devices = pb::Repeated<Phos__Image__Device>(
-        phos__image__device__init, in.devices, [](const Device& d, Phos__Image__Device& o) {
+        phos__image__device__init, in.devices, [](const GpuDevice& d, Phos__Image__Device& o) {
           o.ordinal = d.ordinal;
           o.uuid = {d.uuid.size(), const_cast<uint8_t*>(d.uuid.data())};
           o.name = c_text(d.name);
@@ -199,8 +199,8 @@ struct PbManifest {
     if (in.kept) {
       const KeptMemory& k = *in.kept;
       kept.migration = c_text(k.migration);
-      kept.device_uuid = {k.device_uuid.size(), const_cast<uint8_t*>(k.device_uuid.data())};
-      kept.device_name = c_text(k.device_name);
+      kept.device_uuid = {k.device.uuid.size(), const_cast<uint8_t*>(k.device.uuid.data())};
+      kept.device_name = c_text(k.device.name);
       pb::set_present(kept.has_in_place, kept.in_place, k.in_place);
       pb::set_present(kept.has_kept_bytes, kept.kept_bytes, k.kept_bytes);
       m.kept = &kept;
@@ -231,13 +231,12 @@ LaunchRecord decode_launch(const Phos__Image__LaunchRecord& r) {
 
 KeptMemory decode_kept(const Phos__Image__KeptMemory& k) {
   KeptMemory out{.migration = text(k.migration),
-                 .device_uuid = {},
-                 .device_name = text(k.device_name),
+                 .device = {.name = text(k.device_name)},
                  .in_place = k.in_place != 0,
                  .kept_bytes = k.kept_bytes};
   // A UUID of another length is refused before (decode_manifest).
-  if (k.device_uuid.len == out.device_uuid.size())
-    std::copy_n(k.device_uuid.data, out.device_uuid.size(), out.device_uuid.begin());
+  if (k.device_uuid.len == out.device.uuid.size())
+    std::copy_n(k.device_uuid.data, out.device.uuid.size(), out.device.uuid.begin());
   return out;
 }
 
@@ -252,11 +251,12 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
       .created_unix_ns = m.created_unix_ns,
       .devices = pb::decode_each(m.devices, m.n_devices,
                                  [](const Phos__Image__Device& d) {
-                                   Device o{.ordinal = d.ordinal,
-                                            .name = text(d.name),
-                                            .total_memory = d.total_memory,
-                                            .compute_major = pb::value_or_zero(d.has_compute_major, d.compute_major),
-                                            .compute_minor = pb::value_or_zero(d.has_compute_minor, d.compute_minor)};
+                                   GpuDevice o{
+                                       .ordinal = d.ordinal,
+                                       .name = text(d.name),
+                                       .total_memory = d.total_memory,
+                                       .compute_major = pb::value_or_zero(d.has_compute_major, d.compute_major),
+                                       .compute_minor = pb::value_or_zero(d.has_compute_minor, d.compute_minor)};
                                    std::copy_n(d.uuid.data, std::min<size_t>(d.uuid.len, o.uuid.size()),
                                                o.uuid.begin());
                                    return o;
@@ -291,7 +291,7 @@ Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_vi
   if (!unframed) return unframed.error();
   auto unpacked = pb::unpack<Phos__Image__Manifest>(phos__image__manifest__descriptor, unframed->payload);
   if (!unpacked) return make_error(std::string(name) + ": manifest: protobuf payload does not parse");
-  if (unpacked->kept && unpacked->kept->device_uuid.len != sizeof(KeptMemory{}.device_uuid))
+  if (unpacked->kept && unpacked->kept->device_uuid.len != sizeof(GpuDevice{}.uuid))
     return make_error(std::string(name) + ": manifest: kept memory: a GPU UUID of " +
                       std::to_string(unpacked->kept->device_uuid.len) + " bytes (16 expected)");
   Manifest m = from_pb(*unpacked);

@@ -607,21 +607,21 @@ Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
   PHOS_TRY(start_engine());
   auto host = engine_->host_gpus();
   if (!host) return host.error();
-  const HostGpu* target = find_host_gpu(options_.migrate_to, *host);
+  const GpuDevice* target = find_host_gpu(options_.migrate_to, *host);
   if (!target) return refuse("this host has no such GPU");
   std::set<int> sources;
   for (auto [theirs, ours] : t.host_ordinal) sources.insert(ours);
   if (sources.size() > 1)
     return refuse("the process uses " + std::to_string(sources.size()) + " GPUs; a migration moves one");
-  const int source = sources.empty() ? target->ordinal : *sources.begin();
+  const int source = sources.empty() ? int(target->ordinal) : *sources.begin();
   t.migrate_from = source;
   if ((*host)[size_t(source)].name != target->name)
     return refuse("the process runs on a " + (*host)[size_t(source)].name + ", GPU " +
                   std::to_string(target->ordinal) + " is a " + target->name + "; the driver restores onto the same model");
-  const bool in_place = source == target->ordinal && options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
-  t.migrate = Engine::MigrationSink{target->ordinal, in_place};
+  const bool in_place = source == int(target->ordinal) && options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
+  t.migrate = Engine::MigrationSink{int(target->ordinal), in_place};
   t.migrate_target = *target;
-  PHOS_INFO("process %d: migration %s from GPU %d to GPU %d (%s)%s", pid, migration_id_.c_str(), source,
+  PHOS_INFO("process %d: migration %s from GPU %d to GPU %u (%s)%s", pid, migration_id_.c_str(), source,
             target->ordinal, format_gpu_uuid(target->uuid).c_str(),
             in_place ? ": the same GPU, its memory stays in place" : "");
   return {};
@@ -650,8 +650,7 @@ Result<void> Checkpointer::keep_migration(pid_t pid, Target& t) {
   uint64_t bytes = 0;
   for (const auto& a : t.allocations) bytes += a.size;
   t.manifest.kept = image::KeptMemory{.migration = migration_id_,
-                                      .device_uuid = t.migrate_target.uuid,
-                                      .device_name = t.migrate_target.name,
+                                      .device = {.uuid = t.migrate_target.uuid, .name = t.migrate_target.name},
                                       .in_place = t.migrate->in_place,
                                       .kept_bytes = bytes};
   t.kept.clear();  // the keeper has them

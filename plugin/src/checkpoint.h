@@ -128,7 +128,7 @@ class Checkpointer {
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
     std::optional<Engine::MigrationSink> migrate;  // a migration: where its memory goes
     int migrate_from = -1;  // and the GPU (criu's numbering) it is on; -1: none
-    HostGpu migrate_target;  // the GPU it goes to (none named without device memory)
+    GpuDevice migrate_target;    // the GPU it goes to (none named without device memory)
     std::vector<UniqueFd> kept;  // a migration's memory once copied, for phos-keeper
     std::vector<std::byte> manifest_file;  // once written
   };

@@ -158,16 +158,16 @@ void Engine::warm_up(const std::vector<int>& ordinals) {
   }
 }
 
-Result<std::vector<HostGpu>> Engine::host_gpus() {
+Result<std::vector<GpuDevice>> Engine::host_gpus() {
   std::lock_guard<std::mutex> lock(host_gpus_mu_);
   if (host_gpus_) return *host_gpus_;
   int count = 0;
   PHOS_CU(cu_, cu_.cuDeviceGetCount(&count), "count GPUs");
-  std::vector<HostGpu> host;
+  std::vector<GpuDevice> host;
   for (int i = 0; i < count; i++) {
     auto d = describe(i);
     if (!d) return make_error("GPU " + std::to_string(i) + ": " + d.error().message, ENODEV);
-    host.push_back({i, d->name, d->uuid});
+    host.push_back(std::move(*d));
   }
   host_gpus_ = host;
   return host;
@@ -212,10 +212,10 @@ Result<UniqueFd> Engine::export_fd(CUmemGenericAllocationHandle h, const std::st
   return UniqueFd(fd);
 }
 
-Result<image::Device> Engine::describe(int ordinal) {
+Result<GpuDevice> Engine::describe(int ordinal) {
   CUdevice dev;
   PHOS_CU(cu_, cu_.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
-  image::Device d;
+  GpuDevice d;
   d.ordinal = uint32_t(ordinal);
   char name[256] = {};
   PHOS_CU(cu_, cu_.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");
@@ -994,7 +994,7 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
 }
 
 Result<std::vector<GpuPlacement>> Engine::place_devices(const image::Manifest& m, const std::string& manifest_name,
-                                                        const GpuMapSpec& spec, std::vector<HostGpu>& host) {
+                                                        const GpuMapSpec& spec, std::vector<GpuDevice>& host) {
   auto gpus = host_gpus();
   if (!gpus) return make_error(manifest_name + ": " + gpus.error().message, gpus.error().code);
   host = std::move(*gpus);

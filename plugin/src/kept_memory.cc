@@ -166,10 +166,10 @@ Result<void> spill_kept_memory(int image_dirfd, KeptProcess& p, std::unique_ptr<
     }
     auto host = engine->host_gpus();
     if (!host) return host.error();
-    const HostGpu* gpu = find_host_gpu(format_gpu_uuid(m.kept->device_uuid), *host);
+    const GpuDevice* gpu = find_host_gpu(format_gpu_uuid(m.kept->device.uuid), *host);
     if (!gpu) return make_error("the GPU that holds the memory is gone", ENODEV);
     std::map<uint32_t, int> host_ordinal;
-    for (const auto& a : p.allocations) host_ordinal[a.device] = gpu->ordinal;
+    for (const auto& a : p.allocations) host_ordinal[a.device] = int(gpu->ordinal);
     // The data as a stopped dump writes it; the devices stay the process's
     // own (the driver restores it there unless gpu_map moves it).
     image::Manifest copied;

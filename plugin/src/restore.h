@@ -69,7 +69,7 @@ class Restorer {
     image::ProcessImage image;
     std::vector<UniqueFd> fds;  // one per allocation, filled device memory
     std::vector<GpuPlacement> placement;  // where each of the image's GPUs went
-    std::vector<HostGpu> host;            // this host's GPUs
+    std::vector<GpuDevice> host;          // this host's GPUs
     std::unique_ptr<Engine::LoadJob> job;  // its device memory, until filled
     Result<void> filled;                   // by the filling thread
     uint64_t created_ns = 0, filled_ns = 0;  // since the plugin's init

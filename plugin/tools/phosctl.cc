@@ -139,8 +139,10 @@ json image_json(const phos::image::ProcessImage& img) {
   }
   for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
   if (m.kept)
-    j["kept"] = {{"migration", m.kept->migration}, {"device_uuid", phos::plugin::format_gpu_uuid(m.kept->device_uuid)},
-                 {"device_name", m.kept->device_name}, {"in_place", m.kept->in_place},
+    j["kept"] = {{"migration", m.kept->migration},
+                 {"device_uuid", phos::plugin::format_gpu_uuid(m.kept->device.uuid)},
+                 {"device_name", m.kept->device.name},
+                 {"in_place", m.kept->in_place},
                  {"kept_bytes", m.kept->kept_bytes}};
   const auto& s = m.statistics;
   j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
@@ -178,10 +180,11 @@ void print_image_text(const phos::image::ProcessImage& img) {
     std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
                 bytes_text(a.size).c_str(), a.chunks.size());
   if (m.kept)
-    std::printf("  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
-                "takes it\n",
-                m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device_uuid).c_str(),
-                m.kept->device_name.c_str(), m.kept->in_place ? ", where the process left it" : "");
+    std::printf(
+        "  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
+        "takes it\n",
+        m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device.uuid).c_str(),
+        m.kept->device.name.c_str(), m.kept->in_place ? ", where the process left it" : "");
   const auto& s = m.statistics;
   std::printf("  size: %s logical, %s stored; %" PRIu64 " zero chunks (%s) not stored\n",
               bytes_text(size.logical_bytes).c_str(), bytes_text(size.stored_bytes).c_str(), size.zero_chunks,
@@ -349,7 +352,7 @@ json kernel_json(const phos::agent::KernelSpeculation& k) {
 
 // The speculation part of a status: the same keys in `status --json` and
 // `kernels --json`.
-json devices_json(const std::vector<phos::agent::Device>& devices) {
+json devices_json(const std::vector<phos::GpuDevice>& devices) {
   json out = json::array();
   for (const auto& d : devices) out.push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}});
   return out;

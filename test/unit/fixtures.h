@@ -47,7 +47,7 @@ inline image::Manifest full_manifest() {
   m.protocol = image::Protocol::kSoftRecopy;
   m.chunk_size = 1 << 20;
   m.created_unix_ns = 1234567890123ull;
-  image::Device d;
+  GpuDevice d;
   d.ordinal = 0;
   for (int i = 0; i < 16; i++) d.uuid[i] = uint8_t(i * 17);
   d.name = "NVIDIA H200";

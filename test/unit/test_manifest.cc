@@ -566,7 +566,10 @@ Manifest kept_manifest() {
   m.data_files.clear();
   std::array<uint8_t, 16> uuid{};
   uuid[0] = 0xbb;
-  m.kept = KeptMemory{"0123456789abcdef", uuid, "NVIDIA H200", false, 6u << 20};
+  m.kept = KeptMemory{.migration = "0123456789abcdef",
+                      .device = {.uuid = uuid, .name = "NVIDIA H200"},
+                      .in_place = false,
+                      .kept_bytes = 6u << 20};
   m.statistics.gate_closed_unix_ns = 1700000000123456789ull;
   m.format_version = format_version_for(m);
   return m;

@@ -37,7 +37,7 @@ agent::StatusReply CudaBackend::status() {
   s.allocation_count = m.units;
   s.allocated_bytes = m.physical_bytes;
   s.device_count = m.devices;
-  for (const auto& [dev, uuid] : m.uuids) s.devices.push_back({uint32_t(dev), uuid});
+  for (const auto& [dev, uuid] : m.uuids) s.devices.push_back(GpuDevice{.ordinal = uint32_t(dev), .uuid = uuid});
   s.unsupported_calls = runtime().unsupported();
   if (size_t n = runtime().nccl.spanning_processes(true))
     s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes, " +

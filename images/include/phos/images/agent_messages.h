@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "phos/images/gpu_device.h"
 #include "phos/support/result.h"
 
 namespace phos::agent {
@@ -75,13 +76,6 @@ struct KernelSpeculation {
   bool operator==(const KernelSpeculation&) const = default;
 };
 
-// A GPU as the process numbers it (its CUdevice), and its UUID.
-struct Device {
-  uint32_t ordinal = 0;
-  std::array<uint8_t, 16> uuid{};
-  bool operator==(const Device&) const = default;
-};
-
 // A live NCCL communicator of the process (agent.proto NcclCommunicator).
 struct NcclCommunicatorStatus {
   int32_t rank = -1;
@@ -114,7 +108,9 @@ struct StatusReply {
   // All kernels with statistics: more than kernels.size() where a reply
   // carried only those with the most launches.
   uint64_t kernel_count = 0;
-  std::vector<Device> devices;  // empty from an older agent
+  // The GPUs the process has memory on, as it numbers them, with their
+  // UUIDs (no name or memory size); empty from an older agent.
+  std::vector<GpuDevice> devices;
   bool validation_active = false;  // false from an older agent
   std::vector<NcclCommunicatorStatus> nccl_communicators;  // empty from an older agent
   bool operator==(const StatusReply&) const = default;
@@ -124,7 +120,7 @@ struct StatusReply {
 // holds and an image records (image::Allocation adds where its bytes are).
 struct Allocation {
   uint64_t id = 0;
-  uint32_t device = 0;  // Device::ordinal
+  uint32_t device = 0;  // GpuDevice::ordinal, in the process's numbering
   uint64_t address = 0;
   uint64_t size = 0;
   uint32_t flags = 0;  // image::kAlloc*

@@ -5,8 +5,8 @@
 
 #include <array>
 #include <cstddef>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +14,7 @@
 
 #include "phos/images/agent_messages.h"
 #include "phos/images/format.h"
+#include "phos/images/gpu_device.h"
 #include "phos/support/result.h"
 
 namespace phos::image {
@@ -26,16 +27,6 @@ std::string_view protocol_name(Protocol p);
 // exact, speculated, validated; "none" for 0 (no copy window).
 std::string_view copy_trust_name(agent::CopyTrust t);
 std::string_view compression_name(Compression c);
-
-struct Device {
-  uint32_t ordinal = 0;
-  std::array<uint8_t, 16> uuid{};
-  std::string name;
-  uint64_t total_memory = 0;
-  uint32_t compute_major = 0;
-  uint32_t compute_minor = 0;
-  bool operator==(const Device&) const = default;
-};
 
 // A piece of an allocation and where its bytes are. A zero chunk (kZero)
 // stores none: its stored_size, file_index and file_offset are 0.
@@ -122,8 +113,9 @@ struct LaunchRecord {
 // image no data files.
 struct KeptMemory {
   std::string migration;  // 16 hex digits: the keeper's name for it
-  std::array<uint8_t, 16> device_uuid{};
-  std::string device_name;
+  // The GPU that holds it: the image records its UUID and name (its
+  // ordinal and the rest are 0 once read back).
+  GpuDevice device;
   bool in_place = false;  // the process's own memory, not a copy
   uint64_t kept_bytes = 0;
   bool operator==(const KeptMemory&) const = default;
@@ -142,7 +134,7 @@ struct Manifest {
   agent::CopyTrust copy_trust = agent::CopyTrust(0);
   uint32_t chunk_size = kDefaultChunkSize;
   uint64_t created_unix_ns = 0;
-  std::vector<Device> devices;
+  std::vector<GpuDevice> devices;  // as the process numbered them, fully described
   std::vector<Allocation> allocations;
   std::vector<DataFile> data_files;
   Statistics statistics;
