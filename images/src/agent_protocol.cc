@@ -196,7 +196,7 @@ struct PbStatus {
   std::vector<std::vector<char*>> functions, globals;  // per module
   pb::Repeated<Phos__Agent__Module> modules;
   pb::Repeated<Phos__Agent__KernelSpeculation> kernels;
-  pb::Repeated<Phos__Agent__Device> devices;
+  pb::Repeated<Phos__Gpu__Device> devices;
   pb::Repeated<Phos__Agent__NcclCommunicator> comms;
 
   explicit PbStatus(const StatusReply& s) {
@@ -220,8 +220,8 @@ struct PbStatus {
     kernels = pb::Repeated<Phos__Agent__KernelSpeculation>(phos__agent__kernel_speculation__init,
                                                            kernels_to_send(s.kernels), encode_kernel);
     kernels.set(m.n_kernels, m.kernels);
-    devices = pb::Repeated<Phos__Agent__Device>(phos__agent__device__init, s.devices,
-                                                [](const GpuDevice& d, Phos__Agent__Device& o) { pb::to_pb(d, o); });
+    devices = pb::Repeated<Phos__Gpu__Device>(phos__gpu__device__init, s.devices,
+                                              [](const GpuDevice& d, Phos__Gpu__Device& o) { pb::to_pb(d, o); });
     devices.set(m.n_devices, m.devices);
     comms = pb::Repeated<Phos__Agent__NcclCommunicator>(phos__agent__nccl_communicator__init, s.nccl_communicators,
                                                         encode_communicator);
@@ -424,8 +424,7 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
   if (r.has_kernel_count && r.kernel_count < r.n_kernels)
     return pb::malformed("reply", "status: kernel count " + std::to_string(r.kernel_count) + " is below the " +
                                       std::to_string(r.n_kernels) + " kernels it carries");
-  auto devices =
-      pb::try_decode_each(r.devices, r.n_devices, [](const Phos__Agent__Device& d) { return pb::from_pb(d); });
+  auto devices = pb::try_decode_each(r.devices, r.n_devices, [](const Phos__Gpu__Device& d) { return pb::from_pb(d); });
   if (!devices) return pb::malformed("reply", "status: " + devices.error().message);
   // Absent from an older agent's reply: speculation and validation off,
   // nothing indexed, no kernels, devices or communicators.

@@ -1,12 +1,13 @@
 #include "phos/images/manifest.h"
 
+#include <zstd.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
 #include <string>
 
-#include <zstd.h>
-
+#include "agent_pb.h"
 #include "framed_file.h"
 #include "manifest.pb-c.h"
 #include "pb_codec.h"
@@ -46,17 +47,17 @@ namespace {
 using pb::c_text;
 using pb::text;
 
-void encode_chunk(const Chunk& c, Phos__Image__Chunk& o) {
+void encode_chunk(const Chunk& c, Phos__Gpu__Chunk& o) {
   o.alloc_offset = c.alloc_offset;
   o.file_index = c.file_index;
   o.file_offset = c.file_offset;
   o.raw_size = c.raw_size;
   o.stored_size = c.stored_size;
   o.crc32c = c.crc32c;
-  o.compression = static_cast<Phos__Image__Compression>(c.compression);
+  o.compression = static_cast<Phos__Gpu__Compression>(c.compression);
 }
 
-Chunk decode_chunk(const Phos__Image__Chunk& c) {
+Chunk decode_chunk(const Phos__Gpu__Chunk& c) {
   return Chunk{.alloc_offset = c.alloc_offset,
                .file_index = c.file_index,
                .file_offset = c.file_offset,
@@ -148,9 +149,9 @@ struct PbManifest {
   Phos__Image__Statistics stats = PHOS__IMAGE__STATISTICS__INIT;
   Phos__Image__LaunchLog log = PHOS__IMAGE__LAUNCH_LOG__INIT;
   Phos__Image__KeptMemory kept = PHOS__IMAGE__KEPT_MEMORY__INIT;
-  pb::Repeated<Phos__Image__Device> devices;
-  std::vector<pb::Repeated<Phos__Image__Chunk>> chunks;  // per allocation
-  pb::Repeated<Phos__Image__Allocation> allocs;
+  pb::Repeated<Phos__Gpu__Device> devices;
+  std::vector<pb::Repeated<Phos__Gpu__Chunk>> chunks;  // per allocation
+  pb::Repeated<Phos__Gpu__Allocation> allocs;
   pb::Repeated<Phos__Image__DataFile> files;
   pb::Repeated<Phos__Image__LaunchRecord> launches;
   std::vector<char*> unsupported;
@@ -163,28 +164,17 @@ struct PbManifest {
     m.chunk_size = in.chunk_size;
     m.created_unix_ns = in.created_unix_ns;
 
-    devices = pb::Repeated<Phos__Image__Device>(
-        phos__image__device__init, in.devices, [](const GpuDevice& d, Phos__Image__Device& o) {
-          o.ordinal = d.ordinal;
-          o.uuid = {d.uuid.size(), const_cast<uint8_t*>(d.uuid.data())};
-          o.name = c_text(d.name);
-          o.total_memory = d.total_memory;
-          pb::set_present(o.has_compute_major, o.compute_major, d.compute_major);
-          pb::set_present(o.has_compute_minor, o.compute_minor, d.compute_minor);
-        });
+    devices = pb::Repeated<Phos__Gpu__Device>(phos__gpu__device__init, in.devices,
+                                              [](const GpuDevice& d, Phos__Gpu__Device& o) { pb::to_pb(d, o); });
     devices.set(m.n_devices, m.devices);
 
     chunks.reserve(in.allocations.size());
-    allocs = pb::Repeated<Phos__Image__Allocation>(
-        phos__image__allocation__init, in.allocations, [&](const Allocation& a, Phos__Image__Allocation& o) {
-          o.id = a.id;
-          o.device = a.device;
-          o.address = a.address;
-          o.size = a.size;
-          o.flags = a.flags;
-          chunks.emplace_back(phos__image__chunk__init, a.chunks, encode_chunk);
-          chunks.back().set(o.n_chunks, o.chunks);
-        });
+    allocs = pb::Repeated<Phos__Gpu__Allocation>(phos__gpu__allocation__init, in.allocations,
+                                                 [&](const Allocation& a, Phos__Gpu__Allocation& o) {
+                                                   pb::to_pb(a, o);
+                                                   chunks.emplace_back(phos__gpu__chunk__init, a.chunks, encode_chunk);
+                                                   chunks.back().set(o.n_chunks, o.chunks);
+                                                 });
     allocs.set(m.n_allocations, m.allocations);
 
     files = pb::Repeated<Phos__Image__DataFile>(phos__image__data_file__init, in.data_files,
@@ -234,13 +224,26 @@ KeptMemory decode_kept(const Phos__Image__KeptMemory& k) {
                  .device = {.name = text(k.device_name)},
                  .in_place = k.in_place != 0,
                  .kept_bytes = k.kept_bytes};
-  // A UUID of another length is refused before (decode_manifest).
+  // A UUID of another length is refused before (from_pb).
   if (k.device_uuid.len == out.device.uuid.size())
     std::copy_n(k.device_uuid.data, out.device.uuid.size(), out.device.uuid.begin());
   return out;
 }
 
-Manifest from_pb(const Phos__Image__Manifest& m) {
+// An image's device: the codec the agent's shares, and what an image's
+// always has (manifest.proto required them before the two were one).
+Result<GpuDevice> decode_device(const Phos__Gpu__Device& d) {
+  if (!d.name || !d.has_total_memory)
+    return make_error("device " + std::to_string(d.ordinal) + " has no name or no memory size");
+  return pb::from_pb(d);
+}
+
+// Errors are what is wrong, without the file's name.
+Result<Manifest> from_pb(const Phos__Image__Manifest& m) {
+  if (m.kept && m.kept->device_uuid.len != sizeof(GpuDevice{}.uuid))
+    return make_error("kept memory: a GPU UUID of " + std::to_string(m.kept->device_uuid.len) + " bytes (16 expected)");
+  auto devices = pb::try_decode_each(m.devices, m.n_devices, decode_device);
+  if (!devices) return devices.error();
   return Manifest{
       .format_version = m.format_version,
       .writer_version = text(m.writer_version),
@@ -249,24 +252,12 @@ Manifest from_pb(const Phos__Image__Manifest& m) {
       .copy_trust = agent::CopyTrust(pb::value_or_zero(m.has_copy_trust, m.copy_trust)),
       .chunk_size = m.chunk_size,
       .created_unix_ns = m.created_unix_ns,
-      .devices = pb::decode_each(m.devices, m.n_devices,
-                                 [](const Phos__Image__Device& d) {
-                                   GpuDevice o{
-                                       .ordinal = d.ordinal,
-                                       .name = text(d.name),
-                                       .total_memory = d.total_memory,
-                                       .compute_major = pb::value_or_zero(d.has_compute_major, d.compute_major),
-                                       .compute_minor = pb::value_or_zero(d.has_compute_minor, d.compute_minor)};
-                                   std::copy_n(d.uuid.data, std::min<size_t>(d.uuid.len, o.uuid.size()),
-                                               o.uuid.begin());
-                                   return o;
-                                 }),
-      .allocations = pb::decode_each(
-          m.allocations, m.n_allocations,
-          [](const Phos__Image__Allocation& a) {
-            return Allocation{{.id = a.id, .device = a.device, .address = a.address, .size = a.size, .flags = a.flags},
-                              pb::decode_each(a.chunks, a.n_chunks, decode_chunk)};
-          }),
+      .devices = std::move(devices.value()),
+      .allocations =
+          pb::decode_each(m.allocations, m.n_allocations,
+                          [](const Phos__Gpu__Allocation& a) {
+                            return Allocation{pb::from_pb(a), pb::decode_each(a.chunks, a.n_chunks, decode_chunk)};
+                          }),
       .data_files = pb::decode_each(
           m.data_files, m.n_data_files,
           [](const Phos__Image__DataFile& f) { return DataFile{.name = text(f.name), .size = f.size}; }),
@@ -291,16 +282,15 @@ Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_vi
   if (!unframed) return unframed.error();
   auto unpacked = pb::unpack<Phos__Image__Manifest>(phos__image__manifest__descriptor, unframed->payload);
   if (!unpacked) return make_error(std::string(name) + ": manifest: protobuf payload does not parse");
-  if (unpacked->kept && unpacked->kept->device_uuid.len != sizeof(GpuDevice{}.uuid))
-    return make_error(std::string(name) + ": manifest: kept memory: a GPU UUID of " +
-                      std::to_string(unpacked->kept->device_uuid.len) + " bytes (16 expected)");
-  Manifest m = from_pb(*unpacked);
+  auto decoded = from_pb(*unpacked);
+  if (!decoded) return make_error(std::string(name) + ": manifest: " + decoded.error().message);
+  Manifest& m = decoded.value();
   if (m.format_version != unframed->format_version)
     return make_error(std::string(name) + ": manifest: header says format version " +
                       std::to_string(unframed->format_version) + ", payload says " +
                       std::to_string(m.format_version));
   PHOS_TRY(validate_manifest(m, name));
-  return m;
+  return decoded;
 }
 
 bool is_migration_id(std::string_view id) {

@@ -1,15 +1,18 @@
-// Shared helpers of the unit tests: a temporary image directory and a
-// manifest with every field set.
+// Shared helpers of the unit tests: a temporary image directory, a
+// manifest with every field set, and protobuf messages written by hand.
 #pragma once
 
 #include <fcntl.h>
-#include <sys/socket.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "phos/images/manifest.h"
 #include "phos/images/unique_fd.h"
@@ -25,6 +28,37 @@ struct SocketPair {
     a.reset(fds[0]);
     b.reset(fds[1]);
   }
+};
+
+// A protobuf message written field by field (proto2 wire format).
+class PbWriter {
+ public:
+  PbWriter& varint(uint32_t field, uint64_t v) {
+    put_varint(uint64_t(field) << 3);
+    put_varint(v);
+    return *this;
+  }
+  PbWriter& bytes(uint32_t field, std::span<const std::byte> b) {
+    put_varint(uint64_t(field) << 3 | 2);
+    put_varint(b.size());
+    out_.insert(out_.end(), b.begin(), b.end());
+    return *this;
+  }
+  PbWriter& text(uint32_t field, const std::string& s) {
+    return bytes(field, std::as_bytes(std::span<const char>(s.data(), s.size())));
+  }
+  PbWriter& message(uint32_t field, const PbWriter& m) { return bytes(field, m.out_); }
+  const std::vector<std::byte>& payload() const { return out_; }
+
+ private:
+  void put_varint(uint64_t v) {
+    do {
+      uint8_t b = v & 0x7f;
+      v >>= 7;
+      out_.push_back(std::byte(b | (v ? 0x80 : 0)));
+    } while (v);
+  }
+  std::vector<std::byte> out_;
 };
 
 struct TempDir {

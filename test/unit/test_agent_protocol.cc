@@ -20,39 +20,9 @@
 #include "phos/images/keeper_protocol.h"
 
 using namespace phos;
+using phos::test::PbWriter;
 
 namespace {
-
-// A protobuf message written field by field (proto2 wire format).
-class PbWriter {
- public:
-  PbWriter& varint(uint32_t field, uint64_t v) {
-    put_varint(uint64_t(field) << 3);
-    put_varint(v);
-    return *this;
-  }
-  PbWriter& bytes(uint32_t field, std::span<const std::byte> b) {
-    put_varint(uint64_t(field) << 3 | 2);
-    put_varint(b.size());
-    out_.insert(out_.end(), b.begin(), b.end());
-    return *this;
-  }
-  PbWriter& text(uint32_t field, const std::string& s) {
-    return bytes(field, std::as_bytes(std::span<const char>(s.data(), s.size())));
-  }
-  PbWriter& message(uint32_t field, const PbWriter& m) { return bytes(field, m.out_); }
-  const std::vector<std::byte>& payload() const { return out_; }
-
- private:
-  void put_varint(uint64_t v) {
-    do {
-      uint8_t b = v & 0x7f;
-      v >>= 7;
-      out_.push_back(std::byte(b | (v ? 0x80 : 0)));
-    } while (v);
-  }
-  std::vector<std::byte> out_;
-};
 
 std::string hex(const std::vector<std::byte>& b) {
   std::string out;
@@ -618,4 +588,28 @@ TEST_CASE("agent protocol: the copy window kinds are named as agent.proto names 
   CHECK(agent::kind_name(agent::Request(agent::CloseCopyWindowRequest{})) == "close_copy_window");
   CHECK(agent::kind_name(agent::Reply(agent::OpenCopyWindowReply{})) == "open_copy_window");
   CHECK(agent::kind_name(agent::Reply(agent::CloseCopyWindowReply{})) == "close_copy_window");
+}
+
+// --- gpu.proto: the Device and Allocation the agent, the keeper and the image share ---
+
+TEST_CASE("agent protocol: a status device's name and memory, where sent, are read", "[agent_protocol][gpu]") {
+  agent::StatusReply s;
+  s.devices = {{.ordinal = 1, .uuid = {}, .name = "NVIDIA H200", .total_memory = 150ull << 30, .compute_major = 9}};
+  s.devices[0].uuid.fill(0x5a);
+  CHECK(std::get<agent::StatusReply>(round_trip(s)).devices == s.devices);
+}
+
+TEST_CASE("agent protocol: an allocation's chunks, which only an image has, are not read from an agent or a keeper",
+          "[agent_protocol][keeper][gpu]") {
+  PbWriter chunk;
+  chunk.varint(1, 0).varint(2, 0).varint(3, 4096).varint(4, 4096).varint(5, 4096).varint(6, 1).varint(7, 0);
+  PbWriter alloc;
+  alloc.varint(1, 9).varint(2, 1).varint(3, 0x7f0000000000ull).varint(4, 4096).varint(5, 2).message(6, chunk);
+  const agent::Allocation want{.id = 9, .device = 1, .address = 0x7f0000000000ull, .size = 4096, .flags = 2};
+  auto listed = agent::decode_reply(PbWriter().message(3, PbWriter().message(1, alloc).varint(2, 1)).payload());
+  REQUIRE(listed.ok());
+  CHECK(std::get<agent::ListAllocationsReply>(*listed).allocations == std::vector{want});
+  auto held = keeper::decode_message(PbWriter().message(1, PbWriter().varint(1, 42).message(2, alloc)).payload());
+  REQUIRE(held.ok());
+  CHECK(std::get<keeper::Hold>(*held).allocations == std::vector{want});
 }

@@ -624,3 +624,64 @@ TEST_CASE("manifest: migration names are 16 lower-case hex digits", "[manifest][
   CHECK_FALSE(is_migration_id("0123456789abcde"));
   CHECK_FALSE(is_migration_id("phos-kept.01234567"));
 }
+
+// --- gpu.proto: the Device and Allocation the agent, the keeper and the image share ---
+
+namespace {
+
+// A manifest file around `payload`, framed as encode_manifest frames one.
+std::vector<std::byte> manifest_file(const phos::test::PbWriter& payload) {
+  const auto& p = payload.payload();
+  std::vector<std::byte> file(32 + p.size());
+  std::memcpy(file.data(), kManifestMagic, 8);
+  phos::bytes::put_u32(&file[8], 1);
+  phos::bytes::put_u32(&file[12], 32);
+  phos::bytes::put_u64(&file[16], p.size());
+  phos::bytes::put_u32(&file[24], phos::crc32c(p));
+  phos::bytes::put_u32(&file[28], phos::crc32c(0, file.data(), 28));
+  std::copy(p.begin(), p.end(), file.begin() + 32);
+  return file;
+}
+
+// A version 1 manifest of pid 42 with `device` and nothing else.
+phos::test::PbWriter manifest_with_device(const phos::test::PbWriter& device) {
+  return phos::test::PbWriter()
+      .varint(1, 1)
+      .text(2, "test")
+      .varint(3, 42)
+      .varint(4, 1)
+      .varint(5, 1 << 20)
+      .varint(6, 1)
+      .message(7, device);
+}
+
+phos::test::PbWriter device_with_uuid(size_t uuid_bytes) {
+  std::vector<std::byte> uuid(uuid_bytes, std::byte{0xab});
+  return phos::test::PbWriter().varint(1, 0).bytes(2, uuid);
+}
+
+}  // namespace
+
+TEST_CASE("manifest: a device that a phos of before could read is read", "[manifest][gpu]") {
+  auto m = decode_manifest(
+      manifest_file(manifest_with_device(device_with_uuid(16).text(3, "NVIDIA H200").varint(4, 7))), "m.img");
+  REQUIRE(m.ok());
+  REQUIRE(m->devices.size() == 1);
+  CHECK(m->devices[0].name == "NVIDIA H200");
+  CHECK(m->devices[0].total_memory == 7);
+  CHECK(m->devices[0].compute_major == 0);  // optional then as now
+  CHECK(m->devices[0].uuid[15] == 0xab);
+}
+
+TEST_CASE("manifest: a device without its name or memory size is refused, as when the schema required them",
+          "[manifest][gpu][corrupt]") {
+  CHECK_THAT(decode_error(manifest_file(manifest_with_device(device_with_uuid(16).varint(4, 7)))),
+             Catch::Equals("m.img: manifest: device 0 has no name or no memory size"));
+  CHECK_THAT(decode_error(manifest_file(manifest_with_device(device_with_uuid(16).text(3, "NVIDIA H200")))),
+             Catch::Equals("m.img: manifest: device 0 has no name or no memory size"));
+}
+
+TEST_CASE("manifest: a device whose UUID is not 16 bytes is refused", "[manifest][gpu][corrupt]") {
+  CHECK_THAT(decode_error(manifest_file(manifest_with_device(device_with_uuid(3).text(3, "x").varint(4, 7)))),
+             Catch::Equals("m.img: manifest: device 0 has a UUID of 3 bytes, not 16"));
+}
