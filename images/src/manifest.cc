@@ -15,15 +15,6 @@
 
 namespace phos::image {
 
-std::string_view protocol_name(Protocol p) {
-  switch (p) {
-    case Protocol::kStopTheWorld: return "stop-the-world";
-    case Protocol::kSoftRecopy: return "soft-recopy";
-    case Protocol::kSoftCopyOnWrite: return "soft-copy-on-write";
-  }
-  return "unknown";
-}
-
 std::string_view copy_trust_name(agent::CopyTrust t) {
   switch (t) {
     case agent::CopyTrust::kExact: return "exact";
@@ -160,6 +151,7 @@ struct PbManifest {
     m.format_version = in.format_version;
     m.writer_version = c_text(in.writer_version);
     m.pid = in.pid;
+    // CopyProtocol numbers a dump's protocols as manifest.proto does.
     m.protocol = static_cast<Phos__Image__Protocol>(in.protocol);
     m.chunk_size = in.chunk_size;
     m.created_unix_ns = in.created_unix_ns;
@@ -248,7 +240,7 @@ Result<Manifest> from_pb(const Phos__Image__Manifest& m) {
       .format_version = m.format_version,
       .writer_version = text(m.writer_version),
       .pid = m.pid,
-      .protocol = static_cast<Protocol>(m.protocol),
+      .protocol = static_cast<CopyProtocol>(m.protocol),
       .copy_trust = agent::CopyTrust(pb::value_or_zero(m.has_copy_trust, m.copy_trust)),
       .chunk_size = m.chunk_size,
       .created_unix_ns = m.created_unix_ns,
@@ -341,8 +333,12 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
   if (m.format_version == 0 || m.format_version > kManifestFormatVersion)
     return fail("format version " + std::to_string(m.format_version) + " is not supported");
   if (m.pid <= 0) return fail("invalid pid " + std::to_string(m.pid));
-  if (protocol_name(m.protocol) == "unknown")
-    return fail("unknown protocol " + std::to_string(static_cast<uint32_t>(m.protocol)));
+  if (!is_dump_protocol(m.protocol)) {
+    const std::string number = std::to_string(static_cast<uint32_t>(m.protocol));
+    const std::string_view name_of = copy_protocol_name(m.protocol);
+    return fail(name_of == "unknown" ? "unknown protocol " + number
+                                     : "protocol " + number + " (" + std::string(name_of) + ") is no dump's");
+  }
   if (copy_trust_name(m.copy_trust) == "unknown")
     return fail("unknown copy trust " + std::to_string(static_cast<uint32_t>(m.copy_trust)));
   if (m.chunk_size < 4096 || m.chunk_size > kMaxChunkSize)

@@ -108,11 +108,11 @@ Result<bool> Checkpointer::pause(pid_t pid) {
       discard_first_pass(t);
     }
   }
-  PHOS_INFO("process %d: closing its gate%s", pid, t.recopy ? " for soft recopy's final pass" : "");
+  PHOS_INFO("process %d: closing its gate%s", pid, t.recopy() ? " for soft recopy's final pass" : "");
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto drained = client->quiesce(options_.quiesce_timeout_ms);
   if (!drained) {
-    if (t.recopy) {
+    if (t.recopy()) {
       (void)client->close_copy_window();
       discard_first_pass(t);
     }
@@ -162,10 +162,10 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
 }
 
 Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
-  if (t.recopy) PHOS_TRY(end_first_window(pid, client, t));
+  if (t.recopy()) PHOS_TRY(end_first_window(pid, client, t));
   PHOS_TRY(list_allocations(pid, client, t));
   if (t.migrate) PHOS_TRY(check_migration(pid, t));
-  if (t.recopy && t.save->allocs != t.allocations) {
+  if (t.recopy() && t.save->allocs != t.allocations) {
     PHOS_WARN("process %d: its allocations changed while soft recopy's first pass ran; its memory is copied while "
               "it is stopped", pid);
     discard_first_pass(t);
@@ -182,22 +182,22 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
     // so the process lets go of its own at once. Soft recopy mapped it
     // before its first pass: the same job goes on.
-    if (!t.recopy) {
+    if (!t.recopy()) {
       auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
       if (!job) return job.error();
       t.save = std::move(*job);
     }
-    std::promise<CopyMode> decided;
-    t.mode = decided.get_future();
+    std::promise<CopyPlan> decided;
+    t.plan = decided.get_future();
     std::future<void> go = t.write_go.get_future();
     t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go)]() mutable {
-      const CopyMode mode = want ? choose_copy(t) : CopyMode::kStopped;
-      decided.set_value(mode);
+      const CopyPlan plan = want ? choose_copy(t) : CopyPlan{};
+      decided.set_value(plan);
       // A copy-on-write copy waits for the process to run again too, unless
       // cow_start=pause (it then competes with criu and the driver during
       // the stall).
-      if (mode == CopyMode::kSnapshot ||
-          (mode == CopyMode::kCopyOnWrite && options_.cow_start == PluginOptions::CowStart::kResume)) {
+      if (plan.snapshot ||
+          (plan.protocol == CopyProtocol::kSoftCopyOnWrite && options_.cow_start == PluginOptions::CowStart::kResume)) {
         go.wait();
         if (t.abandoned) {
           t.copied = make_error("the dump failed; its image is not written", ECANCELED);
@@ -206,7 +206,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       }
       t.copied = engine_->run_save(*t.save);
       if (t.copied) t.kept = Engine::take_kept(*t.save);
-      if (t.recopy) {
+      if (t.recopy()) {
         t.manifest.statistics.recopied_bytes = t.save->recopied_chunks * t.manifest.chunk_size;
         t.manifest.statistics.final_pass_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
       }
@@ -276,7 +276,7 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     if (!job) return job.error();
     t.save = std::move(*job);
     t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
-    auto opened = engine_->open_window(*t.save, copystate::Protocol::kRecopy, 0);
+    auto opened = engine_->open_window(*t.save, CopyProtocol::kSoftRecopy, 0);
     if (!opened) return opened.error();
     agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
                                    .timeout_ms = options_.cow_timeout_ms,
@@ -299,7 +299,7 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     if (window) (void)c.close_copy_window();
     return ready.error();
   }
-  t.recopy = true;
+  t.protocol = CopyProtocol::kSoftRecopy;
   const uint64_t budget = first_pass_budget_ms();
   PHOS_INFO("process %d: soft recopy: gate reopened after %.1f ms; the first pass copies for %llu ms at most", pid,
             double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6, (unsigned long long)budget);
@@ -350,7 +350,7 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
 void Checkpointer::discard_first_pass(Target& t) {
   if (engine_ && t.save) engine_->discard_save(dirfd_, std::move(t.save));
   t.save.reset();
-  t.recopy = false;
+  t.protocol = CopyProtocol::kStopTheWorld;
   // prepare_save filled the manifest's devices; the stopped copy fills them
   // again. What the final quiesce
   // recorded stays.
@@ -361,32 +361,32 @@ void Checkpointer::discard_first_pass(Target& t) {
   t.manifest = std::move(fresh);
 }
 
-Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
+Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   using Cow = PluginOptions::CopyOnWrite;
   if (options_.copy_on_write != Cow::kAlways) {
     auto snap = engine_->snapshot(*t.save);
     if (!snap) PHOS_WARN("process %d: snapshot: %s", t.vpid, snap.error().message.c_str());
-    if (snap && *snap) return CopyMode::kSnapshot;
+    if (snap && *snap) return CopyPlan{.protocol = CopyProtocol::kStopTheWorld, .snapshot = true};
   }
   if (options_.copy_on_write == Cow::kOff) {
     PHOS_INFO("process %d: copy_on_write=off: the image is written while the process is stopped", t.vpid);
-    return CopyMode::kStopped;
+    return CopyPlan{};
   }
   // Every launch with a speculated set would wait for the whole copy: the
   // copy is better made now, during the stall.
   if (options_.cow_trust == agent::CopyTrust::kValidated && !t.status.validation_active) {
     PHOS_WARN("process %d: no copy-on-write: cow_trust=validated, but no validator runs in it (start it with "
               "PHOS_VALIDATE=ptx, or set cow_trust=speculated); the image is written while it is stopped", t.vpid);
-    return CopyMode::kStopped;
+    return CopyPlan{};
   }
-  auto window = engine_->open_window(*t.save, copystate::Protocol::kCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
+  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
               window.error().message.c_str());
-    return CopyMode::kStopped;
+    return CopyPlan{};
   }
   t.manifest.statistics.cow_pool_bytes = (*window)->pool_bytes;
-  return CopyMode::kCopyOnWrite;
+  return CopyPlan{.protocol = CopyProtocol::kSoftCopyOnWrite, .snapshot = false};
 }
 
 Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
@@ -423,7 +423,7 @@ Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   // Without its window the process must not write: it runs again once its
   // memory is copied, as a stopped dump would.
   PHOS_WARN("process %d: no copy-on-write: %s; it stays stopped until its memory is copied", pid, why.c_str());
-  t.copy_on_write = false;
+  t.protocol = CopyProtocol::kStopTheWorld;
   return false;
 }
 
@@ -492,20 +492,20 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   }
   // Without device memory there is nothing to snapshot: the manifest waits
   // for criu's exit all the same, one rule for every leave-running dump.
-  const bool has_memory = t.mode.valid();
-  const CopyMode mode = has_memory ? t.mode.get() : CopyMode::kStopped;
-  if (write_behind_ && (!has_memory || mode != CopyMode::kStopped)) {
+  const bool has_memory = t.plan.valid();
+  const CopyPlan plan = has_memory ? t.plan.get() : CopyPlan{};
+  if (write_behind_ && (!has_memory || plan.behind())) {
     // The image is finished at criu's exit (complete_pending); until then
     // this manifest, without allocations (the copier, which fills them in,
     // waits for exit(DUMP)) and without a completion marker, makes a restore
     // refuse the image rather than ignore the process.
     t.write_behind = true;
-    t.copy_on_write = mode == CopyMode::kCopyOnWrite;
+    t.protocol = plan.protocol;
     PHOS_TRY(write_manifest(pid, t));
     PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
               !has_memory ? "no device memory"
-              : t.copy_on_write ? "device memory copied while the process runs (copy-on-write)"
-                                : "device memory snapshotted");
+              : t.copy_on_write() ? "device memory copied while the process runs (copy-on-write)"
+                                  : "device memory snapshotted");
   } else {
     const uint64_t w0 = clock_ns(CLOCK_MONOTONIC);
     PHOS_TRY(copy_done(t));
@@ -528,10 +528,8 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   m.format_version = image::format_version_for(m);
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
-  m.protocol = t.copy_on_write ? image::Protocol::kSoftCopyOnWrite
-               : t.recopy      ? image::Protocol::kSoftRecopy
-                               : image::Protocol::kStopTheWorld;
-  m.copy_trust = t.copy_on_write || t.recopy ? options_.cow_trust : agent::CopyTrust(0);
+  m.protocol = t.protocol;
+  m.copy_trust = t.protocol != CopyProtocol::kStopTheWorld ? options_.cow_trust : agent::CopyTrust(0);
   m.created_unix_ns = clock_ns(CLOCK_REALTIME);
   m.statistics.total_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
   auto written = image::write_manifest(dirfd_, m);
@@ -549,7 +547,7 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   if (wait_copy) (void)copy_done(t);  // the engine's mapping goes before the process maps again
   std::function<Result<bool>(AgentClient&)> before_resume;
   bool held = false;  // copy-on-write fell back: the gate stays closed for the copy
-  if (t.copy_on_write)
+  if (t.copy_on_write())
     before_resume = [&](AgentClient& c) -> Result<bool> {
       auto opened = open_window(pid, t, c);
       held = opened && !*opened;
@@ -580,7 +578,7 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
             ms(quiesced, t.paused_done_ns),
             std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
             double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),
-            t.copy_on_write ? ", copy window" : "", ms(t0, t.resumed_at_ns));
+            t.copy_on_write() ? ", copy window" : "", ms(t0, t.resumed_at_ns));
 }
 
 Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
@@ -800,7 +798,7 @@ bool Checkpointer::finish(bool dump_succeeded) {
     // process does not wait for a useless image.
     if (!dump_succeeded) {
       t.abandoned = true;
-      if (t.mode.valid()) t.mode.wait();
+      if (t.plan.valid()) t.plan.wait();
       if (t.save && t.save->window) t.save->window->table.close(copystate::Window::kAborted);
     }
     if (dump_succeeded && !t.manifest_file.empty()) {
@@ -852,7 +850,7 @@ Result<void> Checkpointer::complete_pending() {
     if (!t.write_behind) continue;
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     Result<void> r = copy_done(t);
-    if (t.copy_on_write) {
+    if (t.copy_on_write()) {
       t.manifest.statistics.cow_window_ns = clock_ns(CLOCK_MONOTONIC) - t.resumed_at_ns;
       // The window's account replaces the engine's "the process gave the
       // window up": it names the kernel, or why.

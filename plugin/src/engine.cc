@@ -709,10 +709,10 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_b
   return pool;
 }
 
-Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, copystate::Protocol protocol, uint64_t pool_bytes) {
+Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol protocol, uint64_t pool_bytes) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (job.window) return &*job.window;
-  const bool recopy = protocol == copystate::Protocol::kRecopy;
+  const bool recopy = protocol == CopyProtocol::kSoftRecopy;
   const char* what = recopy ? "soft recopy" : "copy-on-write";
   if (job.allocs.empty()) return make_error(std::string(what) + ": no device memory to copy", EINVAL);
   const std::set<int> devices(job.devices.begin(), job.devices.end());
@@ -819,7 +819,7 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
 }
 
 Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline_ns) {
-  if (!job.window || job.window->table.protocol() != copystate::Protocol::kRecopy)
+  if (!job.window || job.window->table.protocol() != CopyProtocol::kSoftRecopy)
     return make_error("soft recopy: the job has no recopy window", EINVAL);
   std::lock_guard<std::mutex> lock(run_mu_);
   copystate::CopyState& table = job.window->table;
@@ -882,7 +882,7 @@ Result<void> Engine::run_save(SaveJob& job) {
   uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   Result<void> copied;
-  if (job.window && job.window->table.protocol() == copystate::Protocol::kRecopy) {
+  if (job.window && job.window->table.protocol() == CopyProtocol::kSoftRecopy) {
     // The gate is closed and the process drained: what the first pass left,
     // then what the process wrote after it was copied.
     copystate::CopyState& table = job.window->table;
@@ -961,7 +961,7 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
     s.program_transfers = t.transfers;
     s.program_transfer_bytes = t.transfer_bytes;
   }
-  if (job.window && job.window->table.protocol() == copystate::Protocol::kRecopy)
+  if (job.window && job.window->table.protocol() == CopyProtocol::kSoftRecopy)
     PHOS_INFO("process %d: soft recopy's final pass copied %llu chunks (%llu of them again) in %.1f ms", job.vpid,
               (unsigned long long)(job.chunk_copies - job.first_pass_chunks),
               (unsigned long long)job.recopied_chunks, double(elapsed_ns) / 1e6);
@@ -1176,7 +1176,7 @@ Result<void> Engine::open_fill(LoadJob& job, const std::vector<uint64_t>& first)
   const image::Manifest& m = *job.manifest;
   std::vector<copystate::Region> regions;
   for (const auto& a : m.allocations) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
-  auto table = copystate::CopyState::create(copystate::Protocol::kFill, m.chunk_size, regions, 0);
+  auto table = copystate::CopyState::create(CopyProtocol::kOnDemandFill, m.chunk_size, regions, 0);
   if (!table) return make_error("on-demand restore: " + table.error().message, table.error().code);
   // The table's regions are in address order; the manifest's allocations
   // need not be.

@@ -112,12 +112,12 @@ class Engine {
     uint64_t pool_bytes = 0;
     uint32_t device = 0;  // the process's ordinal of the pool's GPU
   };
-  // Soft recopy (protocol kRecopy, for a dump that stops the process): the
+  // Soft recopy (kSoftRecopy, for a dump that stops the process): the
   // same table without a pool, over memory on any number of GPUs; the
   // process's writes mark chunks dirty. run_first_pass copies the clean
   // chunks while the process runs; run_save, once its gate is closed again,
   // the rest and the dirty ones.
-  Result<CopyWindow*> open_window(SaveJob& job, copystate::Protocol protocol, uint64_t pool_bytes);
+  Result<CopyWindow*> open_window(SaveJob& job, CopyProtocol protocol, uint64_t pool_bytes);
   struct FirstPass {
     uint64_t bytes = 0;  // copied, clean when taken
     uint64_t ns = 0;
@@ -155,7 +155,7 @@ class Engine {
   // in the table once its checksum is checked.
   Result<std::vector<UniqueFd>> run_load(int dirfd, LoadJob& job);
   // On-demand restore of a prepared job: a fill table over its allocations
-  // at their original addresses (copy_state.h, protocol kFill), and one fd
+  // at their original addresses (copy_state.h, kOnDemandFill), and one fd
   // per allocation exported now (job.fds), for the process to map while
   // run_load fills the memory. `first`: allocation ids to fill first, in
   // that order (the recorded launches' order); the rest follow in address

@@ -107,7 +107,7 @@ json image_json(const phos::image::ProcessImage& img) {
             {"format_version", m.format_version},
             {"writer_version", m.writer_version},
             {"pid", m.pid},
-            {"protocol", std::string(phos::image::protocol_name(m.protocol))},
+            {"protocol", std::string(phos::copy_protocol_name(m.protocol))},
             {"copy_trust", std::string(phos::image::copy_trust_name(m.copy_trust))},
             {"chunk_size", m.chunk_size},
             {"created_unix_ns", m.created_unix_ns},
@@ -167,7 +167,7 @@ void print_image_text(const phos::image::ProcessImage& img) {
   const Manifest& m = img.manifest;
   const ImageSize size = size_of(m);
   std::printf("%s: process %d, %s, format v%u, written by phos %s\n", img.manifest_name.c_str(), m.pid,
-              std::string(phos::image::protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
+              std::string(phos::copy_protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
   std::printf("  complete: %s\n", img.complete ? "yes" : ("no (" + img.incomplete_reason + ")").c_str());
   std::printf("  devices: %zu, allocations: %zu (%s), data files: %zu, chunk size %s\n", m.devices.size(),
               m.allocations.size(), bytes_text(size.logical_bytes).c_str(), m.data_files.size(),
@@ -197,20 +197,20 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 s.workers, s.direct_io ? "O_DIRECT" : "buffered I/O", double(s.dma_wait_ns) / 1e6,
                 double(s.checksum_ns) / 1e6, double(s.compress_ns) / 1e6, double(s.write_ns) / 1e6);
   if (s.stall_ns) std::printf("  the process was stopped %.3f ms\n", double(s.stall_ns) / 1e6);
-  if (m.protocol == phos::image::Protocol::kSoftCopyOnWrite)
+  if (m.protocol == phos::CopyProtocol::kSoftCopyOnWrite)
     std::printf("  copy-on-write: trusted %s write sets; pool %s, %s saved into it, %" PRIu64 " calls checked, %" PRIu64
                 " waited (%" PRIu64 " with an unknown set) %.3f ms in all; the copy ended %.3f ms after the process "
                 "ran again\n",
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(), bytes_text(s.cow_pool_bytes).c_str(),
                 bytes_text(s.cow_saved_bytes).c_str(), s.cow_calls_checked, s.cow_calls_waited, s.cow_unknown_waits,
                 double(s.cow_wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
-  if (m.protocol == phos::image::Protocol::kSoftRecopy)
+  if (m.protocol == phos::CopyProtocol::kSoftRecopy)
     std::printf("  soft recopy: trusted %s write sets; %s copied in %.3f ms while the process ran, %s written "
                 "meanwhile copied again; the final pass took %.3f ms\n",
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(),
                 bytes_text(s.recopy_first_pass_bytes).c_str(), double(s.recopy_first_pass_ns) / 1e6,
                 bytes_text(s.recopied_bytes).c_str(), double(s.final_pass_ns) / 1e6);
-  if (m.protocol == phos::image::Protocol::kSoftRecopy)
+  if (m.protocol == phos::CopyProtocol::kSoftRecopy)
     std::printf("  of the first pass, %s written after its copy (copied again)\n",
                 bytes_text(s.recopy_wasted_bytes).c_str());
   if (s.program_transfers || s.traffic_pauses)

@@ -18,7 +18,7 @@
 //       at=ADDRESS then dirty=N of N waited=N aborted=0|1 transfers=N
 //       transfer_bytes=N queued=0|1 cold_first=ADDRESS"
 //   phos-agent-tool fill-window PID GO MS  the engine's side of an on-demand
-//       restore's fill window (protocol kFill, 64 KiB chunks): the file GO
+//       restore's fill window (kOnDemandFill, 64 KiB chunks): the file GO
 //       created, MS ms later the chunks a call waits for filled, MS ms later
 //       the rest, the window closed: "fill: checked=N waited=N unknown=N
 //       overwritten=N filled=ADDRESS transfers=N" (the first chunk filled;
@@ -159,7 +159,7 @@ int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
   if (!allocs) return fail_and_reopen(client, "list allocations", allocs.error());
   std::vector<phos::copystate::Region> regions;
   for (const auto& a : *allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
-  auto table = phos::copystate::CopyState::create(phos::copystate::Protocol::kFill, 64u << 10, regions, 0);
+  auto table = phos::copystate::CopyState::create(phos::CopyProtocol::kOnDemandFill, 64u << 10, regions, 0);
   if (!table) return fail_and_reopen(client, "fill table", table.error());
   int fd = table->fd();
   auto opened = client.open_copy_window({phos::agent::CopyTrust::kExact, 30000, 0, 0}, std::span(&fd, 1));
@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
     std::vector<phos::copystate::Region> regions;
     for (const auto& a : *allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
     auto table = phos::copystate::CopyState::create(
-        recopy ? phos::copystate::Protocol::kRecopy : phos::copystate::Protocol::kCopyOnWrite, 64u << 10, regions, 0);
+        recopy ? phos::CopyProtocol::kSoftRecopy : phos::CopyProtocol::kSoftCopyOnWrite, 64u << 10, regions, 0);
     if (!table) return fail_and_reopen(*client, "copy table", table.error());
     int fd = table->fd();
     auto opened = client->open_copy_window({phos::agent::CopyTrust::kSpeculated, 30000, 0, 0}, std::span(&fd, 1));

@@ -78,7 +78,7 @@ inline image::Manifest full_manifest() {
   image::Manifest m;
   m.writer_version = "test";
   m.pid = 42;
-  m.protocol = image::Protocol::kSoftRecopy;
+  m.protocol = CopyProtocol::kSoftRecopy;
   m.chunk_size = 1 << 20;
   m.created_unix_ns = 1234567890123ull;
   GpuDevice d;

@@ -212,7 +212,7 @@ TEST_CASE("manifest validation: invalid pid and protocol", "[manifest][validate]
   m.pid = 0;
   CHECK_THAT(validate_error(m), Catch::Contains("invalid pid 0"));
   m = full_manifest();
-  m.protocol = static_cast<Protocol>(17);
+  m.protocol = static_cast<phos::CopyProtocol>(17);
   CHECK_THAT(validate_error(m), Catch::Contains("unknown protocol 17"));
 }
 
@@ -250,7 +250,7 @@ using phos::agent::CopyTrust;
 
 Manifest cow_manifest() {
   Manifest m = full_manifest();
-  m.protocol = Protocol::kSoftCopyOnWrite;
+  m.protocol = phos::CopyProtocol::kSoftCopyOnWrite;
   m.copy_trust = CopyTrust::kValidated;
   Statistics& s = m.statistics;
   s.stall_ns = 11;
@@ -271,7 +271,7 @@ TEST_CASE("manifest: a copy-on-write manifest round trips with its trust and eve
   Manifest m = cow_manifest();
   auto back = decode_manifest(encode_manifest(m), "m.img");
   REQUIRE(back.ok());
-  CHECK(back->protocol == Protocol::kSoftCopyOnWrite);
+  CHECK(back->protocol == phos::CopyProtocol::kSoftCopyOnWrite);
   CHECK(back->copy_trust == CopyTrust::kValidated);
   const Statistics& s = back->statistics;
   CHECK(s.stall_ns == 11);
@@ -287,7 +287,7 @@ TEST_CASE("manifest: a copy-on-write manifest round trips with its trust and eve
 
 TEST_CASE("manifest: a soft-recopy manifest round trips with its passes' figures", "[manifest][recopy]") {
   Manifest m = full_manifest();
-  m.protocol = Protocol::kSoftRecopy;
+  m.protocol = phos::CopyProtocol::kSoftRecopy;
   m.copy_trust = CopyTrust::kSpeculated;
   m.statistics.recopy_first_pass_bytes = 64ull << 30;
   m.statistics.recopy_first_pass_ns = 21;
@@ -295,7 +295,7 @@ TEST_CASE("manifest: a soft-recopy manifest round trips with its passes' figures
   m.statistics.final_pass_ns = 23;
   auto back = decode_manifest(encode_manifest(m), "m.img");
   REQUIRE(back.ok());
-  CHECK(back->protocol == Protocol::kSoftRecopy);
+  CHECK(back->protocol == phos::CopyProtocol::kSoftRecopy);
   CHECK(back->copy_trust == CopyTrust::kSpeculated);
   CHECK(back->statistics.recopy_first_pass_bytes == 64ull << 30);
   CHECK(back->statistics.recopied_bytes == 3ull << 20);
@@ -643,13 +643,14 @@ std::vector<std::byte> manifest_file(const phos::test::PbWriter& payload) {
   return file;
 }
 
-// A version 1 manifest of pid 42 with `device` and nothing else.
-phos::test::PbWriter manifest_with_device(const phos::test::PbWriter& device) {
+// A version 1 manifest of pid 42 with `device` and nothing else, copied
+// with manifest.proto's Protocol `protocol`.
+phos::test::PbWriter manifest_with_device(const phos::test::PbWriter& device, uint32_t protocol = 1) {
   return phos::test::PbWriter()
       .varint(1, 1)
       .text(2, "test")
       .varint(3, 42)
-      .varint(4, 1)
+      .varint(4, protocol)
       .varint(5, 1 << 20)
       .varint(6, 1)
       .message(7, device);
@@ -684,4 +685,27 @@ TEST_CASE("manifest: a device without its name or memory size is refused, as whe
 TEST_CASE("manifest: a device whose UUID is not 16 bytes is refused", "[manifest][gpu][corrupt]") {
   CHECK_THAT(decode_error(manifest_file(manifest_with_device(device_with_uuid(3).text(3, "x").varint(4, 7)))),
              Catch::Equals("m.img: manifest: device 0 has a UUID of 3 bytes, not 16"));
+}
+
+// --- CopyProtocol: one numbering for the manifest, the copy table and the dump ---
+
+TEST_CASE("manifest: a dump's protocols have manifest.proto's numbers", "[manifest][protocol]") {
+  const std::pair<uint32_t, phos::CopyProtocol> wire[] = {{1, phos::CopyProtocol::kStopTheWorld},
+                                                          {2, phos::CopyProtocol::kSoftRecopy},
+                                                          {3, phos::CopyProtocol::kSoftCopyOnWrite}};
+  for (auto [number, protocol] : wire) {
+    auto device = device_with_uuid(16).text(3, "NVIDIA H200").varint(4, 7);
+    auto m = decode_manifest(manifest_file(manifest_with_device(device, number)), "m.img");
+    REQUIRE(m.ok());
+    CHECK(m->protocol == protocol);
+    CHECK(phos::is_dump_protocol(protocol));
+  }
+  CHECK(phos::copy_protocol_name(phos::CopyProtocol::kSoftCopyOnWrite) == "soft-copy-on-write");
+}
+
+TEST_CASE("manifest validation: an on-demand fill is no dump's protocol", "[manifest][validate][protocol]") {
+  Manifest m = full_manifest();
+  m.protocol = phos::CopyProtocol::kOnDemandFill;
+  CHECK_FALSE(phos::is_dump_protocol(m.protocol));
+  CHECK_THAT(validate_error(m), Catch::Contains("m.img: manifest: protocol 4 (on-demand-fill) is no dump's"));
 }

@@ -13,17 +13,16 @@
 #include <vector>
 
 #include "phos/images/agent_messages.h"
+#include "phos/images/copy_protocol.h"
 #include "phos/images/format.h"
 #include "phos/images/gpu_device.h"
 #include "phos/support/result.h"
 
 namespace phos::image {
 
-enum class Protocol : uint32_t { kStopTheWorld = 1, kSoftRecopy = 2, kSoftCopyOnWrite = 3 };
 // kZero: every byte of the chunk is 0 and nothing is stored (a sparse image).
 enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2 };
 
-std::string_view protocol_name(Protocol p);
 // exact, speculated, validated; "none" for 0 (no copy window).
 std::string_view copy_trust_name(agent::CopyTrust t);
 std::string_view compression_name(Compression c);
@@ -129,7 +128,7 @@ struct Manifest {
   uint32_t format_version = kManifestFormatVersion;
   std::string writer_version;
   int32_t pid = 0;
-  Protocol protocol = Protocol::kStopTheWorld;
+  CopyProtocol protocol = CopyProtocol::kStopTheWorld;  // a dump's (is_dump_protocol)
   // Copy-on-write: which write sets the window trusted (0: no window).
   agent::CopyTrust copy_trust = agent::CopyTrust(0);
   uint32_t chunk_size = kDefaultChunkSize;
