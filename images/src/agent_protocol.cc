@@ -356,11 +356,11 @@ std::vector<std::byte> encode(const NcclStopReply& r) {
 
 std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
   Phos__Agent__CloseCopyWindowReply m = PHOS__AGENT__CLOSE_COPY_WINDOW_REPLY__INIT;
-  m.calls_checked = r.calls_checked;
+  m.calls_checked = r.counters.calls_checked;
   m.chunks_saved = r.chunks_saved;
-  m.calls_waited = r.calls_waited;
-  m.unknown_waits = r.unknown_waits;
-  m.wait_ns = r.wait_ns;
+  m.calls_waited = r.counters.calls_waited;
+  m.unknown_waits = r.counters.unknown_waits;
+  m.wait_ns = r.counters.wait_ns;
   m.violations = r.violations;
   m.violation = pb::c_text_or_null(r.violation);
   m.aborted = r.aborted;
@@ -505,11 +505,11 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
       return Reply(OpenCopyWindowReply{.validating = r.open_copy_window->validating != 0});
     case PHOS__AGENT__REPLY__KIND_CLOSE_COPY_WINDOW: {
       const auto& c = *r.close_copy_window;
-      return Reply(CloseCopyWindowReply{.calls_checked = c.calls_checked,
+      return Reply(CloseCopyWindowReply{.counters = {.calls_checked = c.calls_checked,
+                                                     .calls_waited = c.calls_waited,
+                                                     .unknown_waits = c.unknown_waits,
+                                                     .wait_ns = c.wait_ns},
                                         .chunks_saved = c.chunks_saved,
-                                        .calls_waited = c.calls_waited,
-                                        .unknown_waits = c.unknown_waits,
-                                        .wait_ns = c.wait_ns,
                                         .violations = c.violations,
                                         .violation = text(c.violation),
                                         .aborted = c.aborted != 0,

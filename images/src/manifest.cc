@@ -79,10 +79,10 @@ void encode_statistics(const Statistics& s, Phos__Image__Statistics& o) {
   nonzero(o.has_stall_ns, o.stall_ns, s.stall_ns);
   nonzero(o.has_cow_pool_bytes, o.cow_pool_bytes, s.cow_pool_bytes);
   nonzero(o.has_cow_saved_bytes, o.cow_saved_bytes, s.cow_saved_bytes);
-  nonzero(o.has_cow_calls_checked, o.cow_calls_checked, s.cow_calls_checked);
-  nonzero(o.has_cow_calls_waited, o.cow_calls_waited, s.cow_calls_waited);
-  nonzero(o.has_cow_unknown_waits, o.cow_unknown_waits, s.cow_unknown_waits);
-  nonzero(o.has_cow_wait_ns, o.cow_wait_ns, s.cow_wait_ns);
+  nonzero(o.has_cow_calls_checked, o.cow_calls_checked, s.copy_window.calls_checked);
+  nonzero(o.has_cow_calls_waited, o.cow_calls_waited, s.copy_window.calls_waited);
+  nonzero(o.has_cow_unknown_waits, o.cow_unknown_waits, s.copy_window.unknown_waits);
+  nonzero(o.has_cow_wait_ns, o.cow_wait_ns, s.copy_window.wait_ns);
   nonzero(o.has_cow_window_ns, o.cow_window_ns, s.cow_window_ns);
   nonzero(o.has_recopy_first_pass_bytes, o.recopy_first_pass_bytes, s.recopy_first_pass_bytes);
   nonzero(o.has_recopy_first_pass_ns, o.recopy_first_pass_ns, s.recopy_first_pass_ns);
@@ -114,10 +114,10 @@ Statistics decode_statistics(const Phos__Image__Statistics& s) {
                     .stall_ns = s.stall_ns,
                     .cow_pool_bytes = s.cow_pool_bytes,
                     .cow_saved_bytes = s.cow_saved_bytes,
-                    .cow_calls_checked = s.cow_calls_checked,
-                    .cow_calls_waited = s.cow_calls_waited,
-                    .cow_unknown_waits = s.cow_unknown_waits,
-                    .cow_wait_ns = s.cow_wait_ns,
+                    .copy_window = {.calls_checked = s.cow_calls_checked,
+                                    .calls_waited = s.cow_calls_waited,
+                                    .unknown_waits = s.cow_unknown_waits,
+                                    .wait_ns = s.cow_wait_ns},
                     .cow_window_ns = s.cow_window_ns,
                     .recopy_first_pass_bytes = s.recopy_first_pass_bytes,
                     .recopy_first_pass_ns = s.recopy_first_pass_ns,

@@ -324,7 +324,7 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
     return {};
   }
   image::Statistics& s = t.manifest.statistics;
-  s.cow_calls_checked = closed->calls_checked;
+  s.copy_window.calls_checked = closed->counters.calls_checked;
   // A write outside a validated set may have gone anywhere: all of it again
   // (the image is then what a stopped dump would have written).
   const char* why = closed->violations ? "a validated launch wrote outside its set"
@@ -341,7 +341,7 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
   s.recopy_wasted_bytes = wasted * t.manifest.chunk_size;
   PHOS_INFO("process %d: recopy window closed: %llu calls checked, %llu of %llu chunks dirty, %llu of the first "
             "pass's %llu written after their copy",
-            pid, (unsigned long long)closed->calls_checked, (unsigned long long)table.dirty_count(),
+            pid, (unsigned long long)closed->counters.calls_checked, (unsigned long long)table.dirty_count(),
             (unsigned long long)table.chunk_count(), (unsigned long long)wasted,
             (unsigned long long)t.save->first_pass_chunks);
   return {};
@@ -438,15 +438,13 @@ Result<void> Checkpointer::close_window(pid_t pid, Target& t) {
   if (!closed) return make_error("close its copy-on-write window: " + closed.error().message, closed.error().code);
   image::Statistics& s = t.manifest.statistics;
   s.cow_saved_bytes = reply.chunks_saved * t.manifest.chunk_size;
-  s.cow_calls_checked = reply.calls_checked;
-  s.cow_calls_waited = reply.calls_waited;
-  s.cow_unknown_waits = reply.unknown_waits;
-  s.cow_wait_ns = reply.wait_ns;
+  s.copy_window = reply.counters;
   PHOS_INFO("process %d: copy-on-write window closed: %llu calls checked, %llu chunks (%.1f MiB) saved into the pool, "
             "%llu calls waited (%llu with an unknown write set) %.1f ms in all, %llu writes outside a validated set",
-            pid, (unsigned long long)reply.calls_checked, (unsigned long long)reply.chunks_saved,
-            double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)reply.calls_waited,
-            (unsigned long long)reply.unknown_waits, double(reply.wait_ns) / 1e6, (unsigned long long)reply.violations);
+            pid, (unsigned long long)s.copy_window.calls_checked, (unsigned long long)reply.chunks_saved,
+            double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)s.copy_window.calls_waited,
+            (unsigned long long)s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6,
+            (unsigned long long)reply.violations);
   if (reply.aborted)
     return make_error("the process gave up its copy-on-write window: " + reply.abort_reason, ECANCELED);
   if (reply.violations)

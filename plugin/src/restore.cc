@@ -306,8 +306,9 @@ void Restorer::end_fill_window(Loaded& l) {
   } else {
     PHOS_INFO("process %d: on-demand restore: %llu calls checked, %llu waited (%llu for the whole fill), %.1f ms "
               "waited in all",
-              pid, (unsigned long long)account.calls_checked, (unsigned long long)account.calls_waited,
-              (unsigned long long)account.unknown_waits, double(account.wait_ns) / 1e6);
+              pid, (unsigned long long)account.counters.calls_checked,
+              (unsigned long long)account.counters.calls_waited, (unsigned long long)account.counters.unknown_waits,
+              double(account.counters.wait_ns) / 1e6);
   }
   if (keeper_) (void)keeper_->restoring(pid, true);
 }

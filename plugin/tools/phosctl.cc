@@ -152,8 +152,9 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"compress_ns", s.compress_ns}, {"workers", s.workers}, {"direct_io", s.direct_io},
                      {"copy_gb_per_s", gb_per_s(s.raw_bytes, s.copy_ns)}, {"stall_ns", s.stall_ns},
                      {"cow_pool_bytes", s.cow_pool_bytes}, {"cow_saved_bytes", s.cow_saved_bytes},
-                     {"cow_calls_checked", s.cow_calls_checked}, {"cow_calls_waited", s.cow_calls_waited},
-                     {"cow_unknown_waits", s.cow_unknown_waits}, {"cow_wait_ns", s.cow_wait_ns},
+                     {"cow_calls_checked", s.copy_window.calls_checked},
+                     {"cow_calls_waited", s.copy_window.calls_waited},
+                     {"cow_unknown_waits", s.copy_window.unknown_waits}, {"cow_wait_ns", s.copy_window.wait_ns},
                      {"cow_window_ns", s.cow_window_ns}, {"recopy_first_pass_bytes", s.recopy_first_pass_bytes},
                      {"recopy_first_pass_ns", s.recopy_first_pass_ns}, {"recopied_bytes", s.recopied_bytes},
                      {"final_pass_ns", s.final_pass_ns}, {"program_transfers", s.program_transfers},
@@ -202,8 +203,8 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 " waited (%" PRIu64 " with an unknown set) %.3f ms in all; the copy ended %.3f ms after the process "
                 "ran again\n",
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(), bytes_text(s.cow_pool_bytes).c_str(),
-                bytes_text(s.cow_saved_bytes).c_str(), s.cow_calls_checked, s.cow_calls_waited, s.cow_unknown_waits,
-                double(s.cow_wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
+                bytes_text(s.cow_saved_bytes).c_str(), s.copy_window.calls_checked, s.copy_window.calls_waited,
+                s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
   if (m.protocol == phos::CopyProtocol::kSoftRecopy)
     std::printf("  soft recopy: trusted %s write sets; %s copied in %.3f ms while the process ran, %s written "
                 "meanwhile copied again; the final pass took %.3f ms\n",

@@ -86,15 +86,13 @@ static void write_agent_seeds(const std::string& dir) {
                  .allocations = {{.id = 1, .device = 0, .address = 0x7f0000000000ull, .size = 2u << 20, .flags = 0}},
                  .total_count = 1}));
   write_seed(dir, "close-window", 0,
-             agent::encode_reply(agent::CloseCopyWindowReply{.calls_checked = 3,
-                                                             .chunks_saved = 1,
-                                                             .calls_waited = 1,
-                                                             .unknown_waits = 0,
-                                                             .wait_ns = 10,
-                                                             .violations = 1,
-                                                             .violation = "kernel k",
-                                                             .aborted = false,
-                                                             .abort_reason = ""}));
+             agent::encode_reply(agent::CloseCopyWindowReply{
+                 .counters = {.calls_checked = 3, .calls_waited = 1, .unknown_waits = 0, .wait_ns = 10},
+                 .chunks_saved = 1,
+                 .violations = 1,
+                 .violation = "kernel k",
+                 .aborted = false,
+                 .abort_reason = ""}));
   write_seed(dir, "error", 0, agent::encode_reply(phos::make_error("refused", 1)));
   write_seed(dir, "hello", 0,
              agent::encode_reply(agent::HelloReply{

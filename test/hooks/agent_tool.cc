@@ -146,8 +146,9 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
   std::printf("recopy: dirty=%" PRIu64 " at=0x%" PRIx64 " then dirty=%" PRIu64 " of %" PRIu64 " waited=%" PRIu64
               " aborted=%d transfers=%" PRIu64 " transfer_bytes=%" PRIu64 " queued=%d"
               " cold_first=0x%" PRIx64 "\n",
-              after_write, at, after_unknown, table.chunk_count(), closed->calls_waited, closed->aborted ? 1 : 0,
-              s.transfers, s.transfer_bytes, table.traffic().busy_until_ns ? 1 : 0, cold_first);
+              after_write, at, after_unknown, table.chunk_count(), closed->counters.calls_waited,
+              closed->aborted ? 1 : 0, s.transfers, s.transfer_bytes, table.traffic().busy_until_ns ? 1 : 0,
+              cold_first);
   return 0;
 }
 
@@ -185,8 +186,9 @@ int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
   (void)again->goodbye();
   std::printf("fill: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " overwritten=%" PRIu64
               " filled=0x%" PRIx64 " transfers=%" PRIu64 "\n",
-              closed->calls_checked, closed->calls_waited, closed->unknown_waits, table->statistics().overwritten,
-              first ? table->regions()[first->region].address + first->offset : 0, table->statistics().transfers);
+              closed->counters.calls_checked, closed->counters.calls_waited, closed->counters.unknown_waits,
+              table->statistics().overwritten, first ? table->regions()[first->region].address + first->offset : 0,
+              table->statistics().transfers);
   return 0;
 }
 
@@ -256,8 +258,8 @@ int main(int argc, char** argv) {
     (void)again->goodbye();
     std::printf("window: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " saved=%" PRIu64
                 " aborted=%d first=%" PRIu64 " written=0x%" PRIx64 " transfers=%" PRIu64 "\n",
-                closed->calls_checked, closed->calls_waited, closed->unknown_waits, closed->chunks_saved,
-                closed->aborted ? 1 : 0, first ? first->chunk : UINT64_MAX,
+                closed->counters.calls_checked, closed->counters.calls_waited, closed->counters.unknown_waits,
+                closed->chunks_saved, closed->aborted ? 1 : 0, first ? first->chunk : UINT64_MAX,
                 first ? table->regions()[first->region].address + first->offset : 0, table->statistics().transfers);
     return 0;
   }

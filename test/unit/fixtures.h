@@ -95,7 +95,17 @@ inline image::Manifest full_manifest() {
   a.chunks.push_back({1 << 20, 0, 4096 + (1 << 20), 1 << 20, 1000, 0x2222, image::Compression::kZstd});
   a.chunks.push_back({2 << 20, 0, 4096 + (1 << 20) + 1000, 100, 100, 0x3333, image::Compression::kNone});
   m.allocations.push_back(a);
-  m.statistics = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, true};
+  m.statistics = {.quiesce_ns = 1,
+                  .copy_ns = 2,
+                  .write_ns = 3,
+                  .raw_bytes = 4,
+                  .stored_bytes = 5,
+                  .total_ns = 6,
+                  .dma_wait_ns = 7,
+                  .checksum_ns = 8,
+                  .compress_ns = 9,
+                  .workers = 10,
+                  .direct_io = true};
   m.launch_log.push_back({1, "gemm_kernel", {7}, {7}});
   m.unsupported_calls = {"cuIpcOpenMemHandle"};
   return m;

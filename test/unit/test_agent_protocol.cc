@@ -198,8 +198,13 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
       agent::NcclStopReply{false},
       agent::OpenCopyWindowReply{true},
       agent::CloseCopyWindowReply{},
-      agent::CloseCopyWindowReply{12, 3, 4, 1, 5000000, 2, "kernel k wrote outside its speculated set", true,
-                                  "chunk 7 was not copied in time"},
+      agent::CloseCopyWindowReply{
+          .counters = {.calls_checked = 12, .calls_waited = 4, .unknown_waits = 1, .wait_ns = 5000000},
+          .chunks_saved = 3,
+          .violations = 2,
+          .violation = "kernel k wrote outside its speculated set",
+          .aborted = true,
+          .abort_reason = "chunk 7 was not copied in time"},
   };
   for (const auto& r : replies) {
     INFO(agent::kind_name(r));
@@ -580,7 +585,13 @@ TEST_CASE("agent protocol: a close copy window reply without its optional texts 
   auto r = agent::decode_reply(PbWriter().message(11, c).payload());
   REQUIRE(r.ok());
   const auto& got = std::get<agent::CloseCopyWindowReply>(*r);
-  CHECK(got == agent::CloseCopyWindowReply{1, 2, 3, 4, 5, 0, "", false, ""});
+  CHECK(got == agent::CloseCopyWindowReply{
+                   .counters = {.calls_checked = 1, .calls_waited = 3, .unknown_waits = 4, .wait_ns = 5},
+                   .chunks_saved = 2,
+                   .violations = 0,
+                   .violation = "",
+                   .aborted = false,
+                   .abort_reason = ""});
 }
 
 TEST_CASE("agent protocol: the copy window kinds are named as agent.proto names them", "[agent_protocol]") {

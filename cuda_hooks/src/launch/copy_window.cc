@@ -138,11 +138,9 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
     fill_failed(make_error("the restore closed its window before the device memory was whole", EIO));
   open_.store(false);
   while (users_.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  out.calls_checked = checked_;
+  out.counters = {
+      .calls_checked = checked_, .calls_waited = waited_, .unknown_waits = unknown_waits_, .wait_ns = wait_ns_};
   out.chunks_saved = table_->statistics().saved;
-  out.calls_waited = waited_;
-  out.unknown_waits = unknown_waits_;
-  out.wait_ns = wait_ns_;
   out.aborted = table_->protocol() == CopyProtocol::kSoftCopyOnWrite && table_->window() == copystate::Window::kAborted;
   out.abort_reason = abort_reason_;
   // Given up without a reason of the hooks: by the engine (its error is in

@@ -233,13 +233,20 @@ struct OpenCopyWindowReply {
 struct CloseCopyWindowRequest {
   bool operator==(const CloseCopyWindowRequest&) const = default;
 };
+// What a copy window cost the program, as the hooks count it: the close
+// reply carries it and a dump's manifest records it as it is
+// (image::Statistics::copy_window), so a counter is added here alone.
+struct CopyWindowCounters {
+  uint64_t calls_checked = 0;  // calls that consulted the table
+  uint64_t calls_waited = 0;   // calls that waited for the engine
+  uint64_t unknown_waits = 0;  // of those, calls with an unknown write set
+  uint64_t wait_ns = 0;        // what those calls waited, summed
+  bool operator==(const CopyWindowCounters&) const = default;
+};
 // What the window cost the program, and whether its image can be trusted.
 struct CloseCopyWindowReply {
-  uint64_t calls_checked = 0;
-  uint64_t chunks_saved = 0;
-  uint64_t calls_waited = 0;
-  uint64_t unknown_waits = 0;
-  uint64_t wait_ns = 0;
+  CopyWindowCounters counters{};
+  uint64_t chunks_saved = 0;  // copy-on-write: saved into the pool before a write (an image records bytes)
   uint64_t violations = 0;
   std::string violation;  // the first: kernel and address
   bool aborted = false;

@@ -71,10 +71,9 @@ struct Statistics {
   uint64_t stall_ns = 0;
   uint64_t cow_pool_bytes = 0;
   uint64_t cow_saved_bytes = 0;
-  uint64_t cow_calls_checked = 0;
-  uint64_t cow_calls_waited = 0;
-  uint64_t cow_unknown_waits = 0;
-  uint64_t cow_wait_ns = 0;
+  // The window's counters (manifest.proto's cow_calls_checked .. cow_wait_ns);
+  // soft recopy's window records its calls_checked.
+  agent::CopyWindowCounters copy_window{};
   uint64_t cow_window_ns = 0;  // from the gate reopening to the last chunk copied
   // Soft recopy, a dump that stops the process: the first pass, while the
   // process ran; the chunks it wrote meanwhile, copied again once the gate
