@@ -163,10 +163,8 @@ Result<bool> CudaBackend::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_
   return runtime().nccl.arm_stop(job_id, *at_call);
 }
 
-Result<AgentBackend::NcclReleased> CudaBackend::nccl_release(std::chrono::milliseconds timeout) {
-  auto released = phos::hooks::nccl_release(timeout);
-  if (!released) return released.error();
-  return NcclReleased{released->communicators, released->ns};
+Result<NcclReleased> CudaBackend::nccl_release(std::chrono::milliseconds timeout) {
+  return phos::hooks::nccl_release(timeout);
 }
 
 Result<uint32_t> CudaBackend::nccl_rebuild(std::optional<uint64_t> nonce) { return phos::hooks::nccl_rebuild(nonce); }
