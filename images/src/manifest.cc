@@ -24,7 +24,7 @@ std::string_view copy_trust_name(agent::CopyTrust t) {
   return uint32_t(t) == 0 ? "none" : "unknown";
 }
 
-std::string_view compression_name(Compression c) {
+std::string_view chunk_compression_name(Compression c) {
   switch (c) {
     case Compression::kNone: return "none";
     case Compression::kZstd: return "zstd";
@@ -389,7 +389,7 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
         return fail(cw + " starts at " + std::to_string(c.alloc_offset) + ", expected " + std::to_string(covered));
       if (c.raw_size == 0 || c.raw_size > m.chunk_size)
         return fail(cw + " has " + std::to_string(c.raw_size) + " bytes, chunk size is " + std::to_string(m.chunk_size));
-      if (compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
+      if (chunk_compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
       std::string problem =
           c.compression == Compression::kZero ? zero_chunk_problem(m, c) : stored_chunk_problem(m, c);
       if (!problem.empty()) return fail(cw + " " + problem);

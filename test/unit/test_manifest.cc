@@ -455,7 +455,7 @@ TEST_CASE("manifest: a zero chunk round trips with its CRC and the zero statisti
   CHECK(back->statistics.zero_chunks == 1);
   CHECK(back->statistics.zero_bytes == 1 << 20);
   CHECK(back.value() == m);
-  CHECK(compression_name(Compression::kZero) == "zero");
+  CHECK(chunk_compression_name(Compression::kZero) == "zero");
 }
 
 TEST_CASE("manifest: an image of format version 1, from before zero chunks, still reads", "[manifest][sparse]") {

@@ -25,7 +25,9 @@ enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2 };
 
 // exact, speculated, validated; "none" for 0 (no copy window).
 std::string_view copy_trust_name(agent::CopyTrust t);
-std::string_view compression_name(Compression c);
+// How an image stores a chunk: none, zstd, zero ("unknown" for another
+// value). Not the fatbin's compression (spec::fatbin_compression_name).
+std::string_view chunk_compression_name(Compression c);
 
 // A piece of an allocation and where its bytes are. A zero chunk (kZero)
 // stores none: its stored_size, file_index and file_offset are 0.
