@@ -1,9 +1,12 @@
 #include "agent_pb.h"
 
-namespace phos::agent::pb {
+#include <cstring>
+#include <string>
 
-void to_pb(const Allocation& a, Phos__Agent__Allocation& m) {
-  phos__agent__allocation__init(&m);
+namespace phos::pb {
+
+void to_pb(const agent::Allocation& a, Phos__Gpu__Allocation& m) {
+  phos__gpu__allocation__init(&m);
   m.id = a.id;
   m.device = a.device;
   m.address = a.address;
@@ -11,11 +14,44 @@ void to_pb(const Allocation& a, Phos__Agent__Allocation& m) {
   m.flags = a.flags;
 }
 
-Allocation from_pb(const Phos__Agent__Allocation& m) { return Allocation{m.id, m.device, m.address, m.size, m.flags}; }
-
-std::string no_kind(const ProtobufCMessage& m) {
-  if (m.n_unknown_fields == 0) return "no kind";
-  return "unknown kind (field " + std::to_string(m.unknown_fields[0].tag) + ")";
+agent::Allocation from_pb(const Phos__Gpu__Allocation& m) {
+  return agent::Allocation{.id = m.id, .device = m.device, .address = m.address, .size = m.size, .flags = m.flags};
 }
 
-}  // namespace phos::agent::pb
+Repeated<Phos__Gpu__Allocation> allocations_to_pb(const std::vector<agent::Allocation>& allocations) {
+  return Repeated<Phos__Gpu__Allocation>(phos__gpu__allocation__init, allocations,
+                                         [](const agent::Allocation& a, Phos__Gpu__Allocation& m) { to_pb(a, m); });
+}
+
+std::vector<agent::Allocation> allocations_from_pb(Phos__Gpu__Allocation* const* items, size_t n) {
+  return decode_each(items, n, [](const Phos__Gpu__Allocation& m) { return from_pb(m); });
+}
+
+void to_pb(const GpuDevice& d, Phos__Gpu__Device& m) {
+  phos__gpu__device__init(&m);
+  m.ordinal = d.ordinal;
+  m.uuid = {d.uuid.size(), const_cast<uint8_t*>(d.uuid.data())};
+  // Always, as manifest.proto's Device (which required the first two) had
+  // them: an image stays what a phos of before reads.
+  m.name = c_text(d.name);
+  set_present(m.has_total_memory, m.total_memory, d.total_memory);
+  set_present(m.has_compute_major, m.compute_major, d.compute_major);
+  set_present(m.has_compute_minor, m.compute_minor, d.compute_minor);
+}
+
+Result<GpuDevice> from_pb(const Phos__Gpu__Device& m) {
+  GpuDevice out{.ordinal = m.ordinal,
+                .uuid = {},
+                .name = text(m.name),
+                .total_memory = value_or_zero(m.has_total_memory, m.total_memory),
+                .compute_major = value_or_zero(m.has_compute_major, m.compute_major),
+                .compute_minor = value_or_zero(m.has_compute_minor, m.compute_minor)};
+  if (m.uuid.len != out.uuid.size())
+    return make_error("device " + std::to_string(m.ordinal) + " has a UUID of " + std::to_string(m.uuid.len) +
+                          " bytes, not " + std::to_string(out.uuid.size()),
+                      EPROTO);
+  std::memcpy(out.uuid.data(), m.uuid.data, out.uuid.size());
+  return out;
+}
+
+}  // namespace phos::pb

@@ -55,6 +55,29 @@ struct Header {
   std::atomic<uint64_t> transfers, transfer_bytes;
 };
 
+// The header's `protocol`: the numbers the table has always held, whatever
+// CopyProtocol's (an agent of an earlier build reads the table the same).
+constexpr uint32_t kTableCopyOnWrite = 1, kTableRecopy = 2, kTableFill = 3;
+
+uint32_t table_protocol(CopyProtocol p) {
+  switch (p) {
+    case CopyProtocol::kSoftCopyOnWrite: return kTableCopyOnWrite;
+    case CopyProtocol::kSoftRecopy: return kTableRecopy;
+    case CopyProtocol::kOnDemandFill: return kTableFill;
+    case CopyProtocol::kStopTheWorld: break;
+  }
+  return 0;
+}
+
+std::optional<CopyProtocol> protocol_of_table(uint32_t v) {
+  switch (v) {
+    case kTableCopyOnWrite: return CopyProtocol::kSoftCopyOnWrite;
+    case kTableRecopy: return CopyProtocol::kSoftRecopy;
+    case kTableFill: return CopyProtocol::kOnDemandFill;
+  }
+  return std::nullopt;
+}
+
 struct RegionRecord {
   uint64_t id, address, size, first_chunk;
 };
@@ -90,7 +113,7 @@ struct CopyState::Layout {
   // from (the other side may scribble on the shared records).
   std::vector<Region> regions;
   std::vector<uint64_t> first_chunks;
-  Protocol protocol;
+  CopyProtocol protocol;
   uint64_t chunk_size, chunk_count;
   uint32_t pool_slots;
   // The hooks' side: regions the program freed while the window was open.
@@ -148,8 +171,8 @@ std::unique_ptr<CopyState::Layout> make_layout(void* map, const Offsets& o) {
       reinterpret_cast<Header*>(base), reinterpret_cast<RegionRecord*>(base + o.regions),
       reinterpret_cast<std::atomic<uint32_t>*>(base + o.chunks), reinterpret_cast<std::atomic<uint64_t>*>(base + o.dirty),
       reinterpret_cast<std::atomic<uint64_t>*>(base + o.pool), reinterpret_cast<std::atomic<uint32_t>*>(base + o.urgent),
-      reinterpret_cast<std::atomic<uint64_t>*>(base + o.written), {}, {}, Protocol(0), 0, 0, 0, {}});
-  l->protocol = Protocol(l->header->protocol);
+      reinterpret_cast<std::atomic<uint64_t>*>(base + o.written), {}, {}, CopyProtocol(0), 0, 0, 0, {}});
+  l->protocol = protocol_of_table(l->header->protocol).value_or(CopyProtocol(0));  // checked by attach
   l->chunk_size = l->header->chunk_size;
   l->chunk_count = l->header->chunk_count;
   l->pool_slots = l->header->pool_slots;
@@ -163,8 +186,10 @@ std::unique_ptr<CopyState::Layout> make_layout(void* map, const Offsets& o) {
 
 }  // namespace
 
-Result<CopyState> CopyState::create(Protocol protocol, uint64_t chunk_size, std::span<const Region> regions,
+Result<CopyState> CopyState::create(CopyProtocol protocol, uint64_t chunk_size, std::span<const Region> regions,
                                     uint32_t pool_slots) {
+  if (table_protocol(protocol) == 0)
+    return make_error("copy state: " + std::string(copy_protocol_name(protocol)) + " has no copy table");
   if (chunk_size == 0 || chunk_size % 4096) return make_error("copy state: chunk size " + std::to_string(chunk_size) + " is not a multiple of 4096");
   if (regions.size() > kMaxRegions) return make_error("copy state: " + std::to_string(regions.size()) + " regions, at most " + std::to_string(kMaxRegions));
   if (pool_slots > kMaxPoolSlots) return make_error("copy state: " + std::to_string(pool_slots) + " pool slots, too many");
@@ -196,7 +221,7 @@ Result<CopyState> CopyState::create(Protocol protocol, uint64_t chunk_size, std:
   auto* h = new (map) Header{};
   h->magic = kMagic;
   h->version = kVersion;
-  h->protocol = uint32_t(protocol);
+  h->protocol = table_protocol(protocol);
   h->chunk_size = chunk_size;
   h->chunk_count = chunk_count;
   h->region_count = uint32_t(sorted.size());
@@ -237,11 +262,8 @@ Result<CopyState> CopyState::attach(int fd_in) {
   const Header& h = *static_cast<const Header*>(map);
   if (h.magic != kMagic) return fail("bad magic");
   if (h.version != kVersion) return fail("version " + std::to_string(h.version) + ", this phos reads " + std::to_string(kVersion));
-  if (h.protocol != uint32_t(Protocol::kCopyOnWrite) && h.protocol != uint32_t(Protocol::kRecopy) &&
-      h.protocol != uint32_t(Protocol::kFill))
-    return fail("unknown protocol " + std::to_string(h.protocol));
-  if (h.protocol != uint32_t(Protocol::kCopyOnWrite) && h.pool_slots != 0)
-    return fail("a pool for a protocol without one");
+  if (!protocol_of_table(h.protocol)) return fail("unknown protocol " + std::to_string(h.protocol));
+  if (h.protocol != kTableCopyOnWrite && h.pool_slots != 0) return fail("a pool for a protocol without one");
   if (h.chunk_size == 0 || h.chunk_size % 4096 || h.chunk_count > kMaxChunks || h.region_count > kMaxRegions ||
       h.pool_slots > kMaxPoolSlots)
     return fail("sizes out of range");
@@ -265,7 +287,7 @@ Result<CopyState> CopyState::attach(int fd_in) {
 
 // The sizes as they were checked when the table was made or attached: the
 // other side may scribble on the header since.
-Protocol CopyState::protocol() const { return l_->protocol; }
+CopyProtocol CopyState::protocol() const { return l_->protocol; }
 uint64_t CopyState::chunk_size() const { return l_->chunk_size; }
 uint64_t CopyState::chunk_count() const { return l_->chunk_count; }
 uint32_t CopyState::pool_slots() const { return l_->pool_slots; }
@@ -371,7 +393,7 @@ Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
       l_->header->waits.fetch_add(1, std::memory_order_relaxed);
     }
     if (!wait_change(w, seen, deadline))
-      return make_error(protocol() == Protocol::kFill
+      return make_error(protocol() == CopyProtocol::kOnDemandFill
                             ? "on-demand restore: chunk " + std::to_string(chunk) + " was not filled in time"
                             : "copy-on-write: chunk " + std::to_string(chunk) + " was not copied in time",
                         ETIMEDOUT);
@@ -416,7 +438,7 @@ Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
 }
 
 Result<void> CopyState::fill_given_up() const {
-  if (protocol() == Protocol::kFill && window() == Window::kAborted)
+  if (protocol() == CopyProtocol::kOnDemandFill && window() == Window::kAborted)
     return make_error("on-demand restore: the fill of device memory was given up; the memory is not whole", EIO);
   return {};
 }
@@ -467,9 +489,9 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
   chunks_of(address, bytes, spans);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto [first, last] : spans) {
-    if (protocol() == Protocol::kRecopy) mark_written(first);
+    if (protocol() == CopyProtocol::kSoftRecopy) mark_written(first);
     for (uint64_t c = first; c <= last; c++) {
-      if (protocol() == Protocol::kRecopy) {
+      if (protocol() == CopyProtocol::kSoftRecopy) {
         uint64_t bit = uint64_t(1) << (c % 64);
         if (!(l_->dirty[c / 64].fetch_or(bit, std::memory_order_acq_rel) & bit)) {
           report.dirtied++;
@@ -508,8 +530,8 @@ Result<void> CopyState::wait_closed(std::chrono::milliseconds timeout) const {
   std::atomic<uint32_t>& w = l_->header->window;
   for (uint32_t seen; (seen = w.load(std::memory_order_acquire)) == uint32_t(Window::kOpen);)
     if (!wait_change(w, seen, deadline))
-      return make_error(protocol() == Protocol::kFill ? "on-demand restore: the fill did not end in time"
-                                                      : "the dump's copy did not end in time",
+      return make_error(protocol() == CopyProtocol::kOnDemandFill ? "on-demand restore: the fill did not end in time"
+                                                                  : "the dump's copy did not end in time",
                         ETIMEDOUT);
   return fill_given_up();
 }
@@ -626,7 +648,7 @@ std::optional<Claim> CopyState::claim_next() {
   const uint64_t n = chunk_count();
   // Chunks a write waits for.
   if (auto c = claim_urgent()) return c;
-  bool recopy = protocol() == Protocol::kRecopy;
+  bool recopy = protocol() == CopyProtocol::kSoftRecopy;
   if (recopy && l_->cold_first)
     if (auto c = claim_cold()) return c;
   // The others, in order from where the last scan stopped, around once:

@@ -10,152 +10,131 @@
 namespace phos::keeper {
 namespace {
 
-std::vector<std::byte> pack(const Phos__Keeper__Message& m) {
-  std::vector<std::byte> out(protobuf_c_message_get_packed_size(&m.base));
-  protobuf_c_message_pack(&m.base, reinterpret_cast<uint8_t*>(out.data()));
-  return out;
-}
+using pb::c_text;
+using pb::text;
 
-// The message of one kind: its oneof field `field` points to `body`.
-template <typename Body>
-std::vector<std::byte> pack(Phos__Keeper__Message__KindCase kind, Body* Phos__Keeper__Message::*field, Body& body) {
-  Phos__Keeper__Message m = PHOS__KEEPER__MESSAGE__INIT;
-  m.kind_case = kind;
-  m.*field = &body;
-  return pack(m);
-}
-
-// The allocation list of a message, as protobuf-c wants it; `allocs` owns
-// the structs `ptrs` points to.
-void to_pb_list(const std::vector<agent::Allocation>& in, std::vector<Phos__Agent__Allocation>& allocs,
-                std::vector<Phos__Agent__Allocation*>& ptrs) {
-  allocs.resize(in.size());
-  for (size_t i = 0; i < allocs.size(); i++) {
-    agent::pb::to_pb(in[i], allocs[i]);
-    ptrs.push_back(&allocs[i]);
-  }
-}
-
-std::vector<agent::Allocation> from_pb_list(Phos__Agent__Allocation* const* allocs, size_t n) {
-  std::vector<agent::Allocation> out;
-  for (size_t i = 0; i < n; i++) out.push_back(agent::pb::from_pb(*allocs[i]));
-  return out;
+// The Message with `body` as `kind` of its oneof, packed.
+template <class Body>
+std::vector<std::byte> message(Phos__Keeper__Message__KindCase kind, Body* Phos__Keeper__Message::*field, Body& body) {
+  Phos__Keeper__Message envelope = PHOS__KEEPER__MESSAGE__INIT;
+  return pb::pack_oneof(envelope, kind, field, body);
 }
 
 std::vector<std::byte> encode(const Hold& h) {
-  std::vector<Phos__Agent__Allocation> allocs;
-  std::vector<Phos__Agent__Allocation*> ptrs;
-  to_pb_list(h.allocations, allocs, ptrs);
   Phos__Keeper__Hold hold = PHOS__KEEPER__HOLD__INIT;
   hold.pid = h.pid;
-  hold.n_allocations = ptrs.size();
-  hold.allocations = ptrs.data();
-  return pack(PHOS__KEEPER__MESSAGE__KIND_HOLD, &Phos__Keeper__Message::hold, hold);
+  auto allocations = pb::allocations_to_pb(h.allocations);
+  allocations.set(hold.n_allocations, hold.allocations);
+  return message(PHOS__KEEPER__MESSAGE__KIND_HOLD, &Phos__Keeper__Message::hold, hold);
 }
 
 std::vector<std::byte> encode(const State& s) {
   Phos__Keeper__State state = PHOS__KEEPER__STATE__INIT;
   state.pid = s.pid;
   state.taken = s.taken;
-  return pack(PHOS__KEEPER__MESSAGE__KIND_STATE, &Phos__Keeper__Message::state, state);
+  return message(PHOS__KEEPER__MESSAGE__KIND_STATE, &Phos__Keeper__Message::state, state);
 }
 
 std::vector<std::byte> encode(const Done&) {
   Phos__Keeper__Done done = PHOS__KEEPER__DONE__INIT;
-  return pack(PHOS__KEEPER__MESSAGE__KIND_DONE, &Phos__Keeper__Message::done, done);
+  return message(PHOS__KEEPER__MESSAGE__KIND_DONE, &Phos__Keeper__Message::done, done);
 }
 
 std::vector<std::byte> encode(const Restoring& r) {
   Phos__Keeper__Restoring restoring = PHOS__KEEPER__RESTORING__INIT;
   restoring.pid = r.pid;
-  restoring.has_restored = r.restored;
+  restoring.has_restored = r.restored;  // only where true
   restoring.restored = r.restored;
-  return pack(PHOS__KEEPER__MESSAGE__KIND_RESTORING, &Phos__Keeper__Message::restoring, restoring);
+  return message(PHOS__KEEPER__MESSAGE__KIND_RESTORING, &Phos__Keeper__Message::restoring, restoring);
 }
 
 std::vector<std::byte> encode(const RestoreStarted& r) {
   Phos__Keeper__RestoreStarted started = PHOS__KEEPER__RESTORE_STARTED__INIT;
   started.criu_pid = r.criu_pid;
-  return pack(PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED, &Phos__Keeper__Message::restore_started, started);
+  return message(PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED, &Phos__Keeper__Message::restore_started, started);
 }
 
 std::vector<std::byte> encode(const Keep& k) {
-  std::vector<Phos__Agent__Allocation> allocs;
-  std::vector<Phos__Agent__Allocation*> ptrs;
-  to_pb_list(k.allocations, allocs, ptrs);
   Phos__Keeper__Keep keep = PHOS__KEEPER__KEEP__INIT;
   keep.pid = k.pid;
-  keep.migration = const_cast<char*>(k.migration.c_str());
+  keep.migration = c_text(k.migration);
   keep.vpid = k.vpid;
   keep.keep_s = k.keep_s;
-  keep.n_allocations = ptrs.size();
-  keep.allocations = ptrs.data();
-  return pack(PHOS__KEEPER__MESSAGE__KIND_KEEP, &Phos__Keeper__Message::keep, keep);
+  auto allocations = pb::allocations_to_pb(k.allocations);
+  allocations.set(keep.n_allocations, keep.allocations);
+  return message(PHOS__KEEPER__MESSAGE__KIND_KEEP, &Phos__Keeper__Message::keep, keep);
 }
 
 std::vector<std::byte> encode(const KeepCommitted& k) {
   Phos__Keeper__KeepCommitted committed = PHOS__KEEPER__KEEP_COMMITTED__INIT;
   committed.pid = k.pid;
-  return pack(PHOS__KEEPER__MESSAGE__KIND_KEEP_COMMITTED, &Phos__Keeper__Message::keep_committed, committed);
+  return message(PHOS__KEEPER__MESSAGE__KIND_KEEP_COMMITTED, &Phos__Keeper__Message::keep_committed, committed);
 }
 
 std::vector<std::byte> encode(const TakeKept& t) {
   Phos__Keeper__TakeKept take = PHOS__KEEPER__TAKE_KEPT__INIT;
-  take.migration = const_cast<char*>(t.migration.c_str());
+  take.migration = c_text(t.migration);
   take.vpid = t.vpid;
-  return pack(PHOS__KEEPER__MESSAGE__KIND_TAKE_KEPT, &Phos__Keeper__Message::take_kept, take);
+  return message(PHOS__KEEPER__MESSAGE__KIND_TAKE_KEPT, &Phos__Keeper__Message::take_kept, take);
 }
 
 std::vector<std::byte> encode(const Kept& k) {
-  std::vector<Phos__Agent__Allocation> allocs;
-  std::vector<Phos__Agent__Allocation*> ptrs;
-  to_pb_list(k.allocations, allocs, ptrs);
   Phos__Keeper__Kept kept = PHOS__KEEPER__KEPT__INIT;
-  kept.n_allocations = ptrs.size();
-  kept.allocations = ptrs.data();
+  auto allocations = pb::allocations_to_pb(k.allocations);
+  allocations.set(kept.n_allocations, kept.allocations);
   kept.last = k.last;
-  if (!k.error.empty()) kept.error = const_cast<char*>(k.error.c_str());
-  return pack(PHOS__KEEPER__MESSAGE__KIND_KEPT, &Phos__Keeper__Message::kept, kept);
+  kept.error = pb::c_text_or_null(k.error);
+  return message(PHOS__KEEPER__MESSAGE__KIND_KEPT, &Phos__Keeper__Message::kept, kept);
 }
 
 std::vector<std::byte> encode(const Taken& t) {
   Phos__Keeper__Taken taken = PHOS__KEEPER__TAKEN__INIT;
   taken.vpid = t.vpid;
   taken.restored = t.restored;
-  taken.has_spoilt = t.spoilt;
+  taken.has_spoilt = t.spoilt;  // only where true
   taken.spoilt = t.spoilt;
-  return pack(PHOS__KEEPER__MESSAGE__KIND_TAKEN, &Phos__Keeper__Message::taken, taken);
+  return message(PHOS__KEEPER__MESSAGE__KIND_TAKEN, &Phos__Keeper__Message::taken, taken);
 }
 
 Result<Message> decode(const Phos__Keeper__Message& m) {
   switch (m.kind_case) {
-    case PHOS__KEEPER__MESSAGE__KIND_HOLD: {
-      return Message(Hold{m.hold->pid, from_pb_list(m.hold->allocations, m.hold->n_allocations)});
-    }
+    case PHOS__KEEPER__MESSAGE__KIND_HOLD:
+      return Message(
+          Hold{.pid = m.hold->pid, .allocations = pb::allocations_from_pb(m.hold->allocations, m.hold->n_allocations)});
     case PHOS__KEEPER__MESSAGE__KIND_STATE:
-      return Message(State{m.state->pid, m.state->taken});
+      return Message(State{.pid = m.state->pid, .taken = m.state->taken});
     case PHOS__KEEPER__MESSAGE__KIND_DONE:
       return Message(Done{});
     case PHOS__KEEPER__MESSAGE__KIND_RESTORING:
-      return Message(Restoring{m.restoring->pid, bool(m.restoring->restored)});
+      return Message(Restoring{.pid = m.restoring->pid, .restored = m.restoring->restored != 0});
     case PHOS__KEEPER__MESSAGE__KIND_RESTORE_STARTED:
-      return Message(RestoreStarted{m.restore_started->criu_pid});
-    case PHOS__KEEPER__MESSAGE__KIND_KEEP:
-      return Message(Keep{m.keep->pid, m.keep->migration ? m.keep->migration : "",
-                          from_pb_list(m.keep->allocations, m.keep->n_allocations), m.keep->vpid, m.keep->keep_s});
+      return Message(RestoreStarted{.criu_pid = m.restore_started->criu_pid});
+    case PHOS__KEEPER__MESSAGE__KIND_KEEP: {
+      const auto& k = *m.keep;
+      return Message(Keep{.pid = k.pid,
+                          .migration = text(k.migration),
+                          .allocations = pb::allocations_from_pb(k.allocations, k.n_allocations),
+                          .vpid = k.vpid,
+                          .keep_s = k.keep_s});
+    }
     case PHOS__KEEPER__MESSAGE__KIND_KEEP_COMMITTED:
-      return Message(KeepCommitted{m.keep_committed->pid});
+      return Message(KeepCommitted{.pid = m.keep_committed->pid});
     case PHOS__KEEPER__MESSAGE__KIND_TAKE_KEPT:
-      return Message(TakeKept{m.take_kept->migration ? m.take_kept->migration : "", m.take_kept->vpid});
-    case PHOS__KEEPER__MESSAGE__KIND_KEPT:
-      return Message(Kept{from_pb_list(m.kept->allocations, m.kept->n_allocations), bool(m.kept->last),
-                          m.kept->error ? m.kept->error : ""});
-    case PHOS__KEEPER__MESSAGE__KIND_TAKEN:
-      return Message(Taken{m.taken->vpid, bool(m.taken->restored), bool(m.taken->spoilt)});
+      return Message(TakeKept{.migration = text(m.take_kept->migration), .vpid = m.take_kept->vpid});
+    case PHOS__KEEPER__MESSAGE__KIND_KEPT: {
+      const auto& k = *m.kept;
+      return Message(Kept{.allocations = pb::allocations_from_pb(k.allocations, k.n_allocations),
+                          .last = k.last != 0,
+                          .error = text(k.error)});
+    }
+    case PHOS__KEEPER__MESSAGE__KIND_TAKEN: {
+      const auto& t = *m.taken;
+      return Message(Taken{.vpid = t.vpid, .restored = t.restored != 0, .spoilt = t.spoilt != 0});
+    }
     default:
       break;
   }
-  return make_error("malformed keeper message: " + agent::pb::no_kind(m.base), EPROTO);
+  return pb::no_kind_error("keeper message", m.base);
 }
 
 }  // namespace
@@ -167,11 +146,8 @@ std::vector<std::byte> encode_message(const Message& message) {
 }
 
 Result<Message> decode_message(std::span<const std::byte> payload) {
-  auto* m = phos__keeper__message__unpack(nullptr, payload.size(), reinterpret_cast<const uint8_t*>(payload.data()));
-  if (!m) return make_error("malformed keeper message: payload does not parse", EPROTO);
-  auto out = decode(*m);
-  phos__keeper__message__free_unpacked(m, nullptr);
-  return out;
+  return pb::unpack_and_decode<Phos__Keeper__Message>(phos__keeper__message__descriptor, payload, "keeper message",
+                                                      [](const Phos__Keeper__Message& m) { return decode(m); });
 }
 
 Result<void> send_message(int sock, const Message& message, std::span<const int> fds) {

@@ -107,7 +107,7 @@ json image_json(const phos::image::ProcessImage& img) {
             {"format_version", m.format_version},
             {"writer_version", m.writer_version},
             {"pid", m.pid},
-            {"protocol", std::string(phos::image::protocol_name(m.protocol))},
+            {"protocol", std::string(phos::copy_protocol_name(m.protocol))},
             {"copy_trust", std::string(phos::image::copy_trust_name(m.copy_trust))},
             {"chunk_size", m.chunk_size},
             {"created_unix_ns", m.created_unix_ns},
@@ -139,8 +139,10 @@ json image_json(const phos::image::ProcessImage& img) {
   }
   for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
   if (m.kept)
-    j["kept"] = {{"migration", m.kept->migration}, {"device_uuid", phos::plugin::format_gpu_uuid(m.kept->device_uuid)},
-                 {"device_name", m.kept->device_name}, {"in_place", m.kept->in_place},
+    j["kept"] = {{"migration", m.kept->migration},
+                 {"device_uuid", phos::plugin::format_gpu_uuid(m.kept->device.uuid)},
+                 {"device_name", m.kept->device.name},
+                 {"in_place", m.kept->in_place},
                  {"kept_bytes", m.kept->kept_bytes}};
   const auto& s = m.statistics;
   j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
@@ -150,8 +152,9 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"compress_ns", s.compress_ns}, {"workers", s.workers}, {"direct_io", s.direct_io},
                      {"copy_gb_per_s", gb_per_s(s.raw_bytes, s.copy_ns)}, {"stall_ns", s.stall_ns},
                      {"cow_pool_bytes", s.cow_pool_bytes}, {"cow_saved_bytes", s.cow_saved_bytes},
-                     {"cow_calls_checked", s.cow_calls_checked}, {"cow_calls_waited", s.cow_calls_waited},
-                     {"cow_unknown_waits", s.cow_unknown_waits}, {"cow_wait_ns", s.cow_wait_ns},
+                     {"cow_calls_checked", s.copy_window.calls_checked},
+                     {"cow_calls_waited", s.copy_window.calls_waited},
+                     {"cow_unknown_waits", s.copy_window.unknown_waits}, {"cow_wait_ns", s.copy_window.wait_ns},
                      {"cow_window_ns", s.cow_window_ns}, {"recopy_first_pass_bytes", s.recopy_first_pass_bytes},
                      {"recopy_first_pass_ns", s.recopy_first_pass_ns}, {"recopied_bytes", s.recopied_bytes},
                      {"final_pass_ns", s.final_pass_ns}, {"program_transfers", s.program_transfers},
@@ -165,7 +168,7 @@ void print_image_text(const phos::image::ProcessImage& img) {
   const Manifest& m = img.manifest;
   const ImageSize size = size_of(m);
   std::printf("%s: process %d, %s, format v%u, written by phos %s\n", img.manifest_name.c_str(), m.pid,
-              std::string(phos::image::protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
+              std::string(phos::copy_protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
   std::printf("  complete: %s\n", img.complete ? "yes" : ("no (" + img.incomplete_reason + ")").c_str());
   std::printf("  devices: %zu, allocations: %zu (%s), data files: %zu, chunk size %s\n", m.devices.size(),
               m.allocations.size(), bytes_text(size.logical_bytes).c_str(), m.data_files.size(),
@@ -178,10 +181,11 @@ void print_image_text(const phos::image::ProcessImage& img) {
     std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
                 bytes_text(a.size).c_str(), a.chunks.size());
   if (m.kept)
-    std::printf("  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
-                "takes it\n",
-                m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device_uuid).c_str(),
-                m.kept->device_name.c_str(), m.kept->in_place ? ", where the process left it" : "");
+    std::printf(
+        "  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
+        "takes it\n",
+        m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device.uuid).c_str(),
+        m.kept->device.name.c_str(), m.kept->in_place ? ", where the process left it" : "");
   const auto& s = m.statistics;
   std::printf("  size: %s logical, %s stored; %" PRIu64 " zero chunks (%s) not stored\n",
               bytes_text(size.logical_bytes).c_str(), bytes_text(size.stored_bytes).c_str(), size.zero_chunks,
@@ -194,20 +198,20 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 s.workers, s.direct_io ? "O_DIRECT" : "buffered I/O", double(s.dma_wait_ns) / 1e6,
                 double(s.checksum_ns) / 1e6, double(s.compress_ns) / 1e6, double(s.write_ns) / 1e6);
   if (s.stall_ns) std::printf("  the process was stopped %.3f ms\n", double(s.stall_ns) / 1e6);
-  if (m.protocol == phos::image::Protocol::kSoftCopyOnWrite)
+  if (m.protocol == phos::CopyProtocol::kSoftCopyOnWrite)
     std::printf("  copy-on-write: trusted %s write sets; pool %s, %s saved into it, %" PRIu64 " calls checked, %" PRIu64
                 " waited (%" PRIu64 " with an unknown set) %.3f ms in all; the copy ended %.3f ms after the process "
                 "ran again\n",
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(), bytes_text(s.cow_pool_bytes).c_str(),
-                bytes_text(s.cow_saved_bytes).c_str(), s.cow_calls_checked, s.cow_calls_waited, s.cow_unknown_waits,
-                double(s.cow_wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
-  if (m.protocol == phos::image::Protocol::kSoftRecopy)
+                bytes_text(s.cow_saved_bytes).c_str(), s.copy_window.calls_checked, s.copy_window.calls_waited,
+                s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
+  if (m.protocol == phos::CopyProtocol::kSoftRecopy)
     std::printf("  soft recopy: trusted %s write sets; %s copied in %.3f ms while the process ran, %s written "
                 "meanwhile copied again; the final pass took %.3f ms\n",
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(),
                 bytes_text(s.recopy_first_pass_bytes).c_str(), double(s.recopy_first_pass_ns) / 1e6,
                 bytes_text(s.recopied_bytes).c_str(), double(s.final_pass_ns) / 1e6);
-  if (m.protocol == phos::image::Protocol::kSoftRecopy)
+  if (m.protocol == phos::CopyProtocol::kSoftRecopy)
     std::printf("  of the first pass, %s written after its copy (copied again)\n",
                 bytes_text(s.recopy_wasted_bytes).c_str());
   if (s.program_transfers || s.traffic_pauses)
@@ -349,7 +353,7 @@ json kernel_json(const phos::agent::KernelSpeculation& k) {
 
 // The speculation part of a status: the same keys in `status --json` and
 // `kernels --json`.
-json devices_json(const std::vector<phos::agent::Device>& devices) {
+json devices_json(const std::vector<phos::GpuDevice>& devices) {
   json out = json::array();
   for (const auto& d : devices) out.push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}});
   return out;

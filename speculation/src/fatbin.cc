@@ -143,7 +143,7 @@ ImageResult<void> read_payload(Bytes entry, uint32_t header_size, uint64_t size,
   e->uncompressed_size = load_le<uint64_t>(entry, 0x38);
   if (compressed == 0 || compressed > size)
     return failure(ImageFault::kMalformed, "%s compressed size %u, payload %llu bytes",
-                   compression_name(e->compression), compressed, ull(size));
+                   fatbin_compression_name(e->compression), compressed, ull(size));
   e->payload = e->payload.first(compressed);
   return {};
 }
@@ -329,7 +329,7 @@ const char* fatbin_entry_kind_name(FatbinEntryKind k) {
   return "unknown";
 }
 
-const char* compression_name(Compression c) {
+const char* fatbin_compression_name(Compression c) {
   switch (c) {
     case Compression::kNone: return "none";
     case Compression::kLz4: return "LZ4";
@@ -354,7 +354,7 @@ ImageResult<std::vector<std::byte>> entry_contents(const FatbinEntry& entry) {
   auto contents = decompress(entry);
   if (contents) return contents;
   return within(contents.error(), format("fatbin entry at offset %#llx (%s, %s): ", ull(entry.offset),
-                                         describe(entry).c_str(), compression_name(entry.compression)));
+                                         describe(entry).c_str(), fatbin_compression_name(entry.compression)));
 }
 
 ImageResult<std::vector<CubinKernel>> module_kernels(const void* image, uint32_t arch) {

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   uint64_t stored = 0, unpacked = 0;
   for (const spec::FatbinEntry& e : entries) {
     by_kind[std::string(spec::fatbin_entry_kind_name(e.kind)) + " sm_" + std::to_string(e.arch) + " " +
-            spec::compression_name(e.compression)]++;
+            spec::fatbin_compression_name(e.compression)]++;
     stored += e.payload.size();
     unpacked += e.uncompressed_size;
   }

@@ -88,7 +88,11 @@ void serve_raw(int conn) {
     if (!req) return;
     const auto& q = req->request;
     if (std::holds_alternative<agent::Hello>(q)) {
-      (void)agent::send_reply(conn, agent::HelloReply{agent::kProtocolVersion, "hostile", ::getpid(), 0, ::getuid()});
+      (void)agent::send_reply(conn, agent::HelloReply{.protocol_version = agent::kProtocolVersion,
+                                                      .agent_version = "hostile",
+                                                      .pid = ::getpid(),
+                                                      .agent_tid = 0,
+                                                      .uid = ::getuid()});
     } else if (g_mode == "silent") {
       std::this_thread::sleep_for(std::chrono::seconds(60));
       return;
@@ -103,7 +107,7 @@ void serve_raw(int conn) {
     } else if (std::holds_alternative<agent::StatusRequest>(q)) {
       (void)agent::send_reply(conn, agent::StatusReply{});
     } else if (std::holds_alternative<agent::QuiesceRequest>(q)) {
-      (void)agent::send_reply(conn, agent::QuiesceReply{1000, false, {}});
+      (void)agent::send_reply(conn, agent::QuiesceReply{.drained_ns = 1000, .at_step = false, .touch_order = {}});
     } else if (std::holds_alternative<agent::ListAllocationsRequest>(q)) {
       agent::ListAllocationsReply r;
       r.allocations = {alloc(1, 0x7f0000000000, 2 << 20)};

@@ -58,21 +58,49 @@ static void write_agent_seeds(const std::string& dir) {
   status.allocation_count = 2;
   status.unsupported_calls = {"cuIpcGetMemHandle"};
   status.counters = {{"launches", 7}};
-  status.modules = {{1, "fatbin", 216, 0x1234, "cuModuleLoadData", {"k"}, 1, {"g"}}};
-  status.kernels = {{"_Z1kPf", 1, 3, 0, 3, 0, 3, 3, 3, "name", ""}};
+  status.modules = {{.id = 1,
+                     .kind = "fatbin",
+                     .size = 216,
+                     .hash = 0x1234,
+                     .source = "cuModuleLoadData",
+                     .functions = {"k"},
+                     .function_count = 1,
+                     .globals = {"g"}}};
+  status.kernels = {{.name = "_Z1kPf",
+                     .module = 1,
+                     .launches = 3,
+                     .exact = 0,
+                     .speculated = 3,
+                     .unknown = 0,
+                     .buffers = 3,
+                     .reads = 3,
+                     .writes = 3,
+                     .types = "name",
+                     .note = ""}};
   status.kernel_count = 1;
-  status.devices = {{0, {}}};
+  status.devices = {{.ordinal = 0, .uuid = {}}};
   status.validation_active = true;
   write_seed(dir, "status", 0, agent::encode_reply(status));
   write_seed(dir, "allocations", 0,
-             agent::encode_reply(agent::ListAllocationsReply{{{1, 0, 0x7f0000000000ull, 2u << 20, 0}}, 1}));
+             agent::encode_reply(agent::ListAllocationsReply{
+                 .allocations = {{.id = 1, .device = 0, .address = 0x7f0000000000ull, .size = 2u << 20, .flags = 0}},
+                 .total_count = 1}));
   write_seed(dir, "close-window", 0,
-             agent::encode_reply(agent::CloseCopyWindowReply{3, 1, 1, 0, 10, 1, "kernel k", false, ""}));
+             agent::encode_reply(agent::CloseCopyWindowReply{
+                 .counters = {.calls_checked = 3, .calls_waited = 1, .unknown_waits = 0, .wait_ns = 10},
+                 .chunks_saved = 1,
+                 .violations = 1,
+                 .violation = "kernel k",
+                 .aborted = false,
+                 .abort_reason = ""}));
   write_seed(dir, "error", 0, agent::encode_reply(phos::make_error("refused", 1)));
-  write_seed(dir, "hello", 0, agent::encode_reply(agent::HelloReply{1, "0.1.0", 1, 2, 0}));
+  write_seed(dir, "hello", 0,
+             agent::encode_reply(agent::HelloReply{
+                 .protocol_version = 1, .agent_version = "0.1.0", .pid = 1, .agent_tid = 2, .uid = 0}));
   write_seed(dir, "remap", 1, agent::encode_request(agent::RemapRequest{{1, 2}}));
   write_seed(dir, "open-window", 1,
-             agent::encode_request(agent::OpenCopyWindowRequest{agent::CopyTrust::kValidated, 1, 0, 2u << 20}));
+             agent::encode_request(agent::OpenCopyWindowRequest{
+                 .trust = agent::CopyTrust::kValidated, .timeout_ms = 1, .pool_device = 0, .pool_bytes = 2u << 20}));
 }
 
 int main(int argc, char** argv) {

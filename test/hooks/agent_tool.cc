@@ -18,7 +18,7 @@
 //       at=ADDRESS then dirty=N of N waited=N aborted=0|1 transfers=N
 //       transfer_bytes=N queued=0|1 cold_first=ADDRESS"
 //   phos-agent-tool fill-window PID GO MS  the engine's side of an on-demand
-//       restore's fill window (protocol kFill, 64 KiB chunks): the file GO
+//       restore's fill window (kOnDemandFill, 64 KiB chunks): the file GO
 //       created, MS ms later the chunks a call waits for filled, MS ms later
 //       the rest, the window closed: "fill: checked=N waited=N unknown=N
 //       overwritten=N filled=ADDRESS transfers=N" (the first chunk filled;
@@ -146,8 +146,9 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
   std::printf("recopy: dirty=%" PRIu64 " at=0x%" PRIx64 " then dirty=%" PRIu64 " of %" PRIu64 " waited=%" PRIu64
               " aborted=%d transfers=%" PRIu64 " transfer_bytes=%" PRIu64 " queued=%d"
               " cold_first=0x%" PRIx64 "\n",
-              after_write, at, after_unknown, table.chunk_count(), closed->calls_waited, closed->aborted ? 1 : 0,
-              s.transfers, s.transfer_bytes, table.traffic().busy_until_ns ? 1 : 0, cold_first);
+              after_write, at, after_unknown, table.chunk_count(), closed->counters.calls_waited,
+              closed->aborted ? 1 : 0, s.transfers, s.transfer_bytes, table.traffic().busy_until_ns ? 1 : 0,
+              cold_first);
   return 0;
 }
 
@@ -158,8 +159,8 @@ int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
   auto allocs = client.list_allocations(false, nullptr);
   if (!allocs) return fail_and_reopen(client, "list allocations", allocs.error());
   std::vector<phos::copystate::Region> regions;
-  for (const auto& a : *allocs) regions.push_back({a.id, a.address, a.size});
-  auto table = phos::copystate::CopyState::create(phos::copystate::Protocol::kFill, 64u << 10, regions, 0);
+  for (const auto& a : *allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
+  auto table = phos::copystate::CopyState::create(phos::CopyProtocol::kOnDemandFill, 64u << 10, regions, 0);
   if (!table) return fail_and_reopen(client, "fill table", table.error());
   int fd = table->fd();
   auto opened = client.open_copy_window({phos::agent::CopyTrust::kExact, 30000, 0, 0}, std::span(&fd, 1));
@@ -185,8 +186,9 @@ int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
   (void)again->goodbye();
   std::printf("fill: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " overwritten=%" PRIu64
               " filled=0x%" PRIx64 " transfers=%" PRIu64 "\n",
-              closed->calls_checked, closed->calls_waited, closed->unknown_waits, table->statistics().overwritten,
-              first ? table->regions()[first->region].address + first->offset : 0, table->statistics().transfers);
+              closed->counters.calls_checked, closed->counters.calls_waited, closed->counters.unknown_waits,
+              table->statistics().overwritten, first ? table->regions()[first->region].address + first->offset : 0,
+              table->statistics().transfers);
   return 0;
 }
 
@@ -223,9 +225,9 @@ int main(int argc, char** argv) {
     auto allocs = client->list_allocations(false, nullptr);
     if (!allocs) return fail_and_reopen(*client, "list allocations", allocs.error());
     std::vector<phos::copystate::Region> regions;
-    for (const auto& a : *allocs) regions.push_back({a.id, a.address, a.size});
+    for (const auto& a : *allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
     auto table = phos::copystate::CopyState::create(
-        recopy ? phos::copystate::Protocol::kRecopy : phos::copystate::Protocol::kCopyOnWrite, 64u << 10, regions, 0);
+        recopy ? phos::CopyProtocol::kSoftRecopy : phos::CopyProtocol::kSoftCopyOnWrite, 64u << 10, regions, 0);
     if (!table) return fail_and_reopen(*client, "copy table", table.error());
     int fd = table->fd();
     auto opened = client->open_copy_window({phos::agent::CopyTrust::kSpeculated, 30000, 0, 0}, std::span(&fd, 1));
@@ -256,8 +258,8 @@ int main(int argc, char** argv) {
     (void)again->goodbye();
     std::printf("window: checked=%" PRIu64 " waited=%" PRIu64 " unknown=%" PRIu64 " saved=%" PRIu64
                 " aborted=%d first=%" PRIu64 " written=0x%" PRIx64 " transfers=%" PRIu64 "\n",
-                closed->calls_checked, closed->calls_waited, closed->unknown_waits, closed->chunks_saved,
-                closed->aborted ? 1 : 0, first ? first->chunk : UINT64_MAX,
+                closed->counters.calls_checked, closed->counters.calls_waited, closed->counters.unknown_waits,
+                closed->chunks_saved, closed->aborted ? 1 : 0, first ? first->chunk : UINT64_MAX,
                 first ? table->regions()[first->region].address + first->offset : 0, table->statistics().transfers);
     return 0;
   }

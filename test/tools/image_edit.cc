@@ -35,7 +35,13 @@ int main(int argc, char** argv) {
   std::string done;  // what was changed, for the line printed
   if (what == "kept-allocation") {
     if (!m.kept) return die(img->manifest_name + " is not a migration's image");
-    if (m.devices.empty()) m.devices.push_back(phos::image::Device{0, {}, "NVIDIA H200", 150ull << 30, 9, 0});
+    if (m.devices.empty())
+      m.devices.push_back(phos::GpuDevice{.ordinal = 0,
+                                          .uuid = {},
+                                          .name = "NVIDIA H200",
+                                          .total_memory = 150ull << 30,
+                                          .compute_major = 9,
+                                          .compute_minor = 0});
     phos::image::Allocation a;
     a.id = 1000000 + m.allocations.size();
     a.device = m.devices.front().ordinal;

@@ -1,15 +1,18 @@
-// Shared helpers of the unit tests: a temporary image directory and a
-// manifest with every field set.
+// Shared helpers of the unit tests: a temporary image directory, a
+// manifest with every field set, and protobuf messages written by hand.
 #pragma once
 
 #include <fcntl.h>
-#include <sys/socket.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "phos/images/manifest.h"
 #include "phos/images/unique_fd.h"
@@ -25,6 +28,37 @@ struct SocketPair {
     a.reset(fds[0]);
     b.reset(fds[1]);
   }
+};
+
+// A protobuf message written field by field (proto2 wire format).
+class PbWriter {
+ public:
+  PbWriter& varint(uint32_t field, uint64_t v) {
+    put_varint(uint64_t(field) << 3);
+    put_varint(v);
+    return *this;
+  }
+  PbWriter& bytes(uint32_t field, std::span<const std::byte> b) {
+    put_varint(uint64_t(field) << 3 | 2);
+    put_varint(b.size());
+    out_.insert(out_.end(), b.begin(), b.end());
+    return *this;
+  }
+  PbWriter& text(uint32_t field, const std::string& s) {
+    return bytes(field, std::as_bytes(std::span<const char>(s.data(), s.size())));
+  }
+  PbWriter& message(uint32_t field, const PbWriter& m) { return bytes(field, m.out_); }
+  const std::vector<std::byte>& payload() const { return out_; }
+
+ private:
+  void put_varint(uint64_t v) {
+    do {
+      uint8_t b = v & 0x7f;
+      v >>= 7;
+      out_.push_back(std::byte(b | (v ? 0x80 : 0)));
+    } while (v);
+  }
+  std::vector<std::byte> out_;
 };
 
 struct TempDir {
@@ -44,10 +78,10 @@ inline image::Manifest full_manifest() {
   image::Manifest m;
   m.writer_version = "test";
   m.pid = 42;
-  m.protocol = image::Protocol::kSoftRecopy;
+  m.protocol = CopyProtocol::kSoftRecopy;
   m.chunk_size = 1 << 20;
   m.created_unix_ns = 1234567890123ull;
-  image::Device d;
+  GpuDevice d;
   d.ordinal = 0;
   for (int i = 0; i < 16; i++) d.uuid[i] = uint8_t(i * 17);
   d.name = "NVIDIA H200";
@@ -61,7 +95,17 @@ inline image::Manifest full_manifest() {
   a.chunks.push_back({1 << 20, 0, 4096 + (1 << 20), 1 << 20, 1000, 0x2222, image::Compression::kZstd});
   a.chunks.push_back({2 << 20, 0, 4096 + (1 << 20) + 1000, 100, 100, 0x3333, image::Compression::kNone});
   m.allocations.push_back(a);
-  m.statistics = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, true};
+  m.statistics = {.quiesce_ns = 1,
+                  .copy_ns = 2,
+                  .write_ns = 3,
+                  .raw_bytes = 4,
+                  .stored_bytes = 5,
+                  .total_ns = 6,
+                  .dma_wait_ns = 7,
+                  .checksum_ns = 8,
+                  .compress_ns = 9,
+                  .workers = 10,
+                  .direct_io = true};
   m.launch_log.push_back({1, "gemm_kernel", {7}, {7}});
   m.unsupported_calls = {"cuIpcOpenMemHandle"};
   return m;

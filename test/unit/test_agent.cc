@@ -751,7 +751,12 @@ TEST_CASE("agent: a backend that fails to open the window yields its errno and m
 
 TEST_CASE("agent: close copy window returns the backend's figures, gate open or not", "[agent][copy_window]") {
   CopyWindowAgent a;
-  a.backend.close_reply = {12, 3, 4, 1, 5000000, 2, "kernel k wrote 0x7f0000001000", true, "chunk 7 timed out"};
+  a.backend.close_reply = {.counters = {.calls_checked = 12, .calls_waited = 4, .unknown_waits = 1, .wait_ns = 5000000},
+                           .chunks_saved = 3,
+                           .violations = 2,
+                           .violation = "kernel k wrote 0x7f0000001000",
+                           .aborted = true,
+                           .abort_reason = "chunk 7 timed out"};
   auto c = a.client();
   // The engine closes the window while the process runs again.
   REQUIRE(a.gate.is_open());

@@ -20,39 +20,9 @@
 #include "phos/images/keeper_protocol.h"
 
 using namespace phos;
+using phos::test::PbWriter;
 
 namespace {
-
-// A protobuf message written field by field (proto2 wire format).
-class PbWriter {
- public:
-  PbWriter& varint(uint32_t field, uint64_t v) {
-    put_varint(uint64_t(field) << 3);
-    put_varint(v);
-    return *this;
-  }
-  PbWriter& bytes(uint32_t field, std::span<const std::byte> b) {
-    put_varint(uint64_t(field) << 3 | 2);
-    put_varint(b.size());
-    out_.insert(out_.end(), b.begin(), b.end());
-    return *this;
-  }
-  PbWriter& text(uint32_t field, const std::string& s) {
-    return bytes(field, std::as_bytes(std::span<const char>(s.data(), s.size())));
-  }
-  PbWriter& message(uint32_t field, const PbWriter& m) { return bytes(field, m.out_); }
-  const std::vector<std::byte>& payload() const { return out_; }
-
- private:
-  void put_varint(uint64_t v) {
-    do {
-      uint8_t b = v & 0x7f;
-      v >>= 7;
-      out_.push_back(std::byte(b | (v ? 0x80 : 0)));
-    } while (v);
-  }
-  std::vector<std::byte> out_;
-};
 
 std::string hex(const std::vector<std::byte>& b) {
   std::string out;
@@ -93,8 +63,22 @@ agent::StatusReply full_status() {
   s.device_count = 2;
   s.unsupported_calls = {"cudaMallocManaged"};
   s.counters = {{"launches", 42}, {"live_blocks", 2}};
-  s.modules = {{1, "fatbin", 4096, 0x1234abcd, "cuLibraryLoadData", {"vec_add", "scale"}, 2, {"table"}},
-               {2, "file", 0, 0, "/tmp/x.cubin", {}, 0, {}}};
+  s.modules = {{.id = 1,
+                .kind = "fatbin",
+                .size = 4096,
+                .hash = 0x1234abcd,
+                .source = "cuLibraryLoadData",
+                .functions = {"vec_add", "scale"},
+                .function_count = 2,
+                .globals = {"table"}},
+               {.id = 2,
+                .kind = "file",
+                .size = 0,
+                .hash = 0,
+                .source = "/tmp/x.cubin",
+                .functions = {},
+                .function_count = 0,
+                .globals = {}}};
   s.speculation_active = true;
   s.indexed_buffers = 17;
   s.kernels = {kernel("_Z7vec_addPKfS0_Pfi", 10), kernel("plain", 1)};
@@ -102,7 +86,24 @@ agent::StatusReply full_status() {
   s.kernel_count = 2;
   s.devices = {{0, {}}, {1, {}}};
   s.validation_active = true;
-  s.nccl_communicators = {{1, 4, 0, 0xfeedfacecafebeefull, 12, false, 12, true}, {0, 2, 1, 0x1234, 0, true, {}, false, true, 3}};
+  s.nccl_communicators = {{.rank = 1,
+                           .nranks = 4,
+                           .device = 0,
+                           .job_id = 0xfeedfacecafebeefull,
+                           .calls = 12,
+                           .single_process = false,
+                           .stop_at = 12,
+                           .held = true},
+                          {.rank = 0,
+                           .nranks = 2,
+                           .device = 1,
+                           .job_id = 0x1234,
+                           .calls = 0,
+                           .single_process = true,
+                           .stop_at = {},
+                           .held = false,
+                           .released = true,
+                           .rebuilds = 3}};
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);
@@ -197,8 +198,13 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
       agent::NcclStopReply{false},
       agent::OpenCopyWindowReply{true},
       agent::CloseCopyWindowReply{},
-      agent::CloseCopyWindowReply{12, 3, 4, 1, 5000000, 2, "kernel k wrote outside its speculated set", true,
-                                  "chunk 7 was not copied in time"},
+      agent::CloseCopyWindowReply{
+          .counters = {.calls_checked = 12, .calls_waited = 4, .unknown_waits = 1, .wait_ns = 5000000},
+          .chunks_saved = 3,
+          .violations = 2,
+          .violation = "kernel k wrote outside its speculated set",
+          .aborted = true,
+          .abort_reason = "chunk 7 was not copied in time"},
   };
   for (const auto& r : replies) {
     INFO(agent::kind_name(r));
@@ -464,6 +470,65 @@ TEST_CASE("keeper protocol: a malformed message is refused", "[agent_protocol][k
   CHECK_THAT(unknown.error().message, Catch::Contains("unknown kind (field 15)"));
 }
 
+// --- what the codecs share (images/src/pb_codec.h) ---
+
+TEST_CASE("codecs: a payload that does not parse is refused naming the message it is not",
+          "[agent_protocol][keeper][malformed][pb_codec]") {
+  std::vector<std::byte> junk(8, std::byte{0xff});
+  auto request = agent::decode_request(junk);
+  auto reply = agent::decode_reply(junk);
+  auto message = keeper::decode_message(junk);
+  REQUIRE_FALSE(request.ok());
+  REQUIRE_FALSE(reply.ok());
+  REQUIRE_FALSE(message.ok());
+  for (const Error* e : {&request.error(), &reply.error(), &message.error()}) CHECK(e->code == EPROTO);
+  CHECK(request.error().message ==
+        "malformed request: payload does not parse (not a request, or a required field is missing)");
+  CHECK(reply.error().message ==
+        "malformed reply: payload does not parse (not a reply, or a required field is missing)");
+  CHECK(message.error().message ==
+        "malformed keeper message: payload does not parse (not a keeper message, or a required field is missing)");
+}
+
+TEST_CASE("codecs: an envelope without a kind is refused naming the envelope",
+          "[agent_protocol][keeper][malformed][pb_codec]") {
+  CHECK_THAT(request_error(PbWriter()).message, Catch::Equals("malformed request: no kind"));
+  CHECK_THAT(reply_error(PbWriter()).message, Catch::Equals("malformed reply: no kind"));
+  auto none = keeper::decode_message(PbWriter().payload());
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().code == EPROTO);
+  CHECK(none.error().message == "malformed keeper message: no kind");
+  auto unknown = keeper::decode_message(PbWriter().message(11, PbWriter()).payload());
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message == "malformed keeper message: unknown kind (field 11)");
+}
+
+TEST_CASE("codecs: repeated messages keep their order and each item's fields, in every envelope",
+          "[agent_protocol][keeper][pb_codec]") {
+  // Three allocations through the one Allocation codec the agent's listing,
+  // the keeper's Hold, Keep and Kept share.
+  const std::vector<agent::Allocation> allocs = {
+      {.id = 3, .device = 1, .address = 0x7f0000000000ull, .size = 4096, .flags = 1},
+      {.id = 1, .device = 0, .address = 0x7f0000100000ull, .size = 2u << 20, .flags = 0},
+      {.id = 2, .device = 2, .address = 0x7f0000400000ull, .size = 8192, .flags = 3},
+  };
+  auto listed = round_trip(agent::Reply(agent::ListAllocationsReply{.allocations = allocs, .total_count = 3}));
+  CHECK(std::get<agent::ListAllocationsReply>(listed).allocations == allocs);
+  for (const keeper::Message& m :
+       {keeper::Message(keeper::Hold{.pid = 7, .allocations = allocs}),
+        keeper::Message(
+            keeper::Keep{.pid = 7, .migration = "0123456789abcdef", .allocations = allocs, .vpid = 1, .keep_s = 60}),
+        keeper::Message(keeper::Kept{.allocations = allocs, .last = true, .error = ""})}) {
+    auto back = keeper::decode_message(keeper::encode_message(m));
+    REQUIRE(back.ok());
+    CHECK(*back == m);
+  }
+  // None: an empty repeated field, not a missing one.
+  auto empty = keeper::decode_message(keeper::encode_message(keeper::Hold{.pid = 7, .allocations = {}}));
+  REQUIRE(empty.ok());
+  CHECK(std::get<keeper::Hold>(*empty).allocations.empty());
+}
+
 // --- the copy window's requests as another build might send them ---
 
 namespace {
@@ -520,7 +585,13 @@ TEST_CASE("agent protocol: a close copy window reply without its optional texts 
   auto r = agent::decode_reply(PbWriter().message(11, c).payload());
   REQUIRE(r.ok());
   const auto& got = std::get<agent::CloseCopyWindowReply>(*r);
-  CHECK(got == agent::CloseCopyWindowReply{1, 2, 3, 4, 5, 0, "", false, ""});
+  CHECK(got == agent::CloseCopyWindowReply{
+                   .counters = {.calls_checked = 1, .calls_waited = 3, .unknown_waits = 4, .wait_ns = 5},
+                   .chunks_saved = 2,
+                   .violations = 0,
+                   .violation = "",
+                   .aborted = false,
+                   .abort_reason = ""});
 }
 
 TEST_CASE("agent protocol: the copy window kinds are named as agent.proto names them", "[agent_protocol]") {
@@ -528,4 +599,28 @@ TEST_CASE("agent protocol: the copy window kinds are named as agent.proto names 
   CHECK(agent::kind_name(agent::Request(agent::CloseCopyWindowRequest{})) == "close_copy_window");
   CHECK(agent::kind_name(agent::Reply(agent::OpenCopyWindowReply{})) == "open_copy_window");
   CHECK(agent::kind_name(agent::Reply(agent::CloseCopyWindowReply{})) == "close_copy_window");
+}
+
+// --- gpu.proto: the Device and Allocation the agent, the keeper and the image share ---
+
+TEST_CASE("agent protocol: a status device's name and memory, where sent, are read", "[agent_protocol][gpu]") {
+  agent::StatusReply s;
+  s.devices = {{.ordinal = 1, .uuid = {}, .name = "NVIDIA H200", .total_memory = 150ull << 30, .compute_major = 9}};
+  s.devices[0].uuid.fill(0x5a);
+  CHECK(std::get<agent::StatusReply>(round_trip(s)).devices == s.devices);
+}
+
+TEST_CASE("agent protocol: an allocation's chunks, which only an image has, are not read from an agent or a keeper",
+          "[agent_protocol][keeper][gpu]") {
+  PbWriter chunk;
+  chunk.varint(1, 0).varint(2, 0).varint(3, 4096).varint(4, 4096).varint(5, 4096).varint(6, 1).varint(7, 0);
+  PbWriter alloc;
+  alloc.varint(1, 9).varint(2, 1).varint(3, 0x7f0000000000ull).varint(4, 4096).varint(5, 2).message(6, chunk);
+  const agent::Allocation want{.id = 9, .device = 1, .address = 0x7f0000000000ull, .size = 4096, .flags = 2};
+  auto listed = agent::decode_reply(PbWriter().message(3, PbWriter().message(1, alloc).varint(2, 1)).payload());
+  REQUIRE(listed.ok());
+  CHECK(std::get<agent::ListAllocationsReply>(*listed).allocations == std::vector{want});
+  auto held = keeper::decode_message(PbWriter().message(1, PbWriter().varint(1, 42).message(2, alloc)).payload());
+  REQUIRE(held.ok());
+  CHECK(std::get<keeper::Hold>(*held).allocations == std::vector{want});
 }

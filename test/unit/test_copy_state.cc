@@ -31,7 +31,7 @@ constexpr uint64_t kChunk = 4096;
 
 Result<void> no_save(uint64_t, uint64_t, uint32_t) { return make_error("no save expected"); }
 
-CopyState make(Protocol p, std::vector<Region> regions, uint32_t slots) {
+CopyState make(CopyProtocol p, std::vector<Region> regions, uint32_t slots) {
   auto s = CopyState::create(p, kChunk, regions, slots);
   REQUIRE(s.ok());
   return std::move(s.value());
@@ -50,7 +50,7 @@ int drain(CopyState& s) {
 }  // namespace
 
 TEST_CASE("copy state: chunks of each allocation, in address order, all pending", "[copy_state]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{7, 0x200000, 3 * kChunk + 1}, {3, 0x100000, kChunk}}, 2);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{7, 0x200000, 3 * kChunk + 1}, {3, 0x100000, kChunk}}, 2);
   CHECK(s.chunk_count() == 5);
   REQUIRE(s.regions().size() == 2);
   CHECK(s.regions()[0].id == 3);  // sorted by address
@@ -72,21 +72,45 @@ TEST_CASE("copy state: chunks of each allocation, in address order, all pending"
 
 TEST_CASE("copy state: create refuses overlapping, empty and wrapping allocations and odd chunk sizes",
           "[copy_state]") {
-  auto overlap = CopyState::create(Protocol::kCopyOnWrite, kChunk, std::vector<Region>{{1, 0x1000, 0x2000}, {2, 0x2000, 0x1000}}, 0);
+  auto overlap = CopyState::create(CopyProtocol::kSoftCopyOnWrite, kChunk,
+                                   std::vector<Region>{{1, 0x1000, 0x2000}, {2, 0x2000, 0x1000}}, 0);
   REQUIRE_FALSE(overlap.ok());
   CHECK_THAT(overlap.error().message, Catch::Contains("overlap"));
-  CHECK_FALSE(CopyState::create(Protocol::kCopyOnWrite, kChunk, std::vector<Region>{{1, 0x1000, 0}}, 0).ok());
-  CHECK_FALSE(CopyState::create(Protocol::kCopyOnWrite, kChunk, std::vector<Region>{{1, ~0ull - 10, 100}}, 0).ok());
-  auto odd = CopyState::create(Protocol::kCopyOnWrite, 1000, std::vector<Region>{{1, 0x1000, 0x1000}}, 0);
+  CHECK_FALSE(CopyState::create(CopyProtocol::kSoftCopyOnWrite, kChunk, std::vector<Region>{{1, 0x1000, 0}}, 0).ok());
+  CHECK_FALSE(
+      CopyState::create(CopyProtocol::kSoftCopyOnWrite, kChunk, std::vector<Region>{{1, ~0ull - 10, 100}}, 0).ok());
+  auto odd = CopyState::create(CopyProtocol::kSoftCopyOnWrite, 1000, std::vector<Region>{{1, 0x1000, 0x1000}}, 0);
   REQUIRE_FALSE(odd.ok());
   CHECK_THAT(odd.error().message, Catch::Contains("chunk size"));
 }
 
+TEST_CASE("copy state: the table's header holds the protocol numbers it always had", "[copy_state][protocol]") {
+  // 1 copy-on-write, 2 recopy, 3 fill, after the magic and the version: an
+  // agent of an earlier build reads a table of this one alike.
+  const std::pair<CopyProtocol, uint32_t> numbers[] = {
+      {CopyProtocol::kSoftCopyOnWrite, 1}, {CopyProtocol::kSoftRecopy, 2}, {CopyProtocol::kOnDemandFill, 3}};
+  for (auto [protocol, number] : numbers) {
+    CopyState s = make(protocol, {{1, 0x10000, kChunk}}, 0);
+    uint32_t stored = 0;
+    REQUIRE(::pread(s.fd(), &stored, sizeof(stored), 12) == ssize_t(sizeof(stored)));
+    CHECK(stored == number);
+    auto hooks = CopyState::attach(s.fd());
+    REQUIRE(hooks.ok());
+    CHECK(hooks->protocol() == protocol);
+  }
+}
+
+TEST_CASE("copy state: a stopped copy has no table", "[copy_state][protocol]") {
+  auto r = CopyState::create(CopyProtocol::kStopTheWorld, kChunk, std::vector<Region>{{1, 0x10000, kChunk}}, 0);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("stop-the-world has no copy table"));
+}
+
 TEST_CASE("copy state: attach maps the same table; refuses what is not one", "[copy_state]") {
-  CopyState engine = make(Protocol::kRecopy, {{1, 0x10000, 8 * kChunk}}, 0);
+  CopyState engine = make(CopyProtocol::kSoftRecopy, {{1, 0x10000, 8 * kChunk}}, 0);
   auto hooks = CopyState::attach(engine.fd());
   REQUIRE(hooks.ok());
-  CHECK(hooks->protocol() == Protocol::kRecopy);
+  CHECK(hooks->protocol() == CopyProtocol::kSoftRecopy);
   CHECK(hooks->chunk_count() == 8);
   REQUIRE(hooks->before_write(0x10000 + 3 * kChunk, 10, no_save, 1s).ok());
   CHECK(engine.dirty(3));  // one table
@@ -130,7 +154,7 @@ TEST_CASE("copy state: attach maps the same table; refuses what is not one", "[c
 
 TEST_CASE("copy state: copy-on-write saves a pending chunk once, the engine takes it from its slot",
           "[copy_state]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 2);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 2);
   std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> saves;
   auto save = [&](uint64_t a, uint64_t b, uint32_t slot) -> Result<void> {
     saves.emplace_back(a, b, slot);
@@ -169,7 +193,7 @@ TEST_CASE("copy state: copy-on-write saves a pending chunk once, the engine take
 }
 
 TEST_CASE("copy state: a write waits for a chunk the engine is copying", "[copy_state]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
   auto c = s.claim_next();
   REQUIRE(c);
   std::atomic<bool> done{false};
@@ -189,7 +213,7 @@ TEST_CASE("copy state: a write waits for a chunk the engine is copying", "[copy_
 
 TEST_CASE("copy state: with the pool full, the chunk goes to the engine first and the write waits",
           "[copy_state]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 64 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 64 * kChunk}}, 0);
   std::atomic<bool> done{false};
   std::thread writer([&] {
     auto r = s.before_write(0x10000 + 40 * kChunk, 8, no_save, 5s);
@@ -217,7 +241,7 @@ TEST_CASE("copy state: with the pool full, the chunk goes to the engine first an
 
 TEST_CASE("copy state: a failed save or a wait past its time aborts the window", "[copy_state]") {
   SECTION("a failed save") {
-    CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 2);
+    CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 2);
     auto r = s.before_write(0x10000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> {
       return make_error("device to device copy failed", EIO);
     }, 1s);
@@ -229,14 +253,14 @@ TEST_CASE("copy state: a failed save or a wait past its time aborts the window",
     CHECK_FALSE(s.claim_next());  // the engine stops
   }
   SECTION("a wait past its time") {
-    CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
+    CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
     auto r = s.before_write(0x10000, 8, no_save, 30ms);
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ETIMEDOUT);
     CHECK(s.window() == Window::kAborted);
   }
   SECTION("closed: writes and unknown sets go on at once") {
-    CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
+    CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
     std::thread unknown([&] { CHECK(s.wait_closed(5s).ok()); });
     CHECK(drain(s) == 2);
     CHECK(s.all_copied());
@@ -249,7 +273,7 @@ TEST_CASE("copy state: a failed save or a wait past its time aborts the window",
 }
 
 TEST_CASE("copy state: recopy marks written chunks dirty and copies them again at the end", "[copy_state]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x10000, 8 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x10000, 8 * kChunk}}, 0);
   auto c0 = s.claim_next();
   REQUIRE(c0);
   s.copied(*c0);
@@ -276,7 +300,7 @@ TEST_CASE("copy state: recopy marks written chunks dirty and copies them again a
 
 TEST_CASE("copy state: recopy marks every chunk dirty for a call it cannot read", "[copy_state][recopy]") {
   // 70 chunks: the dirty bitmap's second word is partly used.
-  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 64 * kChunk}, {2, 0x200000, 6 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 64 * kChunk}, {2, 0x200000, 6 * kChunk}}, 0);
   REQUIRE(s.chunk_count() == 70);
   CHECK(drain(s) == 70);  // the first pass: nothing dirty yet
   s.mark_all_dirty();
@@ -294,7 +318,7 @@ TEST_CASE("copy state: recopy marks every chunk dirty for a call it cannot read"
 }
 
 TEST_CASE("copy state: dirty_count counts the chunks dirty now, across bitmap words", "[copy_state][recopy]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 70 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 70 * kChunk}}, 0);
   CHECK(s.dirty_count() == 0);
   REQUIRE(s.before_write(0x100000 + 63 * kChunk, 2 * kChunk, no_save, 1s).ok());  // chunks 63, 64
   CHECK(s.dirty_count() == 2);
@@ -306,7 +330,7 @@ TEST_CASE("copy state: dirty_count counts the chunks dirty now, across bitmap wo
 }
 
 TEST_CASE("copy state: marking all dirty twice counts each chunk once", "[copy_state][recopy]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 3 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 3 * kChunk}}, 0);
   REQUIRE(s.before_write(0x100000, 8, no_save, 1s)->dirtied == 1);
   s.mark_all_dirty();
   s.mark_all_dirty();
@@ -314,7 +338,7 @@ TEST_CASE("copy state: marking all dirty twice counts each chunk once", "[copy_s
 }
 
 TEST_CASE("copy state: the hooks in another process share the table", "[copy_state]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 4);
   auto c0 = s.claim_next();
   auto c = s.claim_next();  // chunk 1 is being copied
   REQUIRE(c0);
@@ -346,7 +370,7 @@ TEST_CASE("copy state: an image taken under concurrent writes is the state at th
   const uint32_t slots = GENERATE(0u, 3u, 64u);
   const uint64_t chunks = 48;
   std::vector<Region> regions{{1, 0x100000, 20 * kChunk}, {2, 0x200000, 28 * kChunk - 100}};
-  CopyState s = make(Protocol::kCopyOnWrite, regions, slots);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, regions, slots);
   auto addr_of = [&](uint64_t address) -> size_t {
     return address >= 0x200000 ? 20 * kChunk + (address - 0x200000) : address - 0x100000;
   };
@@ -406,7 +430,7 @@ TEST_CASE("copy state: recopy's two passes under concurrent writes give the stat
           "[copy_state][recopy]") {
   const bool unknown_calls = GENERATE(false, true);
   std::vector<Region> regions{{1, 0x100000, 20 * kChunk}, {2, 0x200000, 28 * kChunk - 100}};
-  CopyState s = make(Protocol::kRecopy, regions, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, regions, 0);
   auto at_of = [&](uint64_t address) -> size_t {
     return address >= 0x200000 ? 20 * kChunk + (address - 0x200000) : address - 0x100000;
   };
@@ -490,7 +514,7 @@ struct Saves {
 }  // namespace
 
 TEST_CASE("copy state: forget stops before_write saving a freed region", "[copy_state][forget]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}, {2, 0x40000, 4 * kChunk}}, 8);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}, {2, 0x40000, 4 * kChunk}}, 8);
   s.forget(0x10000);
   Saves saves;
   auto r = s.before_write(0x10000, 4 * kChunk, saves.fn(), 1s);
@@ -503,7 +527,7 @@ TEST_CASE("copy state: forget stops before_write saving a freed region", "[copy_
 }
 
 TEST_CASE("copy state: forget of a region leaves the other regions saved", "[copy_state][forget]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}, {2, 0x40000, 4 * kChunk}}, 8);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}, {2, 0x40000, 4 * kChunk}}, 8);
   s.forget(0x10000);
   Saves saves;
   auto r = s.before_write(0x40000 + kChunk, 8, saves.fn(), 1s);
@@ -517,7 +541,7 @@ TEST_CASE("copy state: forget of a region leaves the other regions saved", "[cop
 TEST_CASE("copy state: a write spanning a forgotten and a live region saves only the live one",
           "[copy_state][forget]") {
   // Adjacent regions: one write runs from the first into the second.
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}, {2, 0x12000, 2 * kChunk}}, 8);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}, {2, 0x12000, 2 * kChunk}}, 8);
   s.forget(0x12000);
   Saves saves;
   auto r = s.before_write(0x10000 + kChunk, 2 * kChunk, saves.fn(), 1s);  // chunk 1 of region 1, chunk 0 of region 2
@@ -532,7 +556,7 @@ TEST_CASE("copy state: a write spanning a forgotten and a live region saves only
 TEST_CASE("copy state: a write to a forgotten region does not wait for a full pool", "[copy_state][forget]") {
   // No pool: a write to a pending chunk would wait for the engine (and,
   // with nobody copying, time out and abort the window).
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
   s.forget(0x10000);
   auto r = s.before_write(0x10000, 2 * kChunk, no_save, 20ms);
   REQUIRE(r.ok());
@@ -543,7 +567,7 @@ TEST_CASE("copy state: a write to a forgotten region does not wait for a full po
 
 TEST_CASE("copy state: a write to a forgotten region does not wait for a chunk being copied",
           "[copy_state][forget]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
   auto c = s.claim_next();
   REQUIRE(c);
   REQUIRE(c->chunk == 0);
@@ -556,7 +580,7 @@ TEST_CASE("copy state: a write to a forgotten region does not wait for a chunk b
 }
 
 TEST_CASE("copy state: forget in recopy leaves a freed region's chunks clean", "[copy_state][forget]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x10000, 2 * kChunk}, {2, 0x40000, 2 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x10000, 2 * kChunk}, {2, 0x40000, 2 * kChunk}}, 0);
   s.forget(0x40000);
   auto r = s.before_write(0x10000, 0x40000 + 2 * kChunk - 0x10000, no_save, 1s);
   REQUIRE(r.ok());
@@ -568,7 +592,7 @@ TEST_CASE("copy state: forget in recopy leaves a freed region's chunks clean", "
 }
 
 TEST_CASE("copy state: forget of an address inside a region changes nothing", "[copy_state][forget]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 8);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 8);
   s.forget(0x10000 + kChunk);  // inside, not the start
   s.forget(0x10000 + 1);
   Saves saves;
@@ -579,7 +603,7 @@ TEST_CASE("copy state: forget of an address inside a region changes nothing", "[
 }
 
 TEST_CASE("copy state: forget of an address outside every region changes nothing", "[copy_state][forget]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}, {2, 0x40000, 2 * kChunk}}, 8);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}, {2, 0x40000, 2 * kChunk}}, 8);
   for (uint64_t a : {uint64_t(0), uint64_t(0x8000), uint64_t(0x10000 + 2 * kChunk), uint64_t(0x20000),
                      uint64_t(0x40000 + 2 * kChunk), ~uint64_t(0)})
     s.forget(a);
@@ -591,7 +615,7 @@ TEST_CASE("copy state: forget of an address outside every region changes nothing
 }
 
 TEST_CASE("copy state: forget on the hooks' side leaves the engine's claims whole", "[copy_state][forget]") {
-  CopyState engine = make(Protocol::kCopyOnWrite, {{1, 0x10000, 3 * kChunk}}, 4);
+  CopyState engine = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 3 * kChunk}}, 4);
   auto hooks = CopyState::attach(engine.fd());
   REQUIRE(hooks.ok());
   hooks->forget(0x10000);
@@ -605,7 +629,7 @@ TEST_CASE("copy state: forget on the hooks' side leaves the engine's claims whol
 }
 
 TEST_CASE("copy state: forget is the forgetting side's own; another attach still saves", "[copy_state][forget]") {
-  CopyState engine = make(Protocol::kCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
+  CopyState engine = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
   auto a = CopyState::attach(engine.fd());
   auto b = CopyState::attach(engine.fd());
   REQUIRE(a.ok());
@@ -696,21 +720,21 @@ const std::vector<Region> kScribbled{{1, 0x100000, 3 * kChunk + 100}, {2, 0x2000
 }  // namespace
 
 TEST_CASE("copy state: claims stay within the regions when the records are all ones", "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   Records records(s);
   records.fill([](size_t) { return ~uint64_t(0); });
   claims_stay_within_regions(s, kScribbled);
 }
 
 TEST_CASE("copy state: claims stay within the regions when the records are all zeros", "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   Records records(s);
   records.fill([](size_t) { return uint64_t(0); });
   claims_stay_within_regions(s, kScribbled);
 }
 
 TEST_CASE("copy state: claims stay within the regions when the records are random", "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   Records records(s);
   records.fill([](size_t i) { return std::mt19937_64(i + 7)(); });
   claims_stay_within_regions(s, kScribbled);
@@ -718,7 +742,7 @@ TEST_CASE("copy state: claims stay within the regions when the records are rando
 
 TEST_CASE("copy state: claims stay within the regions when the records claim more chunks", "[copy_state][scribble]") {
   // Plausible lies: every region larger, every first chunk shifted.
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   Records records(s);
   for (uint32_t i = 0; i < records.count; i++) {
     records.words[i * 4 + 2] *= 1000;
@@ -729,7 +753,7 @@ TEST_CASE("copy state: claims stay within the regions when the records claim mor
 
 TEST_CASE("copy state: recopy's dirty claims stay within the regions when the records are scribbled on",
           "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kRecopy, kScribbled, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, kScribbled, 0);
   REQUIRE(s.before_write(0x100000, 0x300000 + 5 * kChunk - 0x100000, no_save, 1s).ok());  // every chunk dirty
   Records records(s);
   records.fill([](size_t) { return ~uint64_t(0); });
@@ -747,7 +771,7 @@ TEST_CASE("copy state: recopy's dirty claims stay within the regions when the re
 
 TEST_CASE("copy state: the hooks save the region they attached to when the records are scribbled on later",
           "[copy_state][scribble]") {
-  CopyState engine = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState engine = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   auto hooks = CopyState::attach(engine.fd());
   REQUIRE(hooks.ok());
   Records records(engine);
@@ -763,7 +787,7 @@ TEST_CASE("copy state: the hooks save the region they attached to when the recor
 }
 
 TEST_CASE("copy state: a scribbled table is refused by a later attach", "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   Records records(s);
   records.fill([](size_t) { return ~uint64_t(0); });
   auto r = CopyState::attach(s.fd());
@@ -784,7 +808,7 @@ std::byte* header_of(Records& r) { return static_cast<std::byte*>(r.map); }
 
 TEST_CASE("copy state: claims stay within the regions when the header's chunk size is scribbled on",
           "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   const uint64_t chunks = s.chunk_count();
   Records records(s);
   uint64_t lie = 2 * kChunk;
@@ -804,7 +828,7 @@ TEST_CASE("copy state: claims stay within the regions when the header's chunk si
 
 TEST_CASE("copy state: claims name only the table's chunks when the header's chunk count is scribbled on",
           "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   const uint64_t chunks = s.chunk_count();
   Records records(s);
   uint64_t lie = chunks + 1;  // the word after the last chunk is padding: in the mapping, reads as pending
@@ -823,7 +847,7 @@ TEST_CASE("copy state: claims name only the table's chunks when the header's chu
 
 TEST_CASE("copy state: claims name only the pool's slots when the header's pool size is scribbled on",
           "[copy_state][scribble]") {
-  CopyState s = make(Protocol::kCopyOnWrite, kScribbled, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, kScribbled, 4);
   Records records(s);
   uint32_t lie = 1u << 20;
   std::memcpy(header_of(records) + 36, &lie, 4);  // Header::pool_slots
@@ -841,11 +865,11 @@ TEST_CASE("copy state: claims name only the pool's slots when the header's pool 
   }
 }
 
-// ---- on-demand restore (Protocol::kFill) ----------------------------------
+// ---- on-demand restore (CopyProtocol::kOnDemandFill) ----------------------------------
 
 TEST_CASE("copy state: fill: a read of a chunk not yet filled waits, and the engine takes it first",
           "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 64 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 64 * kChunk}}, 0);
   std::atomic<bool> done{false};
   std::thread reader([&] {
     auto r = s.before_use(0x10000 + 40 * kChunk + 8, 16, /*overwrite=*/false, 5s);
@@ -867,7 +891,7 @@ TEST_CASE("copy state: fill: a read of a chunk not yet filled waits, and the eng
 }
 
 TEST_CASE("copy state: fill: a filled chunk is used at once", "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 4 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 4 * kChunk}}, 0);
   auto c = s.claim(2);
   REQUIRE(c);
   CHECK_FALSE(s.claim(2));  // claimed once
@@ -879,7 +903,7 @@ TEST_CASE("copy state: fill: a filled chunk is used at once", "[copy_state][fill
 
 TEST_CASE("copy state: fill: whole chunks a call only overwrites need no fill; the edges do",
           "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 8 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 8 * kChunk}}, 0);
   // Chunks 1..3 lie wholly inside; 0 and 4 only partly: those wait.
   std::atomic<bool> done{false};
   std::thread writer([&] {
@@ -904,7 +928,7 @@ TEST_CASE("copy state: fill: whole chunks a call only overwrites need no fill; t
 }
 
 TEST_CASE("copy state: fill: a call with an unknown set waits for the whole fill", "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 4 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 4 * kChunk}}, 0);
   std::atomic<bool> done{false};
   std::thread caller([&] {
     CHECK(s.wait_closed(5s).ok());
@@ -924,7 +948,7 @@ TEST_CASE("copy state: fill: a call with an unknown set waits for the whole fill
 }
 
 TEST_CASE("copy state: fill: a fill given up lets no call through", "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 4 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 4 * kChunk}}, 0);
   auto c = s.claim(0);
   REQUIRE(c);
   s.copied(*c);
@@ -943,26 +967,26 @@ TEST_CASE("copy state: fill: a fill given up lets no call through", "[copy_state
 }
 
 TEST_CASE("copy state: fill: a wait past its time is an error", "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 2 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 2 * kChunk}}, 0);
   auto r = s.before_use(0x10000, 8, false, 30ms);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("not filled in time") != std::string::npos);
 }
 
 TEST_CASE("copy state: fill: memory outside every region is not the restore's", "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 2 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 2 * kChunk}}, 0);
   auto r = s.before_use(0x90000, 4 * kChunk, false, 1ms);
   REQUIRE(r.ok());
   CHECK(r->waited == 0);
 }
 
 TEST_CASE("copy state: fill: attach accepts a fill table and refuses a pool with it", "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{1, 0x10000, 2 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, 0x10000, 2 * kChunk}}, 0);
   auto other = CopyState::attach(s.fd());
   REQUIRE(other.ok());
-  CHECK(other->protocol() == Protocol::kFill);
-  CHECK(CopyState::create(Protocol::kFill, kChunk, std::vector<Region>{{1, 0x10000, kChunk}}, 4).ok());
-  auto pooled = CopyState::create(Protocol::kFill, kChunk, std::vector<Region>{{1, 0x10000, kChunk}}, 4);
+  CHECK(other->protocol() == CopyProtocol::kOnDemandFill);
+  CHECK(CopyState::create(CopyProtocol::kOnDemandFill, kChunk, std::vector<Region>{{1, 0x10000, kChunk}}, 4).ok());
+  auto pooled = CopyState::create(CopyProtocol::kOnDemandFill, kChunk, std::vector<Region>{{1, 0x10000, kChunk}}, 4);
   REQUIRE(pooled.ok());
   auto refused = CopyState::attach(pooled->fd());
   REQUIRE_FALSE(refused.ok());
@@ -970,7 +994,7 @@ TEST_CASE("copy state: fill: attach accepts a fill table and refuses a pool with
 }
 
 TEST_CASE("copy state: chunk_at names the chunk of a region's offset", "[copy_state][fill]") {
-  CopyState s = make(Protocol::kFill, {{2, 0x200000, 3 * kChunk}, {1, 0x100000, 2 * kChunk + 5}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{2, 0x200000, 3 * kChunk}, {1, 0x100000, 2 * kChunk + 5}}, 0);
   CHECK(s.chunk_at(0, 0) == 0);           // 0x100000, first in address order
   CHECK(s.chunk_at(0, 2 * kChunk) == 2);  // its short last chunk
   CHECK(s.chunk_at(1, kChunk) == 4);
@@ -985,7 +1009,7 @@ TEST_CASE("copy state: fill: under concurrent readers and writers no read sees u
   const uint64_t chunks = 48;
   const size_t bytes = chunks * kChunk;
   const uint64_t base = 0x400000;
-  CopyState s = make(Protocol::kFill, {{1, base, bytes}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{1, base, bytes}}, 0);
   std::vector<uint8_t> image(bytes);
   std::mt19937_64 rng(7);
   for (auto& b : image) b = uint8_t(1 + rng() % 255);  // never 0: 0 is the poison
@@ -1042,7 +1066,7 @@ TEST_CASE("copy state: fill: under concurrent readers and writers no read sees u
 TEST_CASE("copy state: fill: unfilled_ranges merges adjacent chunks across regions, in address order",
           "[copy_state][fill]") {
   // Two regions that touch: 0x10000 + 3 chunks, then 2 chunks right after.
-  CopyState s = make(Protocol::kFill, {{2, 0x10000 + 3 * kChunk, 2 * kChunk}, {1, 0x10000, 3 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kOnDemandFill, {{2, 0x10000 + 3 * kChunk, 2 * kChunk}, {1, 0x10000, 3 * kChunk}}, 0);
   using R = std::vector<std::pair<uint64_t, uint64_t>>;
   CHECK(s.unfilled_ranges() == R{{0x10000, 0x10000 + 5 * kChunk}});
   auto c = s.claim(1);
@@ -1070,7 +1094,7 @@ std::vector<uint64_t> claim_order(CopyState& s) {
 }
 
 // Three allocations of 3 chunks each: chunks 0-2, 3-5, 6-8.
-CopyState three_regions(Protocol p = Protocol::kRecopy) {
+CopyState three_regions(CopyProtocol p = CopyProtocol::kSoftRecopy) {
   return make(p, {{1, 0x100000, 3 * kChunk}, {2, 0x200000, 3 * kChunk}, {3, 0x300000, 3 * kChunk}}, 0);
 }
 
@@ -1119,7 +1143,7 @@ TEST_CASE("copy state: an allocation written while the cold scan runs is left fo
 }
 
 TEST_CASE("copy state: copy-on-write marks no allocation written, and its order stays", "[copy_state][traffic]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x100000, 2 * kChunk}, {2, 0x200000, 2 * kChunk}}, 4);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x100000, 2 * kChunk}, {2, 0x200000, 2 * kChunk}}, 4);
   s.set_cold_first(true);  // recopy's alone
   REQUIRE(s.before_write(0x100000, 8, [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; }, 1s).ok());
   CHECK_FALSE(s.region_written(0));
@@ -1128,7 +1152,7 @@ TEST_CASE("copy state: copy-on-write marks no allocation written, and its order 
 
 TEST_CASE("copy state: copied_dirty_count counts the first pass's chunks written after their copy",
           "[copy_state][traffic]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 8 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 8 * kChunk}}, 0);
   for (int i = 0; i < 3; i++) s.copied(*s.claim_next());  // chunks 0-2 copied
   // Chunks 1 and 2 copied then written; 3 written before its copy.
   REQUIRE(s.before_write(0x100000 + kChunk, 3 * kChunk, no_save, 1s).ok());
@@ -1162,7 +1186,7 @@ TEST_CASE("copy state: the cold scan stays within the table when its cursor is s
 }
 
 TEST_CASE("copy state: a transfer keeps the link busy until its estimate, counted once", "[copy_state][traffic]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 4 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 4 * kChunk}}, 0);
   s.set_transfer_rate(1'000'000'000);  // 1 byte per ns
   const uint64_t now = realtime_ns();
   CHECK_FALSE(s.traffic().busy(now));
@@ -1176,7 +1200,7 @@ TEST_CASE("copy state: a transfer keeps the link busy until its estimate, counte
 
 TEST_CASE("copy state: queued transfers keep the link busy for their bytes at the engine's rate, one after another",
           "[copy_state][traffic]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x100000, 4 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x100000, 4 * kChunk}}, 0);
   SECTION("the engine's rate") {
     s.set_transfer_rate(1'000'000'000);  // 1 byte per ns
     s.transfer_queued(5000, 1'000'000);
@@ -1198,7 +1222,7 @@ TEST_CASE("copy state: queued transfers keep the link busy for their bytes at th
 
 TEST_CASE("copy state: transfers told from many threads while the engine claims add up exactly",
           "[copy_state][traffic]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 256 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 256 * kChunk}}, 0);
   s.set_transfer_rate(1'000'000'000);
   constexpr int kThreads = 8, kEach = 2000;
   std::vector<std::thread> program;
@@ -1221,7 +1245,7 @@ TEST_CASE("copy state: transfers told from many threads while the engine claims 
 }
 
 TEST_CASE("copy state: a transfer in the program's process is seen by the engine", "[copy_state][traffic]") {
-  CopyState s = make(Protocol::kRecopy, {{1, 0x100000, 4 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 4 * kChunk}}, 0);
   s.set_transfer_rate(1'000'000'000);
   int go[2];
   REQUIRE(::pipe(go) == 0);
@@ -1250,7 +1274,7 @@ TEST_CASE("copy state: a transfer in the program's process is seen by the engine
 }
 
 TEST_CASE("copy state: urgent_waiting says when a write waits for the engine", "[copy_state][traffic]") {
-  CopyState s = make(Protocol::kCopyOnWrite, {{1, 0x100000, 4 * kChunk}}, 0);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x100000, 4 * kChunk}}, 0);
   CHECK_FALSE(s.urgent_waiting());
   std::thread writer([&] { CHECK(s.before_write(0x100000 + 2 * kChunk, 8, no_save, 5s).ok()); });
   for (int i = 0; i < 2000 && !s.urgent_waiting(); i++) std::this_thread::sleep_for(1ms);

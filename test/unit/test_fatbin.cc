@@ -376,7 +376,7 @@ TEST_CASE("fatbin: synthetic entries, compressed and not, with an identifier") {
   // A length that counts the NUL padding after the name too.
   patch_le(&fatbin, kFirstEntry + kEntryIdentifierField + 4, 16, 4);
   CHECK(entries_of(fatbin)[0].identifier == "kernels.cu");
-  CHECK(std::string(compression_name(es[2].compression)) == "ZSTD");
+  CHECK(std::string(fatbin_compression_name(es[2].compression)) == "ZSTD");
 }
 
 TEST_CASE("fatbin: broken containers are refused with where they break") {

@@ -13,15 +13,18 @@ std::array<uint8_t, 16> uuid_of(uint8_t tag) {
   return u;
 }
 
-image::Device image_device(uint32_t ordinal, uint8_t tag, std::string name = "NVIDIA H200") {
-  image::Device d;
+GpuDevice image_device(uint32_t ordinal, uint8_t tag, std::string name = "NVIDIA H200") {
+  GpuDevice d;
   d.ordinal = ordinal;
   d.uuid = uuid_of(tag);
   d.name = std::move(name);
   return d;
 }
 
-std::vector<HostGpu> two_h200() { return {{0, "NVIDIA H200", uuid_of(0xaa)}, {1, "NVIDIA H200", uuid_of(0xbb)}}; }
+std::vector<GpuDevice> two_h200() {
+  return {{.ordinal = 0, .uuid = uuid_of(0xaa), .name = "NVIDIA H200"},
+          {.ordinal = 1, .uuid = uuid_of(0xbb), .name = "NVIDIA H200"}};
+}
 
 }  // namespace
 
@@ -121,8 +124,8 @@ TEST_CASE("gpu map: a move gives pairs for every host GPU, as a permutation", "[
 }
 
 TEST_CASE("gpu map: GPUs a move does not touch keep their place", "[gpu_map]") {
-  std::vector<HostGpu> three = two_h200();
-  three.push_back({2, "NVIDIA H200", uuid_of(0xcc)});
+  std::vector<GpuDevice> three = two_h200();
+  three.push_back({.ordinal = 2, .uuid = uuid_of(0xcc), .name = "NVIDIA H200"});
   auto p = place_gpus(*parse_gpu_map("0=1,1=0"), {image_device(0, 0xaa), image_device(1, 0xbb)}, three, "m");
   auto pairs = driver_gpu_pairs(*p, three);
   REQUIRE(pairs.size() == 3);
@@ -138,7 +141,7 @@ TEST_CASE("gpu map: without a spec a GPU goes where its UUID is, whatever the pr
 }
 
 TEST_CASE("gpu map: a process's devices are found in criu's numbering by UUID", "[gpu_map]") {
-  std::vector<agent::Device> devices{{0, uuid_of(0xbb)}, {1, uuid_of(0xaa)}};
+  std::vector<GpuDevice> devices{{.ordinal = 0, .uuid = uuid_of(0xbb)}, {.ordinal = 1, .uuid = uuid_of(0xaa)}};
   auto o = host_ordinals(devices, two_h200());
   REQUIRE(o);
   CHECK(*o == std::map<uint32_t, int>{{0, 1}, {1, 0}});

@@ -34,7 +34,8 @@ Manifest write_image(const TempDir& dir, const std::vector<std::vector<std::byte
   m.writer_version = "test";
   m.pid = 42;
   m.chunk_size = 64 << 10;
-  m.devices.push_back(Device{0, {}, "test gpu", 1ull << 30, 9, 0});
+  m.devices.push_back(phos::GpuDevice{
+      .ordinal = 0, .uuid = {}, .name = "test gpu", .total_memory = 1ull << 30, .compute_major = 9, .compute_minor = 0});
   auto writer = DataFileWriter::create(dir.fd.get(), data_file_name(42, 0), 42, 0);
   REQUIRE(writer.ok());
   uint64_t address = 0x7f0000000000ull;
@@ -425,7 +426,8 @@ TEST_CASE("image dir: chunks spread over several data files read back", "[image]
   m.writer_version = "test";
   m.pid = 42;
   m.chunk_size = 64 << 10;
-  m.devices.push_back(Device{0, {}, "test gpu", 1ull << 30, 9, 0});
+  m.devices.push_back(phos::GpuDevice{
+      .ordinal = 0, .uuid = {}, .name = "test gpu", .total_memory = 1ull << 30, .compute_major = 9, .compute_minor = 0});
   std::vector<std::unique_ptr<DataFileWriter>> writers;
   for (uint32_t i = 0; i < kFiles; i++) {
     auto w = DataFileWriter::create(dir.fd.get(), data_file_name(42, i), 42, i);
@@ -724,7 +726,8 @@ TEST_CASE("image dir: a chunk copied twice reads as its last copy, zero or not",
   m.writer_version = "test";
   m.pid = 42;
   m.chunk_size = 64 << 10;
-  m.devices.push_back(Device{0, {}, "test gpu", 1ull << 30, 9, 0});
+  m.devices.push_back(phos::GpuDevice{
+      .ordinal = 0, .uuid = {}, .name = "test gpu", .total_memory = 1ull << 30, .compute_major = 9, .compute_minor = 0});
   m.data_files.push_back(*file);
   m.allocations.push_back({{1, 0, 0x7f0000000000ull, zeros.size(), 0}, {*then_data}});
   m.allocations.push_back({{2, 0, 0x7f0040000000ull, zeros.size(), 0}, {*then_zero}});

@@ -212,7 +212,7 @@ TEST_CASE("manifest validation: invalid pid and protocol", "[manifest][validate]
   m.pid = 0;
   CHECK_THAT(validate_error(m), Catch::Contains("invalid pid 0"));
   m = full_manifest();
-  m.protocol = static_cast<Protocol>(17);
+  m.protocol = static_cast<phos::CopyProtocol>(17);
   CHECK_THAT(validate_error(m), Catch::Contains("unknown protocol 17"));
 }
 
@@ -250,16 +250,13 @@ using phos::agent::CopyTrust;
 
 Manifest cow_manifest() {
   Manifest m = full_manifest();
-  m.protocol = Protocol::kSoftCopyOnWrite;
+  m.protocol = phos::CopyProtocol::kSoftCopyOnWrite;
   m.copy_trust = CopyTrust::kValidated;
   Statistics& s = m.statistics;
   s.stall_ns = 11;
   s.cow_pool_bytes = 2ull << 30;
   s.cow_saved_bytes = 12ull << 20;
-  s.cow_calls_checked = 13;
-  s.cow_calls_waited = 14;
-  s.cow_unknown_waits = 15;
-  s.cow_wait_ns = 16;
+  s.copy_window = {.calls_checked = 13, .calls_waited = 14, .unknown_waits = 15, .wait_ns = 16};
   s.cow_window_ns = 17;
   return m;
 }
@@ -271,23 +268,23 @@ TEST_CASE("manifest: a copy-on-write manifest round trips with its trust and eve
   Manifest m = cow_manifest();
   auto back = decode_manifest(encode_manifest(m), "m.img");
   REQUIRE(back.ok());
-  CHECK(back->protocol == Protocol::kSoftCopyOnWrite);
+  CHECK(back->protocol == phos::CopyProtocol::kSoftCopyOnWrite);
   CHECK(back->copy_trust == CopyTrust::kValidated);
   const Statistics& s = back->statistics;
   CHECK(s.stall_ns == 11);
   CHECK(s.cow_pool_bytes == 2ull << 30);
   CHECK(s.cow_saved_bytes == 12ull << 20);
-  CHECK(s.cow_calls_checked == 13);
-  CHECK(s.cow_calls_waited == 14);
-  CHECK(s.cow_unknown_waits == 15);
-  CHECK(s.cow_wait_ns == 16);
+  CHECK(s.copy_window.calls_checked == 13);
+  CHECK(s.copy_window.calls_waited == 14);
+  CHECK(s.copy_window.unknown_waits == 15);
+  CHECK(s.copy_window.wait_ns == 16);
   CHECK(s.cow_window_ns == 17);
   CHECK(back.value() == m);
 }
 
 TEST_CASE("manifest: a soft-recopy manifest round trips with its passes' figures", "[manifest][recopy]") {
   Manifest m = full_manifest();
-  m.protocol = Protocol::kSoftRecopy;
+  m.protocol = phos::CopyProtocol::kSoftRecopy;
   m.copy_trust = CopyTrust::kSpeculated;
   m.statistics.recopy_first_pass_bytes = 64ull << 30;
   m.statistics.recopy_first_pass_ns = 21;
@@ -295,7 +292,7 @@ TEST_CASE("manifest: a soft-recopy manifest round trips with its passes' figures
   m.statistics.final_pass_ns = 23;
   auto back = decode_manifest(encode_manifest(m), "m.img");
   REQUIRE(back.ok());
-  CHECK(back->protocol == Protocol::kSoftRecopy);
+  CHECK(back->protocol == phos::CopyProtocol::kSoftRecopy);
   CHECK(back->copy_trust == CopyTrust::kSpeculated);
   CHECK(back->statistics.recopy_first_pass_bytes == 64ull << 30);
   CHECK(back->statistics.recopied_bytes == 3ull << 20);
@@ -315,20 +312,28 @@ TEST_CASE("manifest: every copy trust round trips", "[manifest][cow]") {
 
 TEST_CASE("manifest: copy-on-write statistics round trip one at a time", "[manifest][cow]") {
   // Each field on its own: a field encoded into another's number shows.
-  uint64_t Statistics::*fields[] = {&Statistics::stall_ns,          &Statistics::cow_pool_bytes,
-                                    &Statistics::cow_saved_bytes,   &Statistics::cow_calls_checked,
-                                    &Statistics::cow_calls_waited,  &Statistics::cow_unknown_waits,
-                                    &Statistics::cow_wait_ns,       &Statistics::cow_window_ns,
-                                    &Statistics::recopy_first_pass_bytes, &Statistics::recopy_first_pass_ns,
-                                    &Statistics::recopied_bytes,    &Statistics::final_pass_ns,
-                                    &Statistics::zero_chunks,       &Statistics::zero_bytes,
-                                    &Statistics::program_transfers, &Statistics::program_transfer_bytes,
-                                    &Statistics::traffic_pauses,    &Statistics::traffic_paused_ns,
-                                    &Statistics::recopy_wasted_bytes};
+  uint64_t Statistics::*fields[] = {
+      &Statistics::stall_ns,       &Statistics::cow_pool_bytes,          &Statistics::cow_saved_bytes,
+      &Statistics::cow_window_ns,  &Statistics::recopy_first_pass_bytes, &Statistics::recopy_first_pass_ns,
+      &Statistics::recopied_bytes, &Statistics::final_pass_ns,           &Statistics::zero_chunks,
+      &Statistics::zero_bytes,     &Statistics::program_transfers,       &Statistics::program_transfer_bytes,
+      &Statistics::traffic_pauses, &Statistics::traffic_paused_ns,       &Statistics::recopy_wasted_bytes};
   for (size_t i = 0; i < std::size(fields); i++) {
     INFO("field " << i);
     Manifest m = full_manifest();
     m.statistics.*fields[i] = 1000 + i;
+    auto back = decode_manifest(encode_manifest(m), "m.img");
+    REQUIRE(back.ok());
+    CHECK(back->statistics == m.statistics);
+  }
+  // The copy window's counters, as the close reply carries them.
+  uint64_t phos::agent::CopyWindowCounters::*counters[] = {
+      &phos::agent::CopyWindowCounters::calls_checked, &phos::agent::CopyWindowCounters::calls_waited,
+      &phos::agent::CopyWindowCounters::unknown_waits, &phos::agent::CopyWindowCounters::wait_ns};
+  for (size_t i = 0; i < std::size(counters); i++) {
+    INFO("counter " << i);
+    Manifest m = full_manifest();
+    m.statistics.copy_window.*counters[i] = 2000 + i;
     auto back = decode_manifest(encode_manifest(m), "m.img");
     REQUIRE(back.ok());
     CHECK(back->statistics == m.statistics);
@@ -346,10 +351,7 @@ TEST_CASE("manifest: a manifest without a window decodes with trust none and no 
   CHECK(s.stall_ns == 0);
   CHECK(s.cow_pool_bytes == 0);
   CHECK(s.cow_saved_bytes == 0);
-  CHECK(s.cow_calls_checked == 0);
-  CHECK(s.cow_calls_waited == 0);
-  CHECK(s.cow_unknown_waits == 0);
-  CHECK(s.cow_wait_ns == 0);
+  CHECK(s.copy_window == phos::agent::CopyWindowCounters{});
   CHECK(s.cow_window_ns == 0);
   CHECK(s.recopy_first_pass_bytes == 0);
   CHECK(s.recopied_bytes == 0);
@@ -453,7 +455,7 @@ TEST_CASE("manifest: a zero chunk round trips with its CRC and the zero statisti
   CHECK(back->statistics.zero_chunks == 1);
   CHECK(back->statistics.zero_bytes == 1 << 20);
   CHECK(back.value() == m);
-  CHECK(compression_name(Compression::kZero) == "zero");
+  CHECK(chunk_compression_name(Compression::kZero) == "zero");
 }
 
 TEST_CASE("manifest: an image of format version 1, from before zero chunks, still reads", "[manifest][sparse]") {
@@ -566,7 +568,10 @@ Manifest kept_manifest() {
   m.data_files.clear();
   std::array<uint8_t, 16> uuid{};
   uuid[0] = 0xbb;
-  m.kept = KeptMemory{"0123456789abcdef", uuid, "NVIDIA H200", false, 6u << 20};
+  m.kept = KeptMemory{.migration = "0123456789abcdef",
+                      .device = {.uuid = uuid, .name = "NVIDIA H200"},
+                      .in_place = false,
+                      .kept_bytes = 6u << 20};
   m.statistics.gate_closed_unix_ns = 1700000000123456789ull;
   m.format_version = format_version_for(m);
   return m;
@@ -620,4 +625,89 @@ TEST_CASE("manifest: migration names are 16 lower-case hex digits", "[manifest][
   CHECK_FALSE(is_migration_id("0123456789abcdeg"));
   CHECK_FALSE(is_migration_id("0123456789abcde"));
   CHECK_FALSE(is_migration_id("phos-kept.01234567"));
+}
+
+// --- gpu.proto: the Device and Allocation the agent, the keeper and the image share ---
+
+namespace {
+
+// A manifest file around `payload`, framed as encode_manifest frames one.
+std::vector<std::byte> manifest_file(const phos::test::PbWriter& payload) {
+  const auto& p = payload.payload();
+  std::vector<std::byte> file(32 + p.size());
+  std::memcpy(file.data(), kManifestMagic, 8);
+  phos::bytes::put_u32(&file[8], 1);
+  phos::bytes::put_u32(&file[12], 32);
+  phos::bytes::put_u64(&file[16], p.size());
+  phos::bytes::put_u32(&file[24], phos::crc32c(p));
+  phos::bytes::put_u32(&file[28], phos::crc32c(0, file.data(), 28));
+  std::copy(p.begin(), p.end(), file.begin() + 32);
+  return file;
+}
+
+// A version 1 manifest of pid 42 with `device` and nothing else, copied
+// with manifest.proto's Protocol `protocol`.
+phos::test::PbWriter manifest_with_device(const phos::test::PbWriter& device, uint32_t protocol = 1) {
+  return phos::test::PbWriter()
+      .varint(1, 1)
+      .text(2, "test")
+      .varint(3, 42)
+      .varint(4, protocol)
+      .varint(5, 1 << 20)
+      .varint(6, 1)
+      .message(7, device);
+}
+
+phos::test::PbWriter device_with_uuid(size_t uuid_bytes) {
+  std::vector<std::byte> uuid(uuid_bytes, std::byte{0xab});
+  return phos::test::PbWriter().varint(1, 0).bytes(2, uuid);
+}
+
+}  // namespace
+
+TEST_CASE("manifest: a device that a phos of before could read is read", "[manifest][gpu]") {
+  auto m = decode_manifest(
+      manifest_file(manifest_with_device(device_with_uuid(16).text(3, "NVIDIA H200").varint(4, 7))), "m.img");
+  REQUIRE(m.ok());
+  REQUIRE(m->devices.size() == 1);
+  CHECK(m->devices[0].name == "NVIDIA H200");
+  CHECK(m->devices[0].total_memory == 7);
+  CHECK(m->devices[0].compute_major == 0);  // optional then as now
+  CHECK(m->devices[0].uuid[15] == 0xab);
+}
+
+TEST_CASE("manifest: a device without its name or memory size is refused, as when the schema required them",
+          "[manifest][gpu][corrupt]") {
+  CHECK_THAT(decode_error(manifest_file(manifest_with_device(device_with_uuid(16).varint(4, 7)))),
+             Catch::Equals("m.img: manifest: device 0 has no name or no memory size"));
+  CHECK_THAT(decode_error(manifest_file(manifest_with_device(device_with_uuid(16).text(3, "NVIDIA H200")))),
+             Catch::Equals("m.img: manifest: device 0 has no name or no memory size"));
+}
+
+TEST_CASE("manifest: a device whose UUID is not 16 bytes is refused", "[manifest][gpu][corrupt]") {
+  CHECK_THAT(decode_error(manifest_file(manifest_with_device(device_with_uuid(3).text(3, "x").varint(4, 7)))),
+             Catch::Equals("m.img: manifest: device 0 has a UUID of 3 bytes, not 16"));
+}
+
+// --- CopyProtocol: one numbering for the manifest, the copy table and the dump ---
+
+TEST_CASE("manifest: a dump's protocols have manifest.proto's numbers", "[manifest][protocol]") {
+  const std::pair<uint32_t, phos::CopyProtocol> wire[] = {{1, phos::CopyProtocol::kStopTheWorld},
+                                                          {2, phos::CopyProtocol::kSoftRecopy},
+                                                          {3, phos::CopyProtocol::kSoftCopyOnWrite}};
+  for (auto [number, protocol] : wire) {
+    auto device = device_with_uuid(16).text(3, "NVIDIA H200").varint(4, 7);
+    auto m = decode_manifest(manifest_file(manifest_with_device(device, number)), "m.img");
+    REQUIRE(m.ok());
+    CHECK(m->protocol == protocol);
+    CHECK(phos::is_dump_protocol(protocol));
+  }
+  CHECK(phos::copy_protocol_name(phos::CopyProtocol::kSoftCopyOnWrite) == "soft-copy-on-write");
+}
+
+TEST_CASE("manifest validation: an on-demand fill is no dump's protocol", "[manifest][validate][protocol]") {
+  Manifest m = full_manifest();
+  m.protocol = phos::CopyProtocol::kOnDemandFill;
+  CHECK_FALSE(phos::is_dump_protocol(m.protocol));
+  CHECK_THAT(validate_error(m), Catch::Contains("m.img: manifest: protocol 4 (on-demand-fill) is no dump's"));
 }

@@ -19,7 +19,7 @@ namespace {
 
 constexpr uint64_t kMs = 1'000'000;
 
-CopyState table(Protocol p = Protocol::kRecopy) {
+CopyState table(CopyProtocol p = CopyProtocol::kSoftRecopy) {
   auto s = CopyState::create(p, 4096, std::vector<Region>{{1, 0x100000, 16 * 4096}}, 0);
   REQUIRE(s.ok());
   return std::move(s.value());
@@ -122,7 +122,7 @@ TEST_CASE("traffic: a pause never runs past the deadline", "[traffic]") {
 }
 
 TEST_CASE("traffic: no pause while a call of the program waits for a chunk", "[traffic]") {
-  CopyState s = table(Protocol::kCopyOnWrite);  // no pool: a write waits for the engine
+  CopyState s = table(CopyProtocol::kSoftCopyOnWrite);  // no pool: a write waits for the engine
   busy_for_5s(s);
   std::thread writer = write_waiting_for_engine(s);
   for (int i = 0; i < 2000 && !s.urgent_waiting(); i++) std::this_thread::sleep_for(1ms);
@@ -146,7 +146,7 @@ TEST_CASE("traffic: workers pausing at once count each pause, their time summed"
 }
 
 TEST_CASE("traffic: a pause for a queued transfer ends when a call starts waiting for a chunk", "[traffic]") {
-  CopyState s = table(Protocol::kCopyOnWrite);  // no pool: a write waits for the engine
+  CopyState s = table(CopyProtocol::kSoftCopyOnWrite);  // no pool: a write waits for the engine
   busy_for_5s(s);
   TrafficControl t(s, true, policy(5000ms));
   std::atomic<uint64_t> paused{0};

@@ -165,7 +165,11 @@ Agent::Answer Agent::answer(const agent::Hello& q) {
                            std::to_string(agent::kProtocolVersion),
                        EPROTONOSUPPORT),
             true};
-  return {agent::HelloReply{agent::kProtocolVersion, PHOS_VERSION, ::getpid(), tid_.load(), ::getuid()}};
+  return {agent::HelloReply{.protocol_version = agent::kProtocolVersion,
+                            .agent_version = PHOS_VERSION,
+                            .pid = ::getpid(),
+                            .agent_tid = tid_.load(),
+                            .uid = ::getuid()}};
 }
 
 Agent::Answer Agent::answer(const agent::StatusRequest&) {
@@ -220,9 +224,11 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
     gate_.open();
     return failure(d.error().code, "drain: " + d.error().message + "; gate reopened" + rebuilt_after_failure());
   }
-  agent::QuiesceReply reply{monotonic_ns() - t0, at_step, backend_.touch_order()};
-  reply.nccl_released = nccl->communicators;
-  reply.nccl_release_ns = nccl->ns;
+  agent::QuiesceReply reply{.drained_ns = monotonic_ns() - t0,
+                            .at_step = at_step,
+                            .touch_order = backend_.touch_order(),
+                            .nccl_released = nccl->communicators,
+                            .nccl_release_ns = nccl->ns};
   return {std::move(reply)};
 }
 
@@ -264,7 +270,7 @@ Agent::Answer Agent::answer(const agent::SpeculateRequest& q) {
     if (!set)
       return failure(set.error().code,
                      "validation " + std::string(*q.validate ? "on" : "off") + ": " + set.error().message);
-    return {agent::SpeculateReply{*q.validate, *set}};
+    return {agent::SpeculateReply{.validating = *q.validate, .sass_attached = *set}};
   }
   if (auto set = backend_.set_speculation(q.on); !set)
     return failure(set.error().code, "speculation " + std::string(q.on ? "on" : "off") + ": " + set.error().message);

@@ -36,7 +36,7 @@ agent::StatusReply CudaBackend::status() {
   s.allocation_count = m.units;
   s.allocated_bytes = m.physical_bytes;
   s.device_count = m.devices;
-  for (const auto& [dev, uuid] : m.uuids) s.devices.push_back({uint32_t(dev), uuid});
+  for (const auto& [dev, uuid] : m.uuids) s.devices.push_back(GpuDevice{.ordinal = uint32_t(dev), .uuid = uuid});
   s.unsupported_calls = rt_.unsupported().list();
   if (size_t n = rt_.nccl().spanning_processes(true))
     s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes, " +
@@ -52,8 +52,14 @@ agent::StatusReply CudaBackend::status() {
   if (auto profiler = profiler_attached()) s.unsupported_calls.push_back(*profiler);
   for (auto& m : rt_.modules().modules()) {
     uint64_t count = m.functions.size();
-    s.modules.push_back({m.id, module_kind_name(m.image.kind), m.image.size, m.image.hash, std::move(m.source),
-                         std::move(m.functions), count, std::move(m.globals)});
+    s.modules.push_back(agent::Module{.id = m.id,
+                                      .kind = module_kind_name(m.image.kind),
+                                      .size = m.image.size,
+                                      .hash = m.image.hash,
+                                      .source = std::move(m.source),
+                                      .functions = std::move(m.functions),
+                                      .function_count = count,
+                                      .globals = std::move(m.globals)});
   }
   s.speculation_active = rt_.speculation().active();
   s.validation_active = rt_.validation().active();
@@ -72,8 +78,16 @@ agent::StatusReply CudaBackend::status() {
     s.counters.emplace_back("nccl_last_rebuild_us", t.last_rebuild_ns / 1000);
   }
   for (const auto& c : communicators)
-    s.nccl_communicators.push_back(
-        {c.rank, c.nranks, c.device, c.job_id, c.calls, c.single_process, c.stop_at, c.held, c.released(), c.rebuilds});
+    s.nccl_communicators.push_back(agent::NcclCommunicatorStatus{.rank = c.rank,
+                                                                 .nranks = c.nranks,
+                                                                 .device = c.device,
+                                                                 .job_id = c.job_id,
+                                                                 .calls = c.calls,
+                                                                 .single_process = c.single_process,
+                                                                 .stop_at = c.stop_at,
+                                                                 .held = c.held,
+                                                                 .released = c.released(),
+                                                                 .rebuilds = c.rebuilds});
   return s;
 }
 
@@ -148,10 +162,8 @@ Result<bool> CudaBackend::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_
   return rt_.nccl().arm_stop(job_id, *at_call);
 }
 
-Result<AgentBackend::NcclReleased> CudaBackend::nccl_release(std::chrono::milliseconds timeout) {
-  auto released = phos::hooks::nccl_release(timeout);
-  if (!released) return released.error();
-  return NcclReleased{released->communicators, released->ns};
+Result<NcclReleased> CudaBackend::nccl_release(std::chrono::milliseconds timeout) {
+  return phos::hooks::nccl_release(timeout);
 }
 
 Result<uint32_t> CudaBackend::nccl_rebuild(std::optional<uint64_t> nonce) { return phos::hooks::nccl_rebuild(nonce); }

@@ -8,14 +8,10 @@
 #include <optional>
 #include <string>
 
+#include "phos/hooks/agent_backend.h"  // NcclReleased
 #include "phos/support/result.h"
 
 namespace phos::hooks {
-
-struct NcclReleased {
-  uint32_t communicators = 0;  // destroyed
-  uint64_t ns = 0;             // from the first ticket waited for to the last destroy
-};
 
 // Before the gate closes: new NCCL calls wait from now on; once none is
 // running, the GPU work already queued is waited for and every

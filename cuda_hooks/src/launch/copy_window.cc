@@ -49,7 +49,7 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
                       EINVAL);
   auto table = copystate::CopyState::attach(fds[0].get());
   if (!table) return table.error();
-  if (table->protocol() != copystate::Protocol::kCopyOnWrite && q.pool_bytes)
+  if (table->protocol() != CopyProtocol::kSoftCopyOnWrite && q.pool_bytes)
     return make_error("open copy window: only a copy-on-write window has a pool", EINVAL);
   if (uint64_t(table->pool_slots()) * table->chunk_size() > q.pool_bytes)
     return make_error("open copy window: " + std::to_string(table->pool_slots()) + " pool slots of " +
@@ -57,7 +57,7 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
                           std::to_string(q.pool_bytes) + " bytes",
                       EINVAL);
   // A fill window copies nothing itself: no context, no stream.
-  if (table->protocol() == copystate::Protocol::kFill) {
+  if (table->protocol() == CopyProtocol::kOnDemandFill) {
     begin(std::move(*table), q, 0, nullptr, 0, nullptr);
     return {};
   }
@@ -108,7 +108,7 @@ Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vecto
 
 void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q, CUdevice dev, CUcontext ctx,
                        CUdeviceptr pool, CUstream stream) {
-  const bool fill = table.protocol() == copystate::Protocol::kFill;
+  const bool fill = table.protocol() == CopyProtocol::kOnDemandFill;
   table_ = std::make_unique<copystate::CopyState>(std::move(table));
   device_ = dev;
   ctx_ = ctx;
@@ -131,19 +131,17 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   // a window the engine never closed (criu gone) is given up here, so no
   // call waits. Recopy: the engine's second pass, after this, still needs
   // the table as it is.
-  if (table_->protocol() == copystate::Protocol::kCopyOnWrite) table_->close(copystate::Window::kAborted);
+  if (table_->protocol() == CopyProtocol::kSoftCopyOnWrite) table_->close(copystate::Window::kAborted);
   // A fill asked to close before it is whole: calls would run on memory
   // that is not restored.
   if (filling() && table_->window() != copystate::Window::kClosed)
     fill_failed(make_error("the restore closed its window before the device memory was whole", EIO));
   open_.store(false);
   while (users_.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  out.calls_checked = checked_;
+  out.counters = {
+      .calls_checked = checked_, .calls_waited = waited_, .unknown_waits = unknown_waits_, .wait_ns = wait_ns_};
   out.chunks_saved = table_->statistics().saved;
-  out.calls_waited = waited_;
-  out.unknown_waits = unknown_waits_;
-  out.wait_ns = wait_ns_;
-  out.aborted = table_->protocol() == copystate::Protocol::kCopyOnWrite && table_->window() == copystate::Window::kAborted;
+  out.aborted = table_->protocol() == CopyProtocol::kSoftCopyOnWrite && table_->window() == copystate::Window::kAborted;
   out.abort_reason = abort_reason_;
   // Given up without a reason of the hooks: by the engine (its error is in
   // criu's log), or never closed by it (criu gone).
@@ -218,7 +216,7 @@ void CopyWindow::untrusted(bool unknown_set) {
   // Recopy never waits (the gate closing for the final pass would wait for
   // this call): everything is copied again instead. A fill: the call waits
   // for the whole fill (give_up ends the process if it fails).
-  if (table_->protocol() == copystate::Protocol::kRecopy) return table_->mark_all_dirty();
+  if (table_->protocol() == CopyProtocol::kSoftRecopy) return table_->mark_all_dirty();
   uint64_t t0 = monotonic_ns();
   if (auto r = table_->wait_closed(timeout_); !r) give_up(r.error());
   count_wait(t0, true, unknown_set);

@@ -108,7 +108,7 @@ class CopyWindow {
   void await_sets(const WriteRanges& sets);
   // On-demand restore: an exact call's ranges.
   void use_exact(const ranges::RangeList& l);
-  bool filling() const { return table_->protocol() == copystate::Protocol::kFill; }
+  bool filling() const { return table_->protocol() == CopyProtocol::kOnDemandFill; }
   // On-demand restore: waits until [address, address + bytes) is filled.
   void await_filled(uint64_t address, uint64_t bytes, bool overwrite);
 

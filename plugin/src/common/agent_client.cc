@@ -58,7 +58,8 @@ Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms) {
   auto sock = connect_in_netns(pid, **name);
   if (!sock) return sock.error();
   AgentClient client(std::move(*sock), timeout_ms);
-  auto hello = client.call<agent::HelloReply>(agent::Hello{agent::kProtocolVersion, PHOS_VERSION});
+  auto hello = client.call<agent::HelloReply>(
+      agent::Hello{.protocol_version = agent::kProtocolVersion, .client_version = PHOS_VERSION});
   if (!hello) return hello.error();
   client.hello_ = std::move(*hello);
   return client;
@@ -100,13 +101,15 @@ uint64_t nccl_nonce() {
 }
 
 Result<bool> AgentClient::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) {
-  auto reply = call<agent::NcclStopReply>(agent::NcclStopRequest{job_id, at_call, std::nullopt});
+  auto reply = call<agent::NcclStopReply>(
+      agent::NcclStopRequest{.job_id = job_id, .at_call = at_call, .pend_release = std::nullopt});
   if (!reply) return reply.error();
   return reply->armed;
 }
 
 Result<void> AgentClient::nccl_pend_release(uint64_t job_id, bool pend) {
-  auto reply = call<agent::NcclStopReply>(agent::NcclStopRequest{job_id, std::nullopt, pend});
+  auto reply = call<agent::NcclStopReply>(
+      agent::NcclStopRequest{.job_id = job_id, .at_call = std::nullopt, .pend_release = pend});
   if (!reply) return reply.error();
   if (!reply->armed) return make_error(pend ? "the NCCL calls still running did not end" : "not pending", EBUSY);
   return {};
@@ -115,7 +118,7 @@ Result<void> AgentClient::nccl_pend_release(uint64_t job_id, bool pend) {
 Result<agent::StatusReply> AgentClient::status() { return call<agent::StatusReply>(agent::StatusRequest{}); }
 
 Result<agent::SpeculateReply> AgentClient::speculate_request(bool on, std::optional<bool> validate) {
-  auto reply = call<agent::SpeculateReply>(agent::SpeculateRequest{on, validate});
+  auto reply = call<agent::SpeculateReply>(agent::SpeculateRequest{.on = on, .validate = validate});
   if (!reply && reply.error().code == EPROTO)  // an agent older than the request does not know its kind
     return make_error(reply.error().message + " (the agent predates speculation)", EPROTO);
   return reply;
@@ -197,8 +200,9 @@ Result<std::vector<agent::Allocation>> AgentClient::list_allocations(bool with_f
   const uint32_t page_max = uint32_t(wire::kMaxFdsPerFrame);
   for (;;) {
     std::vector<UniqueFd> page_fds;
-    auto reply = call<agent::ListAllocationsReply>(agent::ListAllocationsRequest{out.size(), page_max, with_fds}, {},
-                                                   &page_fds);
+    auto reply = call<agent::ListAllocationsReply>(
+        agent::ListAllocationsRequest{.first_index = out.size(), .max_count = page_max, .with_fds = with_fds}, {},
+        &page_fds);
     if (!reply) return reply.error();
     const auto& page = reply->allocations;
     // An agent is not trusted (it runs in the process being dumped): its

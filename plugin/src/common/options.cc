@@ -251,7 +251,7 @@ std::string PluginOptions::describe() const {
          " quiesce_timeout_ms=" + std::to_string(quiesce_timeout_ms) +
          " engine_workers=" + (engine_workers ? std::to_string(engine_workers) : std::string("auto")) +
          " direct_io=" + std::string(choice_word(kDirectIo, direct_io)) +
-         " compression=" + std::string(image::compression_name(compression)) +
+         " compression=" + std::string(image::chunk_compression_name(compression)) +
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
          " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + std::string(choice_word(kOnOff, gpu_checksums)) +
          " write_behind=" + std::string(choice_word(kAutoOff, write_behind)) +

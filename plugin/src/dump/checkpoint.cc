@@ -108,11 +108,11 @@ Result<bool> Checkpointer::pause(pid_t pid) {
       discard_first_pass(t);
     }
   }
-  PHOS_INFO("process %d: closing its gate%s", pid, t.recopy ? " for soft recopy's final pass" : "");
+  PHOS_INFO("process %d: closing its gate%s", pid, t.recopy() ? " for soft recopy's final pass" : "");
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto drained = client->quiesce(options_.quiesce_timeout_ms);
   if (!drained) {
-    if (t.recopy) {
+    if (t.recopy()) {
       (void)client->close_copy_window();
       discard_first_pass(t);
     }
@@ -162,10 +162,10 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
 }
 
 Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
-  if (t.recopy) PHOS_TRY(end_first_window(pid, client, t));
+  if (t.recopy()) PHOS_TRY(end_first_window(pid, client, t));
   PHOS_TRY(list_allocations(pid, client, t));
   if (t.migrate) PHOS_TRY(check_migration(pid, t));
-  if (t.recopy && t.save->allocs != t.allocations) {
+  if (t.recopy() && t.save->allocs != t.allocations) {
     PHOS_WARN("process %d: its allocations changed while soft recopy's first pass ran; its memory is copied while "
               "it is stopped", pid);
     discard_first_pass(t);
@@ -182,22 +182,22 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
     // so the process lets go of its own at once. Soft recopy mapped it
     // before its first pass: the same job goes on.
-    if (!t.recopy) {
+    if (!t.recopy()) {
       auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
       if (!job) return job.error();
       t.save = std::move(*job);
     }
-    std::promise<CopyMode> decided;
-    t.mode = decided.get_future();
+    std::promise<CopyPlan> decided;
+    t.plan = decided.get_future();
     std::future<void> go = t.write_go.get_future();
     t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go)]() mutable {
-      const CopyMode mode = want ? choose_copy(t) : CopyMode::kStopped;
-      decided.set_value(mode);
+      const CopyPlan plan = want ? choose_copy(t) : CopyPlan{};
+      decided.set_value(plan);
       // A copy-on-write copy waits for the process to run again too, unless
       // cow_start=pause (it then competes with criu and the driver during
       // the stall).
-      if (mode == CopyMode::kSnapshot ||
-          (mode == CopyMode::kCopyOnWrite && options_.cow_start == PluginOptions::CowStart::kResume)) {
+      if (plan.snapshot ||
+          (plan.protocol == CopyProtocol::kSoftCopyOnWrite && options_.cow_start == PluginOptions::CowStart::kResume)) {
         go.wait();
         if (t.abandoned) {
           t.copied = make_error("the dump failed; its image is not written", ECANCELED);
@@ -206,7 +206,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       }
       t.copied = engine_->run_save(*t.save);
       if (t.copied) t.kept = Engine::take_kept(*t.save);
-      if (t.recopy) {
+      if (t.recopy()) {
         t.manifest.statistics.recopied_bytes = t.save->recopied_chunks * t.manifest.chunk_size;
         t.manifest.statistics.final_pass_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
       }
@@ -276,9 +276,12 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     if (!job) return job.error();
     t.save = std::move(*job);
     t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
-    auto opened = engine_->open_window(*t.save, copystate::Protocol::kRecopy, 0);
+    auto opened = engine_->open_window(*t.save, CopyProtocol::kSoftRecopy, 0);
     if (!opened) return opened.error();
-    agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, (*opened)->device, 0};
+    agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
+                                   .timeout_ms = options_.cow_timeout_ms,
+                                   .pool_device = (*opened)->device,
+                                   .pool_bytes = 0};
     const int fd = (*opened)->table.fd();
     auto reply = c.open_copy_window(q, std::vector<int>{fd});
     if (!reply) return reply.error();
@@ -296,7 +299,7 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     if (window) (void)c.close_copy_window();
     return ready.error();
   }
-  t.recopy = true;
+  t.protocol = CopyProtocol::kSoftRecopy;
   const uint64_t budget = first_pass_budget_ms();
   PHOS_INFO("process %d: soft recopy: gate reopened after %.1f ms; the first pass copies for %llu ms at most", pid,
             double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6, (unsigned long long)budget);
@@ -321,7 +324,7 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
     return {};
   }
   image::Statistics& s = t.manifest.statistics;
-  s.cow_calls_checked = closed->calls_checked;
+  s.copy_window.calls_checked = closed->counters.calls_checked;
   // A write outside a validated set may have gone anywhere: all of it again
   // (the image is then what a stopped dump would have written).
   const char* why = closed->violations ? "a validated launch wrote outside its set"
@@ -338,7 +341,7 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
   s.recopy_wasted_bytes = wasted * t.manifest.chunk_size;
   PHOS_INFO("process %d: recopy window closed: %llu calls checked, %llu of %llu chunks dirty, %llu of the first "
             "pass's %llu written after their copy",
-            pid, (unsigned long long)closed->calls_checked, (unsigned long long)table.dirty_count(),
+            pid, (unsigned long long)closed->counters.calls_checked, (unsigned long long)table.dirty_count(),
             (unsigned long long)table.chunk_count(), (unsigned long long)wasted,
             (unsigned long long)t.save->first_pass_chunks);
   return {};
@@ -347,7 +350,7 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
 void Checkpointer::discard_first_pass(Target& t) {
   if (engine_ && t.save) engine_->discard_save(dirfd_, std::move(t.save));
   t.save.reset();
-  t.recopy = false;
+  t.protocol = CopyProtocol::kStopTheWorld;
   // prepare_save filled the manifest's devices; the stopped copy fills them
   // again. What the final quiesce
   // recorded stays.
@@ -358,39 +361,42 @@ void Checkpointer::discard_first_pass(Target& t) {
   t.manifest = std::move(fresh);
 }
 
-Checkpointer::CopyMode Checkpointer::choose_copy(Target& t) {
+Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   using Cow = PluginOptions::CopyOnWrite;
   if (options_.copy_on_write != Cow::kAlways) {
     auto snap = engine_->snapshot(*t.save);
     if (!snap) PHOS_WARN("process %d: snapshot: %s", t.vpid, snap.error().message.c_str());
-    if (snap && *snap) return CopyMode::kSnapshot;
+    if (snap && *snap) return CopyPlan{.protocol = CopyProtocol::kStopTheWorld, .snapshot = true};
   }
   if (options_.copy_on_write == Cow::kOff) {
     PHOS_INFO("process %d: copy_on_write=off: the image is written while the process is stopped", t.vpid);
-    return CopyMode::kStopped;
+    return CopyPlan{};
   }
   // Every launch with a speculated set would wait for the whole copy: the
   // copy is better made now, during the stall.
   if (options_.cow_trust == agent::CopyTrust::kValidated && !t.status.validation_active) {
     PHOS_WARN("process %d: no copy-on-write: cow_trust=validated, but no validator runs in it (start it with "
               "PHOS_VALIDATE=ptx, or set cow_trust=speculated); the image is written while it is stopped", t.vpid);
-    return CopyMode::kStopped;
+    return CopyPlan{};
   }
-  auto window = engine_->open_window(*t.save, copystate::Protocol::kCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
+  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
               window.error().message.c_str());
-    return CopyMode::kStopped;
+    return CopyPlan{};
   }
   t.manifest.statistics.cow_pool_bytes = (*window)->pool_bytes;
-  return CopyMode::kCopyOnWrite;
+  return CopyPlan{.protocol = CopyProtocol::kSoftCopyOnWrite, .snapshot = false};
 }
 
 Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   const Engine::CopyWindow& w = *t.save->window;
   // Copied while the process was stopped: nothing to protect.
   if (w.table.window() != copystate::Window::kOpen) return true;
-  agent::OpenCopyWindowRequest q{options_.cow_trust, options_.cow_timeout_ms, w.device, w.pool_bytes};
+  agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
+                                 .timeout_ms = options_.cow_timeout_ms,
+                                 .pool_device = w.device,
+                                 .pool_bytes = w.pool_bytes};
   std::vector<int> fds{w.table.fd()};
   if (w.pool_fd.valid()) fds.push_back(w.pool_fd.get());
   const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
@@ -417,7 +423,7 @@ Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   // Without its window the process must not write: it runs again once its
   // memory is copied, as a stopped dump would.
   PHOS_WARN("process %d: no copy-on-write: %s; it stays stopped until its memory is copied", pid, why.c_str());
-  t.copy_on_write = false;
+  t.protocol = CopyProtocol::kStopTheWorld;
   return false;
 }
 
@@ -432,15 +438,13 @@ Result<void> Checkpointer::close_window(pid_t pid, Target& t) {
   if (!closed) return make_error("close its copy-on-write window: " + closed.error().message, closed.error().code);
   image::Statistics& s = t.manifest.statistics;
   s.cow_saved_bytes = reply.chunks_saved * t.manifest.chunk_size;
-  s.cow_calls_checked = reply.calls_checked;
-  s.cow_calls_waited = reply.calls_waited;
-  s.cow_unknown_waits = reply.unknown_waits;
-  s.cow_wait_ns = reply.wait_ns;
+  s.copy_window = reply.counters;
   PHOS_INFO("process %d: copy-on-write window closed: %llu calls checked, %llu chunks (%.1f MiB) saved into the pool, "
             "%llu calls waited (%llu with an unknown write set) %.1f ms in all, %llu writes outside a validated set",
-            pid, (unsigned long long)reply.calls_checked, (unsigned long long)reply.chunks_saved,
-            double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)reply.calls_waited,
-            (unsigned long long)reply.unknown_waits, double(reply.wait_ns) / 1e6, (unsigned long long)reply.violations);
+            pid, (unsigned long long)s.copy_window.calls_checked, (unsigned long long)reply.chunks_saved,
+            double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)s.copy_window.calls_waited,
+            (unsigned long long)s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6,
+            (unsigned long long)reply.violations);
   if (reply.aborted)
     return make_error("the process gave up its copy-on-write window: " + reply.abort_reason, ECANCELED);
   if (reply.violations)
@@ -486,20 +490,20 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   }
   // Without device memory there is nothing to snapshot: the manifest waits
   // for criu's exit all the same, one rule for every leave-running dump.
-  const bool has_memory = t.mode.valid();
-  const CopyMode mode = has_memory ? t.mode.get() : CopyMode::kStopped;
-  if (write_behind_ && (!has_memory || mode != CopyMode::kStopped)) {
+  const bool has_memory = t.plan.valid();
+  const CopyPlan plan = has_memory ? t.plan.get() : CopyPlan{};
+  if (write_behind_ && (!has_memory || plan.behind())) {
     // The image is finished at criu's exit (complete_pending); until then
     // this manifest, without allocations (the copier, which fills them in,
     // waits for exit(DUMP)) and without a completion marker, makes a restore
     // refuse the image rather than ignore the process.
     t.write_behind = true;
-    t.copy_on_write = mode == CopyMode::kCopyOnWrite;
+    t.protocol = plan.protocol;
     PHOS_TRY(write_manifest(pid, t));
     PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
               !has_memory ? "no device memory"
-              : t.copy_on_write ? "device memory copied while the process runs (copy-on-write)"
-                                : "device memory snapshotted");
+              : t.copy_on_write() ? "device memory copied while the process runs (copy-on-write)"
+                                  : "device memory snapshotted");
   } else {
     const uint64_t w0 = clock_ns(CLOCK_MONOTONIC);
     PHOS_TRY(copy_done(t));
@@ -522,10 +526,8 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   m.format_version = image::format_version_for(m);
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
-  m.protocol = t.copy_on_write ? image::Protocol::kSoftCopyOnWrite
-               : t.recopy      ? image::Protocol::kSoftRecopy
-                               : image::Protocol::kStopTheWorld;
-  m.copy_trust = t.copy_on_write || t.recopy ? options_.cow_trust : agent::CopyTrust(0);
+  m.protocol = t.protocol;
+  m.copy_trust = t.protocol != CopyProtocol::kStopTheWorld ? options_.cow_trust : agent::CopyTrust(0);
   m.created_unix_ns = clock_ns(CLOCK_REALTIME);
   m.statistics.total_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
   auto written = image::write_manifest(dirfd_, m);
@@ -543,7 +545,7 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   if (wait_copy) (void)copy_done(t);  // the engine's mapping goes before the process maps again
   std::function<Result<bool>(AgentClient&)> before_resume;
   bool held = false;  // copy-on-write fell back: the gate stays closed for the copy
-  if (t.copy_on_write)
+  if (t.copy_on_write())
     before_resume = [&](AgentClient& c) -> Result<bool> {
       auto opened = open_window(pid, t, c);
       held = opened && !*opened;
@@ -574,7 +576,7 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
             ms(quiesced, t.paused_done_ns),
             std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
             double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),
-            t.copy_on_write ? ", copy window" : "", ms(t0, t.resumed_at_ns));
+            t.copy_on_write() ? ", copy window" : "", ms(t0, t.resumed_at_ns));
 }
 
 Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
@@ -601,21 +603,21 @@ Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
   PHOS_TRY(start_engine());
   auto host = engine_->host_gpus();
   if (!host) return host.error();
-  const HostGpu* target = find_host_gpu(options_.migrate_to, *host);
+  const GpuDevice* target = find_host_gpu(options_.migrate_to, *host);
   if (!target) return refuse("this host has no such GPU");
   std::set<int> sources;
   for (auto [theirs, ours] : t.host_ordinal) sources.insert(ours);
   if (sources.size() > 1)
     return refuse("the process uses " + std::to_string(sources.size()) + " GPUs; a migration moves one");
-  const int source = sources.empty() ? target->ordinal : *sources.begin();
+  const int source = sources.empty() ? int(target->ordinal) : *sources.begin();
   t.migrate_from = source;
   if ((*host)[size_t(source)].name != target->name)
     return refuse("the process runs on a " + (*host)[size_t(source)].name + ", GPU " +
                   std::to_string(target->ordinal) + " is a " + target->name + "; the driver restores onto the same model");
-  const bool in_place = source == target->ordinal && options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
-  t.migrate = Engine::MigrationSink{target->ordinal, in_place};
+  const bool in_place = source == int(target->ordinal) && options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
+  t.migrate = Engine::MigrationSink{int(target->ordinal), in_place};
   t.migrate_target = *target;
-  PHOS_INFO("process %d: migration %s from GPU %d to GPU %d (%s)%s", pid, migration_id_.c_str(), source,
+  PHOS_INFO("process %d: migration %s from GPU %d to GPU %u (%s)%s", pid, migration_id_.c_str(), source,
             target->ordinal, format_gpu_uuid(target->uuid).c_str(),
             in_place ? ": the same GPU, its memory stays in place" : "");
   return {};
@@ -643,8 +645,10 @@ Result<void> Checkpointer::keep_migration(pid_t pid, Target& t) {
     return make_error("process " + std::to_string(pid) + ": migration: phos-keeper: " + r.error().message, EIO);
   uint64_t bytes = 0;
   for (const auto& a : t.allocations) bytes += a.size;
-  t.manifest.kept = image::KeptMemory{migration_id_, t.migrate_target.uuid, t.migrate_target.name,
-                                      t.migrate->in_place, bytes};
+  t.manifest.kept = image::KeptMemory{.migration = migration_id_,
+                                      .device = {.uuid = t.migrate_target.uuid, .name = t.migrate_target.name},
+                                      .in_place = t.migrate->in_place,
+                                      .kept_bytes = bytes};
   t.kept.clear();  // the keeper has them
   return {};
 }
@@ -792,7 +796,7 @@ bool Checkpointer::finish(bool dump_succeeded) {
     // process does not wait for a useless image.
     if (!dump_succeeded) {
       t.abandoned = true;
-      if (t.mode.valid()) t.mode.wait();
+      if (t.plan.valid()) t.plan.wait();
       if (t.save && t.save->window) t.save->window->table.close(copystate::Window::kAborted);
     }
     if (dump_succeeded && !t.manifest_file.empty()) {
@@ -844,7 +848,7 @@ Result<void> Checkpointer::complete_pending() {
     if (!t.write_behind) continue;
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     Result<void> r = copy_done(t);
-    if (t.copy_on_write) {
+    if (t.copy_on_write()) {
       t.manifest.statistics.cow_window_ns = clock_ns(CLOCK_MONOTONIC) - t.resumed_at_ns;
       // The window's account replaces the engine's "the process gave the
       // window up": it names the kernel, or why.

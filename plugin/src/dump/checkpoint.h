@@ -76,10 +76,17 @@ namespace phos::plugin {
 
 class Checkpointer {
  public:
-  // How a dump's device memory is copied: while the process is stopped; from
-  // a snapshot on the GPU while it runs again (write-behind); or from its
-  // own memory while it runs again (copy-on-write).
-  enum class CopyMode { kStopped, kSnapshot, kCopyOnWrite };
+  // How a write-behind dump's device memory is copied, decided by the copier
+  // at PAUSE: stop-the-world, while the process is stopped or (`snapshot`)
+  // from a snapshot on the GPU while it runs again; or copy-on-write, from
+  // its own memory while it runs again. The snapshot is no protocol of its
+  // own: the image is stop-the-world's, written later.
+  struct CopyPlan {
+    CopyProtocol protocol = CopyProtocol::kStopTheWorld;
+    bool snapshot = false;
+    // The copy goes on once the process runs again.
+    bool behind() const { return snapshot || protocol == CopyProtocol::kSoftCopyOnWrite; }
+  };
 
   Checkpointer(int image_dirfd, PluginOptions options);
   // Waits for copies still running (a joinable thread must not be destroyed).
@@ -108,17 +115,22 @@ class Checkpointer {
     std::thread copier;
     Result<void> copied;
     // How the copy goes on: decided by the copier at PAUSE.
-    std::future<CopyMode> mode;
+    std::future<CopyPlan> plan;
     // Write-behind: the copy from the snapshot waits for this, so that it
     // does not compete with the driver checkpoint and criu for PCIe and
     // memory bandwidth while the process is stopped.
     std::promise<void> write_go;
     bool write_go_given = false;
     std::atomic<bool> abandoned{false};  // the dump failed: a snapshot is not written
-    bool write_behind = false;      // the copy outlives the freeze (snapshotted, or copy-on-write)
-    bool copy_on_write = false;     // through a copy window
+    bool write_behind = false;           // the copy outlives the freeze (snapshotted, or copy-on-write)
     bool agent_window = false;      // the agent has a copy window open: closed at criu's exit
-    bool recopy = false;            // soft recopy: a first pass copied while the process ran
+    // The image's protocol (the manifest records it): soft recopy once a
+    // first pass copied while the process ran, soft copy-on-write once the
+    // copier chose it and while the process has its window; else
+    // stop-the-world.
+    CopyProtocol protocol = CopyProtocol::kStopTheWorld;
+    bool recopy() const { return protocol == CopyProtocol::kSoftRecopy; }
+    bool copy_on_write() const { return protocol == CopyProtocol::kSoftCopyOnWrite; }
     // The stall's parts (CLOCK_MONOTONIC): PAUSE done, the driver's
     // checkpoint, CHECKPOINT_DEVICES done, the gate reopened.
     uint64_t paused_done_ns = 0, driver_checkpoint_ns = 0, checkpointed_at_ns = 0, resumed_at_ns = 0;
@@ -128,7 +140,7 @@ class Checkpointer {
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
     std::optional<Engine::MigrationSink> migrate;  // a migration: where its memory goes
     int migrate_from = -1;  // and the GPU (criu's numbering) it is on; -1: none
-    HostGpu migrate_target;  // the GPU it goes to (none named without device memory)
+    GpuDevice migrate_target;    // the GPU it goes to (none named without device memory)
     std::vector<UniqueFd> kept;  // a migration's memory once copied, for phos-keeper
     std::vector<std::byte> manifest_file;  // once written
   };
@@ -168,7 +180,7 @@ class Checkpointer {
   // The manifest's own fields, then the manifest written.
   Result<void> write_manifest(pid_t pid, Target& t);
   // Snapshot, copy-on-write or neither (the copier, at PAUSE).
-  CopyMode choose_copy(Target& t);
+  CopyPlan choose_copy(Target& t);
   // Copy-on-write: opens the process's copy window (before its gate opens).
   // false: it cannot have one (the reason is logged), and must stay stopped
   // until its memory is copied.

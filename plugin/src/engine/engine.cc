@@ -158,16 +158,16 @@ void Engine::warm_up(const std::vector<int>& ordinals) {
   }
 }
 
-Result<std::vector<HostGpu>> Engine::host_gpus() {
+Result<std::vector<GpuDevice>> Engine::host_gpus() {
   std::lock_guard<std::mutex> lock(host_gpus_mu_);
   if (host_gpus_) return *host_gpus_;
   int count = 0;
   PHOS_CU(cu_, cu_.cuDeviceGetCount(&count), "count GPUs");
-  std::vector<HostGpu> host;
+  std::vector<GpuDevice> host;
   for (int i = 0; i < count; i++) {
     auto d = describe(i);
     if (!d) return make_error("GPU " + std::to_string(i) + ": " + d.error().message, ENODEV);
-    host.push_back({i, d->name, d->uuid});
+    host.push_back(std::move(*d));
   }
   host_gpus_ = host;
   return host;
@@ -212,10 +212,10 @@ Result<UniqueFd> Engine::export_fd(CUmemGenericAllocationHandle h, const std::st
   return UniqueFd(fd);
 }
 
-Result<image::Device> Engine::describe(int ordinal) {
+Result<GpuDevice> Engine::describe(int ordinal) {
   CUdevice dev;
   PHOS_CU(cu_, cu_.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
-  image::Device d;
+  GpuDevice d;
   d.ordinal = uint32_t(ordinal);
   char name[256] = {};
   PHOS_CU(cu_, cu_.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");
@@ -708,10 +708,10 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_b
   return pool;
 }
 
-Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, copystate::Protocol protocol, uint64_t pool_bytes) {
+Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol protocol, uint64_t pool_bytes) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (job.window) return &*job.window;
-  const bool recopy = protocol == copystate::Protocol::kRecopy;
+  const bool recopy = protocol == CopyProtocol::kSoftRecopy;
   const char* what = recopy ? "soft recopy" : "copy-on-write";
   if (job.allocs.empty()) return make_error(std::string(what) + ": no device memory to copy", EINVAL);
   const std::set<int> devices(job.devices.begin(), job.devices.end());
@@ -735,7 +735,7 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, copystate::Protoco
   const uint64_t bytes = pool.bytes, slots = pool.slots;
   CUdeviceptr pool_va = pool.va;
   std::vector<copystate::Region> regions;
-  for (const auto& a : job.allocs) regions.push_back({a.id, a.address, a.size});
+  for (const auto& a : job.allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
   auto table = copystate::CopyState::create(protocol, chunk, regions, uint32_t(slots));
   if (!table) {
     if (pool_va) unmap(pool_va, bytes);
@@ -818,7 +818,7 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
 }
 
 Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline_ns) {
-  if (!job.window || job.window->table.protocol() != copystate::Protocol::kRecopy)
+  if (!job.window || job.window->table.protocol() != CopyProtocol::kSoftRecopy)
     return make_error("soft recopy: the job has no recopy window", EINVAL);
   std::lock_guard<std::mutex> lock(run_mu_);
   copystate::CopyState& table = job.window->table;
@@ -881,7 +881,7 @@ Result<void> Engine::run_save(SaveJob& job) {
   uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   Result<void> copied;
-  if (job.window && job.window->table.protocol() == copystate::Protocol::kRecopy) {
+  if (job.window && job.window->table.protocol() == CopyProtocol::kSoftRecopy) {
     // The gate is closed and the process drained: what the first pass left,
     // then what the process wrote after it was copied.
     copystate::CopyState& table = job.window->table;
@@ -960,7 +960,7 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
     s.program_transfers = t.transfers;
     s.program_transfer_bytes = t.transfer_bytes;
   }
-  if (job.window && job.window->table.protocol() == copystate::Protocol::kRecopy)
+  if (job.window && job.window->table.protocol() == CopyProtocol::kSoftRecopy)
     PHOS_INFO("process %d: soft recopy's final pass copied %llu chunks (%llu of them again) in %.1f ms", job.vpid,
               (unsigned long long)(job.chunk_copies - job.first_pass_chunks),
               (unsigned long long)job.recopied_chunks, double(elapsed_ns) / 1e6);
@@ -993,7 +993,7 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
 }
 
 Result<std::vector<GpuPlacement>> Engine::place_devices(const image::Manifest& m, const std::string& manifest_name,
-                                                        const GpuMapSpec& spec, std::vector<HostGpu>& host) {
+                                                        const GpuMapSpec& spec, std::vector<GpuDevice>& host) {
   auto gpus = host_gpus();
   if (!gpus) return make_error(manifest_name + ": " + gpus.error().message, gpus.error().code);
   host = std::move(*gpus);
@@ -1174,8 +1174,8 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
 Result<void> Engine::open_fill(LoadJob& job, const std::vector<uint64_t>& first) {
   const image::Manifest& m = *job.manifest;
   std::vector<copystate::Region> regions;
-  for (const auto& a : m.allocations) regions.push_back({a.id, a.address, a.size});
-  auto table = copystate::CopyState::create(copystate::Protocol::kFill, m.chunk_size, regions, 0);
+  for (const auto& a : m.allocations) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
+  auto table = copystate::CopyState::create(CopyProtocol::kOnDemandFill, m.chunk_size, regions, 0);
   if (!table) return make_error("on-demand restore: " + table.error().message, table.error().code);
   // The table's regions are in address order; the manifest's allocations
   // need not be.

@@ -67,7 +67,7 @@ class Engine {
 
   // This host's GPUs as criu numbers them (described once: a dump asks for
   // each process, twice for a migration's).
-  Result<std::vector<HostGpu>> host_gpus();
+  Result<std::vector<GpuDevice>> host_gpus();
 
   // A dump of one process's device memory: prepared (every allocation
   // imported and mapped into criu, so the process may let go of its own)
@@ -112,12 +112,12 @@ class Engine {
     uint64_t pool_bytes = 0;
     uint32_t device = 0;  // the process's ordinal of the pool's GPU
   };
-  // Soft recopy (protocol kRecopy, for a dump that stops the process): the
+  // Soft recopy (kSoftRecopy, for a dump that stops the process): the
   // same table without a pool, over memory on any number of GPUs; the
   // process's writes mark chunks dirty. run_first_pass copies the clean
   // chunks while the process runs; run_save, once its gate is closed again,
   // the rest and the dirty ones.
-  Result<CopyWindow*> open_window(SaveJob& job, copystate::Protocol protocol, uint64_t pool_bytes);
+  Result<CopyWindow*> open_window(SaveJob& job, CopyProtocol protocol, uint64_t pool_bytes);
   struct FirstPass {
     uint64_t bytes = 0;  // copied, clean when taken
     uint64_t ns = 0;
@@ -141,7 +141,7 @@ class Engine {
   // ordinal unless `spec` moves it; the models must match.
   // `host` gets this host's GPUs.
   Result<std::vector<GpuPlacement>> place_devices(const image::Manifest& m, const std::string& manifest_name,
-                                                  const GpuMapSpec& spec, std::vector<HostGpu>& host);
+                                                  const GpuMapSpec& spec, std::vector<GpuDevice>& host);
   // A restore of one process's device memory: each allocation of `m`
   // created on the GPU `placement` gives its device (so too little memory
   // shows before criu creates a process), then filled by run_load while criu
@@ -155,7 +155,7 @@ class Engine {
   // in the table once its checksum is checked.
   Result<std::vector<UniqueFd>> run_load(int dirfd, LoadJob& job);
   // On-demand restore of a prepared job: a fill table over its allocations
-  // at their original addresses (copy_state.h, protocol kFill), and one fd
+  // at their original addresses (copy_state.h, kOnDemandFill), and one fd
   // per allocation exported now (job.fds), for the process to map while
   // run_load fills the memory. `first`: allocation ids to fill first, in
   // that order (the recorded launches' order); the rest follow in address
@@ -172,7 +172,7 @@ class Engine {
   CUresult create_exportable(CUmemGenericAllocationHandle& h, size_t bytes, int device) const;
   // `h`'s fd; an error names `what`.
   Result<UniqueFd> export_fd(CUmemGenericAllocationHandle h, const std::string& what) const;
-  Result<image::Device> describe(int ordinal);
+  Result<GpuDevice> describe(int ordinal);
   // Unmaps the process's memory from criu, or frees the snapshot.
   void release_sources(SaveJob& job);
   // Frees snapshot memory, one allocation per device, and forgets it.
@@ -268,7 +268,7 @@ class Engine {
   std::string crc_unavailable_;
   std::mutex run_mu_;  // one copy at a time (the workers share the engine's contexts)
   std::mutex host_gpus_mu_;
-  std::optional<std::vector<HostGpu>> host_gpus_;  // once described
+  std::optional<std::vector<GpuDevice>> host_gpus_;  // once described
 };
 
 struct Engine::SaveJob {

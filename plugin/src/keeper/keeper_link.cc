@@ -82,14 +82,15 @@ Result<KeeperLink> KeeperLink::start(int image_dirfd, int agent_timeout_ms) {
 Result<void> KeeperLink::hold(pid_t pid, const std::vector<agent::Allocation>& allocs,
                               const std::vector<UniqueFd>& fds) {
   return keeper::send_allocations(sock_.get(), allocs, fds, [&](std::vector<agent::Allocation> slice, bool) {
-    return keeper::Message(keeper::Hold{pid, std::move(slice)});
+    return keeper::Message(keeper::Hold{.pid = pid, .allocations = std::move(slice)});
   });
 }
 
 Result<void> KeeperLink::keep(pid_t pid, pid_t vpid, const std::string& migration, uint32_t keep_s,
                               const std::vector<agent::Allocation>& allocs, const std::vector<UniqueFd>& fds) {
   return keeper::send_allocations(sock_.get(), allocs, fds, [&](std::vector<agent::Allocation> slice, bool) {
-    return keeper::Message(keeper::Keep{pid, migration, std::move(slice), vpid, keep_s});
+    return keeper::Message(keeper::Keep{
+        .pid = pid, .migration = migration, .allocations = std::move(slice), .vpid = vpid, .keep_s = keep_s});
   });
 }
 
@@ -98,11 +99,11 @@ Result<void> KeeperLink::keep_committed(pid_t pid) {
 }
 
 Result<void> KeeperLink::state(pid_t pid, uint32_t taken) {
-  return keeper::send_message(sock_.get(), keeper::State{pid, taken});
+  return keeper::send_message(sock_.get(), keeper::State{.pid = pid, .taken = taken});
 }
 
 Result<void> KeeperLink::restoring(pid_t pid, bool restored) {
-  return keeper::send_message(sock_.get(), keeper::Restoring{pid, restored});
+  return keeper::send_message(sock_.get(), keeper::Restoring{.pid = pid, .restored = restored});
 }
 
 Result<void> KeeperLink::restore_started() {

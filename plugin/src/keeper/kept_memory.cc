@@ -87,7 +87,9 @@ class KeptServer {
   }
 
   bool lend(int conn, const keeper::TakeKept& take, bool accepting) {
-    auto refuse = [&](const std::string& why) { return keeper::send_message(conn, keeper::Kept{{}, true, why}).ok(); };
+    auto refuse = [&](const std::string& why) {
+      return keeper::send_message(conn, keeper::Kept{.allocations = {}, .last = true, .error = why}).ok();
+    };
     auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptProcess& p) {
       return p.migration == take.migration && p.vpid == take.vpid;
     });
@@ -97,7 +99,7 @@ class KeptServer {
     if (!accepting) return refuse("phos-keeper is ending (SIGTERM): it writes the memory into the image directory");
     auto sent = keeper::send_allocations(conn, it->allocations, it->fds, [](std::vector<agent::Allocation> slice,
                                                                              bool last) {
-      return keeper::Message(keeper::Kept{std::move(slice), last, ""});
+      return keeper::Message(keeper::Kept{.allocations = std::move(slice), .last = last, .error = ""});
     });
     if (!sent) {
       PHOS_WARN("kept memory of process %d: %s", it->vpid, sent.error().message.c_str());
@@ -164,10 +166,10 @@ Result<void> spill_kept_memory(int image_dirfd, KeptProcess& p, std::unique_ptr<
     }
     auto host = engine->host_gpus();
     if (!host) return host.error();
-    const HostGpu* gpu = find_host_gpu(format_gpu_uuid(m.kept->device_uuid), *host);
+    const GpuDevice* gpu = find_host_gpu(format_gpu_uuid(m.kept->device.uuid), *host);
     if (!gpu) return make_error("the GPU that holds the memory is gone", ENODEV);
     std::map<uint32_t, int> host_ordinal;
-    for (const auto& a : p.allocations) host_ordinal[a.device] = gpu->ordinal;
+    for (const auto& a : p.allocations) host_ordinal[a.device] = int(gpu->ordinal);
     // The data as a stopped dump writes it; the devices stay the process's
     // own (the driver restores it there unless gpu_map moves it).
     image::Manifest copied;
@@ -281,7 +283,7 @@ Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_
   if (uid_t uid = 0; !wire::peer_trusted(sock.get(), uid))
     return make_error(name + " is served by uid " + std::to_string(uid) + ", neither root nor this user: not taken",
                       EPERM);
-  PHOS_TRY(keeper::send_message(sock.get(), keeper::TakeKept{migration, vpid}));
+  PHOS_TRY(keeper::send_message(sock.get(), keeper::TakeKept{.migration = migration, .vpid = vpid}));
   KeptMemoryLink link(std::move(sock), vpid);
   for (;;) {
     auto received = keeper::recv_message(link.sock_.get(), timeout_ms);
@@ -300,7 +302,7 @@ Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_
 }
 
 Result<void> KeptMemoryLink::taken(bool restored, bool spoilt) {
-  auto r = keeper::send_message(sock_.get(), keeper::Taken{vpid_, restored, spoilt});
+  auto r = keeper::send_message(sock_.get(), keeper::Taken{.vpid = vpid_, .restored = restored, .spoilt = spoilt});
   sock_.reset();
   return r;
 }

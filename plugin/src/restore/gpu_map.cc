@@ -65,31 +65,31 @@ int host_device(const std::map<uint32_t, int>& host_ordinal, uint32_t ordinal) {
   return it == host_ordinal.end() ? int(ordinal) : it->second;
 }
 
-const HostGpu* find_host_gpu(const std::string& key, const std::vector<HostGpu>& host) {
+const GpuDevice* find_host_gpu(const std::string& key, const std::vector<GpuDevice>& host) {
   for (const auto& h : host)
     if (key == std::to_string(h.ordinal) || key == format_gpu_uuid(h.uuid)) return &h;
   return nullptr;
 }
 
-Result<std::map<uint32_t, int>> host_ordinals(const std::vector<agent::Device>& devices,
-                                              const std::vector<HostGpu>& host) {
+Result<std::map<uint32_t, int>> host_ordinals(const std::vector<GpuDevice>& devices,
+                                              const std::vector<GpuDevice>& host) {
   std::map<uint32_t, int> out;
   for (const auto& d : devices) {
-    const HostGpu* found = nullptr;
+    const GpuDevice* found = nullptr;
     for (const auto& h : host)
       if (h.uuid == d.uuid) found = &h;
     if (!found)
       return make_error("the process's device " + std::to_string(d.ordinal) + " is " + format_gpu_uuid(d.uuid) +
                             ", which criu does not see (CUDA_VISIBLE_DEVICES set for criu?)",
                         ENODEV);
-    out[d.ordinal] = found->ordinal;
+    out[d.ordinal] = int(found->ordinal);
   }
   return out;
 }
 
-Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<image::Device>& image_devices,
-                                             const std::vector<HostGpu>& host, const std::string& manifest_name) {
-  auto image_matches = [](const image::Device& d, const std::string& key) {
+Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<GpuDevice>& image_devices,
+                                             const std::vector<GpuDevice>& host, const std::string& manifest_name) {
+  auto image_matches = [](const GpuDevice& d, const std::string& key) {
     return key == std::to_string(d.ordinal) || key == format_gpu_uuid(d.uuid);
   };
   for (const auto& e : spec) {
@@ -108,23 +108,24 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
       if (h.uuid == d.uuid) target = format_gpu_uuid(d.uuid);
     for (const auto& e : spec)
       if (image_matches(d, e.from)) target = e.to;
-    const HostGpu* h = find_host_gpu(target, host);
+    const GpuDevice* h = find_host_gpu(target, host);
     std::string which = "device " + std::to_string(d.ordinal) + " (" + d.name + ")";
     if (!h) return make_error(manifest_name + ": " + which + ": this host has no GPU " + target, ENODEV);
     if (h->name != d.name)
       return make_error(manifest_name + ": the image's " + which + " would go to GPU " + std::to_string(h->ordinal) +
                             " here, a " + h->name + "; restoring needs the same model",
                         ENODEV);
-    if (!taken.insert(h->ordinal).second)
+    if (!taken.insert(int(h->ordinal)).second)
       return make_error(manifest_name + ": two of the image's GPUs would go to GPU " + std::to_string(h->ordinal),
                         EINVAL);
-    out.push_back({d.ordinal, h->ordinal, d.uuid, h->uuid});
+    out.push_back(
+        {.image_ordinal = d.ordinal, .host_ordinal = int(h->ordinal), .image_uuid = d.uuid, .host_uuid = h->uuid});
   }
   return out;
 }
 
 std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_gpu_pairs(
-    const std::vector<GpuPlacement>& placement, const std::vector<HostGpu>& host) {
+    const std::vector<GpuPlacement>& placement, const std::vector<GpuDevice>& host) {
   bool moved = false;
   for (const auto& p : placement) moved = moved || p.moved();
   if (!moved) return {};
@@ -157,7 +158,7 @@ std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_
   for (const auto& h : host)
     if (to.count(h.uuid)) out.emplace_back(h.uuid, to[h.uuid]);
   for (const auto& p : placement)  // image GPUs this host lacks (uuid differs)
-    if (std::none_of(host.begin(), host.end(), [&](const HostGpu& h) { return h.uuid == p.image_uuid; }))
+    if (std::none_of(host.begin(), host.end(), [&](const GpuDevice& h) { return h.uuid == p.image_uuid; }))
       out.emplace_back(p.image_uuid, p.host_uuid);
   return out;
 }

@@ -117,7 +117,7 @@ void Restorer::place_kept() {
       continue;
     }
     GpuMapSpec spec;
-    for (const auto& d : m.devices) spec.push_back({std::to_string(d.ordinal), format_gpu_uuid(m.kept->device_uuid)});
+    for (const auto& d : m.devices) spec.push_back({std::to_string(d.ordinal), format_gpu_uuid(m.kept->device.uuid)});
     auto placement = kept_engine_->place_devices(m, l.image.manifest_name, spec, l.host);
     if (!placement) {
       l.filled = placement.error();
@@ -148,12 +148,12 @@ Result<void> Restorer::take_kept(pid_t vpid, Loaded& l) {
   // there, whatever gpu_map says (place_kept, in the background).
   if (!m.devices.empty() && !options_.gpu_map.empty())
     PHOS_WARN("%s: gpu_map=%s ignored: a migration's memory is on GPU %s", name.c_str(),
-              describe_gpu_map(options_.gpu_map).c_str(), format_gpu_uuid(kept.device_uuid).c_str());
+              describe_gpu_map(options_.gpu_map).c_str(), format_gpu_uuid(kept.device.uuid).c_str());
   uint64_t bytes = 0;
   for (const auto& a : m.allocations) bytes += a.size;
   PHOS_INFO("%s: migration %s: %zu allocations (%.1f MiB) taken from phos-keeper, on GPU %s (%s)%s", name.c_str(),
             kept.migration.c_str(), m.allocations.size(), double(bytes) / (1 << 20),
-            format_gpu_uuid(kept.device_uuid).c_str(), kept.device_name.c_str(),
+            format_gpu_uuid(kept.device.uuid).c_str(), kept.device.name.c_str(),
             kept.in_place ? ", where the process left it" : "");
   l.created_ns = l.filled_ns = since_init_ns();
   return {};
@@ -266,7 +266,8 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
 Result<void> Restorer::open_fill_window(pid_t pid, Loaded& l, AgentClient& c) {
   // Exact sets only: without read validation a speculated set does not say
   // everything a kernel may read (such a launch waits for the whole fill).
-  agent::OpenCopyWindowRequest q{agent::CopyTrust::kExact, options_.lazy_timeout_ms, 0, 0};
+  agent::OpenCopyWindowRequest q{
+      .trust = agent::CopyTrust::kExact, .timeout_ms = options_.lazy_timeout_ms, .pool_device = 0, .pool_bytes = 0};
   const int fd = l.job->fill->fd();
   auto opened = c.open_copy_window(q, std::vector<int>{fd});
   if (!opened) return make_error("open the on-demand fill window: " + opened.error().message, opened.error().code);
@@ -305,8 +306,9 @@ void Restorer::end_fill_window(Loaded& l) {
   } else {
     PHOS_INFO("process %d: on-demand restore: %llu calls checked, %llu waited (%llu for the whole fill), %.1f ms "
               "waited in all",
-              pid, (unsigned long long)account.calls_checked, (unsigned long long)account.calls_waited,
-              (unsigned long long)account.unknown_waits, double(account.wait_ns) / 1e6);
+              pid, (unsigned long long)account.counters.calls_checked,
+              (unsigned long long)account.counters.calls_waited, (unsigned long long)account.counters.unknown_waits,
+              double(account.counters.wait_ns) / 1e6);
   }
   if (keeper_) (void)keeper_->restoring(pid, true);
 }

@@ -23,7 +23,7 @@
 //
 // On-demand (lazy_restore): the fill runs on after RESUME_DEVICES_LATE. The
 // process gets its memory before it is filled, with a fill window
-// (copy_state.h, kFill) through which each of its calls waits for what it
+// (copy_state.h, kOnDemandFill) through which each of its calls waits for what it
 // uses. The filling thread closes the window once the fill ends (criu
 // without -d waits for the process before its exit hooks run), or ends the
 // process where its memory could not be filled; finish(), at criu's exit,
@@ -69,7 +69,7 @@ class Restorer {
     image::ProcessImage image;
     std::vector<UniqueFd> fds;  // one per allocation, filled device memory
     std::vector<GpuPlacement> placement;  // where each of the image's GPUs went
-    std::vector<HostGpu> host;            // this host's GPUs
+    std::vector<GpuDevice> host;          // this host's GPUs
     std::unique_ptr<Engine::LoadJob> job;  // its device memory, until filled
     Result<void> filled;                   // by the filling thread
     uint64_t created_ns = 0, filled_ns = 0;  // since the plugin's init

@@ -15,6 +15,14 @@
 
 namespace phos::hooks {
 
+// The NCCL communicators destroyed before the gate closes for a checkpoint
+// (nccl_release in hooks/nccl.h, AgentBackend::nccl_release): how many, in
+// how long (QuiesceReply's nccl_released, nccl_release_ns).
+struct NcclReleased {
+  uint32_t communicators = 0;
+  uint64_t ns = 0;  // from the first ticket waited for to the last destroy
+};
+
 class AgentBackend {
  public:
   virtual ~AgentBackend() = default;
@@ -59,13 +67,8 @@ class AgentBackend {
     return make_error("this process has no NCCL communicators", ENOTSUP);
   }
   // Before the gate closes for a checkpoint: the NCCL communicators
-  // destroyed (how many, in how long); after it opens again: made again
-  // behind the program's handles (how many). A backend without NCCL has
-  // none.
-  struct NcclReleased {
-    uint32_t communicators = 0;
-    uint64_t ns = 0;
-  };
+  // destroyed; after it opens again: made again behind the program's
+  // handles (how many). A backend without NCCL has none.
   virtual Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
     (void)timeout;
     return NcclReleased{};

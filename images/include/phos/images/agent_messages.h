@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "phos/images/gpu_device.h"
 #include "phos/support/result.h"
 
 namespace phos::agent {
@@ -75,13 +76,6 @@ struct KernelSpeculation {
   bool operator==(const KernelSpeculation&) const = default;
 };
 
-// A GPU as the process numbers it (its CUdevice), and its UUID.
-struct Device {
-  uint32_t ordinal = 0;
-  std::array<uint8_t, 16> uuid{};
-  bool operator==(const Device&) const = default;
-};
-
 // A live NCCL communicator of the process (agent.proto NcclCommunicator).
 struct NcclCommunicatorStatus {
   int32_t rank = -1;
@@ -114,7 +108,9 @@ struct StatusReply {
   // All kernels with statistics: more than kernels.size() where a reply
   // carried only those with the most launches.
   uint64_t kernel_count = 0;
-  std::vector<Device> devices;  // empty from an older agent
+  // The GPUs the process has memory on, as it numbers them, with their
+  // UUIDs (no name or memory size); empty from an older agent.
+  std::vector<GpuDevice> devices;
   bool validation_active = false;  // false from an older agent
   std::vector<NcclCommunicatorStatus> nccl_communicators;  // empty from an older agent
   bool operator==(const StatusReply&) const = default;
@@ -124,7 +120,7 @@ struct StatusReply {
 // holds and an image records (image::Allocation adds where its bytes are).
 struct Allocation {
   uint64_t id = 0;
-  uint32_t device = 0;  // Device::ordinal
+  uint32_t device = 0;  // GpuDevice::ordinal, in the process's numbering
   uint64_t address = 0;
   uint64_t size = 0;
   uint32_t flags = 0;  // image::kAlloc*
@@ -237,13 +233,20 @@ struct OpenCopyWindowReply {
 struct CloseCopyWindowRequest {
   bool operator==(const CloseCopyWindowRequest&) const = default;
 };
+// What a copy window cost the program, as the hooks count it: the close
+// reply carries it and a dump's manifest records it as it is
+// (image::Statistics::copy_window), so a counter is added here alone.
+struct CopyWindowCounters {
+  uint64_t calls_checked = 0;  // calls that consulted the table
+  uint64_t calls_waited = 0;   // calls that waited for the engine
+  uint64_t unknown_waits = 0;  // of those, calls with an unknown write set
+  uint64_t wait_ns = 0;        // what those calls waited, summed
+  bool operator==(const CopyWindowCounters&) const = default;
+};
 // What the window cost the program, and whether its image can be trusted.
 struct CloseCopyWindowReply {
-  uint64_t calls_checked = 0;
-  uint64_t chunks_saved = 0;
-  uint64_t calls_waited = 0;
-  uint64_t unknown_waits = 0;
-  uint64_t wait_ns = 0;
+  CopyWindowCounters counters{};
+  uint64_t chunks_saved = 0;  // copy-on-write: saved into the pool before a write (an image records bytes)
   uint64_t violations = 0;
   std::string violation;  // the first: kernel and address
   bool aborted = false;

@@ -35,7 +35,7 @@
 // mostly a wait for its stream's earlier work. The estimate does not know when the stream reaches the
 // copy; it is a hint for pauses, never for correctness.
 //
-// On-demand restore (kFill; the image is the source): the process runs
+// On-demand restore (kOnDemandFill; the image is the source): the process runs
 // while the engine fills its device memory. pending means not filled yet,
 // copying being filled, copied filled (its checksum checked). A call that
 // reads or writes a chunk not filled waits for it, and puts it on the
@@ -61,12 +61,11 @@
 #include <span>
 #include <vector>
 
+#include "phos/images/copy_protocol.h"
 #include "phos/images/unique_fd.h"
 #include "phos/support/result.h"
 
 namespace phos::copystate {
-
-enum class Protocol : uint32_t { kCopyOnWrite = 1, kRecopy = 2, kFill = 3 };
 
 enum class ChunkState : uint32_t {
   kPending = 0,  // not copied; nobody at it
@@ -126,9 +125,11 @@ class CopyState {
   struct Layout;  // where each part lies in the mapping (copy_state.cc)
 
   // The engine's side: a new table, every chunk pending, the window open.
-  // Regions must not overlap; pool_slots is the copy-on-write pool's size in
-  // chunks (0: every write to a chunk not yet copied waits for the engine).
-  static Result<CopyState> create(Protocol protocol, uint64_t chunk_size, std::span<const Region> regions,
+  // `protocol`: kSoftCopyOnWrite, kSoftRecopy or kOnDemandFill (a stopped
+  // copy has no table). Regions must not overlap; pool_slots is the
+  // copy-on-write pool's size in chunks (0: every write to a chunk not yet
+  // copied waits for the engine).
+  static Result<CopyState> create(CopyProtocol protocol, uint64_t chunk_size, std::span<const Region> regions,
                                   uint32_t pool_slots);
   // The agent's side: the table behind `fd`, checked (magic, version, sizes
   // within the file, regions in order).
@@ -139,7 +140,7 @@ class CopyState {
   ~CopyState();
 
   int fd() const { return fd_.get(); }
-  Protocol protocol() const;
+  CopyProtocol protocol() const;
   uint64_t chunk_size() const;
   uint64_t chunk_count() const;
   uint32_t pool_slots() const;
@@ -159,7 +160,7 @@ class CopyState {
   // image is then incomplete, and the call may go on.
   Result<WriteReport> before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
                                    std::chrono::milliseconds timeout);
-  // On-demand restore (kFill): before a call reads or writes [address,
+  // On-demand restore (kOnDemandFill): before a call reads or writes [address,
   // address + bytes), waits until every chunk of it is filled, asking the
   // engine for those not yet taken first. `overwrite`: the call writes every
   // byte of the range and reads none, so chunks wholly inside it need no

@@ -5,37 +5,29 @@
 
 #include <array>
 #include <cstddef>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "phos/images/agent_messages.h"
+#include "phos/images/copy_protocol.h"
 #include "phos/images/format.h"
+#include "phos/images/gpu_device.h"
 #include "phos/support/result.h"
 
 namespace phos::image {
 
-enum class Protocol : uint32_t { kStopTheWorld = 1, kSoftRecopy = 2, kSoftCopyOnWrite = 3 };
 // kZero: every byte of the chunk is 0 and nothing is stored (a sparse image).
 enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2 };
 
-std::string_view protocol_name(Protocol p);
 // exact, speculated, validated; "none" for 0 (no copy window).
 std::string_view copy_trust_name(agent::CopyTrust t);
-std::string_view compression_name(Compression c);
-
-struct Device {
-  uint32_t ordinal = 0;
-  std::array<uint8_t, 16> uuid{};
-  std::string name;
-  uint64_t total_memory = 0;
-  uint32_t compute_major = 0;
-  uint32_t compute_minor = 0;
-  bool operator==(const Device&) const = default;
-};
+// How an image stores a chunk: none, zstd, zero ("unknown" for another
+// value). Not the fatbin's compression (spec::fatbin_compression_name).
+std::string_view chunk_compression_name(Compression c);
 
 // A piece of an allocation and where its bytes are. A zero chunk (kZero)
 // stores none: its stored_size, file_index and file_offset are 0.
@@ -81,10 +73,9 @@ struct Statistics {
   uint64_t stall_ns = 0;
   uint64_t cow_pool_bytes = 0;
   uint64_t cow_saved_bytes = 0;
-  uint64_t cow_calls_checked = 0;
-  uint64_t cow_calls_waited = 0;
-  uint64_t cow_unknown_waits = 0;
-  uint64_t cow_wait_ns = 0;
+  // The window's counters (manifest.proto's cow_calls_checked .. cow_wait_ns);
+  // soft recopy's window records its calls_checked.
+  agent::CopyWindowCounters copy_window{};
   uint64_t cow_window_ns = 0;  // from the gate reopening to the last chunk copied
   // Soft recopy, a dump that stops the process: the first pass, while the
   // process ran; the chunks it wrote meanwhile, copied again once the gate
@@ -122,8 +113,9 @@ struct LaunchRecord {
 // image no data files.
 struct KeptMemory {
   std::string migration;  // 16 hex digits: the keeper's name for it
-  std::array<uint8_t, 16> device_uuid{};
-  std::string device_name;
+  // The GPU that holds it: the image records its UUID and name (its
+  // ordinal and the rest are 0 once read back).
+  GpuDevice device;
   bool in_place = false;  // the process's own memory, not a copy
   uint64_t kept_bytes = 0;
   bool operator==(const KeptMemory&) const = default;
@@ -137,12 +129,12 @@ struct Manifest {
   uint32_t format_version = kManifestFormatVersion;
   std::string writer_version;
   int32_t pid = 0;
-  Protocol protocol = Protocol::kStopTheWorld;
+  CopyProtocol protocol = CopyProtocol::kStopTheWorld;  // a dump's (is_dump_protocol)
   // Copy-on-write: which write sets the window trusted (0: no window).
   agent::CopyTrust copy_trust = agent::CopyTrust(0);
   uint32_t chunk_size = kDefaultChunkSize;
   uint64_t created_unix_ns = 0;
-  std::vector<Device> devices;
+  std::vector<GpuDevice> devices;  // as the process numbered them, fully described
   std::vector<Allocation> allocations;
   std::vector<DataFile> data_files;
   Statistics statistics;

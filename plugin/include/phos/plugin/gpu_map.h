@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "phos/images/agent_messages.h"
+#include "phos/images/gpu_device.h"
 #include "phos/images/manifest.h"
 #include "phos/support/result.h"
 
@@ -34,12 +34,6 @@ std::string describe_gpu_map(const GpuMapSpec& spec);
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints UUIDs.
 std::string format_gpu_uuid(const std::array<uint8_t, 16>& uuid);
 
-struct HostGpu {
-  int ordinal = 0;
-  std::string name;
-  std::array<uint8_t, 16> uuid{};
-};
-
 struct GpuPlacement {
   uint32_t image_ordinal = 0;
   int host_ordinal = 0;
@@ -50,16 +44,18 @@ struct GpuPlacement {
 // Whether `key` names a GPU as gpu_map's sides do: an ordinal or a UUID.
 bool is_gpu_key(std::string_view key);
 
+// This host's GPUs (`host`) are GpuDevices in criu's own numbering.
+
 // The GPU of `host` that `key` names (an ordinal or a UUID); null: none.
-const HostGpu* find_host_gpu(const std::string& key, const std::vector<HostGpu>& host);
+const GpuDevice* find_host_gpu(const std::string& key, const std::vector<GpuDevice>& host);
 
 // Each GPU of a process, as the process numbers it (its agent reports the
 // ordinal with the GPU's UUID), in this process's (criu's) own numbering:
 // they differ when the program runs with CUDA_VISIBLE_DEVICES. A device
 // reported without a UUID (an older agent) keeps its ordinal; a UUID this
 // host does not have is an error.
-Result<std::map<uint32_t, int>> host_ordinals(const std::vector<agent::Device>& devices,
-                                              const std::vector<HostGpu>& host);
+Result<std::map<uint32_t, int>> host_ordinals(const std::vector<GpuDevice>& devices,
+                                              const std::vector<GpuDevice>& host);
 
 // Criu's ordinal of the process's device `ordinal` (host_ordinals' map); a
 // device not in it keeps its ordinal.
@@ -67,8 +63,8 @@ int host_device(const std::map<uint32_t, int>& host_ordinal, uint32_t ordinal);
 
 // One placement per image device, in the image's order. Errors name the
 // device, the spec entry or both models.
-Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<image::Device>& image_devices,
-                                             const std::vector<HostGpu>& host, const std::string& manifest_name);
+Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<GpuDevice>& image_devices,
+                                             const std::vector<GpuDevice>& host, const std::string& manifest_name);
 
 // The UUID pairs for the driver's restore when a GPU moves (empty when none
 // does): the driver wants every GPU the process had checkpointed, which
@@ -77,6 +73,6 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
 // `host`, as a permutation: placed GPUs go where placed, the others stay,
 // or take a GPU a placement freed.
 std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_gpu_pairs(
-    const std::vector<GpuPlacement>& placement, const std::vector<HostGpu>& host);
+    const std::vector<GpuPlacement>& placement, const std::vector<GpuDevice>& host);
 
 }  // namespace phos::plugin

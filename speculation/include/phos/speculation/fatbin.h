@@ -61,7 +61,9 @@ using ImageResult = Result<T, ImageError>;
 enum class FatbinEntryKind : uint8_t { kPtx, kElf, kLtoIr, kUnknown };
 enum class Compression : uint8_t { kNone, kLz4, kZstd, kUnknown };
 const char* fatbin_entry_kind_name(FatbinEntryKind k);
-const char* compression_name(Compression c);
+// How a fatbin entry is compressed: none, LZ4, ZSTD. Not an image chunk's
+// (image::chunk_compression_name).
+const char* fatbin_compression_name(Compression c);
 
 struct FatbinEntry {
   FatbinEntryKind kind = FatbinEntryKind::kUnknown;
