@@ -3,6 +3,7 @@
  * count. The communicators it made and has not destroyed are kept: a call
  * on any other (one destroyed, or a handle that is not NCCL's) fails with
  * ncclInvalidArgument, as NCCL's own check of its magic makes it fail. */
+#define _GNU_SOURCE
 #include <nccl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -95,6 +96,7 @@ static struct fake_proxy proxies[FAKE_MAX_COMMS];
 
 static void *proxy_loop(void *arg) {
   struct fake_proxy *p = arg;
+  pthread_setname_np(pthread_self(), "NCCL Service  0");  /* as NCCL names its proxy thread */
   struct pollfd pfd = {p->idle[0], POLLIN, 0};
   while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) poll(&pfd, 1, 500);
   return NULL;

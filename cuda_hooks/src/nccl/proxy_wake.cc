@@ -3,12 +3,20 @@
 #include <dlfcn.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <vector>
+
+// Nothing on poll()'s path may take the dynamic loader's lock (dladdr,
+// dlsym, a thread_local with a destructor): a thread inside dlopen holds it.
+// With the wake on, a 2-rank torchrun job hung at start-up on the 2xH200
+// host twice (once with dladdr on the caller, once with a thread_local
+// vector); this version takes no such lock but has not run on a GPU yet,
+// so the wake is off unless PHOS_NCCL_PROXY_WAKE=on.
 
 namespace {
 
@@ -16,39 +24,41 @@ using PollFn = int (*)(struct pollfd*, nfds_t, int);
 
 // NCCL's proxy loops poll with exactly this timeout (proxy.cc).
 constexpr int kNcclProxyPollMs = 500;
+// NCCL's service thread polls NCCL_MAX_PROXY_CONNECTIONS + 1 fds; a longer
+// array is passed on unwoken.
+constexpr nfds_t kMaxWokenFds = 512;
 
-PollFn libc_poll() {
-  static PollFn f = reinterpret_cast<PollFn>(dlvsym(RTLD_NEXT, "poll", "GLIBC_2.2.5"));
+std::atomic<PollFn> g_libc_poll{nullptr};
+std::atomic<int> g_wake_fd{-1};
+bool g_wake_on = false;
+
+PollFn resolve_libc_poll() {
+  auto f = reinterpret_cast<PollFn>(dlvsym(RTLD_NEXT, "poll", "GLIBC_2.2.5"));
+  g_libc_poll.store(f, std::memory_order_release);
   return f;
 }
 
-// Made at the first NCCL proxy poll, kept for the process's life (criu dumps
-// and restores an eventfd with its count).
-std::atomic<int> g_wake_fd{-1};
-
-int wake_fd() {
-  int fd = g_wake_fd.load(std::memory_order_acquire);
-  if (fd >= 0) return fd;
-  int made = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (made < 0) return -1;
-  if (!g_wake_fd.compare_exchange_strong(fd, made, std::memory_order_acq_rel)) {
-    ::close(made);
-    return fd;
-  }
-  return made;
+// At load, before any thread of the program polls: the lookup and the
+// eventfd are made here, not on poll()'s path.
+__attribute__((constructor)) void init_proxy_wake() {
+  resolve_libc_poll();
+  const char* v = std::getenv("PHOS_NCCL_PROXY_WAKE");
+  g_wake_on = v && std::strcmp(v, "on") == 0;
+  if (!g_wake_on) return;
+  g_wake_fd.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), std::memory_order_release);
+  // NCCL names its threads only when asked; the wake tells NCCL's proxy
+  // threads by their names.
+  setenv("NCCL_SET_THREAD_NAME", "1", 0);
 }
 
-// Whether the poll was issued from libnccl: its caller's object is named
-// libnccl*. One answer kept per thread for the last call site.
-bool from_nccl(const void* caller) {
-  thread_local const void* last_caller = nullptr;
-  thread_local bool last_answer = false;
-  if (caller == last_caller) return last_answer;
-  Dl_info info{};
-  bool nccl = dladdr(caller, &info) && info.dli_fname && std::strstr(info.dli_fname, "libnccl");
-  last_caller = caller;
-  last_answer = nccl;
-  return nccl;
+// Whether the calling thread is one of NCCL's proxy service threads, by the
+// name NCCL gives them with NCCL_SET_THREAD_NAME=1 ("NCCL Service NN",
+// "NCCL UDS Service NN", cut to 15 characters). Read at each such poll
+// (NCCL names a thread after starting it), with prctl: no lock.
+bool nccl_proxy_thread() {
+  char name[16] = {};
+  if (prctl(PR_GET_NAME, name) != 0) return false;
+  return std::strncmp(name, "NCCL Service", 12) == 0 || std::strncmp(name, "NCCL UDS Serv", 13) == 0;
 }
 
 }  // namespace
@@ -57,7 +67,7 @@ namespace phos::hooks {
 
 void nccl_proxy_wake_begin() {
   int fd = g_wake_fd.load(std::memory_order_acquire);
-  if (fd < 0) return;  // no proxy has polled: nothing to wake
+  if (fd < 0) return;
   uint64_t one = 1;
   (void)!::write(fd, &one, sizeof(one));
 }
@@ -72,14 +82,16 @@ void nccl_proxy_wake_end() {
 }  // namespace phos::hooks
 
 extern "C" __attribute__((visibility("default"))) int poll(struct pollfd* fds, nfds_t n, int timeout) {
-  PollFn real = libc_poll();
-  if (timeout != kNcclProxyPollMs || !from_nccl(__builtin_return_address(0))) return real(fds, n, timeout);
-  int fd = wake_fd();
+  PollFn real = g_libc_poll.load(std::memory_order_acquire);
+  if (!real) real = resolve_libc_poll();  // a poll before libphos's constructor ran
+  if (!g_wake_on || timeout != kNcclProxyPollMs || n + 1 > kMaxWokenFds || !nccl_proxy_thread())
+    return real(fds, n, timeout);
+  int fd = g_wake_fd.load(std::memory_order_acquire);
   if (fd < 0) return real(fds, n, timeout);
-  thread_local std::vector<struct pollfd> with_wake;
-  with_wake.assign(fds, fds + n);
-  with_wake.push_back({fd, POLLIN, 0});
-  int r = real(with_wake.data(), n + 1, timeout);
+  struct pollfd with_wake[kMaxWokenFds];
+  std::memcpy(with_wake, fds, n * sizeof(*fds));
+  with_wake[n] = {fd, POLLIN, 0};
+  int r = real(with_wake, n + 1, timeout);
   if (r <= 0) return r;
   for (nfds_t i = 0; i < n; i++) fds[i].revents = with_wake[i].revents;
   // Phos's fd is not the caller's: woken by it alone looks like a timeout.

@@ -5,9 +5,11 @@
 // in NCCL since 2.14, no setting changes it), and ncclCommAbort and
 // ncclCommDestroy join them: each communicator's release waited ~0.5 s,
 // one rank after the other. libphos.so stands in for poll(): a poll of
-// 500 ms issued from libnccl also watches phos's eventfd, which the release
-// signals while it destroys the communicators, so each thread sees its flag
-// at once. Other polls are passed on untouched.
+// 500 ms issued by one of NCCL's proxy threads (told by the names NCCL
+// gives them) also watches phos's eventfd, which the release signals while
+// it destroys the communicators, so each thread sees its flag at once.
+// Other polls are passed on untouched. Off unless PHOS_NCCL_PROXY_WAKE=on:
+// not yet shown safe on a GPU host (proxy_wake.cc says why).
 #pragma once
 
 namespace phos::hooks {
