@@ -24,10 +24,19 @@ namespace {
 
 using SyscallFn = long (*)(long, ...);
 
+// Looked up at load (dlvsym takes the dynamic loader's lock, which a thread
+// inside dlopen may hold), or at the first call made before that.
+std::atomic<SyscallFn> g_libc_syscall{nullptr};
+
 SyscallFn libc_syscall() {
-  static SyscallFn f = reinterpret_cast<SyscallFn>(dlvsym(RTLD_NEXT, "syscall", "GLIBC_2.2.5"));
+  SyscallFn f = g_libc_syscall.load(std::memory_order_acquire);
+  if (f) return f;
+  f = reinterpret_cast<SyscallFn>(dlvsym(RTLD_NEXT, "syscall", "GLIBC_2.2.5"));
+  g_libc_syscall.store(f, std::memory_order_release);
   return f;
 }
+
+__attribute__((constructor)) void init_libc_syscall() { (void)libc_syscall(); }
 
 bool io_uring_allowed() {
   static const bool allowed = [] {
