@@ -28,13 +28,15 @@ start_workload --preload
 wait_counter_above 2
 [ "$(ring)" = none:ENOSYS ] || fail "under libphos io_uring_setup gave $(ring), not ENOSYS"
 token=$(state_token)
+"$PHOSCTL" status "$WORKLOAD_PID" | grep -q "io_uring_setups_refused: 1$" ||
+  fail "the agent's status does not count the refusal: $("$PHOSCTL" status "$WORKLOAD_PID" | grep io_uring)"
 criu_dump || fail "criu dump failed: $(criu_errors "$WORK/dump.log")"
 dumped=$(state_counter)
 criu_restore || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
 restored_pid >/dev/null || fail "no restored process"
 wait_counter_above $((dumped + 5))
 [ "$(state_token)" = "$token" ] || fail "the restored process is another one"
-say "under libphos: io_uring_setup refused (ENOSYS); dumped at $dumped and restored, counting on ($(state_counter))"
+say "under libphos: io_uring_setup refused (ENOSYS, counted in the status); dumped at $dumped and restored, counting on ($(state_counter))"
 kill -9 "$(restored_pid)"; wait_pid_free
 
 PHOS_IO_URING=allow start_workload --preload

@@ -1,4 +1,5 @@
 #include "agent/cuda_backend.h"
+#include "process/io_uring.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -66,6 +67,7 @@ agent::StatusReply CudaBackend::status() {
   s.indexed_buffers = rt_.speculation().totals().indexed;
   s.kernels = rt_.speculation().kernels();
   s.counters = rt_.counters().list();
+  s.counters.emplace_back("io_uring_setups_refused", io_uring_setups_refused());
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);
   s.counters.emplace_back("physical_bytes", m.physical_bytes);

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,12 +12,14 @@
 #include <cstdlib>
 #include <cstring>
 
-// Nothing on poll()'s path may take the dynamic loader's lock (dladdr,
-// dlsym, a thread_local with a destructor): a thread inside dlopen holds it.
 // With the wake on, a 2-rank torchrun job hung at start-up on the 2xH200
-// host twice (once with dladdr on the caller, once with a thread_local
-// vector); this version takes no such lock but has not run on a GPU yet,
-// so the wake is off unless PHOS_NCCL_PROXY_WAKE=on.
+// host in two runs. Both versions returned a timeout without clearing the
+// caller's revents (NCCL reads them whatever poll() returned: a stale event
+// on its listening socket sends its proxy thread into accept()), and both
+// took the dynamic loader's lock on poll()'s path (dladdr, a thread_local
+// with a destructor), which a thread inside dlopen may hold. This version
+// does neither, but has not run on a GPU yet: the wake is off unless
+// PHOS_NCCL_PROXY_WAKE=on.
 
 namespace {
 
@@ -32,8 +35,14 @@ std::atomic<PollFn> g_libc_poll{nullptr};
 std::atomic<int> g_wake_fd{-1};
 bool g_wake_on = false;
 
+// The system call itself, where libc's poll cannot be found.
+int poll_syscall(struct pollfd* fds, nfds_t n, int timeout) {
+  return static_cast<int>(::syscall(SYS_poll, fds, n, timeout));
+}
+
 PollFn resolve_libc_poll() {
   auto f = reinterpret_cast<PollFn>(dlvsym(RTLD_NEXT, "poll", "GLIBC_2.2.5"));
+  if (!f) f = poll_syscall;
   g_libc_poll.store(f, std::memory_order_release);
   return f;
 }
@@ -81,19 +90,32 @@ void nccl_proxy_wake_end() {
 
 }  // namespace phos::hooks
 
-extern "C" __attribute__((visibility("default"))) int poll(struct pollfd* fds, nfds_t n, int timeout) {
-  PollFn real = g_libc_poll.load(std::memory_order_acquire);
-  if (!real) real = resolve_libc_poll();  // a poll before libphos's constructor ran
-  if (!g_wake_on || timeout != kNcclProxyPollMs || n + 1 > kMaxWokenFds || !nccl_proxy_thread())
-    return real(fds, n, timeout);
+namespace {
+
+// The wake's own path, out of poll()'s frame: poll() itself stays a few
+// loads and a tail call (its array would otherwise take 4 KiB of every
+// caller's stack, the wake off or on).
+__attribute__((noinline)) int poll_with_wake(PollFn real, struct pollfd* fds, nfds_t n, int timeout) {
   int fd = g_wake_fd.load(std::memory_order_acquire);
-  if (fd < 0) return real(fds, n, timeout);
+  if (fd < 0 || n + 1 > kMaxWokenFds || !nccl_proxy_thread()) return real(fds, n, timeout);
   struct pollfd with_wake[kMaxWokenFds];
   std::memcpy(with_wake, fds, n * sizeof(*fds));
   with_wake[n] = {fd, POLLIN, 0};
   int r = real(with_wake, n + 1, timeout);
-  if (r <= 0) return r;
+  if (r < 0) return r;
+  // Every entry's revents, on a timeout too: the kernel clears them, and
+  // NCCL reads them whatever poll() returned (a stale event on its listening
+  // socket would send its proxy thread into accept()).
   for (nfds_t i = 0; i < n; i++) fds[i].revents = with_wake[i].revents;
   // Phos's fd is not the caller's: woken by it alone looks like a timeout.
   return with_wake[n].revents ? r - 1 : r;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int poll(struct pollfd* fds, nfds_t n, int timeout) {
+  PollFn real = g_libc_poll.load(std::memory_order_acquire);
+  if (!real) real = resolve_libc_poll();  // a poll before libphos's constructor ran
+  if (!g_wake_on || timeout != kNcclProxyPollMs) return real(fds, n, timeout);
+  return poll_with_wake(real, fds, n, timeout);
 }

@@ -11,6 +11,8 @@
 //
 // Only callers that go through libc's syscall() are seen (libuv does); a
 // library that issues the system call itself (liburing 2.2 and later) is not.
+#include "process/io_uring.h"
+
 #include <dlfcn.h>
 #include <sys/syscall.h>
 
@@ -48,6 +50,24 @@ bool io_uring_allowed() {
 
 std::atomic<unsigned long> g_refused{0};
 
+// Where libc's syscall() cannot be found (not on x86-64 glibc, which has it
+// under GLIBC_2.2.5): the instruction itself, as libc issues it.
+long raw_syscall(long number, const long (&a)[6]) {
+  register long r10 __asm__("r10") = a[3];
+  register long r8 __asm__("r8") = a[4];
+  register long r9 __asm__("r9") = a[5];
+  long ret;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(number), "D"(a[0]), "S"(a[1]), "d"(a[2]), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  if (ret < 0 && ret > -4096) {
+    errno = int(-ret);
+    return -1;
+  }
+  return ret;
+}
+
 }  // namespace
 
 namespace phos::hooks {
@@ -67,10 +87,6 @@ extern "C" __attribute__((visibility("default"))) long syscall(long number, ...)
     errno = ENOSYS;
     return -1;
   }
-  SyscallFn real = libc_syscall();
-  if (!real) {
-    errno = ENOSYS;
-    return -1;
-  }
-  return real(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (SyscallFn real = libc_syscall()) return real(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+  return raw_syscall(number, a);
 }
