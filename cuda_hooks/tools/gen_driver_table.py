@@ -18,7 +18,8 @@ COPY_OUTPUT: one hook per line of COPY_TABLE and one per per-thread-stream
 variant of it that cuda.h declares (_ptds, _ptsz), each with cuda.h's
 prototype; copy.cc includes them after the helpers they call (the table's
 header says which).
-usage: gen_driver_table.py CC CUDA_INCLUDE_DIR HOOKED_LIST QUERY_LIST COPY_TABLE OUTPUT COPY_OUTPUT
+usage: gen_driver_table.py CUDA_INCLUDE_DIR HOOKED_LIST QUERY_LIST COPY_TABLE OUTPUT COPY_OUTPUT -- CC [ARGS...]
+(CC ARGS...: the C compiler's whole command, a wrapper such as ccache included)
 """
 import os
 import re
@@ -30,7 +31,7 @@ PER_THREAD = ('_ptds', '_ptsz')
 
 
 def declarations(cc, include_dir, extra):
-    src = subprocess.run([cc, '-E', '-P', '-x', 'c', *extra, '-I', include_dir, include_dir + '/cuda.h'],
+    src = subprocess.run([*cc, '-E', '-P', '-x', 'c', *extra, '-I', include_dir, include_dir + '/cuda.h'],
                          check=True, capture_output=True, text=True).stdout
     return DECL.findall(src)
 
@@ -121,7 +122,10 @@ def copy_hooks(rows, seen):
 
 
 def main():
-    cc, include_dir, hooked_list, query_list, copy_list, output, copy_output = sys.argv[1:8]
+    if len(sys.argv) < 10 or sys.argv[7] != '--':
+        raise SystemExit(__doc__)
+    include_dir, hooked_list, query_list, copy_list, output, copy_output = sys.argv[1:7]
+    cc = sys.argv[8:]
     hooked, queries = names_in(hooked_list), names_in(query_list)
     seen = {}
     for extra in ([], ['-DCUDA_API_PER_THREAD_DEFAULT_STREAM']):
