@@ -51,6 +51,8 @@ criu_dump --leave-running || fail "criu dump --leave-running failed: $(grep -m1 
 held=$(grep -o 'NCCL communicator [0-9a-f]*: its 2 ranks (pids [0-9 ]*) held before call [0-9]* in [0-9.]* ms' "$WORK/dump.log") ||
   fail "the dump log does not say both ranks were held"
 [ "$(grep -c '1 NCCL communicator(s) released in' "$WORK/dump.log")" = 2 ] || fail "not both ranks released their communicator"
+[ "$(grep -c 'gate reopened after [0-9.]* ms stopped: quiesce [0-9.]* ms (NCCL release [0-9.]* ms)' "$WORK/dump.log")" = 2 ] ||
+  fail "the stall's breakdown does not give each rank's NCCL release"
 at=$(state_counter)
 wait_counter_above $((at + 20)) 10
 [ "$(made)" = "2 2" ] || fail "after the leave-running dump the ranks made $(made) communicators, not 2 each"

@@ -126,6 +126,7 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   t.paused_at_ns = t0;
   t.manifest.statistics.gate_closed_unix_ns = clock_ns(CLOCK_REALTIME);
   t.manifest.statistics.quiesce_ns = drained->drained_ns;
+  t.nccl_release_ns = drained->nccl_released ? drained->nccl_release_ns : 0;
   t.manifest.fill_order = drained->touch_order;
   if (drained->at_step) PHOS_INFO("process %d: gate closed at the program's iteration boundary (phos_step)", pid);
   if (drained->nccl_released)
@@ -569,10 +570,13 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   // Where the stop went, so a user sees what to look at.
   auto ms = [](uint64_t a, uint64_t b) { return a && b > a ? double(b - a) / 1e6 : 0.0; };
   const uint64_t quiesced = t.paused_at_ns + t.manifest.statistics.quiesce_ns;
-  PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms, allocations, release and the driver's lock %.1f ms, "
+  char nccl[64] = "";
+  if (t.nccl_release_ns)
+    std::snprintf(nccl, sizeof(nccl), " (NCCL release %.1f ms)", double(t.nccl_release_ns) / 1e6);
+  PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms%s, allocations, release and the driver's lock %.1f ms, "
             "criu's freeze %.1f ms, driver checkpoint %.1f ms, the rest of the copy %.1f ms, criu's CPU dump %.1f ms, "
             "give-back (driver restore, remap%s) %.1f ms",
-            pid, ms(t.paused_at_ns, t.resumed_at_ns), double(t.manifest.statistics.quiesce_ns) / 1e6,
+            pid, ms(t.paused_at_ns, t.resumed_at_ns), double(t.manifest.statistics.quiesce_ns) / 1e6, nccl,
             ms(quiesced, t.paused_done_ns),
             std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
             double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),

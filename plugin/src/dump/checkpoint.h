@@ -136,6 +136,7 @@ class Checkpointer {
     uint64_t paused_done_ns = 0, driver_checkpoint_ns = 0, checkpointed_at_ns = 0, resumed_at_ns = 0;
     uint64_t copy_wait_ns = 0;  // CHECKPOINT_DEVICES waiting for a stopped copy to end
     uint64_t paused_at_ns = 0;
+    uint64_t nccl_release_ns = 0;  // the quiesce's part that released NCCL communicators
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
     std::optional<Engine::MigrationSink> migrate;  // a migration: where its memory goes
