@@ -103,4 +103,10 @@ grep -q "NCCL communicator(s) released" "$WORK/dump.log" && fail "a rank release
 # waiting for a frozen rank's agent until criu's own timeout.
 grep -q "Timeout reached\|BUG at" "$WORK/dump.log" && fail "criu timed out on the refused job: $(grep -m1 'Timeout reached\|BUG at' "$WORK/dump.log")"
 say "rank 1 with a buffer registration: dump refused before any release ($(grep -o 'rank 1 (process [0-9]*) used [^,]*' "$WORK/dump.log" | head -n1)); both ranks went on"
+# cuMem host memory off: NCCL's abort of one rank would wait for the other's,
+# and the ranks are released one after another: refused before any release.
+NCCL_CUMEM_HOST_ENABLE=0 new_job
+refused_dump "a job with cuMem host memory off" "cuMem host memory off (NCCL_CUMEM_HOST_ENABLE=0)" "1 1"
+grep -q "NCCL communicator(s) released" "$WORK/dump.log" && fail "a rank released its communicator before the refusal"
+say "cuMem host memory off (NCCL_CUMEM_HOST_ENABLE=0): dump refused before any release; both ranks went on"
 say "PASS"

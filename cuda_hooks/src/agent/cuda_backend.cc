@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <string>
@@ -30,6 +31,21 @@ std::optional<std::string> profiler_attached() {
 
 }  // namespace
 
+namespace {
+
+// NCCL closes a peer's proxy connection itself when one rank aborts only
+// with cuMem host memory on (proxy.cc, the service thread's forced close);
+// without it, the first rank's abort waits for every other rank's
+// (measured: over 45 s). The variable that turned it off, or null.
+const char* nccl_cumem_host_off() {
+  for (const char* name : {"NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE"})
+    if (const char* v = std::getenv(name); v && *v && std::atoi(v) == 0)
+      return std::strcmp(name, "NCCL_CUMEM_ENABLE") == 0 ? "NCCL_CUMEM_ENABLE=0" : "NCCL_CUMEM_HOST_ENABLE=0";
+  return nullptr;
+}
+
+}  // namespace
+
 agent::StatusReply CudaBackend::status() {
   agent::StatusReply s;
   auto m = rt_.memory().stats();
@@ -43,6 +59,11 @@ agent::StatusReply CudaBackend::status() {
     s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes, " +
                                   "not held at a job-wide stop (a multi-process job: dump its whole tree with " +
                                   "one criu, which holds every rank at one collective boundary)");
+  if (const char* off = nccl_cumem_host_off(); off && rt_.nccl().spanning_processes())
+    s.unsupported_calls.push_back(std::string("NCCL communicator(s) with ranks in other processes and cuMem host "
+                                              "memory off (") + off +
+                                  "): NCCL's abort of one rank then waits for the others, and a job's ranks are "
+                                  "released one after another");
   for (auto& why : rt_.nccl().not_recreatable()) s.unsupported_calls.push_back(std::move(why));
   if (rt_.nccl().rebuilding())
     s.unsupported_calls.push_back("NCCL communicators still being made again after the last checkpoint");
