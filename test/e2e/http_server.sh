@@ -8,7 +8,7 @@ export PHOS_WORKLOAD=$(cd "$(dirname "$0")" && pwd)/http_model_server.py
 export PHOS_WORKLOAD_RUNNER=$(python3 -c 'import sys; print(sys.executable)')
 source "$(dirname "$0")/lib.sh"
 
-net=(--tcp-established --network-lock nftables)
+export CRIU_NET_ARGS="--tcp-established --network-lock nftables"  # both criu runs (lib.sh)
 # ask SEED: the server's reply to /generate?seed=SEED&n=16 (the JSON line).
 ask() {
   LD_PRELOAD= timeout 30 python3 -c '
@@ -20,7 +20,7 @@ with urllib.request.urlopen("http://127.0.0.1:%s/generate?seed=%s&n=16" % (sys.a
 start_workload --preload
 wait_counter_above 5
 first=$(ask 7) || fail "the server did not answer before the dump"
-criu_dump "${net[@]}" --leave-running || fail "criu dump --leave-running failed: $(criu_errors "$WORK/dump.log")"
+criu_dump --leave-running || fail "criu dump --leave-running failed: $(criu_errors "$WORK/dump.log")"
 grep -q "phos: process $WORKLOAD_PID (pid 1 in its namespace): agent" "$WORK/dump.log" ||
   fail "the plugin did not talk to the server's agent"
 [ -f "$IMG/phos-1-complete.img" ] || fail "no complete phos image"
@@ -31,7 +31,7 @@ say "the original's next answer after the dump: $original"
 WORKLOAD_PID=$(restored_pid)
 kill -9 "$WORKLOAD_PID"; wait_pid_free
 rm -f "$WORK/state"  # the original's; the restored process writes its own
-criu_restore "${net[@]}" || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
+criu_restore || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
 restored_pid >/dev/null || fail "no restored process"
 wait_counter_above 0
 restored=$(ask 11) || fail "the restored server did not answer"

@@ -13,7 +13,7 @@ export PHOS_WORKLOAD=$(cd "$(dirname "$0")" && pwd)/tcp_server.py
 export PHOS_WORKLOAD_RUNNER=$(python3 -c 'import sys; print(sys.executable)')
 source "$(dirname "$0")/lib.sh"
 
-net=(--tcp-established --network-lock nftables)
+export CRIU_NET_ARGS="--tcp-established --network-lock nftables"  # both criu runs (lib.sh)
 port() { state_field 3; }
 
 # client NAME: connects to the server's port, sends "NAME-before", waits for
@@ -57,14 +57,14 @@ wait_counter_above 5
 token=$(state_token)
 client one
 before=$(reply_counter one one-before) || fail "the client got no answer before the dump"
-criu_dump "${net[@]}" || fail "criu dump --tcp-established failed: $(criu_errors "$WORK/dump.log")"
+criu_dump || fail "criu dump --tcp-established failed: $(criu_errors "$WORK/dump.log")"
 dumped=$(state_counter)
 grep -q "phos: process $WORKLOAD_PID (pid 1 in its namespace): agent" "$WORK/dump.log" ||
   fail "the plugin did not talk to the process's agent"
 [ -f "$IMG/phos-1-complete.img" ] || fail "no complete phos image"
 [ -z "$(workload_pids)" ] || fail "process still running after a dump without --leave-running"
 sleep 0.3
-criu_restore "${net[@]}" || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
+criu_restore || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
 WORKLOAD_PID=$(restored_pid) || fail "no restored process"
 wait_counter_above $((dumped + 20))
 [ "$(state_token)" = "$token" ] || fail "the restored process is another one"
@@ -76,7 +76,7 @@ say "stopped dump and restore: counter $dumped -> $(state_counter) (its own loop
 
 # 2. Leave-running dump; the image restored once the process is gone.
 at=$(state_counter)
-criu_dump "${net[@]}" --leave-running || fail "criu dump --leave-running failed: $(criu_errors "$WORK/dump.log")"
+criu_dump --leave-running || fail "criu dump --leave-running failed: $(criu_errors "$WORK/dump.log")"
 dumped=$(state_counter)
 wait_counter_above $((dumped + 20))
 client two
@@ -85,7 +85,7 @@ touch "$WORK/two.go"; wait "$CLIENT_PID" || true
 say "leave-running dump: counter $at -> $(state_counter), the process carries on and answers"
 kill -9 "$WORKLOAD_PID"; wait_pid_free
 rm -f "$WORK/state"  # the original's; the restored process writes its own
-criu_restore "${net[@]}" || fail "restore of the leave-running image failed: $(criu_errors "$WORK/restore.log")"
+criu_restore || fail "restore of the leave-running image failed: $(criu_errors "$WORK/restore.log")"
 restored_pid >/dev/null || fail "no restored process"
 wait_counter_above 0
 [ "$(state_counter)" -lt $((dumped + 1000)) ] || fail "the state is not the restored process's"

@@ -69,6 +69,7 @@ sleep 0.1
 # has one such thread a communicator with FAKE_NCCL_PROXY_POLL): with
 # PHOS_NCCL_PROXY_WAKE=on libphos wakes them during the release, so 4
 # communicators go in far less than the ~1 s their joins would otherwise wait.
+kill $pid; wait $pid 2>/dev/null || true  # the previous case's program
 PHOS_NCCL_PROXY_WAKE=on FAKE_NCCL_PROXY_POLL=1 FAKE_NCCL_STRICT=1 LD_PRELOAD=$libphos "$dir/nccl_rank_client" "$work/state5" > "$work/out5" 2>&1 &
 pid=$!
 for _ in $(seq 200); do [ -s "$work/state5" ] && break; sleep 0.02; done

@@ -37,11 +37,10 @@ namespace {
 // with cuMem host memory on (proxy.cc, the service thread's forced close);
 // without it, the first rank's abort waits for every other rank's
 // (measured: over 45 s). The variable that turned it off, or null.
-const char* nccl_cumem_host_off() {
+std::optional<std::string> nccl_cumem_host_off() {
   for (const char* name : {"NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE"})
-    if (const char* v = std::getenv(name); v && *v && std::atoi(v) == 0)
-      return std::strcmp(name, "NCCL_CUMEM_ENABLE") == 0 ? "NCCL_CUMEM_ENABLE=0" : "NCCL_CUMEM_HOST_ENABLE=0";
-  return nullptr;
+    if (const char* v = std::getenv(name); v && *v && std::atoi(v) == 0) return std::string(name) + "=" + v;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -59,9 +58,9 @@ agent::StatusReply CudaBackend::status() {
     s.unsupported_calls.push_back(std::to_string(n) + " NCCL communicator(s) with ranks in other processes, " +
                                   "not held at a job-wide stop (a multi-process job: dump its whole tree with " +
                                   "one criu, which holds every rank at one collective boundary)");
-  if (const char* off = nccl_cumem_host_off(); off && rt_.nccl().spanning_processes())
-    s.unsupported_calls.push_back(std::string("NCCL communicator(s) with ranks in other processes and cuMem host "
-                                              "memory off (") + off +
+  if (auto off = nccl_cumem_host_off(); off && rt_.nccl().spanning_processes())
+    s.unsupported_calls.push_back("NCCL communicator(s) with ranks in other processes and cuMem host memory off (" +
+                                  *off +
                                   "): NCCL's abort of one rank then waits for the others, and a job's ranks are "
                                   "released one after another");
   for (auto& why : rt_.nccl().not_recreatable()) s.unsupported_calls.push_back(std::move(why));

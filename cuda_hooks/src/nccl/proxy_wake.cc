@@ -1,16 +1,17 @@
 #include "nccl/proxy_wake.h"
 
-#include <dlfcn.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+
+#include "driver/library_next.h"
 
 // With the wake on, a 2-rank torchrun job hung at start-up on the 2xH200
 // host in two runs. Both versions returned a timeout without clearing the
@@ -31,26 +32,16 @@ constexpr int kNcclProxyPollMs = 500;
 // array is passed on unwoken.
 constexpr nfds_t kMaxWokenFds = 512;
 
-std::atomic<PollFn> g_libc_poll{nullptr};
+std::atomic<void*> g_libc_poll{nullptr};
 std::atomic<int> g_wake_fd{-1};
 bool g_wake_on = false;
 
-// The system call itself, where libc's poll cannot be found.
-int poll_syscall(struct pollfd* fds, nfds_t n, int timeout) {
-  return static_cast<int>(::syscall(SYS_poll, fds, n, timeout));
-}
-
-PollFn resolve_libc_poll() {
-  auto f = reinterpret_cast<PollFn>(dlvsym(RTLD_NEXT, "poll", "GLIBC_2.2.5"));
-  if (!f) f = poll_syscall;
-  g_libc_poll.store(f, std::memory_order_release);
-  return f;
-}
+PollFn libc_poll() { return phos::hooks::library_next_as<PollFn>("poll", "libc.so", g_libc_poll); }
 
 // At load, before any thread of the program polls: the lookup and the
 // eventfd are made here, not on poll()'s path.
 __attribute__((constructor)) void init_proxy_wake() {
-  resolve_libc_poll();
+  (void)libc_poll();
   const char* v = std::getenv("PHOS_NCCL_PROXY_WAKE");
   g_wake_on = v && std::strcmp(v, "on") == 0;
   if (!g_wake_on) return;
@@ -114,8 +105,11 @@ __attribute__((noinline)) int poll_with_wake(PollFn real, struct pollfd* fds, nf
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int poll(struct pollfd* fds, nfds_t n, int timeout) {
-  PollFn real = g_libc_poll.load(std::memory_order_acquire);
-  if (!real) real = resolve_libc_poll();  // a poll before libphos's constructor ran
+  PollFn real = libc_poll();  // cached at load; looked up here only before that
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
   if (!g_wake_on || timeout != kNcclProxyPollMs) return real(fds, n, timeout);
   return poll_with_wake(real, fds, n, timeout);
 }

@@ -13,7 +13,6 @@
 // library that issues the system call itself (liburing 2.2 and later) is not.
 #include "process/io_uring.h"
 
-#include <dlfcn.h>
 #include <sys/syscall.h>
 
 #include <atomic>
@@ -22,22 +21,20 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "driver/library_next.h"
+
 namespace {
 
 using SyscallFn = long (*)(long, ...);
 
-// Looked up at load (dlvsym takes the dynamic loader's lock, which a thread
-// inside dlopen may hold), or at the first call made before that.
-std::atomic<SyscallFn> g_libc_syscall{nullptr};
+std::atomic<void*> g_libc_syscall{nullptr};
 
 SyscallFn libc_syscall() {
-  SyscallFn f = g_libc_syscall.load(std::memory_order_acquire);
-  if (f) return f;
-  f = reinterpret_cast<SyscallFn>(dlvsym(RTLD_NEXT, "syscall", "GLIBC_2.2.5"));
-  g_libc_syscall.store(f, std::memory_order_release);
-  return f;
+  return phos::hooks::library_next_as<SyscallFn>("syscall", "libc.so", g_libc_syscall);
 }
 
+// Looked up at load: the lookup takes the dynamic loader's lock, which a
+// thread inside dlopen may hold; later calls only read the cache.
 __attribute__((constructor)) void init_libc_syscall() { (void)libc_syscall(); }
 
 bool io_uring_allowed() {
@@ -49,24 +46,6 @@ bool io_uring_allowed() {
 }
 
 std::atomic<unsigned long> g_refused{0};
-
-// Where libc's syscall() cannot be found (not on x86-64 glibc, which has it
-// under GLIBC_2.2.5): the instruction itself, as libc issues it.
-long raw_syscall(long number, const long (&a)[6]) {
-  register long r10 __asm__("r10") = a[3];
-  register long r8 __asm__("r8") = a[4];
-  register long r9 __asm__("r9") = a[5];
-  long ret;
-  __asm__ volatile("syscall"
-                   : "=a"(ret)
-                   : "a"(number), "D"(a[0]), "S"(a[1]), "d"(a[2]), "r"(r10), "r"(r8), "r"(r9)
-                   : "rcx", "r11", "memory");
-  if (ret < 0 && ret > -4096) {
-    errno = int(-ret);
-    return -1;
-  }
-  return ret;
-}
 
 }  // namespace
 
@@ -87,6 +66,10 @@ extern "C" __attribute__((visibility("default"))) long syscall(long number, ...)
     errno = ENOSYS;
     return -1;
   }
-  if (SyscallFn real = libc_syscall()) return real(number, a[0], a[1], a[2], a[3], a[4], a[5]);
-  return raw_syscall(number, a);
+  SyscallFn real = libc_syscall();
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return real(number, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
