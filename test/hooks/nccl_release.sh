@@ -66,11 +66,12 @@ k=$(cat "$work/loop")
 sleep 0.1
 [ "$(cat "$work/loop")" -gt "$k" ] || fail "the program stopped after the refused quiesce"
 # NCCL's proxy threads see their stop only between polls of 500 ms (the fake
-# has one such thread a communicator with FAKE_NCCL_PROXY_POLL): with
-# PHOS_NCCL_PROXY_WAKE=on libphos wakes them during the release, so 4
-# communicators go in far less than the ~1 s their joins would otherwise wait.
+# has one such thread a communicator with FAKE_NCCL_PROXY_POLL): by default
+# libphos wakes them during the release, so 4 communicators go in far less
+# than the ~1 s their joins would otherwise wait; PHOS_NCCL_PROXY_WAKE=off
+# shows that wait.
 kill $pid; wait $pid 2>/dev/null || true  # the previous case's program
-PHOS_NCCL_PROXY_WAKE=on FAKE_NCCL_PROXY_POLL=1 FAKE_NCCL_STRICT=1 LD_PRELOAD=$libphos "$dir/nccl_rank_client" "$work/state5" > "$work/out5" 2>&1 &
+FAKE_NCCL_PROXY_POLL=1 FAKE_NCCL_STRICT=1 LD_PRELOAD=$libphos "$dir/nccl_rank_client" "$work/state5" > "$work/out5" 2>&1 &
 pid=$!
 for _ in $(seq 200); do [ -s "$work/state5" ] && break; sleep 0.02; done
 sleep 0.6  # every proxy thread in its poll
@@ -79,4 +80,13 @@ ms=$(sed -n 's/^nccl: 4 communicators released in \([0-9.]*\) ms.*/\1/p' "$work/
 [ -n "$ms" ] || fail "no release of 4 communicators with proxy threads: $(cat "$work/hold5")"
 awk -v ms="$ms" 'BEGIN { exit !(ms < 200) }' || fail "4 communicators with proxy threads released in $ms ms: their polls were not woken"
 kill $pid; wait $pid 2>/dev/null || true
-echo "[nccl_release] PASS: $say_one; with NCCL-like proxy threads polling 500 ms, 4 released in $ms ms; three holds in a row: 16 made in all; a communicator spanning processes: quiesce refused, the program went on"
+PHOS_NCCL_PROXY_WAKE=off FAKE_NCCL_PROXY_POLL=1 FAKE_NCCL_STRICT=1 LD_PRELOAD=$libphos "$dir/nccl_rank_client" "$work/state6" > "$work/out6" 2>&1 &
+pid=$!
+for _ in $(seq 200); do [ -s "$work/state6" ] && break; sleep 0.02; done
+sleep 0.6
+"$tool" hold "$pid" 50 > "$work/hold6" 2>&1 || fail "hold with proxy threads, wake off: $(cat "$work/hold6")"
+off_ms=$(sed -n 's/^nccl: 4 communicators released in \([0-9.]*\) ms.*/\1/p' "$work/hold6")
+[ -n "$off_ms" ] || fail "no release of 4 communicators with the wake off: $(cat "$work/hold6")"
+awk -v ms="$off_ms" 'BEGIN { exit !(ms >= 400) }' || fail "with PHOS_NCCL_PROXY_WAKE=off 4 communicators went in $off_ms ms: the setting did not turn the wake off"
+kill $pid; wait $pid 2>/dev/null || true
+echo "[nccl_release] PASS: $say_one; with NCCL-like proxy threads polling 500 ms, 4 released in $ms ms (in $off_ms ms with PHOS_NCCL_PROXY_WAKE=off); three holds in a row: 16 made in all; a communicator spanning processes: quiesce refused, the program went on"

@@ -1,5 +1,5 @@
 /* libphos.so's poll() stand-in as an NCCL proxy thread sees it (the thread
- * named as NCCL names its proxy service thread, PHOS_NCCL_PROXY_WAKE=on):
+ * named as NCCL names its proxy service thread, the wake on by default):
  * a 500 ms poll that reports an event, then one that times out, must leave
  * no stale revents behind (NCCL reads them whatever poll() returned).
  * Exits 0 when it holds, 1 (saying what it saw) when not. */

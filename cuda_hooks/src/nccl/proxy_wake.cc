@@ -13,14 +13,14 @@
 
 #include "driver/library_next.h"
 
-// With the wake on, a 2-rank torchrun job hung at start-up on the 2xH200
-// host in two runs. Both versions returned a timeout without clearing the
-// caller's revents (NCCL reads them whatever poll() returned: a stale event
-// on its listening socket sends its proxy thread into accept()), and both
-// took the dynamic loader's lock on poll()'s path (dladdr, a thread_local
-// with a destructor), which a thread inside dlopen may hold. This version
-// does neither, but has not run on a GPU yet: the wake is off unless
-// PHOS_NCCL_PROXY_WAKE=on.
+// Two earlier versions hung a 2-rank torchrun job at start-up on the 2xH200
+// host: both returned a timeout without clearing the caller's revents (NCCL
+// reads them whatever poll() returned: a stale event on its listening socket
+// sends its proxy thread into accept()), and both took the dynamic loader's
+// lock on poll()'s path (dladdr, a thread_local with a destructor), which a
+// thread inside dlopen may hold. This version does neither; it passed the
+// 2-GPU torchrun, DDP and copy-on-write cases and is on unless
+// PHOS_NCCL_PROXY_WAKE=off.
 
 namespace {
 
@@ -43,7 +43,7 @@ PollFn libc_poll() { return phos::hooks::library_next_as<PollFn>("poll", "libc.s
 __attribute__((constructor)) void init_proxy_wake() {
   (void)libc_poll();
   const char* v = std::getenv("PHOS_NCCL_PROXY_WAKE");
-  g_wake_on = v && std::strcmp(v, "on") == 0;
+  g_wake_on = !(v && std::strcmp(v, "off") == 0);
   if (!g_wake_on) return;
   g_wake_fd.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), std::memory_order_release);
   // NCCL names its threads only when asked; the wake tells NCCL's proxy

@@ -8,8 +8,7 @@
 // 500 ms issued by one of NCCL's proxy threads (told by the names NCCL
 // gives them) also watches phos's eventfd, which the release signals while
 // it destroys the communicators, so each thread sees its flag at once.
-// Other polls are passed on untouched. Off unless PHOS_NCCL_PROXY_WAKE=on:
-// not yet shown safe on a GPU host (proxy_wake.cc says why).
+// Other polls are passed on untouched. On unless PHOS_NCCL_PROXY_WAKE=off.
 #pragma once
 
 namespace phos::hooks {
