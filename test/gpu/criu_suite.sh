@@ -335,6 +335,11 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   if grep -q "ranks (pids [0-9 ]*) held before call" "$WORK/dump.log"; then
     lazy="$lazy; $(grep -o 'its [0-9]* ranks (pids [0-9 ]*) held before call [0-9]* in [0-9.]* ms' "$WORK/dump.log" | head -n1)"
   fi
+  # Several processes with CUDA state: their driver checkpoints and restores
+  # at once (driver_parallel), and the stall's breakdown of each rank.
+  local at_once
+  at_once=$(grep -ho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" | paste -sd, - || true)
+  [ -n "$at_once" ] && lazy="$lazy; $at_once"
   if [ "${PHOS_SDK_STEP:-}" = 1 ]; then
     grep -q "gate closed at the program's iteration boundary (phos_step)" "$WORK/dump.log" ||
       fail "the dump did not land on the program's iteration boundary (phos.step())"
@@ -382,7 +387,10 @@ torch_cow_case() {
   tail -n +$((n + 1)) "$WORK/run.losses" > "$WORK/restored.losses"
   tail -n +"$first" "$WORK/ref.losses" | cmp -s - "$WORK/restored.losses" ||
     fail "the restored image's loss curve differs from the uninterrupted run's (frozen at step $((first - 1)))"
-  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited"
+  local stalls at_once
+  stalls=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | paste -sd/ - || true)
+  at_once=$(grep -ho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" | paste -sd, - || true)
+  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; stall ${stalls:-?}${at_once:+; $at_once}"
 }
 case_torch_cow() { torch_cow_case; }
 case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "driver/cuda_api.h"
 #include "phos/plugin/proc.h"
@@ -13,24 +14,85 @@
 namespace phos::plugin {
 namespace {
 
-Result<void> with_restore_thread(pid_t pid, const char* what, const std::function<CUresult(const CudaApi&)>& fn) {
-  auto cu = CudaApi::get();
-  if (!cu) return cu.error();
-  const CudaApi& api = **cu;
+using DriverCall = std::function<CUresult(const CudaApi&, size_t)>;
+
+std::string process_name(pid_t pid) { return "process " + std::to_string(pid); }
+
+// Lets the driver's restore thread of `pid` run, where this criu holds it
+// stopped; nothing where no one (or another tracer) does. On the calling
+// thread: ptrace requests must come from the tracer's own thread.
+Result<std::optional<StoppedThreadRun>> run_restore_thread(const CudaApi& api, pid_t pid) {
   int tid = 0;
-  PHOS_CU(api, api.cuCheckpointProcessGetRestoreThreadId(pid, &tid),
-          ("process " + std::to_string(pid) + ": restore thread").c_str());
-  std::optional<StoppedThreadRun> run;
+  PHOS_CU(api, api.cuCheckpointProcessGetRestoreThreadId(pid, &tid), (process_name(pid) + ": restore thread").c_str());
   auto tracer = tracer_of(pid, tid);
-  if (tracer && *tracer == ::getpid()) {
-    auto started = StoppedThreadRun::start(tid);
-    if (!started) return started.error();
-    run.emplace(std::move(*started));
+  if (!tracer || *tracer != ::getpid()) return std::optional<StoppedThreadRun>();
+  auto started = StoppedThreadRun::start(tid);
+  if (!started) return started.error();
+  return std::optional<StoppedThreadRun>(std::move(*started));
+}
+
+// `call(api, i)` for each of `pids`, with its restore thread running. The
+// driver's work for one process does not wait on another's, so with several
+// processes (a job's ranks) and `parallel`, each runs on a thread of its
+// own: the job waits for the slowest, not the sum. Results in `pids`' order.
+std::vector<Result<void>> with_restore_threads(const std::vector<pid_t>& pids, const char* what, bool parallel,
+                                               const DriverCall& call) {
+  std::vector<Result<void>> results(pids.size());
+  auto cu = CudaApi::get();
+  if (!cu) {
+    for (auto& r : results) r = cu.error();
+    return results;
   }
-  CUresult r = fn(api);
-  if (run) PHOS_TRY(run->stop());
-  if (r != CUDA_SUCCESS) return make_error(api.error(("process " + std::to_string(pid) + ": driver " + what).c_str(), r), EIO);
-  return {};
+  const CudaApi& api = **cu;
+  std::vector<std::optional<StoppedThreadRun>> runs(pids.size());
+  std::vector<CUresult> codes(pids.size(), CUDA_SUCCESS);
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < pids.size(); i++) {
+    auto run = run_restore_thread(api, pids[i]);
+    if (!run) {
+      results[i] = run.error();
+      continue;
+    }
+    if (*run) runs[i].emplace(std::move(**run));
+    ready.push_back(i);
+  }
+  if (parallel && ready.size() > 1) {
+    std::vector<std::thread> threads;
+    threads.reserve(ready.size());
+    for (size_t i : ready) threads.emplace_back([&, i] { codes[i] = call(api, i); });
+    for (auto& t : threads) t.join();
+  } else {
+    for (size_t i : ready) codes[i] = call(api, i);
+  }
+  for (size_t i : ready) {
+    Result<void> stopped = runs[i] ? runs[i]->stop() : Result<void>();
+    if (codes[i] != CUDA_SUCCESS)
+      results[i] = make_error(api.error((process_name(pids[i]) + ": driver " + what).c_str(), codes[i]), EIO);
+    else if (!stopped)
+      results[i] = stopped.error();
+  }
+  return results;
+}
+
+Result<void> with_restore_thread(pid_t pid, const char* what, const std::function<CUresult(const CudaApi&)>& fn) {
+  return with_restore_threads({pid}, what, false, [&](const CudaApi& api, size_t) { return fn(api); })[0];
+}
+
+CUresult restore_and_unlock(const CudaApi& api, pid_t pid, const std::vector<CUcheckpointGpuPair>& gpu_pairs) {
+  CUcheckpointRestoreArgs args{};
+  if (!gpu_pairs.empty()) {
+    args.gpuPairs = const_cast<CUcheckpointGpuPair*>(gpu_pairs.data());
+    args.gpuPairsCount = unsigned(gpu_pairs.size());
+  }
+  CUresult r = api.cuCheckpointProcessRestore(pid, &args);
+  if (r != CUDA_SUCCESS) return r;
+  CUcheckpointUnlockArgs unlock{};
+  return api.cuCheckpointProcessUnlock(pid, &unlock);
+}
+
+CUresult checkpoint(const CudaApi& api, pid_t pid) {
+  CUcheckpointCheckpointArgs args{};
+  return api.cuCheckpointProcessCheckpoint(pid, &args);
 }
 
 }  // namespace
@@ -59,23 +121,23 @@ Result<void> driver_lock(pid_t pid, unsigned timeout_ms) {
 }
 
 Result<void> driver_checkpoint(pid_t pid) {
-  return with_restore_thread(pid, "checkpoint", [&](const CudaApi& api) {
-    CUcheckpointCheckpointArgs args{};
-    return api.cuCheckpointProcessCheckpoint(pid, &args);
-  });
+  return with_restore_thread(pid, "checkpoint", [&](const CudaApi& api) { return checkpoint(api, pid); });
+}
+
+std::vector<Result<void>> driver_checkpoint_all(const std::vector<pid_t>& pids, bool parallel) {
+  return with_restore_threads(pids, "checkpoint", parallel,
+                              [&](const CudaApi& api, size_t i) { return checkpoint(api, pids[i]); });
 }
 
 Result<void> driver_restore_and_unlock(pid_t pid, const std::vector<CUcheckpointGpuPair>& gpu_pairs) {
-  return with_restore_thread(pid, "restore", [&](const CudaApi& api) {
-    CUcheckpointRestoreArgs args{};
-    if (!gpu_pairs.empty()) {
-      args.gpuPairs = const_cast<CUcheckpointGpuPair*>(gpu_pairs.data());
-      args.gpuPairsCount = unsigned(gpu_pairs.size());
-    }
-    CUresult r = api.cuCheckpointProcessRestore(pid, &args);
-    if (r != CUDA_SUCCESS) return r;
-    CUcheckpointUnlockArgs unlock{};
-    return api.cuCheckpointProcessUnlock(pid, &unlock);
+  return with_restore_thread(pid, "restore", [&](const CudaApi& api) { return restore_and_unlock(api, pid, gpu_pairs); });
+}
+
+std::vector<Result<void>> driver_restore_and_unlock_all(const std::vector<DriverRestore>& restores, bool parallel) {
+  std::vector<pid_t> pids;
+  for (const auto& r : restores) pids.push_back(r.pid);
+  return with_restore_threads(pids, "restore", parallel, [&](const CudaApi& api, size_t i) {
+    return restore_and_unlock(api, restores[i].pid, restores[i].gpu_pairs);
   });
 }
 

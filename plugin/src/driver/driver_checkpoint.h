@@ -30,4 +30,15 @@ Result<void> driver_checkpoint(pid_t pid);
 Result<void> driver_restore_and_unlock(pid_t pid, const std::vector<CUcheckpointGpuPair>& gpu_pairs = {});
 Result<void> driver_unlock(pid_t pid);
 
+// The same for several processes (a job's ranks): with `parallel`, each on a
+// thread of its own, so they take as long as the slowest rather than their
+// sum (~0.3-0.6 s each on an H200 host). Called from the thread that traces
+// the processes (criu's). One result per process, in the order given.
+std::vector<Result<void>> driver_checkpoint_all(const std::vector<pid_t>& pids, bool parallel);
+struct DriverRestore {
+  pid_t pid;
+  std::vector<CUcheckpointGpuPair> gpu_pairs;  // as driver_restore_and_unlock's
+};
+std::vector<Result<void>> driver_restore_and_unlock_all(const std::vector<DriverRestore>& restores, bool parallel);
+
 }  // namespace phos::plugin

@@ -481,13 +481,8 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
   // The driver checkpoint (a fixed cost) runs while the engine copies:
   // the process let go of its memory at PAUSE, so the two do not meet.
   if (t.taken & kDriverLocked) {
-    taking(pid, t, kDriverCheckpointed);
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-    if (auto r = driver_checkpoint(pid); !r) {
-      t.taken &= ~uint32_t(kDriverCheckpointed);  // still locked: an unlock gives it back
-      return r.error();
-    }
-    t.driver_checkpoint_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    if (!t.driver_checkpointed) driver_checkpoints();
+    if (!*t.driver_checkpointed) return t.driver_checkpointed->error();
   }
   // Without device memory there is nothing to snapshot: the manifest waits
   // for criu's exit all the same, one rule for every leave-running dump.
@@ -540,9 +535,49 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   return {};
 }
 
+void Checkpointer::driver_checkpoints() {
+  std::vector<pid_t> pids;
+  for (auto& [pid, t] : targets_) {
+    if (!(t.taken & kDriverLocked) || t.driver_checkpointed) continue;
+    taking(pid, t, kDriverCheckpointed);
+    pids.push_back(pid);
+  }
+  const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  auto results = driver_checkpoint_all(pids, options_.driver_parallel);
+  const uint64_t took = clock_ns(CLOCK_MONOTONIC) - t0;
+  for (size_t i = 0; i < pids.size(); i++) {
+    Target& t = targets_.at(pids[i]);
+    t.driver_checkpointed = results[i];
+    if (!results[i]) t.taken &= ~uint32_t(kDriverCheckpointed);  // still locked: an unlock gives it back
+    t.driver_checkpoint_ns = took;
+  }
+  if (pids.size() > 1)
+    PHOS_INFO("driver checkpoint of %zu processes %s: %.1f ms", pids.size(),
+              options_.driver_parallel ? "at once" : "one after another", double(took) / 1e6);
+}
+
+void Checkpointer::driver_restores(const std::vector<pid_t>& pids) {
+  std::vector<DriverRestore> restores;
+  for (pid_t pid : pids)
+    if (targets_.at(pid).taken & kDriverCheckpointed) restores.push_back({pid, {}});
+  if (restores.size() < 2) return;  // give_back() does one as it always did
+  const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  auto results = driver_restore_and_unlock_all(restores, options_.driver_parallel);
+  for (size_t i = 0; i < restores.size(); i++) {
+    Target& t = targets_.at(restores[i].pid);
+    t.give_back_at_ns = t0;
+    // Done: the give-back goes on from the remap. Failed: give_back() tries
+    // again, and says why.
+    if (results[i]) t.taken &= ~uint32_t(kDriverCheckpointed | kDriverLocked);
+  }
+  PHOS_INFO("driver restore of %zu processes %s: %.1f ms", restores.size(),
+            options_.driver_parallel ? "at once" : "one after another",
+            double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+}
+
 // Gives a process that lives on back what the dump took, in reverse order.
 void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
-  uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  uint64_t t0 = t.give_back_at_ns ? t.give_back_at_ns : clock_ns(CLOCK_MONOTONIC);
   if (wait_copy) (void)copy_done(t);  // the engine's mapping goes before the process maps again
   std::function<Result<bool>(AgentClient&)> before_resume;
   bool held = false;  // copy-on-write fell back: the gate stays closed for the copy
@@ -783,6 +818,12 @@ bool Checkpointer::finish(bool dump_succeeded) {
   if (!dump_succeeded)
     for (const auto& job : nccl_jobs_) abandon_nccl_job(job);
   nccl_jobs_.clear();
+  if (dump_succeeded) {
+    std::vector<pid_t> given_back_now;  // as the loop below decides
+    for (auto& [pid, t] : targets_)
+      if (process_alive(pid) && (t.write_behind || !keeper_ || criu_leaves_running())) given_back_now.push_back(pid);
+    driver_restores(given_back_now);
+  }
   for (auto& [pid, t] : targets_) {
     if (dump_succeeded && t.write_behind) {
       // Its memory is in the snapshot: the process may run while the image

@@ -137,6 +137,10 @@ class Checkpointer {
     uint64_t copy_wait_ns = 0;  // CHECKPOINT_DEVICES waiting for a stopped copy to end
     uint64_t paused_at_ns = 0;
     uint64_t nccl_release_ns = 0;  // the quiesce's part that released NCCL communicators
+    // The driver's checkpoint, made for every process at the first
+    // CHECKPOINT_DEVICES (driver_checkpoints()); its own hook reports it.
+    std::optional<Result<void>> driver_checkpointed;
+    uint64_t give_back_at_ns = 0;  // the give-back began (its driver restore, with the others')
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
     std::optional<Engine::MigrationSink> migrate;  // a migration: where its memory goes
@@ -189,6 +193,11 @@ class Checkpointer {
   // Copy-on-write, at criu's exit: closes the window; an error where the
   // image cannot be trusted.
   Result<void> close_window(pid_t pid, Target& t);
+  // The driver's checkpoint of every process whose driver is locked, all at
+  // once (driver_parallel): a job's ranks wait for the slowest, not the sum.
+  void driver_checkpoints();
+  // At a give-back of several processes: their driver restores, all at once.
+  void driver_restores(const std::vector<pid_t>& pids);
   // Records that the dump is about to take `step` from the process: in the
   // target, and with the keeper, before it happens.
   void taking(pid_t pid, Target& t, uint32_t step);

@@ -192,6 +192,59 @@ void Restorer::fill_all() {
   }
 }
 
+std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l) const {
+  // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h).
+  std::vector<CUcheckpointGpuPair> pairs;
+  for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host)) {
+    CUcheckpointGpuPair pair{};
+    std::memcpy(pair.oldUuid.bytes, from.data(), 16);
+    std::memcpy(pair.newUuid.bytes, to.data(), 16);
+    pairs.push_back(pair);
+  }
+  return pairs;
+}
+
+// The restored processes are criu's descendants that criu traces (stopped
+// at their last system call); criu's own helpers are not traced.
+void Restorer::driver_restores() {
+  driver_restores_made_ = true;
+  std::vector<pid_t> tree{::getpid()};
+  for (size_t i = 0; i < tree.size(); i++)
+    for (pid_t c : children_of(tree[i])) tree.push_back(c);
+  std::vector<DriverRestore> restores;
+  std::vector<Loaded*> loaded;
+  for (size_t i = 1; i < tree.size(); i++) {
+    const pid_t pid = tree[i];
+    auto tracer = tracer_of(pid, pid);
+    auto vpid = ns_pid(pid);
+    if (!tracer || *tracer != ::getpid() || !vpid) continue;
+    auto it = images_.find(*vpid);
+    if (it == images_.end() || it->second.image.manifest.devices.empty() || !has_driver_state(pid)) continue;
+    Loaded& l = it->second;
+    if (l.kept) {
+      if (kept_placer_.joinable()) kept_placer_.join();  // where its GPUs went
+      if (!l.filled) continue;  // its resume fails, saying why
+    }
+    restores.push_back({pid, driver_pairs(l)});
+    loaded.push_back(&l);
+  }
+  if (restores.size() < 2) return;  // resume() makes it, as for one process
+  if (keeper_) {
+    // Each process may run from now on: phos-keeper ends it should criu die.
+    std::lock_guard<std::mutex> lock(window_mu_);
+    for (const auto& r : restores) (void)keeper_->restoring(r.pid, false);
+  }
+  const uint64_t t0 = monotonic_ns();
+  auto results = driver_restore_and_unlock_all(restores, options_.driver_parallel);
+  const uint64_t took = monotonic_ns() - t0;
+  for (size_t i = 0; i < restores.size(); i++) {
+    loaded[i]->driver_restored = results[i];
+    loaded[i]->driver_ns = took;
+  }
+  PHOS_INFO("driver restore of %zu processes %s: %.1f ms", restores.size(),
+            options_.driver_parallel ? "at once" : "one after another", double(took) / 1e6);
+}
+
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   const uint64_t hook_ns = since_init_ns();
   const bool lazy = l.job && l.job->fill;
@@ -207,19 +260,13 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
     PHOS_TRY(l.filled);
   }
   const uint64_t waited_ns = since_init_ns();
-  uint64_t driver_ns = 0;
-  // Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.
-  if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
-    // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h).
-    std::vector<CUcheckpointGpuPair> pairs;
-    for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host)) {
-      CUcheckpointGpuPair pair{};
-      std::memcpy(pair.oldUuid.bytes, from.data(), 16);
-      std::memcpy(pair.newUuid.bytes, to.data(), 16);
-      pairs.push_back(pair);
-    }
-    const bool moved = !pairs.empty();
-    PHOS_INFO("process %d: driver restore%s", pid, moved ? " onto the mapped GPUs" : "");
+  uint64_t driver_ns = l.driver_ns;
+  if (l.driver_restored) {
+    PHOS_TRY(*l.driver_restored);
+  } else if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
+    // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
+    auto pairs = driver_pairs(l);
+    PHOS_INFO("process %d: driver restore%s", pid, pairs.empty() ? "" : " onto the mapped GPUs");
     const uint64_t t = monotonic_ns();
     PHOS_TRY(driver_restore_and_unlock(pid, pairs));
     driver_ns = monotonic_ns() - t;
@@ -340,6 +387,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     std::lock_guard<std::mutex> lock(window_mu_);
     (void)keeper_->restoring(pid, false);
   }
+  if (!driver_restores_made_) driver_restores();
   if (auto r = resume(pid, *vpid, it->second); !r) {
     // CRIU only logs a failing RESUME_DEVICES_LATE and would let the process
     // run on without its GPU state: it must not run at all.

@@ -80,6 +80,10 @@ class Restorer {
     // A migration's image: its memory, taken from the phos-keeper that
     // kept it (told at the end whether the process got it).
     std::optional<KeptMemoryLink> kept;
+    // The driver's restore, made with the other processes' at the first
+    // RESUME_DEVICES_LATE (driver_restores()); none: resume() makes it.
+    std::optional<Result<void>> driver_restored;
+    uint64_t driver_ns = 0;
     // The resume was asked to open the gate: the process may have run on
     // its memory (a kept copy is then no longer the checkpoint).
     bool gate_asked_open = false;
@@ -97,6 +101,13 @@ class Restorer {
   // phos-keeper told, or the process ended where the fill failed.
   void end_fill_window(Loaded& l);
   uint64_t since_init_ns() const;
+  // The old -> new GPU pairs of the driver's restore of `l` (none where no
+  // GPU moves).
+  std::vector<CUcheckpointGpuPair> driver_pairs(const Loaded& l) const;
+  // At the first RESUME_DEVICES_LATE: the driver's restore of every restored
+  // process of the tree (criu holds them all stopped by then), at once
+  // (driver_parallel); each process's own hook then finds its done.
+  void driver_restores();
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
   // Fills every image's device memory (the thread's work).
   void fill_all();
@@ -112,6 +123,7 @@ class Restorer {
   std::atomic<bool> failed_{false};
   std::mutex window_mu_;  // the fill windows' state, and phos-keeper's link
   bool lazy_ = false;
+  bool driver_restores_made_ = false;
   uint64_t init_ns_ = 0;  // CLOCK_MONOTONIC at the plugin's init
   // Ends a process criu leaves half-restored (dying between RESUME_DEVICES_LATE
   // and its end); started at init, before criu reaps every child it has.

@@ -29,6 +29,10 @@ struct PluginOptions {
   uint32_t chunk_mib = 4;               // chunk_mib: 1..64, the dump's chunk size
   GpuMapSpec gpu_map;                   // gpu_map: restore onto other GPUs (gpu_map.h), e.g. 0=1
   bool gpu_checksums = true;            // gpu_checksums: on | off, a dump's CRC-32C on the GPU
+  // driver_parallel: on | off. on: the driver's checkpoint and restore of
+  // the processes of one dump or restore (a job's ranks) run at once, one
+  // thread a process; off: one after another, as CRIU's cuda plugin does.
+  bool driver_parallel = true;
   // sparse: auto | off. auto: a dump stores a chunk whose every byte is 0
   // as a hole, which a restore sets with a memset (zero_chunk.h); off: it is
   // written like any other (an image an older phos, of format version 1,
