@@ -702,6 +702,26 @@ void Checkpointer::taking(pid_t pid, Target& t, uint32_t step) {
 }
 
 Result<void> Checkpointer::start_engine() {
+  if (engine_warming_.valid()) engine_warming_.get();
+  return start_engine_now();
+}
+
+void Checkpointer::warm_up_for_job() {
+  if (engine_ || engine_warming_.valid()) return;
+  engine_warming_ = std::async(std::launch::async, [this] {
+    const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    if (auto r = start_engine_now(); !r) return;  // start_engine() says why
+    auto host = engine_->host_gpus();
+    if (!host) return;
+    std::vector<int> all;
+    for (size_t d = 0; d < host->size(); d++) all.push_back(int(d));
+    engine_->warm_up(all);
+    PHOS_INFO("criu's CUDA contexts on %zu GPU(s) made while the job's ranks were held: %.1f ms", all.size(),
+              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+  });
+}
+
+Result<void> Checkpointer::start_engine_now() {
   if (engine_) return {};
   auto engine = Engine::start(EngineSettings::from(options_));
   if (!engine) return engine.error();
@@ -760,6 +780,7 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
   });
   auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms);
   if (!ranks) return refuse(ranks.error());
+  warm_up_for_job();
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto held = phos::plugin::hold_nccl_job(*ranks, c.job_id, options_.agent_timeout_ms,
                                           std::chrono::milliseconds(options_.quiesce_timeout_ms), true);

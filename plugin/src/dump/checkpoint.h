@@ -201,8 +201,13 @@ class Checkpointer {
   // Records that the dump is about to take `step` from the process: in the
   // target, and with the keeper, before it happens.
   void taking(pid_t pid, Target& t, uint32_t step);
-  // The engine, started once.
+  // The engine, started once (after a warm-up begun by a job's hold).
   Result<void> start_engine();
+  Result<void> start_engine_now();
+  // While a job's ranks are being held (~0.2 s): criu's CUDA start-up on
+  // every GPU of the host, which each rank's PAUSE would otherwise do in
+  // turn (~150 ms a GPU) while every rank waits, held.
+  void warm_up_for_job();
   // The process's GPUs in criu's numbering (gpu_map.h: host_ordinals), and
   // criu's contexts on them started.
   Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const agent::StatusReply& status);
@@ -220,6 +225,7 @@ class Checkpointer {
   int dirfd_;  // own_dir_, or criu's where it could not be duplicated
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
+  std::future<void> engine_warming_;  // warm_up_for_job()
   std::map<pid_t, Target> targets_;
   std::vector<NcclJobHeld> nccl_jobs_;  // held by this dump
   std::map<uint64_t, std::string> failed_nccl_jobs_;  // refused by this dump, and why

@@ -152,6 +152,22 @@ bool Engine::queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* 
 
 void Engine::warm_up(const std::vector<int>& ordinals) {
   std::lock_guard<std::mutex> lock(run_mu_);
+  // Several GPUs' contexts made at once: each takes ~150 ms on an H200 host,
+  // and the driver makes them independently. (Retained here once more than
+  // context() does; criu's contexts live until it exits.)
+  std::vector<int> cold;
+  for (int d : ordinals)
+    if (!contexts_.count(d) && std::find(cold.begin(), cold.end(), d) == cold.end()) cold.push_back(d);
+  if (cold.size() > 1) {
+    std::vector<std::thread> makers;
+    for (int d : cold)
+      makers.emplace_back([this, d] {
+        CUdevice dev;
+        CUcontext ctx = nullptr;
+        if (cu_.cuDeviceGet(&dev, d) == CUDA_SUCCESS) (void)cu_.cuDevicePrimaryCtxRetain(&ctx, dev);
+      });
+    for (auto& m : makers) m.join();
+  }
   for (int d : ordinals) {
     Result<void> err;
     if (!context(d, err)) PHOS_WARN("engine warm-up: %s", err.error().message.c_str());
