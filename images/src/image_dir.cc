@@ -12,12 +12,28 @@
 
 namespace phos::image {
 
+// Not blocking: a FIFO planted under one of our names would hold criu in
+// open() until someone wrote to it. Anything but a regular file is closed
+// again at once and reported as ENXIO (open_error says what it was).
 int open_image_file(int dirfd, const std::string& name) {
-  return ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return fd;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = ENXIO;
+    return -1;
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
 }
 
 Error open_error(const std::string& name, int err) {
   if (err == ELOOP) return make_error(name + " is a symbolic link in the image directory; not followed", ELOOP);
+  if (err == ENXIO)
+    return make_error(name + " in the image directory is not a regular file (a FIFO, socket, device or directory); not read",
+                      ENXIO);
   return errno_error("open " + name, err);
 }
 

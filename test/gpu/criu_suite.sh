@@ -298,6 +298,13 @@ case_cuda_graph() { steps_case graph; }
 
 # TORCH_SCRIPT: the workload (torch_train.py; torch_ddp_job.py for a job of
 # several processes, whose ranks past 0 write LOSSES.rR, compared too).
+# The per-process table of a job's stall and restore (job_breakdown.py),
+# into $log/CASE.breakdown.md, for a dump of several processes of a job.
+job_breakdown() {
+  grep -q "ranks (pids [0-9 ]*) held before call" "$WORK/dump.log" 2>/dev/null || return 0
+  # shellcheck disable=SC2086  # REBUILT_ARGS: separate words
+  python3 "$here/job_breakdown.py" "$WORK/dump.log" "$WORK/restore.log" ${REBUILT_ARGS:-} > "$log/$CASE.breakdown.md" 2>&1 || true
+}
 torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   local n=150 script=${TORCH_SCRIPT:-$here/torch_train.py}
   # The interpreter's own path: what the process's command line shows (a
@@ -314,12 +321,12 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
     # the restored job trains.
     reach $((DUMPED + 5)) 120 "after the restore"
     local p us
-    REBUILT=
+    REBUILT= REBUILT_ARGS=
     # Every process of the job names its state file (torchrun's ranks run
     # as "python -u SCRIPT ...", which workload_pids does not match).
     for p in $(pgrep -f -- "$WORK/state" || true); do
       us=$("$PHOSCTL" status "$p" 2>/dev/null | grep -o 'nccl_last_rebuild_us: [0-9]*' | grep -o '[0-9]*$' || true)
-      [ -n "$us" ] && REBUILT="${REBUILT:+$REBUILT, }$us us"
+      [ -n "$us" ] && REBUILT="${REBUILT:+$REBUILT, }$us us" && REBUILT_ARGS="$REBUILT_ARGS --rebuilt $p=$us"
     done
   fi
   reach $((n - 1)) 120 "after the restore"
@@ -340,6 +347,7 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   local at_once
   at_once=$(grep -ho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" | paste -sd, - || true)
   [ -n "$at_once" ] && lazy="$lazy; $at_once"
+  job_breakdown
   if [ "${PHOS_SDK_STEP:-}" = 1 ]; then
     grep -q "gate closed at the program's iteration boundary (phos_step)" "$WORK/dump.log" ||
       fail "the dump did not land on the program's iteration boundary (phos.step())"
@@ -390,6 +398,7 @@ torch_cow_case() {
   local stalls at_once
   stalls=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | paste -sd/ - || true)
   at_once=$(grep -ho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" | paste -sd, - || true)
+  job_breakdown
   pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; stall ${stalls:-?}${at_once:+; $at_once}"
 }
 case_torch_cow() { torch_cow_case; }

@@ -572,6 +572,35 @@ TEST_CASE("image dir: restore reads no file through a link", "[image][hostile]")
   }
 }
 
+// A FIFO under one of our names once held `criu restore` in open() until it
+// was killed; it must be refused at once (a hang here is the test's timeout).
+TEST_CASE("image dir: restore refuses a FIFO or a directory planted under its names, at once", "[image][hostile]") {
+  TempDir dir;
+  write_image(dir, {pattern(200 << 10, 1, false)}, Compression::kNone);
+  SECTION("a FIFO as the manifest") {
+    REQUIRE(::unlink(dir.file(manifest_file_name(42)).c_str()) == 0);
+    REQUIRE(::mkfifo(dir.file(manifest_file_name(42)).c_str(), 0600) == 0);
+    auto r = open_process_image(dir.fd.get(), 42, true);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains(manifest_file_name(42)) && Catch::Contains("not a regular file"));
+  }
+  SECTION("a FIFO as a data file") {
+    const std::string data = data_file_name(42, 0);
+    REQUIRE(::unlink(dir.file(data).c_str()) == 0);
+    REQUIRE(::mkfifo(dir.file(data).c_str(), 0600) == 0);
+    auto r = open_process_image(dir.fd.get(), 42, true);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains(data) && Catch::Contains("not a regular file"));
+  }
+  SECTION("a directory as the manifest") {
+    REQUIRE(::unlink(dir.file(manifest_file_name(42)).c_str()) == 0);
+    REQUIRE(::mkdir(dir.file(manifest_file_name(42)).c_str(), 0700) == 0);
+    auto r = open_process_image(dir.fd.get(), 42, true);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("not a regular file"));
+  }
+}
+
 // --- sparse images: zero chunks ---
 
 TEST_CASE("data file: a zero chunk is recorded with its CRC, not written", "[image][sparse]") {

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The stall and restore of a job's processes, one row a process, from the
+lines phos writes into criu's logs (issue 28's per-rank breakdown).
+
+    job_breakdown.py DUMP_LOG [RESTORE_LOG] [--rebuilt PID=US ...]
+
+Prints a markdown table: per process, the job's hold, its NCCL release, the
+driver's checkpoint, criu's freeze, the stopped copy, criu's CPU dump, the
+give-back, the stall (a leave-running dump), and from the restore log criu's
+CPU restore (the plugin's init to the process's hook), the driver's restore
+and the gate's opening; the NCCL rebuild where --rebuilt gives it. A process
+phos did not stall (no such lines) is left out. Exits 1 where the dump log
+has no line of phos at all.
+"""
+import re
+import sys
+
+NUM = r"([0-9.]+)"
+
+STALL = re.compile(
+    r"phos: process (\d+): gate reopened after " + NUM + r" ms stopped: quiesce " + NUM + r" ms"
+    r"(?: \(NCCL release " + NUM + r" ms\))?, allocations, release and the driver's lock " + NUM + r" ms, "
+    r"criu's freeze " + NUM + r" ms, driver checkpoint " + NUM + r" ms, the rest of the copy " + NUM + r" ms, "
+    r"criu's CPU dump " + NUM + r" ms, give-back \([^)]*\) " + NUM + r" ms")
+RELEASE = re.compile(r"phos: process (\d+): \d+ NCCL communicator\(s\) released in " + NUM + r" ms")
+HOLD = re.compile(r"its \d+ ranks \(pids ([0-9 ]+)\) held before call \d+ in " + NUM + r" ms")
+DRIVER_ALL = re.compile(r"phos: driver (checkpoint|restore) of (\d+) processes ([a-z ]+): " + NUM + r" ms")
+RESTORE = re.compile(
+    r"phos: process (\d+): restore breakdown \(ms after the plugin's init\): GPU memory created " + NUM +
+    r", filled [^,]*, resume hook " + NUM + r", waited for the fill until " + NUM + r", driver restore " + NUM +
+    r" ms, remap " + NUM + r" ms, gate open " + NUM)
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError as e:
+        sys.exit(f"job_breakdown: {path}: {e.strerror}")
+
+
+def main(argv):
+    args, rebuilt = [], {}
+    it = iter(argv)
+    for a in it:
+        if a == "--rebuilt":
+            pid, _, us = next(it, "").partition("=")
+            rebuilt[pid] = float(us) / 1000
+        else:
+            args.append(a)
+    if not args:
+        sys.exit(__doc__)
+    dump = read(args[0])
+    restore = read(args[1]) if len(args) > 1 else ""
+    if "phos: " not in dump:
+        print(f"job_breakdown: {args[0]} has no line of phos", file=sys.stderr)
+        return 1
+    rows = {}
+    for m in STALL.finditer(dump):
+        pid = m.group(1)
+        rows.setdefault(pid, {}).update(
+            stall=m.group(2), driver=m.group(7), freeze=m.group(6), copy=m.group(8), criu=m.group(9),
+            give_back=m.group(10))
+    for m in RELEASE.finditer(dump):
+        rows.setdefault(m.group(1), {})["release"] = m.group(2)
+    for m in HOLD.finditer(dump):
+        for pid in m.group(1).split():
+            rows.setdefault(pid, {})["hold"] = m.group(2)
+    for m in RESTORE.finditer(restore):
+        pid = m.group(1)
+        if float(m.group(5)) == 0 and pid not in rows:
+            continue  # no CUDA state: not part of the job's GPU side
+        rows.setdefault(pid, {}).update(cpu_restore=m.group(3), driver_restore=m.group(5), gate_open=m.group(7))
+    for pid, ms in rebuilt.items():
+        rows.setdefault(pid, {})["rebuild"] = f"{ms:.1f}"
+    cols = [("hold", "hold"), ("release", "NCCL release"), ("freeze", "criu's freeze"),
+            ("driver", "driver checkpoint"), ("copy", "stopped copy"), ("criu", "criu's CPU dump"),
+            ("give_back", "give-back"), ("stall", "stall"), ("cpu_restore", "restore: its hook"),
+            ("driver_restore", "driver restore"), ("gate_open", "gate open"), ("rebuild", "NCCL rebuild")]
+    print("| process | " + " | ".join(name for _, name in cols) + " |")
+    print("| --- |" + " --- |" * len(cols))
+    for pid in sorted(rows, key=int):
+        print(f"| {pid} | " + " | ".join(rows[pid].get(k, "-") for k, _ in cols) + " |")
+    for m in DRIVER_ALL.finditer(dump + restore):
+        print(f"\ndriver {m.group(1)} of {m.group(2)} processes {m.group(3)}: {m.group(4)} ms")
+    print("\n(ms; the restore's columns in ms after the plugin's init)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
