@@ -22,6 +22,10 @@
 // names libsanitizer-public.so if it is not under CUDA_HOME). =ptx and =sass
 // use one validator only. The stats then hold "validation ..." totals and
 // one "validated NAME ..." line per kernel.
+// PHOS_CALL_CYCLES=on: count the CPU time phos's own code takes in each kind
+// of call (call_cycles.h); `phosctl status` shows it, and the stats then
+// hold "call_cycles cycles_per_second=R calls=N cycles=C ns=T" (all kinds)
+// and one "call_cost NAME calls=N cycles=C ns=T" line per kind.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -186,6 +190,20 @@ void write_stats() {
   auto status = g_preload->backend.status();
   for (const auto& [name, value] : status.counters) std::fprintf(f, "%s %llu\n", name.c_str(), (unsigned long long)value);
   for (const auto& call : status.unsupported_calls) std::fprintf(f, "unsupported %s\n", call.c_str());
+  if (status.call_cycles) {
+    uint64_t calls = 0, cycles = 0, ns = 0;
+    for (const auto& c : status.call_cycles->calls) {
+      calls += c.calls;
+      cycles += c.cycles;
+      ns += c.ns;
+    }
+    std::fprintf(f, "call_cycles cycles_per_second=%.0f calls=%llu cycles=%llu ns=%llu\n",
+                 status.call_cycles->cycles_per_second, (unsigned long long)calls, (unsigned long long)cycles,
+                 (unsigned long long)ns);
+    for (const auto& c : status.call_cycles->calls)
+      std::fprintf(f, "call_cost %s calls=%llu cycles=%llu ns=%llu\n", c.call.c_str(), (unsigned long long)c.calls,
+                   (unsigned long long)c.cycles, (unsigned long long)c.ns);
+  }
   for (const auto& c : rt.nccl().list())
     std::fprintf(f,
                  "nccl_communicator rank=%d nranks=%d device=%d split_from=%s single_process=%d calls=%llu "

@@ -1,5 +1,9 @@
 #include "runtime.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
 #include "driver/driver.h"
 
 namespace phos::hooks {
@@ -8,6 +12,48 @@ std::atomic<Runtime*> g_runtime{nullptr};
 
 Runtime::Runtime() {
   memory_.on_unit_dropped([this](uint64_t address) { copy_window_.unit_dropped(address); });
+  const char* cycles = std::getenv("PHOS_CALL_CYCLES");
+  if (cycles && (std::strcmp(cycles, "on") == 0 || std::strcmp(cycles, "1") == 0)) call_cycles_.set_on(true);
+}
+
+namespace {
+// The library calls' kinds, in the order they first counted.
+struct LibraryKinds {
+  std::mutex mu;
+  std::unordered_map<std::string, CallKind> by_name;
+  std::vector<std::string> names;
+};
+LibraryKinds& library_kinds() {
+  static auto* kinds = new LibraryKinds();  // never destroyed: hooks may count at exit
+  return *kinds;
+}
+}  // namespace
+
+CallKind library_call_kind(const char* name, std::atomic<CallKind>& site) {
+  CallKind k = site.load(std::memory_order_acquire);
+  if (k != kNoCallKind) return k;
+  LibraryKinds& kinds = library_kinds();
+  std::lock_guard<std::mutex> lock(kinds.mu);
+  auto [at, added] = kinds.by_name.try_emplace(name, CallKind(driver::kFunctionCount + kinds.names.size()));
+  if (added) {
+    if (kinds.names.size() + 1 < kLibraryCallKinds) {
+      kinds.names.push_back(name);
+    } else {
+      // The last kind stands for this name and every further one.
+      at->second = kCallKinds - 1;
+      if (kinds.names.size() < kLibraryCallKinds) kinds.names.push_back("other_library_calls");
+    }
+  }
+  site.store(at->second, std::memory_order_release);
+  return at->second;
+}
+
+std::string call_kind_name(CallKind kind) {
+  if (kind < driver::kFunctionCount) return driver::name_of(driver::Fn(kind));
+  LibraryKinds& kinds = library_kinds();
+  std::lock_guard<std::mutex> lock(kinds.mu);
+  size_t i = kind - driver::kFunctionCount;
+  return i < kinds.names.size() ? kinds.names[i] : "library_call_" + std::to_string(i);
 }
 
 Runtime& make_runtime() {

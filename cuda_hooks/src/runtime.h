@@ -20,12 +20,14 @@
 #include <utility>
 #include <vector>
 
+#include "driver/driver.h"
 #include "launch/copy_window.h"
 #include "modules/kernel_info.h"
 #include "launch/launch_log.h"
 #include "launch/launch_speculation.h"
 #include "launch/launch_validation.h"
 #include "memory/device_memory.h"
+#include "phos/hooks/call_cycles.h"
 #include "phos/hooks/gate.h"
 #include "phos/hooks/step_boundary.h"
 #include "phos/hooks/kernel_registry.h"
@@ -97,6 +99,25 @@ class Captures {
   std::atomic<int> active_{0};
 };
 
+// The call counter's kinds (call_cycles.h): every driver function
+// (driver::call_kind), then the library calls phos stands in for (cuBLAS,
+// NCCL), numbered as they first count.
+inline constexpr uint32_t kLibraryCallKinds = 256;
+inline constexpr uint32_t kCallKinds = uint32_t(driver::kFunctionCount) + kLibraryCallKinds;
+// The kind of library call `name`, looked up once per call site (`site`,
+// kNoCallKind until then); past kLibraryCallKinds names, the last kind.
+CallKind library_call_kind(const char* name, std::atomic<CallKind>& site);
+// A kind's name: the driver function's, or the library call's.
+std::string call_kind_name(CallKind kind);
+
+// A library hook's count, of kind `name`; its kind looked up the first
+// time this site counts.
+#define PHOS_LIBRARY_SCOPE(name)                                         \
+  ::phos::hooks::CallScope phos_library_scope_([&] {                     \
+    static std::atomic<::phos::hooks::CallKind> site{::phos::hooks::kNoCallKind}; \
+    return ::phos::hooks::library_call_kind(name, site);                 \
+  })
+
 class Runtime {
  public:
   Runtime();
@@ -123,6 +144,9 @@ class Runtime {
   // The program's live NCCL communicators (hooks/nccl.cc).
   NcclCommunicators nccl_;
   Counters counters_;
+  // Off unless PHOS_CALL_CYCLES=on (read when the runtime is made, before
+  // the first hook counts).
+  CallCycles call_cycles_{kCallKinds};
   UnsupportedCalls unsupported_;
   Captures captures_;
   std::atomic<bool> cuda_used_{false};
@@ -165,6 +189,7 @@ class RuntimeView {
   CopyWindow& copy_window() const { return r_->copy_window_; }
   NcclCommunicators& nccl() const { return r_->nccl_; }
   Counters& counters() const { return r_->counters_; }
+  CallCycles& call_cycles() const { return r_->call_cycles_; }
   UnsupportedCalls& unsupported() const { return r_->unsupported_; }
   Captures& captures() const { return r_->captures_; }
   // Whether the program called the driver (cuInit).

@@ -198,6 +198,8 @@ struct PbStatus {
   pb::Repeated<Phos__Agent__KernelSpeculation> kernels;
   pb::Repeated<Phos__Gpu__Device> devices;
   pb::Repeated<Phos__Agent__NcclCommunicator> comms;
+  Phos__Agent__CallCycles call_cycles = PHOS__AGENT__CALL_CYCLES__INIT;
+  pb::Repeated<Phos__Agent__CallCost> call_costs;
 
   explicit PbStatus(const StatusReply& s) {
     m.gate_open = s.gate_open;
@@ -226,6 +228,18 @@ struct PbStatus {
     comms = pb::Repeated<Phos__Agent__NcclCommunicator>(phos__agent__nccl_communicator__init, s.nccl_communicators,
                                                         encode_communicator);
     comms.set(m.n_nccl_communicators, m.nccl_communicators);
+    if (s.call_cycles) {
+      call_cycles.cycles_per_second = s.call_cycles->cycles_per_second;
+      call_costs = pb::Repeated<Phos__Agent__CallCost>(phos__agent__call_cost__init, s.call_cycles->calls,
+                                                       [](const CallCost& c, Phos__Agent__CallCost& o) {
+                                                         o.call = c_text(c.call);
+                                                         o.calls = c.calls;
+                                                         o.cycles = c.cycles;
+                                                         o.ns = c.ns;
+                                                       });
+      call_costs.set(call_cycles.n_calls, call_cycles.calls);
+      m.call_cycles = &call_cycles;
+    }
   }
 
   static void encode_communicator(const NcclCommunicatorStatus& c, Phos__Agent__NcclCommunicator& o) {
@@ -418,6 +432,15 @@ NcclCommunicatorStatus decode(const Phos__Agent__NcclCommunicator& c) {
                                 .rebuilds = pb::value_or_zero(c.has_rebuilds, c.rebuilds)};
 }
 
+// None where the counter is off (or the agent older).
+std::optional<CallCycles> decode_call_cycles(const Phos__Agent__CallCycles* c) {
+  if (!c) return std::nullopt;
+  return CallCycles{.cycles_per_second = c->cycles_per_second,
+                    .calls = pb::decode_each(c->calls, c->n_calls, [](const Phos__Agent__CallCost& k) {
+                      return CallCost{.call = text(k.call), .calls = k.calls, .cycles = k.cycles, .ns = k.ns};
+                    })};
+}
+
 Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
   auto modules = pb::try_decode_each(r.modules, r.n_modules, [](const Phos__Agent__Module& m) { return decode(m); });
   if (!modules) return modules.error();
@@ -427,7 +450,7 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
   auto devices = pb::try_decode_each(r.devices, r.n_devices, [](const Phos__Gpu__Device& d) { return pb::from_pb(d); });
   if (!devices) return pb::malformed("reply", "status: " + devices.error().message);
   // Absent from an older agent's reply: speculation and validation off,
-  // nothing indexed, no kernels, devices or communicators.
+  // nothing indexed, no kernels, devices, communicators or call counts.
   return StatusReply{
       .gate_open = r.gate_open != 0,
       .cuda_initialized = r.cuda_initialized != 0,
@@ -447,6 +470,7 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
       .validation_active = pb::flag(r.has_validation_active, r.validation_active),
       .nccl_communicators = pb::decode_each(r.nccl_communicators, r.n_nccl_communicators,
                                             [](const Phos__Agent__NcclCommunicator& c) { return decode(c); }),
+      .call_cycles = decode_call_cycles(r.call_cycles),
   };
 }
 

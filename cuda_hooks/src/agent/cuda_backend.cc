@@ -45,6 +45,20 @@ std::optional<std::string> nccl_cumem_host_off() {
 
 }  // namespace
 
+namespace {
+// The call counter's totals, each kind named, its cycles also in ns.
+agent::CallCycles call_cycle_totals(const CallCycles& counter) {
+  agent::CallCycles out;
+  out.cycles_per_second = counter.cycles_per_second();
+  for (const auto& k : counter.totals())
+    out.calls.push_back(agent::CallCost{.call = call_kind_name(k.kind),
+                                        .calls = k.calls,
+                                        .cycles = k.cycles,
+                                        .ns = uint64_t(double(k.cycles) * 1e9 / out.cycles_per_second + 0.5)});
+  return out;
+}
+}  // namespace
+
 agent::StatusReply CudaBackend::status() {
   agent::StatusReply s;
   auto m = rt_.memory().stats();
@@ -91,6 +105,7 @@ agent::StatusReply CudaBackend::status() {
   s.counters.emplace_back("live_blocks", m.blocks);
   s.counters.emplace_back("requested_bytes", m.requested_bytes);
   s.counters.emplace_back("physical_bytes", m.physical_bytes);
+  if (rt_.call_cycles().on()) s.call_cycles = call_cycle_totals(rt_.call_cycles());
   const auto communicators = rt_.nccl().list();
   s.counters.emplace_back("nccl_communicators", communicators.size());
   if (auto t = rt_.nccl().timings(); t.releases || t.rebuilds) {

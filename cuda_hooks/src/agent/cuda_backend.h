@@ -14,8 +14,9 @@ class CudaBackend final : public AgentBackend {
   // What the agent reads and drives: the device memory, the module
   // registry, the launch log, the speculation and the validation, a dump's
   // copy window, the NCCL communicators, the counters, the calls that make
-  // a checkpoint impossible and whether CUDA was used.
+  // a checkpoint impossible, whether CUDA was used, and the call counter.
   struct Deps : RuntimeView {
+    using RuntimeView::call_cycles;
     using RuntimeView::copy_window;
     using RuntimeView::counters;
     using RuntimeView::cuda_used;

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "phos/hooks/call_cycles.h"
+
 // Every driver function, declared: libphos.so defines each (generated
 // wrappers and hand-written hooks); the per-thread-stream variants are not
 // declared by cuda.h in a normal build.
@@ -69,5 +71,35 @@ void* real_gpa_v1();
 
 }  // namespace phos::hooks::driver
 
+namespace phos::hooks::driver {
+
+// The call counter's kind of a driver function (call_cycles.h): its place
+// in the table; library calls come after them (runtime.h).
+inline constexpr CallKind call_kind(Fn f) { return CallKind(f); }
+
+// A real libcuda function, called as the function itself. While the call
+// counter is on, the call a hook forwards (the real function of the hook's
+// own kind) runs with phos's clock stopped; the driver calls phos makes for
+// itself (any other function) stay phos's cost.
+template <class F>
+class Real;
+template <class R, class... A>
+class Real<R (*)(A...)> {
+ public:
+  explicit Real(Fn f) : f_(f), fn_(real_as<R (*)(A...)>(f)) {}
+  explicit operator bool() const { return fn_ != nullptr; }
+  R operator()(A... a) const {
+    return forwarded_call(call_kind(f_), [&] { return fn_(a...); });
+  }
+
+ private:
+  Fn f_;
+  R (*fn_)(A...);
+};
+
+}  // namespace phos::hooks::driver
+
 // Every real call goes through this: the function's real pointer, typed.
-#define PHOS_REAL(name) (::phos::hooks::driver::real_as<decltype(&::name)>(::phos::hooks::driver::Fn::name))
+#define PHOS_REAL(name) (::phos::hooks::driver::Real<decltype(&::name)>(::phos::hooks::driver::Fn::name))
+// A hook's kind for GatePass and CallScope.
+#define PHOS_CALL_KIND(name) (::phos::hooks::driver::call_kind(::phos::hooks::driver::Fn::name))

@@ -1,6 +1,8 @@
 // The generated wrappers: every driver function phos does not hook by hand
-// passes the gate and calls libcuda; a query (query_functions.txt) only
-// calls libcuda, for programs linked to the driver directly.
+// passes the gate (counted as its own kind while the call counter is on)
+// and calls libcuda; a query (query_functions.txt) only calls libcuda, for
+// programs linked to the driver directly, and is not counted: libcuda's
+// own function is what cuGetProcAddress hands out for it.
 #include "driver/driver.h"
 #include "runtime.h"
 
@@ -16,7 +18,7 @@ struct WrapperDeps : ::phos::hooks::RuntimeView {
 #define PHOS_DRIVER_HOOKED(name, params, args)
 #define PHOS_DRIVER_FN(name, params, args)                                            \
   extern "C" PHOS_EXPORT CUresult name params {                                       \
-    ::phos::hooks::GatePass pass(WrapperDeps().gate());                               \
+    ::phos::hooks::GatePass pass(WrapperDeps().gate(), PHOS_CALL_KIND(name));         \
     auto real = PHOS_REAL(name);                                                      \
     return real ? real args : CUDA_ERROR_NOT_FOUND;                                   \
   }

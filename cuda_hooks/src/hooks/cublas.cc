@@ -86,6 +86,7 @@ using GemmBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cu
   extern "C" PHOS_EXPORT cublasStatus_t name(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, I m,  \
                                              I n, I k, const T* alpha, const T* a, I lda, const T* b, I ldb,     \
                                              const T* beta, T* c, I ldc) {                                        \
+    PHOS_LIBRARY_SCOPE(#name);                                                                                    \
     return library_call(                                                                                          \
         #name,                                                                                                    \
         [&] {                                                                                                     \
@@ -101,6 +102,7 @@ PHOS_TYPED_FAMILY(PHOS_GEMM, cublasSgemm_v2, cublasDgemm_v2, cublasHgemm)
                                              I n, I k, const T* alpha, const T* a, I lda, long long sa,           \
                                              const T* b, I ldb, long long sb, const T* beta, T* c, I ldc,         \
                                              long long sc, I batch) {                                              \
+    PHOS_LIBRARY_SCOPE(#name);                                                                                     \
     return library_call(                                                                                           \
         #name,                                                                                                     \
         [&] {                                                                                                      \
@@ -117,6 +119,7 @@ PHOS_TYPED_FAMILY(PHOS_GEMM_STRIDED, cublasSgemmStridedBatched, cublasDgemmStrid
                                              I n, I k, const T* alpha, const T* const a[], I lda,                \
                                              const T* const b[], I ldb, const T* beta, T* const c[], I ldc,       \
                                              I batch) {                                                           \
+    PHOS_LIBRARY_SCOPE(#name);                                                                                    \
     return library_call(                                                                                          \
         #name,                                                                                                    \
         [&] { return batched(h, a, b, c, batch); },                                                               \
@@ -130,6 +133,7 @@ PHOS_TYPED_FAMILY(PHOS_GEMM_BATCHED, cublasSgemmBatched, cublasDgemmBatched, cub
                                              const void* b, cudaDataType bt, I ldb, const void* beta, void* c,   \
                                              cudaDataType ct, I ldc, cublasComputeType_t compute,                \
                                              cublasGemmAlgo_t algo) {                                             \
+    PHOS_LIBRARY_SCOPE(#name);                                                                                    \
     return library_call(                                                                                          \
         #name,                                                                                                    \
         [&] {                                                                                                     \
@@ -148,6 +152,7 @@ PHOS_GEMM_EX(cublasGemmEx_64, int64_t)
       const void* a, cudaDataType at, I lda, long long sa, const void* b, cudaDataType bt, I ldb, long long sb,   \
       const void* beta, void* c, cudaDataType ct, I ldc, long long sc, I batch, cublasComputeType_t compute,      \
       cublasGemmAlgo_t algo) {                                                                                    \
+    PHOS_LIBRARY_SCOPE(#name);                                                                                    \
     return library_call(                                                                                          \
         #name,                                                                                                    \
         [&] {                                                                                                     \
@@ -168,6 +173,7 @@ PHOS_GEMM_STRIDED_EX(cublasGemmStridedBatchedEx_64, int64_t)
       const void* const a[], cudaDataType at, I lda, const void* const b[], cudaDataType bt, I ldb,               \
       const void* beta, void* const c[], cudaDataType ct, I ldc, I batch, cublasComputeType_t compute,            \
       cublasGemmAlgo_t algo) {                                                                                    \
+    PHOS_LIBRARY_SCOPE(#name);                                                                                    \
     return library_call(                                                                                          \
         #name,                                                                                                    \
         [&] { return batched(h, a, b, c, batch); },                                                               \
@@ -217,6 +223,7 @@ extern "C" PHOS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasL
                                                      cublasLtMatrixLayout_t cd, void* d, cublasLtMatrixLayout_t dd,
                                                      const cublasLtMatmulAlgo_t* algo, void* workspace,
                                                      size_t workspace_bytes, cudaStream_t stream) {
+  PHOS_LIBRARY_SCOPE("cublasLtMatmul");
   return library_call(
       "cublasLtMatmul",
       [&] {

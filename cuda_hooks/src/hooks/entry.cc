@@ -18,7 +18,7 @@ struct EntryDeps : RuntimeView {
 
 extern "C" PHOS_EXPORT CUresult cuInit(unsigned int flags) {
   const EntryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuInit));
   rt.cuda_used() = true;
   auto real = PHOS_REAL(cuInit);
   return real ? real(flags) : CUDA_ERROR_NO_DEVICE;

@@ -118,27 +118,27 @@ CUresult launched(GraphDeps rt, CUresult r, CUgraphExec exec) {
 
 extern "C" PHOS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
   const GraphDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphInstantiateWithFlags));
   return instantiated(rt, PHOS_REAL(cuGraphInstantiateWithFlags)(exec, graph, flags), exec, graph);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                                              CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   const GraphDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphInstantiateWithParams));
   return instantiated(rt, PHOS_REAL(cuGraphInstantiateWithParams)(exec, graph, params), exec, graph);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
                                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   const GraphDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphInstantiateWithParams_ptsz));
   return instantiated(rt, PHOS_REAL(cuGraphInstantiateWithParams_ptsz)(exec, graph, params), exec, graph);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
   const GraphDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphExecDestroy));
   CUresult r = PHOS_REAL(cuGraphExecDestroy)(exec);
   std::lock_guard<std::mutex> lock(g_mu);
   g_kernel_nodes.erase(exec);
@@ -148,14 +148,14 @@ extern "C" PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
 
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   const GraphDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphLaunch));
   rt.copy_window().before_unknown_call();
   return launched(rt, PHOS_REAL(cuGraphLaunch)(exec, stream), exec);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   const GraphDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphLaunch_ptsz));
   rt.copy_window().before_unknown_call();
   return launched(rt, PHOS_REAL(cuGraphLaunch_ptsz)(exec, stream), exec);
 }

@@ -133,7 +133,7 @@ inline CUresult launch_kernel(LaunchDeps rt, bool per_thread, CUfunction f, unsi
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params, void** extra) {                         \
     const LaunchDeps rt;                                                                                       \
-    GatePass pass(rt.gate());                                                                                  \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                                                            \
     return launch_kernel(rt, per_thread, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,              \
                          [&](CUfunction fn, void** p, void** e) {                                              \
                            return PHOS_REAL(name)(fn, gx, gy, gz, bx, by, bz, shmem, stream, p, e);            \
@@ -145,7 +145,7 @@ PHOS_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 #define PHOS_LAUNCH_EX_HOOK(name, per_thread)                                                                \
   extern "C" PHOS_EXPORT CUresult name(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) { \
     const LaunchDeps rt;                                                                                     \
-    GatePass pass(rt.gate());                                                                                \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                                                          \
     if (!c) {                                                                                                \
       rt.counters().count(Counter::kLaunches);                                                               \
       return PHOS_REAL(name)(c, f, params, extra);                                                           \
@@ -162,7 +162,7 @@ PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,  \
                                        CUstream stream, void** params) {                                       \
     const LaunchDeps rt;                                                                                       \
-    GatePass pass(rt.gate());                                                                                  \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                                                            \
     const bool capturing = rt.captures().capturing(stream, per_thread);                                        \
     const bool window = __builtin_expect(rt.copy_window().open(), 0) && !capturing;                            \
     WriteRanges writes;                                                                                        \
@@ -177,7 +177,7 @@ PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 #define PHOS_CAPTURE_BEGIN_HOOK(name, params, args)  \
   extern "C" PHOS_EXPORT CUresult name params {      \
     const LaunchDeps rt;                             \
-    GatePass pass(rt.gate());                        \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name)); \
     CUresult r = PHOS_REAL(name) args;               \
     if (r == CUDA_SUCCESS) rt.captures().begun();    \
     return r;                                        \
@@ -197,7 +197,7 @@ PHOS_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph_ptsz,
 #define PHOS_CAPTURE_END_HOOK(name)                                  \
   extern "C" PHOS_EXPORT CUresult name(CUstream s, CUgraph* graph) { \
     const LaunchDeps rt;                                             \
-    GatePass pass(rt.gate());                                        \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                  \
     CUresult r = PHOS_REAL(name)(s, graph);                          \
     rt.captures().ended();                                           \
     return r;                                                        \

@@ -1,7 +1,10 @@
 // Library functions libphos.so stands in for (cuBLAS, NCCL): the real one is
 // always called; while launches are recorded, the call is recorded first with
 // the ranges it reads and writes, and the work it issues names it. They do
-// not pass the gate: the driver calls they make do.
+// not pass the gate: the driver calls they make do. Each hook opens a count
+// of its own (PHOS_LIBRARY_SCOPE, call_cycles.h), around the real call of
+// which phos's clock stops (the driver calls the library makes there count
+// for themselves).
 #pragma once
 
 #include <optional>
@@ -31,17 +34,17 @@ template <class Describe, class Real>
 auto library_call(const char* call, Describe&& describe, Real&& real) {
   const LibraryDeps rt;
   bool recording = rt.launches().enabled(), speculating = rt.speculation().active();
-  if (__builtin_expect(!recording && !speculating, 1)) return real();
+  if (__builtin_expect(!recording && !speculating, 1)) return forwarded_call(kInnermostScope, real);
   LibraryCall c = describe();
   // Queued into a graph being captured: it runs later, with the graph.
-  if (rt.captures().capturing(c.stream, false)) return real();
+  if (rt.captures().capturing(c.stream, false)) return forwarded_call(kInnermostScope, real);
   std::optional<LibraryCallScope> scope;
   if (recording) scope.emplace(rt.launches().record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
-  if (!speculating) return real();
+  if (!speculating) return forwarded_call(kInnermostScope, real);
   rt.speculation().on_call(c.ranges);
   if (rt.copy_window().open()) rt.copy_window().before_library(c.ranges);
   LaunchSpeculation::ExactScope exact;
-  return real();
+  return forwarded_call(kInnermostScope, real);
 }
 
 inline uint64_t address_of(const void* p) { return reinterpret_cast<uint64_t>(p); }

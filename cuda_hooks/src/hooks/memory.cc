@@ -38,10 +38,10 @@ CUresult allocate(MemoryDeps rt, CUdeviceptr* dptr, size_t size, uint32_t flags)
 // the stream order; inside a stream capture the driver's own graph memory
 // nodes are used (and recorded: phos does not checkpoint them yet).
 template <class Real>
-CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_thread, const char* name,
-                        Real&& real) {
+CUresult allocate_async(CallKind kind, CUdeviceptr* dptr, size_t size, CUstream stream, bool per_thread,
+                        const char* name, Real&& real) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), kind);
   if (rt.captures().capturing(stream, per_thread)) {
     rt.unsupported().note(name);
     return real();
@@ -50,9 +50,9 @@ CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool pe
 }
 
 template <class Real>
-CUresult free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, Real&& real) {
+CUresult free_async(CallKind kind, CUdeviceptr ptr, CUstream stream, bool per_thread, Real&& real) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), kind);
   CUresult r = CUDA_SUCCESS;
   if (!rt.captures().capturing(stream, per_thread) && rt.memory().free_after(ptr, stream, per_thread, &r)) {
     if (r == CUDA_SUCCESS) rt.counters().count(Counter::kFrees);
@@ -66,7 +66,7 @@ CUresult free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, Real&& re
 
 extern "C" PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemAlloc_v2));
   if (bytesize == 0) return PHOS_REAL(cuMemAlloc_v2)(dptr, bytesize);
   return allocate(rt, dptr, bytesize, 0);
 }
@@ -74,7 +74,7 @@ extern "C" PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize
 extern "C" PHOS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                    unsigned int element_size) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemAllocPitch_v2));
   if (!pitch || width == 0 || height == 0 || (element_size != 4 && element_size != 8 && element_size != 16))
     return PHOS_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
   size_t p = align_up(width, kPitchAlignment);
@@ -85,7 +85,7 @@ extern "C" PHOS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pi
 
 extern "C" PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemFree_v2));
   CUresult r = CUDA_SUCCESS;
   if (rt.memory().free(ptr, &r)) {
     if (r == CUDA_SUCCESS) rt.counters().count(Counter::kFrees);
@@ -96,55 +96,61 @@ extern "C" PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream stream) {
-  return allocate_async(dptr, size, stream, false, "cuMemAllocAsync during stream capture",
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocAsync), dptr, size, stream, false,
+                        "cuMemAllocAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocAsync)(dptr, size, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream stream) {
-  return allocate_async(dptr, size, stream, true, "cuMemAllocAsync during stream capture",
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocAsync_ptsz), dptr, size, stream, true,
+                        "cuMemAllocAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocAsync_ptsz)(dptr, size, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                         CUstream stream) {
-  return allocate_async(dptr, size, stream, false, "cuMemAllocFromPoolAsync during stream capture",
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocFromPoolAsync), dptr, size, stream, false,
+                        "cuMemAllocFromPoolAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocFromPoolAsync)(dptr, size, pool, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                              CUstream stream) {
-  return allocate_async(dptr, size, stream, true, "cuMemAllocFromPoolAsync during stream capture",
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocFromPoolAsync_ptsz), dptr, size, stream, true,
+                        "cuMemAllocFromPoolAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, size, pool, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
-  return free_async(ptr, stream, false, [&] { return PHOS_REAL(cuMemFreeAsync)(ptr, stream); });
+  return free_async(PHOS_CALL_KIND(cuMemFreeAsync), ptr, stream, false,
+                    [&] { return PHOS_REAL(cuMemFreeAsync)(ptr, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream) {
-  return free_async(ptr, stream, true, [&] { return PHOS_REAL(cuMemFreeAsync_ptsz)(ptr, stream); });
+  return free_async(PHOS_CALL_KIND(cuMemFreeAsync_ptsz), ptr, stream, true,
+                    [&] { return PHOS_REAL(cuMemFreeAsync_ptsz)(ptr, stream); });
 }
 
 // A sub-allocation's own range, not its slab's.
 extern "C" PHOS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemGetAddressRange_v2));
   if (rt.memory().address_range(ptr, base, size)) return CUDA_SUCCESS;
   return PHOS_REAL(cuMemGetAddressRange_v2)(base, size, ptr);
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemAllocManaged));
   rt.unsupported().note("cuMemAllocManaged");
   return PHOS_REAL(cuMemAllocManaged)(dptr, size, flags);
 }
 
 extern "C" PHOS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcGetMemHandle));
   rt.unsupported().note("cuIpcGetMemHandle");
   return PHOS_REAL(cuIpcGetMemHandle)(handle, ptr);
 }
 
 extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenMemHandle_v2));
   rt.unsupported().note("cuIpcOpenMemHandle");
   return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
 }
@@ -169,7 +175,7 @@ CUresult device_of(CUcontext ctx, CUdevice* dev) {
 // peer's device gets the access set on its mappings (device_memory.h).
 extern "C" PHOS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuCtxEnablePeerAccess));
   CUresult r = PHOS_REAL(cuCtxEnablePeerAccess)(peer, flags);
   CUdevice self = 0, owner = 0;
   if (r != CUDA_SUCCESS || PHOS_REAL(cuCtxGetDevice)(&self) != CUDA_SUCCESS || device_of(peer, &owner) != CUDA_SUCCESS)
@@ -185,7 +191,7 @@ extern "C" PHOS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned i
 
 extern "C" PHOS_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
   const MemoryDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuCtxDisablePeerAccess));
   CUresult r = PHOS_REAL(cuCtxDisablePeerAccess)(peer);
   CUdevice self = 0, owner = 0;
   if (r == CUDA_SUCCESS && PHOS_REAL(cuCtxGetDevice)(&self) == CUDA_SUCCESS && device_of(peer, &owner) == CUDA_SUCCESS)

@@ -76,14 +76,14 @@ void unloaded(ModuleDeps rt, const void* handle) {
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuModuleLoad));
   return noted(PHOS_REAL(cuModuleLoad)(module, fname),
                [&] { rt.modules().loaded(*module, identify_file(fname), fname); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuModuleLoadData));
   return noted(PHOS_REAL(cuModuleLoadData)(module, image),
                [&] { loaded_image(rt, *module, image, "cuModuleLoadData"); });
 }
@@ -91,14 +91,14 @@ extern "C" PHOS_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* i
 extern "C" PHOS_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
                                                    CUjit_option* options, void** values) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuModuleLoadDataEx));
   return noted(PHOS_REAL(cuModuleLoadDataEx)(module, image, n, options, values),
                [&] { loaded_image(rt, *module, image, "cuModuleLoadDataEx"); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatbin) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuModuleLoadFatBinary));
   return noted(PHOS_REAL(cuModuleLoadFatBinary)(module, fatbin),
                [&] { loaded_image(rt, *module, fatbin, "cuModuleLoadFatBinary"); });
 }
@@ -107,7 +107,7 @@ extern "C" PHOS_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void
                                                   void** values, unsigned int n, CUlibraryOption* lib_options,
                                                   void** lib_values, unsigned int lib_n) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuLibraryLoadData));
   return noted(PHOS_REAL(cuLibraryLoadData)(library, code, options, values, n, lib_options, lib_values, lib_n),
                [&] { loaded_image(rt, *library, code, "cuLibraryLoadData"); });
 }
@@ -116,53 +116,53 @@ extern "C" PHOS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const 
                                                       void** values, unsigned int n, CUlibraryOption* lib_options,
                                                       void** lib_values, unsigned int lib_n) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuLibraryLoadFromFile));
   return noted(PHOS_REAL(cuLibraryLoadFromFile)(library, file, options, values, n, lib_options, lib_values, lib_n),
                [&] { rt.modules().loaded(*library, identify_file(file), file); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleUnload(CUmodule module) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuModuleUnload));
   return noted(PHOS_REAL(cuModuleUnload)(module), [&] { unloaded(rt, module); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuLibraryUnload));
   return noted(PHOS_REAL(cuLibraryUnload)(library), [&] { unloaded(rt, library); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuModuleGetFunction));
   return noted(PHOS_REAL(cuModuleGetFunction)(f, module, name), [&] { rt.modules().function(module, *f, name); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuLibraryGetKernel));
   return noted(PHOS_REAL(cuLibraryGetKernel)(kernel, library, name),
                [&] { rt.modules().function(library, *kernel, name); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuKernelGetFunction));
   return noted(PHOS_REAL(cuKernelGetFunction)(f, kernel), [&] { rt.modules().same_module(kernel, *f); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule module,
                                                      const char* name) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuModuleGetGlobal_v2));
   return noted(PHOS_REAL(cuModuleGetGlobal_v2)(dptr, bytes, module, name), [&] { rt.modules().global(module, name); });
 }
 
 extern "C" PHOS_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library,
                                                    const char* name) {
   const ModuleDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuLibraryGetGlobal));
   return noted(PHOS_REAL(cuLibraryGetGlobal)(dptr, bytes, library, name), [&] { rt.modules().global(library, name); });
 }
 

@@ -184,6 +184,7 @@ LibraryCall describe(ranges::Collective op, const void* send, const void* recv, 
 template <class F>
 ncclResult_t collective(const char* name, ncclComm_t handle, ranges::Collective op, const void* send, const void* recv,
                         size_t count, ncclDataType_t type, cudaStream_t stream, int root, F&& issue) {
+  PHOS_LIBRARY_SCOPE(name);
   // A stop holds a thread only where it keeps no group's ticket (the
   // release waits for every ticket).
   registry().count_call(id_of(handle), !(t_group_depth > 0 && t_group_ticket));
@@ -507,8 +508,9 @@ extern "C" PHOS_EXPORT int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, i
 // ---- groups --------------------------------------------------------------------
 
 extern "C" PHOS_EXPORT ncclResult_t ncclGroupStart() {
+  PHOS_LIBRARY_SCOPE("ncclGroupStart");
   t_group_depth++;
-  return PHOS_NCCL_FORWARD(ncclGroupStart, ())();
+  return forwarded_call(kInnermostScope, PHOS_NCCL_FORWARD(ncclGroupStart, ()));
 }
 
 namespace {
@@ -522,7 +524,8 @@ void group_ended() {
 
 // The group's work is issued here: its ticket is dropped after.
 extern "C" PHOS_EXPORT ncclResult_t ncclGroupEnd() {
-  ncclResult_t r = PHOS_NCCL_FORWARD(ncclGroupEnd, ())();
+  PHOS_LIBRARY_SCOPE("ncclGroupEnd");
+  ncclResult_t r = forwarded_call(kInnermostScope, PHOS_NCCL_FORWARD(ncclGroupEnd, ()));
   group_ended();
   return r;
 }

@@ -22,7 +22,7 @@ struct VmmDeps : RuntimeView {
 extern "C" PHOS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                             const CUmemAllocationProp* prop, unsigned long long flags) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemCreate));
   auto real = PHOS_REAL(cuMemCreate);
   if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return real(handle, size, prop, flags);
@@ -44,7 +44,7 @@ extern "C" PHOS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle
 
 extern "C" PHOS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemRelease));
   CUresult r = PHOS_REAL(cuMemRelease)(rt.memory().translate(handle));
   if (r == CUDA_SUCCESS) rt.memory().user_released(handle);
   return r;
@@ -53,7 +53,7 @@ extern "C" PHOS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle
 extern "C" PHOS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                                          unsigned long long flags) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemMap));
   CUresult r = PHOS_REAL(cuMemMap)(ptr, size, offset, rt.memory().translate(handle), flags);
   if (r == CUDA_SUCCESS && !rt.memory().user_mapped(ptr, size, offset, handle))
     rt.unsupported().note("cuMemMap of part of an allocation");
@@ -62,7 +62,7 @@ extern "C" PHOS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t of
 
 extern "C" PHOS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemUnmap));
   CUresult r = PHOS_REAL(cuMemUnmap)(ptr, size);
   if (r == CUDA_SUCCESS) rt.memory().user_unmapped(ptr, size);
   return r;
@@ -70,7 +70,7 @@ extern "C" PHOS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 
 extern "C" PHOS_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemSetAccess));
   CUresult r = PHOS_REAL(cuMemSetAccess)(ptr, size, desc, count);
   if (r == CUDA_SUCCESS) rt.memory().user_access(ptr, size, desc, count);
   return r;
@@ -79,20 +79,20 @@ extern "C" PHOS_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, con
 extern "C" PHOS_EXPORT CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
                                                              CUmemAllocationHandleType type, unsigned long long flags) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemExportToShareableHandle));
   return PHOS_REAL(cuMemExportToShareableHandle)(shareable, rt.memory().translate(handle), type, flags);
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
                                                                        CUmemGenericAllocationHandle handle) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemGetAllocationPropertiesFromHandle));
   return PHOS_REAL(cuMemGetAllocationPropertiesFromHandle)(prop, rt.memory().translate(handle));
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   const VmmDeps rt;
-  GatePass pass(rt.gate());
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemRetainAllocationHandle));
   CUresult r = PHOS_REAL(cuMemRetainAllocationHandle)(handle, addr);
   if (r == CUDA_SUCCESS && handle) *handle = rt.memory().virtual_of(*handle);
   return r;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "phos/hooks/call_cycles.h"
 #include "phos/hooks/thread_stripe.h"
 
 namespace phos::hooks {
@@ -41,15 +42,19 @@ class Gate {
   std::condition_variable opened_;   // calls wait here while the gate is closed
 };
 
-// RAII pass through a gate.
+// RAII pass through a gate. A hook's pass names the hook's kind: while the
+// call counter is on (call_cycles.h) the call is counted, the gate's own
+// cost included.
 class GatePass {
  public:
   explicit GatePass(Gate& g) : g_(g) { g_.enter(); }
+  GatePass(Gate& g, CallKind kind) : scope_(kind), g_(g) { g_.enter(); }
   ~GatePass() { g_.leave(); }
   GatePass(const GatePass&) = delete;
   GatePass& operator=(const GatePass&) = delete;
 
  private:
+  CallScope scope_;  // first in, last out
   Gate& g_;
 };
 

@@ -91,6 +91,21 @@ struct NcclCommunicatorStatus {
   bool operator==(const NcclCommunicatorStatus&) const = default;
 };
 
+// One kind of call the opt-in call counter saw (agent.proto CallCost): how
+// many, and the CPU time phos's own code took in them.
+struct CallCost {
+  std::string call;  // the driver function or library call
+  uint64_t calls = 0;
+  uint64_t cycles = 0;  // TSC cycles, the forwarded call left out
+  uint64_t ns = 0;
+  bool operator==(const CallCost&) const = default;
+};
+struct CallCycles {
+  double cycles_per_second = 0;
+  std::vector<CallCost> calls;
+  bool operator==(const CallCycles&) const = default;
+};
+
 struct StatusReply {
   bool gate_open = false;  // the agent fills it in: it owns the gate
   bool cuda_initialized = false;
@@ -113,6 +128,8 @@ struct StatusReply {
   std::vector<GpuDevice> devices;
   bool validation_active = false;  // false from an older agent
   std::vector<NcclCommunicatorStatus> nccl_communicators;  // empty from an older agent
+  // PHOS_CALL_CYCLES=on: the call counter's totals; none while it is off.
+  std::optional<CallCycles> call_cycles;
   bool operator==(const StatusReply&) const = default;
 };
 
