@@ -392,6 +392,45 @@ std::string kernel_count_text(const phos::agent::StatusReply& s) {
   return std::to_string(s.kernels.size());
 }
 
+// The call counter's part of a status (PHOS_CALL_CYCLES=on): per kind of
+// call, how many and the time phos's own code took in them, most time
+// first. null while the counter is off.
+std::vector<phos::agent::CallCost> by_time(std::vector<phos::agent::CallCost> calls) {
+  std::stable_sort(calls.begin(), calls.end(), [](const auto& a, const auto& b) { return a.ns > b.ns; });
+  return calls;
+}
+
+double mean_ns(uint64_t ns, uint64_t calls) { return calls ? double(ns) / double(calls) : 0.0; }
+
+json call_cycles_json(const phos::agent::StatusReply& s) {
+  if (!s.call_cycles) return nullptr;
+  json j = {{"cycles_per_second", s.call_cycles->cycles_per_second}, {"calls", json::array()}};
+  uint64_t calls = 0, cycles = 0, ns = 0;
+  for (const auto& c : by_time(s.call_cycles->calls)) {
+    j["calls"].push_back({{"call", c.call}, {"calls", c.calls}, {"cycles", c.cycles}, {"ns", c.ns},
+                          {"mean_ns", mean_ns(c.ns, c.calls)}});
+    calls += c.calls;
+    cycles += c.cycles;
+    ns += c.ns;
+  }
+  j["total"] = {{"calls", calls}, {"cycles", cycles}, {"ns", ns}, {"mean_ns", mean_ns(ns, calls)}};
+  return j;
+}
+
+void print_call_cycles(const phos::agent::StatusReply& s) {
+  if (!s.call_cycles) return;
+  uint64_t calls = 0, ns = 0;
+  for (const auto& c : s.call_cycles->calls) {
+    calls += c.calls;
+    ns += c.ns;
+  }
+  std::printf("  time inside phos (PHOS_CALL_CYCLES, clock %.3f GHz): %" PRIu64 " calls, %.3f ms, %.1f ns a call\n",
+              s.call_cycles->cycles_per_second / 1e9, calls, double(ns) / 1e6, mean_ns(ns, calls));
+  for (const auto& c : by_time(s.call_cycles->calls))
+    std::printf("    %s: %" PRIu64 " calls, %.3f ms, %.1f ns a call (%" PRIu64 " cycles)\n", c.call.c_str(), c.calls,
+                double(c.ns) / 1e6, mean_ns(c.ns, c.calls), c.cycles);
+}
+
 int cmd_status(const std::string& pid_text, bool as_json) {
   pid_t pid = parse_pid(pid_text);
   if (!pid) return 2;
@@ -427,6 +466,7 @@ int cmd_status(const std::string& pid_text, bool as_json) {
                                          {"stop_at", c.stop_at ? json(*c.stop_at) : json(nullptr)},
                                          {"released", c.released}, {"rebuilds", c.rebuilds}});
     j.update(speculation_json(*status));
+    j["call_cycles"] = call_cycles_json(*status);
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("process %d: phos agent %s (protocol %u), uid %u\n", int(pid), h.agent_version.c_str(),
@@ -458,6 +498,7 @@ int cmd_status(const std::string& pid_text, bool as_json) {
                   kernel_count_text(*status).c_str(), t.launches, percent(t.exact, t.launches).c_str(),
                   percent(t.speculated, t.launches).c_str(), percent(t.unknown, t.launches).c_str());
     }
+    print_call_cycles(*status);
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -48,6 +49,13 @@ class PbWriter {
     return bytes(field, std::as_bytes(std::span<const char>(s.data(), s.size())));
   }
   PbWriter& message(uint32_t field, const PbWriter& m) { return bytes(field, m.out_); }
+  PbWriter& float64(uint32_t field, double v) {
+    put_varint(uint64_t(field) << 3 | 1);
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    for (int i = 0; i < 8; i++) out_.push_back(std::byte(bits >> (8 * i)));
+    return *this;
+  }
   const std::vector<std::byte>& payload() const { return out_; }
 
  private:

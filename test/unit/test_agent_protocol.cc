@@ -104,6 +104,8 @@ agent::StatusReply full_status() {
                            .held = false,
                            .released = true,
                            .rebuilds = 3}};
+  s.call_cycles = agent::CallCycles{.cycles_per_second = 2.6e9,
+                                    .calls = {{"cuLaunchKernel", 374, 19448, 7480}, {"cublasSgemm_v2", 2, 104, 40}}};
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);
@@ -264,6 +266,7 @@ TEST_CASE("agent protocol: what an older agent leaves out reads as off and empty
   CHECK(s.kernels.empty());
   CHECK(s.kernel_count == 0);
   CHECK(s.devices.empty());
+  CHECK_FALSE(s.call_cycles.has_value());
 
   // Kernels but no kernel_count: the kernels are all there are.
   PbWriter k;
@@ -285,6 +288,27 @@ TEST_CASE("agent protocol: what an older agent leaves out reads as off and empty
   auto release = agent::decode_request(PbWriter().message(5, PbWriter()).payload());
   REQUIRE(release.ok());
   CHECK(std::get<agent::ReleaseMappingsRequest>(*release) == agent::ReleaseMappingsRequest{false});
+}
+
+TEST_CASE("agent protocol: a status's call counts are agent.proto's field 17", "[agent_protocol][call_cycles]") {
+  PbWriter cost;
+  cost.text(1, "cuLaunchKernel").varint(2, 7).varint(3, 700).varint(4, 280);
+  auto status =
+      agent::decode_reply(status_reply(old_status().message(17, PbWriter().float64(1, 2.5e9).message(2, cost))).payload());
+  REQUIRE(status.ok());
+  const auto& s = std::get<agent::StatusReply>(*status);
+  REQUIRE(s.call_cycles.has_value());
+  CHECK(*s.call_cycles == agent::CallCycles{2.5e9, {{"cuLaunchKernel", 7, 700, 280}}});
+
+  // The counter on, no call yet: present and empty, not absent.
+  agent::StatusReply none;
+  none.call_cycles = agent::CallCycles{1e9, {}};
+  CHECK(std::get<agent::StatusReply>(round_trip(none)).call_cycles == none.call_cycles);
+
+  // A kind without its ns is refused.
+  PbWriter partial;
+  partial.text(1, "cuLaunchKernel").varint(2, 7).varint(3, 700);
+  reply_error(status_reply(old_status().message(17, PbWriter().float64(1, 2.5e9).message(2, partial))));
 }
 
 TEST_CASE("agent protocol: a device UUID that is not 16 bytes is refused", "[agent_protocol][malformed]") {
