@@ -24,8 +24,9 @@
 // one "validated NAME ..." line per kernel.
 // PHOS_CALL_CYCLES=on: count the CPU time phos's own code takes in each kind
 // of call (call_cycles.h); `phosctl status` shows it, and the stats then
-// hold "call_cycles cycles_per_second=R calls=N cycles=C ns=T" (all kinds)
-// and one "call_cost NAME calls=N cycles=C ns=T" line per kind.
+// hold "call_cycles cycles_per_second=R calls=N cycles=C ns=T
+// floor_ns_per_call=F" (all kinds; F: what the counter counts of itself in
+// each call) and one "call_cost NAME calls=N cycles=C ns=T" line per kind.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -197,9 +198,10 @@ void write_stats() {
       cycles += c.cycles;
       ns += c.ns;
     }
-    std::fprintf(f, "call_cycles cycles_per_second=%.0f calls=%llu cycles=%llu ns=%llu\n",
-                 status.call_cycles->cycles_per_second, (unsigned long long)calls, (unsigned long long)cycles,
-                 (unsigned long long)ns);
+    const auto& cc = *status.call_cycles;
+    std::fprintf(f, "call_cycles cycles_per_second=%.0f calls=%llu cycles=%llu ns=%llu floor_ns_per_call=%.1f\n",
+                 cc.cycles_per_second, (unsigned long long)calls, (unsigned long long)cycles, (unsigned long long)ns,
+                 cc.floor_cycles_per_call * 1e9 / cc.cycles_per_second);
     for (const auto& c : status.call_cycles->calls)
       std::fprintf(f, "call_cost %s calls=%llu cycles=%llu ns=%llu\n", c.call.c_str(), (unsigned long long)c.calls,
                    (unsigned long long)c.cycles, (unsigned long long)c.ns);

@@ -230,6 +230,8 @@ struct PbStatus {
     comms.set(m.n_nccl_communicators, m.nccl_communicators);
     if (s.call_cycles) {
       call_cycles.cycles_per_second = s.call_cycles->cycles_per_second;
+      pb::set_present(call_cycles.has_floor_cycles_per_call, call_cycles.floor_cycles_per_call,
+                      s.call_cycles->floor_cycles_per_call);
       call_costs = pb::Repeated<Phos__Agent__CallCost>(phos__agent__call_cost__init, s.call_cycles->calls,
                                                        [](const CallCost& c, Phos__Agent__CallCost& o) {
                                                          o.call = c_text(c.call);
@@ -438,7 +440,8 @@ std::optional<CallCycles> decode_call_cycles(const Phos__Agent__CallCycles* c) {
   return CallCycles{.cycles_per_second = c->cycles_per_second,
                     .calls = pb::decode_each(c->calls, c->n_calls, [](const Phos__Agent__CallCost& k) {
                       return CallCost{.call = text(k.call), .calls = k.calls, .cycles = k.cycles, .ns = k.ns};
-                    })};
+                    }),
+                    .floor_cycles_per_call = pb::value_or_zero(c->has_floor_cycles_per_call, c->floor_cycles_per_call)};
 }
 
 Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {

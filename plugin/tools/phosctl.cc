@@ -404,7 +404,10 @@ double mean_ns(uint64_t ns, uint64_t calls) { return calls ? double(ns) / double
 
 json call_cycles_json(const phos::agent::StatusReply& s) {
   if (!s.call_cycles) return nullptr;
-  json j = {{"cycles_per_second", s.call_cycles->cycles_per_second}, {"calls", json::array()}};
+  const double floor_ns = s.call_cycles->floor_cycles_per_call * 1e9 / s.call_cycles->cycles_per_second;
+  json j = {{"cycles_per_second", s.call_cycles->cycles_per_second},
+            {"floor_ns_per_call", floor_ns},
+            {"calls", json::array()}};
   uint64_t calls = 0, cycles = 0, ns = 0;
   for (const auto& c : by_time(s.call_cycles->calls)) {
     j["calls"].push_back({{"call", c.call}, {"calls", c.calls}, {"cycles", c.cycles}, {"ns", c.ns},
@@ -424,8 +427,10 @@ void print_call_cycles(const phos::agent::StatusReply& s) {
     calls += c.calls;
     ns += c.ns;
   }
-  std::printf("  time inside phos (PHOS_CALL_CYCLES, clock %.3f GHz): %" PRIu64 " calls, %.3f ms, %.1f ns a call\n",
-              s.call_cycles->cycles_per_second / 1e9, calls, double(ns) / 1e6, mean_ns(ns, calls));
+  std::printf("  time inside phos (PHOS_CALL_CYCLES, clock %.3f GHz): %" PRIu64 " calls, %.3f ms, %.1f ns a call "
+              "(of which the counter's own: %.1f)\n",
+              s.call_cycles->cycles_per_second / 1e9, calls, double(ns) / 1e6, mean_ns(ns, calls),
+              s.call_cycles->floor_cycles_per_call * 1e9 / s.call_cycles->cycles_per_second);
   for (const auto& c : by_time(s.call_cycles->calls))
     std::printf("    %s: %" PRIu64 " calls, %.3f ms, %.1f ns a call (%" PRIu64 " cycles)\n", c.call.c_str(), c.calls,
                 double(c.ns) / 1e6, mean_ns(c.ns, c.calls), c.cycles);

@@ -53,7 +53,8 @@ LINES
 )
 diff <(echo "$expected") <(awk '/^call_cost / {print $2, $3}' "$work/on.stats" | sort) ||
   fail "the stats' calls by kind differ from the client's (above)"
-grep -Eqx 'call_cycles cycles_per_second=[0-9]+ calls=28 cycles=[0-9]+ ns=[0-9]+' "$work/on.stats" ||
+grep -Eqx 'call_cycles cycles_per_second=[0-9]+ calls=28 cycles=[0-9]+ ns=[0-9]+ floor_ns_per_call=[0-9.]+' \
+  "$work/on.stats" ||
   fail "the stats' total is not 28 calls: $(grep '^call_cycles' "$work/on.stats")"
 
 # The three copies slept 90 ms in the fake driver: not phos's time.
@@ -64,7 +65,7 @@ awk -v ms="$copies_ms" 'BEGIN {exit !(ms >= 90)}' || fail "the copies took $copi
   fail "phos counted $copy_ns ns in 3 copies that slept 90 ms in the driver: the forwarded call was counted"
 
 # The agent says the same, per kind with its mean.
-grep -Eq '^  time inside phos \(PHOS_CALL_CYCLES, clock [0-9.]+ GHz\): 28 calls, [0-9.]+ ms, [0-9.]+ ns a call$' \
+grep -Eq "^  time inside phos \(PHOS_CALL_CYCLES, clock [0-9.]+ GHz\): 28 calls, [0-9.]+ ms, [0-9.]+ ns a call \(of which the counter's own: [0-9.]+\)$" \
   "$work/on.status" || fail "status has no total of 28 calls: $(tr '\n' '|' < "$work/on.status")"
 grep -Eq '^    cuLaunchKernel: 7 calls, [0-9.]+ ms, [0-9.]+ ns a call \([0-9]+ cycles\)$' "$work/on.status" ||
   fail "status does not list cuLaunchKernel's 7 calls: $(tr '\n' '|' < "$work/on.status")"
@@ -76,6 +77,7 @@ got = {c["call"]: c["calls"] for c in j["calls"]}
 assert got == stats, (got, stats)
 assert j["total"]["calls"] == 28, j["total"]
 assert j["cycles_per_second"] > 1e8, j["cycles_per_second"]
+assert 0 < j["floor_ns_per_call"] < 1000, j["floor_ns_per_call"]
 assert all(c["ns"] > 0 and abs(c["mean_ns"] - c["ns"] / c["calls"]) < 1e-6 for c in j["calls"]), j["calls"]
 PY
 

@@ -105,7 +105,8 @@ agent::StatusReply full_status() {
                            .released = true,
                            .rebuilds = 3}};
   s.call_cycles = agent::CallCycles{.cycles_per_second = 2.6e9,
-                                    .calls = {{"cuLaunchKernel", 374, 19448, 7480}, {"cublasSgemm_v2", 2, 104, 40}}};
+                                    .calls = {{"cuLaunchKernel", 374, 19448, 7480}, {"cublasSgemm_v2", 2, 104, 40}},
+                                    .floor_cycles_per_call = 21.5};
   for (uint8_t i = 0; i < 16; i++) {
     s.devices[0].uuid[i] = i;
     s.devices[1].uuid[i] = uint8_t(0xf0 | i);

@@ -180,3 +180,12 @@ TEST_CASE("call cycles: the clock's rate turns cycles into wall time", "[call_cy
   CHECK(ms >= 9.0);
   CHECK(ms < 10.0 + 15.0);
 }
+
+TEST_CASE("call cycles: the counter's own floor is measured, small and the same each time", "[call_cycles]") {
+  double floor = CallCycles::floor_cycles_per_call();
+  CHECK(floor > 0);
+  CHECK(floor < 2000);  // cycles: well under a microsecond
+  CHECK(CallCycles::floor_cycles_per_call() == floor);
+  // Measured apart: no counter is left counting, none of its calls show.
+  CHECK(phos::hooks::call_cycles_counting() == nullptr);
+}

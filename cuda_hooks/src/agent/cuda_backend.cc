@@ -50,6 +50,7 @@ namespace {
 agent::CallCycles call_cycle_totals(const CallCycles& counter) {
   agent::CallCycles out;
   out.cycles_per_second = counter.cycles_per_second();
+  out.floor_cycles_per_call = CallCycles::floor_cycles_per_call();
   for (const auto& k : counter.totals())
     out.calls.push_back(agent::CallCost{.call = call_kind_name(k.kind),
                                         .calls = k.calls,

@@ -103,6 +103,8 @@ struct CallCost {
 struct CallCycles {
   double cycles_per_second = 0;
   std::vector<CallCost> calls;
+  // The counter's own part of each call's cycles (0 from an older agent).
+  double floor_cycles_per_call = 0;
   bool operator==(const CallCycles&) const = default;
 };
 
