@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # What libphos.so adds to each driver call on this CPU (phos-launch-path-bench,
 # against test/hooks' fake libcuda): PHOS_BENCH_RUNS (5) alternating runs
-# natively, with libphos.so and nothing on, recording launches, and
-# speculating (and with PHOS_BENCH_BASELINE_LIB=another libphos.so, the build
-# before a change, that one with nothing on and speculating); per figure the
-# median in ns, [min-max], and the difference of the medians to native. A
-# measurement to read, not a test.
+# natively, with libphos.so and nothing on, recording launches, speculating,
+# and with the call counter on (PHOS_CALL_CYCLES=on: "cycles", "cycles_spec"
+# speculating too; the counter's own cost is cycles - phos) (and with
+# PHOS_BENCH_BASELINE_LIB=another libphos.so, the build before a change, that
+# one with nothing on and speculating: the counter's cost while off is phos -
+# before); per figure the median in ns, [min-max], and the difference of the
+# medians to native. A measurement to read, not a test.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 bench=$BUILD/test/bench/phos-launch-path-bench
@@ -18,12 +20,14 @@ for _ in $(seq "${PHOS_BENCH_RUNS:-5}"); do
   LD_PRELOAD=$libphos "$bench" >> "$log/phos"
   LD_PRELOAD=$libphos PHOS_RECORD_LAUNCHES=1 "$bench" >> "$log/record"
   LD_PRELOAD=$libphos PHOS_SPECULATE=1 "$bench" >> "$log/speculate"
+  LD_PRELOAD=$libphos PHOS_CALL_CYCLES=on "$bench" >> "$log/cycles"
+  LD_PRELOAD=$libphos PHOS_CALL_CYCLES=on PHOS_SPECULATE=1 "$bench" >> "$log/cycles_spec"
   if [ -n "${PHOS_BENCH_BASELINE_LIB:-}" ]; then
     LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB "$bench" >> "$log/before"
     LD_PRELOAD=$PHOS_BENCH_BASELINE_LIB PHOS_SPECULATE=1 "$bench" >> "$log/before_speculate"
   fi
 done
-cfgs="phos record speculate${PHOS_BENCH_BASELINE_LIB:+ before before_speculate}"
+cfgs="phos record speculate cycles cycles_spec${PHOS_BENCH_BASELINE_LIB:+ before before_speculate}"
 echo "launch path, ns per call: native | $(sed 's/ / (+ns) | /g' <<< "$cfgs") (+ns)"
 python3 - "$log" $cfgs <<'PY'
 import statistics, sys
@@ -43,4 +47,16 @@ for name, by in runs.items():
         m = statistics.median(by[cfg])
         cells.append(f"{m:7.1f} [{min(by[cfg]):.1f}-{max(by[cfg]):.1f}] {m - base:+7.1f}")
     print(f"  {name:16s} " + " | ".join(cells))
+# The counter's own cost per call: on minus off, and off minus the build
+# before it (where given): what PHOS_CALL_CYCLES=on adds to a step's figures.
+print("call counter, ns per call: on - off (cycles - phos)" +
+      (" | off - before (phos - before)" if "before" in cfgs else ""))
+for name, by in runs.items():
+    if "phos" not in by or "cycles" not in by:
+        continue
+    off = statistics.median(by["phos"])
+    line = f"  {name:16s} {statistics.median(by['cycles']) - off:+7.1f}"
+    if "before" in by:
+        line += f" | {off - statistics.median(by['before']):+7.1f}"
+    print(line)
 PY

@@ -1,4 +1,6 @@
-// Cost of the hooks, run with and without libphos.so. Prints
+// Cost of the hooks, run with and without libphos.so (suite.sh bench; its
+// "cycles" run has the call counter on, PHOS_CALL_CYCLES=on: the counter's
+// own cost per call is that run's difference to "phos"). Prints
 // "bench NAME MICROSECONDS" lines:
 //   launch_*:        host time to enqueue one kernel, in bursts of 256 into
 //                    an idle stream (so the GPU's queue never pushes back)
