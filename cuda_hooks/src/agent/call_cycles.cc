@@ -25,6 +25,11 @@ uint64_t monotonic_raw_ns() {
 
 std::atomic<uint64_t> g_next_id{1};
 
+// Cycles from `since` to `t`; none where the clock seems to have gone back
+// (a thread moved to a core whose TSC lags: not on hosts with an invariant,
+// synchronised TSC, but a wrapped difference would swamp every total).
+inline uint64_t elapsed(uint64_t t, uint64_t since) { return int64_t(t - since) > 0 ? t - since : 0; }
+
 // The calling thread's block of the instance it last counted for.
 // Constant-initialised, initial-exec: one load from the thread pointer.
 thread_local uint64_t t_instance __attribute__((tls_model("initial-exec"))) = 0;
@@ -146,7 +151,8 @@ void CallCycles::enter(CallKind kind) {
     return;
   }
   // phos's own code called a hook: what ran so far is the outer scope's.
-  if (b->depth && !b->frames[b->depth - 1].paused) b->add(kinds_, b->frames[b->depth - 1].kind, 0, t - b->since);
+  if (b->depth && !b->frames[b->depth - 1].paused)
+    b->add(kinds_, b->frames[b->depth - 1].kind, 0, elapsed(t, b->since));
   b->frames[b->depth++] = {kind, false};
   b->add(kinds_, kind, 1, 0);
   b->since = t;
@@ -162,7 +168,7 @@ void CallCycles::leave() {
   }
   if (!b->depth) return;  // entered before this instance counted
   const Block::Frame& f = b->frames[--b->depth];
-  if (!f.paused) b->add(kinds_, f.kind, 0, t - b->since);
+  if (!f.paused) b->add(kinds_, f.kind, 0, elapsed(t, b->since));
   // An outer scope still running (not in its forwarded call) runs on from here.
   b->since = t;
 }
@@ -174,7 +180,7 @@ bool CallCycles::pause(CallKind kind) {
   // Another function: a call phos makes for itself, its cost.
   if ((kind != kInnermostScope && f.kind != kind) || f.paused) return false;
   uint64_t t = now();
-  b->add(kinds_, f.kind, 0, t - b->since);
+  b->add(kinds_, f.kind, 0, elapsed(t, b->since));
   f.paused = true;
   return true;
 }
