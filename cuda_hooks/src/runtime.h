@@ -112,10 +112,10 @@ std::string call_kind_name(CallKind kind);
 
 // A library hook's count, of kind `name`; its kind looked up the first
 // time this site counts.
-#define PHOS_LIBRARY_SCOPE(name)                                         \
-  ::phos::hooks::CallScope phos_library_scope_([&] {                     \
-    static std::atomic<::phos::hooks::CallKind> site{::phos::hooks::kNoCallKind}; \
-    return ::phos::hooks::library_call_kind(name, site);                 \
+#define PHOS_LIBRARY_SCOPE(name)                                                    \
+  ::phos::hooks::CallScope phos_library_scope_([&] {                                \
+    static std::atomic<::phos::hooks::CallKind> site{::phos::hooks::kNoCallKind};   \
+    return ::phos::hooks::library_call_kind(name, site);                            \
   })
 
 class Runtime {
