@@ -194,6 +194,7 @@ Result<bool> CudaBackend::nccl_pend_release(bool pend) { return phos::hooks::ncc
 
 Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
   agent::CloseCopyWindowReply reply = rt_.copy_window().finish();
+  for (auto& k : reply.speculated_kernels) k.name = speculation::demangle(k.name.c_str());
   // Launches made while the window was open report their writes once they
   // have run.
   if (auto drained = rt_.memory().synchronize(); !drained)
