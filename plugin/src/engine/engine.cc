@@ -802,6 +802,7 @@ Engine::Take Engine::next_claim(SaveJob& job, TrafficControl& traffic, Piece& ou
   // A chunk a call waits for goes at once; the pause is for the others.
   auto claim = table.claim_urgent();
   if (!claim) {
+    if (fault("slow-copy")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     traffic.before_claim(UINT64_MAX);
     claim = table.claim_next();
   }
@@ -879,7 +880,9 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
   // The clean chunks, in order (cold regions first, claim_next); a chunk
   // the process dirties meanwhile is skipped (copied once, at the end) or
   // copied now and again at the end.
+  const bool slow = fault("slow-copy");
   NextPiece next = [&](Piece& p) {
+    if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (monotonic_ns() < deadline_ns) traffic.before_claim(deadline_ns);
     if (monotonic_ns() >= deadline_ns) {
       stopped = true;
