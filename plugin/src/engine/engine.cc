@@ -143,6 +143,24 @@ CUcontext Engine::context(int ordinal, Result<void>& err) {
   return ctx;
 }
 
+CUfunction Engine::crc_function(int ordinal) const {
+  auto it = crc_functions_.find(ordinal);
+  return it == crc_functions_.end() ? nullptr : it->second;
+}
+
+bool Engine::queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* tail, CUstream stream) const {
+  tail->done = 0;
+  tail->summed = 0;  // this kernel takes no fingerprint: a slot's earlier one must not pass for it
+  CUfunction crc = crc_function(device);
+  if (!crc) return false;
+  CUdeviceptr out = 0;
+  unsigned long long n = size;
+  void* args[] = {&data, &n, &out};
+  // If either fails, the tail stays not done: the CPU checksums this one.
+  return cu_.cuMemHostGetDevicePointer_v2(&out, tail, 0) == CUDA_SUCCESS &&
+         cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS;
+}
+
 void Engine::warm_up(const std::vector<int>& ordinals) {
   std::lock_guard<std::mutex> lock(run_mu_);
   for (int d : ordinals) {

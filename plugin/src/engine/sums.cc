@@ -3,8 +3,6 @@
 // loaded with each of criu's contexts; the freeze's pass (T0) and recopy's
 // final one (T1) run one block per chunk of the window's table; each copy
 // is checked as it lands (check_copy), from the bytes that go into the image.
-#include <sys/mman.h>
-
 #include <cstring>
 #include <map>
 #include <set>
@@ -66,23 +64,6 @@ bool Engine::queue_sum(int device, ChunkSumTask* task, ChunkSumOut* out, CUstrea
   return cu_.cuMemHostGetDevicePointer_v2(&tasks, task, 0) == CUDA_SUCCESS &&
          cu_.cuMemHostGetDevicePointer_v2(&outs, out, 0) == CUDA_SUCCESS &&
          cu_.cuLaunchKernel(f, 1, 1, 1, kChunkSumThreads, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS;
-}
-
-CUfunction Engine::crc_function(int ordinal) const {
-  auto it = crc_functions_.find(ordinal);
-  return it == crc_functions_.end() ? nullptr : it->second;
-}
-
-bool Engine::queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* tail, CUstream stream) const {
-  tail->done = 0;
-  CUfunction crc = crc_function(device);
-  if (!crc) return false;
-  CUdeviceptr out = 0;
-  unsigned long long n = size;
-  void* args[] = {&data, &n, &out};
-  // If either fails, the tail stays not done: the CPU checksums this one.
-  return cu_.cuMemHostGetDevicePointer_v2(&out, tail, 0) == CUDA_SUCCESS &&
-         cu_.cuLaunchKernel(crc, 1, 1, 1, kChunkCrcThreads, 1, 1, 0, stream, args, nullptr) == CUDA_SUCCESS;
 }
 
 Result<void> Engine::prepare_target_sums(SaveJob& job) {
