@@ -60,8 +60,9 @@ std::string describe_misses(const Misses& misses, Against against) {
 
 std::string describe_kernels(const std::vector<agent::KernelLaunches>& kernels, uint64_t kernel_count) {
   if (kernels.empty())
-    return "no kernel ran on a trusted speculated set in the window (a write no call names: another process, a "
-           "NIC, a device-side copy)";
+    return "no kernel ran on a trusted speculated set in the window (the write came through a call whose exact set "
+           "missed it, as a library's kernels reaching memory through structures in device memory may, or from "
+           "outside the calls phos sees: another process, a NIC)";
   std::string out = "kernels trusted on speculation in the window: ";
   for (size_t i = 0; i < kernels.size(); i++) {
     out += (i ? ", " : "") + kernels[i].name + " (" + std::to_string(kernels[i].launches) +
