@@ -26,6 +26,8 @@
 #      a dirty mark; the image restores intact; with cow_trust=speculated
 #      (the control) it does not
 #   5. the same with gpu_checksums=off: the fingerprints taken on the CPU
+#   6. a migration copying device to device: the copies fingerprinted on the
+#      target, the final pass by checksum; the migrated program intact
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/checksum_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
@@ -147,4 +149,25 @@ PHOS_GPU_CHECKSUMS=off PHOS_COPY_ON_WRITE=always criu_dump --leave-running || rc
 [ "$rc" -ne 0 ] && grep -q "(CPU, gpu_checksums=off)" "$WORK/dump.log" && grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
   fail "copy-on-write on the CPU: the store after the freeze was not refused (criu exit $rc)"
 say "5. gpu_checksums=off: recopy's final pass and copy-on-write's refusal the same, fingerprints on the CPU"
+
+# 6. A migration copying device to device (migrate_copy=always, to the same
+# fake GPU): its copies fingerprinted on the target, its final pass by
+# checksum; phos-keeper holds the memory until the restore maps it.
+rm -rf "${IMG:?}"/*
+kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+wait_pid_free
+start_workload --preload --plant first
+wait_counter_above 5
+out=$(PHOS_MIGRATE_COPY=always "$PHOSCTL" migrate "$WORKLOAD_PID" --to 0 --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1) ||
+  { cp "$IMG"/*.log "$WORK"/ 2>/dev/null; fail "migration: phosctl migrate failed: $out"; }
+cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true
+line=$(grep -o "checksum: the final pass copies [0-9]* of [0-9]* chunks.*" "$IMG/migrate-dump.log") ||
+  fail "migration: no final pass by checksum: $(grep -o 'phos: .*' "$IMG/migrate-dump.log" | tail -n 5)"
+missed=$(grep -o "([0-9]* of them without a dirty mark" <<< "$line" | grep -o '[0-9]*' | head -n1)
+[ "${missed:-0}" -ge 1 ] || fail "migration: the store after P's first copy was not found: $line"
+WORKLOAD_PID=$(restored_pid) || fail "migration: no restored process"
+at=$(state_counter)
+wait_counter_above $((at + 20))
+[ "$(verdict)" = ok ] || fail "migration: the migrated program found its memory wrong: $(verdict)"
+say "6. migration, copied device to device: $line; the program runs on with its checks passing"
 say "PASS"
