@@ -44,7 +44,8 @@ twin=$src/build-gpu/ptx/tools/phos-ptx-twin
 "$twin" "$src/test/ptx/triton_like.ptx" "$out/gpu/triton.loads.ptx" --loads >/dev/null
 # The suite programs' kernel signatures (phos-sigdb), for the speculation case.
 if [ -x "$src/build-gpu/speculation/tools/phos-sigdb" ]; then
-  "$src/build-gpu/speculation/tools/phos-sigdb" -o "$out/gpu/suite.sigdb" "$src"/test/gpu/*.cu -- -I"$src/test/gpu" 2>/dev/null
+  "$src/build-gpu/speculation/tools/phos-sigdb" -o "$out/gpu/suite.sigdb" "$src"/test/gpu/*.cu -- -I"$src/test/gpu" \
+    -I"$src/plugin/gpu" -I"$src/images/include" 2>/dev/null
 fi
 cp /usr/local/sbin/criu "$out/bin/"
 cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"
