@@ -393,7 +393,7 @@ torch_cow_case() {
   start_workload --preload "$WORK/run.losses" $n 5
   reach 40 120 "before the dump"
   TOKEN=$(state_token)
-  local saved waited refused= checked
+  local saved waited refused='' checked
   if ! PHOS_COPY_ON_WRITE=always criu_dump --leave-running; then
     grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
       fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"
