@@ -12,7 +12,8 @@
 // unknown extent. While speculation is on, kernel records end with their
 // set: " set=exact|speculated|unknown ACCESS:#UNIT@0xBUFFER...".
 // PHOS_SPECULATE=1: speculate every launch's read and write sets from the
-// start (the protocols turn it on themselves; so does `phosctl speculate`);
+// start (the protocols turn it on themselves; so does `phosctl speculate`;
+// PHOS_SPECULATE=never keeps a copy window from turning it on);
 // the stats then hold "speculation ..." totals and one "speculated NAME ..."
 // line per kernel. PHOS_SIGDB=FILE[:FILE...]: signature databases written
 // by phos-sigdb, for kernels whose names carry no types.

@@ -90,8 +90,9 @@ std::vector<std::byte> encode(const OpenCopyWindowRequest& q) {
   return request(PHOS__AGENT__REQUEST__KIND_OPEN_COPY_WINDOW, &Phos__Agent__Request::open_copy_window, m);
 }
 
-std::vector<std::byte> encode(const CloseCopyWindowRequest&) {
+std::vector<std::byte> encode(const CloseCopyWindowRequest& q) {
   Phos__Agent__CloseCopyWindowRequest m = PHOS__AGENT__CLOSE_COPY_WINDOW_REQUEST__INIT;
+  pb::set_present(m.has_missed, m.missed, q.missed);
   return request(PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW, &Phos__Agent__Request::close_copy_window, m);
 }
 
@@ -104,8 +105,8 @@ std::vector<std::byte> encode(const NcclStopRequest& q) {
 }
 
 Result<Request> decode(const Phos__Agent__OpenCopyWindowRequest& q) {
-  if (q.trust < uint32_t(CopyTrust::kExact) || q.trust > uint32_t(CopyTrust::kValidated))
-    return pb::malformed("request", "open copy window: trust " + std::to_string(q.trust) + " is none of 1, 2, 3");
+  if (q.trust < uint32_t(CopyTrust::kExact) || q.trust > uint32_t(CopyTrust::kChecksum))
+    return pb::malformed("request", "open copy window: trust " + std::to_string(q.trust) + " is none of 1, 2, 3, 4");
   return Request(OpenCopyWindowRequest{.trust = CopyTrust(q.trust),
                                        .timeout_ms = q.timeout_ms,
                                        .pool_device = q.pool_device,
@@ -142,8 +143,10 @@ Result<Request> decode(const Phos__Agent__Request& r) {
     }
     case PHOS__AGENT__REQUEST__KIND_OPEN_COPY_WINDOW:
       return decode(*r.open_copy_window);
-    case PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW:
-      return Request(CloseCopyWindowRequest{});
+    case PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW: {
+      const auto& q = *r.close_copy_window;
+      return Request(CloseCopyWindowRequest{.missed = pb::flag(q.has_missed, q.missed)});
+    }
     case PHOS__AGENT__REQUEST__KIND_NCCL_STOP: {
       const auto& q = *r.nccl_stop;
       return Request(NcclStopRequest{.job_id = q.job_id,
@@ -219,6 +222,7 @@ struct PbStatus {
     pb::set_present(m.has_indexed_buffers, m.indexed_buffers, s.indexed_buffers);
     pb::set_present(m.has_kernel_count, m.kernel_count, std::max<uint64_t>(s.kernel_count, s.kernels.size()));
     pb::set_present(m.has_validation_active, m.validation_active, s.validation_active);
+    pb::set_present(m.has_cow_missed, m.cow_missed, s.cow_missed);
     kernels = pb::Repeated<Phos__Agent__KernelSpeculation>(phos__agent__kernel_speculation__init,
                                                            kernels_to_send(s.kernels), encode_kernel);
     kernels.set(m.n_kernels, m.kernels);
@@ -372,6 +376,15 @@ std::vector<std::byte> encode(const NcclStopReply& r) {
 
 std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
   Phos__Agent__CloseCopyWindowReply m = PHOS__AGENT__CLOSE_COPY_WINDOW_REPLY__INIT;
+  auto kernels = pb::Repeated<Phos__Agent__KernelLaunches>(phos__agent__kernel_launches__init, r.speculated_kernels,
+                                                           [](const KernelLaunches& k, Phos__Agent__KernelLaunches& o) {
+                                                             o.name = c_text(k.name);
+                                                             o.launches = k.launches;
+                                                           });
+  kernels.set(m.n_speculated_kernels, m.speculated_kernels);
+  pb::set_present(m.has_speculated_kernel_count, m.speculated_kernel_count,
+                  std::max<uint64_t>(r.speculated_kernel_count, r.speculated_kernels.size()));
+  pb::set_present(m.has_unmarked_calls, m.unmarked_calls, r.unmarked_calls);
   m.calls_checked = r.counters.calls_checked;
   m.chunks_saved = r.chunks_saved;
   m.calls_waited = r.counters.calls_waited;
@@ -473,6 +486,7 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
       .validation_active = pb::flag(r.has_validation_active, r.validation_active),
       .nccl_communicators = pb::decode_each(r.nccl_communicators, r.n_nccl_communicators,
                                             [](const Phos__Agent__NcclCommunicator& c) { return decode(c); }),
+      .cow_missed = pb::flag(r.has_cow_missed, r.cow_missed),
       .call_cycles = decode_call_cycles(r.call_cycles),
   };
 }
@@ -540,7 +554,16 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
                                         .violations = c.violations,
                                         .violation = text(c.violation),
                                         .aborted = c.aborted != 0,
-                                        .abort_reason = text(c.abort_reason)});
+                                        .abort_reason = text(c.abort_reason),
+                                        .speculated_kernels = pb::decode_each(
+                                            c.speculated_kernels, c.n_speculated_kernels,
+                                            [](const Phos__Agent__KernelLaunches& k) {
+                                              return KernelLaunches{.name = text(k.name), .launches = k.launches};
+                                            }),
+                                        .speculated_kernel_count = c.has_speculated_kernel_count
+                                                                       ? c.speculated_kernel_count
+                                                                       : c.n_speculated_kernels,
+                                        .unmarked_calls = pb::value_or_zero(c.has_unmarked_calls, c.unmarked_calls)});
     }
     case PHOS__AGENT__REPLY__KIND_NCCL_STOP:
       return Reply(NcclStopReply{.armed = r.nccl_stop->armed != 0});

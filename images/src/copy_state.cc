@@ -643,6 +643,22 @@ uint64_t CopyState::chunk_at(uint32_t region, uint64_t offset) const {
   return l_->first_chunks.at(region) + offset / chunk_size();
 }
 
+Claim CopyState::locate(uint64_t chunk) const { return claim_of(chunk, std::nullopt); }
+
+std::optional<Claim> CopyState::claim_again(uint64_t chunk) {
+  if (chunk >= chunk_count()) return std::nullopt;
+  uint32_t copied = encode(ChunkState::kCopied);
+  if (!word(chunk).compare_exchange_strong(copied, encode(ChunkState::kCopying), std::memory_order_acq_rel))
+    return std::nullopt;
+  clear_dirty(chunk);
+  return claim_of(chunk, std::nullopt);
+}
+
+void CopyState::clear_dirty(uint64_t chunk) {
+  if (chunk >= chunk_count()) return;
+  l_->dirty[chunk / 64].fetch_and(~(uint64_t(1) << (chunk % 64)), std::memory_order_acq_rel);
+}
+
 std::optional<Claim> CopyState::claim_next() {
   if (window() != Window::kOpen) return std::nullopt;
   const uint64_t n = chunk_count();

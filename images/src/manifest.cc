@@ -20,8 +20,17 @@ std::string_view copy_trust_name(agent::CopyTrust t) {
     case agent::CopyTrust::kExact: return "exact";
     case agent::CopyTrust::kSpeculated: return "speculated";
     case agent::CopyTrust::kValidated: return "validated";
+    case agent::CopyTrust::kChecksum: return "checksum";
   }
   return uint32_t(t) == 0 ? "none" : "unknown";
+}
+
+std::string_view validation_name(Validation v) {
+  switch (v) {
+    case Validation::kNone: return "none";
+    case Validation::kChecksum: return "checksum";
+  }
+  return "unknown";
 }
 
 std::string_view chunk_compression_name(Compression c) {
@@ -96,6 +105,10 @@ void encode_statistics(const Statistics& s, Phos__Image__Statistics& o) {
   nonzero(o.has_traffic_paused_ns, o.traffic_paused_ns, s.traffic_paused_ns);
   nonzero(o.has_recopy_wasted_bytes, o.recopy_wasted_bytes, s.recopy_wasted_bytes);
   nonzero(o.has_gate_closed_unix_ns, o.gate_closed_unix_ns, s.gate_closed_unix_ns);
+  nonzero(o.has_sum_pass_ns, o.sum_pass_ns, s.sum_pass_ns);
+  nonzero(o.has_sum_checked_chunks, o.sum_checked_chunks, s.sum_checked_chunks);
+  nonzero(o.has_sum_missed_chunks, o.sum_missed_chunks, s.sum_missed_chunks);
+  nonzero(o.has_sum_unchanged_dirty_chunks, o.sum_unchanged_dirty_chunks, s.sum_unchanged_dirty_chunks);
 }
 
 // Absent where an older phos did not write it: 0.
@@ -130,7 +143,11 @@ Statistics decode_statistics(const Phos__Image__Statistics& s) {
                     .traffic_pauses = s.traffic_pauses,
                     .traffic_paused_ns = s.traffic_paused_ns,
                     .recopy_wasted_bytes = s.recopy_wasted_bytes,
-                    .gate_closed_unix_ns = s.gate_closed_unix_ns};
+                    .gate_closed_unix_ns = s.gate_closed_unix_ns,
+                    .sum_pass_ns = s.sum_pass_ns,
+                    .sum_checked_chunks = s.sum_checked_chunks,
+                    .sum_missed_chunks = s.sum_missed_chunks,
+                    .sum_unchanged_dirty_chunks = s.sum_unchanged_dirty_chunks};
 }
 
 // Owns the protobuf-c structs of one manifest while it is packed: they point
@@ -188,6 +205,10 @@ struct PbManifest {
       m.kept = &kept;
     }
     if (in.copy_trust != agent::CopyTrust(0)) pb::set_present(m.has_copy_trust, m.copy_trust, uint32_t(in.copy_trust));
+    if (in.validation != Validation::kNone) {
+      m.has_validation = 1;
+      m.validation = static_cast<Phos__Image__Validation>(in.validation);
+    }
     pb::set_repeated(m.n_fill_order, m.fill_order, in.fill_order);
 
     launches = pb::Repeated<Phos__Image__LaunchRecord>(
@@ -259,6 +280,7 @@ Result<Manifest> from_pb(const Phos__Image__Manifest& m) {
       .fill_order = pb::repeated(m.fill_order, m.n_fill_order),
       .unsupported_calls = pb::strings(m.unsupported_calls, m.n_unsupported_calls),
       .kept = m.kept ? std::optional(decode_kept(*m.kept)) : std::nullopt,
+      .validation = Validation(pb::value_or_zero(m.has_validation, uint32_t(m.validation))),
   };
 }
 
@@ -341,6 +363,8 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
   }
   if (copy_trust_name(m.copy_trust) == "unknown")
     return fail("unknown copy trust " + std::to_string(static_cast<uint32_t>(m.copy_trust)));
+  if (validation_name(m.validation) == "unknown")
+    return fail("unknown validation " + std::to_string(static_cast<uint32_t>(m.validation)));
   if (m.chunk_size < 4096 || m.chunk_size > kMaxChunkSize)
     return fail("chunk size " + std::to_string(m.chunk_size) + " is outside 4096.." + std::to_string(kMaxChunkSize));
 

@@ -109,6 +109,7 @@ json image_json(const phos::image::ProcessImage& img) {
             {"pid", m.pid},
             {"protocol", std::string(phos::copy_protocol_name(m.protocol))},
             {"copy_trust", std::string(phos::image::copy_trust_name(m.copy_trust))},
+            {"validation", std::string(phos::image::validation_name(m.validation))},
             {"chunk_size", m.chunk_size},
             {"created_unix_ns", m.created_unix_ns},
             {"devices", json::array()},
@@ -214,6 +215,14 @@ void print_image_text(const phos::image::ProcessImage& img) {
   if (m.protocol == phos::CopyProtocol::kSoftRecopy)
     std::printf("  of the first pass, %s written after its copy (copied again)\n",
                 bytes_text(s.recopy_wasted_bytes).c_str());
+  if (m.validation == phos::image::Validation::kChecksum)
+    std::printf("  validated by checksum: %" PRIu64 " copies equal to the memory's fingerprints (pass %.3f ms)%s\n",
+                s.sum_checked_chunks, double(s.sum_pass_ns) / 1e6,
+                m.protocol == phos::CopyProtocol::kSoftRecopy
+                    ? ("; " + std::to_string(s.sum_missed_chunks) + " chunks changed without a dirty mark, " +
+                       std::to_string(s.sum_unchanged_dirty_chunks) + " dirty but unchanged")
+                          .c_str()
+                    : "");
   if (s.program_transfers || s.traffic_pauses)
     std::printf("  the process's own transfers while it ran: %" PRIu64 " (%s) between host and device; the engine "
                 "paused %" PRIu64 " times for them, %.3f ms summed over its workers\n",
@@ -450,6 +459,7 @@ int cmd_status(const std::string& pid_text, bool as_json) {
               {"agent_tid", h.agent_tid},
               {"uid", h.uid},
               {"gate_open", status->gate_open},
+              {"cow_missed", status->cow_missed},
               {"cuda_initialized", status->cuda_initialized},
               {"allocation_count", status->allocation_count},
               {"allocated_bytes", status->allocated_bytes},
@@ -497,6 +507,9 @@ int cmd_status(const std::string& pid_text, bool as_json) {
                   m.source.c_str());
     std::printf("  speculation: %s, %" PRIu64 " buffers indexed\n", status->speculation_active ? "on" : "off",
                 status->indexed_buffers);
+    if (status->cow_missed)
+      std::printf("  copy-on-write: off for this process: a dump found a write that speculation missed "
+                  "(cow_trust=checksum); its dumps copy while it is stopped\n");
     if (!status->kernels.empty()) {
       LaunchTotals t = launch_totals(status->kernels);
       std::printf("  kernels: %s, %" PRIu64 " launches: %s exact, %s speculated, %s unknown\n",

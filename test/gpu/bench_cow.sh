@@ -6,22 +6,24 @@
 #  1. Leave-running dumps of the pattern program (gpu_counter) holding SIZE
 #     MiB, once per mode (off: copy_on_write=off, stopped while the engine
 #     copies what the snapshot cannot hold; auto: copy-on-write where the
-#     snapshot does not fit, the snapshot where it does, cow_trust=validated,
+#     snapshot does not fit, the snapshot where it does, cow_trust=checksum,
 #     the default, the copy starting once the process runs again; speculated:
-#     the same with cow_trust=speculated; pause: speculated, the copy
-#     starting during the stall, cow_start=pause): the stall the program saw
-#     (its longest gap between two state writes), criu's time until the image
-#     is complete, the stall's parts, bytes saved copy-on-write, calls that
+#     the same with cow_trust=speculated (nothing checked); validated:
+#     cow_trust=validated (no validator runs in the program: stopped);
+#     pause: checksum, the copy starting during the stall, cow_start=pause):
+#     the stall the program saw (its longest gap between two state writes),
+#     criu's time until the image is complete, the stall's parts, the
+#     freeze's fingerprint pass (T0), bytes saved copy-on-write, calls that
 #     waited. The program must carry on intact after each.
 #  2. The pool's size: cow_random (a program that writes at random all the
 #     time) of POOL_MIB MiB dumped with copy_on_write=always, cow_trust=
-#     speculated and pools of 0, 256, 1024 and 2048 MiB (the copy after the
+#     checksum and pools of 0, 256, 1024 and 2048 MiB (the copy after the
 #     stall, cow_start=resume): its
 #     operations per second from the dump's start to criu's exit, against
 #     before; calls that waited; bytes saved.
 #  3. With --train GIB: GPT-style training (torch_loop.py train) holding GIB
 #     GiB of device memory, dumped with --leave-running while it trains,
-#     copy-on-write (copy_on_write=auto, cow_trust=speculated) and today's
+#     copy-on-write (copy_on_write=auto, cow_trust=checksum) and the
 #     stopped copy (copy_on_write=off) in turns: the iteration the dump
 #     lands in (the dump starts as an iteration starts) against the
 #     iterations before it, and CRIU's cuda plugin where the host's memory
@@ -57,20 +59,21 @@ TEST_NAME=bench_cow
 num() { { grep -o "$1" "$WORK/dump.log" || true; } | head -n1 | { grep -o '[0-9.]*' || true; } | head -n"${2:-1}" | tail -n1; }
 
 
-echo "kind,size_mib,mode,stall_ms,criu_s,image_gbps,saved_mib,calls_waited,wait_ms,ops_before,ops_window,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms" > "$csv"
+echo "kind,size_mib,mode,stall_ms,criu_s,image_gbps,saved_mib,calls_waited,wait_ms,ops_before,ops_window,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,sum_pass_ms" > "$csv"
 row() { echo "$*" >> "$csv"; }
 
 # 1. The pattern program: stall and time until the image is complete.
 for size in ${sizes//,/ }; do
   start_workload --preload "$size"
   wait_counter_above 5 60
-  for mode in warmup $(for _ in $(seq "$reps"); do echo off auto speculated pause; done); do
+  for mode in warmup $(for _ in $(seq "$reps"); do echo off auto speculated validated pause; done); do
     touch "$WORK/state.reset"; sleep 0.3
     rm -rf "$IMG" && mkdir -p "$IMG"
     t0=$(now)
-    cow=$mode trust=validated start=resume
+    cow=$mode trust=checksum start=resume
     [ "$mode" = speculated ] && cow=auto trust=speculated
-    [ "$mode" = pause ] && cow=auto trust=speculated start=pause
+    [ "$mode" = validated ] && cow=auto trust=validated
+    [ "$mode" = pause ] && cow=auto start=pause
     [ "$mode" = warmup ] && cow=auto
     PHOS_COW_START=$start PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running ||
       fail "$size MiB, copy_on_write=$cow cow_trust=$trust: criu dump failed"
@@ -82,7 +85,7 @@ for size in ${sizes//,/ }; do
     gbps=$(awk -v m="$size" -v s="$criu_s" 'BEGIN {printf "%.1f", m / 1024 * 1.073741824 / s}')
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
     [ "$mode" = warmup ] && continue
-    row "pattern,$size,$mode,$gap,$criu_s,$gbps,${saved:-0},${waited:-0},${wait_ms:-0},,,$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms')"
+    row "pattern,$size,$mode,$gap,$criu_s,$gbps,${saved:-0},${waited:-0},${wait_ms:-0},,,$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$(num 'GiB, in [0-9.]* ms (GPU')"
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.$size.$mode.log" 2>/dev/null || true
   done
   kill -9 "$WORKLOAD_PID"; wait_pid_free
@@ -101,7 +104,7 @@ for pool in ${pools//,/ }; do
   before=$(awk -v a="$o0" -v b="$o1" -v t="$(dt "$s0" "$s1")" 'BEGIN {printf "%.0f", (b - a) / t}')
   rm -rf "$IMG" && mkdir -p "$IMG"
   o2=$(ops); t0=$(now)
-  PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=speculated \
+  PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=checksum \
     criu_dump --leave-running ||
     fail "pool $pool MiB: criu dump failed"
   t1=$(now); o3=$(ops)
@@ -132,7 +135,7 @@ if [ -n "$train" ]; then
     n0=$(state_counter); until [ "$(state_counter)" != "$n0" ]; do sleep 0.002; done
     n0=$(state_counter); t0=$(now)
     cow=auto; [ "$mode" = off ] && cow=off
-    PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=speculated criu_dump --leave-running ||
+    PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=checksum criu_dump --leave-running ||
       fail "training, copy_on_write=$cow: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1)"
     t1=$(now)
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.train.$mode.log" 2>/dev/null || true
@@ -176,24 +179,24 @@ if [ -n "$train" ]; then
   fi
 fi
 
-echo "## off, auto, speculated and pause: leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
+echo "## off, auto (cow_trust=checksum), speculated, validated and pause: leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
 echo "medians of $reps dumps each"
-echo "| size | mode | stall (program; range) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | driver checkpoint | criu's CPU dump | give-back |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| size | mode | stall (program; range) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | driver checkpoint | criu's CPU dump | give-back | T0 fingerprint pass |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 # Medians per (size, mode), in the order first seen; the stall's range too.
 awk -F, "$awk_median"'
   $1 == "pattern" {
     key = $2 "," $3
-    gather(key, 4, 15)
+    gather(key, 4, 16)
     if (!(key in lo) || $4 + 0 < lo[key]) lo[key] = $4 + 0
     if (!(key in hi) || $4 + 0 > hi[key]) hi[key] = $4 + 0
   }
   END {
     for (i = 1; i <= k; i++) {
       split(order[i], f, ",")
-      printf "| %d GiB | %s | %.0f ms (%.0f-%.0f) | %s s | %s | %s MiB | %s | %s ms | %s ms | %s ms |\n", f[1] / 1024, f[2],
+      printf "| %d GiB | %s | %.0f ms (%.0f-%.0f) | %s s | %s | %s MiB | %s | %s ms | %s ms | %s ms | %s ms |\n", f[1] / 1024, f[2],
         median(order[i], 4), lo[order[i]], hi[order[i]], median(order[i], 5), median(order[i], 6), median(order[i], 7),
-        median(order[i], 8), median(order[i], 13), median(order[i], 14), median(order[i], 15)
+        median(order[i], 8), median(order[i], 13), median(order[i], 14), median(order[i], 15), median(order[i], 16)
     }
   }' "$csv"
 echo

@@ -17,12 +17,15 @@
 // --plant: every 32nd operation also writes where its arguments do not say:
 // through a pointer kept in device memory, and through a __device__
 // variable, into another buffer (planted mis-speculation; with validation
-// on, a copy-on-write dump must refuse its image).
+// on, a copy-on-write dump must refuse its image). --plant-last: into the
+// buffer allocated last (copied last by copy-on-write) instead; built
+// without PTX (test/gpu/make-bundle.sh: cow_random_sass) no validator sees
+// the plants, and validation by checksum must refuse the image.
 //
 // The e2e workload contract: STATE gets "TOKEN OPS" (atomically) every 256
 // operations.
 //
-// usage: cow_random STATE LOG [--mib M] [--seed S] [--plant]
+// usage: cow_random STATE LOG [--mib M] [--seed S] [--plant [--plant-last]]
 #include <cublas_v2.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -107,8 +110,11 @@ void free_buffers(Buffers& b) {
   b.p.clear();
 }
 
+// Where the plants write: none, into another buffer, into the last one.
+enum class Plant { kNone, kOther, kLast };
+
 // Operation `i` of the stream over `b`.
-void run_op(uint64_t seed, uint64_t i, Buffers& b, cudaStream_t s, cublasHandle_t blas, bool plant) {
+void run_op(uint64_t seed, uint64_t i, Buffers& b, cudaStream_t s, cublasHandle_t blas, Plant plant) {
   uint64_t r = mix(seed ^ mix(i));
   const int buf = int(r % kBuffers);
   const int other = int((buf + 1 + (r >> 8) % (kBuffers - 1)) % kBuffers);
@@ -142,8 +148,8 @@ void run_op(uint64_t seed, uint64_t i, Buffers& b, cudaStream_t s, cublasHandle_
       break;
     }
   }
-  if (plant && i % 32 == 31) {
-    uint32_t* victim = b.p[other] + at % (b.words - 256);
+  if (plant != Plant::kNone && i % 32 == 31) {
+    uint32_t* victim = (plant == Plant::kLast ? b.p[kBuffers - 1] : b.p[other]) + at % (b.words - 256);
     if (i % 64 == 63) {
       CHECK_CUDA(cudaMemcpyAsync(b.holder, &victim, sizeof(victim), cudaMemcpyHostToDevice, s));
       plant_indirect<<<1, 256, 0, s>>>(b.holder, v);
@@ -168,7 +174,7 @@ void write_file(const std::string& path, const std::string& text, bool append) {
 
 // Replays operations [0, ops) into fresh buffers and compares them with `live`.
 unsigned long long verify(uint64_t seed, uint64_t ops, Buffers& live, cudaStream_t s, cublasHandle_t blas,
-                          bool plant) {
+                          Plant plant) {
   CHECK_CUDA(cudaStreamSynchronize(s));
   Buffers fresh = make_buffers(live.words);
   for (uint64_t i = 0; i < ops; i++) run_op(seed, i, fresh, s, blas, plant);
@@ -188,18 +194,21 @@ unsigned long long verify(uint64_t seed, uint64_t ops, Buffers& live, cudaStream
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: cow_random STATE LOG [--mib M] [--seed S] [--plant]\n");
+    std::fprintf(stderr, "usage: cow_random STATE LOG [--mib M] [--seed S] [--plant [--plant-last]]\n");
     return 2;
   }
   std::string state = argv[1], log = argv[2];
   uint64_t mib = 2048, seed = 1;
-  bool plant = false;
+  Plant plant = Plant::kNone;
+  bool last = false;
   for (int i = 3; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--mib" && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--plant") plant = true;
+    else if (a == "--plant") plant = Plant::kOther;
+    else if (a == "--plant-last") last = true;
   }
+  if (plant == Plant::kOther && last) plant = Plant::kLast;
   signal(SIGUSR1, [](int) { g_verify = 1; });
   uint64_t token = 0;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) token = uint64_t(getpid());

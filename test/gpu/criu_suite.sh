@@ -50,19 +50,35 @@
 #                        re-verified
 #   cow_random           the randomized differential test (cow_random.cu):
 #                        PHOS_COW_CYCLES (20) leave-running dumps at random
-#                        moments; each image restored equals the uninterrupted
-#                        run at its freeze, byte for byte
+#                        moments, default settings (cow_trust=checksum); each
+#                        image restored equals the uninterrupted run at its
+#                        freeze, byte for byte; no dump refused
 #   cow_planted          writes outside the speculated set in every window,
 #                        validation on: every dump refused, none silently wrong
+#   cow_planted_sass     issue 29's evidence: cow_random built for sm_90
+#                        only (no PTX: no validator sees its kernels), writing
+#                        outside its speculated sets into the buffer copied
+#                        last, PHOS_COW_PLANTED_SASS_CYCLES (100) leave-running
+#                        dumps with default settings: every image refused by
+#                        checksum ("differs from its content at the freeze"),
+#                        0 wrong images, the process unharmed; every 10th, its
+#                        next dump copies while it is stopped and restores
+#                        equal
 #   torch_cow, torch_cow_async  torch_train.py (default caching allocator;
 #                        backend:cudaMallocAsync) dumped with --leave-running
-#                        and copy-on-write while it trains: its own loss
-#                        curve and its image's, restored, equal the
-#                        uninterrupted run's; bytes saved copy-on-write
+#                        and copy-on-write (default trust: checksum) while it
+#                        trains: its own loss curve and its image's,
+#                        restored, equal the uninterrupted run's; bytes saved
+#                        copy-on-write, every copy equal to the freeze
 #   recopy_random        cow_random dumped without --leave-running with soft
-#                        recopy, PHOS_RECOPY_CYCLES (20) times at random
-#                        moments; each image restored equals the
-#                        uninterrupted run at the final gate closing
+#                        recopy (default trust: checksum), PHOS_RECOPY_CYCLES
+#                        (20) times at random moments; each image restored
+#                        equals the uninterrupted run at the final gate
+#                        closing
+#   recopy_random_unspeculated  the same with speculation off for good
+#                        (PHOS_SPECULATE=never: no kernel has a set, none
+#                        marks a chunk dirty): recopy's final pass by
+#                        checksum alone, 0 mismatches
 #   recopy_planted       writes outside the speculated set in every first
 #                        pass, validation on: every one seen (all copied
 #                        again), every image still equal
@@ -78,9 +94,9 @@
 #                        a read through a pointer in device memory into memory
 #                        not yet in ends the process, naming the kernel, and
 #                        the image then restores with lazy_restore=off
-#   recopy_pattern_8GiB  checkpoint.sh 8192 with cow_trust=speculated: its
-#                        dump-and-restore step through soft recopy, every
-#                        byte re-verified
+#   recopy_pattern_8GiB  checkpoint.sh 8192 with default settings: its
+#                        dump-and-restore step through soft recopy (its final
+#                        pass by checksum), every byte re-verified
 #   soak_torch           torch_train.py checkpointed with --leave-running
 #                        PHOS_SOAK_CHECKPOINTS (100) times, then dumped and
 #                        restored PHOS_SOAK_CHAIN (20) times in a chain: fds,
@@ -129,6 +145,15 @@
 #                        memory: kept on, the next restore maps it, intact
 #   migrate_torch_2gpu, migrate_llama_2gpu  (2 GPUs) the same to GPU 1, peer
 #                        to peer
+#   torchrun_ddp_2gpu_cow  (2 GPUs) torchrun's DDP job dumped with
+#                        --leave-running and copy-on-write, default trust
+#                        (checksum): NCCL's kernels reach their buffers
+#                        through a work struct in device memory, which
+#                        speculation does not see; a rank's image is either
+#                        whole (both loss curves bitwise equal) or refused
+#                        (criu fails naming the chunk), never wrong; after a
+#                        refusal the job trains on intact and its next dump
+#                        copies while it is stopped and restores equal
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -365,9 +390,13 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)$lazy"
 }
 # torch_cow_case [ENV=VALUE...]: a leave-running dump with copy-on-write
-# (its whole copy while the program trains on, 5 ms between steps); the
-# program's own loss curve and the curve of its image, restored, both equal
-# the uninterrupted run's; the bytes saved copy-on-write go in the result.
+# (its whole copy while the program trains on, 5 ms between steps; default
+# trust: checksum); the program's own loss curve and the curve of its image,
+# restored, both equal the uninterrupted run's; the bytes saved
+# copy-on-write go in the result. COW_REFUSAL_OK=1: a refused image (a copy
+# that differs from the freeze) is allowed, never a wrong one: the program
+# must then train on intact, and its next dump, which copies while it is
+# stopped, is the one restored.
 torch_cow_case() {
   local n=150 script=${TORCH_SCRIPT:-$here/torch_train.py}
   setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
@@ -377,11 +406,26 @@ torch_cow_case() {
   start_workload --preload "$WORK/run.losses" $n 5
   reach 40 120 "before the dump"
   TOKEN=$(state_token)
-  PHOS_COPY_ON_WRITE=always PHOS_COW_TRUST=speculated criu_dump --leave-running ||
-    fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"
-  local saved waited
+  local saved waited refused='' checked
+  if ! PHOS_COPY_ON_WRITE=always criu_dump --leave-running; then
+    grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
+      fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"
+    [ -n "${COW_REFUSAL_OK:-}" ] || fail "copy-on-write refused the image: $(phos_error "$WORK/dump.log")"
+    refused=$(phos_error "$WORK/dump.log" | cut -c1-600)
+    cp "$WORK/dump.log" "$log/$CASE/dump.refused.log" 2>/dev/null || true
+    say "refused: $refused"
+    ls "$IMG"/phos-*-complete.img >/dev/null 2>&1 && fail "a refused dump left a completion marker"
+    # The job trains on; its next dump copies while the refused process is stopped.
+    reach $(($(state_counter) + 3)) 120 "after the refused dump"
+    rm -rf "${IMG:?}"/*
+    PHOS_COPY_ON_WRITE=always criu_dump --leave-running ||
+      fail "the dump after a refusal failed: $(phos_error "$WORK/dump.log")"
+    grep -q "an earlier dump of it found a write that speculation missed" "$WORK/dump.log" ||
+      fail "the dump after a refusal did not copy the refused process while it was stopped"
+  fi
   saved=$(grep -o '[0-9]* chunks ([0-9.]* MiB) saved' "$WORK/dump.log" | head -n1)
   waited=$(grep -o '[0-9]* calls waited ([0-9]* with an unknown write set) [0-9.]* ms' "$WORK/dump.log" | head -n1)
+  checked=$(grep -o 'checksum: [0-9]* chunks equal to the freeze' "$WORK/dump.log" | paste -sd, - || true)
   [ -n "$saved" ] || fail "no copy-on-write window in the dump"
   reach $((n - 1)) 120 "after the leave-running dump"
   gone "$(workload_pids)"
@@ -399,7 +443,7 @@ torch_cow_case() {
   stalls=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | paste -sd/ - || true)
   at_once=$(grep -ho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" | paste -sd, - || true)
   job_breakdown
-  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; stall ${stalls:-?}${at_once:+; $at_once}"
+  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}${at_once:+; $at_once}"
 }
 case_torch_cow() { torch_cow_case; }
 case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; }
@@ -477,7 +521,11 @@ torchrun_case() {  # torchrun_case torch_case|torch_cow_case
   TORCH_SCRIPT=$here/torch_ddp_job.py "$1" PHOS_TEST_DDP=1 PHOS_TEST_TORCHRUN=1
 }
 case_torchrun_ddp_2gpu() { torchrun_case torch_case; }
-case_torchrun_ddp_2gpu_cow() { torchrun_case torch_cow_case; }
+# Default trust (checksum): NCCL's kernels reach their buffers through a work
+# struct in device memory, which speculation does not see (with
+# cow_trust=speculated a rank once gave a wrong image); a refusal is allowed,
+# a wrong image never.
+case_torchrun_ddp_2gpu_cow() { COW_REFUSAL_OK=1 torchrun_case torch_cow_case; }
 case_anchor_torch_ddp_2gpu() {
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   TORCH_SCRIPT=$here/torch_ddp_job.py anchor_torch_case PHOS_TEST_DDP=1
@@ -499,14 +547,23 @@ verified() {
 }
 
 # cow_random_setup MODE: the case's setup for cow_random; sets plant (its
-# arguments) and trust: random, speculated sets; planted, writes outside
-# them, validated by PTX twins only (the SASS-level validator attaches the
-# sanitizer, and the driver then refuses to checkpoint the process).
+# arguments) and PHOS_COW_TRUST: random, the default settings (checksum);
+# planted, writes outside the speculated sets, validated by PTX twins only
+# (the SASS-level validator attaches the sanitizer, and the driver then
+# refuses to checkpoint the process); planted_sass, the same writes into the
+# buffer copied last, by cow_random built without PTX, default settings
+# (validation by checksum).
 cow_random_setup() {
-  setup "$bin/cow_random"
+  local program=cow_random
+  [ "$1" = planted_sass ] && program=cow_random_sass
+  setup "$bin/$program"
   export CUBLAS_WORKSPACE_CONFIG=:4096:8
-  plant=() trust=speculated
-  if [ "$1" = planted ]; then plant=(--plant); trust=validated; export PHOS_VALIDATE=ptx; fi
+  plant=()
+  unset PHOS_COW_TRUST PHOS_VALIDATE
+  case $1 in
+    planted) plant=(--plant); export PHOS_COW_TRUST=validated PHOS_VALIDATE=ptx ;;
+    planted_sass) plant=(--plant --plant-last) ;;
+  esac
 }
 
 # start_cow_random K MIB [ARGS...]: cow_random with seed K, then a random
@@ -534,8 +591,7 @@ cow_cycles() {
     local pool=${pools[$((k % 3))]} ok=1
     # The copy starts once the process runs again (cow_start=resume): all
     # of it in the window.
-    PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool PHOS_COW_TRUST=$trust \
-      criu_dump --leave-running || ok=0
+    PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=$pool criu_dump --leave-running || ok=0
     dumps=$((dumps + 1))
     cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true
     local s; s=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | cut -d' ' -f1 | head -n1)
@@ -577,15 +633,82 @@ cow_cycles() {
 }
 case_cow_random() { cow_cycles random "${PHOS_COW_CYCLES:-20}"; }
 case_cow_planted() { cow_cycles planted "${PHOS_COW_PLANTED_CYCLES:-6}"; }
+
+# Issue 29's evidence: a kernel without PTX (no validator can see it) that
+# writes outside its speculated set while the window is open, into the
+# buffer copy-on-write copies last, right after the process runs again.
+# Every dump must be refused by checksum, no image may be wrong, and the
+# process runs on; every 10th cycle its next dump copies while it is
+# stopped and that image restores equal. A dump that completes (every plant
+# after its chunk's copy) is restored and verified, and reported.
+case_cow_planted_sass() {
+  local cycles=${PHOS_COW_PLANTED_SASS_CYCLES:-100} mib=${PHOS_COW_RANDOM_MIB:-1024} k
+  local dumps=0 refused=0 completed=0 wrong=0 harmed=0 stopped=0 stalls=()
+  cow_random_setup planted_sass
+  for k in $(seq "$cycles"); do
+    start_cow_random "$k" "$mib" "${plant[@]}"
+    local ok=1 m
+    PHOS_COPY_ON_WRITE=always criu_dump --leave-running || ok=0
+    dumps=$((dumps + 1))
+    local s; s=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]*' | head -n1)
+    [ -n "$s" ] && stalls+=("$s")
+    if [ $ok = 0 ]; then
+      grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
+        fail "cycle $k: the dump failed for another reason: $(phos_error "$WORK/dump.log")"
+      [ ! -e "$IMG/phos-1-complete.img" ] || fail "cycle $k: a refused image has a completion marker"
+      refused=$((refused + 1))
+      [ "$refused" = 1 ] && say "cycle $k: $(phos_error "$WORK/dump.log" | cut -c1-400)"
+    else
+      cp "$WORK/dump.log" "$log/$CASE/dump.$k.completed.log" 2>/dev/null || true
+    fi
+    m=$(verified "$WORKLOAD_PID" 1)
+    [ "$m" = 0 ] || { harmed=$((harmed + 1)); say "cycle $k: the checkpointed process: $m mismatches"; }
+    # Every 10th refusal: the next dump of the same process copies while it
+    # is stopped, and restores equal.
+    if [ $ok = 0 ] && [ $((refused % 10)) = 1 ]; then
+      rm -rf "${IMG:?}"/*
+      PHOS_COPY_ON_WRITE=always criu_dump --leave-running ||
+        fail "cycle $k: the dump after a refusal failed: $(phos_error "$WORK/dump.log")"
+      grep -q "an earlier dump of it found a write that speculation missed" "$WORK/dump.log" ||
+        fail "cycle $k: the dump after a refusal did not copy while the process was stopped"
+      ok=1 stopped=$((stopped + 1))
+      m=$(verified "$WORKLOAD_PID" 2)
+      [ "$m" = 0 ] || { harmed=$((harmed + 1)); say "cycle $k: the process after its stopped dump: $m mismatches"; }
+    fi
+    local seen; seen=$(wc -l < "$WORK/verify.log" 2>/dev/null || echo 0)
+    kill -9 "$WORKLOAD_PID"; gone "$WORKLOAD_PID"
+    if [ $ok = 1 ]; then
+      criu_restore || fail "cycle $k: restore failed: $(phos_error "$WORK/restore.log")"
+      local pid; pid=$(restored_pid) || fail "cycle $k: no restored process"
+      m=$(verified "$pid" $((seen + 1)))
+      if [ "$m" != 0 ]; then
+        wrong=$((wrong + 1))
+        say "cycle $k: the restored image differs from the uninterrupted run: $m mismatches"
+      elif ! grep -q "an earlier dump of it found" "$WORK/dump.log"; then
+        completed=$((completed + 1))
+      fi
+      kill -9 "$pid"; gone "$pid"
+    fi
+    rm -rf "${IMG:?}"/*
+  done
+  local stall; stall=$(printf '%s\n' "${stalls[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "stall median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
+  [ "$wrong" = 0 ] && [ "$harmed" = 0 ] ||
+    fail "$wrong wrong images, $harmed processes harmed, in $dumps dumps ($refused refused, $completed completed)"
+  [ "$refused" = "$dumps" ] ||
+    fail "$refused of $dumps dumps refused; $completed completed and restored equal (every plant after its chunk's copy: the test planted too late), 0 wrong"
+  pass "refused $refused/$dumps dumps of a kernel without PTX writing outside its speculated set (validation by checksum, default settings), 0 wrong images, the process intact after each; $stopped next dumps copied while stopped and restored equal; $stall"
+}
 # The pattern program with copy-on-write instead of the snapshot: every byte
 # of the restored image re-verified.
 cow_pattern() {
   local out rc
-  out=$(PHOS_COPY_ON_WRITE=always PHOS_COW_TRUST=speculated bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
+  out=$(PHOS_COPY_ON_WRITE=always bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
   echo "$out"
   [ $rc -eq 0 ] || exit $rc
   grep -q "copy-on-write window closed" <<<"$out" || fail "no copy-on-write window in the leave-running dump"
-  pass "$(grep -o 'leave-running dump in [0-9.]* s' <<<"$out"); $(grep -o 'gate reopened after [0-9.]* ms' <<<"$out" | head -n1); $(grep -o '[0-9]* chunks ([0-9.]* MiB) saved into the pool' <<<"$out" | head -n1); all $((($1 + 63) / 64)) slices of the restored image re-verified"
+  local checked; checked=$(grep -o "checksum: [0-9]* chunks equal to the freeze (T0: [0-9.]* GiB in [0-9.]* ms)" <<<"$out" | head -n1)
+  [ -n "$checked" ] || fail "the copy was not checked by checksum (the default)"
+  pass "$(grep -o 'leave-running dump in [0-9.]* s' <<<"$out"); $(grep -o 'gate reopened after [0-9.]* ms' <<<"$out" | head -n1); $(grep -o '[0-9]* chunks ([0-9.]* MiB) saved into the pool' <<<"$out" | head -n1); $checked; all $((($1 + 63) / 64)) slices of the restored image re-verified"
 }
 case_cow_pattern_8GiB() { cow_pattern 8192; }
 
@@ -602,17 +725,20 @@ source "$here/bench_lib.sh"  # downtime_ms
 # seen (every chunk copied again), and the image still equal.
 recopy_cycles() {
   local mode=$1 cycles=$2 mib=${PHOS_COW_RANDOM_MIB:-2048} k
-  local dumps=0 mismatches=0 caught=0 first_mib=0 dirty=0 chunks=0 downs=()
+  local dumps=0 mismatches=0 caught=0 first_mib=0 dirty=0 chunks=0 downs=() unmarked=0 by_sum=0
   cow_random_setup "$mode"
   for k in $(seq "$cycles"); do
     start_cow_random "$k" "$mib" "${plant[@]}"
-    PHOS_RECOPY=auto PHOS_COW_TRUST=$trust criu_dump || fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
+    PHOS_RECOPY=auto criu_dump || fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
     dumps=$((dumps + 1))
     cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true
     grep -q "first pass copied" "$WORK/dump.log" ||
       fail "cycle $k: no soft recopy: $(grep -o 'no soft recopy.*' "$WORK/dump.log" | head -n1)"
     grep -q "wrote outside its set while soft recopy" "$WORK/dump.log" && caught=$((caught + 1))
     first_mib=$(awk -v a="$first_mib" -v b="$(grep -o 'first pass copied [0-9]* chunks ([0-9.]* MiB)' "$WORK/dump.log" | grep -o '[0-9.]* MiB' | cut -d' ' -f1)" 'BEGIN {print a + b}')
+    # The final pass by checksum: chunks changed without a dirty mark.
+    local sums; sums=$(grep -o "([0-9]* of them without a dirty mark" "$WORK/dump.log" | grep -o '[0-9]*' | head -n1)
+    [ -n "$sums" ] && by_sum=$((by_sum + 1)) unmarked=$((unmarked + sums))
     local line; line=$(grep -o '[0-9]* of [0-9]* chunks dirty' "$WORK/dump.log" | head -n1)
     dirty=$((dirty + $(cut -d' ' -f1 <<<"$line"))); chunks=$((chunks + $(cut -d' ' -f3 <<<"$line")))
     local d; d=$(downtime_ms "$WORK/dump.log"); [ -n "$d" ] && downs+=("$d")
@@ -628,7 +754,7 @@ recopy_cycles() {
   done
   local down; down=$(printf '%s\n' "${downs[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "downtime median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
   [ "$mismatches" = 0 ] || fail "$mismatches of $dumps recopied images differ from the uninterrupted run"
-  local what="$dumps dumps at random moments ($mib MiB), soft recopy: 0 mismatches with the uninterrupted run; first passes copied $first_mib MiB while it ran, $dirty of $chunks chunks written meanwhile and copied again; $down"
+  local what="$dumps dumps at random moments ($mib MiB), soft recopy: 0 mismatches with the uninterrupted run; first passes copied $first_mib MiB while it ran, $dirty of $chunks chunks written meanwhile; $by_sum final passes by checksum found $unmarked chunks changed without a dirty mark; $down"
   if [ "$mode" = planted ]; then
     [ "$caught" = "$dumps" ] || fail "planted writes seen in $caught of $dumps first passes"
     pass "caught $caught/$dumps planted mis-speculations (every chunk copied again); $what"
@@ -636,16 +762,24 @@ recopy_cycles() {
   pass "$what"
 }
 case_recopy_random() { recopy_cycles random "${PHOS_RECOPY_CYCLES:-20}"; }
+# Speculation off for good: no kernel has a set, none marks a chunk dirty;
+# the final pass by checksum alone makes the image exact.
+case_recopy_random_unspeculated() {
+  export PHOS_SPECULATE=never
+  recopy_cycles random "${PHOS_RECOPY_CYCLES:-20}"
+}
 case_recopy_planted() { recopy_cycles planted "${PHOS_RECOPY_PLANTED_CYCLES:-6}"; }
 # The pattern program's dump-and-restore step with soft recopy: every byte of
 # the restored image re-verified.
 recopy_pattern() {
   local out rc
-  out=$(PHOS_COW_TRUST=speculated bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
+  out=$(bash "$here/checkpoint.sh" "$1" 2>&1); rc=$?
   echo "$out"
   [ $rc -eq 0 ] || exit $rc
   grep -q "first pass copied" <<<"$out" || fail "no soft recopy in the dump: $(grep -o 'no soft recopy.*' <<<"$out" | head -n1)"
-  pass "$(grep -o '\] dump in [0-9.]* s' <<<"$out" | cut -c3-); $(grep -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" <<<"$out" | head -n1); $(grep -o '[0-9]* of [0-9]* chunks dirty' <<<"$out" | head -n1); all $((($1 + 63) / 64)) slices of the restored image re-verified"
+  local plan; plan=$(grep -o "checksum: the final pass copies [0-9]* of [0-9]* chunks[^;]*" <<<"$out" | head -n1)
+  [ -n "$plan" ] || fail "the final pass did not go by checksum (the default)"
+  pass "$(grep -o '\] dump in [0-9.]* s' <<<"$out" | cut -c3-); $(grep -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" <<<"$out" | head -n1); $(grep -o '[0-9]* of [0-9]* chunks dirty' <<<"$out" | head -n1); $plan; all $((($1 + 63) / 64)) slices of the restored image re-verified"
 }
 case_recopy_pattern_8GiB() { recopy_pattern 8192; }
 
@@ -1588,7 +1722,7 @@ limit_of() {  # seconds a case may take
     pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_*) echo 300 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
-    cow_random | cow_planted | recopy_random | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
+    cow_random | cow_planted | cow_planted_sass | recopy_random | recopy_random_unspeculated | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
     *) echo 150 ;;
   esac
@@ -1597,7 +1731,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
+  cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow"

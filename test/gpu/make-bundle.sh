@@ -22,6 +22,13 @@ mkdir -p "$out/gpu"
 for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
+# cow_random without PTX (SASS for sm_90 only): no validator sees its planted
+# writes; validation by checksum must refuse them (cow_planted_sass).
+"$cuda/bin/nvcc" -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -o "$out/gpu/cow_random_sass" \
+  "$src/test/gpu/cow_random.cu" -lcublas
+# The engine's fingerprint kernels, timed and checked against the host's.
+"$cuda/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I"$src/plugin/gpu" -I"$src/images/include" -o "$out/gpu/bench_checksum" \
+  "$src/test/gpu/bench_checksum.cu"
 # PTX twins to run on the GPU (ptx_twin_check.cc): nvcc's PTX of
 # test/ptx/generic.cu and the Triton-shaped test/ptx/triton_like.ptx.
 # Probes for facts the design rests on (test/gpu/probes/); the sanitizer
@@ -37,7 +44,8 @@ twin=$src/build-gpu/ptx/tools/phos-ptx-twin
 "$twin" "$src/test/ptx/triton_like.ptx" "$out/gpu/triton.loads.ptx" --loads >/dev/null
 # The suite programs' kernel signatures (phos-sigdb), for the speculation case.
 if [ -x "$src/build-gpu/speculation/tools/phos-sigdb" ]; then
-  "$src/build-gpu/speculation/tools/phos-sigdb" -o "$out/gpu/suite.sigdb" "$src"/test/gpu/*.cu -- -I"$src/test/gpu" 2>/dev/null
+  "$src/build-gpu/speculation/tools/phos-sigdb" -o "$out/gpu/suite.sigdb" "$src"/test/gpu/*.cu -- -I"$src/test/gpu" \
+    -I"$src/plugin/gpu" -I"$src/images/include" 2>/dev/null
 fi
 cp /usr/local/sbin/criu "$out/bin/"
 cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"

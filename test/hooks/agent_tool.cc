@@ -10,13 +10,16 @@
 //       and marked copied (one a write waits for, if any), MS ms later the
 //       others, the window closed, and its account printed: "window: checked=N waited=N unknown=N
 //       saved=N aborted=0|1 first=CHUNK written=ADDRESS transfers=N"
+//       With PHOS_TOOL_TRUST=exact|speculated|validated|checksum the window
+//       trusts those sets (default speculated).
 //   phos-agent-tool recopy-window PID GO GO2 MS  the same for soft recopy: the
 //       file GO created, for MS ms the process's transfers in flight watched,
 //       then the dirty chunks counted and the first chunk a cold-first claim
 //       takes looked at (and put back), GO2 created, MS ms later the dirty
 //       chunks counted again, the window closed: "recopy: dirty=N
 //       at=ADDRESS then dirty=N of N waited=N aborted=0|1 transfers=N
-//       transfer_bytes=N queued=0|1 cold_first=ADDRESS"
+//       transfer_bytes=N queued=0|1 cold_first=ADDRESS unmarked=N" (calls
+//       not trusted left unmarked: cow_trust=checksum)
 //   phos-agent-tool fill-window PID GO MS  the engine's side of an on-demand
 //       restore's fill window (kOnDemandFill, 64 KiB chunks): the file GO
 //       created, MS ms later the chunks a call waits for filled, MS ms later
@@ -39,6 +42,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 
 #include "phos/images/copy_state.h"
@@ -102,6 +106,16 @@ std::string driver_checkpoint_restore(pid_t pid, std::string* timings) {
   return "";
 }
 
+// The window's trust: PHOS_TOOL_TRUST, speculated by default.
+phos::agent::CopyTrust tool_trust() {
+  const char* v = std::getenv("PHOS_TOOL_TRUST");
+  const std::string t = v ? v : "speculated";
+  if (t == "exact") return phos::agent::CopyTrust::kExact;
+  if (t == "validated") return phos::agent::CopyTrust::kValidated;
+  if (t == "checksum") return phos::agent::CopyTrust::kChecksum;
+  return phos::agent::CopyTrust::kSpeculated;
+}
+
 }  // namespace
 
 // The recopy side of copy-window: counts the dirty chunks after the first
@@ -145,10 +159,10 @@ int recopy_window(pid_t pid, phos::copystate::CopyState& table, const char* go2,
   const phos::copystate::Statistics s = table.statistics();
   std::printf("recopy: dirty=%" PRIu64 " at=0x%" PRIx64 " then dirty=%" PRIu64 " of %" PRIu64 " waited=%" PRIu64
               " aborted=%d transfers=%" PRIu64 " transfer_bytes=%" PRIu64 " queued=%d"
-              " cold_first=0x%" PRIx64 "\n",
+              " cold_first=0x%" PRIx64 " unmarked=%" PRIu64 "\n",
               after_write, at, after_unknown, table.chunk_count(), closed->counters.calls_waited,
               closed->aborted ? 1 : 0, s.transfers, s.transfer_bytes, table.traffic().busy_until_ns ? 1 : 0,
-              cold_first);
+              cold_first, closed->unmarked_calls);
   return 0;
 }
 
@@ -230,7 +244,7 @@ int main(int argc, char** argv) {
         recopy ? phos::CopyProtocol::kSoftRecopy : phos::CopyProtocol::kSoftCopyOnWrite, 64u << 10, regions, 0);
     if (!table) return fail_and_reopen(*client, "copy table", table.error());
     int fd = table->fd();
-    auto opened = client->open_copy_window({phos::agent::CopyTrust::kSpeculated, 30000, 0, 0}, std::span(&fd, 1));
+    auto opened = client->open_copy_window({tool_trust(), 30000, 0, 0}, std::span(&fd, 1));
     if (!opened) return fail_and_reopen(*client, "open copy window", opened.error());
     if (auto r = client->resume(); !r) return fail("resume", r.error());
     (void)client->goodbye();

@@ -1,25 +1,48 @@
 /* The fake libcuda's copies and sets: each counts its calls, so a test sees
- * that libphos.so's recording hooks still reach the driver. */
+ * that libphos.so's recording hooks still reach the driver. With real
+ * memory (FAKE_CUDA_MEMORY=1, fake_libcuda_vmm.c) they copy and set, at
+ * once: every stream is always done. */
 #include <cuda.h>
+#include <string.h>
 
 unsigned long long fake_copy_calls;
+int fake_real_memory(void);
 
 static CUresult counted(void) {
   __atomic_add_fetch(&fake_copy_calls, 1, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 
+/* Device and host addresses alike are the process's own with real memory. */
+static CUresult copy(unsigned long long dst, unsigned long long src, size_t n) {
+  if (fake_real_memory() && n) memmove((void *)dst, (const void *)src, n);
+  return counted();
+}
+static CUresult set(unsigned long long dst, const void *value, size_t width, size_t count) {
+  if (fake_real_memory())
+    for (size_t i = 0; i < count; i++) memcpy((char *)dst + i * width, value, width);
+  return counted();
+}
+
 /* protected: the fake cuGetProcAddress hands out its own (fake_libcuda.c) */
-__attribute__((visibility("protected"))) CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { (void)dst; (void)src; (void)n; return counted(); }
+__attribute__((visibility("protected"))) CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(dst, src, n); }
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return copy(dst, src, n); }
 CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) {
-  (void)dst; (void)src; (void)n; (void)s; return counted();
+  (void)s; return copy((unsigned long long)dst, src, n);
+}
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+  (void)s; return copy(dst, (unsigned long long)src, n);
 }
 CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n) {
-  (void)dst; (void)dc; (void)src; (void)sc; (void)n; return counted();
+  (void)dc; (void)sc; return copy(dst, src, n);
+}
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s) {
+  (void)dc; (void)sc; (void)s; return copy(dst, src, n);
 }
 CUresult cuMemcpy2D(const CUDA_MEMCPY2D *c) { (void)c; return counted(); }
 CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *c, CUstream s) { (void)c; (void)s; return counted(); }
-CUresult cuMemsetD32(CUdeviceptr dst, unsigned int v, size_t n) { (void)dst; (void)v; (void)n; return counted(); }
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) { (void)s; return set(dst, &v, 1, n); }
+CUresult cuMemsetD32(CUdeviceptr dst, unsigned int v, size_t n) { return set(dst, &v, 4, n); }
 CUresult cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) {
   (void)dst; (void)pitch; (void)v; (void)w; (void)h; (void)s; return counted();
 }

@@ -2,14 +2,39 @@
  * memory to allocate, map, release and map back without a GPU. A context is
  * its device + 1; addresses are made up and never touched. Every
  * cuMemSetAccess is logged ("access ADDRESS SIZE DEVICE:FLAGS...") to the
- * file FAKE_CUDA_LOG names, with the marks the program adds (fake_mark). */
+ * file FAKE_CUDA_LOG names, with the marks the program adds (fake_mark).
+ *
+ * With FAKE_CUDA_MEMORY=1 the memory is real, in the program and in criu
+ * alike (the plugin's engine runs on this fake too): a handle is a memfd of
+ * its size, an address reservation a PROT_NONE mapping, a map the memfd
+ * mapped there (MAP_SHARED), an exported handle the memfd itself; copies
+ * and sets copy and set (fake_libcuda_copy.c), and the engine's kernels run
+ * on the CPU (fake_libcuda_kernels.cc). A store of the program's own into
+ * that memory is a write no hook sees, as a kernel's outside its
+ * speculated set is. */
 #define _GNU_SOURCE  /* memfd_create */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+int fake_real_memory(void) {
+  static int real = -1;
+  if (real < 0) {
+    const char *v = getenv("FAKE_CUDA_MEMORY");
+    real = v && *v == '1';
+  }
+  return real;
+}
+
+/* Real memory: a handle names its memfd (fd + 1, so 0 stays invalid). */
+static int fd_of(CUmemGenericAllocationHandle h) { return (int)h - 1; }
+static CUmemGenericAllocationHandle handle_of(int fd) { return (CUmemGenericAllocationHandle)fd + 1; }
 
 static __thread uintptr_t t_ctx[8];
 static __thread int t_depth;
@@ -73,21 +98,52 @@ CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p, 
   return CUDA_SUCCESS;
 }
 CUresult cuMemAddressReserve(CUdeviceptr *va, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags) {
-  (void)align; (void)addr; (void)flags;
+  (void)align; (void)flags;
+  if (fake_real_memory()) {
+    void *p = mmap((void *)addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    *va = (CUdeviceptr)p;
+    return CUDA_SUCCESS;
+  }
   *va = __atomic_fetch_add(&g_next_va, size, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
+CUresult cuMemAddressFree(CUdeviceptr va, size_t size) {
+  if (fake_real_memory() && munmap((void *)va, size) != 0) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
 CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *p, unsigned long long f) {
-  (void)size; (void)p; (void)f;
+  (void)p; (void)f;
+  if (fake_real_memory()) {
+    int fd = memfd_create("fake-device-memory", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+      if (fd >= 0) close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *h = handle_of(fd);
+    return CUDA_SUCCESS;
+  }
   *h = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
-CUresult cuMemRelease(CUmemGenericAllocationHandle h) { (void)h; return CUDA_SUCCESS; }
-CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long f) {
-  (void)va; (void)size; (void)offset; (void)h; (void)f;
+CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+  if (fake_real_memory() && close(fd_of(h)) != 0) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_SUCCESS;
 }
-CUresult cuMemUnmap(CUdeviceptr va, size_t size) { (void)va; (void)size; return CUDA_SUCCESS; }
+CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long f) {
+  (void)f;
+  if (fake_real_memory() &&
+      mmap((void *)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_of(h), (off_t)offset) == MAP_FAILED)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+/* Back to a reservation: the range stays the program's, without memory. */
+CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
+  if (fake_real_memory() &&
+      mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
 CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count) {
   char line[512];
   int n = snprintf(line, sizeof(line), "access 0x%llx %zu", (unsigned long long)va, size);
@@ -97,8 +153,21 @@ CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc
   return CUDA_SUCCESS;
 }
 /* libphos.so answers every allocation itself; a program linked against the
- * fake needs the symbol. */
-CUresult cuMemAlloc(CUdeviceptr *p, size_t size) { (void)p; (void)size; return CUDA_ERROR_NOT_SUPPORTED; }
+ * fake needs the symbol. With real memory, criu's engine allocates its
+ * bounce buffers (and snapshots) here: a mapping with its size before it. */
+CUresult cuMemAlloc(CUdeviceptr *p, size_t size) {
+  if (!fake_real_memory()) return CUDA_ERROR_NOT_SUPPORTED;
+  void *m = mmap(NULL, size + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *(size_t *)m = size;
+  *p = (CUdeviceptr)m + 4096;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemFree(CUdeviceptr p) {
+  if (!fake_real_memory() || !p) return CUDA_SUCCESS;
+  void *m = (void *)(p - 4096);
+  return munmap(m, *(size_t *)m + 4096) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 
 /* What a copy window (copy_window.h) opens in the process: the device's
  * primary context and a stream of its own. */
@@ -115,6 +184,12 @@ CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
 CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
                                       unsigned long long flags) {
   (void)type; (void)flags;
+  if (fake_real_memory()) {
+    int fd = fcntl(fd_of(h), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
+    *(int *)out = fd;
+    return CUDA_SUCCESS;
+  }
   int fd = memfd_create("fake-cuda-memory", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
@@ -127,6 +202,12 @@ CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle,
                                         CUmemAllocationHandleType type) {
   (void)type;
+  if (fake_real_memory()) {
+    int fd = fcntl((int)(intptr_t)os_handle, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+    *h = handle_of(fd);
+    return CUDA_SUCCESS;
+  }
   CUmemGenericAllocationHandle named = 0;
   if (pread((int)(intptr_t)os_handle, &named, sizeof(named), 0) != (ssize_t)sizeof(named) || !named)
     return CUDA_ERROR_INVALID_VALUE;

@@ -756,7 +756,10 @@ TEST_CASE("agent: close copy window returns the backend's figures, gate open or 
                            .violations = 2,
                            .violation = "kernel k wrote 0x7f0000001000",
                            .aborted = true,
-                           .abort_reason = "chunk 7 timed out"};
+                           .abort_reason = "chunk 7 timed out",
+                           .speculated_kernels = {{"k", 9}},
+                           .speculated_kernel_count = 1,
+                           .unmarked_calls = 0};
   auto c = a.client();
   // The engine closes the window while the process runs again.
   REQUIRE(a.gate.is_open());
@@ -768,6 +771,21 @@ TEST_CASE("agent: close copy window returns the backend's figures, gate open or 
   REQUIRE(c.close_copy_window().ok());
   CHECK(a.backend.close_calls == 2);
   CHECK(c.resume().ok());
+}
+
+TEST_CASE("agent: a close that says a copy missed a write is remembered in the status for good",
+          "[agent][copy_window][checksum]") {
+  CopyWindowAgent a;
+  auto c = a.client();
+  auto before = c.status();
+  REQUIRE(before.ok());
+  CHECK_FALSE(before->cow_missed);
+  REQUIRE(c.close_copy_window().ok());
+  CHECK_FALSE(c.status()->cow_missed);  // a close that found nothing changes nothing
+  REQUIRE(c.close_copy_window(/*missed=*/true).ok());
+  CHECK(c.status()->cow_missed);
+  REQUIRE(c.close_copy_window().ok());
+  CHECK(c.status()->cow_missed);  // sticky: a later clean close does not clear it
 }
 
 // --- an untrusted agent: what it lists is checked before a dump uses it ---

@@ -169,7 +169,9 @@ TEST_CASE("agent protocol: every request round trips", "[agent_protocol]") {
       agent::NcclStopRequest{0x1234, 7, false},
       agent::OpenCopyWindowRequest{agent::CopyTrust::kValidated, 60000, 1, 2ull << 30},
       agent::OpenCopyWindowRequest{agent::CopyTrust::kExact, 1, 0, 0},
+      agent::OpenCopyWindowRequest{agent::CopyTrust::kChecksum, 60000, 0, 1ull << 30},
       agent::CloseCopyWindowRequest{},
+      agent::CloseCopyWindowRequest{.missed = true},
   };
   for (const auto& r : requests) {
     INFO(agent::kind_name(r));
@@ -207,7 +209,20 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
           .violations = 2,
           .violation = "kernel k wrote outside its speculated set",
           .aborted = true,
-          .abort_reason = "chunk 7 was not copied in time"},
+          .abort_reason = "chunk 7 was not copied in time",
+          .speculated_kernels = {},
+          .speculated_kernel_count = 0,
+          .unmarked_calls = 0},
+      agent::CloseCopyWindowReply{.counters = {.calls_checked = 217},
+                                  .chunks_saved = 0,
+                                  .violations = 0,
+                                  .violation = "",
+                                  .aborted = false,
+                                  .abort_reason = "",
+                                  .speculated_kernels = {{"ncclDevKernel_AllReduce_Sum_f32_RING_LL", 40},
+                                                         {"void at::native::vectorized_elementwise_kernel<4>", 3}},
+                                  .speculated_kernel_count = 7,
+                                  .unmarked_calls = 12},
   };
   for (const auto& r : replies) {
     INFO(agent::kind_name(r));
@@ -569,16 +584,16 @@ PbWriter open_copy_window(uint64_t trust) {
 TEST_CASE("agent protocol: an open copy window request with trust 0 is refused", "[agent_protocol][malformed]") {
   auto e = request_error(open_copy_window(0));
   CHECK_THAT(e.message, Catch::Contains("malformed request") && Catch::Contains("open copy window: trust 0") &&
-                            Catch::Contains("none of 1, 2, 3"));
+                            Catch::Contains("none of 1, 2, 3, 4"));
 }
 
-TEST_CASE("agent protocol: an open copy window request with trust 4 is refused", "[agent_protocol][malformed]") {
-  auto e = request_error(open_copy_window(4));
-  CHECK_THAT(e.message, Catch::Contains("malformed request") && Catch::Contains("open copy window: trust 4"));
+TEST_CASE("agent protocol: an open copy window request with trust 5 is refused", "[agent_protocol][malformed]") {
+  auto e = request_error(open_copy_window(5));
+  CHECK_THAT(e.message, Catch::Contains("malformed request") && Catch::Contains("open copy window: trust 5"));
 }
 
-TEST_CASE("agent protocol: every trust in 1..3 written by hand is accepted", "[agent_protocol]") {
-  for (uint64_t t : {1, 2, 3}) {
+TEST_CASE("agent protocol: every trust in 1..4 written by hand is accepted", "[agent_protocol]") {
+  for (uint64_t t : {1, 2, 3, 4}) {
     INFO("trust " << t);
     auto r = agent::decode_request(open_copy_window(t).payload());
     REQUIRE(r.ok());
@@ -616,7 +631,33 @@ TEST_CASE("agent protocol: a close copy window reply without its optional texts 
                    .violations = 0,
                    .violation = "",
                    .aborted = false,
-                   .abort_reason = ""});
+                   .abort_reason = "",
+                   .speculated_kernels = {},
+                   .speculated_kernel_count = 0,
+                   .unmarked_calls = 0});
+}
+
+TEST_CASE("agent protocol: trust 4 (checksum) opens a window, 5 is refused as malformed", "[agent_protocol][checksum]") {
+  auto ok = agent::decode_request(agent::encode_request(
+      agent::OpenCopyWindowRequest{.trust = agent::CopyTrust::kChecksum, .timeout_ms = 1, .pool_device = 0, .pool_bytes = 0}));
+  REQUIRE(ok.ok());
+  CHECK(std::get<agent::OpenCopyWindowRequest>(*ok).trust == agent::CopyTrust::kChecksum);
+  auto bad = agent::decode_request(agent::encode_request(
+      agent::OpenCopyWindowRequest{.trust = agent::CopyTrust(5), .timeout_ms = 1, .pool_device = 0, .pool_bytes = 0}));
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("trust 5 is none of 1, 2, 3, 4"));
+}
+
+TEST_CASE("agent protocol: an older agent's status and close reply read as no miss, no kernels",
+          "[agent_protocol][compat][checksum]") {
+  CHECK_FALSE(std::get<agent::StatusReply>(round_trip(agent::StatusReply{})).cow_missed);
+  agent::StatusReply missed;
+  missed.cow_missed = true;
+  CHECK(std::get<agent::StatusReply>(round_trip(missed)).cow_missed);
+  // An empty close request (an older plugin) reads as not missed.
+  auto q = agent::decode_request(agent::encode_request(agent::CloseCopyWindowRequest{}));
+  REQUIRE(q.ok());
+  CHECK_FALSE(std::get<agent::CloseCopyWindowRequest>(*q).missed);
 }
 
 TEST_CASE("agent protocol: the copy window kinds are named as agent.proto names them", "[agent_protocol]") {

@@ -1286,3 +1286,82 @@ TEST_CASE("copy state: urgent_waiting says when a write waits for the engine", "
   s.copied(*c);
   writer.join();
 }
+
+// --- recopy's final pass by checksum (claim_again, clear_dirty, locate) ---
+
+TEST_CASE("copy state: claim_again takes a copied chunk back and clears its dirty mark", "[copy_state][checksum]") {
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 3 * kChunk}}, 0);
+  REQUIRE(drain(s) == 3);
+  REQUIRE(s.before_write(0x100000 + kChunk, 8, no_save, 100ms).ok());
+  CHECK(s.dirty(1));
+  auto c = s.claim_again(1);
+  REQUIRE(c);
+  CHECK(c->chunk == 1);
+  CHECK(c->offset == kChunk);
+  CHECK(c->bytes == kChunk);
+  CHECK_FALSE(c->pool_slot);
+  CHECK(s.state(1) == ChunkState::kCopying);
+  CHECK_FALSE(s.dirty(1));
+  CHECK_FALSE(s.claim_again(1));  // copying now, not copied
+  s.copied(*c);
+  CHECK(s.all_copied());
+}
+
+TEST_CASE("copy state: claim_again refuses chunks that are not copied, and chunks past the table",
+          "[copy_state][checksum]") {
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 2 * kChunk}}, 0);
+  CHECK_FALSE(s.claim_again(0));  // pending
+  auto c = s.claim_next();
+  REQUIRE(c);
+  CHECK_FALSE(s.claim_again(c->chunk));  // copying
+  CHECK_FALSE(s.claim_again(2));
+  CHECK_FALSE(s.claim_again(UINT64_MAX));
+  s.clear_dirty(UINT64_MAX);  // harmless
+}
+
+TEST_CASE("copy state: clear_dirty lets a dirty, unchanged chunk count as copied", "[copy_state][checksum]") {
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{1, 0x100000, 2 * kChunk}}, 0);
+  REQUIRE(drain(s) == 2);
+  s.mark_all_dirty();
+  CHECK_FALSE(s.all_copied());
+  s.clear_dirty(0);
+  s.clear_dirty(1);
+  CHECK(s.dirty_count() == 0);
+  CHECK(s.all_copied());
+}
+
+TEST_CASE("copy state: a write waits while its chunk is claimed again, and goes on once it is copied",
+          "[copy_state][checksum]") {
+  // Copy-on-write never claims again; the recopy hooks never wait. The
+  // state machine must still hold for a writer of a copy-on-write table
+  // that finds a chunk copying: it waits for `copied`.
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x100000, kChunk}}, 0);
+  auto first = s.claim_next();
+  REQUIRE(first);
+  s.copied(*first);
+  auto again = s.claim_again(0);
+  REQUIRE(again);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    auto r = s.before_write(0x100000, 8, no_save, 5000ms);
+    CHECK(r.ok());
+    done = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(done.load());
+  s.copied(*again);
+  writer.join();
+  CHECK(done.load());
+}
+
+TEST_CASE("copy state: locate says where a chunk lies, claimed or not", "[copy_state][checksum]") {
+  CopyState s = make(CopyProtocol::kSoftRecopy, {{7, 0x200000, 2 * kChunk + 100}, {3, 0x100000, kChunk}}, 0);
+  Claim c = s.locate(0);
+  CHECK(c.region == 0);  // id 3, the lower address
+  CHECK(c.offset == 0);
+  Claim last = s.locate(3);
+  CHECK(last.region == 1);
+  CHECK(last.offset == 2 * kChunk);
+  CHECK(last.bytes == 100);
+  CHECK(s.state(3) == ChunkState::kPending);  // not claimed by looking
+}

@@ -375,7 +375,8 @@ TEST_CASE("manifest: copy trust names", "[manifest][cow]") {
   CHECK(copy_trust_name(CopyTrust::kExact) == "exact");
   CHECK(copy_trust_name(CopyTrust::kSpeculated) == "speculated");
   CHECK(copy_trust_name(CopyTrust::kValidated) == "validated");
-  CHECK(copy_trust_name(CopyTrust(4)) == "unknown");
+  CHECK(copy_trust_name(CopyTrust::kChecksum) == "checksum");
+  CHECK(copy_trust_name(CopyTrust(5)) == "unknown");
 }
 
 TEST_CASE("manifest validation: accepts a copy-on-write manifest", "[manifest][validate][cow]") {
@@ -388,10 +389,50 @@ TEST_CASE("manifest validation: unknown copy trust", "[manifest][validate][cow]"
   CHECK_THAT(validate_error(m), Catch::Contains("m.img: manifest: unknown copy trust 9"));
 }
 
-TEST_CASE("manifest validation: copy trust just past validated", "[manifest][validate][cow]") {
+TEST_CASE("manifest validation: copy trust just past checksum", "[manifest][validate][cow]") {
   Manifest m = cow_manifest();
-  m.copy_trust = CopyTrust(4);
-  CHECK_THAT(validate_error(m), Catch::Contains("unknown copy trust 4"));
+  m.copy_trust = CopyTrust(5);
+  CHECK_THAT(validate_error(m), Catch::Contains("unknown copy trust 5"));
+}
+
+TEST_CASE("manifest: a checksum dump records speculated trust and its validation, with its figures",
+          "[manifest][checksum]") {
+  // What a dump with cow_trust=checksum writes: trust 2, which every phos
+  // with copy-on-write reads, and the validation beside it.
+  Manifest m = cow_manifest();
+  m.copy_trust = CopyTrust::kSpeculated;
+  m.validation = Validation::kChecksum;
+  m.statistics.sum_pass_ns = 21'400'000;
+  m.statistics.sum_checked_chunks = 20480;
+  m.statistics.sum_missed_chunks = 3;
+  m.statistics.sum_unchanged_dirty_chunks = 7;
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(back->validation == Validation::kChecksum);
+  CHECK(back->copy_trust == CopyTrust::kSpeculated);
+  CHECK(back->statistics.sum_checked_chunks == 20480);
+  CHECK(back->statistics.sum_missed_chunks == 3);
+  CHECK(back.value() == m);
+  CHECK(format_version_for(m) == format_version_for(cow_manifest()));  // no new format version
+  CHECK(validation_name(Validation::kNone) == "none");
+  CHECK(validation_name(Validation::kChecksum) == "checksum");
+  CHECK(validation_name(Validation(2)) == "unknown");
+}
+
+TEST_CASE("manifest: without validation the field is left off the wire", "[manifest][checksum]") {
+  const size_t plain = encode_manifest(cow_manifest()).size();
+  Manifest checked = cow_manifest();
+  checked.validation = Validation::kChecksum;
+  CHECK(encode_manifest(checked).size() > plain);
+  Manifest none = cow_manifest();
+  none.validation = Validation::kNone;
+  CHECK(encode_manifest(none).size() == plain);
+}
+
+TEST_CASE("manifest validation: an unknown validation is refused", "[manifest][validate][checksum]") {
+  Manifest m = cow_manifest();
+  m.validation = Validation(7);
+  CHECK_THAT(validate_error(m), Catch::Contains("unknown validation 7"));
 }
 
 TEST_CASE("manifest: a file with an unknown copy trust is refused when decoded", "[manifest][cow][corrupt]") {

@@ -207,7 +207,7 @@ TEST_CASE("options: copy-on-write defaults", "[options][cow]") {
   auto p = parse("");
   CHECK(p.options.copy_on_write == CopyOnWrite::kAuto);
   CHECK(p.options.cow_pool_mib == 2048);
-  CHECK(p.options.cow_trust == CopyTrust::kValidated);
+  CHECK(p.options.cow_trust == CopyTrust::kChecksum);
   CHECK(p.options.cow_timeout_ms == 60000);
 }
 
@@ -232,7 +232,9 @@ TEST_CASE("options: cow_trust from the file", "[options][cow]") {
   CHECK(parse("cow_trust = exact\n").options.cow_trust == CopyTrust::kExact);
   CHECK(parse("cow_trust = speculated\n").options.cow_trust == CopyTrust::kSpeculated);
   CHECK(parse("cow_trust = exact\ncow_trust = validated\n").options.cow_trust == CopyTrust::kValidated);
+  CHECK(parse("cow_trust = exact\ncow_trust = checksum\n").options.cow_trust == CopyTrust::kChecksum);
   CHECK(parse("cow_trust = speculated\n").warnings.empty());
+  CHECK(parse("", {{"PHOS_COW_TRUST", "checksum"}}).options.cow_trust == CopyTrust::kChecksum);
 }
 
 TEST_CASE("options: cow_timeout_ms from the file, bounds included", "[options][cow]") {
@@ -289,7 +291,7 @@ TEST_CASE("options: bad copy-on-write values in the file warn and keep the defau
     CHECK(p.warnings[0].find("ignored") != std::string::npos);
     CHECK(p.options.copy_on_write == CopyOnWrite::kAuto);
     CHECK(p.options.cow_pool_mib == 2048);
-    CHECK(p.options.cow_trust == CopyTrust::kValidated);
+    CHECK(p.options.cow_trust == CopyTrust::kChecksum);
     CHECK(p.options.cow_timeout_ms == 60000);
     CHECK(p.options.describe() == PluginOptions().describe());
   }
@@ -304,7 +306,8 @@ TEST_CASE("options: a bad copy_on_write says what it expects", "[options][cow]")
 TEST_CASE("options: a bad cow_trust says what it expects", "[options][cow]") {
   auto p = parse("cow_trust = blind\n");
   REQUIRE(p.warnings.size() == 1);
-  CHECK(p.warnings[0] == "phos.conf:1: cow_trust = blind: expected exact, speculated or validated; ignored");
+  CHECK(p.warnings[0] ==
+        "phos.conf:1: cow_trust = blind: expected exact, speculated, validated or checksum; ignored");
 }
 
 TEST_CASE("options: a bad cow_pool_mib names its range", "[options][cow]") {
@@ -333,7 +336,7 @@ TEST_CASE("options: bad copy-on-write variables warn and keep the file's values"
 
 TEST_CASE("options: describe lists the copy-on-write defaults", "[options][cow]") {
   std::string d = PluginOptions().describe();
-  for (const char* key : {"copy_on_write=auto", "cow_pool_mib=2048", "cow_trust=validated", "cow_timeout_ms=60000"}) {
+  for (const char* key : {"copy_on_write=auto", "cow_pool_mib=2048", "cow_trust=checksum", "cow_timeout_ms=60000"}) {
     INFO(key);
     CHECK(d.find(key) != std::string::npos);
   }

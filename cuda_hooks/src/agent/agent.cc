@@ -175,6 +175,7 @@ Agent::Answer Agent::answer(const agent::Hello& q) {
 Agent::Answer Agent::answer(const agent::StatusRequest&) {
   agent::StatusReply s = backend_.status();
   s.gate_open = gate_.is_open();
+  s.cow_missed = cow_missed_;
   if (options_.steps && options_.steps->used()) s.counters.push_back({"steps", options_.steps->steps()});
   return {std::move(s)};
 }
@@ -286,7 +287,8 @@ Agent::Answer Agent::answer(const agent::OpenCopyWindowRequest& q, std::vector<U
   return {*opened};
 }
 
-Agent::Answer Agent::answer(const agent::CloseCopyWindowRequest&) {
+Agent::Answer Agent::answer(const agent::CloseCopyWindowRequest& q) {
+  if (q.missed) cow_missed_ = true;
   auto closed = backend_.close_copy_window();
   if (!closed) return failure(closed.error().code, "close copy window: " + closed.error().message);
   return {*closed};

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "driver/driver.h"
 #include "hooks/nccl.h"
@@ -177,12 +178,18 @@ Result<void> CudaBackend::set_speculation(bool on) {
 }
 
 // Speculation goes on with the window (a call's write set comes from it) and
-// stays on after (its statistics are the program's). Validation counts only
-// where it ran before: it takes each module's PTX when the module is loaded,
-// so turned on now it could validate none of the kernels already there.
+// stays on after (its statistics are the program's), unless PHOS_SPECULATE
+// is `never` (every kernel's set unknown: a test that a dump's correctness
+// rests on checksums alone). Validation counts only where it ran before: it
+// takes each module's PTX when the module is loaded, so turned on now it
+// could validate none of the kernels already there.
 Result<agent::OpenCopyWindowReply> CudaBackend::open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                                  std::vector<UniqueFd> fds) {
-  rt_.speculation().set_active(true);
+  static const bool never = [] {
+    const char* v = std::getenv("PHOS_SPECULATE");
+    return v && std::string_view(v) == "never";
+  }();
+  if (!never) rt_.speculation().set_active(true);
   agent::OpenCopyWindowReply reply;
   reply.validating = rt_.validation().active();
   violations_at_open_ = rt_.validation().totals().violations;
@@ -210,6 +217,7 @@ Result<bool> CudaBackend::nccl_pend_release(bool pend) { return phos::hooks::ncc
 
 Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
   agent::CloseCopyWindowReply reply = rt_.copy_window().finish();
+  for (auto& k : reply.speculated_kernels) k.name = speculation::demangle(k.name.c_str());
   // Launches made while the window was open report their writes once they
   // have run.
   if (auto drained = rt_.memory().synchronize(); !drained)

@@ -117,12 +117,12 @@ inline CUresult launch_kernel(LaunchDeps rt, bool per_thread, CUfunction f, unsi
     return r;
   std::unique_lock<std::mutex> unvalidated;
   auto launch_twin = [&](CUfunction twin, void** twin_params) {
-    if (window) rt.copy_window().before_kernel(writes, /*validated=*/true);
+    if (window) rt.copy_window().before_kernel(writes, /*validated=*/true, kernel);
     return launch(twin, twin_params, nullptr);
   };
   if (ran_as_twin(rt, validating, kernel, f, params, extra, shmem, stream, writes, launch_twin, &r, &unvalidated))
     return r;
-  if (window) rt.copy_window().before_kernel(writes, /*validated=*/false);
+  if (window) rt.copy_window().before_kernel(writes, /*validated=*/false, kernel);
   return launch(f, params, extra);
 }
 
@@ -166,8 +166,9 @@ PHOS_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
     const bool capturing = rt.captures().capturing(stream, per_thread);                                        \
     const bool window = __builtin_expect(rt.copy_window().open(), 0) && !capturing;                            \
     WriteRanges writes;                                                                                        \
-    seen(rt, capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr, window ? &writes : nullptr); \
-    if (window) rt.copy_window().before_kernel(writes, /*validated=*/false);                                   \
+    Kernel* kernel =                                                                                           \
+        seen(rt, capturing, f, gx, gy, gz, bx, by, bz, shmem, stream, params, nullptr, window ? &writes : nullptr); \
+    if (window) rt.copy_window().before_kernel(writes, /*validated=*/false, kernel);                           \
     return PHOS_REAL(name)(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                                  \
   }
 PHOS_LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)

@@ -3,11 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
+#include <tuple>
 
 #include "driver/driver.h"
 #include "launch/launch_speculation.h"
+#include "phos/hooks/kernel_registry.h"
 #include "phos/support/clock.h"
 
 namespace phos::hooks {
@@ -117,7 +120,11 @@ void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRe
   stream_ = stream;
   trust_ = q.trust;
   timeout_ = std::chrono::milliseconds(q.timeout_ms);
-  checked_ = waited_ = unknown_waits_ = wait_ns_ = 0;
+  checked_ = waited_ = unknown_waits_ = wait_ns_ = unmarked_ = 0;
+  {
+    std::lock_guard<std::mutex> kernels_lock(kernels_mu_);
+    kernels_.clear();
+  }
   abort_reason_.clear();
   fill_.store(fill);
   open_.store(true);
@@ -146,6 +153,8 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   // Given up without a reason of the hooks: by the engine (its error is in
   // criu's log), or never closed by it (criu gone).
   if (out.aborted && out.abort_reason.empty()) out.abort_reason = "the engine did not finish the copy";
+  std::tie(out.speculated_kernels, out.speculated_kernel_count) = speculated_kernels();
+  out.unmarked_calls = unmarked_;
   if (ctx_) {
     PHOS_REAL(cuCtxPushCurrent_v2)(ctx_);
     if (stream_) PHOS_REAL(cuStreamDestroy_v2)(stream_);
@@ -214,9 +223,16 @@ void CopyWindow::untrusted(bool unknown_set) {
   // A fill given up lets no call through (wait_closed says so).
   if (table_->window() != copystate::Window::kOpen && !filling()) return;
   // Recopy never waits (the gate closing for the final pass would wait for
-  // this call): everything is copied again instead. A fill: the call waits
-  // for the whole fill (give_up ends the process if it fails).
-  if (table_->protocol() == CopyProtocol::kSoftRecopy) return table_->mark_all_dirty();
+  // this call): everything is copied again instead, unless the final pass
+  // goes by checksum and copies again what changed anyway. A fill: the call
+  // waits for the whole fill (give_up ends the process if it fails).
+  if (table_->protocol() == CopyProtocol::kSoftRecopy) {
+    if (trust_ == agent::CopyTrust::kChecksum) {
+      unmarked_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    return table_->mark_all_dirty();
+  }
   uint64_t t0 = monotonic_ns();
   if (auto r = table_->wait_closed(timeout_); !r) give_up(r.error());
   count_wait(t0, true, unknown_set);
@@ -238,7 +254,25 @@ void CopyWindow::before_exact(const ranges::RangeList& l) {
     if (l.items[i].access & ranges::kWrite) write(l.items[i].address, l.items[i].bytes);
 }
 
-void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
+void CopyWindow::count_speculated(const Kernel* kernel) {
+  if (!kernel) return;
+  std::lock_guard<std::mutex> lock(kernels_mu_);
+  auto [it, added] = kernels_.try_emplace(kernel);
+  if (added) it->second.name = kernel->name;
+  it->second.launches++;
+}
+
+std::pair<std::vector<agent::KernelLaunches>, uint64_t> CopyWindow::speculated_kernels() {
+  std::lock_guard<std::mutex> lock(kernels_mu_);
+  std::vector<agent::KernelLaunches> all;
+  for (const auto& [kernel, launches] : kernels_) all.push_back(launches);
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.launches > b.launches; });
+  const uint64_t count = all.size();
+  if (all.size() > agent::kMaxWindowKernels) all.resize(agent::kMaxWindowKernels);
+  return {std::move(all), count};
+}
+
+void CopyWindow::before_kernel(const WriteRanges& writes, bool validated, const Kernel* kernel) {
   Use use(*this);
   if (!use.inside()) return;
   if (writes.covered) return;  // inside a library call that checked its exact set
@@ -247,9 +281,10 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated) {
   // On-demand restore: without read validation, only an exact set says
   // everything a kernel may read.
   if (filling()) return writes.exact ? await_sets(writes) : untrusted(false);
-  const bool trusted = writes.exact || (trust_ == agent::CopyTrust::kSpeculated) ||
-                       (trust_ == agent::CopyTrust::kValidated && validated);
-  if (!trusted) return untrusted(false);
+  const bool speculated = trust_ == agent::CopyTrust::kSpeculated || trust_ == agent::CopyTrust::kChecksum ||
+                          (trust_ == agent::CopyTrust::kValidated && validated);
+  if (!writes.exact && !speculated) return untrusted(false);
+  if (!writes.exact) count_speculated(kernel);
   for (const auto& [start, end] : writes.ranges) write(start, end - start);
 }
 

@@ -7,7 +7,12 @@
 // write set is unknown, or not trusted (agent::CopyTrust), wait until the
 // window closes. Soft recopy (the table's protocol): a write marks its
 // chunks dirty, for the engine to copy again once the gate is closed; an
-// unknown or untrusted set marks every chunk; nothing waits. On-demand
+// unknown or untrusted set marks every chunk; nothing waits. With
+// cow_trust=checksum the engine checks every copy against the freeze's
+// fingerprints: speculated sets are trusted, the kernels launched on them
+// are counted (a refused image names them), and recopy counts an untrusted
+// call instead of marking every chunk (its final pass copies again what
+// changed, whatever the marks say). On-demand
 // restore (the table's fill protocol): a call waits until the memory it
 // reads and writes is filled (an exact set's ranges; a kernel's speculated
 // set only where it is exact), every other call until the whole fill is in;
@@ -28,6 +33,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +49,7 @@
 namespace phos::hooks {
 
 struct WriteRanges;
+class Kernel;
 
 class CopyWindow {
  public:
@@ -66,8 +73,9 @@ class CopyWindow {
   // device memory, cublasLt's bias, scale and amax).
   void before_library(const ranges::RangeList& l);
   // Before a kernel launch: `validated` when it runs validated (a twin or
-  // a patched module checks its writes against `writes`).
-  void before_kernel(const WriteRanges& writes, bool validated);
+  // a patched module checks its writes against `writes`); `kernel`, where
+  // known, is counted when its speculated set is trusted.
+  void before_kernel(const WriteRanges& writes, bool validated, const Kernel* kernel = nullptr);
   // On-demand restore, before a kernel that has a fill twin: waits for its
   // speculated read and write sets, then returns the memory that is in (the
   // complement of the chunks not filled), for the twin's table; nothing
@@ -111,6 +119,11 @@ class CopyWindow {
   bool filling() const { return table_->protocol() == CopyProtocol::kOnDemandFill; }
   // On-demand restore: waits until [address, address + bytes) is filled.
   void await_filled(uint64_t address, uint64_t bytes, bool overwrite);
+  // A launch on a trusted speculated set: counted for the close's reply.
+  void count_speculated(const Kernel* kernel);
+  // The kernels counted, most launched first (their names as the driver
+  // gives them), at most agent::kMaxWindowKernels, and how many there were.
+  std::pair<std::vector<agent::KernelLaunches>, uint64_t> speculated_kernels();
 
   std::atomic<bool> open_{false};
   std::atomic<bool> fill_{false};  // the open window is an on-demand restore's
@@ -126,6 +139,9 @@ class CopyWindow {
   CUstream stream_ = nullptr;
   std::mutex save_mu_;  // one save at a time on stream_
   std::atomic<uint64_t> checked_{0}, waited_{0}, unknown_waits_{0}, wait_ns_{0};
+  std::atomic<uint64_t> unmarked_{0};  // recopy under checksum: untrusted calls not marked
+  std::mutex kernels_mu_;
+  std::map<const Kernel*, agent::KernelLaunches> kernels_;  // launches on a trusted speculated set
   std::mutex mu_;
   std::string abort_reason_;
 };

@@ -86,8 +86,8 @@ Result<agent::OpenCopyWindowReply> AgentClient::open_copy_window(const agent::Op
   return call<agent::OpenCopyWindowReply>(q, fds);
 }
 
-Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window() {
-  return call<agent::CloseCopyWindowReply>(agent::CloseCopyWindowRequest{});
+Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window(bool missed) {
+  return call<agent::CloseCopyWindowReply>(agent::CloseCopyWindowRequest{.missed = missed});
 }
 
 uint64_t nccl_nonce() {

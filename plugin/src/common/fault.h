@@ -12,6 +12,10 @@
 //   fail-migration-copy     a migration's copy to its target GPU fails at
 //                           its second chunk, as a target GPU that fails
 //                           mid-copy would (the source must run on)
+//   slow-copy               the copies made while the process runs
+//                           (copy-on-write, recopy's first pass) take one
+//                           chunk per 20 ms per worker, except those a call
+//                           waits for (a test's writes land mid-copy)
 #pragma once
 
 #include <cstdlib>

@@ -97,7 +97,8 @@ using CowStart = PluginOptions::CowStart;
 constexpr Choice<Cow> kCopyOnWrite[] = {{"auto", Cow::kAuto}, {"always", Cow::kAlways}, {"off", Cow::kOff}};
 constexpr Choice<agent::CopyTrust> kCowTrust[] = {{"exact", agent::CopyTrust::kExact},
                                                   {"speculated", agent::CopyTrust::kSpeculated},
-                                                  {"validated", agent::CopyTrust::kValidated}};
+                                                  {"validated", agent::CopyTrust::kValidated},
+                                                  {"checksum", agent::CopyTrust::kChecksum}};
 constexpr Choice<CowStart> kCowStart[] = {{"resume", CowStart::kResume}, {"pause", CowStart::kPause}};
 
 std::string set_copy_on_write(PluginOptions& o, std::string_view v) { return parse_choice(v, kCopyOnWrite, o.copy_on_write); }

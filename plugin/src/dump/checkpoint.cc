@@ -19,6 +19,7 @@
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
 #include "phos/plugin/proc.h"
+#include "phos/plugin/sum_check.h"
 
 namespace phos::plugin {
 namespace {
@@ -206,6 +207,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
         }
       }
       t.copied = engine_->run_save(*t.save);
+      t.validated = t.save->checked;
       if (t.copied) t.kept = Engine::take_kept(*t.save);
       if (t.recopy()) {
         t.manifest.statistics.recopied_bytes = t.save->recopied_chunks * t.manifest.chunk_size;
@@ -277,6 +279,11 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     if (!job) return job.error();
     t.save = std::move(*job);
     t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
+    // By checksum the hooks mark no chunk for a call they cannot read: the
+    // final pass must be able to fingerprint the memory.
+    if (options_.cow_trust == agent::CopyTrust::kChecksum)
+      if (auto sums = engine_->can_sum(*t.save); !sums)
+        return make_error("cow_trust=checksum, but " + sums.error().message, sums.error().code);
     auto opened = engine_->open_window(*t.save, CopyProtocol::kSoftRecopy, 0);
     if (!opened) return opened.error();
     agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
@@ -327,11 +334,16 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
   image::Statistics& s = t.manifest.statistics;
   s.copy_window.calls_checked = closed->counters.calls_checked;
   // A write outside a validated set may have gone anywhere: all of it again
-  // (the image is then what a stopped dump would have written).
+  // (the image is then what a stopped dump would have written). By
+  // checksum the final pass finds whatever changed anyway.
   const char* why = closed->violations ? "a validated launch wrote outside its set"
                     : closed->aborted  ? "the process gave its window up"
                                        : nullptr;
-  if (why) {
+  const bool by_checksum = t.save->validated;
+  if (why && by_checksum) {
+    PHOS_INFO("process %d: %s while soft recopy's first pass ran (%s); the final pass copies again what changed", pid,
+              why, closed->violations ? closed->violation.c_str() : closed->abort_reason.c_str());
+  } else if (why) {
     PHOS_WARN("process %d: %s while soft recopy's first pass ran (%s); every chunk is copied again", pid, why,
               closed->violations ? closed->violation.c_str() : closed->abort_reason.c_str());
     table.mark_all_dirty();
@@ -341,10 +353,14 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
   const uint64_t wasted = table.copied_dirty_count();
   s.recopy_wasted_bytes = wasted * t.manifest.chunk_size;
   PHOS_INFO("process %d: recopy window closed: %llu calls checked, %llu of %llu chunks dirty, %llu of the first "
-            "pass's %llu written after their copy",
+            "pass's %llu written after their copy%s",
             pid, (unsigned long long)closed->counters.calls_checked, (unsigned long long)table.dirty_count(),
             (unsigned long long)table.chunk_count(), (unsigned long long)wasted,
-            (unsigned long long)t.save->first_pass_chunks);
+            (unsigned long long)t.save->first_pass_chunks,
+            by_checksum ? ("; " + std::to_string(closed->unmarked_calls) +
+                           " calls with a set not trusted left unmarked (the final pass goes by checksum)")
+                              .c_str()
+                        : "");
   return {};
 }
 
@@ -377,9 +393,10 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   // copy is better made now, during the stall.
   if (options_.cow_trust == agent::CopyTrust::kValidated && !t.status.validation_active) {
     PHOS_WARN("process %d: no copy-on-write: cow_trust=validated, but no validator runs in it (start it with "
-              "PHOS_VALIDATE=ptx, or set cow_trust=speculated); the image is written while it is stopped", t.vpid);
+              "PHOS_VALIDATE=ptx, or set cow_trust=checksum); the image is written while it is stopped", t.vpid);
     return CopyPlan{};
   }
+  if (!checksum_allows(t)) return CopyPlan{};
   auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
@@ -387,7 +404,42 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
     return CopyPlan{};
   }
   t.manifest.statistics.cow_pool_bytes = (*window)->pool_bytes;
+  if (!take_freeze_sums(t)) return CopyPlan{};
   return CopyPlan{.protocol = CopyProtocol::kSoftCopyOnWrite, .snapshot = false};
+}
+
+bool Checkpointer::checksum_allows(const Target& t) {
+  if (options_.cow_trust != agent::CopyTrust::kChecksum) return true;
+  // A write speculation missed, seen by an earlier dump, will likely come
+  // again: each such dump would be refused.
+  if (t.status.cow_missed) {
+    PHOS_WARN("process %d: no copy-on-write: an earlier dump of it found a write that speculation missed "
+              "(cow_trust=checksum); the image is written while it is stopped",
+              t.vpid);
+    return false;
+  }
+  if (auto sums = engine_->can_sum(*t.save); !sums) {
+    PHOS_WARN("process %d: no copy-on-write: cow_trust=checksum, but %s; the image is written while it is stopped",
+              t.vpid, sums.error().message.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool Checkpointer::take_freeze_sums(Target& t) {
+  if (options_.cow_trust != agent::CopyTrust::kChecksum) return true;
+  // The process is drained and let go of its memory: it is as it stands
+  // for the image. The pass runs beside the driver's lock and checkpoint.
+  if (auto sums = engine_->take_freeze_sums(*t.save); !sums) {
+    PHOS_WARN("process %d: no copy-on-write: the freeze's fingerprints failed (%s); the image is written while it "
+              "is stopped",
+              t.vpid, sums.error().message.c_str());
+    engine_->drop_window(*t.save);
+    t.manifest.statistics.cow_pool_bytes = 0;
+    return false;
+  }
+  t.manifest.statistics.sum_pass_ns = t.save->sum_pass_ns;
+  return true;
 }
 
 Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
@@ -428,10 +480,10 @@ Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   return false;
 }
 
-Result<void> Checkpointer::close_window(pid_t pid, Target& t) {
+Result<void> Checkpointer::close_window(pid_t pid, Target& t, bool missed, agent::CloseCopyWindowReply* reply_out) {
   agent::CloseCopyWindowReply reply;
   auto closed = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
-    auto r = c.close_copy_window();
+    auto r = c.close_copy_window(missed);
     if (!r) return r.error();
     reply = std::move(*r);
     return {};
@@ -446,6 +498,7 @@ Result<void> Checkpointer::close_window(pid_t pid, Target& t) {
             double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)s.copy_window.calls_waited,
             (unsigned long long)s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6,
             (unsigned long long)reply.violations);
+  if (reply_out) *reply_out = reply;
   if (reply.aborted)
     return make_error("the process gave up its copy-on-write window: " + reply.abort_reason, ECANCELED);
   if (reply.violations)
@@ -523,7 +576,13 @@ Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   m.writer_version = std::string(image::writer_version());
   m.pid = t.vpid;
   m.protocol = t.protocol;
-  m.copy_trust = t.protocol != CopyProtocol::kStopTheWorld ? options_.cow_trust : agent::CopyTrust(0);
+  // Checksum trust acts on speculated sets: an older reader knows trust 2,
+  // and ignores the validation beside it.
+  const agent::CopyTrust trust =
+      options_.cow_trust == agent::CopyTrust::kChecksum ? agent::CopyTrust::kSpeculated : options_.cow_trust;
+  m.copy_trust = t.protocol != CopyProtocol::kStopTheWorld ? trust : agent::CopyTrust(0);
+  m.validation = t.protocol != CopyProtocol::kStopTheWorld && t.validated ? image::Validation::kChecksum
+                                                                          : image::Validation::kNone;
   m.created_unix_ns = clock_ns(CLOCK_REALTIME);
   m.statistics.total_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
   auto written = image::write_manifest(dirfd_, m);
@@ -916,9 +975,19 @@ Result<void> Checkpointer::complete_pending() {
     Result<void> r = copy_done(t);
     if (t.copy_on_write()) {
       t.manifest.statistics.cow_window_ns = clock_ns(CLOCK_MONOTONIC) - t.resumed_at_ns;
-      // The window's account replaces the engine's "the process gave the
-      // window up": it names the kernel, or why.
-      if (auto closed = close_window(pid, t); !closed && (r.ok() || r.error().code == ECANCELED)) r = closed.error();
+      // A copy that differs from the freeze (EBADMSG, the engine's check):
+      // the agent is told, and the refusal names the kernels it trusted.
+      const bool missed = !r.ok() && r.error().code == EBADMSG;
+      agent::CloseCopyWindowReply reply;
+      auto closed = close_window(pid, t, missed, &reply);
+      if (missed) {
+        r = make_error(sum_check::refusal(r.error().message, reply.speculated_kernels, reply.speculated_kernel_count),
+                       EBADMSG);
+      } else if (!closed && (r.ok() || r.error().code == ECANCELED)) {
+        // The window's account replaces the engine's "the process gave the
+        // window up": it names the kernel, or why.
+        r = closed.error();
+      }
     } else if (t.agent_window) {
       // Opened, then not used (copied while the process was stopped).
       if (auto closed = close_window(pid, t); !closed)
@@ -927,6 +996,11 @@ Result<void> Checkpointer::complete_pending() {
     if (r && fault("fail-write-behind")) r = make_error("fault injection (PHOS_FAULT): the write-behind fails", EIO);
     if (r) r = write_manifest(pid, t);
     if (r) r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file);
+    if (!r && r.error().code == EBADMSG) {
+      PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
+      if (first.ok()) first = r;
+      continue;
+    }
     if (!r) {
       PHOS_ERR("process %d: its image could not be written after it ran again: %s; the image is incomplete", pid,
                r.error().message.c_str());

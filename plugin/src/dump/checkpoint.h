@@ -31,14 +31,21 @@
 // before any call writes it, copy_window.h); complete_pending() waits for
 // the copy, closes the window and refuses the image (no marker, criu exits
 // non-zero) where the process gave the window up or a validated launch
-// wrote outside its set.
+// wrote outside its set. With cow_trust=checksum (the default) the copier
+// fingerprints every chunk at PAUSE (the freeze, T0), beside the driver's
+// checkpoint, and every copy must equal it: one that differs (a write
+// speculation missed) refuses the image, naming the chunk and the kernels
+// trusted on speculation in the window; the process runs on, and its
+// agent remembers it, so that its next dumps copy while it is stopped.
 //
 // Soft recopy (recopy=auto, a dump that stops the process): PAUSE_DEVICES
 // closes the gate, maps the memory into criu and opens a recopy window in
 // the process, opens the gate again and copies the memory while the process
 // runs (its writes mark chunks dirty); then closes the gate for good, and
-// the copy in the background takes the chunks left and the dirty ones. The
-// image is the state at that last gate closing, as a stopped dump's.
+// the copy in the background takes the chunks left and the dirty ones (with
+// cow_trust=checksum: every chunk whose fingerprint changed since its copy,
+// whatever the marks say). The image is the state at that last gate
+// closing, as a stopped dump's.
 //
 // Migration (migrate_to, a dump that stops the process): the copy goes to
 // device memory on the target GPU instead of data files (soft recopy's
@@ -124,6 +131,7 @@ class Checkpointer {
     std::atomic<bool> abandoned{false};  // the dump failed: a snapshot is not written
     bool write_behind = false;           // the copy outlives the freeze (snapshotted, or copy-on-write)
     bool agent_window = false;      // the agent has a copy window open: closed at criu's exit
+    bool validated = false;         // the copies were checked by checksum (the manifest records it)
     // The image's protocol (the manifest records it): soft recopy once a
     // first pass copied while the process ran, soft copy-on-write once the
     // copier chose it and while the process has its window; else
@@ -191,8 +199,15 @@ class Checkpointer {
   // until its memory is copied.
   Result<bool> open_window(pid_t pid, Target& t, AgentClient& c);
   // Copy-on-write, at criu's exit: closes the window; an error where the
-  // image cannot be trusted.
-  Result<void> close_window(pid_t pid, Target& t);
+  // image cannot be trusted. `missed`: the engine found a copy that differs
+  // from the freeze (the agent remembers it); `reply` gets the agent's
+  // account where given.
+  Result<void> close_window(pid_t pid, Target& t, bool missed = false, agent::CloseCopyWindowReply* reply = nullptr);
+  // Copy-on-write with cow_trust=checksum: whether this process may copy
+  // while it runs (why not is logged), and its freeze fingerprinted once
+  // the window is open; false: the window is dropped, the copy stops it.
+  bool checksum_allows(const Target& t);
+  bool take_freeze_sums(Target& t);
   // The driver's checkpoint of every process whose driver is locked, all at
   // once (driver_parallel): a job's ranks wait for the slowest, not the sum.
   void driver_checkpoints();

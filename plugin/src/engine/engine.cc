@@ -18,10 +18,12 @@
 #include <utility>
 
 #include "chunk_crc.h"
+#include "chunk_sum.h"
 #include "common/fault.h"
 #include "phos/plugin/log.h"
 #include "phos/images/crc32c.h"
 #include "phos/images/data_file.h"
+#include "phos/images/fingerprint.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
 #include "phos/support/clock.h"
@@ -82,9 +84,16 @@ ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) {
 }  // namespace
 
 EngineSettings EngineSettings::from(const PluginOptions& o) {
-  return EngineSettings{o.chunk_size(), o.engine_workers, o.direct_io,  o.compression,
-                        o.zstd_level,   o.gpu_checksums,  o.sparse,     o.traffic,
-                        uint64_t(o.traffic_gbps) * 1'000'000'000ull};
+  return EngineSettings{o.chunk_size(),
+                        o.engine_workers,
+                        o.direct_io,
+                        o.compression,
+                        o.zstd_level,
+                        o.gpu_checksums,
+                        o.sparse,
+                        o.traffic,
+                        uint64_t(o.traffic_gbps) * 1'000'000'000ull,
+                        o.cow_trust == agent::CopyTrust::kChecksum};
 }
 
 Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
@@ -130,6 +139,7 @@ CUcontext Engine::context(int ordinal, Result<void>& err) {
     }
   }
   crc_functions_[ordinal] = crc;
+  load_sum_kernels(ordinal, ctx);
   return ctx;
 }
 
@@ -140,6 +150,7 @@ CUfunction Engine::crc_function(int ordinal) const {
 
 bool Engine::queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* tail, CUstream stream) const {
   tail->done = 0;
+  tail->summed = 0;  // this kernel takes no fingerprint: a slot's earlier one must not pass for it
   CUfunction crc = crc_function(device);
   if (!crc) return false;
   CUdeviceptr out = 0;
@@ -256,6 +267,7 @@ struct Engine::Slot {
   void* buffer = nullptr;
   size_t mapped = 0;  // bytes mmapped for `buffer` (registered huge pages); 0: cuMemHostAlloc
   std::map<int, CUstream> streams;
+  std::map<int, CUdeviceptr> bounce;  // per device, where the work asks for one (0: the GPU had no room)
   std::optional<Piece> piece;
 };
 
@@ -337,8 +349,10 @@ Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t
     }
     Slot& slot = ring[k++ % ring.size()];
     if (slot.piece) PHOS_TRY(finish_slot(slot, worker, work, dma_wait_ns));
-    PHOS_TRY(prepare_slot(slot, p.device, buffer_size));
-    PHOS_TRY(work.start(p, slot.buffer, slot.streams.at(p.device), worker));
+    PHOS_TRY(prepare_slot(slot, p.device, buffer_size, work.bounce));
+    auto bounce = slot.bounce.find(p.device);
+    PHOS_TRY(work.start(p, slot.buffer, slot.streams.at(p.device), worker,
+                        bounce == slot.bounce.end() ? CUdeviceptr(0) : bounce->second));
     slot.piece = std::move(p);
   }
   for (size_t j = 0; j < ring.size() && !queue.failed; j++) {
@@ -372,7 +386,7 @@ std::optional<std::pair<void*, size_t>> Engine::huge_staging(size_t size) const 
   return std::make_pair(p, length);
 }
 
-Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
+Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size, bool bounce) {
   PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(device)), "engine worker: use device context");
   // Page-aligned, as O_DIRECT writes from it need; the GPU checksum of the
   // chunk in it lands in the tail (ChunkCrcTail), which the device writes.
@@ -392,6 +406,18 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size) {
     CUstream stream = nullptr;
     PHOS_CU(cu_, cu_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "engine worker: create stream");
     slot.streams[device] = stream;
+  }
+  // Validation by checksum: the chunk is read once into criu's own memory
+  // (queue_copy_sum). Without room the CPU fingerprints the staging buffer.
+  if (bounce && buffer_size && !slot.bounce.count(device)) {
+    CUdeviceptr b = 0;
+    if (CUresult r = cu_.cuMemAlloc_v2(&b, buffer_size); r != CUDA_SUCCESS) {
+      b = 0;
+      if (!bounce_warned_.exchange(true))
+        PHOS_WARN("%s: chunks without a bounce buffer are fingerprinted on the CPU",
+                  cu_.error(("device " + std::to_string(device) + ": allocate a bounce buffer").c_str(), r).c_str());
+    }
+    slot.bounce[device] = b;
   }
   return {};
 }
@@ -416,6 +442,7 @@ void Engine::release_ring(std::vector<Slot>& ring) {
       cu_.cuCtxSetCurrent(contexts_.at(device));
       cu_.cuStreamSynchronize(stream);  // after an error a DMA may still use the buffer
       cu_.cuStreamDestroy_v2(stream);
+      if (auto b = slot.bounce.find(device); b != slot.bounce.end() && b->second) cu_.cuMemFree_v2(b->second);
     }
     if (slot.buffer && slot.mapped) {
       cu_.cuMemHostUnregister(slot.buffer);
@@ -437,6 +464,10 @@ void Engine::release_sources(SaveJob& job) {
     unmap(job.pool_va, job.window->pool_bytes);
     job.pool_va = 0;
   }
+  if (job.target_tasks) cu_.cuMemFreeHost(job.target_tasks);
+  if (job.target_sums) cu_.cuMemFreeHost(job.target_sums);
+  job.target_tasks = nullptr;
+  job.target_sums = nullptr;
   if (job.snapshot_bases.empty()) {
     for (size_t i = 0; i < job.vas.size(); i++)
       if (job.vas[i]) unmap(job.vas[i], job.allocs[i].size);
@@ -665,7 +696,7 @@ size_t Engine::staging_size(const SaveJob& job) const { return job.migration ? 0
 Engine::PieceWork Engine::migrate_work(SaveJob& job) {
   PieceWork work;
   const bool fail_copy = fault("fail-migration-copy");  // read once, not per chunk
-  work.start = [this, &job, fail_copy](const Piece& p, void*, CUstream stream, unsigned) -> Result<void> {
+  work.start = [this, &job, fail_copy](const Piece& p, void*, CUstream stream, unsigned, CUdeviceptr) -> Result<void> {
     const SaveJob::Migration& mig = *job.migration;
     const CUdeviceptr src = job.vas[p.allocation] + p.offset;
     const CUdeviceptr dst = mig.vas[p.allocation] + p.offset;
@@ -682,9 +713,25 @@ Engine::PieceWork Engine::migrate_work(SaveJob& job) {
       PHOS_CU(cu_, cu_.cuMemcpyPeerAsync(dst, contexts_.at(mig.sink.device), src, contexts_.at(p.device), p.size, stream),
               what().c_str());
     }
+    // Validation by checksum: the copy on the target, fingerprinted after it
+    // on the same stream, where this GPU reads the target's memory (without
+    // peer access the chunk has no fingerprint: the final pass copies it
+    // again, as it would a changed one).
+    if (job.target_sums && p.claim && mig.peer.at(p.device)) {
+      job.target_tasks[p.claim->chunk] = ChunkSumTask{dst, p.size};
+      (void)queue_sum(p.device, &job.target_tasks[p.claim->chunk], &job.target_sums[p.claim->chunk], stream);
+    }
     return {};
   };
-  work.done = [&job](const Piece& p, void*, unsigned) -> Result<void> {
+  work.done = [this, &job](const Piece& p, void*, unsigned) -> Result<void> {
+    if (p.claim && job.target_sums) {
+      const ChunkSumOut& out = job.target_sums[p.claim->chunk];
+      if (out.done == kChunkSumDone) {
+        PHOS_TRY(check_copy(job, p, out.fingerprint));
+      } else if (job.checked) {
+        job.sum_checked++;  // copied with the process stopped: exact by construction, unchecked without a sum
+      }
+    }
     if (p.claim) job.window->table.copied(*p.claim);
     job.chunk_copies++;
     return {};
@@ -700,7 +747,10 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_b
   size_t free_bytes = 0, total = 0;
   if (CUresult r = cu_.cuMemGetInfo_v2(&free_bytes, &total); r != CUDA_SUCCESS)
     return make_error(cu_.error("copy-on-write: free device memory", r), EIO);
-  const uint64_t keep = std::max<uint64_t>(total / 20, 1ull << 30);
+  // Validation by checksum: a bounce chunk per slot of every worker's ring
+  // comes before the pool (prepare_slot).
+  const uint64_t keep = std::max<uint64_t>(total / 20, 1ull << 30) +
+                        (settings_.checksum ? uint64_t(job.workers) * kRingDepth * chunk : 0);
   const uint64_t room = free_bytes > keep ? free_bytes - keep : 0;
   Pool pool;
   const uint64_t slots = std::min<uint64_t>(pool_bytes, room) / chunk;
@@ -764,6 +814,10 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol proto
   job.pool_va = pool_va;
   table->set_transfer_rate(settings_.traffic_bytes_per_second);
   table->set_cold_first(recopy && settings_.traffic != PluginOptions::Traffic::kOff);
+  // Recopy validated: each copy's fingerprint kept for the final pass.
+  // Copy-on-write's copies are validated once the freeze is summed.
+  job.validated = recopy && settings_.checksum;
+  if (job.validated) job.image_sums = sum_check::ChunkSums(table->chunk_count());
   job.window.emplace(CopyWindow{std::move(*table), std::move(pool.fd), bytes, job.allocs.front().device});
   PHOS_INFO("process %d: %s window over %.1f MiB in %llu chunks of %llu KiB; pool of %llu slots (%.1f MiB)",
             job.vpid, what, double(job.window->table.chunk_count() * chunk) / (1 << 20),
@@ -782,6 +836,7 @@ Engine::Take Engine::next_claim(SaveJob& job, TrafficControl& traffic, Piece& ou
   // A chunk a call waits for goes at once; the pause is for the others.
   auto claim = table.claim_urgent();
   if (!claim) {
+    if (fault("slow-copy")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     traffic.before_claim(UINT64_MAX);
     claim = table.claim_next();
   }
@@ -800,21 +855,36 @@ void Engine::close_window(SaveJob& job, bool copied) {
 
 Engine::PieceWork Engine::save_work(SaveJob& job) {
   PieceWork work;
-  work.start = [this, &job](const Piece& p, void* buffer, CUstream stream, unsigned) -> Result<void> {
+  work.bounce = job.validated;
+  work.start = [this, &job](const Piece& p, void* buffer, CUstream stream, unsigned, CUdeviceptr bounce) -> Result<void> {
     // Copy-on-write: a chunk written since the freeze waits in its pool slot.
     CUdeviceptr src = p.claim && p.claim->pool_slot
                           ? job.pool_va + uint64_t(*p.claim->pool_slot) * settings_.chunk_size
                           : job.vas[p.allocation] + p.offset;
+    const std::string what = "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host";
+    ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
+    // Validated: one read of the chunk into the bounce, its sums from the
+    // bytes copied; the DMA reads the bounce, which nothing else writes.
+    if (job.validated && p.claim && queue_copy_sum(p.device, src, bounce, p.size, tail, stream)) {
+      PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, bounce, p.size, stream), what.c_str());
+      return {};
+    }
     // On the same stream, before the copy: both only read the chunk.
-    (void)queue_crc(p.device, src, p.size, crc_tail(buffer, settings_.chunk_size), stream);
-    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, src, p.size, stream),
-            ("copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host").c_str());
+    (void)queue_crc(p.device, src, p.size, tail, stream);
+    PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, src, p.size, stream), what.c_str());
     return {};
   };
   work.done = [this, &job](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
+    const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
+    // Validated: the fingerprint of the bytes in the staging buffer, which
+    // go into the image (the GPU's where it copied through the bounce).
+    if (job.validated && p.claim) {
+      const uint64_t fingerprint = tail->summed == kChunkSumDone ? tail->fingerprint
+                                                                 : phos::fingerprint::of(buffer, p.size);
+      PHOS_TRY(check_copy(job, p, fingerprint));
+    }
     // On the host now: the process may write the chunk, its slot is free.
     if (p.claim) job.window->table.copied(*p.claim);
-    const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
     std::optional<image::ChunkSum> sum;
     job.chunk_copies++;
     if (tail->done == kChunkCrcDone) {
@@ -844,7 +914,9 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
   // The clean chunks, in order (cold regions first, claim_next); a chunk
   // the process dirties meanwhile is skipped (copied once, at the end) or
   // copied now and again at the end.
+  const bool slow = fault("slow-copy");
   NextPiece next = [&](Piece& p) {
+    if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (monotonic_ns() < deadline_ns) traffic.before_claim(deadline_ns);
     if (monotonic_ns() >= deadline_ns) {
       stopped = true;
@@ -857,6 +929,7 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
     bytes += claim->bytes;
     return Take::kTaken;
   };
+  PHOS_TRY(prepare_target_sums(job));
   const uint64_t t0 = monotonic_ns();
   std::vector<uint64_t> dma_wait_ns;
   PHOS_TRY(run_workers(job.workers, next, staging_size(job), job.migration ? migrate_work(job) : save_work(job),
@@ -899,18 +972,45 @@ Result<void> Engine::run_save(SaveJob& job) {
   Result<void> copied;
   if (job.window && job.window->table.protocol() == CopyProtocol::kSoftRecopy) {
     // The gate is closed and the process drained: what the first pass left,
-    // then what the process wrote after it was copied.
+    // then what the process wrote after it was copied: by checksum, every
+    // chunk whose content changed since its copy (plan_final_pass), else
+    // the dirty ones.
     copystate::CopyState& table = job.window->table;
     std::atomic<uint64_t> recopied{0};
+    std::optional<sum_check::FinalPass> plan;
+    if (job.validated) {
+      auto planned = plan_final_pass(job);
+      if (planned) {
+        plan = std::move(*planned);
+      } else {
+        // The hooks counted untrusted calls instead of marking: without
+        // fingerprints, every chunk is copied again.
+        PHOS_WARN("process %d: soft recopy's final pass: %s; every chunk is copied again", job.vpid,
+                  planned.error().message.c_str());
+        table.mark_all_dirty();
+      }
+    }
+    std::atomic<size_t> cursor{0};
     NextPiece next = [&](Piece& p) {
-      auto claim = table.claim_next();
-      if (!claim && (claim = table.claim_dirty())) recopied++;
+      std::optional<copystate::Claim> claim;
+      if (plan) {
+        for (size_t i; !claim && (i = cursor.fetch_add(1)) < plan->copy.size();) {
+          const uint64_t c = plan->copy[i];
+          const bool again = table.state(c) == copystate::ChunkState::kCopied;
+          claim = again ? table.claim_again(c) : table.claim(c);
+          if (claim && again) recopied++;
+        }
+      } else {
+        claim = table.claim_next();
+        if (!claim && (claim = table.claim_dirty())) recopied++;
+      }
       if (!claim) return Take::kDone;
       p = piece_of(job, *claim);
       return Take::kTaken;
     };
     copied = run_workers(job.workers, next, buffer_size, work, dma_wait_ns);
     job.recopied_chunks = recopied;
+    if (!copied && job.misses.count()) copied = misses_error(job);
     if (copied && !table.all_copied()) copied = make_error("soft recopy: chunks left uncopied after the final pass", EIO);
     close_window(job, copied.ok());
   } else if (job.window) {
@@ -919,9 +1019,17 @@ Result<void> Engine::run_save(SaveJob& job) {
     TrafficControl traffic(job.window->table, settings_.traffic == PluginOptions::Traffic::kAuto);
     NextPiece next = [&](Piece& p) { return next_claim(job, traffic, p); };
     if (copied) copied = run_workers(job.workers, next, buffer_size, work, dma_wait_ns);
+    // A copy that differed from the freeze: the image is refused, saying
+    // which chunks (the first error names only the first).
+    if (!copied && job.misses.count()) copied = misses_error(job);
     job.traffic_pauses += traffic.pauses();
     job.traffic_paused_ns += traffic.paused_ns();
     log_cow_traffic(job, traffic);
+    if (copied && job.checked)
+      PHOS_INFO("process %d: checksum: %llu chunks equal to the freeze (T0: %.1f GiB in %.1f ms)", job.vpid,
+                (unsigned long long)job.sum_checked.load(),
+                double(job.window->table.chunk_count() * settings_.chunk_size) / double(1ull << 30),
+                double(job.sum_pass_ns) / 1e6);
     if (copied && !job.window->table.all_copied())
       copied = make_error("the process gave up the copy-on-write window (the agent says why when it closes)",
                           ECANCELED);
@@ -971,6 +1079,10 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
   s.write_ns = times.io_ns;
   s.traffic_pauses = job.traffic_pauses;
   s.traffic_paused_ns = job.traffic_paused_ns;
+  s.sum_pass_ns = job.sum_pass_ns;
+  s.sum_checked_chunks = job.sum_checked;
+  s.sum_missed_chunks = job.sum_missed;
+  s.sum_unchanged_dirty_chunks = job.sum_unchanged_dirty;
   if (job.window) {
     const copystate::Statistics t = job.window->table.statistics();
     s.program_transfers = t.transfers;
@@ -1090,7 +1202,7 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
   // checksum kernel is loaded (the same one as a dump's): the workers then
   // read each chunk once (pread), not twice (pread, CRC).
   std::atomic<uint64_t> gpu_checked{0}, zero_chunks{0};
-  work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned worker) -> Result<void> {
+  work.start = [&](const Piece& p, void* buffer, CUstream stream, unsigned worker, CUdeviceptr) -> Result<void> {
     if (!readers[worker]) readers[worker] = std::make_unique<image::ImageReader>(dirfd, m);
     const image::Chunk& c = m.allocations[p.allocation].chunks[p.chunk];
     if (c.compression == image::Compression::kZero) return queue_zero_chunk(job, p, stream);

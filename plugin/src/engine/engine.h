@@ -10,6 +10,13 @@
 // A chunk whose every byte is 0 (the checksum kernel says so while it runs)
 // is not written; a restore sets it with a memset instead of reading it.
 //
+// Validation by checksum (cow_trust=checksum, sum_check.h): a copy made
+// while the process runs reads each chunk once on the GPU into a bounce
+// buffer of criu's, taking its fingerprint (fingerprint.h) from the bytes
+// it copies (chunk_sum.cu), and the DMA reads the bounce; every copy-on-write
+// copy must equal the chunk's fingerprint at the freeze, and recopy's final
+// pass copies again every chunk whose fingerprint changed since its copy.
+//
 // Each worker keeps a staging ring of a few slots (pinned buffer, stream per
 // device) so that DMA and CPU work overlap: at dump the device-to-host copy of
 // the next chunks runs while the worker checksums and writes the previous
@@ -25,6 +32,7 @@
 #include <vector>
 
 #include "chunk_crc.h"
+#include "chunk_sum.h"
 #include "driver/cuda_api.h"
 #include "phos/images/copy_state.h"
 #include "phos/images/data_file.h"
@@ -33,6 +41,7 @@
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/gpu_map.h"
 #include "phos/plugin/options.h"
+#include "phos/plugin/sum_check.h"
 #include "phos/plugin/traffic.h"
 #include "phos/support/result.h"
 
@@ -51,6 +60,9 @@ struct EngineSettings {
   // first pass cold regions first.
   PluginOptions::Traffic traffic = PluginOptions::Traffic::kAuto;
   uint64_t traffic_bytes_per_second = 20'000'000'000ull;  // the process's transfers, assumed
+  // cow_trust=checksum: the copies of a copy window are validated by
+  // fingerprints (sum_check.h).
+  bool checksum = true;
 
   static EngineSettings from(const PluginOptions& o);
 };
@@ -128,6 +140,18 @@ class Engine {
   // or `deadline_ns` (CLOCK_MONOTONIC) passes. The job keeps them; the
   // window stays open for run_save.
   Result<FirstPass> run_first_pass(SaveJob& job, uint64_t deadline_ns);
+  // Validation by checksum: whether the fingerprints of the job's memory
+  // can be taken, on its GPUs (the kernels loaded there) or on the CPU
+  // (gpu_checksums=off, for tests); why not otherwise.
+  Result<void> can_sum(const SaveJob& job);
+  // Copy-on-write, the process drained: every chunk of the job's window
+  // fingerprinted now (the freeze, T0); from then on every copy is checked
+  // against it, and one that differs fails run_save (EBADMSG) naming the
+  // chunk. An error: the window cannot be validated (drop_window).
+  Result<void> take_freeze_sums(SaveJob& job);
+  // A window opened but not to be used: its table and pool dropped, the job
+  // as before open_window.
+  void drop_window(SaveJob& job);
   // A prepared job that is not to be written after all: criu's mappings
   // released, its data files removed from `dirfd`.
   void discard_save(int dirfd, std::unique_ptr<SaveJob> job);
@@ -196,10 +220,14 @@ class Engine {
   // What a copy does with each piece, in a slot of a worker's staging ring.
   struct PieceWork {
     // Queues the piece's DMA on `stream` (dump: device to host; restore: the
-    // file read into `buffer`, then host to device).
-    std::function<Result<void>(const Piece&, void* buffer, CUstream stream, unsigned worker)> start;
+    // file read into `buffer`, then host to device). `bounce`: device memory
+    // of criu's of the staging buffer's size, where `bounce` below asks for
+    // it and the GPU had room (else 0).
+    std::function<Result<void>(const Piece&, void* buffer, CUstream stream, unsigned worker, CUdeviceptr bounce)>
+        start;
     // Runs once the DMA is done (dump: checksum and write); may be empty.
     std::function<Result<void>(const Piece&, void* buffer, unsigned worker)> done;
+    bool bounce = false;  // each slot gets a bounce buffer on the piece's GPU
   };
   struct Slot;
   struct Queue;
@@ -245,7 +273,26 @@ class Engine {
   // `stream`, the worker's: it is done when the worker syncs that stream.
   Result<void> queue_zero_chunk(const LoadJob& job, const Piece& p, CUstream stream);
   void close_window(SaveJob& job, bool copied);
-  Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size);
+  Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size, bool bounce);
+  // Validation by checksum: the fingerprints of every chunk of the job's
+  // window now, on its GPUs (one block per chunk) or, with gpu_checksums
+  // off, on the CPU through the staging ring.
+  Result<void> sum_chunks(SaveJob& job, sum_check::ChunkSums& out);
+  Result<void> sum_chunks_on_gpu(SaveJob& job, sum_check::ChunkSums& out);
+  Result<void> sum_chunks_on_host(SaveJob& job, sum_check::ChunkSums& out);
+  // Recopy's final pass by checksum, gate closed: T1 taken, the chunks to
+  // copy (again) planned, every dirty mark settled.
+  Result<sum_check::FinalPass> plan_final_pass(SaveJob& job);
+  // A copied chunk's fingerprint checked against the job's reference, or
+  // kept as its copy's (recopy's first pass); an error names a chunk that
+  // differs.
+  Result<void> check_copy(SaveJob& job, const Piece& p, uint64_t fingerprint);
+  // The run's misses as one error (EBADMSG at the freeze, EIO in the final
+  // pass).
+  Error misses_error(SaveJob& job);
+  // A migration's copies fingerprinted on their target (pinned host slots
+  // the sum kernel writes, one per table chunk); none where not validated.
+  Result<void> prepare_target_sums(SaveJob& job);
   // A pinned staging buffer on huge pages (its address and mapped length).
   std::optional<std::pair<void*, size_t>> huge_staging(size_t size) const;
   Result<void> finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns);
@@ -260,12 +307,31 @@ class Engine {
   // (marked not done first), with whether they are all zero; false where it
   // could not be queued, and the CPU checksums the chunk.
   bool queue_crc(int device, CUdeviceptr data, size_t size, ChunkCrcTail* tail, CUstream stream) const;
+  // The fingerprint kernels in `ordinal`'s context (chunk_sum.h); null where
+  // they could not be loaded (sum_unavailable_ says why).
+  struct SumKernels {
+    CUfunction sum = nullptr;       // phos_chunk_sum
+    CUfunction copy_sum = nullptr;  // phos_chunk_copy_sum
+  };
+  SumKernels sum_kernels(int ordinal) const;
+  void load_sum_kernels(int ordinal, CUcontext ctx);
+  // Queues the copy of `size` bytes at `src` into `bounce` with their
+  // CRC-32C, zero bit and fingerprint into `tail`; false where it could not
+  // be queued (the caller copies from `src` and the CPU fingerprints).
+  bool queue_copy_sum(int device, CUdeviceptr src, CUdeviceptr bounce, size_t size, ChunkCrcTail* tail,
+                      CUstream stream) const;
+  // Queues the fingerprint of `task` (device memory `device` can read) into
+  // `out`, both pinned host memory; false where it could not be queued.
+  bool queue_sum(int device, ChunkSumTask* task, ChunkSumOut* out, CUstream stream) const;
 
   const CudaApi& cu_;
   EngineSettings settings_;
   std::map<int, CUcontext> contexts_;
   std::map<int, CUfunction> crc_functions_;
   std::string crc_unavailable_;
+  std::map<int, SumKernels> sum_kernels_;
+  std::string sum_unavailable_;
+  std::atomic<bool> bounce_warned_{false};  // once per engine: a slot the GPU had no bounce for
   std::mutex run_mu_;  // one copy at a time (the workers share the engine's contexts)
   std::mutex host_gpus_mu_;
   std::optional<std::vector<GpuDevice>> host_gpus_;  // once described
@@ -282,6 +348,25 @@ struct Engine::SaveJob {
   std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
   uint64_t first_pass_chunks = 0;              // soft recopy: chunks its first pass copied
   uint64_t recopied_chunks = 0;                // soft recopy: dirty chunks copied again by run_save
+  // Validation by checksum (sum_check.h), by table chunk: what each copy is
+  // checked against once `checked` (copy-on-write: the freeze; recopy: the
+  // final gate closing), the fingerprints of the copies the image holds
+  // (recopy's first pass), the copies that differed, and the figures.
+  bool validated = false;  // the window's copies are fingerprinted
+  bool checked = false;    // and compared with `reference`
+  sum_check::Against against = sum_check::Against::kFreeze;
+  sum_check::ChunkSums reference;
+  sum_check::ChunkSums image_sums;
+  std::mutex misses_mu;
+  sum_check::Misses misses;
+  uint64_t sum_pass_ns = 0;
+  std::atomic<uint64_t> sum_checked{0};
+  uint64_t sum_missed = 0;           // recopy: changed without a dirty mark
+  uint64_t sum_unchanged_dirty = 0;  // recopy: dirty, unchanged, not copied again
+  // A migration's copies fingerprinted on their target: one pinned slot per
+  // table chunk.
+  ChunkSumTask* target_tasks = nullptr;
+  ChunkSumOut* target_sums = nullptr;
   // Pauses of the copies made while the process ran, for its own transfers
   // (traffic.h), and their time summed over the workers.
   uint64_t traffic_pauses = 0, traffic_paused_ns = 0;

@@ -84,6 +84,11 @@ class Agent {
   std::atomic<int> conn_fd_{-1};
   std::atomic<pid_t> tid_{0};
   std::thread thread_;
+  // A dump's engine found a copy that differs from the freeze (a write
+  // speculation missed): every later dump copies while the process is
+  // stopped. Kept for the process's life (a restore brings it back with
+  // the rest of its memory). Only the agent's thread touches it.
+  bool cow_missed_ = false;
 };
 
 }  // namespace phos::hooks

@@ -130,6 +130,10 @@ struct StatusReply {
   std::vector<GpuDevice> devices;
   bool validation_active = false;  // false from an older agent
   std::vector<NcclCommunicatorStatus> nccl_communicators;  // empty from an older agent
+  // A copy-on-write dump of this process found a write that speculation
+  // missed (CloseCopyWindowRequest::missed): its next dumps copy while it is
+  // stopped. false from an older agent.
+  bool cow_missed = false;
   // PHOS_CALL_CYCLES=on: the call counter's totals; none while it is off.
   std::optional<CallCycles> call_cycles;
   bool operator==(const StatusReply&) const = default;
@@ -234,6 +238,11 @@ enum class CopyTrust : uint32_t {
   kExact = 1,       // only exact sets: copies, memsets, known library calls
   kSpeculated = 2,  // speculated kernel sets too
   kValidated = 3,   // speculated sets of launches that run validated
+  // Speculated kernel sets too, and every chunk the engine copies is
+  // checked against its fingerprint at the freeze (fingerprint.h): a write
+  // speculation missed refuses the image instead of corrupting it. Recopy's
+  // final pass copies again what changed, whatever the marks say.
+  kChecksum = 4,
 };
 
 // Open a concurrent dump's copy window (copy_state.h); the table's memfd
@@ -250,8 +259,19 @@ struct OpenCopyWindowReply {
   bool operator==(const OpenCopyWindowReply&) const = default;
 };
 struct CloseCopyWindowRequest {
+  // The engine found a chunk whose copy differs from its content at the
+  // freeze: the agent remembers it (StatusReply::cow_missed).
+  bool missed = false;
   bool operator==(const CloseCopyWindowRequest&) const = default;
 };
+// A kernel and how often it was launched in a window with a speculated set
+// that was trusted (what a refused image names).
+struct KernelLaunches {
+  std::string name;  // demangled
+  uint64_t launches = 0;
+  bool operator==(const KernelLaunches&) const = default;
+};
+inline constexpr size_t kMaxWindowKernels = 16;
 // What a copy window cost the program, as the hooks count it: the close
 // reply carries it and a dump's manifest records it as it is
 // (image::Statistics::copy_window), so a counter is added here alone.
@@ -270,6 +290,13 @@ struct CloseCopyWindowReply {
   std::string violation;  // the first: kernel and address
   bool aborted = false;
   std::string abort_reason;
+  // cow_trust=checksum: the kernels launched in the window on a trusted
+  // speculated set, the kMaxWindowKernels most launched, and how many kernels
+  // there were in all; recopy: calls whose set was not trusted, counted
+  // instead of marking every chunk dirty. None from an older agent.
+  std::vector<KernelLaunches> speculated_kernels;
+  uint64_t speculated_kernel_count = 0;
+  uint64_t unmarked_calls = 0;
   bool operator==(const CloseCopyWindowReply&) const = default;
 };
 

@@ -208,9 +208,18 @@ class CopyState {
   std::vector<std::pair<uint64_t, uint64_t>> unfilled_ranges() const;
   // The chunk of `region` (an index into regions()) at byte `offset`.
   uint64_t chunk_at(uint32_t region, uint64_t offset) const;
+  // Where `chunk` lies (its region, offset and bytes), claimed or not.
+  Claim locate(uint64_t chunk) const;
   // Recopy, after the gate closed and the streams drained: the next dirty
   // chunk, claimed (its dirty mark cleared).
   std::optional<Claim> claim_dirty();
+  // Recopy's final pass by checksum, gate closed: a copied chunk whose
+  // content changed since its copy, claimed again (copied -> copying, its
+  // dirty mark cleared); empty where it is not copied.
+  std::optional<Claim> claim_again(uint64_t chunk);
+  // The same pass: a dirty chunk whose content did not change keeps its
+  // copy; its dirty mark goes.
+  void clear_dirty(uint64_t chunk);
   // The claimed chunk is in the image: its pool slot is free again, waiters
   // are woken.
   void copied(const Claim& claim);

@@ -20,6 +20,11 @@
 
 namespace phos::image {
 
+// How a dump checked the copies made while the process ran
+// (manifest.proto Validation).
+enum class Validation : uint32_t { kNone = 0, kChecksum = 1 };
+std::string_view validation_name(Validation v);
+
 // kZero: every byte of the chunk is 0 and nothing is stored (a sparse image).
 enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2 };
 
@@ -97,6 +102,12 @@ struct Statistics {
   uint64_t recopy_wasted_bytes = 0;
   // CLOCK_REALTIME when the gate closed for the copy the image holds.
   uint64_t gate_closed_unix_ns = 0;
+  // Validation by checksum: the fingerprint pass, the copies checked, recopy's
+  // chunks changed without a dirty mark and dirty but unchanged.
+  uint64_t sum_pass_ns = 0;
+  uint64_t sum_checked_chunks = 0;
+  uint64_t sum_missed_chunks = 0;
+  uint64_t sum_unchanged_dirty_chunks = 0;
   bool operator==(const Statistics&) const = default;
 };
 
@@ -142,6 +153,7 @@ struct Manifest {
   std::vector<uint64_t> fill_order;  // allocation ids, as recorded launches first touched them
   std::vector<std::string> unsupported_calls;
   std::optional<KeptMemory> kept;  // a migration: where the GPU data is
+  Validation validation = Validation::kNone;
   bool operator==(const Manifest&) const = default;
 };
 

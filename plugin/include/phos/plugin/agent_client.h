@@ -63,7 +63,9 @@ class AgentClient {
   // memfd, then the pool's fd where q.pool_bytes is not 0.
   Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                       std::span<const int> fds);
-  Result<agent::CloseCopyWindowReply> close_copy_window();
+  // `missed`: the engine found a copy that differs from the freeze (the
+  // agent remembers it: StatusReply::cow_missed).
+  Result<agent::CloseCopyWindowReply> close_copy_window(bool missed = false);
   // A job-wide quiesce's stop on the communicators of `job_id`: armed at
   // `at_call` (true where armed), or disarmed without.
   Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call);

@@ -51,9 +51,14 @@ struct PluginOptions {
   enum class CopyOnWrite { kAuto, kAlways, kOff };
   CopyOnWrite copy_on_write = CopyOnWrite::kAuto;
   uint32_t cow_pool_mib = 2048;     // cow_pool_mib: 0..1048576, at most what the GPU has free
-  // cow_trust: exact | speculated | validated; a write set not trusted makes
-  // its call wait until the copy ends.
-  agent::CopyTrust cow_trust = agent::CopyTrust::kValidated;
+  // cow_trust: exact | speculated | validated | checksum; a write set not
+  // trusted makes its call wait until the copy ends. checksum trusts
+  // speculated sets and checks every chunk copied against its fingerprint
+  // at the freeze: a write speculation missed refuses the image (the
+  // process runs on; its next dumps copy while it is stopped), and recopy's
+  // final pass copies again every chunk that changed (docs/design/
+  // checksum-validation.md).
+  agent::CopyTrust cow_trust = agent::CopyTrust::kChecksum;
   uint32_t cow_timeout_ms = 60000;  // cow_timeout_ms: a call waits at most this long, then the image is given up
   // cow_start: resume | pause. When the copy-on-write copy starts: once the
   // process runs again (the stall is shortest), or already at PAUSE_DEVICES

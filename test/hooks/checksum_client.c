@@ -1,0 +1,90 @@
+/* The workload of the e2e tests of validation by checksum (checksum_criu.sh),
+ * on the fake libcuda with real memory (FAKE_CUDA_MEMORY=1): device memory
+ * A (4 MiB), B (4 MiB) and P (2 MiB), and a step every 10 ms:
+ *
+ *   1. cuCtxSynchronize                      (a call the gate holds)
+ *   2. check A[0] == P[0] == n - 1
+ *   3. cuMemsetD32(A, n, 64 KiB)            (an exact set: saved first)
+ *   4. check A[0] == n, P[0] == n - 1
+ *   5. --plant: P[0] = n, a store of the program's own: a write no hook
+ *      sees, as a kernel's outside its speculated set is
+ *   6. saxpy(B, B) launched                   (a speculated set; the fake
+ *                                             kernel writes nothing)
+ *   7. check A[0] == n, P[0] == (--plant ? n : 0)
+ *
+ * Every call a checkpoint can freeze the program at (1, 3, 6) is followed by
+ * a check of what the memory held before it: a restored image that holds a
+ * write made after its freeze fails the next check. STATE gets
+ * "TOKEN COUNTER ok" (the e2e contract), or "TOKEN COUNTER bad:WHAT" once a
+ * check failed (and stays so).
+ *
+ * P is allocated first or last (--plant first|last): recopy's cold-first
+ * order and copy-on-write's address order then copy it first or last.
+ *
+ * usage: checksum_client STATE [--plant first|last] */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "../e2e/state_file.h"
+
+static char bad[96];
+
+static void check(const char *what, uint32_t got, uint32_t want, uint64_t n) {
+  if (got == want || bad[0]) return;
+  snprintf(bad, sizeof(bad), "bad:%s=%u,want=%u,step=%llu", what, got, want, (unsigned long long)n);
+}
+
+static CUdeviceptr alloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) {
+    fprintf(stderr, "cuMemAlloc of %zu bytes failed\n", bytes);
+    _exit(1);
+  }
+  return p;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  const char *plant = argc > 3 && !strcmp(argv[2], "--plant") ? argv[3] : NULL;
+  uint64_t token;
+  if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
+  cuInit(0);
+  cuCtxSetCurrent((CUcontext)1);
+  CUdeviceptr p = 0, a, b;
+  if (plant && !strcmp(plant, "first")) p = alloc(2u << 20);
+  a = alloc(4u << 20);
+  b = alloc(4u << 20);
+  if (!p) p = alloc(2u << 20);
+  /* The fake's device memory is the process's: zero from the start. */
+  volatile uint32_t *A = (volatile uint32_t *)(uintptr_t)a, *P = (volatile uint32_t *)(uintptr_t)p;
+  static unsigned char header[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
+  CUmodule module;
+  CUfunction saxpy;
+  if (cuModuleLoadData(&module, header) != CUDA_SUCCESS ||
+      cuModuleGetFunction(&saxpy, module, "_Z5saxpyPKfPffi") != CUDA_SUCCESS)
+    return 1;
+  float alpha = 2.0f;
+  int count = 1024;
+  void *args[] = {&b, &b, &alpha, &count};
+  char line[192];
+  for (uint64_t n = 1;; n++) {
+    cuCtxSynchronize();
+    check("A", A[0], (uint32_t)(n - 1), n);
+    check("P", P[0], plant ? (uint32_t)(n - 1) : 0, n);
+    cuMemsetD32(a, (unsigned)n, 16384);
+    check("A", A[0], (uint32_t)n, n);
+    check("P", P[0], plant ? (uint32_t)(n - 1) : 0, n);
+    if (plant) P[0] = (uint32_t)n;
+    cuLaunchKernel(saxpy, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL);
+    check("A", A[0], (uint32_t)n, n);
+    check("P", P[0], plant ? (uint32_t)n : 0, n);
+    snprintf(line, sizeof(line), "%016llx %llu %s\n", (unsigned long long)token, (unsigned long long)n,
+             bad[0] ? bad : "ok");
+    write_state_line(argv[1], line);
+    usleep(10000);
+  }
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Validation by checksum through real criu dumps: criu's plugin runs its
+# engine on the fake libcuda with real memory (FAKE_CUDA_MEMORY=1), its GPU
+# kernels on the CPU; the workload (checksum_client.c) checks after every
+# call a dump can freeze it at that its memory is what it was before, so a
+# restored image holding a write made after its freeze is caught. Its
+# "planted" writes are stores of its own into its device memory: writes no
+# hook sees, as a kernel's outside its speculated set is.
+#   1. copy-on-write (leave-running), nothing planted: the copies equal the
+#      freeze's fingerprints; the manifest says validation=checksum; the
+#      image restores and the program's checks pass
+#   2. copy-on-write, a store after the freeze into memory copied last: the
+#      image is refused (criu fails naming the chunk, its allocation and the
+#      kernel trusted on speculation), no completion marker; the program runs
+#      on, its agent remembers it; its next dump copies while it is stopped,
+#      completes, and restores
+#   3. the same with cow_trust=speculated (the control): the image completes,
+#      and restored it holds the store made after the freeze: what checksum
+#      trust turns into a refusal. The controls take their CRCs on the CPU
+#      (gpu_checksums=off): the GPU's CRC kernel reads the process's memory
+#      apart from the DMA, so the store may instead leave a chunk whose CRC
+#      does not match, which the restore refuses (and criu then hangs on
+#      the restored process it killed in its pid namespace)
+#   4. soft recopy (a dump that stops the program), stores into memory its
+#      first pass copied first: the final pass copies that chunk again without
+#      a dirty mark; the image restores intact; with cow_trust=speculated
+#      (the control) it does not
+#   5. the same with gpu_checksums=off: the fingerprints taken on the CPU
+#   6. a migration copying device to device: the copies fingerprinted on the
+#      target, the final pass by checksum; the migrated program intact
+export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/checksum_client
+export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
+source "$(dirname "$0")/../e2e/lib.sh"
+verdict() { state_field 3; }
+
+# restored_ok WHAT: the image restores and the program's checks pass for
+# 20 more steps.
+restored_ok() {
+  local at pid
+  kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+  wait_pid_free
+  criu_restore || fail "$1: criu restore failed: $(criu_errors "$WORK/restore.log")"
+  pid=$(restored_pid) || fail "$1: no restored process"
+  at=$(state_counter)
+  wait_counter_above $((at + 20))
+  [ "$(verdict)" = ok ] || fail "$1: the restored program found its memory wrong: $(verdict)"
+  WORKLOAD_PID=$pid
+}
+
+# 1. Nothing planted.
+start_workload --preload
+wait_counter_above 5
+PHOS_COPY_ON_WRITE=always criu_dump --leave-running || fail "clean copy-on-write: criu dump failed: $(criu_errors "$WORK/dump.log")"
+grep -q "checksum: the freeze's fingerprints (T0) of 10 chunks" "$WORK/dump.log" ||
+  fail "no freeze fingerprints in the log: $(grep -o 'phos: process [0-9]*: .*checksum.*' "$WORK/dump.log" | head -n2)"
+equal=$(grep -o "checksum: [0-9]* chunks equal to the freeze" "$WORK/dump.log") || fail "no checked copies in the log"
+[ -e "$IMG/phos-1-complete.img" ] || fail "clean copy-on-write: no completion marker"
+"$PHOSCTL" show --json "$IMG" | grep -q '"validation": "checksum"' || fail "the manifest does not record validation=checksum"
+restored_ok "clean copy-on-write"
+say "1. copy-on-write: $equal; validation=checksum in the manifest; restored, its checks pass"
+
+# 2. A store after the freeze into P, copied last.
+rm -rf "${IMG:?}"/* && kill -9 "$WORKLOAD_PID" && wait_pid_free
+start_workload --preload --plant last
+wait_counter_above 5
+token=$(state_token)
+rc=0
+PHOS_COPY_ON_WRITE=always criu_dump --leave-running || rc=$?
+[ "$rc" -ne 0 ] || fail "planted copy-on-write: criu exited 0 with a store after the freeze in memory not yet copied"
+refusal=$(grep -o "phos: Error: process [0-9]*: .*" "$WORK/dump.log" | head -n1)
+for want in "differs from its content at the freeze: a write that speculation missed reached it before its copy" \
+            "(allocation #" "from the process's memory" \
+            "kernels trusted on speculation in the window: saxpy(float const*, float*, float, int)" \
+            "the image is refused (no completion marker); the process runs on; its next dumps copy while it is stopped"; do
+  grep -qF -- "$want" <<< "$refusal" || fail "the refusal does not say '$want': $refusal"
+done
+[ ! -e "$IMG/phos-1-complete.img" ] || fail "a refused image has a completion marker"
+at=$(state_counter)
+wait_counter_above $((at + 20))
+[ "$(state_token)" = "$token" ] && [ "$(verdict)" = ok ] || fail "the program was harmed by the refused dump: $(cat "$WORK/state")"
+"$PHOSCTL" status "$WORKLOAD_PID" | grep -q "copy-on-write: off for this process" ||
+  fail "the agent does not remember the miss: $("$PHOSCTL" status "$WORKLOAD_PID" | head -n 12)"
+say "2. planted: refused ($refusal); the program ran on intact"
+# Its next dump copies while it is stopped, and restores.
+rm -rf "${IMG:?}"/*
+PHOS_COPY_ON_WRITE=always criu_dump --leave-running || fail "the dump after a refusal failed: $(criu_errors "$WORK/dump.log")"
+grep -q "no copy-on-write: an earlier dump of it found a write that speculation missed" "$WORK/dump.log" ||
+  fail "the dump after a refusal did not say why it copies while the program is stopped"
+! grep -q "copy window opened" "$WORK/dump.log" || fail "the dump after a refusal opened a copy window"
+[ -e "$IMG/phos-1-complete.img" ] || fail "the stopped dump after a refusal has no completion marker"
+restored_ok "the stopped dump after a refusal"
+say "2. its next dump copied while it was stopped; restored, its checks pass"
+
+# 3. The control: the same with speculated trust gives a wrong image.
+rm -rf "${IMG:?}"/* && kill -9 "$WORKLOAD_PID" && wait_pid_free
+start_workload --preload --plant last
+wait_counter_above 5
+PHOS_GPU_CHECKSUMS=off PHOS_COPY_ON_WRITE=always PHOS_COW_TRUST=speculated criu_dump --leave-running ||
+  fail "control: criu dump with speculated trust failed: $(criu_errors "$WORK/dump.log")"
+kill -9 "$WORKLOAD_PID"
+wait_pid_free
+criu_restore || fail "control: criu restore failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "control: no restored process"
+for _ in $(seq 100); do [[ "$(verdict)" == bad:* ]] && break; sleep 0.05; done
+[[ "$(verdict)" == bad:P=* ]] || fail "control: with speculated trust the image was not wrong ($(verdict)): the test plants nothing"
+say "3. control, cow_trust=speculated: the image completed and restored wrong ($(verdict))"
+
+# 4. Soft recopy: P copied first by the first pass, stored into after.
+recopy_case() {  # recopy_case WHAT [ENV=VALUE...]
+  local what=$1; shift
+  rm -rf "${IMG:?}"/*
+  kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+  wait_pid_free
+  start_workload --preload --plant first
+  wait_counter_above 5
+  (if [ $# -gt 0 ]; then export "$@"; fi; criu_dump) || fail "$what: criu dump failed: $(criu_errors "$WORK/dump.log")"
+  grep -q "first pass copied" "$WORK/dump.log" || fail "$what: no soft recopy: $(grep -o 'no soft recopy.*' "$WORK/dump.log" | head -n1)"
+}
+recopy_case "recopy"
+line=$(grep -o "checksum: the final pass copies [0-9]* of [0-9]* chunks.*" "$WORK/dump.log") || fail "recopy: no final pass by checksum"
+missed=$(grep -o "([0-9]* of them without a dirty mark" <<< "$line" | grep -o '[0-9]*' | head -n1)
+[ "${missed:-0}" -ge 1 ] || fail "recopy: the store after P's first copy was not found: $line"
+grep -q "calls with a set not trusted left unmarked" "$WORK/dump.log" || fail "recopy: the window's unmarked calls are not counted"
+"$PHOSCTL" show --json "$IMG" | grep -q '"validation": "checksum"' || fail "recopy: the manifest does not record validation=checksum"
+restored_ok "recopy"
+say "4. soft recopy: $line; restored, its checks pass"
+
+recopy_case "recopy, control" PHOS_COW_TRUST=speculated PHOS_GPU_CHECKSUMS=off
+! grep -q "checksum: the final pass" "$WORK/dump.log" || fail "recopy, control: a final pass by checksum with speculated trust"
+wait_pid_free
+criu_restore || fail "recopy, control: criu restore failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "recopy, control: no restored process"
+for _ in $(seq 100); do [[ "$(verdict)" == bad:* ]] && break; sleep 0.05; done
+[[ "$(verdict)" == bad:P=* ]] || fail "recopy, control: with speculated trust the image was not wrong ($(verdict)): the test plants nothing"
+say "4. control, cow_trust=speculated: the recopied image restored wrong ($(verdict))"
+
+# 5. The fingerprints on the CPU.
+recopy_case "recopy on the CPU" PHOS_GPU_CHECKSUMS=off
+grep -q "checksum: the final pass copies" "$WORK/dump.log" || fail "recopy on the CPU: no final pass by checksum"
+restored_ok "recopy on the CPU"
+rm -rf "${IMG:?}"/*
+kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+wait_pid_free
+start_workload --preload --plant last
+wait_counter_above 5
+rc=0
+PHOS_GPU_CHECKSUMS=off PHOS_COPY_ON_WRITE=always criu_dump --leave-running || rc=$?
+[ "$rc" -ne 0 ] && grep -q "(CPU, gpu_checksums=off)" "$WORK/dump.log" && grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
+  fail "copy-on-write on the CPU: the store after the freeze was not refused (criu exit $rc)"
+say "5. gpu_checksums=off: recopy's final pass and copy-on-write's refusal the same, fingerprints on the CPU"
+
+# 6. A migration copying device to device (migrate_copy=always, to the same
+# fake GPU): its copies fingerprinted on the target, its final pass by
+# checksum; phos-keeper holds the memory until the restore maps it.
+rm -rf "${IMG:?}"/*
+kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+wait_pid_free
+start_workload --preload --plant first
+wait_counter_above 5
+out=$(PHOS_MIGRATE_COPY=always "$PHOSCTL" migrate "$WORKLOAD_PID" --to 0 --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1) ||
+  { cp "$IMG"/*.log "$WORK"/ 2>/dev/null; fail "migration: phosctl migrate failed: $out"; }
+cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true
+line=$(grep -o "checksum: the final pass copies [0-9]* of [0-9]* chunks.*" "$IMG/migrate-dump.log") ||
+  fail "migration: no final pass by checksum: $(grep -o 'phos: .*' "$IMG/migrate-dump.log" | tail -n 5)"
+missed=$(grep -o "([0-9]* of them without a dirty mark" <<< "$line" | grep -o '[0-9]*' | head -n1)
+[ "${missed:-0}" -ge 1 ] || fail "migration: the store after P's first copy was not found: $line"
+WORKLOAD_PID=$(restored_pid) || fail "migration: no restored process"
+at=$(state_counter)
+wait_counter_above $((at + 20))
+[ "$(verdict)" = ok ] || fail "migration: the migrated program found its memory wrong: $(verdict)"
+say "6. migration, copied device to device: $line; the program runs on with its checks passing"
+say "PASS"

@@ -1,0 +1,44 @@
+/* The fake libcuda's device as criu's plugin sees it (FAKE_CUDA_MEMORY=1,
+ * fake_libcuda_vmm.c): one 16 GiB GPU with half of it free, peer access,
+ * pinned host memory as it is, and no driver checkpoint: the plugin finds
+ * no CUDA state of the driver's in the process and skips its lock,
+ * checkpoint and restore, as for a process that never used the GPU. */
+#include <cuda.h>
+#include <stdio.h>
+
+CUresult cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+  snprintf(name, (size_t)len, "Fake GPU %d", d);
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { (void)d; *bytes = 16ull << 30; return CUDA_SUCCESS; }
+CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
+  *free_bytes = 8ull << 30;
+  *total = 16ull << 30;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice a, CUdevice b) { (void)a; (void)b; *can = 1; return CUDA_SUCCESS; }
+CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags) { (void)p; (void)bytes; (void)flags; return CUDA_SUCCESS; }
+CUresult cuMemHostUnregister(void *p) { (void)p; return CUDA_SUCCESS; }
+
+CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
+  (void)pid; (void)state;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
+  (void)pid; (void)tid;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) { (void)pid; (void)args; return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args) {
+  (void)pid; (void)args;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args) {
+  (void)pid; (void)args;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args) {
+  (void)pid; (void)args;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
