@@ -79,6 +79,7 @@ one_run() {
   rm -rf "$d" && mkdir -p "$d/img"
   setsid "$hog" $((gib * 1024)) "$d/result" 4 16 </dev/null >/dev/null 2>&1 &
   hog_pid=$!
+  disown  # no "Killed" notice when the dump ends it; the shell still reaps it
   local waited=0
   until [ "$(cat "$d/result" 2>/dev/null)" = ready ]; do
     sleep 0.1; waited=$((waited + 1))
@@ -87,7 +88,9 @@ one_run() {
   if ! "$criu" dump -t "$hog_pid" -D "$d/img" -v4 -o "$d/dump.log"; then
     echo "criu_pages: $kind dump failed: $(grep Error "$d/dump.log" | head -n3)" >&2; return 1
   fi
-  wait "$hog_pid" 2>/dev/null || true
+  # Its pid must be free again for the restore.
+  waited=0
+  while [ -e "/proc/$hog_pid" ] && [ $waited -lt 300 ]; do sleep 0.1; waited=$((waited + 1)); done
   local bytes
   bytes=$(du -bc "$d"/img/pages-*.img | tail -n1 | cut -f1)
   if ! "$criu" restore "${rargs[@]}" -D "$d/img" -d -v4 -o "$d/restore.log"; then
