@@ -14,8 +14,8 @@ packages=(
   dpkg-dev build-essential libprotobuf-dev protobuf-compiler python3-protobuf
   libnl-3-dev libnet1-dev libcap-dev libaio-dev libgnutls28-dev libbsd-dev
   libnftables-dev libdrm-dev uuid-dev iproute2 xz-utils
-  # tests
-  util-linux procps python3
+  # tests (python3-yaml: CRIU's zdtm, contrib/scripts/criu-zdtm.sh; git: install-criu.sh applies patches with it)
+  util-linux procps python3 python3-yaml git
 )
 
 missing=()

@@ -28,7 +28,7 @@ setup build-test -Dwerror=true
 status=0
 echo "== unit tests, ASan+UBSan"
 meson test -C build-test-asan --suite unit --print-errorlogs || status=1
-echo "== unit and end-to-end tests (real criu $(/usr/local/sbin/criu --version | sed -n 's/^Version: //p'))"
+echo "== unit and end-to-end tests (real criu $(/usr/local/sbin/criu --version | sed -n 's/^\(Version\|GitID\): //p' | paste -sd' '))"
 PHOS_REQUIRE_E2E=1 meson test -C build-test --print-errorlogs || status=1
 grep -E "^\[[a-z_]+\] " build-test/meson-logs/testlog.txt || true
 echo "== fuzzing"

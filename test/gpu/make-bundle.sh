@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds what the GPU suite runs on a GPU host into bundle/ (listed in
 # .git/info/exclude; the device tool carries it): phos built for release, the
-# criu 4.2.1 binary and CRIU's cuda plugin (and criu-dev/, CRIU's development
-# branch, where build-criu-dev.sh built it), probes, and every shared library
+# criu 4.2.1 binary with the project's patches (contrib/criu/, installed by
+# install-criu.sh, which this runs: it keeps an up-to-date install) and CRIU's
+# cuda plugin, the unpatched criu 4.2.1 as criu-unpatched/ (the baseline of
+# test/bench/criu_pages.sh), criu-dev/ (CRIU's development branch, where
+# build-criu-dev.sh built it), probes, and every shared library
 # they need beyond glibc, so the host need not have them (run-on-host.sh
 # puts only the ones the host lacks on LD_LIBRARY_PATH).
 set -euo pipefail
@@ -12,11 +15,16 @@ cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ -f "$src/build-gpu/build.ninja" ]; then meson configure "$src/build-gpu" >/dev/null
 else meson setup "$src/build-gpu" "$src" -Dbuildtype=release -Dwerror=true >/dev/null; fi
 ninja -C "$src/build-gpu" >/dev/null
-rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu"
+# The patched criu in /usr/local, and the unpatched one in the cache (both
+# idempotent: built only when missing or when the patches changed).
+"$src/contrib/scripts/install-criu.sh" >/dev/null
+PHOS_CRIU_UNPATCHED=1 "$src/contrib/scripts/install-criu.sh" >/dev/null
+rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu" "$out/criu-unpatched"
 # Mirror the build tree's layout so scripts take PHOS_BUILD=bundle/build.
 (cd "$src/build-gpu" && cp --parents cuda_hooks/libphos.so plugin/phos_plugin.so plugin/phos-keeper plugin/phosctl \
    test/e2e/phos-test-counter test/e2e/phos-criu-rpc test/unit/phos-unit-tests test/hooks/phos-agent-tool test/bench/cuda-checkpoint \
-   test/tools/phos-image-edit test/bench/phos-speculation-bench test/bench/phos-storage-bench speculation/tools/phos-fatbin-info "$out/build/")
+   test/tools/phos-image-edit test/bench/phos-speculation-bench test/bench/phos-storage-bench speculation/tools/phos-fatbin-info \
+   test/bench/phos-criu-pages-hog "$out/build/")
 # The suite's CUDA programs, for Hopper (sm_90), with the toolkit here.
 mkdir -p "$out/gpu"
 for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read; do
@@ -49,6 +57,8 @@ if [ -x "$src/build-gpu/speculation/tools/phos-sigdb" ]; then
 fi
 cp /usr/local/sbin/criu "$out/bin/"
 cp /usr/local/lib/criu/cuda_plugin.so "$out/criu/"
+# Stripped (1.6 MB instead of 6 MB): the device tool carries 64 MiB at most.
+strip -o "$out/criu-unpatched/criu" "${PHOS_CRIU_CACHE:-/var/cache/phos-criu}/unpatched/sbin/criu"
 # CRIU's development branch, where build-criu-dev.sh installed it, for
 # measuring the CPU-side restore against 4.1.1 (CRIU=$CRIU_DEV on the host).
 criu_dev=/var/cache/phos-criu-dev
@@ -61,7 +71,7 @@ fi
 gcc -O2 -I"$cuda/include" -o "$out/bin/probe_driver_entry" "$src/test/gpu/probe_driver_entry.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_dlsym_logger.so" "$src/test/gpu/dlsym_logger.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_driver_census.so" "$src/test/gpu/probes/driver_census.c" -ldl
-for f in "$out/bin/criu" "$out/criu-dev/bin/criu" "$out/build/plugin/phosctl" \
+for f in "$out/bin/criu" "$out/criu-unpatched/criu" "$out/criu-dev/bin/criu" "$out/build/plugin/phosctl" \
          "$out/build/test/unit/phos-unit-tests" "$out/build/test/hooks/phos-agent-tool" "$out/build/test/tools/phos-image-edit"; do
   [ -e "$f" ] || continue  # criu-dev only where it was built
   ldd "$f" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' || true
