@@ -14,9 +14,9 @@ else meson setup "$src/build-gpu" "$src" -Dbuildtype=release -Dwerror=true >/dev
 ninja -C "$src/build-gpu" >/dev/null
 rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu"
 # Mirror the build tree's layout so scripts take PHOS_BUILD=bundle/build.
-(cd "$src/build-gpu" && cp --parents cuda_hooks/libphos.so plugin/phos_plugin.so plugin/phos-keeper plugin/phosctl \
+(cd "$src/build-gpu" && cp --parents cuda_hooks/libphos.so plugin/phos_plugin.so plugin/phos-keeper plugin/phosctl plugin/phos-job-vote \
    test/e2e/phos-test-counter test/e2e/phos-criu-rpc test/unit/phos-unit-tests test/hooks/phos-agent-tool test/bench/cuda-checkpoint \
-   test/tools/phos-image-edit test/bench/phos-speculation-bench test/bench/phos-storage-bench speculation/tools/phos-fatbin-info "$out/build/")
+   test/tools/phos-image-edit test/tools/phos-tcpstore test/bench/phos-speculation-bench test/bench/phos-storage-bench speculation/tools/phos-fatbin-info "$out/build/")
 # The suite's CUDA programs, for Hopper (sm_90), with the toolkit here.
 mkdir -p "$out/gpu"
 for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read; do
