@@ -20,8 +20,9 @@
 #   4. host 1's CHECKPOINT_DEVICES failing in a stopped dump: both hosts'
 #      dumps fail, neither image is marked whole, both ranks go on (made
 #      again under the dump run);
-#   5. a refusal on host 1 (a buffer registration), and a rank without an
-#      agent: the dump given up before any release, both ranks go on.
+#   5. a refusal on host 1 (a buffer registration), a rank without an
+#      agent, and host 1's step exiting at once: the dump given up before
+#      any release, both ranks go on.
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/nccl_host_client
 source "$(dirname "$0")/../e2e/lib.sh"
 TCPSTORE=$BUILD/test/tools/phos-tcpstore
@@ -51,6 +52,7 @@ setup_hosts() {
 #!/bin/sh
 i=$1; shift
 if [ "$i" = "${FAULT_HOST:-}" ]; then export PHOS_FAULT="$FAULT"; fi
+if [ "$i" = "${DEAD_HOST:-}" ]; then exit 3; fi  # a host whose step never starts
 exec nsenter --net=/run/netns/${NS_BASE}$i "$@"
 EOF
   chmod +x "$WORK/via.sh"
@@ -219,5 +221,10 @@ if job_dump --leave-running; then fail "a job with a rank without an agent was d
 driver_says "host 1: no rank of an NCCL job"
 going_on
 [ "$(made)" = "1 1" ] || fail "after the refusal the ranks made $(made) communicators, not 1 each"
-say "refused before any rank let go: a buffer registration on host 1, a rank without phos's agent on host 1; both ranks went on"
+HOST1_ENV= new_job
+if DEAD_HOST=1 job_dump --leave-running; then fail "a job dump went through without host 1's step"; fi
+driver_says "host 1's step exited with status 3 before finding its ranks"
+going_on
+[ "$(made)" = "1 1" ] || fail "after host 1's step died the ranks made $(made) communicators, not 1 each"
+say "refused before any rank let go: a buffer registration on host 1, a rank without phos's agent on host 1, host 1's step exiting at once; both ranks went on"
 say "PASS"

@@ -222,6 +222,16 @@ Result<void> DumpStep::run() {
     let_go();
     return before_go.error();
   }
+  // Another host may have failed since go: then no criu runs here.
+  if (auto decided = store_->check({keys_.outcome()}); decided && *decided) {
+    auto out = wait_outcome(*store_, keys_, net::deadline_in(o_.timeout));
+    if (out && !out->commit) {
+      abandon();
+      (void)put(keys_.complete(o_.job.host), "error: aborted: " + out->why);
+      return make_error("the job's dump was aborted before criu ran here (" + out->why + "); every rank here goes on",
+                        ECANCELED);
+    }
+  }
   auto status = dump();
   if (!status) {
     (void)propose_outcome(*store_, keys_, "abort: host " + std::to_string(o_.job.host) + ": " + status.error().message);
