@@ -102,23 +102,28 @@ TEST_CASE("nccl rendezvous, store: three ranks meet on rank 0's id and the keys 
   const NcclMeeting m{0xabc, 0x77, 41};
   std::vector<uint8_t> id(128, 3);
   std::vector<std::vector<uint8_t>> got(3);
+  std::vector<std::string> errors(3);  // Catch2's assertions stay on this thread
   std::vector<std::thread> ranks;
   for (int r = 0; r < 3; r++)
     ranks.emplace_back([&, r] {
-      auto meet = meet_at(*server);
+      auto meet = StoreRendezvous::connect({"127.0.0.1", server->port()}, phos::net::deadline_in(5s));
+      if (!meet) return void(errors[size_t(r)] = meet.error().message);
+      phos::Result<void> step;
       if (r == 0) {
         std::this_thread::sleep_for(50ms);
-        REQUIRE(meet->leave(m, id).ok());
+        step = (*meet)->leave(m, id);
         got[0] = id;
       } else {
-        auto g = meet->wait(m, id.size(), 5s);
-        REQUIRE(g.ok());
-        got[size_t(r)] = *g;
+        auto g = (*meet)->wait(m, id.size(), 5s);
+        if (g) got[size_t(r)] = *g;
+        else step = g.error();
       }
-      REQUIRE(meet->arrive(m, r, 3).ok());
-      REQUIRE(meet->wait_all(m, 3, 5s).ok());
+      if (step) step = (*meet)->arrive(m, r, 3);
+      if (step) step = (*meet)->wait_all(m, 3, 5s);
+      if (!step) errors[size_t(r)] = step.error().message;
     });
   for (auto& t : ranks) t.join();
+  for (const auto& e : errors) CHECK(e.empty());
   for (const auto& g : got) CHECK(g == id);
   auto probe = phos::net::TcpStoreClient::connect("127.0.0.1", server->port(), phos::net::deadline_in(5s));
   REQUIRE(probe.ok());
