@@ -531,7 +531,7 @@ case_tcpstore_interop() {
   out=$(timeout 120 python3 "$here/tcpstore_interop.py" "$PHOS_BUILD/test/tools/phos-tcpstore" 2>&1) ||
     { echo "$out"; echo "[tcpstore_interop] FAIL: $(grep -m1 FAIL <<<"$out" || tail -n1 <<<"$out")"; exit 1; }
   echo "$out"
-  pass "$(grep -c '^tcpstore-interop: .*: PASS' <<<"$out") directions passed: $(grep -o '^tcpstore-interop: [^:]*' <<<"$out" | cut -d' ' -f2- | paste -sd, -)"
+  pass "$(grep -c ': PASS$' <<<"$out") of 3 directions: $(grep ': PASS$' <<<"$out" | sed 's/^tcpstore-interop: //; s/: PASS$//' | paste -sd';' -)"
 }
 
 case_anchor_torch_ddp_2gpu() {
