@@ -1,6 +1,7 @@
 // phosctl job: checkpoints and restores of a job whose ranks run on
 // several hosts (job_driver.h, job_step.h).
 #include "phosctl_job.h"
+#include "phos/support/text.h"
 
 #include <cstdio>
 #include <algorithm>
@@ -87,7 +88,7 @@ bool number(const std::string& text, long min, long max, long& out) {
 std::string missing(const Args& a, std::initializer_list<const char*> names) {
   std::string out;
   for (const char* n : names)
-    if (a.one(n).empty()) out += (out.empty() ? "" : ", ") + std::string(n);
+    if (a.one(n).empty()) phos::append_item(out, ", ", n);
   return out;
 }
 

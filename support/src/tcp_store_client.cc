@@ -1,4 +1,5 @@
 #include "phos/support/tcp_store_client.h"
+#include "phos/support/text.h"
 
 #include <unistd.h>
 
@@ -134,7 +135,7 @@ Result<void> TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline
   if (*r != uint8_t(StoreWaitReply::kWaitCanceled))
     return broken("CANCEL_WAIT", make_error("reply byte " + std::to_string(*r) + " is not WAIT_CANCELED", EPROTO));
   std::string names;
-  for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+  for (const auto& k : keys) append_item(names, ", ", k);
   return make_error("TCPStore at " + peer_ + ": key(s) " + names + " not set before the deadline", ETIMEDOUT);
 }
 

@@ -4,23 +4,29 @@
 
 namespace phos::net {
 
+// Bytes are added by resize and memcpy: GCC 12 at -O3 warns, wrongly, about
+// a vector insert of a few bytes (-Warray-bounds).
+void StoreFrame::raw(const void* p, size_t n) {
+  const size_t at = bytes_.size();
+  bytes_.resize(at + n);
+  if (n) std::memcpy(bytes_.data() + at, p, n);
+}
+
 template <class T>
 StoreFrame& StoreFrame::number(T v) {
-  uint8_t b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));
-  bytes_.insert(bytes_.end(), b, b + sizeof(T));
+  raw(&v, sizeof(T));
   return *this;
 }
 
 StoreFrame& StoreFrame::text(std::string_view s) {
   number<uint64_t>(s.size());
-  bytes_.insert(bytes_.end(), s.begin(), s.end());
+  raw(s.data(), s.size());
   return *this;
 }
 
 StoreFrame& StoreFrame::data(std::span<const uint8_t> v) {
   number<uint64_t>(v.size());
-  bytes_.insert(bytes_.end(), v.begin(), v.end());
+  raw(v.data(), v.size());
   return *this;
 }
 

@@ -1,4 +1,5 @@
 #include "phos/plugin/job_command.h"
+#include "phos/support/text.h"
 
 #include <limits.h>
 #include <spawn.h>
@@ -23,7 +24,7 @@ std::string shell_quote(const std::string& word) {
 
 std::string shell_line(const std::vector<std::string>& argv) {
   std::string out;
-  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_quote(a);
+  for (const auto& a : argv) append_item(out, " ", shell_quote(a));
   return out;
 }
 

@@ -1,4 +1,5 @@
 #include "phos/plugin/job_driver.h"
+#include "phos/support/text.h"
 
 #include <sys/random.h>
 #include <sys/wait.h>
@@ -181,7 +182,7 @@ Result<std::vector<std::string>> Driver::gather(const std::function<std::string(
     if (net::Clock::now() >= until) {
       std::string silent;
       for (int i = 0; i < o_.hosts; i++)
-        if (!got[size_t(i)]) silent += (silent.empty() ? "" : ", ") + std::to_string(i);
+        if (!got[size_t(i)]) append_item(silent, ", ", std::to_string(i));
       return make_error("host(s) " + silent + " said nothing at " + stage + " in " +
                             std::to_string(o_.timeout.count()) + " s",
                         ETIMEDOUT);
@@ -214,7 +215,7 @@ Result<void> Driver::check_ranks(const std::vector<std::string>& reports) {
   }
   std::string missing;
   for (int r = 0; r < job_.nranks; r++)
-    if (!where.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    if (!where.count(r)) append_item(missing, ", ", std::to_string(r));
   if (!missing.empty())
     return make_error("rank(s) " + missing + " of NCCL communicator " + run_hex(job_.job_id) + " (" +
                           std::to_string(job_.nranks) + " ranks) on no host's tree",

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "phos/images/unique_fd.h"
+#include "phos/support/text.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/job_command.h"
 #include "phos/plugin/job_record.h"
@@ -89,7 +90,7 @@ Result<void> DumpStep::find_ranks() {
   std::string text = run_hex(ranks_.job_id) + " " + std::to_string(ranks_.nranks);
   for (const auto& [rank, pid] : ranks_.ranks) {
     pids_.push_back(pid);
-    text += " " + std::to_string(rank) + ":" + std::to_string(ranks_.calls[rank]);
+    append_item(text, " ", std::to_string(rank) + ":" + std::to_string(ranks_.calls[rank]));
   }
   say("%zu rank(s) of NCCL communicator %s here (of %d)", pids_.size(), run_hex(ranks_.job_id).c_str(),
       ranks_.nranks);

@@ -1,4 +1,5 @@
 #include "phos/plugin/job_record.h"
+#include "phos/support/text.h"
 
 #include <cerrno>
 #include <cinttypes>
@@ -35,7 +36,7 @@ Result<int64_t> number(const std::string& field, const std::string& v, int64_t m
 
 std::string format_job_record(const JobRecord& r) {
   std::string ranks;
-  for (int k : r.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(k);
+  for (int k : r.ranks) append_item(ranks, ",", std::to_string(k));
   return "run = " + run_hex(r.run) + "\nhost = " + std::to_string(r.host) + "\nhosts = " + std::to_string(r.hosts) +
          "\njob = " + run_hex(r.job_id) + "\nnranks = " + std::to_string(r.nranks) +
          "\nat_call = " + std::to_string(r.at_call) + "\nranks = " + ranks + "\n";

@@ -1,4 +1,5 @@
 #include "phos/plugin/job_store.h"
+#include "phos/support/text.h"
 
 #include <thread>
 
@@ -52,7 +53,7 @@ Result<std::pair<size_t, std::string>> wait_any(net::TcpStoreClient& store, cons
     }
     if (net::Clock::now() >= deadline) {
       std::string names;
-      for (const auto& k : keys) names += (names.empty() ? "" : " or ") + k;
+      for (const auto& k : keys) append_item(names, " or ", k);
       return make_error("nothing set at " + names + " before the deadline", ETIMEDOUT);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -75,6 +75,7 @@ class StoreFrame {
  private:
   template <class T>
   StoreFrame& number(T v);
+  void raw(const void* p, size_t n);
   std::vector<uint8_t> bytes_;
 };
 
