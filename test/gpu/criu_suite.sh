@@ -1643,7 +1643,7 @@ limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
-    torchrun_2host*) echo 590 ;;
+    torchrun_2host*) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
     cow_random | cow_planted | recopy_random | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
