@@ -38,7 +38,15 @@ if [ "\$i" = "\${FAULT_HOST:-}" ]; then export PHOS_FAULT="\$FAULT"; fi
 exec nsenter --net=/run/netns/${NS_BASE}\$i "\$@"
 EOF
   chmod +x "$WORK/via.sh"
-  AT_EXIT="hosts_down; $AT_EXIT"
+  AT_EXIT="keep_host_logs; hosts_down; $AT_EXIT"
+}
+# Each host's criu logs and job output, kept with the case's ($log/$CASE).
+keep_host_logs() {
+  local i f
+  for i in 0 1; do
+    for f in "$WORK/img$i"/*.log "$WORK/h$i"/*.out; do [ -f "$f" ] && cp "$f" "$log/$CASE/host$i-$(basename "$f")"; done
+  done
+  return 0
 }
 hosts_down() {
   local i
