@@ -18,6 +18,7 @@ extern "C" {
 
 #include "dump/checkpoint.h"
 #include "phos/images/agent_messages.h"
+#include "phos/plugin/job_env.h"
 #include "phos/plugin/proc.h"
 #include "phos/plugin/log.h"
 #include "phos/plugin/options.h"
@@ -56,6 +57,14 @@ int hook_result(const char* what, int pid, const phos::Result<bool>& r) {
 int phos_init(int stage) {
   return guarded("init", [&] {
     g_stage = stage;
+    // One host's criu of a job across hosts (phosctl job): a malformed
+    // PHOS_JOB refuses the whole run, before anything is taken.
+    if (const auto& job = phos::plugin::job_run_of_process(); !job) {
+      PHOS_ERR("%s", job.error().message.c_str());
+      return -1;
+    } else if (*job) {
+      PHOS_INFO("one host's part of a job across hosts: %s=%s", phos::plugin::kJobEnv, (*job)->text().c_str());
+    }
     PluginOptions options = PluginOptions::load();
     if (stage == CR_PLUGIN_STAGE__DUMP) {
       g_checkpointer = std::make_unique<Checkpointer>(criu_get_image_dir(), options);

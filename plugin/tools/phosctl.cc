@@ -8,6 +8,7 @@
 //   phosctl validate PID on|off   turn the validation of it on or off
 //   phosctl migrate PID --to GPU --dir DIR --lib LIBDIR [--criu CRIU] [-- CRIU_ARGS]
 //                                 move a running process to another GPU
+//   phosctl job dump|restore ...  checkpoint a job whose ranks run on several hosts
 //   phosctl version
 #include <fcntl.h>
 #include <spawn.h>
@@ -33,6 +34,7 @@
 #include "phos/plugin/gpu_map.h"
 #include "phos/plugin/proc.h"
 #include "phos/speculation/demangle.h"
+#include "phosctl_job.h"
 #include "phos/support/clock.h"
 
 namespace {
@@ -57,6 +59,8 @@ constexpr const char* kUsage =
     "                                     criu dump with migrate_to=GPU into DIR (GPU data goes GPU to GPU,\n"
     "                                     DIR gets the CPU images), then criu restore -d from DIR; CRIU_ARGS\n"
     "                                     go to both\n"
+    "       phosctl job dump|restore ...  checkpoint (restore) a job whose ranks run on several hosts, each\n"
+    "                                     host's tree by its own criu (phosctl job, alone, says how)\n"
     "       phosctl version\n";
 
 std::string hex(uint64_t v) {
@@ -817,6 +821,7 @@ int cmd_migrate(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "migrate") return cmd_migrate(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "job") return cmd_job(std::vector<std::string>(args.begin() + 1, args.end()));
   bool as_json = false;
   std::vector<std::string> pos;
   for (const auto& a : args) {

@@ -154,6 +154,16 @@
 #                        (criu fails naming the chunk), never wrong; after a
 #                        refusal the job trains on intact and its next dump
 #                        copies while it is stopped and restores equal
+#   tcpstore_interop     phos's TCPStore client against torch's server (libuv
+#                        and legacy), torch's client against phos's server
+#   torchrun_2host, torchrun_2host_leave_running, torchrun_2host_host_fails,
+#   torchrun_2host_c10d  (2 GPUs) a torchrun DDP job across two "hosts"
+#                        (network namespaces, one GPU each, NCCL over
+#                        sockets), each host's tree dumped by its own criu
+#                        through phosctl job: stopped and restored, left
+#                        running, host 1's dump failing (every rank goes
+#                        on); both ranks' loss curves bitwise equal to an
+#                        uninterrupted run's; the c10d rendezvous backend too
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -526,6 +536,69 @@ case_torchrun_ddp_2gpu() { torchrun_case torch_case; }
 # cow_trust=speculated a rank once gave a wrong image); a refusal is allowed,
 # a wrong image never.
 case_torchrun_ddp_2gpu_cow() { COW_REFUSAL_OK=1 torchrun_case torch_cow_case; }
+# A job across two "hosts" (issue 28, part 2; two_hosts.sh): each GPU in a
+# network namespace of its own, NCCL over sockets between them, torchrun on
+# each with --nnodes=2; each host's tree dumped (and restored) by its own
+# criu through `phosctl job`. Both ranks' loss curves must equal an
+# uninterrupted run's of the same two-host job, bit for bit.
+two_hosts_case() {  # two_hosts_case stopped|leave_running|host_fails [TORCHRUN RENDEZVOUS ARGS...]
+  local kind=$1 n=150 t0 t1 t2 t3
+  shift
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  python3 -c 'import torch.distributed.run' 2>/dev/null || skip "no torch.distributed.run"
+  setup "$here/torch_ddp_job.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  source "$here/two_hosts.sh"
+  hosts_up
+  local rdzv=("$@")
+  [ ${#rdzv[@]} -gt 0 ] || rdzv=(--master-addr=10.77.0.1 --master-port=29500)
+  start_job ref $n "${rdzv[@]}"
+  job_reach ref $n 240
+  sleep 2  # the reference job's processes end
+  start_job run $n "${rdzv[@]}"
+  job_reach run 40 240
+  case $kind in
+    stopped)
+      t0=$(now); job_dump run || fail "phosctl job dump failed: $(tail -n 4 "$WORK/driver.log" | tr '\n' ' ')"; t1=$(now)
+      local dumped; dumped=$(lines "$WORK/run.losses")
+      sleep 1
+      [ -z "$(host_pids 0)$(host_pids 1)" ] || fail "a process of the job runs after the stopped dump"
+      t2=$(now); job_restore || fail "phosctl job restore failed: $(tail -n 4 "$WORK/restore-driver.log" | tr '\n' ' ')"; t3=$(now)
+      job_reach run $n 240
+      same_curves run
+      pass "both ranks' loss curves of $n steps bitwise equal to an uninterrupted two-host run's; $(held_line); job dump $(dt "$t0" "$t1") s (dumped at step $dumped), job restore $(dt "$t2" "$t3") s; $(grep -o '[0-9]* NCCL communicator(s) released in [0-9.]* ms' "$WORK"/img*/dump.log | sed 's/.*img\([01]\)\/dump.log:/host \1: /' | paste -sd, -)" ;;
+    leave_running)
+      t0=$(now); job_dump run --leave-running || fail "phosctl job dump --leave-running failed: $(tail -n 4 "$WORK/driver.log" | tr '\n' ' ')"; t1=$(now)
+      job_reach run $n 240
+      same_curves run
+      pass "both ranks' loss curves of $n steps bitwise equal to an uninterrupted two-host run's across a leave-running job dump; $(held_line); job dump $(dt "$t0" "$t1") s" ;;
+    host_fails)
+      if FAULT_HOST=1 FAULT=fail-checkpoint-devices job_dump run; then fail "the job's dump went through with host 1's failing"; fi
+      grep -q "the job's dump is aborted on every host" "$WORK/driver.log" || fail "the driver does not say the dump was aborted: $(tail -n 3 "$WORK/driver.log" | tr '\n' ' ')"
+      for i in 0 1; do [ ! -e "$WORK/img$i/phos-job" ] || fail "host $i's image is marked whole after the abort"; done
+      job_reach run $n 240
+      same_curves run
+      pass "host 1's CHECKPOINT_DEVICES failing: both hosts' dumps failed, both ranks carried on, their loss curves bitwise equal to an uninterrupted run's; $(grep -o "aborted on every host: .*" "$WORK/driver.log" | head -n1)" ;;
+  esac
+}
+case_torchrun_2host() { two_hosts_case stopped; }
+case_torchrun_2host_leave_running() { two_hosts_case leave_running; }
+case_torchrun_2host_host_fails() { two_hosts_case host_fails; }
+# The c10d rendezvous backend: a shared TCPStore in rendezvous rank 0's agent.
+case_torchrun_2host_c10d() {
+  two_hosts_case stopped --rdzv-backend=c10d --rdzv-endpoint=10.77.0.1:29400 --rdzv-id=phos-2host
+}
+# phos's TCPStore client against torch's own server (libuv and legacy), and
+# torch's client against phos's server (tcpstore_interop.py): the framing
+# phos speaks is torch's.
+case_tcpstore_interop() {
+  python3 -c 'import torch.distributed' 2>/dev/null || skip "no torch.distributed"
+  local out
+  out=$(timeout 120 python3 "$here/tcpstore_interop.py" "$PHOS_BUILD/test/tools/phos-tcpstore" 2>&1) ||
+    { echo "$out"; echo "[tcpstore_interop] FAIL: $(grep -m1 FAIL <<<"$out" || tail -n1 <<<"$out")"; exit 1; }
+  echo "$out"
+  pass "$(grep -c ': PASS$' <<<"$out") of 3 directions: $(grep ': PASS$' <<<"$out" | sed 's/^tcpstore-interop: //; s/: PASS$//' | paste -sd';' -)"
+}
+
 case_anchor_torch_ddp_2gpu() {
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   TORCH_SCRIPT=$here/torch_ddp_job.py anchor_torch_case PHOS_TEST_DDP=1
@@ -1720,7 +1793,8 @@ export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
-    migrate_torch* | migrate_llama* | llama_http | torchrun_*) echo 300 ;;
+    migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
+    torchrun_2host*) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
     cow_random | cow_planted | cow_planted_sass | recopy_random | recopy_random_unspeculated | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
@@ -1734,7 +1808,8 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
-  migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow"
+  migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
+  tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

@@ -21,9 +21,9 @@ ninja -C "$src/build-gpu" >/dev/null
 PHOS_CRIU_UNPATCHED=1 "$src/contrib/scripts/install-criu.sh" >/dev/null
 rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu" "$out/criu-unpatched"
 # Mirror the build tree's layout so scripts take PHOS_BUILD=bundle/build.
-(cd "$src/build-gpu" && cp --parents cuda_hooks/libphos.so plugin/phos_plugin.so plugin/phos-keeper plugin/phosctl \
+(cd "$src/build-gpu" && cp --parents cuda_hooks/libphos.so plugin/phos_plugin.so plugin/phos-keeper plugin/phosctl plugin/phos-job-vote \
    test/e2e/phos-test-counter test/e2e/phos-criu-rpc test/unit/phos-unit-tests test/hooks/phos-agent-tool test/bench/cuda-checkpoint \
-   test/tools/phos-image-edit test/bench/phos-speculation-bench test/bench/phos-storage-bench speculation/tools/phos-fatbin-info \
+   test/tools/phos-image-edit test/tools/phos-tcpstore test/bench/phos-speculation-bench test/bench/phos-storage-bench speculation/tools/phos-fatbin-info \
    test/bench/phos-criu-pages-hog "$out/build/")
 # The suite's CUDA programs, for Hopper (sm_90), with the toolkit here.
 mkdir -p "$out/gpu"

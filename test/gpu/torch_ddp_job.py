@@ -11,7 +11,10 @@ traceback in STATE.error.R.
 With PHOS_TEST_TORCHRUN=1 the launcher starts the job as users do, through
 torchrun (`python -m torch.distributed.run --standalone`): torchrun's agent
 holds the job's c10d TCPStore, the ranks meet through it (env://), and the
-tree is launcher -> torchrun -> ranks.
+tree is launcher -> torchrun -> ranks. PHOS_TEST_TORCHRUN_ARGS replaces
+"--standalone --nproc_per_node=N" (one node of a job across hosts:
+"--nnodes=2 --node-rank=1 --nproc-per-node=1 --master-addr=... --master-port=...");
+each rank then uses its node's GPU LOCAL_RANK.
 
 usage: torch_ddp_job.py STATE LOSSES STEPS [PACE_MS] [--ranks N]
        torch_ddp_job.py STATE LOSSES STEPS PACE_MS --rank R --ranks N  (a rank)
@@ -25,8 +28,9 @@ import traceback
 
 def launcher(argv, ranks):
     if os.environ.get("PHOS_TEST_TORCHRUN") == "1":
-        run = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                f"--nproc_per_node={ranks}", os.path.abspath(__file__), *argv, "--torchrun"])
+        nodes = os.environ.get("PHOS_TEST_TORCHRUN_ARGS", f"--standalone --nproc_per_node={ranks}").split()
+        run = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *nodes, os.path.abspath(__file__), *argv,
+                                "--torchrun"])
         sys.exit(run.wait())
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--rank", str(r), "--ranks", str(ranks)])
              for r in range(ranks)]
@@ -36,16 +40,17 @@ def launcher(argv, ranks):
 def rank_main(state, losses, steps, pace, rank, ranks):
     import torch
     import torch.distributed as dist
-    torch.cuda.set_device(rank)
+    device = int(os.environ.get("LOCAL_RANK", rank))  # the node's GPU (torchrun), else the rank's
+    torch.cuda.set_device(device)
     from torch_workloads import build  # also sets CUBLAS_WORKSPACE_CONFIG before CUDA starts
     from torch_train import deterministic, train
     deterministic()
     # torchrun's ranks meet through its TCPStore (MASTER_ADDR/PORT), the others through a file.
     init = "env://" if "TORCHELASTIC_RUN_ID" in os.environ else f"file://{state}.store"
     dist.init_process_group("nccl", init_method=init, rank=rank, world_size=ranks,
-                            device_id=torch.device(f"cuda:{rank}"))
+                            device_id=torch.device(f"cuda:{device}"))
     model, _, opt, (x, y) = build("mlp")
-    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device])
     if rank == 0:
         train(model, opt, x, y, steps, pace, losses, state)
     else:

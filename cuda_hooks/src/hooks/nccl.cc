@@ -23,14 +23,17 @@
 #define PHOS_HAVE_NCCL_DEVICE_API 1
 #endif
 
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "driver/driver.h"
 #include "hooks/library_call.h"
 #include "phos/hooks/nccl_rendezvous.h"
+#include "phos/support/socket_io.h"
 #include "phos/support/clock.h"
 
 #define PHOS_EXPORT __attribute__((visibility("default")))
@@ -45,6 +48,9 @@ namespace ranges = phos::hooks::ranges;
 namespace {
 
 constexpr const char* kNccl = "libnccl.so";
+// How long a rank waits for its peers at the rendezvous (the store's host
+// may be restored after this one).
+constexpr std::chrono::minutes kRendezvousBound{5};
 
 #define PHOS_NCCL_FORWARD(name, args)                  \
   [&] {                                                \
@@ -721,7 +727,7 @@ Result<void> make_set(const std::vector<NcclCommunicator>& live, const NcclCommu
 
 // A communicator with ranks in other processes, made again: rank 0 draws
 // the unique id and leaves it at the rendezvous, the others take it there.
-Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, const NcclRendezvous& meet, uint64_t nonce) {
+Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, NcclRendezvous& meet, const NcclMeeting& m) {
   DeviceScope scope(c.device);
   ncclUniqueId id;
   if (c.rank == 0) {
@@ -729,31 +735,49 @@ Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, const NcclRendezvo
     if (!drawn) return drawn.error();
     id = *drawn;
     const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
-    PHOS_TRY(meet.leave(c.job_id, nonce, std::vector<uint8_t>(bytes, bytes + sizeof(id))));
+    PHOS_TRY(meet.leave(m, std::vector<uint8_t>(bytes, bytes + sizeof(id))));
   } else {
-    auto got = meet.wait(c.job_id, nonce, sizeof(id), std::chrono::minutes(5));
+    auto got = meet.wait(m, sizeof(id), kRendezvousBound);
     if (!got) return got.error();
     std::memcpy(&id, got->data(), sizeof(id));
   }
   // NCCL's creation has no deadline: it starts once every rank is here.
-  PHOS_TRY(meet.arrive(c.job_id, nonce, c.rank));
-  PHOS_TRY(meet.wait_all(c.job_id, nonce, c.nranks, std::chrono::minutes(5)));
+  PHOS_TRY(meet.arrive(m, c.rank, c.nranks));
+  PHOS_TRY(meet.wait_all(m, c.nranks, kRendezvousBound));
   return init_rank(c, id);
 }
 
-// In the background, oldest first (every rank made them in one order); the
-// stops lifted and the waiting calls let go at the end, made or not.
-void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce, uint64_t t0) {
-  AgentCalls as_agent;
-  auto meet = NcclRendezvous::open(NcclRendezvous::default_dir());
+// Each communicator with ranks elsewhere made again at the rendezvous the
+// process's environment names (nccl_rendezvous.h), oldest first (every rank
+// made them in one order); nothing of the rendezvous (the store's
+// connection) outlives it.
+void make_all_with_peers(const std::vector<NcclCommunicator>& spanning, uint64_t nonce) {
+  auto fail_all = [&](const Error& e) {
+    for (const auto& c : spanning)
+      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
+                   c.nranks, e.message.c_str());
+  };
+  auto choice = choose_rendezvous([](const char* name) { return std::getenv(name); });
+  if (!choice) return fail_all(choice.error());
+  auto meet = open_rendezvous(*choice, phos::net::deadline_in(kRendezvousBound));
+  if (!meet) return fail_all(meet.error());
   for (const auto& c : spanning) {
-    auto real = meet ? make_with_peers(c, *meet, nonce) : Result<ncclComm_t>(meet.error());
+    // c.calls: the call every rank was held before (a stop holds them at
+    // one number), restored with the process.
+    auto real = make_with_peers(c, **meet, NcclMeeting{c.job_id, nonce, c.calls});
     if (real)
       registry().set_real(c.handle, id_of(*real));
     else
-      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
-                   c.nranks, real.error().message.c_str());
+      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint at %s: %s\n",
+                   c.rank, c.nranks, (*meet)->where().c_str(), real.error().message.c_str());
   }
+}
+
+// In the background; the stops lifted and the waiting calls let go at the
+// end, made or not.
+void make_spanning(const std::vector<NcclCommunicator>& spanning, uint64_t nonce, uint64_t t0) {
+  AgentCalls as_agent;
+  make_all_with_peers(spanning, nonce);
   registry().note_rebuild(monotonic_ns() - t0);
   registry().set_rebuilding(false);
   registry().end_release();

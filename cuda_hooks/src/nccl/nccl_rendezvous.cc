@@ -1,134 +1,42 @@
 #include "phos/hooks/nccl_rendezvous.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cinttypes>
-#include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <optional>
-#include <thread>
-
-#include "phos/support/result.h"
+#include "phos/hooks/shm_rendezvous.h"
+#include "phos/hooks/store_rendezvous.h"
 
 namespace phos::hooks {
 
-std::string NcclRendezvous::default_dir() {
-  if (const char* d = std::getenv("PHOS_NCCL_RENDEZVOUS_DIR"); d && *d) return d;
-  return "/dev/shm/phos-nccl-" + std::to_string(::getuid());
-}
-
-Result<NcclRendezvous> NcclRendezvous::open(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errno_error("make " + dir);
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return errno_error("stat " + dir);
-  if (!S_ISDIR(st.st_mode)) return make_error(dir + " is not a directory", ENOTDIR);
-  if (st.st_uid != ::getuid()) return make_error(dir + " belongs to uid " + std::to_string(st.st_uid), EPERM);
-  if (st.st_mode & 077) return make_error(dir + " is open to other users", EPERM);
-  return NcclRendezvous(dir);
-}
-
-std::string NcclRendezvous::path(uint64_t job_id, uint64_t nonce) const {
-  char name[64];
-  std::snprintf(name, sizeof(name), "/%016" PRIx64 "-%016" PRIx64, job_id, nonce);
-  return dir_ + name;
-}
-
-Result<void> NcclRendezvous::leave(uint64_t job_id, uint64_t nonce, const std::vector<uint8_t>& id) const {
-  const std::string final_path = path(job_id, nonce), tmp = final_path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return errno_error("create " + tmp);
-  ssize_t n = ::write(fd, id.data(), id.size());
-  int err = errno;
-  ::close(fd);
-  if (n != ssize_t(id.size())) return errno_error("write " + tmp, n < 0 ? err : EIO);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return errno_error("rename " + tmp);
-  (void)prune(std::chrono::hours(1));
-  return {};
-}
-
-namespace {
-// Asks `there` every millisecond until it says yes (true) or `timeout` has
-// passed (false).
-template <class There>
-bool poll(std::chrono::milliseconds timeout, There&& there) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (there()) return true;
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+Result<RendezvousChoice> choose_rendezvous(const GetEnv& getenv) {
+  RendezvousChoice c;
+  const char* store = getenv("PHOS_NCCL_STORE");
+  if (store && *store && std::string(store) != "off") {
+    auto at = net::parse_host_port(store);
+    if (!at) return make_error("PHOS_NCCL_STORE=" + std::string(store) + ": " + at.error().message, EINVAL);
+    return RendezvousChoice{true, *at, {}, "PHOS_NCCL_STORE"};
   }
-}
-}  // namespace
-
-Result<std::vector<uint8_t>> NcclRendezvous::wait(uint64_t job_id, uint64_t nonce, size_t bytes,
-                                                  std::chrono::milliseconds timeout) const {
-  const std::string p = path(job_id, nonce);
-  std::optional<Result<std::vector<uint8_t>>> got;
-  const bool there = poll(timeout, [&] {
-    int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno != ENOENT) got = errno_error("open " + p);
-      return errno != ENOENT;
-    }
-    std::vector<uint8_t> id(bytes);
-    struct stat st {};
-    ssize_t n = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() ? ::read(fd, id.data(), bytes) : -1;
-    ::close(fd);
-    if (n == ssize_t(bytes))
-      got = std::move(id);
-    else
-      got = make_error(p + ": not a unique id of " + std::to_string(bytes) + " bytes", EINVAL);
-    return true;
-  });
-  if (!there)
-    return make_error("no unique id from rank 0 at " + p + " after " + std::to_string(timeout.count()) + " ms",
-                      ETIMEDOUT);
-  return std::move(*got);
-}
-
-Result<void> NcclRendezvous::arrive(uint64_t job_id, uint64_t nonce, int rank) const {
-  const std::string p = path(job_id, nonce) + ".r" + std::to_string(rank);
-  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return errno_error("create " + p);
-  ::close(fd);
-  return {};
-}
-
-Result<void> NcclRendezvous::wait_all(uint64_t job_id, uint64_t nonce, int nranks,
-                                      std::chrono::milliseconds timeout) const {
-  const std::string base = path(job_id, nonce) + ".r";
-  int rank = 0;  // every rank below it has come
-  const bool all = poll(timeout, [&] {
-    struct stat st {};
-    while (rank < nranks && ::lstat((base + std::to_string(rank)).c_str(), &st) == 0) rank++;
-    return rank == nranks;
-  });
-  if (!all)
-    return make_error("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " did not come to " + base +
-                          "N in " + std::to_string(timeout.count()) + " ms",
-                      ETIMEDOUT);
-  return {};
-}
-
-size_t NcclRendezvous::prune(std::chrono::seconds age) const {
-  DIR* d = ::opendir(dir_.c_str());
-  if (!d) return 0;
-  const time_t before = ::time(nullptr) - time_t(age.count());
-  size_t removed = 0;
-  while (struct dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    struct stat st {};
-    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-        st.st_mtime < before && ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
-      removed++;
+  const char* addr = getenv("MASTER_ADDR");
+  const char* port = getenv("MASTER_PORT");
+  if (!(store && *store) && addr && *addr && port && *port) {
+    auto at = net::parse_host_port(std::string(addr) + ":" + port);
+    if (!at)
+      return make_error("MASTER_ADDR=" + std::string(addr) + " MASTER_PORT=" + port + ": " + at.error().message,
+                        EINVAL);
+    return RendezvousChoice{true, *at, {}, "MASTER_ADDR and MASTER_PORT"};
   }
-  ::closedir(d);
-  return removed;
+  const char* dir = getenv("PHOS_NCCL_RENDEZVOUS_DIR");
+  c.dir = dir && *dir ? dir : ShmRendezvous::default_dir();
+  c.why = store && *store ? "PHOS_NCCL_STORE=off" : "no MASTER_ADDR and MASTER_PORT";
+  return c;
+}
+
+Result<std::unique_ptr<NcclRendezvous>> open_rendezvous(const RendezvousChoice& choice, net::Deadline deadline) {
+  if (choice.store) {
+    auto s = StoreRendezvous::connect(choice.at, deadline);
+    if (!s) return make_error("the rendezvous (" + choice.why + "): " + s.error().message, s.error().code);
+    return std::unique_ptr<NcclRendezvous>(std::move(*s));
+  }
+  auto d = ShmRendezvous::open(choice.dir);
+  if (!d) return d.error();
+  return std::unique_ptr<NcclRendezvous>(new ShmRendezvous(std::move(*d)));
 }
 
 }  // namespace phos::hooks

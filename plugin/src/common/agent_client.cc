@@ -1,4 +1,5 @@
 #include "phos/plugin/agent_client.h"
+#include "phos/plugin/job_env.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -92,6 +93,8 @@ Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window(bool missed) 
 
 uint64_t nccl_nonce() {
   static const uint64_t nonce = [] {
+    // One host's criu of a job across hosts: the job-wide run.
+    if (const auto& job = job_run_of_process(); job && *job) return (*job)->run;
     uint64_t n = 0;
     while (::getrandom(&n, sizeof(n), 0) != ssize_t(sizeof(n)) || n == 0) {
     }
@@ -263,8 +266,10 @@ Result<uint64_t> AgentClient::remap_all(const std::vector<agent::Allocation>& al
   return mapped;
 }
 
-Result<void> AgentClient::resume() {
-  auto reply = call<agent::ResumeReply>(agent::ResumeRequest{nccl_nonce()});
+Result<void> AgentClient::resume() { return resume(nccl_nonce()); }
+
+Result<void> AgentClient::resume(uint64_t run) {
+  auto reply = call<agent::ResumeReply>(agent::ResumeRequest{run});
   if (!reply) return reply.error();
   return {};
 }

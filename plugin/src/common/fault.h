@@ -2,6 +2,8 @@
 // PHOS_FAULT names one point where the plugin misbehaves on purpose.
 //   stall-after-checkpoint  CHECKPOINT_DEVICES holds for 60 s (a test kills
 //                           criu mid-dump at a known point)
+//   fail-checkpoint-devices CHECKPOINT_DEVICES fails once the process's GPU
+//                           state is taken (one host of a job fails its dump)
 //   fail-write-behind       a write-behind image fails after the process ran
 //   stall-in-fill           a restore's fill of device memory holds for 60 s
 //                           once its memory is allocated (a test kills criu

@@ -262,7 +262,11 @@ std::vector<pid_t> criu_tree_pids() {
   auto argv = own_argv();
   auto root = argv ? argv_tree_root(*argv) : std::nullopt;
   if (!root) return {};
-  std::vector<pid_t> out{*root};
+  return tree_pids(*root);
+}
+
+std::vector<pid_t> tree_pids(pid_t root) {
+  std::vector<pid_t> out{root};
   for (size_t i = 0; i < out.size(); i++)
     for (pid_t c : children_of(out[i])) out.push_back(c);
   return out;

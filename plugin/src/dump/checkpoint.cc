@@ -18,8 +18,10 @@
 #include "phos/plugin/log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
+#include "phos/plugin/job_store.h"
 #include "phos/plugin/proc.h"
 #include "phos/plugin/sum_check.h"
+#include "phos/support/tcp_store_client.h"
 
 namespace phos::plugin {
 namespace {
@@ -43,6 +45,7 @@ Checkpointer::Checkpointer(int image_dirfd, PluginOptions options)
       dirfd_(own_dir_.valid() ? own_dir_.get() : image_dirfd),
       options_(options),
       write_behind_(options.write_behind && criu_leaves_running()) {
+  if (const auto& job = job_run_of_process(); job && *job) job_ = **job;
   if (write_behind_ && !own_dir_.valid()) {
     PHOS_WARN("cannot duplicate the image directory's fd (%s): no write-behind", std::strerror(errno));
     write_behind_ = false;
@@ -65,7 +68,9 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   if (!vpid) return vpid.error();
   auto status = client->status();
   if (!status) return status.error();
-  if (const auto* c = spanning_communicator(*status); c && !c->held) {
+  if (const auto* c = spanning_communicator(*status); c && job_) {
+    PHOS_TRY(check_job_rank(pid, *c));
+  } else if (c && !c->held) {
     // The agent serves one connection at a time: ours closes while the
     // job's ranks, this one among them, are held.
     (void)client->goodbye();
@@ -565,6 +570,9 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
     PHOS_WARN("fault injection (PHOS_FAULT): stalling CHECKPOINT_DEVICES of %d for 60 s", pid);
     ::sleep(60);
   }
+  if (fault("fail-checkpoint-devices"))
+    return make_error("fault injection (PHOS_FAULT): CHECKPOINT_DEVICES of process " + std::to_string(pid) + " fails",
+                      EIO);
   return true;
 }
 
@@ -893,8 +901,42 @@ void Checkpointer::abandon_nccl_job(const NcclJobHeld& job) {
     PHOS_WARN("NCCL communicator %016" PRIx64 ": %s", job.job_id, why.c_str());
 }
 
+Result<void> Checkpointer::check_job_rank(pid_t pid, const agent::NcclCommunicatorStatus& c) const {
+  if (c.held && c.stop_at) return {};
+  return make_error("process " + std::to_string(pid) + " (rank " + std::to_string(c.rank) + " of NCCL communicator " +
+                        run_hex(c.job_id) + ") is not held at a stop: under " + kJobEnv +
+                        " the job's step holds every rank before criu runs (phosctl job dump)",
+                    EPERM);
+}
+
+bool Checkpointer::job_verdict(bool dump_succeeded) {
+  const std::string host = "host " + std::to_string(job_->host);
+  auto store = net::TcpStoreClient::connect(job_->coordinator.host, job_->coordinator.port,
+                                            net::deadline_in(std::chrono::seconds(10)));
+  if (!store) {
+    PHOS_ERR("job run %s: the coordinator at %s: %s; this host's dump is abandoned, its processes run on",
+             run_hex(job_->run).c_str(), job_->coordinator.text().c_str(), store.error().message.c_str());
+    return false;
+  }
+  const JobKeys keys(job_->run);
+  auto out = dump_succeeded ? wait_outcome(*store, keys, net::deadline_in(job_timeout()))
+                            : propose_outcome(*store, keys, "abort: " + host + ": criu's dump failed (its log says why)");
+  if (!out) {
+    PHOS_ERR("job run %s: no outcome from the coordinator (%s); this host's dump is abandoned, its processes run on",
+             run_hex(job_->run).c_str(), out.error().message.c_str());
+    return false;
+  }
+  if (out->commit)
+    PHOS_INFO("job run %s: every host dumped; the job's dump commits", run_hex(job_->run).c_str());
+  else
+    PHOS_WARN("job run %s: the job's dump is aborted (%s): every process is given back and runs on",
+              run_hex(job_->run).c_str(), out->why.c_str());
+  return out->commit;
+}
+
 bool Checkpointer::finish(bool dump_succeeded) {
   bool pending = false, handed_over = false;
+  if (job_) dump_succeeded = job_verdict(dump_succeeded);
   if (!dump_succeeded)
     for (const auto& job : nccl_jobs_) abandon_nccl_job(job);
   nccl_jobs_.clear();

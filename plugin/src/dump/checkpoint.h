@@ -75,6 +75,7 @@
 #include "keeper/keeper_link.h"
 #include "phos/images/manifest.h"
 #include "phos/plugin/agent_client.h"
+#include "phos/plugin/job_env.h"
 #include "phos/plugin/nccl_job.h"
 #include "phos/plugin/options.h"
 #include "phos/support/result.h"
@@ -233,6 +234,13 @@ class Checkpointer {
   // made pending (nccl_job.h), once per job.
   Result<void> hold_nccl_job(pid_t pid, const agent::NcclCommunicatorStatus& c);
   void abandon_nccl_job(const NcclJobHeld& job);
+  // Under PHOS_JOB: the step (job_step.h) held every rank before criu ran;
+  // a rank not held is refused.
+  Result<void> check_job_rank(pid_t pid, const agent::NcclCommunicatorStatus& c) const;
+  // Under PHOS_JOB, at criu's end: whether the job's dump committed. An
+  // abort is proposed where this criu failed; an outcome that cannot be
+  // learnt is an abort (the processes run on).
+  bool job_verdict(bool dump_succeeded);
 
   // criu's image directory, duplicated: criu closes its own before a
   // write-behind finishes.
@@ -248,6 +256,7 @@ class Checkpointer {
   bool keeper_tried_ = false;
   bool write_behind_ = false;  // write_behind=auto and criu leaves the processes running
   std::string migration_id_;    // a migration: the name phos-keeper serves its memory under
+  std::optional<JobRun> job_;   // PHOS_JOB: one host's part of a job across hosts
 };
 
 }  // namespace phos::plugin

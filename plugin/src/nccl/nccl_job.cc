@@ -84,6 +84,91 @@ Result<std::vector<pid_t>> find_nccl_job(const std::vector<pid_t>& candidates, u
                     ESRCH);
 }
 
+Result<std::vector<NcclJobRanks>> nccl_jobs_among(const std::vector<pid_t>& candidates, int agent_timeout_ms) {
+  std::map<uint64_t, NcclJobRanks> jobs;
+  for (pid_t p : candidates) {
+    auto client = AgentClient::connect(p, agent_timeout_ms);
+    if (!client) continue;  // no agent: no rank of ours
+    auto s = client->status();
+    (void)client->goodbye();
+    if (!s) return make_error("process " + std::to_string(p) + ": " + s.error().message, s.error().code);
+    const auto* c = spanning_communicator(*s);
+    if (!c) continue;
+    NcclJobRanks& j = jobs[c->job_id];
+    j.job_id = c->job_id;
+    j.nranks = c->nranks;
+    if (j.ranks.count(c->rank))
+      return make_error("NCCL communicator " + hex(c->job_id) + ": rank " + std::to_string(c->rank) +
+                            " in processes " + std::to_string(j.ranks[c->rank]) + " and " + std::to_string(p),
+                        EINVAL);
+    j.ranks[c->rank] = p;
+    j.calls[c->rank] = c->calls;
+  }
+  std::vector<NcclJobRanks> out;
+  for (auto& [id, j] : jobs) out.push_back(std::move(j));
+  return out;
+}
+
+Result<uint64_t> furthest_call(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms) {
+  auto now = statuses(pids, agent_timeout_ms);
+  if (!now) return now.error();
+  uint64_t furthest = 0;
+  for (const auto& s : *now)
+    if (auto* c = job_communicator(s, job_id)) furthest = std::max(furthest, c->calls);
+  return furthest;
+}
+
+Result<bool> arm_stops(const std::vector<pid_t>& pids, uint64_t job_id, std::optional<uint64_t> at,
+                       int agent_timeout_ms) {
+  return stop_all(pids, job_id, at, agent_timeout_ms);
+}
+
+Result<uint64_t> wait_held(const std::vector<pid_t>& pids, uint64_t job_id, uint64_t at, int agent_timeout_ms,
+                           std::chrono::milliseconds wait) {
+  // Every rank reaches K (the others' K-1 is issued, so none waits on a
+  // held one), or the first call past it that a stop may hold (not inside
+  // a group after its first): the same on every rank.
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    auto now = statuses(pids, agent_timeout_ms);
+    if (!now) return now.error();
+    bool all = true;
+    std::optional<uint64_t> held_at;
+    for (const auto& s : *now) {
+      auto* c = job_communicator(s, job_id);
+      all = all && c && c->held && c->calls >= at && (!held_at || *held_at == c->calls);
+      if (c) held_at = c->calls;
+    }
+    if (all && held_at) return *held_at;
+    if (std::chrono::steady_clock::now() >= until)
+      return make_error("not every rank of NCCL communicator " + hex(job_id) + " reached call " +
+                            std::to_string(at) + " in " + std::to_string(wait.count()) + " ms",
+                        ETIMEDOUT);
+    ::usleep(20000);
+  }
+}
+
+Result<void> pend_releases(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms) {
+  for (pid_t p : pids)
+    if (auto r = with_agent(p, agent_timeout_ms, [&](AgentClient& c) { return c.nccl_pend_release(job_id, true); }); !r)
+      return make_error("process " + std::to_string(p) + ": " + r.error().message, r.error().code);
+  // Held, every rank's dump must be able to go through: what one rank
+  // cannot take refuses the whole job before any rank lets go of its
+  // communicators.
+  auto now = statuses(pids, agent_timeout_ms);
+  if (!now) return now.error();
+  for (size_t i = 0; i < pids.size(); i++)
+    if (!(*now)[i].unsupported_calls.empty()) {
+      std::string why;
+      for (const auto& u : (*now)[i].unsupported_calls) why += (why.empty() ? "" : ", ") + u;
+      const auto* c = job_communicator((*now)[i], job_id);
+      return make_error("rank " + std::to_string(c ? c->rank : int(i)) + " (process " + std::to_string(pids[i]) +
+                            ") used " + why + ", which phos cannot checkpoint; the whole job goes on",
+                        ENOTSUP);
+    }
+  return {};
+}
+
 Result<NcclJobHeld> hold_nccl_job(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms,
                                   std::chrono::milliseconds wait, bool pend_release) {
   NcclJobHeld held{job_id, 0, pids};
@@ -91,65 +176,25 @@ Result<NcclJobHeld> hold_nccl_job(const std::vector<pid_t>& pids, uint64_t job_i
     (void)let_nccl_job_go(held, agent_timeout_ms);
     return e;
   };
-  uint64_t margin = 2;
   bool armed = false;
-  for (int attempt = 0; attempt < 8 && !armed; attempt++, margin *= 4) {
-    auto now = statuses(pids, agent_timeout_ms);
-    if (!now) return give_up(now.error());
-    uint64_t furthest = 0;
-    for (const auto& s : *now)
-      if (auto* c = job_communicator(s, job_id)) furthest = std::max(furthest, c->calls);
-    held.at_call = furthest + margin;
-    auto r = stop_all(pids, job_id, held.at_call, agent_timeout_ms);
+  for (int round = 0; round < kHoldRounds && !armed; round++) {
+    auto furthest = furthest_call(pids, job_id, agent_timeout_ms);
+    if (!furthest) return give_up(furthest.error());
+    held.at_call = *furthest + hold_margin(round);
+    auto r = arm_stops(pids, job_id, held.at_call, agent_timeout_ms);
     if (!r) return give_up(r.error());
     armed = *r;
     if (!armed) {
-      auto lifted = stop_all(pids, job_id, std::nullopt, agent_timeout_ms);  // a rank was past it: again further on
+      auto lifted = arm_stops(pids, job_id, std::nullopt, agent_timeout_ms);  // a rank was past it: again further on
       if (!lifted) return give_up(lifted.error());
     }
   }
   if (!armed) return give_up(make_error("the ranks of NCCL communicator " + hex(job_id) + " ran past every stop tried", EAGAIN));
-  // Every rank reaches K (the others' K-1 is issued, so none waits on a
-  // held one), or the first call past it that a stop may hold (not inside
-  // a group after its first call): the same on every rank.
-  const auto until = std::chrono::steady_clock::now() + wait;
-  for (;;) {
-    auto now = statuses(pids, agent_timeout_ms);
-    if (!now) return give_up(now.error());
-    bool all = true;
-    std::optional<uint64_t> at;
-    for (const auto& s : *now) {
-      auto* c = job_communicator(s, job_id);
-      all = all && c && c->held && c->calls >= held.at_call && (!at || *at == c->calls);
-      if (c) at = c->calls;
-    }
-    if (all) {
-      held.at_call = *at;
-      break;
-    }
-    if (std::chrono::steady_clock::now() >= until)
-      return give_up(make_error("not every rank of NCCL communicator " + hex(job_id) + " reached call " +
-                                    std::to_string(held.at_call) + " in " + std::to_string(wait.count()) + " ms",
-                                ETIMEDOUT));
-    ::usleep(20000);
-  }
+  auto at = wait_held(pids, job_id, held.at_call, agent_timeout_ms, wait);
+  if (!at) return give_up(at.error());
+  held.at_call = *at;
   if (!pend_release) return held;
-  for (pid_t p : pids)
-    if (auto r = with_agent(p, agent_timeout_ms, [&](AgentClient& c) { return c.nccl_pend_release(job_id, true); }); !r)
-      return give_up(make_error("process " + std::to_string(p) + ": " + r.error().message, r.error().code));
-  // Held, every rank's dump must be able to go through: what one rank
-  // cannot take refuses the whole job before any rank lets go of its
-  // communicators.
-  auto now = statuses(pids, agent_timeout_ms);
-  if (!now) return give_up(now.error());
-  for (size_t i = 0; i < pids.size(); i++)
-    if (!(*now)[i].unsupported_calls.empty()) {
-      std::string why;
-      for (const auto& u : (*now)[i].unsupported_calls) why += (why.empty() ? "" : ", ") + u;
-      return give_up(make_error("rank " + std::to_string(i) + " (process " + std::to_string(pids[i]) + ") used " + why +
-                                    ", which phos cannot checkpoint; the whole job goes on",
-                                ENOTSUP));
-    }
+  if (auto r = pend_releases(pids, job_id, agent_timeout_ms); !r) return give_up(r.error());
   return held;
 }
 

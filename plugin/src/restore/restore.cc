@@ -1,5 +1,8 @@
 #include "restore/restore.h"
 
+#include "phos/plugin/job_env.h"
+#include "phos/plugin/job_record.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -41,6 +44,10 @@ Restorer::Restorer(int image_dirfd, PluginOptions options)
 uint64_t Restorer::since_init_ns() const { return monotonic_ns() - init_ns_; }
 
 Result<void> Restorer::load() {
+  // A host's part of a job across hosts goes back only with the others.
+  const auto& job = job_run_of_process();
+  if (!job) return job.error();
+  PHOS_TRY(check_restore_of_job(dirfd_, *job));
   auto pids = image::list_process_images(dirfd_);
   if (!pids) return pids.error();
   for (pid_t vpid : *pids) {

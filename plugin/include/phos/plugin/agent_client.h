@@ -30,7 +30,9 @@ Result<void> check_allocations(const std::vector<agent::Allocation>& allocs);
 Result<void> check_memory_fd(int fd, const agent::Allocation& a);
 
 // Random, drawn once per process (one criu run): the name under which the
-// ranks of an NCCL job resumed by this run find their new unique id.
+// ranks of an NCCL job resumed by this run find their new unique id. Under
+// PHOS_JOB (one host's criu of a job across hosts, job_env.h), the job's
+// run instead, the same on every host.
 uint64_t nccl_nonce();
 
 class AgentClient {
@@ -53,6 +55,9 @@ class AgentClient {
   // Sends nccl_nonce(): the process's NCCL communicators with ranks in
   // other processes meet again under it.
   Result<void> resume();
+  // The same, the ranks meeting under `run` (phosctl job's give-back of
+  // ranks criu never paused).
+  Result<void> resume(uint64_t run);
   // Read/write-set speculation of launches on or off (off: validation too).
   Result<void> set_speculation(bool on);
   // Validation on (speculation with it) or off (speculation stays on). True

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,38 @@ const agent::NcclCommunicatorStatus* job_communicator(const agent::StatusReply& 
 // found.
 Result<std::vector<pid_t>> find_nccl_job(const std::vector<pid_t>& candidates, uint64_t job_id, int nranks,
                                          int agent_timeout_ms);
+
+// The NCCL jobs whose ranks are among `candidates` (processes with or
+// without agents): per communicator spanning processes, its rank count and
+// the ranks found (rank -> pid, and the calls each has issued). An error
+// where an agent fails to answer, or two processes claim one rank.
+struct NcclJobRanks {
+  uint64_t job_id = 0;
+  int nranks = 0;
+  std::map<int, pid_t> ranks;
+  std::map<int, uint64_t> calls;
+};
+Result<std::vector<NcclJobRanks>> nccl_jobs_among(const std::vector<pid_t>& candidates, int agent_timeout_ms);
+
+// A hold's steps, for one host's ranks (`pids`) of a job whose ranks may be
+// on other hosts too (phosctl job, job_step.h); hold_nccl_job below runs
+// them for the ranks of one host.
+// Rounds of arming tried, the margin past the furthest rank growing 4x.
+inline constexpr int kHoldRounds = 8;
+inline uint64_t hold_margin(int round) { return uint64_t(2) << (2 * round); }
+// The most calls any of the ranks has issued on the job's communicator.
+Result<uint64_t> furthest_call(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms);
+// Every rank's stop armed at `at` (or lifted, without): true where each
+// was (false: a rank is past it).
+Result<bool> arm_stops(const std::vector<pid_t>& pids, uint64_t job_id, std::optional<uint64_t> at,
+                       int agent_timeout_ms);
+// Waits (at most `wait`) until every rank is held at one call at or past
+// `at`; that call.
+Result<uint64_t> wait_held(const std::vector<pid_t>& pids, uint64_t job_id, uint64_t at, int agent_timeout_ms,
+                           std::chrono::milliseconds wait);
+// Every rank's release made pending; refused where a rank's status names
+// anything phos cannot checkpoint.
+Result<void> pend_releases(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms);
 
 // Holds the ranks `pids` of `job_id` at one call number (a little past the
 // furthest rank, tried further on where a rank got there first), waiting

@@ -60,5 +60,7 @@ std::optional<pid_t> argv_tree_root(const std::vector<std::string>& argv);
 // The processes of this criu's dumped tree: its root and every descendant,
 // root first; none where the root is unknown.
 std::vector<pid_t> criu_tree_pids();
+// `root` and every descendant, root first.
+std::vector<pid_t> tree_pids(pid_t root);
 
 }  // namespace phos::plugin
