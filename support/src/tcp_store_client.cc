@@ -88,23 +88,35 @@ Result<std::vector<uint8_t>> TcpStoreClient::receive_vector(Deadline deadline) {
   return v;
 }
 
+// libtorch's TCPStore client puts "/" before every key it is given (its
+// keyPrefix_): the same here, so that a key phos sets is the key a torch
+// client reads under the same name, and the other way round.
+std::string TcpStoreClient::store_key(const std::string& key) { return "/" + key; }
+
+std::vector<std::string> TcpStoreClient::store_keys(const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) out.push_back(store_key(k));
+  return out;
+}
+
 Result<void> TcpStoreClient::set(const std::string& key, const std::vector<uint8_t>& value) {
-  return send(set_query(key, value));
+  return send(set_query(store_key(key), value));
 }
 
 Result<std::vector<uint8_t>> TcpStoreClient::get(const std::string& key, Deadline deadline) {
   PHOS_TRY(wait({key}, deadline));
-  PHOS_TRY(send(get_query(key)));
+  PHOS_TRY(send(get_query(store_key(key))));
   return receive_vector(reply_deadline());
 }
 
 Result<int64_t> TcpStoreClient::add(const std::string& key, int64_t delta) {
-  PHOS_TRY(send(add_query(key, delta)));
+  PHOS_TRY(send(add_query(store_key(key), delta)));
   return receive<int64_t>(reply_deadline());
 }
 
 Result<bool> TcpStoreClient::check(const std::vector<std::string>& keys) {
-  PHOS_TRY(send(check_query(keys)));
+  PHOS_TRY(send(check_query(store_keys(keys))));
   auto r = receive<uint8_t>(reply_deadline());
   if (!r) return r.error();
   if (*r == uint8_t(StoreCheckReply::kReady)) return true;
@@ -113,7 +125,7 @@ Result<bool> TcpStoreClient::check(const std::vector<std::string>& keys) {
 }
 
 Result<void> TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadline) {
-  PHOS_TRY(send(wait_query(keys)));
+  PHOS_TRY(send(wait_query(store_keys(keys))));
   auto came = wait_readable(fd_.get(), deadline);
   if (!came) return broken("WAIT", came.error());
   if (*came) {
@@ -141,12 +153,12 @@ Result<void> TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline
 
 Result<std::vector<uint8_t>> TcpStoreClient::compare_set(const std::string& key, const std::vector<uint8_t>& expected,
                                                          const std::vector<uint8_t>& desired) {
-  PHOS_TRY(send(compare_set_query(key, expected, desired)));
+  PHOS_TRY(send(compare_set_query(store_key(key), expected, desired)));
   return receive_vector(reply_deadline());
 }
 
 Result<bool> TcpStoreClient::remove(const std::string& key) {
-  PHOS_TRY(send(delete_key_query(key)));
+  PHOS_TRY(send(delete_key_query(store_key(key))));
   auto n = receive<int64_t>(reply_deadline());
   if (!n) return n.error();
   return *n == 1;

@@ -68,10 +68,13 @@ if [ -x "$criu_dev/bin/criu" ]; then
     mkdir -p "$out/criu-dev/criu" && cp "$criu_dev/lib/criu/cuda_plugin.so" "$out/criu-dev/criu/"
   fi
 fi
+# iproute2's ip, for the two-"host" cases' network namespaces (two_hosts.sh):
+# the GPU hosts have none.
+cp -L "$(command -v ip)" "$out/bin/ip"
 gcc -O2 -I"$cuda/include" -o "$out/bin/probe_driver_entry" "$src/test/gpu/probe_driver_entry.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_dlsym_logger.so" "$src/test/gpu/dlsym_logger.c" -ldl
 gcc -O2 -shared -fPIC -I"$cuda/include" -o "$out/lib-all/phos_driver_census.so" "$src/test/gpu/probes/driver_census.c" -ldl
-for f in "$out/bin/criu" "$out/criu-unpatched/criu" "$out/criu-dev/bin/criu" "$out/build/plugin/phosctl" \
+for f in "$out/bin/criu" "$out/bin/ip" "$out/criu-unpatched/criu" "$out/criu-dev/bin/criu" "$out/build/plugin/phosctl" \
          "$out/build/test/unit/phos-unit-tests" "$out/build/test/hooks/phos-agent-tool" "$out/build/test/tools/phos-image-edit"; do
   [ -e "$f" ] || continue  # criu-dev only where it was built
   ldd "$f" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' || true

@@ -12,12 +12,14 @@ export LD_LIBRARY_PATH=$bundle/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$
 # Carry only what the host lacks; repeat until the closure is complete
 # (a carried library's own needs show only once it is found).
 for _ in 1 2 3 4 5; do
-  missing=$(for f in "$bundle/bin/criu" "$bundle/criu-unpatched/criu" "$bundle/criu-dev/bin/criu" "$bundle/build/plugin/phosctl" \
+  missing=$(for f in "$bundle/bin/criu" "$bundle/bin/ip" "$bundle/criu-unpatched/criu" "$bundle/criu-dev/bin/criu" "$bundle/build/plugin/phosctl" \
                      "$bundle/build/test/unit/phos-unit-tests" "$bundle/build/test/tools/phos-image-edit" "$bundle"/gpu/*; do ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'; done | sort -u)
   [ -z "$missing" ] && break
   for lib in $missing; do [ -e "$bundle/lib-all/$lib" ] && ln -sf "$bundle/lib-all/$lib" "$bundle/lib/$lib"; done
 done
 export PHOS_BUILD=$bundle/build CRIU=$bundle/bin/criu PHOS_BUNDLE=$bundle
+# After the host's own tools: the carried ones it lacks (ip).
+export PATH=$PATH:$bundle/bin
 # Unpatched criu 4.2.1, the baseline of test/bench/criu_pages.sh.
 if [ -x "$bundle/criu-unpatched/criu" ]; then export CRIU_UNPATCHED=$bundle/criu-unpatched/criu; fi
 # CRIU's development branch, if make-bundle.sh carried it (build-criu-dev.sh).

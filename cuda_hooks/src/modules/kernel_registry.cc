@@ -34,7 +34,11 @@ KernelRegistry::Slot& KernelRegistry::slot(const Table& t, const void* handle) {
 Kernel* KernelRegistry::find(const void* handle) const {
   if (!handle) return null_handle_.load(std::memory_order_acquire);
   Slot& s = slot(*table_.load(std::memory_order_acquire), handle);
-  return s.kernel.load(std::memory_order_acquire);
+  // The probe may end at an empty slot that a writer fills for another
+  // handle before the entry is read here (seen under ASan load: a lookup
+  // got another kernel's entry): an entry for another handle is not found.
+  Kernel* k = s.kernel.load(std::memory_order_acquire);
+  return k && k->handle == handle ? k : nullptr;
 }
 
 Kernel& KernelRegistry::get(const void* handle) {

@@ -245,6 +245,17 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
 bool Checkpointer::recopy_wanted(pid_t pid, const Target& t) {
   if (!options_.recopy || write_behind_ || criu_leaves_running() || t.status.allocation_count == 0) return false;
   if (t.migrate && t.migrate->in_place) return false;  // nothing is copied
+  // Its gate opened for the first pass, a process makes its NCCL
+  // communicators again, and its final pass must release them once more: a
+  // job's ranks, held at one call meanwhile, could not meet for that rebuild
+  // (the final quiesce refused: "still being made again"). Held, such a
+  // process does not run while the first pass copies anyway.
+  if (!t.status.nccl_communicators.empty()) {
+    PHOS_INFO("process %d: no soft recopy: it has %zu NCCL communicator(s), which its first pass would make again "
+              "before the final one releases them; its memory is copied while it is stopped",
+              pid, t.status.nccl_communicators.size());
+    return false;
+  }
   // A launch with a set not trusted marks every chunk dirty: the first pass
   // would be copied again whole.
   if (options_.cow_trust == agent::CopyTrust::kValidated && !t.status.validation_active) {

@@ -48,6 +48,9 @@ class TcpStoreClient {
   // Whether the key was there to delete.
   Result<bool> remove(const std::string& key);
   Result<int64_t> num_keys();
+  // A key as it goes on the wire: as libtorch's client sends it ("/" first).
+  static std::string store_key(const std::string& key);
+  static std::vector<std::string> store_keys(const std::vector<std::string>& keys);
   // The server's echo of `nonce`.
   Result<uint32_t> ping(uint32_t nonce);
 
