@@ -58,7 +58,7 @@ std::string HostPort::text() const {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-Result<HostPort> parse_host_port(const std::string& text) {
+Result<HostPort> parse_host_port(const std::string& text, bool any_port) {
   const size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
     return make_error("'" + text + "' is not HOST:PORT", EINVAL);
@@ -66,7 +66,8 @@ Result<HostPort> parse_host_port(const std::string& text) {
   if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   char* end = nullptr;
   const unsigned long port = std::strtoul(text.c_str() + colon + 1, &end, 10);
-  if (*end || port == 0 || port > 65535) return make_error("'" + text + "': the port is not 1..65535", EINVAL);
+  if (*end || (port == 0 && !any_port) || port > 65535)
+    return make_error("'" + text + "': the port is not " + (any_port ? "0" : "1") + "..65535", EINVAL);
   if (host.empty()) return make_error("'" + text + "': no host", EINVAL);
   return HostPort{host, uint16_t(port)};
 }

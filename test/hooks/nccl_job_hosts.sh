@@ -179,6 +179,9 @@ driver_says "the job's dump committed"
 sleep 0.3
 [ -z "$(pgrep -f "^$COUNTER $WORK/h")" ] || fail "a rank still runs after the stopped dump"
 cp -a "$WORK/img0" "$WORK/saved0" && cp -a "$WORK/img1" "$WORK/saved1"
+# The ranks' state files as the images hold them open: criu checks a file's
+# size at restore, and the first restored job's writes change it.
+for i in 0 1; do mkdir -p "$WORK/saved-state$i" && cp -a "$WORK/h$i"/state* "$WORK/saved-state$i/"; done
 job_restore || fail "phosctl job restore failed: $(restore_errors)"
 driver_says "the job is restored on 2 hosts"
 both_count_past 0 0 15
@@ -190,6 +193,7 @@ third_id=$(host_field 0 4)
 for i in 0 1; do kill_host $i; done
 sleep 0.5
 rm -rf "$WORK"/img* && cp -a "$WORK/saved0" "$WORK/img0" && cp -a "$WORK/saved1" "$WORK/img1"
+for i in 0 1; do cp -a "$WORK/saved-state$i"/state* "$WORK/h$i/"; done
 job_restore || fail "the second phosctl job restore of the same images failed: $(restore_errors)"
 going_on
 [ "$(made)" = "3 3" ] || fail "after the second restore the ranks made $(made) communicators, not 3 each"
@@ -200,6 +204,7 @@ say "stopped dump and restore: both trees ended, both restored by their own criu
 for i in 0 1; do kill_host $i; done
 sleep 0.5
 rm -rf "$WORK"/img* && cp -a "$WORK/saved0" "$WORK/img0" && cp -a "$WORK/saved1" "$WORK/img1"
+for i in 0 1; do cp -a "$WORK/saved-state$i"/state* "$WORK/h$i/"; done
 if in_host 1 "$CRIU" restore -D "$WORK/img1" --lib "$PLUGIN_DIR" -d -v4 -o restore.log "${NET_ARGS[@]}" 2>/dev/null; then
   fail "a plain criu restore of host 1's images went through"
 fi

@@ -1,7 +1,8 @@
 // phos-tcpstore: phos's TCPStore server and client (support/) from a shell,
 // for the tests.
 //
-//   phos-tcpstore serve HOST:PORT [-- COMMAND...]   serve a store; with a
+//   phos-tcpstore serve HOST:PORT [-- COMMAND...]   serve a store (PORT 0: one the
+//       system picks, printed on the first line); with a
 //       command, run it as a child and exit with its status (the stand-in
 //       for torchrun's agent: the store's process is the root of the tree
 //       its ranks descend from)
@@ -130,7 +131,7 @@ int exercise(TcpStoreClient& c) {
 int main(int argc, char** argv) {
   if (argc < 3) return std::fputs(kUsage, stderr), 2;
   const std::string cmd = argv[1];
-  auto at = parse_host_port(argv[2]);
+  auto at = parse_host_port(argv[2], /*any_port=*/cmd == "serve");
   if (!at) return fail(at.error().message);
   if (cmd == "serve") {
     if (argc > 3 && std::strcmp(argv[3], "--") != 0) return std::fputs(kUsage, stderr), 2;

@@ -358,5 +358,10 @@ TEST_CASE("tcpstore host:port: parsed, and bad text said why", "[tcpstore]") {
   CHECK_FALSE(parse_host_port("nohost").ok());
   CHECK_FALSE(parse_host_port("h:0").ok());
   CHECK_FALSE(parse_host_port("h:70000").ok());
+  // A server may ask for any port; a client may not.
+  auto any = parse_host_port("127.0.0.1:0", /*any_port=*/true);
+  REQUIRE(any.ok());
+  CHECK(any->port == 0);
+  CHECK_FALSE(parse_host_port("h:70000", /*any_port=*/true).ok());
   CHECK(parse_host_port("h:x").error().message.find("1..65535") != std::string::npos);
 }

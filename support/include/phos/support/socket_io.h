@@ -24,7 +24,8 @@ struct HostPort {
   uint16_t port = 0;
   std::string text() const;
 };
-Result<HostPort> parse_host_port(const std::string& text);
+// `any_port`: port 0 (the system picks one, for a server) is taken too.
+Result<HostPort> parse_host_port(const std::string& text, bool any_port = false);
 
 // One connection attempt to each address of `host` (getaddrinfo, IPv6 or
 // IPv4), each bounded by `deadline`; the first that connects. The error is
