@@ -726,7 +726,7 @@ case_cow_planted_sass() {
     local s; s=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]*' | head -n1)
     [ -n "$s" ] && stalls+=("$s")
     if [ $ok = 0 ]; then
-      grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
+      grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||
         fail "cycle $k: the dump failed for another reason: $(phos_error "$WORK/dump.log")"
       [ ! -e "$IMG/phos-1-complete.img" ] || fail "cycle $k: a refused image has a completion marker"
       refused=$((refused + 1))
