@@ -418,7 +418,7 @@ torch_cow_case() {
   TOKEN=$(state_token)
   local saved waited refused='' checked
   if ! PHOS_COPY_ON_WRITE=always criu_dump --leave-running; then
-    grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
+    grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||
       fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log")"
     [ -n "${COW_REFUSAL_OK:-}" ] || fail "copy-on-write refused the image: $(phos_error "$WORK/dump.log")"
     refused=$(phos_error "$WORK/dump.log" | cut -c1-600)
