@@ -767,9 +767,11 @@ case_cow_planted_sass() {
   local stall; stall=$(printf '%s\n' "${stalls[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "stall median %.0f ms, max %.0f ms", a[int((NR+1)/2)], a[NR]}')
   [ "$wrong" = 0 ] && [ "$harmed" = 0 ] ||
     fail "$wrong wrong images, $harmed processes harmed, in $dumps dumps ($refused refused, $completed completed)"
-  [ "$refused" = "$dumps" ] ||
-    fail "$refused of $dumps dumps refused; $completed completed and restored equal (every plant after its chunk's copy: the test planted too late), 0 wrong"
-  pass "refused $refused/$dumps dumps of a kernel without PTX writing outside its speculated set (validation by checksum, default settings), 0 wrong images, the process intact after each; $stopped next dumps copied while stopped and restored equal; $stall"
+  # A dump whose plant landed after its chunk's copy holds the freeze's
+  # content: complete and restored equal is right for it (counted, said).
+  [ "$refused" -gt 0 ] && [ $((refused + completed)) = "$dumps" ] ||
+    fail "$refused of $dumps dumps refused, $completed completed and restored equal, 0 wrong: the rest?"
+  pass "refused $refused/$dumps dumps of a kernel without PTX writing outside its speculated set (validation by checksum, default settings); $completed completed with the plant after its chunk's copy, restored equal; 0 wrong images, the process intact after each; $stopped next dumps copied while stopped and restored equal; $stall"
 }
 # The pattern program with copy-on-write instead of the snapshot: every byte
 # of the restored image re-verified.
