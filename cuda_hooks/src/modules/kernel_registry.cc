@@ -69,7 +69,10 @@ void KernelRegistry::publish_locked(Kernel* kernel) {
     s = &slot(*tables_.back(), kernel->handle);
   }
   // The entry before the handle: a reader that sees the handle sees it.
-  s->kernel.store(kernel, std::memory_order_relaxed);
+  // Released too: a reader whose probe ended at this slot while it was
+  // empty may load the entry without the handle, and find() reads its
+  // handle through it.
+  s->kernel.store(kernel, std::memory_order_release);
   s->handle.store(kernel->handle, std::memory_order_release);
   used_++;
 }

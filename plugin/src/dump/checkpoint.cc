@@ -646,7 +646,12 @@ void Checkpointer::driver_restores(const std::vector<pid_t>& pids) {
     t.give_back_at_ns = t0;
     // Done: the give-back goes on from the remap. Failed: give_back() tries
     // again, and says why.
-    if (results[i]) t.taken &= ~uint32_t(kDriverCheckpointed | kDriverLocked);
+    if (results[i]) {
+      t.taken &= ~uint32_t(kDriverCheckpointed | kDriverLocked);
+      // Should criu die before give_back(), phos-keeper must not restore
+      // (or unlock) the driver again.
+      if (keeper_) (void)keeper_->state(restores[i].pid, t.taken);
+    }
   }
   PHOS_INFO("driver restore of %zu processes %s: %.1f ms", restores.size(),
             options_.driver_parallel ? "at once" : "one after another",
@@ -785,7 +790,9 @@ Result<void> Checkpointer::start_engine() {
 }
 
 void Checkpointer::warm_up_for_job() {
-  if (engine_ || engine_warming_.valid()) return;
+  // engine_warming_ first: while it is valid its thread may be assigning
+  // engine_, which this thread must not read meanwhile.
+  if (engine_warming_.valid() || engine_) return;
   engine_warming_ = std::async(std::launch::async, [this] {
     const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     if (auto r = start_engine_now(); !r) return;  // start_engine() says why
