@@ -228,7 +228,7 @@ std::set<pid_t> recover(KeeperState& k, int agent_timeout_ms) {
       PHOS_INFO("process %d ended with criu; nothing to give back", pid);
       continue;
     }
-    auto r = give_back_gpu_state(pid, h.taken, h.allocations, h.fds, agent_timeout_ms, /*tolerant=*/true);
+    auto r = give_back_gpu_state(pid, h.taken, h.allocations, h.fds, agent_timeout_ms);
     if (r) {
       PHOS_INFO("process %d: given back what the dump took (steps 0x%x); it runs on", pid, h.taken);
       lived_on.insert(pid);  // its own memory again: a migration's copy of it is let go

@@ -35,9 +35,13 @@ Result<std::optional<StoppedThreadRun>> run_restore_thread(const CudaApi& api, p
 // driver's work for one process does not wait on another's, so with several
 // processes (a job's ranks) and `parallel`, each runs on a thread of its
 // own: the job waits for the slowest, not the sum. Results in `pids`' order.
+// `driver_done` (where given): whether the driver's call itself succeeded,
+// apart from letting the thread run and stopping it again, which may fail
+// on their own.
 std::vector<Result<void>> with_restore_threads(const std::vector<pid_t>& pids, const char* what, bool parallel,
-                                               const DriverCall& call) {
+                                               const DriverCall& call, std::vector<bool>* driver_done = nullptr) {
   std::vector<Result<void>> results(pids.size());
+  if (driver_done) driver_done->assign(pids.size(), false);
   auto cu = CudaApi::get();
   if (!cu) {
     for (auto& r : results) r = cu.error();
@@ -66,6 +70,7 @@ std::vector<Result<void>> with_restore_threads(const std::vector<pid_t>& pids, c
   }
   for (size_t i : ready) {
     Result<void> stopped = runs[i] ? runs[i]->stop() : Result<void>();
+    if (driver_done) (*driver_done)[i] = codes[i] == CUDA_SUCCESS;
     if (codes[i] != CUDA_SUCCESS)
       results[i] = make_error(api.error((process_name(pids[i]) + ": driver " + what).c_str(), codes[i]), EIO);
     else if (!stopped)
@@ -124,9 +129,11 @@ Result<void> driver_checkpoint(pid_t pid) {
   return with_restore_thread(pid, "checkpoint", [&](const CudaApi& api) { return checkpoint(api, pid); });
 }
 
-std::vector<Result<void>> driver_checkpoint_all(const std::vector<pid_t>& pids, bool parallel) {
-  return with_restore_threads(pids, "checkpoint", parallel,
-                              [&](const CudaApi& api, size_t i) { return checkpoint(api, pids[i]); });
+std::vector<Result<void>> driver_checkpoint_all(const std::vector<pid_t>& pids, bool parallel,
+                                                std::vector<bool>* checkpointed) {
+  return with_restore_threads(
+      pids, "checkpoint", parallel, [&](const CudaApi& api, size_t i) { return checkpoint(api, pids[i]); },
+      checkpointed);
 }
 
 Result<void> driver_restore_and_unlock(pid_t pid, const std::vector<CUcheckpointGpuPair>& gpu_pairs) {

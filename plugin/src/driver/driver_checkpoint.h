@@ -34,7 +34,11 @@ Result<void> driver_unlock(pid_t pid);
 // thread of its own, so they take as long as the slowest rather than their
 // sum (~0.3-0.6 s each on an H200 host). Called from the thread that traces
 // the processes (criu's). One result per process, in the order given.
-std::vector<Result<void>> driver_checkpoint_all(const std::vector<pid_t>& pids, bool parallel);
+// `checkpointed` (where given): whether the driver did checkpoint each
+// process, even where the result is an error (its restore thread could not
+// be stopped again): such a process needs a driver restore to run again.
+std::vector<Result<void>> driver_checkpoint_all(const std::vector<pid_t>& pids, bool parallel,
+                                                std::vector<bool>* checkpointed = nullptr);
 struct DriverRestore {
   pid_t pid;
   std::vector<CUcheckpointGpuPair> gpu_pairs;  // as driver_restore_and_unlock's

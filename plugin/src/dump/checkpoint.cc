@@ -621,12 +621,16 @@ void Checkpointer::driver_checkpoints() {
     pids.push_back(pid);
   }
   const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-  auto results = driver_checkpoint_all(pids, options_.driver_parallel);
+  std::vector<bool> checkpointed;
+  auto results = driver_checkpoint_all(pids, options_.driver_parallel, &checkpointed);
   const uint64_t took = clock_ns(CLOCK_MONOTONIC) - t0;
   for (size_t i = 0; i < pids.size(); i++) {
     Target& t = targets_.at(pids[i]);
     t.driver_checkpointed = results[i];
-    if (!results[i]) t.taken &= ~uint32_t(kDriverCheckpointed);  // still locked: an unlock gives it back
+    // Not checkpointed: still locked, an unlock gives it back. Checkpointed
+    // but failed (its restore thread not stopped again): it needs the
+    // driver's restore, the bit stays.
+    if (!checkpointed[i]) t.taken &= ~uint32_t(kDriverCheckpointed);
     t.driver_checkpoint_ns = took;
   }
   if (pids.size() > 1)
@@ -670,7 +674,7 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
       held = opened && !*opened;
       return opened;
     };
-  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, false, before_resume);
+  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, before_resume);
   if (r && held) {
     // Outside the agent's session: the copy may outlast its idle timeout.
     r = copy_done(t);

@@ -6,7 +6,7 @@
 namespace phos::plugin {
 
 Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
-                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant,
+                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms,
                                  const std::function<Result<bool>(AgentClient&)>& before_resume) {
   Result<void> first;
   auto keep = [&](Result<void> r) {
@@ -15,7 +15,10 @@ Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<ag
   };
   if (taken & kDriverCheckpointed) {
     auto r = driver_restore_and_unlock(pid);
-    if (!r && tolerant && (taken & kDriverLocked)) {
+    // Restored but not unlocked (or restored by an earlier try): an unlock
+    // alone, or the process would run on with its driver locked and hang at
+    // its next CUDA call.
+    if (!r && (taken & kDriverLocked)) {
       PHOS_WARN("process %d: %s; trying an unlock alone", pid, r.error().message.c_str());
       r = driver_unlock(pid);
     }

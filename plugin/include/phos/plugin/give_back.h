@@ -28,15 +28,15 @@ enum Taken : uint32_t {
 
 // Gives back every step in `taken`; tries them all and returns the first
 // error. fds[i] holds the memory of allocs[i] (used with kMappingsReleased).
-// `tolerant`: the record may claim steps that never happened (the keeper
-// learns of each step just before it is taken), so a driver restore that
-// fails falls back to an unlock.
+// A driver restore that fails falls back to an unlock: the record may claim
+// a step that never happened (the keeper learns of each step just before it
+// is taken), or the restore may have been made already, its unlock failing.
 // `before_resume`, where given, runs once the memory is mapped again and
 // before the gate opens (a copy window opens there): false leaves the gate
 // closed for the caller to open; an error opens it all the same (the
 // process must run) and is returned.
 Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
-                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms, bool tolerant = false,
+                                 const std::vector<UniqueFd>& fds, int agent_timeout_ms,
                                  const std::function<Result<bool>(AgentClient&)>& before_resume = {});
 
 }  // namespace phos::plugin
