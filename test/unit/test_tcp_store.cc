@@ -365,3 +365,11 @@ TEST_CASE("tcpstore host:port: parsed, and bad text said why", "[tcpstore]") {
   CHECK_FALSE(parse_host_port("h:70000", /*any_port=*/true).ok());
   CHECK(parse_host_port("h:x").error().message.find("1..65535") != std::string::npos);
 }
+
+// libtorch's client sends every key with "/" first; phos's must too, or a
+// key one sets is not the key the other reads (tcpstore_interop on a GPU
+// host found it so).
+TEST_CASE("tcpstore client: keys go on the wire as libtorch's client sends them", "[tcpstore]") {
+  CHECK(TcpStoreClient::store_key("phos/nccl/1/2/3/id") == "/phos/nccl/1/2/3/id");
+  CHECK(TcpStoreClient::store_keys({"a", "b"}) == std::vector<std::string>{"/a", "/b"});
+}
