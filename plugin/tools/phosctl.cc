@@ -11,9 +11,7 @@
 //   phosctl job dump|restore ...  checkpoint a job whose ranks run on several hosts
 //   phosctl version
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +30,7 @@
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/nccl_job.h"
 #include "phos/plugin/gpu_map.h"
+#include "phos/plugin/job_command.h"
 #include "phos/plugin/proc.h"
 #include "phos/speculation/demangle.h"
 #include "phosctl_job.h"
@@ -669,31 +668,15 @@ int cmd_nccl_quiesce(const std::vector<std::string>& pid_texts) {
   return 0;
 }
 
-// Runs `argv` with `extra_env` added to the environment; its exit status
-// (-1: it could not start).
-int run_command(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
-  std::vector<std::string> env_text(extra_env);
-  for (char** e = environ; *e; e++) {
-    std::string var(*e);
-    bool replaced = false;
-    for (const auto& x : extra_env) replaced = replaced || var.rfind(x.substr(0, x.find('=') + 1), 0) == 0;
-    if (!replaced) env_text.push_back(var);
-  }
-  std::vector<char*> env, args;
-  for (auto& e : env_text) env.push_back(e.data());
-  env.push_back(nullptr);
-  std::vector<std::string> argv_copy(argv);
-  for (auto& a : argv_copy) args.push_back(a.data());
-  args.push_back(nullptr);
-  pid_t child = 0;
-  if (int err = ::posix_spawnp(&child, args[0], nullptr, nullptr, args.data(), env.data()); err != 0) {
-    std::fprintf(stderr, "phosctl: cannot run %s: %s\n", args[0], std::strerror(err));
+// Runs `argv` with `extra_env` added to the environment (job_command.h);
+// its exit status, -1 where it could not start (said on stderr).
+int run_or_say(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
+  auto rc = phos::plugin::run_command(argv, extra_env);
+  if (!rc) {
+    std::fprintf(stderr, "phosctl: %s\n", rc.error().message.c_str());
     return -1;
   }
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return *rc;
 }
 
 // phosctl migrate: a dump with migrate_to (the plugin moves the GPU data and
@@ -754,7 +737,7 @@ int cmd_migrate(const std::vector<std::string>& args) {
                                    "-o", "migrate-dump.log", "-v4"};
   dump.insert(dump.end(), criu_args.begin(), criu_args.end());
   const uint64_t t0 = phos::realtime_ns();
-  int rc = run_command(dump, {"PHOS_MIGRATE_TO=" + gpu});
+  int rc = run_or_say(dump, {"PHOS_MIGRATE_TO=" + gpu});
   const uint64_t t1 = phos::realtime_ns();
   if (rc != 0) {
     std::fprintf(stderr, "phosctl: the dump failed (status %d; %s/migrate-dump.log says why)%s\n", rc, dir.c_str(),
@@ -778,7 +761,7 @@ int cmd_migrate(const std::vector<std::string>& args) {
   std::vector<std::string> restore = {criu, "restore", "-D", dir, "--lib", lib, "-d",
                                       "-o", "migrate-restore.log", "-v4", "--pidfile", "migrate-restored.pid"};
   restore.insert(restore.end(), criu_args.begin(), criu_args.end());
-  rc = run_command(restore, {});
+  rc = run_or_say(restore, {});
   const uint64_t t2 = phos::realtime_ns();
   if (rc != 0) {
     std::fprintf(stderr,
