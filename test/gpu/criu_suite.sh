@@ -340,6 +340,11 @@ job_breakdown() {
   # shellcheck disable=SC2086  # REBUILT_ARGS: separate words
   python3 "$here/job_breakdown.py" "$WORK/dump.log" "$WORK/restore.log" ${REBUILT_ARGS:-} > "$log/$CASE.breakdown.md" 2>&1 || true
 }
+# The driver checkpoints and restores made for several processes at once
+# (driver_parallel), from criu's logs, comma-separated.
+driver_batches() {
+  { grep -aho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" 2>/dev/null || true; } | paste -sd, -
+}
 torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   local n=150 script=${TORCH_SCRIPT:-$here/torch_train.py}
   # The interpreter's own path: what the process's command line shows (a
@@ -380,7 +385,7 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   # Several processes with CUDA state: their driver checkpoints and restores
   # at once (driver_parallel), and the stall's breakdown of each rank.
   local at_once
-  at_once=$(grep -ho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" | paste -sd, - || true)
+  at_once=$(driver_batches)
   [ -n "$at_once" ] && lazy="$lazy; $at_once"
   job_breakdown
   if [ "${PHOS_SDK_STEP:-}" = 1 ]; then
@@ -451,7 +456,7 @@ torch_cow_case() {
     fail "the restored image's loss curve differs from the uninterrupted run's (frozen at step $((first - 1)))"
   local stalls at_once
   stalls=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | paste -sd/ - || true)
-  at_once=$(grep -ho 'driver \(checkpoint\|restore\) of [0-9]* processes [a-z ]*: [0-9.]* ms' "$WORK/dump.log" "$WORK/restore.log" | paste -sd, - || true)
+  at_once=$(driver_batches)
   job_breakdown
   pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}${at_once:+; $at_once}"
 }
