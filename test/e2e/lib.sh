@@ -20,11 +20,12 @@ TEST_NAME=$(basename "$0" .sh)
 
 say() { echo "[$TEST_NAME] $*"; }
 fail() {
+  local f  # not `log`: criu_suite.sh's global of that name is where it keeps logs
   say "FAIL: $*"
-  for log in "$WORK"/*.log; do
-    [ -f "$log" ] || continue
-    echo "---- $(basename "$log") (last 25 lines)"
-    tail -n 25 "$log"
+  for f in "$WORK"/*.log; do
+    [ -f "$f" ] || continue
+    echo "---- $(basename "$f") (last 25 lines)"
+    tail -n 25 "$f"
   done
   exit 1
 }

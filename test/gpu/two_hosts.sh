@@ -62,11 +62,16 @@ start_job() {
   shift 2
   rm -f "$WORK/$name".*
   for i in 0 1; do
+    # The c10d backend picks the host that serves its store by matching the
+    # endpoint against the machine's hostname, which a namespace's address
+    # never does: say which one it is.
+    local host_conf=
+    case " $* " in *" --rdzv-backend=c10d "*) host_conf="--rdzv-conf=is_host=$((i == 0 ? 1 : 0))" ;; esac
     (cd "$WORK/h$i" && exec nsenter --net=/run/netns/${NS_BASE}$i setsid env LD_PRELOAD="$LIBPHOS" \
        CUDA_VISIBLE_DEVICES=$i CUBLAS_WORKSPACE_CONFIG=:4096:8 \
        NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=${VETH[$i]} \
        NCCL_HOSTID=phos-host-$i PHOS_NCCL_RENDEZVOUS_DIR="$WORK/h$i/rendezvous" \
-       PHOS_TEST_TORCHRUN=1 PHOS_TEST_TORCHRUN_ARGS="--nnodes=2 --node-rank=$i --nproc-per-node=1 $*" \
+       PHOS_TEST_TORCHRUN=1 PHOS_TEST_TORCHRUN_ARGS="--nnodes=2 --node-rank=$i --nproc-per-node=1 $* $host_conf" \
        "$PY" "$here/torch_ddp_job.py" "$WORK/$name.state" "$WORK/$name.losses" "$steps" 20 \
        </dev/null >"$WORK/h$i/$name.out" 2>&1 &)
   done
