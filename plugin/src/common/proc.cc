@@ -83,6 +83,14 @@ std::optional<uint64_t> start_time_of(pid_t pid) {
   return std::nullopt;
 }
 
+std::optional<uint64_t> resident_bytes(pid_t pid) {
+  auto status = read_text("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return std::nullopt;
+  auto at = status->find("\nVmRSS:");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtoull(status->c_str() + at + 7, nullptr, 10) * 1024;  // "VmRSS:   123 kB"
+}
+
 Result<pid_t> tracer_of(pid_t pid, pid_t tid) {
   auto status = read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
   if (!status) return status.error();

@@ -620,11 +620,21 @@ void Checkpointer::driver_checkpoints() {
     taking(pid, t, kDriverCheckpointed);
     pids.push_back(pid);
   }
+  // What the driver's checkpoint moves into each process's memory (its
+  // device state once phos's memory is released: contexts, modules,
+  // libraries' device memory), which criu then dumps with the CPU pages.
+  std::vector<std::optional<uint64_t>> rss_before;
+  for (pid_t pid : pids) rss_before.push_back(resident_bytes(pid));
   const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   std::vector<bool> checkpointed;
   auto results = driver_checkpoint_all(pids, options_.driver_parallel, &checkpointed);
   const uint64_t took = clock_ns(CLOCK_MONOTONIC) - t0;
   for (size_t i = 0; i < pids.size(); i++) {
+    auto rss_after = resident_bytes(pids[i]);
+    if (results[i] && rss_before[i] && rss_after)
+      PHOS_INFO("process %d: driver checkpoint %.1f ms; resident memory %.1f -> %.1f MiB (%+.1f MiB: the driver's device state)",
+                pids[i], double(took) / 1e6, double(*rss_before[i]) / (1 << 20), double(*rss_after) / (1 << 20),
+                (double(*rss_after) - double(*rss_before[i])) / (1 << 20));
     Target& t = targets_.at(pids[i]);
     t.driver_checkpointed = results[i];
     // Not checkpointed: still locked, an unlock gives it back. Checkpointed
