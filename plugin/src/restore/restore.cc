@@ -14,6 +14,7 @@
 
 #include "driver/driver_checkpoint.h"
 #include "common/fault.h"
+#include "common/traced_kill.h"
 #include "phos/plugin/log.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/proc.h"
@@ -525,7 +526,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     // CRIU only logs a failing RESUME_DEVICES_LATE and would let the process
     // run on without its GPU state: it must not run at all.
     PHOS_ERR("process %d: restore of GPU state failed: %s; killing it", pid, r.error().message.c_str());
-    ::kill(pid, SIGKILL);
+    kill_traced(pid);  // criu then fails the restore, and must not hang in it
     failed_ = true;
     // Kept for another restore, unless the process may have run on it.
     if (it->second.kept) (void)it->second.kept->taken(false, it->second.gate_asked_open);
