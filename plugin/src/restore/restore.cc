@@ -426,7 +426,7 @@ void Restorer::log_breakdown(pid_t pid, const Loaded& l, bool lazy, uint64_t hoo
   const std::string filled = lazy ? "behind the running process" : std::to_string(ms(l.filled_ns));
   // What the gate's opening waited for last: criu's CPU restore (its hook),
   // the driver's restore, or the memory (created, then filled).
-  const uint64_t driver_end = l.driver_to_ns ? l.driver_to_ns : 0;
+  const uint64_t driver_end = l.driver_to_ns;  // 0: none made
   const uint64_t memory_end = lazy ? l.created_ns : l.filled_ns;
   const char* bound = !l.needs_memory ? "criu's CPU restore"
                       : memory_end > std::max(hook_ns, driver_end)
