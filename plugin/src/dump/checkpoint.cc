@@ -676,7 +676,8 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
     };
   GiveBackTimes parts;
   // A driver restore made with the other processes' (driver_restores())
-  // counts as this one's.
+  // counts as this one's, up to this process's turn (the give-backs before
+  // it in this loop included).
   if (t.give_back_at_ns) parts.driver_ns = clock_ns(CLOCK_MONOTONIC) - t.give_back_at_ns;
   auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, before_resume, &parts);
   if (r && held) {
