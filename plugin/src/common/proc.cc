@@ -54,6 +54,14 @@ Result<pid_t> ns_pid(pid_t pid) {
   return make_error("/proc/" + std::to_string(pid) + "/status has no NSpid line");
 }
 
+std::vector<pid_t> thread_ids(pid_t pid) {
+  std::vector<pid_t> out;
+  auto tids = list_dir("/proc/" + std::to_string(pid) + "/task");
+  if (!tids) return out;
+  for (const std::string& tid : *tids) out.push_back(pid_t(std::stol(tid)));
+  return out;
+}
+
 std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;
   std::string task = "/proc/" + std::to_string(pid) + "/task";

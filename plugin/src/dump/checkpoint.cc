@@ -684,7 +684,12 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
       held = opened && !*opened;
       return opened;
     };
-  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, before_resume);
+  GiveBackTimes parts;
+  // A driver restore made with the other processes' (driver_restores())
+  // counts as this one's, up to this process's turn (the give-backs before
+  // it in this loop included).
+  if (t.give_back_at_ns) parts.driver_ns = clock_ns(CLOCK_MONOTONIC) - t.give_back_at_ns;
+  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, before_resume, &parts);
   if (r && held) {
     // Outside the agent's session: the copy may outlast its idle timeout.
     r = copy_done(t);
@@ -707,12 +712,14 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
     std::snprintf(nccl, sizeof(nccl), " (NCCL release %.1f ms)", double(t.nccl_release_ns) / 1e6);
   PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms%s, allocations, release and the driver's lock %.1f ms, "
             "criu's freeze %.1f ms, driver checkpoint %.1f ms, the rest of the copy %.1f ms, criu's CPU dump %.1f ms, "
-            "give-back (driver restore, remap%s) %.1f ms",
+            "give-back (driver restore, remap%s) %.1f ms: driver restore and unlock %.1f ms, the agent's remap %.1f "
+            "ms, %sgate %.1f ms",
             pid, ms(t.paused_at_ns, t.resumed_at_ns), double(t.manifest.statistics.quiesce_ns) / 1e6, nccl,
             ms(quiesced, t.paused_done_ns),
             std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
             double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),
-            t.copy_on_write() ? ", copy window" : "", ms(t0, t.resumed_at_ns));
+            t.copy_on_write() ? ", copy window" : "", ms(t0, t.resumed_at_ns), double(parts.driver_ns) / 1e6,
+            double(parts.remap_ns) / 1e6, t.copy_on_write() ? "copy window and " : "", double(parts.resume_ns) / 1e6);
 }
 
 Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {

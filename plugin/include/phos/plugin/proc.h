@@ -17,6 +17,9 @@ Result<pid_t> ns_pid(pid_t pid);
 // The thread of `pid` whose name (comm) is `name`.
 Result<pid_t> find_thread(pid_t pid, const std::string& name);
 
+// The threads of `pid` (/proc/PID/task); none where it is gone.
+std::vector<pid_t> thread_ids(pid_t pid);
+
 // The ptrace tracer of thread `tid` of process `pid` (0: none).
 Result<pid_t> tracer_of(pid_t pid, pid_t tid);
 
