@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# criu's leave-running dump of a process tree with gigabytes of private
+# pages, unpatched criu 4.2.1 beside the patched one (contrib/criu/*.patch),
+# in one run: a launcher (sh) with PROCS children (phos-criu-pages-hog, MIB
+# MiB of dirty anonymous memory each in 4 VMAs, 8 threads), the shape of a
+# torchrun job, is dumped with --leave-running into a tmpfs, PHOS_BENCH_RUNS
+# times (default 3) alternating three criu runs:
+#   unpatched      criu 4.2.1 as released
+#   serial         the patched criu with --page-write-threads 1 (its old path)
+#   patched        the patched criu with its defaults (writer threads)
+# After every dump each child checks every page of its memory (the dump must
+# leave it as it was) before the tree is killed.
+#
+# Figures are criu's own: the stall is what --display-stats calls freezing
+# time + frozen time (from the first task stopped to the last one running
+# again); dump s is the log's timestamp of "Dumping finished successfully";
+# GB/s = bytes of pages-*.img / stall. The table gives the median run and
+# [min-max].
+#
+#   test/bench/criu_dump_tree.sh [PROCS [MIB]]      (default 4 1024)
+#
+# Environment: CRIU, CRIU_UNPATCHED, PHOS_BUILD, PHOS_BENCH_DIR (default
+# /dev/shm), PHOS_BENCH_RUNS, PATCHED_ARGS (extra dump options for the
+# patched row, e.g. "--page-write-threads 16"), as in criu_pages.sh.
+# Needs root. A measurement to read, not a test.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+CRIU=${CRIU:-/usr/local/sbin/criu}
+if [ -z "${CRIU_UNPATCHED:-}" ]; then
+  for c in /var/cache/phos-criu/unpatched/sbin/criu "${PHOS_BUNDLE:-$src/bundle}/criu-unpatched/criu"; do
+    if [ -x "$c" ]; then CRIU_UNPATCHED=$c; break; fi
+  done
+fi
+build=${PHOS_BUILD:-$src/build}
+hog=${PHOS_CRIU_PAGES_HOG:-$build/test/bench/phos-criu-pages-hog}
+dir=${PHOS_BENCH_DIR:-/dev/shm}
+runs=${PHOS_BENCH_RUNS:-3}
+procs=${1:-4}
+mib=${2:-1024}
+
+if [ "$(id -u)" -ne 0 ]; then echo "criu_dump_tree: needs root" >&2; exit 1; fi
+if [ ! -x "$hog" ]; then
+  echo "criu_dump_tree: no $hog (build the tree, or set PHOS_BUILD / PHOS_CRIU_PAGES_HOG)" >&2; exit 1
+fi
+if [ -z "${CRIU_UNPATCHED:-}" ] || [ ! -x "$CRIU_UNPATCHED" ]; then
+  echo "criu_dump_tree: no unpatched criu (PHOS_CRIU_UNPATCHED=1 contrib/scripts/install-criu.sh builds one, or set CRIU_UNPATCHED)" >&2
+  exit 1
+fi
+if ! "$CRIU" --help 2>&1 | grep -q -- --page-write-threads; then
+  echo "criu_dump_tree: $CRIU has no --page-write-threads (not the patched criu: contrib/scripts/install-criu.sh)" >&2
+  exit 1
+fi
+avail_kib=$(sed -n 's/^MemAvailable: *\([0-9]*\) kB/\1/p' /proc/meminfo)
+need_kib=$(( (2 * procs * mib + 1024) * 1024 ))
+if [ "$avail_kib" -lt "$need_kib" ]; then
+  echo "criu_dump_tree: $procs x $mib MiB needs $((need_kib >> 20)) GiB of available memory (have $((avail_kib >> 20)))" >&2
+  exit 1
+fi
+
+work=$(mktemp -d "$dir/phos-criu-tree.XXXXXX")
+root_pid=
+cleanup() {
+  if [ -n "$root_pid" ]; then kill -9 -- "-$root_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ver() { "$1" --version | tr '\n' ' ' | sed 's/ *$//'; }
+echo "criu_dump_tree: $(uname -r), $(nproc) CPUs ($(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1)), images in $dir ($(stat -f -c %T "$dir")), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  tree: sh + $procs x phos-criu-pages-hog with $mib MiB each, --leave-running, $runs runs"
+echo "  unpatched: $CRIU_UNPATCHED ($(ver "$CRIU_UNPATCHED"))"
+echo "  patched:   $CRIU ($(ver "$CRIU"))${PATCHED_ARGS:+, dump with $PATCHED_ARGS}"
+
+stamp() { sed -n "s/^(\([0-9.]*\)).*$2.*/\1/p" "$1" | head -n1; }
+us() { sed -n "s/^$2: \([0-9]*\) us/\1/p" "$1" | head -n1; }
+
+# start_tree DIR: the launcher and its children, each ready
+start_tree() {
+  local d=$1 i cmd=""
+  for i in $(seq "$procs"); do cmd+="\"$hog\" $mib $d/result.$i 4 8 & "; done
+  setsid sh -c "${cmd}wait" </dev/null >/dev/null 2>&1 &
+  root_pid=$!
+  disown  # no "Killed" notice when the run ends it
+  for i in $(seq "$procs"); do
+    local waited=0
+    until [ "$(cat "$d/result.$i" 2>/dev/null)" = ready ]; do
+      sleep 0.1; waited=$((waited + 1))
+      if [ $waited -gt 3000 ]; then echo "criu_dump_tree: child $i did not start" >&2; return 1; fi
+    done
+  done
+}
+
+# check_tree DIR: every child finds its memory as it was
+check_tree() {
+  local d=$1 i pid
+  for pid in $(pgrep -P "$root_pid"); do kill -USR1 "$pid"; done
+  for i in $(seq "$procs"); do
+    local waited=0
+    while [ "$(cat "$d/result.$i")" = ready ]; do
+      sleep 0.1; waited=$((waited + 1))
+      if [ $waited -gt 3000 ]; then echo "criu_dump_tree: child $i did not answer" >&2; return 1; fi
+    done
+    if [ "$(cat "$d/result.$i")" != ok ]; then
+      echo "criu_dump_tree: child $i: memory differs after the dump: $(cat "$d/result.$i")" >&2; return 1
+    fi
+  done
+}
+
+# one_run KIND OUT: append "KIND stall_s dump_s bytes" to OUT
+one_run() {
+  local kind=$1 out=$2 criu args=() d=$work/run
+  case $kind in
+    unpatched) criu=$CRIU_UNPATCHED ;;
+    serial) criu=$CRIU; args=(--page-write-threads 1) ;;
+    # shellcheck disable=SC2206
+    patched) criu=$CRIU; args=(${PATCHED_ARGS:-}) ;;
+  esac
+  rm -rf "$d" && mkdir -p "$d/img"
+  start_tree "$d"
+  if ! "$criu" dump -t "$root_pid" -D "$d/img" --leave-running --display-stats "${args[@]}" -v4 -o dump.log \
+       > "$d/stats" 2>&1; then
+    echo "criu_dump_tree: $kind dump failed: $(grep Error "$d/img/dump.log" | head -n3)" >&2; return 1
+  fi
+  check_tree "$d"
+  kill -9 -- "-$root_pid" 2>/dev/null || true
+  root_pid=
+  local bytes freezing frozen
+  bytes=$(du -bc "$d"/img/pages-*.img | tail -n1 | cut -f1)
+  freezing=$(us "$d/stats" "Freezing time") frozen=$(us "$d/stats" "Frozen time")
+  grep -h "Writing pages\|Wrote .* bytes of pages" "$d/img/dump.log" | sed "s/^/  $kind: /" | head -n2 >&2 || true
+  echo "$kind $(( freezing + frozen )) $(stamp "$d/img/dump.log" 'Dumping finished successfully') $bytes" >> "$out"
+  rm -rf "$d"
+}
+
+results=$work/results
+: > "$results"
+for _ in $(seq "$runs"); do
+  for kind in unpatched serial patched; do one_run "$kind" "$results"; done
+done
+
+python3 - "$results" "$procs" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    kind, stall_us, dump_s, nbytes = line.split()
+    rows.setdefault(kind, []).append((int(stall_us) / 1e6, float(dump_s), int(nbytes)))
+def cell(vals):
+    return f"{statistics.median(vals):5.2f} [{min(vals):.2f}-{max(vals):.2f}]"
+print()
+print(f"| criu ({sys.argv[2]} children) | GB of pages | stall s [min-max] | dump s [min-max] | GB/s (of the stall) |")
+print("| --- | ---: | ---: | ---: | ---: |")
+med = {}
+for kind in ("unpatched", "serial", "patched"):
+    v = rows.get(kind)
+    if not v:
+        continue
+    gb = statistics.median([x[2] for x in v]) / 1e9
+    med[kind] = statistics.median([x[0] for x in v])
+    print(f"| {kind} | {gb:.2f} | {cell([x[0] for x in v])} | {cell([x[1] for x in v])} | {gb / med[kind]:.2f} |")
+if "unpatched" in med and "patched" in med:
+    print(f"| patched / unpatched | | {med['unpatched'] / med['patched']:.2f}x shorter | | |")
+PY
