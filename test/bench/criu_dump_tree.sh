@@ -14,8 +14,9 @@
 # Figures are criu's own: the stall is what --display-stats calls freezing
 # time + frozen time (from the first task stopped to the last one running
 # again); dump s is the log's timestamp of "Dumping finished successfully";
-# GB/s = bytes of pages-*.img / stall. The table gives the median run and
-# [min-max].
+# GB/s = bytes of pages-*.img / stall; criu CPU s = user + system time of
+# the criu process, its threads included (the parasite's work is the
+# target's). The table gives the median run and [min-max].
 #
 #   test/bench/criu_dump_tree.sh [PROCS [MIB]]      (default 4 1024)
 #
@@ -117,8 +118,9 @@ one_run() {
   esac
   rm -rf "$d" && mkdir -p "$d/img"
   start_tree "$d"
-  if ! "$criu" dump -t "$root_pid" -D "$d/img" --leave-running --display-stats "${args[@]}" -v4 -o dump.log \
-       > "$d/stats" 2>&1; then
+  local TIMEFORMAT="%U %S"  # bash's time: criu's user and system seconds
+  if ! { time "$criu" dump -t "$root_pid" -D "$d/img" --leave-running --display-stats "${args[@]}" -v4 -o dump.log \
+           > "$d/stats" 2>&1; } 2> "$d/cpu"; then
     echo "criu_dump_tree: $kind dump failed: $(grep Error "$d/img/dump.log" | head -n3)" >&2; return 1
   fi
   check_tree "$d"
@@ -128,7 +130,7 @@ one_run() {
   bytes=$(du -bc "$d"/img/pages-*.img | tail -n1 | cut -f1)
   freezing=$(us "$d/stats" "Freezing time") frozen=$(us "$d/stats" "Frozen time")
   grep -h "Writing pages\|Wrote .* bytes of pages" "$d/img/dump.log" | sed "s/^/  $kind: /" | head -n2 >&2 || true
-  echo "$kind $(( freezing + frozen )) $(stamp "$d/img/dump.log" 'Dumping finished successfully') $bytes" >> "$out"
+  echo "$kind $(( freezing + frozen )) $(stamp "$d/img/dump.log" 'Dumping finished successfully') $bytes $(awk '{print $1 + $2}' "$d/cpu")" >> "$out"
   rm -rf "$d"
 }
 
@@ -142,13 +144,13 @@ python3 - "$results" "$procs" <<'PY'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    kind, stall_us, dump_s, nbytes = line.split()
-    rows.setdefault(kind, []).append((int(stall_us) / 1e6, float(dump_s), int(nbytes)))
+    kind, stall_us, dump_s, nbytes, cpu_s = line.split()
+    rows.setdefault(kind, []).append((int(stall_us) / 1e6, float(dump_s), int(nbytes), float(cpu_s)))
 def cell(vals):
     return f"{statistics.median(vals):5.2f} [{min(vals):.2f}-{max(vals):.2f}]"
 print()
-print(f"| criu ({sys.argv[2]} children) | GB of pages | stall s [min-max] | dump s [min-max] | GB/s (of the stall) |")
-print("| --- | ---: | ---: | ---: | ---: |")
+print(f"| criu ({sys.argv[2]} children) | GB of pages | stall s [min-max] | dump s [min-max] | GB/s (of the stall) | criu CPU s |")
+print("| --- | ---: | ---: | ---: | ---: | ---: |")
 med = {}
 for kind in ("unpatched", "serial", "patched"):
     v = rows.get(kind)
@@ -156,7 +158,8 @@ for kind in ("unpatched", "serial", "patched"):
         continue
     gb = statistics.median([x[2] for x in v]) / 1e9
     med[kind] = statistics.median([x[0] for x in v])
-    print(f"| {kind} | {gb:.2f} | {cell([x[0] for x in v])} | {cell([x[1] for x in v])} | {gb / med[kind]:.2f} |")
+    cpu = statistics.median([x[3] for x in v])
+    print(f"| {kind} | {gb:.2f} | {cell([x[0] for x in v])} | {cell([x[1] for x in v])} | {gb / med[kind]:.2f} | {cpu:.2f} |")
 if "unpatched" in med and "patched" in med:
-    print(f"| patched / unpatched | | {med['unpatched'] / med['patched']:.2f}x shorter | | |")
+    print(f"| patched / unpatched | | {med['unpatched'] / med['patched']:.2f}x shorter | | | |")
 PY
