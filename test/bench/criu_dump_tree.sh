@@ -25,28 +25,12 @@
 # patched row, e.g. "--page-write-threads 16"), as in criu_pages.sh.
 # Needs root. A measurement to read, not a test.
 set -euo pipefail
-src=$(cd "$(dirname "$0")/../.." && pwd)
-CRIU=${CRIU:-/usr/local/sbin/criu}
-if [ -z "${CRIU_UNPATCHED:-}" ]; then
-  for c in /var/cache/phos-criu/unpatched/sbin/criu "${PHOS_BUNDLE:-$src/bundle}/criu-unpatched/criu"; do
-    if [ -x "$c" ]; then CRIU_UNPATCHED=$c; break; fi
-  done
-fi
-build=${PHOS_BUILD:-$src/build}
-hog=${PHOS_CRIU_PAGES_HOG:-$build/test/bench/phos-criu-pages-hog}
-dir=${PHOS_BENCH_DIR:-/dev/shm}
-runs=${PHOS_BENCH_RUNS:-3}
+# shellcheck source=criu_bench_lib.sh
+source "$(dirname "$0")/criu_bench_lib.sh"
+criu_bench_init criu_dump_tree
 procs=${1:-4}
 mib=${2:-1024}
 
-if [ "$(id -u)" -ne 0 ]; then echo "criu_dump_tree: needs root" >&2; exit 1; fi
-if [ ! -x "$hog" ]; then
-  echo "criu_dump_tree: no $hog (build the tree, or set PHOS_BUILD / PHOS_CRIU_PAGES_HOG)" >&2; exit 1
-fi
-if [ -z "${CRIU_UNPATCHED:-}" ] || [ ! -x "$CRIU_UNPATCHED" ]; then
-  echo "criu_dump_tree: no unpatched criu (PHOS_CRIU_UNPATCHED=1 contrib/scripts/install-criu.sh builds one, or set CRIU_UNPATCHED)" >&2
-  exit 1
-fi
 if ! "$CRIU" --help 2>&1 | grep -q -- --page-write-threads; then
   echo "criu_dump_tree: $CRIU has no --page-write-threads (not the patched criu: contrib/scripts/install-criu.sh)" >&2
   exit 1
@@ -66,14 +50,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ver() { "$1" --version | tr '\n' ' ' | sed 's/ *$//'; }
 echo "criu_dump_tree: $(uname -r), $(nproc) CPUs ($(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1)), images in $dir ($(stat -f -c %T "$dir")), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "  tree: sh + $procs x phos-criu-pages-hog with $mib MiB each, --leave-running, $runs runs"
-echo "  unpatched: $CRIU_UNPATCHED ($(ver "$CRIU_UNPATCHED"))"
-echo "  patched:   $CRIU ($(ver "$CRIU"))${PATCHED_ARGS:+, dump with $PATCHED_ARGS}"
+echo "  unpatched: $CRIU_UNPATCHED ($(criu_bench_ver "$CRIU_UNPATCHED"))"
+echo "  patched:   $CRIU ($(criu_bench_ver "$CRIU"))${PATCHED_ARGS:+, dump with $PATCHED_ARGS}"
 
-stamp() { sed -n "s/^(\([0-9.]*\)).*$2.*/\1/p" "$1" | head -n1; }
 us() { sed -n "s/^$2: \([0-9]*\) us/\1/p" "$1" | head -n1; }
+
+# wait_result FILE =|!= TEXT: until FILE's text is (or is not) TEXT, 300 s at most
+wait_result() {
+  local waited=0
+  until [ "$(cat "$1" 2>/dev/null)" "$2" "$3" ]; do
+    sleep 0.1; waited=$((waited + 1))
+    [ $waited -le 3000 ] || return 1
+  done
+}
 
 # start_tree DIR: the launcher and its children, each ready
 start_tree() {
@@ -83,11 +74,7 @@ start_tree() {
   root_pid=$!
   disown  # no "Killed" notice when the run ends it
   for i in $(seq "$procs"); do
-    local waited=0
-    until [ "$(cat "$d/result.$i" 2>/dev/null)" = ready ]; do
-      sleep 0.1; waited=$((waited + 1))
-      if [ $waited -gt 3000 ]; then echo "criu_dump_tree: child $i did not start" >&2; return 1; fi
-    done
+    wait_result "$d/result.$i" = ready || { echo "criu_dump_tree: child $i did not start" >&2; return 1; }
   done
 }
 
@@ -96,11 +83,7 @@ check_tree() {
   local d=$1 i pid
   for pid in $(pgrep -P "$root_pid"); do kill -USR1 "$pid"; done
   for i in $(seq "$procs"); do
-    local waited=0
-    while [ "$(cat "$d/result.$i")" = ready ]; do
-      sleep 0.1; waited=$((waited + 1))
-      if [ $waited -gt 3000 ]; then echo "criu_dump_tree: child $i did not answer" >&2; return 1; fi
-    done
+    wait_result "$d/result.$i" != ready || { echo "criu_dump_tree: child $i did not answer" >&2; return 1; }
     if [ "$(cat "$d/result.$i")" != ok ]; then
       echo "criu_dump_tree: child $i: memory differs after the dump: $(cat "$d/result.$i")" >&2; return 1
     fi
@@ -130,7 +113,7 @@ one_run() {
   bytes=$(du -bc "$d"/img/pages-*.img | tail -n1 | cut -f1)
   freezing=$(us "$d/stats" "Freezing time") frozen=$(us "$d/stats" "Frozen time")
   grep -h "Writing pages\|Wrote .* bytes of pages" "$d/img/dump.log" | sed "s/^/  $kind: /" | head -n2 >&2 || true
-  echo "$kind $(( freezing + frozen )) $(stamp "$d/img/dump.log" 'Dumping finished successfully') $bytes $(awk '{print $1 + $2}' "$d/cpu")" >> "$out"
+  echo "$kind $(( freezing + frozen )) $(criu_bench_stamp "$d/img/dump.log" 'Dumping finished successfully') $bytes $(awk '{print $1 + $2}' "$d/cpu")" >> "$out"
   rm -rf "$d"
 }
 
