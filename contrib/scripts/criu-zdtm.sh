@@ -85,7 +85,8 @@ run() {  # run LABEL TEST [DUMP_LOG_PATTERN]: one zdtm run, environment as set b
   if (cd "$tree/test" && PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout -k 10 300 \
         "$py" zdtm.py run -t "zdtm/static/$t" -f h --criu-bin ../criu/criu --pycriu-search-path ../lib "${keep[@]}") \
         > "$out" 2>&1 && grep -q "Test zdtm/static/$t PASS" "$out"; then
-    if [ -n "$want" ] && ! cat "$dumps"/*/*/dump.log 2>/dev/null | grep -q -- "$want"; then
+    # (grep reads the logs itself: with a pipe, grep -q's early exit fails cat under pipefail)
+    if [ -n "$want" ] && ! grep -qs -- "$want" "$dumps"/*/*/dump.log; then
       echo "[criu_zdtm] $t ($label): FAIL: no dump log says '$want'"
       failed=$((failed + 1))
     else
