@@ -14,6 +14,8 @@
 #      `PHOS_CRIU_UNPATCHED=1 install-criu.sh` builds): the patched criu's
 #      image restored by it.
 # Each child checks every page against its pattern when asked (SIGUSR1).
+# PHOS_DUMP_PAGES_MIB sets each child's memory (default 256; e.g. 1024 for a
+# few GB in all).
 source "$(dirname "$0")/lib.sh"
 
 HOG=$BUILD/test/bench/phos-criu-pages-hog
@@ -24,13 +26,14 @@ if ! "$CRIU" --help 2>&1 | grep -q -- --page-write-threads; then
 fi
 unpatched=${CRIU_UNPATCHED:-/var/cache/phos-criu/unpatched/sbin/criu}
 CHILDREN=3
+MIB=${PHOS_DUMP_PAGES_MIB:-256}
 MATCH="^sh -c .*$WORK/result"
-CHILD_MATCH="^$HOG 256 $WORK/result"
+CHILD_MATCH="^$HOG $MIB $WORK/result"
 
 start_tree() {
   local i cmd=""
   rm -f "$WORK"/result.*
-  for i in $(seq "$CHILDREN"); do cmd+="$HOG 256 $WORK/result.$i 4 8 7 & "; done
+  for i in $(seq "$CHILDREN"); do cmd+="$HOG $MIB $WORK/result.$i 4 8 7 & "; done
   (unshare --pid --fork setsid sh -c "${cmd}wait" </dev/null >/dev/null 2>&1 &)
   for i in $(seq "$CHILDREN"); do
     for _ in $(seq 600); do [ "$(cat "$WORK/result.$i" 2>/dev/null)" = ready ] && break; sleep 0.05; done
