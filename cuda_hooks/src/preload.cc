@@ -291,6 +291,22 @@ extern "C" __attribute__((visibility("default"))) void phos_step() {
   const phos::hooks::PreloadDeps rt;
   rt.steps().step(rt.gate());
 }
+// The same, with the program's allocator's free device memory at this
+// boundary: `count` ranges as (address, size) pairs in `pairs`. A checkpoint
+// whose gate closes in this call stores none of it (dead_ranges.h).
+extern "C" __attribute__((visibility("default"))) void phos_step_dead(const uint64_t* pairs, size_t count) {
+  std::vector<phos::dead::Range> dead;
+  for (size_t i = 0; pairs && i < count; i++) dead.push_back({pairs[2 * i], pairs[2 * i + 1]});
+  const phos::hooks::PreloadDeps rt;
+  rt.steps().step(rt.gate(), std::move(dead));
+}
+// 1 where a checkpoint waits for the program's next boundary now: only then
+// is its allocator's free memory worth taking (phos_step_dead), and only
+// after this said 1 (step_boundary.h).
+extern "C" __attribute__((visibility("default"))) int phos_step_pending() {
+  const phos::hooks::PreloadDeps rt;
+  return rt.steps().pending(rt.gate()) ? 1 : 0;
+}
 // idle != 0: the program stays at a boundary (it waits for a checkpoint it
 // asked for itself) until it calls this with 0.
 extern "C" __attribute__((visibility("default"))) void phos_step_idle(int idle) {

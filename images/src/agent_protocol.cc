@@ -323,6 +323,10 @@ std::vector<std::byte> encode(const QuiesceReply& r) {
   m.has_at_step = r.at_step;  // only where true, as agents have always sent it
   m.at_step = r.at_step;
   pb::set_repeated(m.n_touch_order, m.touch_order, r.touch_order);
+  const std::vector<uint64_t> dead = dead::to_pairs(r.dead);
+  pb::set_repeated(m.n_dead_ranges, m.dead_ranges, dead);
+  m.has_dead_dropped_calls = r.dead_dropped_calls > 0;
+  m.dead_dropped_calls = r.dead_dropped_calls;
   // Both only where something was released.
   m.has_nccl_released = m.has_nccl_release_ns = r.nccl_released > 0;
   m.nccl_released = r.nccl_released;
@@ -522,11 +526,16 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
       return as_reply(decode(*r.list_allocations));
     case PHOS__AGENT__REPLY__KIND_QUIESCE: {
       const auto& q = *r.quiesce;
+      std::vector<dead::Range> dead;
+      if (std::string bad = dead::from_pairs(pb::repeated(q.dead_ranges, q.n_dead_ranges), dead); !bad.empty())
+        return pb::malformed("reply", "quiesce: " + bad);
       return Reply(QuiesceReply{.drained_ns = q.drained_ns,
                                 .at_step = q.at_step != 0,
                                 .touch_order = pb::repeated(q.touch_order, q.n_touch_order),
                                 .nccl_released = pb::value_or_zero(q.has_nccl_released, q.nccl_released),
-                                .nccl_release_ns = pb::value_or_zero(q.has_nccl_release_ns, q.nccl_release_ns)});
+                                .nccl_release_ns = pb::value_or_zero(q.has_nccl_release_ns, q.nccl_release_ns),
+                                .dead = std::move(dead),
+                                .dead_dropped_calls = pb::value_or_zero(q.has_dead_dropped_calls, q.dead_dropped_calls)});
     }
     case PHOS__AGENT__REPLY__KIND_RELEASE_MAPPINGS:
       return Reply(ReleaseMappingsReply{.released_bytes = r.release_mappings->released_bytes});

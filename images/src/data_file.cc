@@ -318,6 +318,9 @@ Result<void> read_chunk(int fd, std::string_view file_name, const Chunk& chunk, 
       return make_error(std::string(file_name) + ": chunk at offset " + std::to_string(chunk.file_offset) +
                         " does not decompress: " + (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
     t.compress_ns = monotonic_ns() - t1;
+  } else if (chunk.compression == Compression::kDead) {
+    return make_error(std::string(file_name) + ": dead chunk at allocation offset " +
+                      std::to_string(chunk.alloc_offset) + " holds no bytes (free memory at the checkpoint)");
   } else {
     return make_error(std::string(file_name) + ": chunk with unknown compression");
   }

@@ -212,12 +212,13 @@ ImageReader::ImageReader(int dirfd, const Manifest& manifest)
 
 std::string_view ImageReader::file_name(const Chunk& chunk) const {
   if (chunk.compression == Compression::kZero) return "zero chunk";
+  if (chunk.compression == Compression::kDead) return "dead chunk";
   return chunk.file_index < manifest_.data_files.size() ? std::string_view(manifest_.data_files[chunk.file_index].name)
                                                          : std::string_view("?");
 }
 
 Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check) {
-  if (chunk.compression == Compression::kZero)  // in no file
+  if (chunk.compression == Compression::kZero || chunk.compression == Compression::kDead)  // in no file
     return image::read_chunk(-1, file_name(chunk), chunk, out, scratch_, &times_, check);
   if (chunk.file_index >= files_.size()) return make_error("chunk refers to a data file the manifest lacks");
   const std::string& name = manifest_.data_files[chunk.file_index].name;
@@ -234,6 +235,7 @@ Result<uint64_t> ImageReader::verify_all() {
   uint64_t total = 0;
   for (const auto& a : manifest_.allocations) {
     for (const auto& c : a.chunks) {
+      if (c.compression == Compression::kDead) continue;  // no part of the image
       buf.resize(c.raw_size);
       PHOS_TRY(read_chunk(c, buf));
       total += c.raw_size;

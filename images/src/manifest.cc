@@ -38,6 +38,7 @@ std::string_view chunk_compression_name(Compression c) {
     case Compression::kNone: return "none";
     case Compression::kZstd: return "zstd";
     case Compression::kZero: return "zero";
+    case Compression::kDead: return "dead";
   }
   return "unknown";
 }
@@ -313,10 +314,13 @@ bool is_migration_id(std::string_view id) {
 
 uint32_t format_version_for(const Manifest& m) {
   if (m.kept) return kKeptMemoryFormatVersion;
+  uint32_t version = 1;
   for (const auto& a : m.allocations)
-    for (const auto& c : a.chunks)
-      if (c.compression == Compression::kZero) return kZeroChunkFormatVersion;
-  return 1;
+    for (const auto& c : a.chunks) {
+      if (c.compression == Compression::kDead) return kDeadChunkFormatVersion;
+      if (c.compression == Compression::kZero) version = kZeroChunkFormatVersion;
+    }
+  return version;
 }
 
 namespace {
@@ -329,6 +333,18 @@ std::string zero_chunk_problem(const Manifest& m, const Chunk& c) {
   if (c.stored_size != 0 || c.file_index != 0 || c.file_offset != 0)
     return "is a zero chunk but names " + std::to_string(c.stored_size) + " stored bytes in data file " +
            std::to_string(c.file_index) + " at offset " + std::to_string(c.file_offset);
+  return "";
+}
+
+// A dead chunk stores nothing and has no checksum (its bytes are no part of
+// the image). "" or what is wrong with it.
+std::string dead_chunk_problem(const Manifest& m, const Chunk& c) {
+  if (m.format_version < kDeadChunkFormatVersion)
+    return "is a dead chunk, which format version " + std::to_string(m.format_version) + " does not have";
+  if (c.stored_size != 0 || c.file_index != 0 || c.file_offset != 0 || c.crc32c != 0)
+    return "is a dead chunk but names " + std::to_string(c.stored_size) + " stored bytes in data file " +
+           std::to_string(c.file_index) + " at offset " + std::to_string(c.file_offset) + " (CRC-32C " +
+           std::to_string(c.crc32c) + ")";
   return "";
 }
 
@@ -414,8 +430,9 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
       if (c.raw_size == 0 || c.raw_size > m.chunk_size)
         return fail(cw + " has " + std::to_string(c.raw_size) + " bytes, chunk size is " + std::to_string(m.chunk_size));
       if (chunk_compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
-      std::string problem =
-          c.compression == Compression::kZero ? zero_chunk_problem(m, c) : stored_chunk_problem(m, c);
+      std::string problem = c.compression == Compression::kZero   ? zero_chunk_problem(m, c)
+                            : c.compression == Compression::kDead ? dead_chunk_problem(m, c)
+                                                                  : stored_chunk_problem(m, c);
       if (!problem.empty()) return fail(cw + " " + problem);
       covered += c.raw_size;
       if (covered > a.size) return fail(what + ": chunks hold more than its " + std::to_string(a.size) + " bytes");

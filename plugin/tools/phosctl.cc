@@ -87,6 +87,8 @@ struct ImageSize {
   uint64_t stored_bytes = 0;   // the data files'
   uint64_t zero_chunks = 0;    // stored as holes (sparse images)
   uint64_t zero_bytes = 0;
+  uint64_t dead_chunks = 0;    // free in the program's allocator at the checkpoint (phos.step())
+  uint64_t dead_bytes = 0;
 };
 
 ImageSize size_of(const Manifest& m) {
@@ -94,9 +96,13 @@ ImageSize size_of(const Manifest& m) {
   for (const auto& a : m.allocations) {
     size.logical_bytes += a.size;
     for (const auto& c : a.chunks) {
-      if (c.compression != phos::image::Compression::kZero) continue;
-      size.zero_chunks++;
-      size.zero_bytes += c.raw_size;
+      if (c.compression == phos::image::Compression::kZero) {
+        size.zero_chunks++;
+        size.zero_bytes += c.raw_size;
+      } else if (c.compression == phos::image::Compression::kDead) {
+        size.dead_chunks++;
+        size.dead_bytes += c.raw_size;
+      }
     }
   }
   for (const auto& f : m.data_files) size.stored_bytes += f.size;
@@ -125,21 +131,24 @@ json image_json(const phos::image::ProcessImage& img) {
   j["size"] = {{"logical_bytes", size.logical_bytes},
                {"stored_bytes", size.stored_bytes},
                {"zero_chunks", size.zero_chunks},
-               {"zero_bytes", size.zero_bytes}};
+               {"zero_bytes", size.zero_bytes},
+               {"dead_chunks", size.dead_chunks},
+               {"dead_bytes", size.dead_bytes}};
   if (!img.complete) j["incomplete_reason"] = img.incomplete_reason;
   for (const auto& d : m.devices)
     j["devices"].push_back({{"ordinal", d.ordinal}, {"uuid", phos::plugin::format_gpu_uuid(d.uuid)}, {"name", d.name},
                             {"total_memory", d.total_memory},
                             {"compute_capability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)}});
   for (const auto& a : m.allocations) {
-    uint64_t stored = 0, zero = 0;
+    uint64_t stored = 0, zero = 0, dead = 0;
     for (const auto& c : a.chunks) {
       stored += c.stored_size;
       zero += c.compression == phos::image::Compression::kZero;
+      dead += c.compression == phos::image::Compression::kDead;
     }
     j["allocations"].push_back({{"id", a.id}, {"device", a.device}, {"address", hex(a.address)}, {"size", a.size},
                                 {"flags", a.flags}, {"chunks", a.chunks.size()}, {"zero_chunks", zero},
-                                {"stored_bytes", stored}});
+                                {"dead_chunks", dead}, {"stored_bytes", stored}});
   }
   for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
   if (m.kept)
@@ -191,9 +200,10 @@ void print_image_text(const phos::image::ProcessImage& img) {
         m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device.uuid).c_str(),
         m.kept->device.name.c_str(), m.kept->in_place ? ", where the process left it" : "");
   const auto& s = m.statistics;
-  std::printf("  size: %s logical, %s stored; %" PRIu64 " zero chunks (%s) not stored\n",
+  std::printf("  size: %s logical, %s stored; %" PRIu64 " zero chunks (%s) not stored; %" PRIu64
+              " dead chunks (%s), free in the program's allocator, not stored\n",
               bytes_text(size.logical_bytes).c_str(), bytes_text(size.stored_bytes).c_str(), size.zero_chunks,
-              bytes_text(size.zero_bytes).c_str());
+              bytes_text(size.zero_bytes).c_str(), size.dead_chunks, bytes_text(size.dead_bytes).c_str());
   std::printf("  statistics: quiesce %.3f ms, copy %.3f ms (%.2f GB/s), total %.3f ms\n", double(s.quiesce_ns) / 1e6,
               double(s.copy_ns) / 1e6, gb_per_s(s.raw_bytes, s.copy_ns), double(s.total_ns) / 1e6);
   if (s.workers)

@@ -27,7 +27,10 @@
 #     stopped copy (copy_on_write=off) in turns: the iteration the dump
 #     lands in (the dump starts as an iteration starts) against the
 #     iterations before it, and CRIU's cuda plugin where the host's memory
-#     holds it (CSV: FILE-train.csv).
+#     holds it (CSV: FILE-train.csv). With --phos-step the training marks
+#     each iteration's start with phos.step() (sdk/python): the dump lands
+#     there and the caching allocator's free blocks are dead memory, not
+#     stored nor protected (CSV: FILE-train-step.csv; the column dead_mib).
 #  4. With --server SHAPE:GIB: llama_server.py of SHAPE (8b: Llama-3-8B,
 #     15 GiB) with a KV-cache pool that brings its device memory to about
 #     GIB GiB, all of it written (random values: nothing sparse), answering
@@ -41,10 +44,10 @@
 # Each size is dumped once first, unmeasured (a fresh host's first dumps are
 # slower: its memory grows on first use), then the modes take turns, --reps
 # times; the table gives each mode's median, and the stall's range.
-# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--server SHAPE:GIB] [--csv FILE]
+# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--phos-step] [--server SHAPE:GIB] [--csv FILE]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= server= csv=${OUT:-/tmp}/bench_cow.csv
+sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= phos_step= server= csv=${OUT:-/tmp}/bench_cow.csv
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
@@ -53,8 +56,9 @@ while [ $# -gt 0 ]; do
     --csv) csv=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --train) train=$2; shift 2 ;;
+    --phos-step) phos_step=--phos-step; shift ;;
     --server) server=$2; shift 2 ;;
-    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--server SHAPE:GIB] [--csv FILE]" >&2; exit 2 ;;
+    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--phos-step] [--server SHAPE:GIB] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
@@ -129,14 +133,14 @@ for pool in ${pools//,/ }; do
 done
 
 # 3. GPT-style training: the iteration a leave-running dump lands in.
-train_csv=${csv%.csv}-train.csv
+train_csv=${csv%.csv}-train${phos_step:+-step}.csv
 if [ -n "$train" ]; then
-  echo "mode,stall_ms,criu_s,step_before_ms,step_hit_ms,saved_mib,calls_waited,wait_ms" > "$train_csv"
+  echo "mode,stall_ms,criu_s,step_before_ms,step_hit_ms,saved_mib,calls_waited,wait_ms,dead_mib" > "$train_csv"
   python=$(python3 -c 'import sys; print(sys.executable)')
   COUNTER=$here/torch_loop.py RUNNER=$python
   MATCH="^$RUNNER $COUNTER $WORK/state"
   rm -f "$WORK/state" "$WORK/state.steps" "$WORK/state.error"
-  start_workload --preload train --gib "$train"
+  start_workload --preload train --gib "$train" $phos_step
   wait_counter_above 6 600 || fail "training does not run: $(tail -n 2 "$WORK/state.error" 2>/dev/null)"
   used_gib=$(( $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0) / 1024 ))
   say "training: $used_gib GiB of device memory used"
@@ -156,7 +160,8 @@ if [ -n "$train" ]; then
     # the 3 steps that ended after it began.
     read -r before hit < <(step_times "$t0" "$WORK/state.steps")
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
-    echo "$mode,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),$before,$hit,${saved:-0},${waited:-0},${wait_ms:-0}" >> "$train_csv"
+    dead=$(num 'whole chunks ([0-9.]* MiB) dead' 2)
+    echo "$mode,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),$before,$hit,${saved:-0},${waited:-0},${wait_ms:-0},${dead:-0}" >> "$train_csv"
   done
   kill -9 "$WORKLOAD_PID"; wait_pid_free
   rm -rf "$IMG" && mkdir -p "$IMG"
@@ -164,7 +169,8 @@ if [ -n "$train" ]; then
   # moved into the process and the image beside it.
   avail=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo)
   cuda_plugin_note="CRIU's cuda plugin: not run: it needs about $((2 * used_gib + 8)) GiB of host memory ($used_gib GiB of device memory moved into the process, the image as much again on the tmpfs), $avail GiB available"
-  if [ "$avail" -ge $((2 * used_gib + 8)) ] && [ -f "$PHOS_BUNDLE/criu/cuda_plugin.so" ]; then
+  [ -n "$phos_step" ] && cuda_plugin_note="CRIU's cuda plugin: not run with --phos-step (its row is the run without)"
+  if [ -z "$phos_step" ] && [ "$avail" -ge $((2 * used_gib + 8)) ] && [ -f "$PHOS_BUNDLE/criu/cuda_plugin.so" ]; then
     export PATH=$PHOS_BUILD/test/bench:$PATH  # cuda-checkpoint
     rm -f "$WORK/state" "$WORK/state.steps"
     start_workload train --gib "$train"
@@ -266,10 +272,10 @@ awk -F, '$1 == "pool" {printf "| %s MiB | %s ms | %s s | %s MiB | %s | %s ms | %
 grep -q '^pool,' "$csv" && python3 "$here/plot_cow.py" "$csv" "${csv%.csv}-pool.svg" && echo "plot: ${csv%.csv}-pool.svg"
 if [ -n "$train" ]; then
   echo
-  echo "## GPT-style training (AdamW) sized $train GiB ($used_gib GiB of device memory in use), dumped with --leave-running while it trains"
-  echo "| path | stall | criu until the image is complete | step before (median of 5) | the step the dump landed in | saved copy-on-write | calls waited | their wait |"
-  echo "|---|---|---|---|---|---|---|---|"
-  awk -F, 'NR > 1 {printf "| %s | %s ms | %s s | %s ms | %s ms (+%d ms) | %s MiB | %s | %s ms |\n", $1 == "cow" ? "phos copy-on-write" : $1 == "off" ? "phos stopped copy (copy_on_write=off)" : "CRIU cuda plugin", $2, $3, $4, $5, $5 - $4, $6, $7, $8}' "$train_csv"
+  echo "## GPT-style training (AdamW) sized $train GiB ($used_gib GiB of device memory in use), dumped with --leave-running while it trains${phos_step:+, phos.step() as each iteration starts (its free blocks dead)}"
+  echo "| path | stall | criu until the image is complete | step before (median of 5) | the step the dump landed in | saved copy-on-write | calls waited | their wait | dead, not stored |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  awk -F, 'NR > 1 {printf "| %s | %s ms | %s s | %s ms | %s ms (+%d ms) | %s MiB | %s | %s ms | %s MiB |\n", $1 == "cow" ? "phos copy-on-write" : $1 == "off" ? "phos stopped copy (copy_on_write=off)" : "CRIU cuda plugin", $2, $3, $4, $5, $5 - $4, $6, $7, $8, $9}' "$train_csv"
   [ -z "$cuda_plugin_note" ] || echo "$cuda_plugin_note"
 fi
 if [ -n "$server" ]; then

@@ -127,6 +127,11 @@
 #                        saying why; the process counts on intact
 #   sdk_torch_step       torch_mlp with phos.step() (sdk/python) at each
 #                        iteration: the dump lands on a boundary
+#   torch_dead_memory, torch_cow_dead_memory  the same with 256 MiB of
+#                        scratch let go in each iteration: free at
+#                        phos.step(), not stored (dead), left unfilled by
+#                        the restore; loss curves bitwise equal (stopped;
+#                        left running with copy-on-write)
 #   lazy_restore_criu_killed  the same during an on-demand fill, the process
 #                        already running: phos-keeper ends it
 #   migrate_torch, migrate_torch_copy  torch_train.py moved by `phosctl
@@ -393,6 +398,7 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
       fail "the dump did not land on the program's iteration boundary (phos.step())"
     lazy="; the dump landed on the program's iteration boundary (phos.step())"
   fi
+  [ -n "${PHOS_TEST_SCRATCH_MIB:-}" ] && lazy="$lazy; $(dead_memory_seen)"
   if [ "${PHOS_TEST_DDP:-}" = 1 ]; then
     grep -q "NCCL communicator(s) released in" "$WORK/dump.log" || fail "the dump log says no NCCL communicator was released"
     lazy="$lazy; $(grep -o '[0-9]* NCCL communicator(s) released in [0-9.]* ms' "$WORK/dump.log" | paste -sd, -), made again after the restore in ${REBUILT:-?}"
@@ -404,6 +410,21 @@ torch_case() {  # torch_case [ENV=VALUE...]: 150 steps, dumped after step 40
   fi
   pass "loss curve of $n steps bitwise equal to an uninterrupted run's (dumped at step $DUMPED, final loss $(tail -n1 "$WORK/run.losses" | cut -d' ' -f2)); dump $DUMP_S s, restore $RESTORE_S s; criu's images $(criu_mib) MiB, GPU image $(phos_wrote)$lazy"
 }
+# dead_memory_seen: the dump stored none of the scratch phos.step() handed
+# as free (PHOS_TEST_SCRATCH_MIB, at least its size less two chunks), the
+# image says so, and the restore left it unfilled; what it saw, on one line.
+dead_memory_seen() {
+  local line mib shown
+  line=$(grep -o "[0-9]* free ranges of its allocator at its iteration boundary ([0-9.]* MiB): [0-9]* whole chunks ([0-9.]* MiB) dead" "$WORK/dump.log" | tail -n1) ||
+    fail "no dead memory in the dump: $(grep -o "its allocator's free blocks not used.*" "$WORK/dump.log" | head -n1)"
+  mib=$(grep -o '([0-9.]* MiB) dead' <<< "$line" | grep -o '[0-9]*' | head -n1)
+  [ "${mib:-0}" -ge $((PHOS_TEST_SCRATCH_MIB - 8)) ] || fail "only $mib MiB dead, the scratch is $PHOS_TEST_SCRATCH_MIB MiB: $line"
+  shown=$("$PHOSCTL" show "$IMG" | grep -o '[0-9]* dead chunks ([0-9.]* [KMG]iB)') || fail "phosctl show does not say what was dead"
+  grep -q "dead chunks ([0-9.]* MiB), free in its allocator at the checkpoint, left unfilled" "$WORK/restore.log" ||
+    fail "the restore does not say it left the dead chunks unfilled"
+  echo "dead memory: $line; the image: $shown; the restore left them unfilled"
+}
+
 # torch_cow_case [ENV=VALUE...]: a leave-running dump with copy-on-write
 # (its whole copy while the program trains on, 5 ms between steps; default
 # trust: checksum); the program's own loss curve and the curve of its image,
@@ -454,11 +475,12 @@ torch_cow_case() {
   tail -n +$((n + 1)) "$WORK/run.losses" > "$WORK/restored.losses"
   tail -n +"$first" "$WORK/ref.losses" | cmp -s - "$WORK/restored.losses" ||
     fail "the restored image's loss curve differs from the uninterrupted run's (frozen at step $((first - 1)))"
-  local stalls at_once
+  local stalls at_once dead=
   stalls=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | paste -sd/ - || true)
   at_once=$(driver_batches)
   job_breakdown
-  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}${at_once:+; $at_once}"
+  [ -n "${PHOS_TEST_SCRATCH_MIB:-}" ] && dead=$(dead_memory_seen)
+  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}${at_once:+; $at_once}${dead:+; $dead}"
 }
 case_torch_cow() { torch_cow_case; }
 case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; }
@@ -470,6 +492,13 @@ case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segm
 case_lazy_torch_mlp() { torch_case PHOS_LAZY_RESTORE=on; }
 # The SDK's phos.step() at each iteration: the dump lands on a boundary.
 case_sdk_torch_step() { torch_case PHOS_SDK_STEP=1; }
+# The same with 256 MiB of scratch taken and let go in each iteration: at
+# phos.step() it is a free block of the caching allocator, which the image
+# does not store and the restore leaves unfilled; the loss curve is still
+# bitwise equal (no live byte was lost). Stopped, and left running with
+# copy-on-write.
+case_torch_dead_memory() { torch_case PHOS_SDK_STEP=1 PHOS_TEST_SCRATCH_MIB=256; }
+case_torch_cow_dead_memory() { torch_cow_case PHOS_SDK_STEP=1 PHOS_TEST_SCRATCH_MIB=256; }
 # DistributedDataParallel in a job of one rank: an NCCL communicator of one
 # rank, its all-reduce in every step (issue 17's first real NCCL case).
 case_torch_ddp_one_rank() { torch_case PHOS_TEST_DDP=1; }
@@ -1799,7 +1828,7 @@ mkdir -p "$log"
 export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
-    pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_cow* | torch_many_allocations) echo 420 ;;
+    pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
     torchrun_2host*) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
@@ -1812,7 +1841,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
+  cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow

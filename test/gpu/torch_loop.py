@@ -17,7 +17,11 @@ every step, as the e2e workload contract asks, and appending
          allocated first: the lowest addresses) written, so one allocation
          is written a little at a time while the rest stays cold
 
-usage: torch_loop.py STATE infer|train|transfer --gib G [--pace-ms N] [--width W] [--transfer-mib M]
+With --phos-step, train starts each iteration with phos.step() (the SDK in
+sdk/python): a dump lands there, and the caching allocator's free blocks
+(AdamW's temporaries, the activations) are dead memory it does not store.
+
+usage: torch_loop.py STATE infer|train|transfer --gib G [--pace-ms N] [--width W] [--transfer-mib M] [--phos-step]
 """
 import argparse
 import os
@@ -113,7 +117,15 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
-def train(state, token, gib, pace, width=4096):
+def step_marker(on):
+    if not on:
+        return lambda: None
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
+    import phos
+    return phos.step
+
+
+def train(state, token, gib, pace, width=4096, mark=lambda: None):
     tokens = 1024
     # fp32 weights, gradients and AdamW's two states: 4 copies of 8 width^2
     # parameters per block; activations are left the rest.
@@ -124,6 +136,7 @@ def train(state, token, gib, pace, width=4096):
     x = torch.randn(tokens, width, device="cuda")
     step = 0
     while True:
+        mark()
         began = time.time()
         opt.zero_grad(set_to_none=False)
         loss = model(x).square().mean()
@@ -143,6 +156,7 @@ def main():
     p.add_argument("--pace-ms", type=int, default=0)
     p.add_argument("--width", type=int, default=4096, help="train: the model's width (narrower: more, smaller tensors)")
     p.add_argument("--transfer-mib", type=int, default=256, help="transfer: MiB moved each way per step")
+    p.add_argument("--phos-step", action="store_true", help="train: phos.step() as each iteration starts")
     a = p.parse_args()
     token = os.urandom(8).hex()
     torch.manual_seed(0)
@@ -151,7 +165,7 @@ def main():
     elif a.mode == "transfer":
         transfer(a.state, token, a.gib, a.pace_ms / 1000, a.transfer_mib)
     else:
-        train(a.state, token, a.gib, a.pace_ms / 1000, a.width)
+        train(a.state, token, a.gib, a.pace_ms / 1000, a.width, step_marker(a.phos_step))
 
 
 if __name__ == "__main__":

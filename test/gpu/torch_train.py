@@ -10,6 +10,11 @@ tests).
 With PHOS_SDK_STEP=1 each iteration starts with phos.step() (the SDK in
 sdk/python): a checkpoint asked for mid-iteration lands on the next one.
 
+With PHOS_TEST_SCRATCH_MIB=N each iteration also takes N MiB of scratch from
+PyTorch's caching allocator, writes it, reads it and lets it go (as
+activations are): at phos.step() it is a free block, dead memory a
+checkpoint there does not store; the loss does not depend on it.
+
 With PHOS_TEST_DDP=1 the model trains under DistributedDataParallel in a
 job of one rank (backend nccl, a file store next to STATE): every backward
 all-reduces its gradients through an NCCL communicator.
@@ -39,13 +44,28 @@ def deterministic():
     torch.use_deterministic_algorithms(True)
 
 
+def use_scratch(mib, step):
+    """N MiB taken, written and read back, then let go: a free block of the
+    caching allocator at the next boundary. A restore that left it unfilled
+    is never seen: the program writes it before reading it."""
+    if not mib:
+        return
+    scratch = torch.empty(mib << 18, dtype=torch.float32, device="cuda")
+    scratch.fill_(float(step))
+    if scratch[-1].item() != float(step):
+        raise RuntimeError(f"scratch holds {scratch[-1].item()}, not {step}")
+    del scratch
+
+
 def train(model, opt, x, y, steps, pace, losses, state=None, mark=lambda: None):
     """STEPS steps, "STEP LOSS" appended to LOSSES after each and, with
     STATE, "TOKEN STEP" written to it (atomically)."""
     token = os.urandom(8).hex()
     loss_fn = torch.nn.CrossEntropyLoss()
+    scratch_mib = int(os.environ.get("PHOS_TEST_SCRATCH_MIB", "0"))
     for step in range(1, steps + 1):
         mark()
+        use_scratch(scratch_mib, step)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()

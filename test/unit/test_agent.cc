@@ -1104,3 +1104,135 @@ TEST_CASE("agent steps: a program idle at a boundary, or one that never steps, i
     REQUIRE(c.resume().ok());
   }
 }
+
+// --- dead memory (dead_ranges.h): free blocks handed at the boundary a
+// checkpoint closes at, and at no other ---
+
+namespace {
+
+const std::vector<dead::Range> kFree{{0x7f0000400000ull, 4u << 20}, {0x7f0000000000ull, 1u << 20}};
+
+// A program that, as the SDK's step() does, takes its free blocks only
+// where a checkpoint waits (pending), and hands them with that step;
+// `fresh` false: it hands none (they would be stale).
+struct FreeingProgram {
+  StepBoundary& steps;
+  Gate& gate;
+  std::atomic<bool> fresh{true}, stop{false};
+  std::atomic<uint64_t> iterations{0};
+  std::thread thread;
+  FreeingProgram(StepBoundary& s, Gate& g) : steps(s), gate(g) {
+    thread = std::thread([this] {
+      while (!stop) {
+        if (steps.pending(gate) && fresh)
+          steps.step(gate, kFree);
+        else
+          steps.step(gate);
+        std::this_thread::sleep_for(5ms);
+        iterations++;
+      }
+    });
+  }
+  ~FreeingProgram() {
+    stop = true;
+    thread.join();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("agent steps: the free blocks handed at the boundary the gate closes at come with the quiesce",
+          "[agent][steps][dead]") {
+  StepBoundary steps;
+  RunningAgent a(0, with_steps(steps, 2000));
+  FreeingProgram program(steps, a.gate);
+  while (program.iterations < 3) std::this_thread::sleep_for(1ms);
+  auto c = a.client();
+  auto q = c.quiesce(1000);
+  REQUIRE(q.ok());
+  CHECK(q->at_step);
+  CHECK(q->dead == dead::normalized(kFree));
+  CHECK(q->dead_dropped_calls == 0);
+  REQUIRE(c.resume().ok());
+  // The next closing lands on a step that hands none: the earlier list is
+  // stale and does not come again.
+  program.fresh = false;
+  const uint64_t at = program.iterations;
+  while (program.iterations < at + 3) std::this_thread::sleep_for(1ms);
+  q = c.quiesce(1000);
+  REQUIRE(q.ok());
+  CHECK(q->at_step);
+  CHECK(q->dead.empty());
+  REQUIRE(c.resume().ok());
+}
+
+TEST_CASE("agent steps: free blocks handed without a pending checkpoint are not kept for a later one",
+          "[agent][steps][dead]") {
+  StepBoundary steps;
+  RunningAgent a(0, with_steps(steps, 2000));
+  // Handed at a step no checkpoint waited for, then plain steps.
+  steps.step(a.gate, kFree);
+  std::atomic<bool> stop{false};
+  std::thread program([&] {
+    while (!stop) {
+      steps.step(a.gate);
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  auto c = a.client();
+  auto q = c.quiesce(1000);
+  REQUIRE(q.ok());
+  CHECK(q->at_step);
+  CHECK(q->dead.empty());
+  REQUIRE(c.resume().ok());
+  stop = true;
+  program.join();
+}
+
+TEST_CASE("agent steps: free blocks taken before the pending check are dropped", "[agent][steps][dead]") {
+  // A program that takes its free blocks, then steps with them, without
+  // asking pending() first: nothing says no one used them meanwhile.
+  StepBoundary steps;
+  RunningAgent a(0, with_steps(steps, 2000));
+  std::atomic<bool> stop{false};
+  std::thread program([&] {
+    while (!stop) {
+      steps.step(a.gate, kFree);
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  auto c = a.client();
+  auto q = c.quiesce(1000);
+  REQUIRE(q.ok());
+  CHECK(q->at_step);
+  CHECK(q->dead.empty());
+  REQUIRE(c.resume().ok());
+  stop = true;
+  program.join();
+}
+
+TEST_CASE("agent steps: another thread's CUDA call before the gate closes drops the free blocks",
+          "[agent][steps][dead]") {
+  StepBoundary steps;
+  RunningAgent a(0, with_steps(steps, 2000));
+  FreeingProgram program(steps, a.gate);
+  // A second thread of the program that keeps making calls: it could take a
+  // free block from the allocator and write it before the gate closes.
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    while (!stop) {
+      { GatePass pass(a.gate); }
+      std::this_thread::yield();
+    }
+  });
+  while (program.iterations < 3) std::this_thread::sleep_for(1ms);
+  auto c = a.client();
+  auto q = c.quiesce(1000);
+  REQUIRE(q.ok());
+  CHECK(q->at_step);
+  CHECK(q->dead.empty());
+  CHECK(q->dead_dropped_calls > 0);
+  REQUIRE(c.resume().ok());
+  stop = true;
+  other.join();
+}

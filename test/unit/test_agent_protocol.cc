@@ -192,6 +192,8 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
       agent::QuiesceReply{123456789, false, {}},
       agent::QuiesceReply{5, true, {7, 3, 12}},
       agent::QuiesceReply{9, false, {}, 2, 41000000},
+      agent::QuiesceReply{9, true, {}, 0, 0, {{0x7f0000000000ull, 4u << 20}, {0x7f0000800000ull, 8192}}},
+      agent::QuiesceReply{9, true, {}, 0, 0, {}, 17},
       agent::ReleaseMappingsReply{6u << 20},
       agent::RemapReply{6u << 20},
       agent::ResumeReply{},

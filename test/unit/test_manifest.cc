@@ -752,3 +752,49 @@ TEST_CASE("manifest validation: an on-demand fill is no dump's protocol", "[mani
   CHECK_FALSE(phos::is_dump_protocol(m.protocol));
   CHECK_THAT(validate_error(m), Catch::Contains("m.img: manifest: protocol 4 (on-demand-fill) is no dump's"));
 }
+
+// --- dead chunks: free memory of the program's allocator, not stored ---
+
+namespace {
+
+// full_manifest() with a fourth chunk of 1 MiB that is dead.
+Manifest dead_manifest() {
+  Manifest m = full_manifest();
+  Allocation& a = m.allocations[0];
+  const uint64_t at = a.size;
+  a.size += 1 << 20;
+  a.chunks.push_back({.alloc_offset = at, .raw_size = 1 << 20, .compression = Compression::kDead});
+  m.format_version = kDeadChunkFormatVersion;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("manifest: a dead chunk round trips and needs format version 4", "[manifest][dead]") {
+  Manifest m = dead_manifest();
+  REQUIRE(validate_manifest(m, "m.img").ok());
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(back->allocations[0].chunks.back().compression == Compression::kDead);
+  CHECK(back.value() == m);
+  CHECK(chunk_compression_name(Compression::kDead) == "dead");
+  CHECK(format_version_for(m) == kDeadChunkFormatVersion);
+  // With zero chunks too, the dead chunk's version (the newer) is the one.
+  Manifest both = m;
+  both.allocations[0].chunks[0].compression = Compression::kZero;
+  CHECK(format_version_for(both) == kDeadChunkFormatVersion);
+  CHECK(kDeadChunkFormatVersion <= kManifestFormatVersion);
+}
+
+TEST_CASE("manifest validation: a dead chunk in an older format, or one that names stored bytes",
+          "[manifest][validate][dead]") {
+  Manifest m = dead_manifest();
+  m.format_version = kKeptMemoryFormatVersion;
+  CHECK_THAT(validate_error(m), Catch::Contains("allocation 7 chunk 3 is a dead chunk, which format version 3"));
+  for (auto spoil : {+[](Chunk& c) { c.stored_size = 100; }, +[](Chunk& c) { c.file_offset = 4096; },
+                     +[](Chunk& c) { c.file_index = 1; }, +[](Chunk& c) { c.crc32c = 5; }}) {
+    Manifest spoilt = dead_manifest();
+    spoil(spoilt.allocations[0].chunks.back());
+    CHECK_THAT(validate_error(spoilt), Catch::Contains("allocation 7 chunk 3 is a dead chunk but names"));
+  }
+}

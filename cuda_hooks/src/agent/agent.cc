@@ -217,6 +217,13 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
   const auto left = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                                deadline - std::chrono::steady_clock::now()));
   const bool closed = gate_.close(left);
+  // Taken while the program still waits in the step it handed them with:
+  // they describe its memory at this closing, and at no later one.
+  std::vector<dead::Range> dead = closed && at_step ? steps->dead_at_arrival() : std::vector<dead::Range>{};
+  // Another thread's call since the program took them: it may have taken a
+  // free block and written it (a caching allocator needs no CUDA call).
+  const uint64_t other_calls = dead.empty() ? 0 : gate_.watched_calls();
+  if (other_calls) dead.clear();
   if (at_step) steps->release();
   if (!closed)
     return failure(ETIMEDOUT, std::to_string(gate_.inside()) + " CUDA calls still running after " +
@@ -229,7 +236,9 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
                             .at_step = at_step,
                             .touch_order = backend_.touch_order(),
                             .nccl_released = nccl->communicators,
-                            .nccl_release_ns = nccl->ns};
+                            .nccl_release_ns = nccl->ns,
+                            .dead = std::move(dead),
+                            .dead_dropped_calls = other_calls};
   return {std::move(reply)};
 }
 

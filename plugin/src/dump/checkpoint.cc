@@ -135,6 +135,12 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   t.nccl_release_ns = drained->nccl_released ? drained->nccl_release_ns : 0;
   t.manifest.fill_order = drained->touch_order;
   if (drained->at_step) PHOS_INFO("process %d: gate closed at the program's iteration boundary (phos_step)", pid);
+  // Only this closing's: a first pass's list went stale when the gate reopened.
+  t.dead = std::move(drained->dead);
+  if (drained->dead_dropped_calls)
+    PHOS_INFO("process %d: its allocator's free blocks not used: %llu CUDA calls of other threads between its "
+              "taking them and the gate closing; all its memory is stored",
+              pid, (unsigned long long)drained->dead_dropped_calls);
   if (drained->nccl_released)
     PHOS_INFO("process %d: %u NCCL communicator(s) released in %.1f ms (made again when the gate opens)", pid,
               drained->nccl_released, double(drained->nccl_release_ns) / 1e6);
@@ -194,6 +200,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       if (!job) return job.error();
       t.save = std::move(*job);
     }
+    engine_->set_dead(*t.save, t.dead);
     std::promise<CopyPlan> decided;
     t.plan = decided.get_future();
     std::future<void> go = t.write_go.get_future();

@@ -120,6 +120,9 @@ class Checkpointer {
     std::vector<UniqueFd> fds;  // the device memory, while the process has let go of it
     image::Manifest manifest;
     std::unique_ptr<Engine::SaveJob> save;  // the copy, started in PAUSE_DEVICES
+    // The program's free device memory at the gate closing the image stands
+    // for (the final quiesce's; dead_ranges.h): not stored.
+    std::vector<dead::Range> dead;
     std::thread copier;
     Result<void> copied;
     // How the copy goes on: decided by the copier at PAUSE.

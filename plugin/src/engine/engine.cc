@@ -812,18 +812,71 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol proto
     for (size_t i = 0; i < job.allocs.size(); i++)
       if (job.allocs[i].id == r.id) job.region_allocation.push_back(i);
   job.pool_va = pool_va;
-  table->set_transfer_rate(settings_.traffic_bytes_per_second);
-  table->set_cold_first(recopy && settings_.traffic != PluginOptions::Traffic::kOff);
+  job.window.emplace(CopyWindow{std::move(*table), std::move(pool.fd), bytes, job.allocs.front().device});
+  // Before the process maps the table: a write to dead memory saves nothing.
+  mark_dead_copied(job);
+  copystate::CopyState* opened = &job.window->table;
+  opened->set_transfer_rate(settings_.traffic_bytes_per_second);
+  opened->set_cold_first(recopy && settings_.traffic != PluginOptions::Traffic::kOff);
   // Recopy validated: each copy's fingerprint kept for the final pass.
   // Copy-on-write's copies are validated once the freeze is summed.
   job.validated = recopy && settings_.checksum;
-  if (job.validated) job.image_sums = sum_check::ChunkSums(table->chunk_count());
-  job.window.emplace(CopyWindow{std::move(*table), std::move(pool.fd), bytes, job.allocs.front().device});
+  if (job.validated) job.image_sums = sum_check::ChunkSums(opened->chunk_count());
   PHOS_INFO("process %d: %s window over %.1f MiB in %llu chunks of %llu KiB; pool of %llu slots (%.1f MiB)",
             job.vpid, what, double(job.window->table.chunk_count() * chunk) / (1 << 20),
             (unsigned long long)job.window->table.chunk_count(), (unsigned long long)(chunk >> 10),
             (unsigned long long)slots, double(bytes) / (1 << 20));
   return &*job.window;
+}
+
+bool Engine::is_dead(const SaveJob& job, size_t allocation, size_t chunk) {
+  return allocation < job.dead.size() && chunk < job.dead[allocation].size() && job.dead[allocation][chunk];
+}
+
+void Engine::set_dead(SaveJob& job, const std::vector<dead::Range>& ranges) {
+  job.dead.assign(job.allocs.size(), {});
+  job.dead_chunks = job.dead_bytes = 0;
+  if (ranges.empty()) return;
+  if (job.migration) {
+    PHOS_INFO("process %d: %zu dead ranges from its iteration boundary not used: a migration keeps all its memory",
+              job.vpid, ranges.size());
+    return;
+  }
+  const std::vector<dead::Range> merged = dead::normalized(ranges);
+  uint64_t handed = 0;
+  for (const auto& r : merged) handed += r.size;
+  const uint64_t chunk = settings_.chunk_size;
+  for (size_t i = 0; i < job.allocs.size(); i++) {
+    const agent::Allocation& a = job.allocs[i];
+    job.dead[i] = dead::dead_chunks(a.address, a.size, chunk, merged);
+    for (size_t k = 0; k < job.dead[i].size(); k++)
+      if (job.dead[i][k]) {
+        job.dead_chunks++;
+        job.dead_bytes += std::min<uint64_t>(chunk, a.size - uint64_t(k) * chunk);
+      }
+  }
+  std::erase_if(job.pieces, [&](const Piece& p) { return is_dead(job, p.allocation, p.chunk); });
+  if (job.window) mark_dead_copied(job);  // soft recopy's, open since its first pass
+  PHOS_INFO("process %d: %zu free ranges of its allocator at its iteration boundary (%.1f MiB): %llu whole chunks "
+            "(%.1f MiB) dead, not stored",
+            job.vpid, merged.size(), double(handed) / (1 << 20), (unsigned long long)job.dead_chunks,
+            double(job.dead_bytes) / (1 << 20));
+}
+
+void Engine::mark_dead_copied(SaveJob& job) {
+  if (!job.window || !job.dead_chunks) return;
+  copystate::CopyState& table = job.window->table;
+  for (uint64_t c = 0; c < table.chunk_count(); c++) {
+    if (!window_chunk_dead(job, c)) continue;
+    // Recopy: one copied by the first pass stays so; finish_save records it dead all the same.
+    if (auto claim = table.claim(c)) table.copied(*claim);
+  }
+}
+
+bool Engine::window_chunk_dead(const SaveJob& job, uint64_t chunk) const {
+  if (!job.window || !job.dead_chunks) return false;
+  const copystate::Claim at = job.window->table.locate(chunk);
+  return is_dead(job, job.region_allocation.at(at.region), size_t(at.offset / settings_.chunk_size));
 }
 
 Engine::Piece Engine::piece_of(const SaveJob& job, const copystate::Claim& claim) const {
@@ -982,6 +1035,8 @@ Result<void> Engine::run_save(SaveJob& job) {
       auto planned = plan_final_pass(job);
       if (planned) {
         plan = std::move(*planned);
+        // Dead at this closing: not copied again, whatever changed.
+        std::erase_if(plan->copy, [&](uint64_t c) { return window_chunk_dead(job, c); });
       } else {
         // The hooks counted untrusted calls instead of marking: without
         // fingerprints, every chunk is copied again.
@@ -1066,6 +1121,12 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
   }
   for (size_t i = 0; i < job.allocs.size(); i++) {
     const agent::Allocation& a = job.allocs[i];
+    // Dead: no part of the image, whatever a copy window copied of it.
+    for (size_t k = 0; !job.migration && k < job.chunks[i].size(); k++)
+      if (is_dead(job, i, k))
+        job.chunks[i][k] = image::Chunk{.alloc_offset = uint64_t(k) * m.chunk_size,
+                                        .raw_size = uint32_t(std::min<uint64_t>(m.chunk_size, a.size - uint64_t(k) * m.chunk_size)),
+                                        .compression = image::Compression::kDead};
     // A migration's data is in device memory, not in chunks of the image.
     m.allocations.push_back(image::Allocation{a, job.migration ? std::vector<image::Chunk>{} : std::move(job.chunks[i])});
     s.raw_bytes += a.size;
@@ -1178,7 +1239,8 @@ Result<std::unique_ptr<Engine::LoadJob>> Engine::prepare_load(const image::Manif
     if (!va) return va.error();
     job->vas[i] = *va;
     for (size_t k = 0; k < a.chunks.size(); k++)
-      job->pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, device});
+      if (a.chunks[k].compression != image::Compression::kDead)  // left unfilled: the program writes it first
+        job->pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, device});
   }
   return job;
 }
@@ -1290,6 +1352,16 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
               "%llu waits of its calls",
               m.pid, (unsigned long long)s.overwritten, (unsigned long long)s.waits);
   }
+  uint64_t dead_chunks = 0, dead_bytes = 0;
+  for (const auto& a : m.allocations)
+    for (const auto& c : a.chunks)
+      if (c.compression == image::Compression::kDead) {
+        dead_chunks++;
+        dead_bytes += c.raw_size;
+      }
+  if (dead_chunks)
+    PHOS_INFO("process %d: %llu dead chunks (%.1f MiB), free in its allocator at the checkpoint, left unfilled",
+              m.pid, (unsigned long long)dead_chunks, double(dead_bytes) / (1 << 20));
   if (bytes)
     PHOS_INFO("process %d: %zu allocations, %.1f MiB restored to device memory in %.1f ms (%.2f GB/s, %zu workers, "
               "%llu of %zu chunks zero, set with a memset, %llu CRC-32C checked on the GPU); summed over workers: "

@@ -35,6 +35,7 @@
 #include "chunk_sum.h"
 #include "driver/cuda_api.h"
 #include "phos/images/copy_state.h"
+#include "phos/images/dead_ranges.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
 #include "phos/images/unique_fd.h"
@@ -149,6 +150,12 @@ class Engine {
   // against it, and one that differs fails run_save (EBADMSG) naming the
   // chunk. An error: the window cannot be validated (drop_window).
   Result<void> take_freeze_sums(SaveJob& job);
+  // Dead memory (dead_ranges.h): the program's free device memory at the
+  // gate closing the image stands for. Its chunks are not copied (dropped
+  // from the stopped copy, taken as copied in a copy window, open or
+  // opened later, so that no write to them is saved) and the manifest
+  // records them dead. Before run_save; none for a migration.
+  void set_dead(SaveJob& job, const std::vector<dead::Range>& ranges);
   // A window opened but not to be used: its table and pool dropped, the job
   // as before open_window.
   void drop_window(SaveJob& job);
@@ -251,6 +258,12 @@ class Engine {
     uint32_t slots = 0;
   };
   Result<Pool> make_pool(SaveJob& job, int device, uint64_t pool_bytes);
+  // Whether chunk `chunk` of allocation `allocation` is dead (set_dead).
+  static bool is_dead(const SaveJob& job, size_t allocation, size_t chunk);
+  // The same for chunk `chunk` of the job's window.
+  bool window_chunk_dead(const SaveJob& job, uint64_t chunk) const;
+  // The window's dead chunks, pending, taken as copied.
+  void mark_dead_copied(SaveJob& job);
   // A copy window's next chunk as a piece; `traffic` may pause before one
   // no call waits for.
   Take next_claim(SaveJob& job, TrafficControl& traffic, Piece& out);
@@ -346,6 +359,8 @@ struct Engine::SaveJob {
   std::optional<CopyWindow> window;            // soft copy-on-write, once open_window() opened one
   CUdeviceptr pool_va = 0;                     // the window's pool, mapped in criu
   std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
+  std::vector<std::vector<bool>> dead;         // per allocation, its dead chunks (set_dead)
+  uint64_t dead_chunks = 0, dead_bytes = 0;
   uint64_t first_pass_chunks = 0;              // soft recopy: chunks its first pass copied
   uint64_t recopied_chunks = 0;                // soft recopy: dirty chunks copied again by run_save
   // Validation by checksum (sum_check.h), by table chunk: what each copy is

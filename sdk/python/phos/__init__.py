@@ -12,6 +12,13 @@ libphos.so preloaded; without it every call here is harmless).
 A dump asked for between two steps waits for the next one, at most
 PHOS_STEP_WAIT_MS (2000 ms by default, read by libphos.so at start): a
 checkpoint at the start of an iteration writes the fewest buffers.
+
+At the step a dump waits for, step() hands phos the free blocks of
+PyTorch's caching allocator (torch.cuda.memory_snapshot()): the image does
+not store them, copy-on-write does not protect them, and a restore leaves
+them unfilled. They are dead only while the program waits in that step
+call: a dump that closes anywhere else stores all memory.
+PHOS_DEAD_MEMORY=0 in the environment turns this off.
 """
 import ctypes
 import json
@@ -19,10 +26,11 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 
 from . import _criu_rpc
 
-__all__ = ["step", "idle", "checkpoint", "status", "interval", "preloaded", "CheckpointError"]
+__all__ = ["step", "free_blocks", "idle", "checkpoint", "status", "interval", "preloaded", "CheckpointError"]
 
 
 class CheckpointError(RuntimeError):
@@ -42,16 +50,61 @@ def preloaded():
     return _libphos() is not None
 
 
-def step():
+def step(free=None):
     """Marks an iteration boundary. Returns False where libphos.so is not
     loaded (nothing to mark). A checkpoint pending at this moment closes the
     process's gate here; the call returns once the checkpoint has let the
-    program go on."""
+    program go on.
+
+    free: the program's free device memory now, as (address, size) pairs,
+    which such a checkpoint does not store (the program must not read any of
+    it before writing it). None: PyTorch's caching allocator's free blocks,
+    taken only where a checkpoint waits for this step and torch has CUDA
+    memory; [] hands none."""
     lib = _libphos()
     if lib is None:
         return False
-    lib.phos_step()
+    if free is None:
+        free = _torch_free_blocks(lib)
+    if free:
+        pairs = [n for address, size in free for n in (address, size)]
+        lib.phos_step_dead((ctypes.c_uint64 * len(pairs))(*pairs), ctypes.c_size_t(len(free)))
+    else:
+        lib.phos_step()
     return True
+
+
+def free_blocks(snapshot):
+    """The free blocks of a PyTorch caching allocator's memory snapshot
+    (torch.cuda.memory_snapshot(): segments, each with its blocks in address
+    order), as (address, size) pairs: the blocks in state 'inactive'. A
+    block being freed while a stream still uses it ('active_pending_free')
+    is not free yet. Blocks without an address of their own lie one after
+    the other from their segment's."""
+    free = []
+    for segment in snapshot:
+        at = segment["address"]
+        for block in segment.get("blocks", []):
+            address = block.get("address", at)
+            if block["state"] == "inactive" and block["size"] > 0:
+                free.append((address, block["size"]))
+            at = address + block["size"]
+    return free
+
+
+def _torch_free_blocks(lib):
+    # Only for a step a checkpoint waits at (a snapshot costs the program a
+    # walk over its allocator's blocks), and only where the program imported
+    # torch and gave it CUDA memory (never importing torch here).
+    if os.environ.get("PHOS_DEAD_MEMORY", "1") == "0":
+        return []
+    pending = getattr(lib, "phos_step_pending", None)
+    if pending is None or not pending():
+        return []
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return []
+    return free_blocks(torch.cuda.memory_snapshot())
 
 
 def idle(at_boundary):

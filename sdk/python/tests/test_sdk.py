@@ -116,5 +116,110 @@ class WithoutLibphos(unittest.TestCase):
             os.environ["PATH"] = old
 
 
+class FreeBlocks(unittest.TestCase):
+    """free_blocks() over snapshots shaped as torch.cuda.memory_snapshot()
+    gives them (torch 2.x: blocks with their own address; older: without)."""
+
+    def test_inactive_blocks_only(self):
+        snapshot = [
+            {"address": 0x1000000, "total_size": 0x600000, "blocks": [
+                {"address": 0x1000000, "size": 0x200000, "state": "active_allocated"},
+                {"address": 0x1200000, "size": 0x300000, "state": "inactive"},
+                {"address": 0x1500000, "size": 0x100000, "state": "active_pending_free"},
+            ]},
+            {"address": 0x9000000, "total_size": 0x200000, "blocks": [
+                {"address": 0x9000000, "size": 0x200000, "state": "inactive"},
+            ]},
+        ]
+        self.assertEqual(phos.free_blocks(snapshot), [(0x1200000, 0x300000), (0x9000000, 0x200000)])
+
+    def test_blocks_without_addresses_follow_each_other(self):
+        snapshot = [{"address": 0x4000000, "total_size": 0x700000, "blocks": [
+            {"size": 0x100000, "state": "active_allocated"},
+            {"size": 0x400000, "state": "inactive"},
+            {"size": 0x200000, "state": "inactive"},
+        ]}]
+        self.assertEqual(phos.free_blocks(snapshot), [(0x4100000, 0x400000), (0x4500000, 0x200000)])
+
+    def test_empty(self):
+        self.assertEqual(phos.free_blocks([]), [])
+        self.assertEqual(phos.free_blocks([{"address": 1, "total_size": 0, "blocks": []}]), [])
+
+
+class FakeLib:
+    """libphos.so's step functions, recorded."""
+
+    def __init__(self, pending):
+        self.pending, self.calls = pending, []
+
+    def phos_step(self):
+        self.calls.append("step")
+
+    def phos_step_pending(self):
+        self.calls.append("pending")
+        return 1 if self.pending else 0
+
+    def phos_step_dead(self, pairs, count):
+        self.calls.append(("dead", list(pairs), count.value))
+
+
+class StepHandsFreeBlocks(unittest.TestCase):
+    def setUp(self):
+        self.saved = phos._libphos
+
+    def tearDown(self):
+        phos._libphos = self.saved
+
+    def step(self, lib, **kwargs):
+        phos._libphos = lambda: lib
+        self.assertTrue(phos.step(**kwargs))
+        return lib.calls
+
+    def test_explicit_free_blocks(self):
+        calls = self.step(FakeLib(pending=False), free=[(0x1000, 0x2000), (0x8000, 0x100)])
+        self.assertEqual(calls, [("dead", [0x1000, 0x2000, 0x8000, 0x100], 2)])
+
+    def test_none_handed(self):
+        self.assertEqual(self.step(FakeLib(pending=True), free=[]), ["step"])
+
+    def test_automatic_takes_nothing_where_no_checkpoint_waits(self):
+        self.assertEqual(self.step(FakeLib(pending=False)), ["pending", "step"])
+
+    def test_automatic_without_torch_hands_none(self):
+        torch = sys.modules.pop("torch", None)
+        try:
+            self.assertEqual(self.step(FakeLib(pending=True)), ["pending", "step"])
+        finally:
+            if torch is not None:
+                sys.modules["torch"] = torch
+
+    def test_automatic_with_torch_hands_its_free_blocks(self):
+        class Cuda:
+            @staticmethod
+            def is_initialized():
+                return True
+
+            @staticmethod
+            def memory_snapshot():
+                return [{"address": 0x10000, "total_size": 0x3000, "blocks": [
+                    {"size": 0x1000, "state": "active_allocated"}, {"size": 0x2000, "state": "inactive"}]}]
+
+        class Torch:
+            cuda = Cuda
+
+        torch = sys.modules.get("torch")
+        sys.modules["torch"] = Torch
+        try:
+            self.assertEqual(self.step(FakeLib(pending=True)), ["pending", ("dead", [0x11000, 0x2000], 1)])
+            os.environ["PHOS_DEAD_MEMORY"] = "0"
+            self.assertEqual(self.step(FakeLib(pending=True)), ["step"])
+        finally:
+            os.environ.pop("PHOS_DEAD_MEMORY", None)
+            if torch is None:
+                sys.modules.pop("torch", None)
+            else:
+                sys.modules["torch"] = torch
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -26,7 +26,17 @@ class Gate {
   // opened again and false returned.
   bool close(std::chrono::milliseconds timeout);
   void open();
-  bool is_open() const { return !closed_.load(std::memory_order_acquire); }
+  bool is_open() const { return state_.load(std::memory_order_acquire) != kClosed; }
+  // Dead memory (step_boundary.h): from now until the gate closes (or
+  // unwatch()), calls of threads other than the caller are counted: the
+  // free blocks the caller is about to hand in describe the memory at the
+  // closing only if no other thread could have taken and written one
+  // meanwhile. Costs the calls nothing while not watching (the one load of
+  // the state they make anyway).
+  void watch();
+  void unwatch();
+  // Calls of other threads since watch(): valid once close() returned.
+  uint64_t watched_calls() const { return watched_calls_.load(std::memory_order_acquire); }
   // Calls inside now, summed over the stripes.
   int64_t inside() const;
 
@@ -35,7 +45,10 @@ class Gate {
     std::atomic<int64_t> inside{0};
   };
   void wake();
-  alignas(64) std::atomic<bool> closed_{false};
+  enum : uint32_t { kOpen = 0, kClosed = 1, kWatched = 2 };  // kWatched: open, other threads' calls counted
+  alignas(64) std::atomic<uint32_t> state_{kOpen};
+  std::atomic<uint64_t> watched_calls_{0};
+  std::atomic<int32_t> watcher_{0};  // the thread whose calls are not counted
   Stripe stripes_[kThreadStripes];
   std::mutex mu_;
   std::condition_variable emptied_;  // close() waits here for the last call to leave

@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "phos/images/dead_ranges.h"
 #include "phos/images/gpu_device.h"
 #include "phos/support/result.h"
 
@@ -174,6 +175,12 @@ struct QuiesceReply {
   std::vector<uint64_t> touch_order;  // allocation ids, as the recorded launches first touched them
   uint32_t nccl_released = 0;    // NCCL communicators destroyed for the checkpoint
   uint64_t nccl_release_ns = 0;
+  // The program's free device memory at this closing (at_step only;
+  // dead_ranges.h): the image need not hold it.
+  std::vector<dead::Range> dead;
+  // Free blocks handed, but dropped: other threads made this many CUDA
+  // calls between the program taking them and the gate closing.
+  uint64_t dead_dropped_calls = 0;
   bool operator==(const QuiesceReply&) const = default;
 };
 

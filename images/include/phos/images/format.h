@@ -20,11 +20,14 @@ namespace phos::image {
 // holds its manifest (format_version_for, manifest.h), so a phos that reads
 // only version 1 restores every image without a zero chunk and refuses the
 // others by their version.
-inline constexpr uint32_t kManifestFormatVersion = 3;
+inline constexpr uint32_t kManifestFormatVersion = 4;
 inline constexpr uint32_t kZeroChunkFormatVersion = 2;
 // Version 3: a migration's manifest, whose GPU data is kept in device
 // memory by phos-keeper (KeptMemory) instead of data files.
 inline constexpr uint32_t kKeptMemoryFormatVersion = 3;
+// Version 4: dead chunks (Compression::kDead), free memory of the program's
+// allocator that the image does not hold.
+inline constexpr uint32_t kDeadChunkFormatVersion = 4;
 // The completion marker and the data files have kept their first format.
 inline constexpr uint32_t kMarkerFormatVersion = 1;
 inline constexpr uint32_t kDataFormatVersion = 1;

@@ -26,11 +26,13 @@ enum class Validation : uint32_t { kNone = 0, kChecksum = 1 };
 std::string_view validation_name(Validation v);
 
 // kZero: every byte of the chunk is 0 and nothing is stored (a sparse image).
-enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2 };
+// kDead: free in the program's allocator at the checkpoint (dead_ranges.h):
+// nothing is stored, and a restore leaves it unfilled.
+enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2, kDead = 3 };
 
 // exact, speculated, validated; "none" for 0 (no copy window).
 std::string_view copy_trust_name(agent::CopyTrust t);
-// How an image stores a chunk: none, zstd, zero ("unknown" for another
+// How an image stores a chunk: none, zstd, zero, dead ("unknown" for another
 // value). Not the fatbin's compression (spec::fatbin_compression_name).
 std::string_view chunk_compression_name(Compression c);
 
@@ -172,7 +174,8 @@ std::vector<std::byte> encode_manifest(const Manifest& m);
 Result<Manifest> decode_manifest(std::span<const std::byte> file, std::string_view name);
 
 // The oldest format version that holds `m`: kKeptMemoryFormatVersion for a
-// migration, kZeroChunkFormatVersion where a chunk is zero, 1 otherwise. A
+// migration, kDeadChunkFormatVersion where a chunk is dead,
+// kZeroChunkFormatVersion where a chunk is zero, 1 otherwise. A
 // dump writes its manifest with it.
 uint32_t format_version_for(const Manifest& m);
 
