@@ -1139,6 +1139,34 @@ struct FreeingProgram {
   }
 };
 
+// A program's thread that runs `iteration`, then 5 ms of work, until it ends.
+struct Looping {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  explicit Looping(std::function<void()> iteration) {
+    thread = std::thread([this, iteration] {
+      while (!stop) {
+        iteration();
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+  }
+  ~Looping() {
+    stop = true;
+    thread.join();
+  }
+};
+
+// A quiesce that closes at a step, and the free blocks it came with.
+std::vector<dead::Range> quiesced_free_blocks(RunningAgent& a) {
+  auto c = a.client();
+  auto q = c.quiesce(1000);
+  REQUIRE(q.ok());
+  CHECK(q->at_step);
+  REQUIRE(c.resume().ok());
+  return q->dead;
+}
+
 }  // namespace
 
 TEST_CASE("agent steps: the free blocks handed at the boundary the gate closes at come with the quiesce",
@@ -1172,21 +1200,8 @@ TEST_CASE("agent steps: free blocks handed without a pending checkpoint are not 
   RunningAgent a(0, with_steps(steps, 2000));
   // Handed at a step no checkpoint waited for, then plain steps.
   steps.step(a.gate, kFree);
-  std::atomic<bool> stop{false};
-  std::thread program([&] {
-    while (!stop) {
-      steps.step(a.gate);
-      std::this_thread::sleep_for(5ms);
-    }
-  });
-  auto c = a.client();
-  auto q = c.quiesce(1000);
-  REQUIRE(q.ok());
-  CHECK(q->at_step);
-  CHECK(q->dead.empty());
-  REQUIRE(c.resume().ok());
-  stop = true;
-  program.join();
+  Looping program([&] { steps.step(a.gate); });
+  CHECK(quiesced_free_blocks(a).empty());
 }
 
 TEST_CASE("agent steps: free blocks taken before the pending check are dropped", "[agent][steps][dead]") {
@@ -1194,21 +1209,8 @@ TEST_CASE("agent steps: free blocks taken before the pending check are dropped",
   // asking pending() first: nothing says no one used them meanwhile.
   StepBoundary steps;
   RunningAgent a(0, with_steps(steps, 2000));
-  std::atomic<bool> stop{false};
-  std::thread program([&] {
-    while (!stop) {
-      steps.step(a.gate, kFree);
-      std::this_thread::sleep_for(5ms);
-    }
-  });
-  auto c = a.client();
-  auto q = c.quiesce(1000);
-  REQUIRE(q.ok());
-  CHECK(q->at_step);
-  CHECK(q->dead.empty());
-  REQUIRE(c.resume().ok());
-  stop = true;
-  program.join();
+  Looping program([&] { steps.step(a.gate, kFree); });
+  CHECK(quiesced_free_blocks(a).empty());
 }
 
 TEST_CASE("agent steps: another thread's CUDA call before the gate closes drops the free blocks",

@@ -177,7 +177,7 @@ struct QuiesceReply {
   uint64_t nccl_release_ns = 0;
   // The program's free device memory at this closing (at_step only;
   // dead_ranges.h): the image need not hold it.
-  std::vector<dead::Range> dead;
+  std::vector<dead::Range> dead{};
   // Free blocks handed, but dropped: other threads made this many CUDA
   // calls between the program taking them and the gate closing.
   uint64_t dead_dropped_calls = 0;
