@@ -1,6 +1,8 @@
 """A PyTorch Lightning callback: each training batch starts at an iteration
-boundary (phos.step()), so a checkpoint asked for from outside lands there,
-and, if asked, the program checkpoints itself every N steps or S seconds.
+boundary (phos.step()), so a checkpoint asked for from outside lands there
+(and does not store the caching allocator's free blocks, which phos.step()
+hands it), and, if asked, the program checkpoints itself every N steps or S
+seconds (such a checkpoint stores all memory: it is taken outside step()).
 
     from phos.lightning import PhosCallback
     trainer = Trainer(callbacks=[PhosCallback(every_n_steps=1000, images_dir="/ckpt/step-{step}")])
