@@ -31,6 +31,9 @@
 #     each iteration's start with phos.step() (sdk/python): the dump lands
 #     there and the caching allocator's free blocks are dead memory, not
 #     stored nor protected (CSV: FILE-train-step.csv; the column dead_mib).
+#     --train-args "ARGS": more arguments for torch_loop.py train (e.g.
+#     --grads-to-none: the gradients let go as each iteration ends, free at
+#     phos.step() too).
 #  4. With --server SHAPE:GIB: llama_server.py of SHAPE (8b: Llama-3-8B,
 #     15 GiB) with a KV-cache pool that brings its device memory to about
 #     GIB GiB, all of it written (random values: nothing sparse), answering
@@ -44,10 +47,10 @@
 # Each size is dumped once first, unmeasured (a fresh host's first dumps are
 # slower: its memory grows on first use), then the modes take turns, --reps
 # times; the table gives each mode's median, and the stall's range.
-# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--phos-step] [--server SHAPE:GIB] [--csv FILE]
+# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--phos-step] [--train-args "ARGS"] [--server SHAPE:GIB] [--csv FILE]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= phos_step= server= csv=${OUT:-/tmp}/bench_cow.csv
+sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= phos_step= train_args= server= csv=${OUT:-/tmp}/bench_cow.csv
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
@@ -57,8 +60,9 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --train) train=$2; shift 2 ;;
     --phos-step) phos_step=--phos-step; shift ;;
+    --train-args) train_args=$2; shift 2 ;;
     --server) server=$2; shift 2 ;;
-    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--phos-step] [--server SHAPE:GIB] [--csv FILE]" >&2; exit 2 ;;
+    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--phos-step] [--train-args \"ARGS\"] [--server SHAPE:GIB] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
@@ -133,14 +137,15 @@ for pool in ${pools//,/ }; do
 done
 
 # 3. GPT-style training: the iteration a leave-running dump lands in.
-train_csv=${csv%.csv}-train${phos_step:+-step}.csv
+train_csv=${csv%.csv}-train${phos_step:+-step}$(tr -c 'a-z0-9\n' _ <<<"${train_args:+$train_args}" | tr -d '\n').csv
 if [ -n "$train" ]; then
   echo "mode,stall_ms,criu_s,step_before_ms,step_hit_ms,saved_mib,calls_waited,wait_ms,dead_mib" > "$train_csv"
   python=$(python3 -c 'import sys; print(sys.executable)')
   COUNTER=$here/torch_loop.py RUNNER=$python
   MATCH="^$RUNNER $COUNTER $WORK/state"
   rm -f "$WORK/state" "$WORK/state.steps" "$WORK/state.error"
-  start_workload --preload train --gib "$train" $phos_step
+  # shellcheck disable=SC2086 # the extra arguments are words
+  start_workload --preload train --gib "$train" $phos_step $train_args
   wait_counter_above 6 600 || fail "training does not run: $(tail -n 2 "$WORK/state.error" 2>/dev/null)"
   used_gib=$(( $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0) / 1024 ))
   say "training: $used_gib GiB of device memory used"
@@ -272,7 +277,7 @@ awk -F, '$1 == "pool" {printf "| %s MiB | %s ms | %s s | %s MiB | %s | %s ms | %
 grep -q '^pool,' "$csv" && python3 "$here/plot_cow.py" "$csv" "${csv%.csv}-pool.svg" && echo "plot: ${csv%.csv}-pool.svg"
 if [ -n "$train" ]; then
   echo
-  echo "## GPT-style training (AdamW) sized $train GiB ($used_gib GiB of device memory in use), dumped with --leave-running while it trains${phos_step:+, phos.step() as each iteration starts (its free blocks dead)}"
+  echo "## GPT-style training (AdamW) sized $train GiB ($used_gib GiB of device memory in use), dumped with --leave-running while it trains${phos_step:+, phos.step() as each iteration starts (its free blocks dead)}${train_args:+, torch_loop.py $train_args}"
   echo "| path | stall | criu until the image is complete | step before (median of 5) | the step the dump landed in | saved copy-on-write | calls waited | their wait | dead, not stored |"
   echo "|---|---|---|---|---|---|---|---|---|"
   awk -F, 'NR > 1 {printf "| %s | %s ms | %s s | %s ms | %s ms (+%d ms) | %s MiB | %s | %s ms | %s MiB |\n", $1 == "cow" ? "phos copy-on-write" : $1 == "off" ? "phos stopped copy (copy_on_write=off)" : "CRIU cuda plugin", $2, $3, $4, $5, $5 - $4, $6, $7, $8, $9}' "$train_csv"

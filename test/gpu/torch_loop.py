@@ -20,8 +20,11 @@ every step, as the e2e workload contract asks, and appending
 With --phos-step, train starts each iteration with phos.step() (the SDK in
 sdk/python): a dump lands there, and the caching allocator's free blocks
 (AdamW's temporaries, the activations) are dead memory it does not store.
+With --grads-to-none, train lets its gradients go as each iteration ends
+(opt.zero_grad(), set_to_none=True, PyTorch's default) instead of zeroing
+them as the next starts: at phos.step() they are free blocks too.
 
-usage: torch_loop.py STATE infer|train|transfer --gib G [--pace-ms N] [--width W] [--transfer-mib M] [--phos-step]
+usage: torch_loop.py STATE infer|train|transfer --gib G [--pace-ms N] [--width W] [--transfer-mib M] [--phos-step] [--grads-to-none]
 """
 import argparse
 import os
@@ -125,7 +128,7 @@ def step_marker(on):
     return phos.step
 
 
-def train(state, token, gib, pace, width=4096, mark=lambda: None):
+def train(state, token, gib, pace, width=4096, mark=lambda: None, grads_to_none=False):
     tokens = 1024
     # fp32 weights, gradients and AdamW's two states: 4 copies of 8 width^2
     # parameters per block; activations are left the rest.
@@ -138,10 +141,13 @@ def train(state, token, gib, pace, width=4096, mark=lambda: None):
     while True:
         mark()
         began = time.time()
-        opt.zero_grad(set_to_none=False)
+        if not grads_to_none:
+            opt.zero_grad(set_to_none=False)
         loss = model(x).square().mean()
         loss.backward()
         opt.step()
+        if grads_to_none:
+            opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         step += 1
         write_state(state, token, step, began, loss.item().hex())
@@ -157,6 +163,7 @@ def main():
     p.add_argument("--width", type=int, default=4096, help="train: the model's width (narrower: more, smaller tensors)")
     p.add_argument("--transfer-mib", type=int, default=256, help="transfer: MiB moved each way per step")
     p.add_argument("--phos-step", action="store_true", help="train: phos.step() as each iteration starts")
+    p.add_argument("--grads-to-none", action="store_true", help="train: gradients let go as each iteration ends")
     a = p.parse_args()
     token = os.urandom(8).hex()
     torch.manual_seed(0)
@@ -165,7 +172,7 @@ def main():
     elif a.mode == "transfer":
         transfer(a.state, token, a.gib, a.pace_ms / 1000, a.transfer_mib)
     else:
-        train(a.state, token, a.gib, a.pace_ms / 1000, a.width, step_marker(a.phos_step))
+        train(a.state, token, a.gib, a.pace_ms / 1000, a.width, step_marker(a.phos_step), a.grads_to_none)
 
 
 if __name__ == "__main__":
