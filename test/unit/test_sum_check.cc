@@ -82,6 +82,19 @@ TEST_CASE("sum check: a chunk changed without a dirty mark is copied again and c
   CHECK(plan.missed == 1);
 }
 
+TEST_CASE("sum check: a dead chunk is neither copied again nor counted, whatever changed",
+          "[sum_check][recopy][dead]") {
+  CopyState table = recopy_table(8);
+  ChunkSums image = first_pass(table);
+  ChunkSums now = unchanged(8);
+  now.set(5, 7);  // changed: scratch the program wrote, free at the final closing
+  now.set(6, 8);  // changed, and live
+  FinalPass plan = plan_final_pass(table, image, now, [](uint64_t c) { return c == 5; });
+  CHECK(plan.copy == std::vector<uint64_t>{6});
+  CHECK(plan.changed == 1);
+  CHECK(plan.missed == 1);
+}
+
 TEST_CASE("sum check: a dirty chunk that did not change keeps its copy", "[sum_check][recopy]") {
   CopyState table = recopy_table(8);
   ChunkSums image = first_pass(table);

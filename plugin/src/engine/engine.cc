@@ -1035,8 +1035,6 @@ Result<void> Engine::run_save(SaveJob& job) {
       auto planned = plan_final_pass(job);
       if (planned) {
         plan = std::move(*planned);
-        // Dead at this closing: not copied again, whatever changed.
-        std::erase_if(plan->copy, [&](uint64_t c) { return window_chunk_dead(job, c); });
       } else {
         // The hooks counted untrusted calls instead of marking: without
         // fingerprints, every chunk is copied again.

@@ -79,9 +79,11 @@ std::string refusal(const std::string& engine_error, const std::vector<agent::Ke
          "stopped";
 }
 
-FinalPass plan_final_pass(const copystate::CopyState& table, const ChunkSums& image, const ChunkSums& now) {
+FinalPass plan_final_pass(const copystate::CopyState& table, const ChunkSums& image, const ChunkSums& now,
+                          const std::function<bool(uint64_t)>& dead) {
   FinalPass plan;
   for (uint64_t c = 0; c < table.chunk_count(); c++) {
+    if (dead && dead(c)) continue;
     if (table.state(c) != copystate::ChunkState::kCopied) {
       plan.copy.push_back(c);
       plan.not_copied++;

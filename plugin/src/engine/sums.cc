@@ -231,7 +231,8 @@ Result<sum_check::FinalPass> Engine::plan_final_pass(SaveJob& job) {
   sum_check::ChunkSums now;
   PHOS_TRY(sum_chunks(job, now));
   job.sum_pass_ns = monotonic_ns() - t0;
-  sum_check::FinalPass plan = sum_check::plan_final_pass(table, job.image_sums, now);
+  sum_check::FinalPass plan = sum_check::plan_final_pass(table, job.image_sums, now,
+                                                         [&](uint64_t c) { return window_chunk_dead(job, c); });
   // The plan stands for the marks: a chunk it leaves is whole in the image.
   for (uint64_t c = 0; c < table.chunk_count(); c++) table.clear_dirty(c);
   job.reference = std::move(now);

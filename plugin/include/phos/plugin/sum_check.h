@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,9 @@ struct FinalPass {
   uint64_t missed = 0;         // of the changed, without a dirty mark: writes speculation missed
   uint64_t unchanged_dirty = 0;  // dirty but unchanged: their copy stands
 };
-FinalPass plan_final_pass(const copystate::CopyState& table, const ChunkSums& image, const ChunkSums& now);
+// `dead`: chunks dead at the final closing (dead_ranges.h), neither copied
+// nor counted, whatever changed.
+FinalPass plan_final_pass(const copystate::CopyState& table, const ChunkSums& image, const ChunkSums& now,
+                          const std::function<bool(uint64_t)>& dead = nullptr);
 
 }  // namespace phos::plugin::sum_check
