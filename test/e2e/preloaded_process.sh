@@ -31,7 +31,8 @@ assert m["pid"] == 1 and m["complete"] and m["allocations"] == [] and m["protoco
 # No zero chunk: the oldest format that holds it, which a phos from before
 # sparse images reads.
 assert m["format_version"] == 1, m
-assert m["size"] == {"logical_bytes": 0, "stored_bytes": 0, "zero_chunks": 0, "zero_bytes": 0}, m["size"]
+assert m["size"] == {"logical_bytes": 0, "stored_bytes": 0, "zero_chunks": 0, "zero_bytes": 0, "dead_chunks": 0,
+                     "dead_bytes": 0}, m["size"]
 PY
 "$PHOSCTL" verify "$IMG" || fail "phosctl verify failed"
 say "dump ok: counter $dumped, manifest with 0 allocations"
