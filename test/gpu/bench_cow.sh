@@ -161,6 +161,11 @@ if [ -n "$train" ]; then
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.train.$mode.log" 2>/dev/null || true
     wait_counter_above $((n0 + 4)) 300 || fail "training stopped after the dump"
     [ "$mode" = warmup ] && continue
+    if [ -n "$phos_step" ]; then
+      grep -q "gate closed at the program's iteration boundary" "$WORK/dump.log" || fail "training, $mode: the dump did not land on phos.step()"
+      grep -q "whole chunks ([0-9.]* MiB) dead" "$WORK/dump.log" ||
+        fail "training, $mode: no dead memory: $(grep -o "its allocator's free blocks not used.*" "$WORK/dump.log" | head -n1)"
+    fi
     # The median of the 5 steps before the dump began, and the longest of
     # the 3 steps that ended after it began.
     read -r before hit < <(step_times "$t0" "$WORK/state.steps")
