@@ -170,7 +170,7 @@ if [ -n "$train" ]; then
     # the 3 steps that ended after it began.
     read -r before hit < <(step_times "$t0" "$WORK/state.steps")
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
-    dead=$(num 'whole chunks ([0-9.]* MiB) dead' 2)
+    dead=$(num 'whole chunks ([0-9.]* MiB) dead')
     echo "$mode,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),$before,$hit,${saved:-0},${waited:-0},${wait_ms:-0},${dead:-0}" >> "$train_csv"
   done
   kill -9 "$WORKLOAD_PID"; wait_pid_free
