@@ -20,11 +20,14 @@ namespace phos::image {
 // holds its manifest (format_version_for, manifest.h), so a phos that reads
 // only version 1 restores every image without a zero chunk and refuses the
 // others by their version.
-inline constexpr uint32_t kManifestFormatVersion = 3;
+inline constexpr uint32_t kManifestFormatVersion = 4;
 inline constexpr uint32_t kZeroChunkFormatVersion = 2;
 // Version 3: a migration's manifest, whose GPU data is kept in device
 // memory by phos-keeper (KeptMemory) instead of data files.
 inline constexpr uint32_t kKeptMemoryFormatVersion = 3;
+// Version 4: CUDA IPC mappings of other processes' memory (ipc_mappings),
+// which an older reader would leave unmapped.
+inline constexpr uint32_t kIpcFormatVersion = 4;
 // The completion marker and the data files have kept their first format.
 inline constexpr uint32_t kMarkerFormatVersion = 1;
 inline constexpr uint32_t kDataFormatVersion = 1;
@@ -46,6 +49,7 @@ enum AllocationFlag : uint32_t {
   kAllocAsync = 1u << 1,       // from cudaMallocAsync / a memory pool
   kAllocUserVmm = 1u << 2,     // the program used the VMM API itself
   kAllocSlab = 1u << 3,        // a slab that small allocations live in
+  kAllocIpcImported = 1u << 4, // another process's memory, opened through cuIpcOpenMemHandle
 };
 
 std::string manifest_file_name(int32_t pid);
