@@ -18,6 +18,7 @@
 #include "phos/plugin/log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
+#include "phos/plugin/ipc_sharing.h"
 #include "phos/plugin/job_store.h"
 #include "phos/plugin/proc.h"
 #include "phos/plugin/sum_check.h"
@@ -151,6 +152,10 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
   auto allocs = client.list_allocations(true, &t.fds);
   if (!allocs) return allocs.error();
   t.allocations = std::move(*allocs);
+  PHOS_TRY(own_allocations(t.allocations, t.fds, &t.own_allocations, &t.own_fds));
+  if (size_t shared = t.allocations.size() - t.own_allocations.size())
+    PHOS_INFO("process %d: %zu CUDA IPC mapping(s) of other processes' memory: their owners' images store it", pid,
+              shared);
   // Memory on a GPU the status before the gate closed did not name (allocated
   // in between): ask again, so that no device is taken at its ordinal.
   bool unnamed = false;
@@ -183,14 +188,15 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       keeper_.reset();
     }
   }
-  if (!t.allocations.empty()) {
+  if (!t.own_allocations.empty()) {
     PHOS_TRY(start_engine());
     // Mapped into criu now; copied in the background, off criu's freeze
     // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
     // so the process lets go of its own at once. Soft recopy mapped it
     // before its first pass: the same job goes on.
     if (!t.recopy()) {
-      auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
+      auto job =
+          engine_->prepare_save(dirfd_, t.vpid, t.own_allocations, t.own_fds, t.host_ordinal, t.manifest, sink(t));
       if (!job) return job.error();
       t.save = std::move(*job);
     }
@@ -219,6 +225,9 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
         t.manifest.statistics.final_pass_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
       }
     });
+  }
+  // IPC mappings too: the driver must find no device memory in the process.
+  if (!t.allocations.empty()) {
     taking(pid, t, kMappingsReleased);
     auto released = client.release_mappings(true);
     if (!released) return released.error();
@@ -289,6 +298,9 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
   auto run = [&]() -> Result<void> {
     PHOS_TRY(list_allocations(pid, c, t));
     if (t.allocations.empty()) return make_error("no device memory", ENODATA);
+    // Other processes write the shared memory behind this one's window.
+    if (shares_ipc(t.status, t.allocations))
+      return make_error("it shares device memory with other processes through CUDA IPC", ENOTSUP);
     PHOS_TRY(start_engine());
     if (t.migrate) PHOS_TRY(check_migration(pid, t));
     auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
@@ -400,6 +412,12 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
     auto snap = engine_->snapshot(*t.save);
     if (!snap) PHOS_WARN("process %d: snapshot: %s", t.vpid, snap.error().message.c_str());
     if (snap && *snap) return CopyPlan{.protocol = CopyProtocol::kStopTheWorld, .snapshot = true};
+  }
+  // The other processes' writes to shared memory pass no hook of this one.
+  if (shares_ipc(t.status, t.allocations)) {
+    PHOS_INFO("process %d: no copy-on-write: it shares device memory with other processes through CUDA IPC; the "
+              "image is written while it is stopped", t.vpid);
+    return CopyPlan{};
   }
   if (options_.copy_on_write == Cow::kOff) {
     PHOS_INFO("process %d: copy_on_write=off: the image is written while the process is stopped", t.vpid);
@@ -543,10 +561,30 @@ Result<void> Checkpointer::copy_done(Target& t) {
   return t.copied;
 }
 
+Result<void> Checkpointer::check_ipc() {
+  std::vector<IpcParty> parties;
+  bool any = false;
+  for (const auto& [pid, t] : targets_) {
+    parties.push_back({.pid = pid, .vpid = t.vpid, .status = &t.status, .allocations = &t.allocations});
+    any = any || shares_ipc(t.status, t.allocations);
+  }
+  if (!any) return {};
+  PHOS_TRY(check_ipc_tree(parties));
+  for (const auto& [pid, t] : targets_)
+    for (const auto& a : ipc_mappings(t.allocations))
+      PHOS_INFO("process %d: allocation #%llu of process %d (pid in its namespace) mapped at 0x%llx (%.1f MiB) through "
+                "CUDA IPC: stored once, in its owner's image",
+                pid, (unsigned long long)a.ipc->owner_allocation, a.ipc->owner_pid, (unsigned long long)a.address,
+                double(a.size) / (1 << 20));
+  return {};
+}
+
 Result<bool> Checkpointer::checkpoint(pid_t pid) {
   auto it = targets_.find(pid);
   if (it == targets_.end()) return false;
   Target& t = it->second;
+  if (!ipc_checked_) ipc_checked_ = check_ipc();
+  if (!*ipc_checked_) return ipc_checked_->error();
   // The driver checkpoint (a fixed cost) runs while the engine copies:
   // the process let go of its memory at PAUSE, so the two do not meet.
   if (t.taken & kDriverLocked) {
@@ -589,6 +627,7 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 
 Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   image::Manifest& m = t.manifest;
+  m.ipc_mappings = ipc_mappings(t.allocations);
   // The oldest version that holds it: a phos of before sparse images still
   // restores an image without zero chunks.
   m.format_version = image::format_version_for(m);
