@@ -32,9 +32,14 @@ std::string make_socket_name() {
   return agent::agent_socket_name(::getpid(), nonce);
 }
 
-// This process's agent's socket name, for the IPC handles it serves.
-std::mutex g_own_name_mu;
-std::string g_own_name;
+// This process's agent's socket name, for the IPC handles it serves. A
+// function's static: the agent starts from libphos.so's constructor, which
+// may run before this file's globals are made.
+std::mutex g_own_name_mu;  // constant-initialized
+std::string& own_name() {
+  static std::string name;
+  return name;
+}
 
 
 // The connected process's pid (in our pid namespace), 0 where not known.
@@ -54,14 +59,14 @@ Agent::~Agent() { stop(); }
 
 std::string own_agent_socket_name() {
   std::lock_guard<std::mutex> lock(g_own_name_mu);
-  return g_own_name;
+  return own_name();
 }
 
 Result<void> Agent::start() {
   name_ = make_socket_name();
   {
     std::lock_guard<std::mutex> lock(g_own_name_mu);
-    g_own_name = name_;
+    own_name() = name_;
   }
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return errno_error("agent: socket");

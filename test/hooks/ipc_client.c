@@ -1,0 +1,167 @@
+/* Two processes sharing device memory through CUDA IPC, for the e2e test
+ * ipc_criu.sh, on the fake libcuda with real memory (FAKE_CUDA_MEMORY=1).
+ * The IPC calls are taken through cuGetProcAddress, as cudart's cudaIpc*
+ * take them.
+ *
+ * The owner allocates S (4 MiB, shared) and A (its own), fills S past its
+ * first 64 bytes with a pattern, gets S's IPC handle, writes it in hex to
+ * STATE.handle and starts the importer (itself again, exec'd: its child,
+ * in the dumped tree). The importer allocates B (its own), opens the
+ * handle, checks the pattern, and from then on echoes: whenever S[0] (the
+ * owner's count) differs from S[1], it sets S[1] = S[0], and checks the
+ * pattern; it writes "COUNT ok|bad:WHAT" to STATE.importer.
+ * The owner, every 10 ms, sets S[0] = n and waits (5 s at most) until the
+ * importer's echo S[1] == n: only one memory seen by both gets it. It
+ * writes "TOKEN n ok|bad:WHAT PEER" to STATE (PEER: the importer's pid).
+ *
+ * An outsider (--outsider HEX) opens the handle from another tree, prints
+ * "opened", and closes it at SIGTERM, then exits.
+ *
+ * usage: ipc_client STATE | ipc_client STATE --import HEX | ipc_client STATE --outsider HEX */
+#include <cuda.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "../e2e/state_file.h"
+
+#define SHARED_BYTES (4u << 20)
+#define PATTERN_AT 16 /* words: S[0..15] are the counters */
+
+typedef CUresult (*GetHandle)(CUipcMemHandle *, CUdeviceptr);
+typedef CUresult (*OpenHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+typedef CUresult (*CloseHandle)(CUdeviceptr);
+
+static void *proc(const char *name) {
+  void *p = NULL;
+  if (cuGetProcAddress(name, &p, 12000, 0, NULL) != CUDA_SUCCESS || !p) {
+    fprintf(stderr, "cuGetProcAddress(%s) failed\n", name);
+    exit(1);
+  }
+  return p;
+}
+
+static CUdeviceptr alloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) {
+    fprintf(stderr, "cuMemAlloc of %zu bytes failed\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+
+static uint32_t pattern(size_t i) { return (uint32_t)(i * 2654435761u) ^ 0x5eed; }
+
+static const char *check_pattern(volatile uint32_t *s) {
+  for (size_t i = PATTERN_AT; i < SHARED_BYTES / 4; i += 997)
+    if (s[i] != pattern(i)) return "pattern";
+  return NULL;
+}
+
+static void to_hex(const CUipcMemHandle *h, char *out) {
+  for (size_t i = 0; i < sizeof(h->reserved); i++) sprintf(out + 2 * i, "%02x", (unsigned char)h->reserved[i]);
+}
+
+static int from_hex(const char *hex, CUipcMemHandle *h) {
+  if (strlen(hex) != 2 * sizeof(h->reserved)) return -1;
+  for (size_t i = 0; i < sizeof(h->reserved); i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
+    h->reserved[i] = (char)v;
+  }
+  return 0;
+}
+
+static volatile uint32_t *open_shared(const char *hex, CUdeviceptr *p) {
+  CUipcMemHandle h;
+  if (from_hex(hex, &h) != 0) exit(2);
+  CUresult r = ((OpenHandle)proc("cuIpcOpenMemHandle"))(p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, "cuIpcOpenMemHandle failed: %d\n", (int)r);
+    exit(1);
+  }
+  return (volatile uint32_t *)(uintptr_t)*p;
+}
+
+__attribute__((noreturn)) static void importer(const char *state, const char *hex) {
+  char path[4000], line[128];
+  snprintf(path, sizeof(path), "%s.importer", state);
+  alloc(4u << 20); /* B: memory of its own, as any rank has */
+  CUdeviceptr p;
+  volatile uint32_t *s = open_shared(hex, &p);
+  const char *bad = check_pattern(s);
+  for (uint64_t n = 1;; n++) {
+    uint32_t c = __atomic_load_n(&s[0], __ATOMIC_ACQUIRE);
+    if (c != s[1]) {
+      if (!bad) bad = check_pattern(s);
+      __atomic_store_n(&s[1], c, __ATOMIC_RELEASE);
+    }
+    if (n % 100 == 0) {
+      snprintf(line, sizeof(line), "%llu %s%s\n", (unsigned long long)n, bad ? "bad:" : "ok", bad ? bad : "");
+      write_state_line(path, line);
+    }
+    usleep(1000);
+  }
+}
+
+static volatile sig_atomic_t g_stop;
+static void on_term(int sig) { (void)sig; g_stop = 1; }
+
+static int outsider(const char *hex) {
+  signal(SIGTERM, on_term);
+  CUdeviceptr p;
+  open_shared(hex, &p);
+  printf("opened\n");
+  fflush(stdout);
+  while (!g_stop) usleep(10000);
+  CUresult r = ((CloseHandle)proc("cuIpcCloseMemHandle"))(p);
+  printf("closed %d\n", (int)r);
+  return r == CUDA_SUCCESS ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  cuInit(0);
+  cuCtxSetCurrent((CUcontext)1);
+  if (argc == 4 && !strcmp(argv[2], "--import")) importer(argv[1], argv[3]);
+  if (argc == 4 && !strcmp(argv[2], "--outsider")) return outsider(argv[3]);
+  uint64_t token;
+  if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
+  CUdeviceptr sp = alloc(SHARED_BYTES);
+  alloc(4u << 20); /* A */
+  volatile uint32_t *s = (volatile uint32_t *)(uintptr_t)sp;
+  for (size_t i = PATTERN_AT; i < SHARED_BYTES / 4; i++) s[i] = pattern(i);
+  CUipcMemHandle h;
+  if (((GetHandle)proc("cuIpcGetMemHandle"))(&h, sp) != CUDA_SUCCESS) {
+    fprintf(stderr, "cuIpcGetMemHandle failed\n");
+    return 1;
+  }
+  char hex[2 * sizeof(h.reserved) + 1], path[4000], line[256];
+  to_hex(&h, hex);
+  snprintf(path, sizeof(path), "%s.handle", argv[1]);
+  write_state_line(path, hex);
+  pid_t child = fork();
+  if (child == 0) {
+    execl("/proc/self/exe", argv[0], argv[1], "--import", hex, (char *)NULL);
+    _exit(127);
+  }
+  const char *bad = NULL;
+  for (uint32_t n = 1;; n++) {
+    __atomic_store_n(&s[0], n, __ATOMIC_RELEASE);
+    int waited = 0;
+    while (__atomic_load_n(&s[1], __ATOMIC_ACQUIRE) != n && waited < 5000) {
+      usleep(1000);
+      waited++;
+    }
+    if (waited >= 5000 && !bad) bad = "no-echo";
+    if (!bad && check_pattern(s)) bad = "pattern";
+    snprintf(line, sizeof(line), "%016llx %u %s%s %d\n", (unsigned long long)token, n, bad ? "bad:" : "ok",
+             bad ? bad : "", (int)child);
+    write_state_line(argv[1], line);
+    usleep(10000);
+  }
+}
