@@ -506,6 +506,10 @@ int cmd_status(const std::string& pid_text, bool as_json) {
     for (const auto& d : status->devices)
       std::printf("  device %u: %s\n", d.ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
+    for (const auto& e : status->ipc_exports)
+      std::printf("  CUDA IPC: allocation %" PRIu64 " open in %s\n", e.allocation,
+                  e.importer_pid ? ("process " + std::to_string(e.importer_pid)).c_str()
+                                 : "a process outside its pid namespace");
     for (const auto& c : status->nccl_communicators)
       std::printf("  NCCL communicator %016" PRIx64 ": rank %d of %d%s, device %d, %" PRIu64 " calls%s%s%s\n",
                   c.job_id, c.rank, c.nranks, c.single_process ? " (all in this process)" : "", c.device, c.calls,

@@ -1,7 +1,9 @@
 /* Two processes sharing device memory through CUDA IPC, for the e2e test
  * ipc_criu.sh, on the fake libcuda with real memory (FAKE_CUDA_MEMORY=1).
  * The IPC calls are taken through cuGetProcAddress, as cudart's cudaIpc*
- * take them.
+ * take them. Device memory is only read and written through the driver's
+ * copies (the fake's memory is the process's, but a dump takes it away
+ * while the process still runs: only CUDA calls wait at phos's gate).
  *
  * The owner allocates S (4 MiB, shared) and A (its own), fills S past its
  * first 64 bytes with a pattern, gets S's IPC handle, writes it in hex to
@@ -56,9 +58,18 @@ static CUdeviceptr alloc(size_t bytes) {
 
 static uint32_t pattern(size_t i) { return (uint32_t)(i * 2654435761u) ^ 0x5eed; }
 
-static const char *check_pattern(volatile uint32_t *s) {
-  for (size_t i = PATTERN_AT; i < SHARED_BYTES / 4; i += 997)
-    if (s[i] != pattern(i)) return "pattern";
+static uint32_t get(CUdeviceptr s, size_t word) {
+  uint32_t v = 0;
+  if (cuMemcpyDtoH(&v, s + 4 * word, 4) != CUDA_SUCCESS) exit(1);
+  return v;
+}
+static void set(CUdeviceptr s, size_t word, uint32_t v) {
+  if (cuMemcpyHtoD(s + 4 * word, &v, 4) != CUDA_SUCCESS) exit(1);
+}
+
+static const char *check_pattern(CUdeviceptr s) {
+  for (size_t i = PATTERN_AT; i < SHARED_BYTES / 4; i += 9973)
+    if (get(s, i) != pattern(i)) return "pattern";
   return NULL;
 }
 
@@ -76,29 +87,29 @@ static int from_hex(const char *hex, CUipcMemHandle *h) {
   return 0;
 }
 
-static volatile uint32_t *open_shared(const char *hex, CUdeviceptr *p) {
+static CUdeviceptr open_shared(const char *hex) {
   CUipcMemHandle h;
+  CUdeviceptr p = 0;
   if (from_hex(hex, &h) != 0) exit(2);
-  CUresult r = ((OpenHandle)proc("cuIpcOpenMemHandle"))(p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  CUresult r = ((OpenHandle)proc("cuIpcOpenMemHandle"))(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "cuIpcOpenMemHandle failed: %d\n", (int)r);
     exit(1);
   }
-  return (volatile uint32_t *)(uintptr_t)*p;
+  return p;
 }
 
 __attribute__((noreturn)) static void importer(const char *state, const char *hex) {
   char path[4000], line[128];
   snprintf(path, sizeof(path), "%s.importer", state);
   alloc(4u << 20); /* B: memory of its own, as any rank has */
-  CUdeviceptr p;
-  volatile uint32_t *s = open_shared(hex, &p);
+  CUdeviceptr s = open_shared(hex);
   const char *bad = check_pattern(s);
   for (uint64_t n = 1;; n++) {
-    uint32_t c = __atomic_load_n(&s[0], __ATOMIC_ACQUIRE);
-    if (c != s[1]) {
+    uint32_t c = get(s, 0);
+    if (c != get(s, 1)) {
       if (!bad) bad = check_pattern(s);
-      __atomic_store_n(&s[1], c, __ATOMIC_RELEASE);
+      set(s, 1, c);
     }
     if (n % 100 == 0) {
       snprintf(line, sizeof(line), "%llu %s%s\n", (unsigned long long)n, bad ? "bad:" : "ok", bad ? bad : "");
@@ -113,8 +124,7 @@ static void on_term(int sig) { (void)sig; g_stop = 1; }
 
 static int outsider(const char *hex) {
   signal(SIGTERM, on_term);
-  CUdeviceptr p;
-  open_shared(hex, &p);
+  CUdeviceptr p = open_shared(hex);
   printf("opened\n");
   fflush(stdout);
   while (!g_stop) usleep(10000);
@@ -133,8 +143,9 @@ int main(int argc, char **argv) {
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
   CUdeviceptr sp = alloc(SHARED_BYTES);
   alloc(4u << 20); /* A */
-  volatile uint32_t *s = (volatile uint32_t *)(uintptr_t)sp;
-  for (size_t i = PATTERN_AT; i < SHARED_BYTES / 4; i++) s[i] = pattern(i);
+  static uint32_t fill[SHARED_BYTES / 4];
+  for (size_t i = PATTERN_AT; i < SHARED_BYTES / 4; i++) fill[i] = pattern(i);
+  if (cuMemcpyHtoD(sp, fill, SHARED_BYTES) != CUDA_SUCCESS) return 1;
   CUipcMemHandle h;
   if (((GetHandle)proc("cuIpcGetMemHandle"))(&h, sp) != CUDA_SUCCESS) {
     fprintf(stderr, "cuIpcGetMemHandle failed\n");
@@ -151,14 +162,14 @@ int main(int argc, char **argv) {
   }
   const char *bad = NULL;
   for (uint32_t n = 1;; n++) {
-    __atomic_store_n(&s[0], n, __ATOMIC_RELEASE);
+    set(sp, 0, n);
     int waited = 0;
-    while (__atomic_load_n(&s[1], __ATOMIC_ACQUIRE) != n && waited < 5000) {
+    while (get(sp, 1) != n && waited < 5000) {
       usleep(1000);
       waited++;
     }
     if (waited >= 5000 && !bad) bad = "no-echo";
-    if (!bad && check_pattern(s)) bad = "pattern";
+    if (!bad && check_pattern(sp)) bad = "pattern";
     snprintf(line, sizeof(line), "%016llx %u %s%s %d\n", (unsigned long long)token, n, bad ? "bad:" : "ok",
              bad ? bad : "", (int)child);
     write_state_line(argv[1], line);

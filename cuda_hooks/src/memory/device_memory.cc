@@ -359,7 +359,9 @@ std::vector<agent::IpcExport> DeviceMemory::ipc_exports() const {
   std::vector<agent::IpcExport> out;
   for (const auto& [id, pid] : ipc_importers_) {
     // An importer that ended holds nothing (EPERM: alive, another user's).
-    if (::kill(pid, 0) != 0 && errno != EPERM) continue;
+    // 0: one outside our pid namespace, which we cannot look for: it holds
+    // the memory until it closes it.
+    if (pid != 0 && ::kill(pid, 0) != 0 && errno != EPERM) continue;
     agent::IpcExport e{.allocation = id, .importer_pid = pid};
     if (out.empty() || !(out.back() == e)) out.push_back(e);
   }

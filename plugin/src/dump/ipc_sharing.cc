@@ -48,9 +48,11 @@ Result<void> check_ipc_tree(const std::vector<IpcParty>& parties) {
     for (const auto& e : p.status->ipc_exports)
       if (!by_vpid.count(e.importer_pid))
         return make_error("process " + std::to_string(p.pid) + ": its allocation #" + std::to_string(e.allocation) +
-                              " is open in process " + std::to_string(e.importer_pid) +
-                              " (pid in its namespace) through CUDA IPC, which is not in the dumped tree: dump both "
-                              "in one tree, or close the handle there (cuIpcCloseMemHandle) first",
+                              " is open through CUDA IPC in " +
+                              (e.importer_pid ? "process " + std::to_string(e.importer_pid) + " (pid in its namespace)"
+                                              : std::string("a process outside its pid namespace")) +
+                              ", which is not in the dumped tree: dump both in one tree, or close the handle there "
+                              "(cuIpcCloseMemHandle) first",
                           EBUSY);
     for (const auto& a : *p.allocations) {
       if (!is_ipc_mapping(a)) continue;
