@@ -107,9 +107,10 @@ extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMe
     return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
   }
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-  // The driver refuses a process's own handle too.
-  if (h->pid == ::getpid()) return CUDA_ERROR_INVALID_CONTEXT;
   const agent::IpcSource src = source_of(*h);
+  // The driver refuses a process's own handle too (the agent names the
+  // process: pids repeat across pid namespaces).
+  if (src.owner_agent == own_agent_socket_name()) return CUDA_ERROR_INVALID_CONTEXT;
   {
     GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenMemHandle_v2));
     if (rt.memory().ipc_reopen(src, h->offset, dptr)) return CUDA_SUCCESS;
