@@ -51,6 +51,27 @@ std::optional<IpcHandle> decode_ipc_handle(const uint8_t* b) {
   return h;
 }
 
+namespace {
+constexpr char kEventMagic[8] = {'P', 'H', 'O', 'S', 'E', 'V', 'T', '1'};
+constexpr size_t kEventCrcAt = 12;
+}  // namespace
+
+std::array<uint8_t, kIpcHandleBytes> encode_ipc_event_handle(int32_t pid) {
+  std::array<uint8_t, kIpcHandleBytes> out{};
+  std::memcpy(out.data(), kEventMagic, sizeof(kEventMagic));
+  put<int32_t>(out.data() + 8, pid);
+  put<uint32_t>(out.data() + kEventCrcAt, crc32c(0, out.data(), kEventCrcAt));
+  return out;
+}
+
+std::optional<int32_t> decode_ipc_event_handle(const uint8_t* b) {
+  if (std::memcmp(b, kEventMagic, sizeof(kEventMagic)) != 0) return std::nullopt;
+  if (get<uint32_t>(b + kEventCrcAt) != crc32c(0, b, kEventCrcAt)) return std::nullopt;
+  for (size_t i = kEventCrcAt + 4; i < kIpcHandleBytes; i++)
+    if (b[i]) return std::nullopt;
+  return get<int32_t>(b + 8);
+}
+
 std::string agent_socket_name(int32_t pid, uint64_t nonce) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%s%d.%016llx", kSocketPrefix, int(pid), static_cast<unsigned long long>(nonce));

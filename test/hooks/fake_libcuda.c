@@ -75,6 +75,11 @@ FAKE_OWN CUresult cuIpcGetEventHandle(FakeIpcHandle *h, void *event) {
   fake_log_driver_ipc("cuIpcGetEventHandle");
   return 801;
 }
+FAKE_OWN CUresult cuIpcOpenEventHandle(void **event, FakeIpcHandle h) {
+  (void)event; (void)h;
+  fake_log_driver_ipc("cuIpcOpenEventHandle");
+  return 801;
+}
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
   return cuGetProcAddress_v2(symbol, pfn, version, flags, 0);
 }
@@ -92,6 +97,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
   else if (!strcmp(symbol, "cuIpcOpenMemHandle")) *pfn = (void *)cuIpcOpenMemHandle_v2;
   else if (!strcmp(symbol, "cuIpcCloseMemHandle")) *pfn = (void *)cuIpcCloseMemHandle;
   else if (!strcmp(symbol, "cuIpcGetEventHandle")) *pfn = (void *)cuIpcGetEventHandle;
+  else if (!strcmp(symbol, "cuIpcOpenEventHandle")) *pfn = (void *)cuIpcOpenEventHandle;
   else { *pfn = 0; if (status) *status = 1; return 500; /* CUDA_ERROR_NOT_FOUND */ }
   return 0;
 }

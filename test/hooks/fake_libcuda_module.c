@@ -156,4 +156,6 @@ CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
 CUresult cuEventCreate(CUevent *e, unsigned int flags) { (void)flags; *e = handle("event"); return CUDA_SUCCESS; }
 CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
 CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(CUevent e) { (void)e; return CUDA_SUCCESS; }
 CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_ERROR_FAKE"; return CUDA_SUCCESS; }

@@ -7,9 +7,11 @@
  *
  * The owner allocates S (4 MiB, shared) and A (its own), fills S past its
  * first 64 bytes with a pattern, gets S's IPC handle, writes it in hex to
- * STATE.handle and starts the importer (itself again, exec'd: its child,
+ * STATE.handle, records an interprocess event after the fill and gets its
+ * IPC handle (as torch.multiprocessing sends one with each CUDA tensor),
+ * and starts the importer (itself again, exec'd: its child,
  * in the dumped tree). The importer allocates B (its own), opens the
- * handle, checks the pattern, and from then on echoes: whenever S[0] (the
+ * event's handle and waits on it, opens the memory handle, checks the pattern, and from then on echoes: whenever S[0] (the
  * owner's count) differs from S[1], it sets S[1] = S[0], and checks the
  * pattern; it writes "COUNT ok|bad:WHAT" to STATE.importer.
  * The owner, every 10 ms, sets S[0] = n and waits (5 s at most) until the
@@ -19,7 +21,7 @@
  * An outsider (--outsider HEX) opens the handle from another tree, prints
  * "opened", and closes it at SIGTERM, then exits.
  *
- * usage: ipc_client STATE | ipc_client STATE --import HEX | ipc_client STATE --outsider HEX */
+ * usage: ipc_client STATE | ipc_client STATE --import HEX EVENTHEX | ipc_client STATE --outsider HEX */
 #include <cuda.h>
 #include <signal.h>
 #include <stdint.h>
@@ -37,6 +39,8 @@
 typedef CUresult (*GetHandle)(CUipcMemHandle *, CUdeviceptr);
 typedef CUresult (*OpenHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 typedef CUresult (*CloseHandle)(CUdeviceptr);
+typedef CUresult (*GetEventHandle)(CUipcEventHandle *, CUevent);
+typedef CUresult (*OpenEventHandle)(CUevent *, CUipcEventHandle);
 
 static void *proc(const char *name) {
   void *p = NULL;
@@ -99,10 +103,17 @@ static CUdeviceptr open_shared(const char *hex) {
   return p;
 }
 
-__attribute__((noreturn)) static void importer(const char *state, const char *hex) {
+__attribute__((noreturn)) static void importer(const char *state, const char *hex, const char *event_hex) {
   char path[4000], line[128];
   snprintf(path, sizeof(path), "%s.importer", state);
   alloc(4u << 20); /* B: memory of its own, as any rank has */
+  CUipcEventHandle eh;
+  CUevent ev;
+  if (from_hex(event_hex, (CUipcMemHandle *)&eh) != 0 ||
+      ((OpenEventHandle)proc("cuIpcOpenEventHandle"))(&ev, eh) != CUDA_SUCCESS || cuEventSynchronize(ev) != CUDA_SUCCESS) {
+    fprintf(stderr, "cuIpcOpenEventHandle failed\n");
+    exit(1);
+  }
   CUdeviceptr s = open_shared(hex);
   const char *bad = check_pattern(s);
   for (uint64_t n = 1;; n++) {
@@ -137,7 +148,7 @@ int main(int argc, char **argv) {
   if (argc < 2) return 2;
   cuInit(0);
   cuCtxSetCurrent((CUcontext)1);
-  if (argc == 4 && !strcmp(argv[2], "--import")) importer(argv[1], argv[3]);
+  if (argc == 5 && !strcmp(argv[2], "--import")) importer(argv[1], argv[3], argv[4]);
   if (argc == 4 && !strcmp(argv[2], "--outsider")) return outsider(argv[3]);
   uint64_t token;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
@@ -151,13 +162,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cuIpcGetMemHandle failed\n");
     return 1;
   }
-  char hex[2 * sizeof(h.reserved) + 1], path[4000], line[256];
+  char hex[2 * sizeof(h.reserved) + 1], event_hex[2 * sizeof(h.reserved) + 1], path[4000], line[256];
   to_hex(&h, hex);
+  CUevent ev;
+  CUipcEventHandle eh;
+  if (cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      cuEventRecord(ev, NULL) != CUDA_SUCCESS ||
+      ((GetEventHandle)proc("cuIpcGetEventHandle"))(&eh, ev) != CUDA_SUCCESS) {
+    fprintf(stderr, "cuIpcGetEventHandle failed\n");
+    return 1;
+  }
+  to_hex((CUipcMemHandle *)&eh, event_hex);
   snprintf(path, sizeof(path), "%s.handle", argv[1]);
   write_state_line(path, hex);
   pid_t child = fork();
   if (child == 0) {
-    execl("/proc/self/exe", argv[0], argv[1], "--import", hex, (char *)NULL);
+    execl("/proc/self/exe", argv[0], argv[1], "--import", hex, event_hex, (char *)NULL);
     _exit(127);
   }
   const char *bad = NULL;

@@ -4,7 +4,9 @@
 # whose own IPC calls log "driver ipc" and fail (ipc_client.c is the
 # workload: the owner counts in shared memory S, its child echoes through
 # its mapping of S, opened from the owner's IPC handle).
-#   1. served by phos: the two processes share S, the driver saw no IPC call
+#   1. served by phos: the two processes share S, the importer waited on the
+#      owner's interprocess event (as torch.multiprocessing sends one), the
+#      driver saw no IPC call, memory or event
 #   2. a dump: S is stored once (in the owner's image; the importer's image
 #      names its mapping, phosctl show prints it); the fake driver still saw
 #      no IPC call

@@ -182,3 +182,18 @@ TEST_CASE("ipc sharing: who shares with whom must be in the dumped tree", "[ipc]
   REQUIRE_FALSE(gone.ok());
   CHECK_THAT(gone.error().message, Catch::Contains("which that process no longer has as such"));
 }
+
+TEST_CASE("ipc event handle: phos's completed-event handle, told apart from the driver's", "[ipc]") {
+  const auto bytes = agent::encode_ipc_event_handle(31);
+  auto pid = agent::decode_ipc_event_handle(bytes.data());
+  REQUIRE(pid);
+  CHECK(*pid == 31);
+  std::array<uint8_t, 64> zeros{};
+  CHECK_FALSE(agent::decode_ipc_event_handle(zeros.data()));
+  auto damaged = bytes;
+  damaged[9] ^= 1;
+  CHECK_FALSE(agent::decode_ipc_event_handle(damaged.data()));
+  // A memory handle is no event handle, and the reverse.
+  CHECK_FALSE(agent::decode_ipc_event_handle(agent::encode_ipc_handle(sample_handle()).data()));
+  CHECK_FALSE(agent::decode_ipc_handle(bytes.data()));
+}

@@ -5,8 +5,7 @@
 // that agent for the allocation's fd (agent.proto IpcOpenRequest) and maps
 // the same physical memory here, so the driver never sees an IPC mapping and
 // its checkpoint of either process succeeds. A dump stores such memory once,
-// in its owner's image (the plugin's checkpoint.cc). Event IPC is not
-// served: it is recorded, and a dump refuses the process naming the call.
+// in its owner's image (the plugin's checkpoint.cc). Event IPC: below.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -146,17 +145,38 @@ extern "C" PHOS_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 
-// Events are not served: a dump refuses the process by this call's name.
+// Events: torch.multiprocessing sends one with every CUDA tensor it
+// shares, recorded after the producer's writes, for the consumer to wait on
+// once. phos waits for the event here, so the handle stands for a completed
+// event, and an opener gets a completed event of its own: no interprocess
+// event is left for the driver's checkpoint. A program that records the
+// same interprocess event again and again for the other process to see
+// each time is not served so (the opener's event never waits again).
 extern "C" PHOS_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
   const IpcDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcGetEventHandle));
-  rt.unsupported().note("cuIpcGetEventHandle (CUDA IPC of events)");
-  return PHOS_REAL(cuIpcGetEventHandle)(handle, event);
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = PHOS_REAL(cuEventSynchronize)(event);
+  if (r != CUDA_SUCCESS) return r;
+  const auto bytes = agent::encode_ipc_event_handle(::getpid());
+  static_assert(sizeof(handle->reserved) == agent::kIpcHandleBytes);
+  std::memcpy(handle->reserved, bytes.data(), bytes.size());
+  return CUDA_SUCCESS;
 }
 
 extern "C" PHOS_EXPORT CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
   const IpcDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenEventHandle));
-  rt.unsupported().note("cuIpcOpenEventHandle (CUDA IPC of events)");
-  return PHOS_REAL(cuIpcOpenEventHandle)(event, handle);
+  if (!agent::decode_ipc_event_handle(reinterpret_cast<const uint8_t*>(handle.reserved))) {
+    rt.unsupported().note("cuIpcOpenEventHandle (an event handle phos did not make)");
+    return PHOS_REAL(cuIpcOpenEventHandle)(event, handle);
+  }
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = PHOS_REAL(cuEventCreate)(event, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) return r;
+  // Recorded on an empty moment of the legacy stream: complete at once for
+  // any stream that waits on it.
+  r = PHOS_REAL(cuEventRecord)(*event, nullptr);
+  if (r != CUDA_SUCCESS) PHOS_REAL(cuEventDestroy_v2)(*event);
+  return r;
 }

@@ -33,6 +33,13 @@ std::array<uint8_t, kIpcHandleBytes> encode_ipc_handle(const IpcHandle& h);
 // Nothing for bytes that are no phos handle (the driver's, or damaged).
 std::optional<IpcHandle> decode_ipc_handle(const uint8_t* bytes);
 
+// An event's IPC handle that phos served (cuIpcGetEventHandle): the event
+// had completed when it was made ("PHOSEVT1", the exporter's pid, a CRC of
+// the 12 bytes before it, zeros), so an opener gets an event of its own,
+// already complete. Nothing for the driver's handles.
+std::array<uint8_t, kIpcHandleBytes> encode_ipc_event_handle(int32_t pid);
+std::optional<int32_t> decode_ipc_event_handle(const uint8_t* bytes);
+
 // An agent's abstract socket name (without the leading NUL) for `pid` and
 // `nonce`, and the nonce back from such a name.
 std::string agent_socket_name(int32_t pid, uint64_t nonce);
