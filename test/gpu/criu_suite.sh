@@ -25,6 +25,8 @@
 #                        served by phos): a leave-running dump, then a dump
 #                        and restore; the shared memory stored once, the
 #                        curve bitwise equal to an uninterrupted run's
+#   gpu_ipc              the same with the runtime's cudaIpc* (gpu_ipc.cu):
+#                        outputs bitwise equal to an uninterrupted run's
 #   dump_disk_full       images on a 256 MiB tmpfs: the dump fails saying so,
 #                        the process carries on intact
 #   dump_disk_full_leave_running  the same with --leave-running: the image
@@ -999,6 +1001,30 @@ case_torch_ipc() {
   pass "curve of $n steps bitwise equal to an uninterrupted run's (leave-running dump $(dt "$t0" "$t1") s, $once IPC mappings stored once, images $lr_wrote; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s; images $(phos_wrote)); $(grep -c 'CUDA IPC: allocation' "$WORK/show.txt" || true) IPC mappings in phosctl show; $(driver_batches)"
 }
 
+# The same with the runtime's cudaIpc* and no PyTorch (gpu_ipc.cu): the
+# owner and its child compute through one 64 MiB buffer S in turns.
+case_gpu_ipc() {
+  local n=300
+  setup "$bin/gpu_ipc"
+  timeout 120 env LD_PRELOAD="$LIBPHOS" "$bin/gpu_ipc" "$WORK/ref.state" "$WORK/ref.out" $n > "$WORK/reference.log" 2>&1 ||
+    fail "the reference run failed (rc $?): $(tail -n 3 "$WORK/reference.log")"
+  start_workload --preload "$WORK/run.out" $n
+  reach 50 60 "before the dumps"
+  local t0 t1
+  t0=$(now); criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
+  grep -q "through CUDA IPC: stored once, in its owner's image" "$WORK/dump.log" || fail "the leave-running dump stored no IPC memory once"
+  local lr_wrote; lr_wrote=$(phos_wrote)
+  reach 100 60 "after the leave-running dump"
+  rm -rf "${IMG:?}"/*
+  dump_restore
+  grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || fail "the restore mapped no IPC memory again"
+  reach $((n - 1)) 60 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  cmp -s "$WORK/ref.out" "$WORK/run.out" ||
+    fail "the outputs differ from the uninterrupted run's from step $(diff "$WORK/ref.out" "$WORK/run.out" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
+  pass "outputs of $n steps bitwise equal to an uninterrupted run's (leave-running dump $(dt "$t0" "$t1") s, images $lr_wrote; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s, images $(phos_wrote)); $(driver_batches)"
+}
+
 case_torch_many_allocations() {
   setup "$here/torch_loop.py" "$(python3 -c 'import sys; print(sys.executable)')"
   start_workload --preload train --gib 6 --width 1024
@@ -1853,7 +1879,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step pre_dump_refused rpc_gpu dump_next_to_restore
-  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc soak_torch soak_pattern_32GiB
+  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
   tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d"
