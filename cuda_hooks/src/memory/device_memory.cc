@@ -127,34 +127,47 @@ CUresult DeviceMemory::grow_arena_locked(CUdevice, Device& d, size_t at_least) {
   return r;
 }
 
-CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out) {
-  auto va = d.va.allocate(size, d.granularity);
-  if (!va) {
+CUresult DeviceMemory::reserve_locked(CUdevice dev, Device& d, size_t size, CUdeviceptr* va) {
+  auto got = d.va.allocate(size, d.granularity);
+  if (!got) {
     if (CUresult r = grow_arena_locked(dev, d, size); r != CUDA_SUCCESS) return r;
-    va = d.va.allocate(size, d.granularity);
-    if (!va) return CUDA_ERROR_OUT_OF_MEMORY;
+    got = d.va.allocate(size, d.granularity);
+    if (!got) return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  CUmemAllocationProp prop = unit_prop(dev);
-  CUmemGenericAllocationHandle h = 0;
-  CUresult r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
-  if (r == CUDA_SUCCESS) {
-    r = map_with_access(*va, size, h, access_for_locked(dev));
-    if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
-  }
-  if (r != CUDA_SUCCESS) {
-    d.va.free(*va, size);
-    return r;
-  }
+  *va = *got;
+  return CUDA_SUCCESS;
+}
+
+DeviceMemory::Unit& DeviceMemory::add_unit_locked(CUdevice dev, CUdeviceptr va, size_t size,
+                                                  CUmemGenericAllocationHandle h, uint32_t flags) {
   Unit& u = units_[next_id_];
   u.id = next_id_++;
   u.device = dev;
-  u.va = *va;
+  u.va = va;
   u.size = size;
   u.handle = h;
   u.mapped = true;
   u.flags = flags;
   u.access = access_for_locked(dev);
-  *out = &u;
+  return u;
+}
+
+CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out) {
+  CUdeviceptr va = 0;
+  CUresult r = reserve_locked(dev, d, size, &va);
+  if (r != CUDA_SUCCESS) return r;
+  CUmemAllocationProp prop = unit_prop(dev);
+  CUmemGenericAllocationHandle h = 0;
+  r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
+  if (r == CUDA_SUCCESS) {
+    r = map_with_access(va, size, h, access_for_locked(dev));
+    if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
+  }
+  if (r != CUDA_SUCCESS) {
+    d.va.free(va, size);
+    return r;
+  }
+  *out = &add_unit_locked(dev, va, size, h, flags);
   return CUDA_SUCCESS;
 }
 
@@ -388,35 +401,23 @@ CUresult DeviceMemory::ipc_import(const agent::IpcSource& src, int fd, size_t si
   std::lock_guard<std::mutex> lock(mu_);
   Device* d = device_locked(dev, &r);
   if (!d) return r;
-  auto va = d->va.allocate(size, d->granularity);
-  if (!va) {
-    if (r = grow_arena_locked(dev, *d, size); r != CUDA_SUCCESS) return r;
-    va = d->va.allocate(size, d->granularity);
-    if (!va) return CUDA_ERROR_OUT_OF_MEMORY;
-  }
+  CUdeviceptr va = 0;
+  if (r = reserve_locked(dev, *d, size, &va); r != CUDA_SUCCESS) return r;
   CUmemGenericAllocationHandle h = 0;
   r = PHOS_REAL(cuMemImportFromShareableHandle)(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r == CUDA_SUCCESS) {
-    r = map_with_access(*va, size, h, access_for_locked(dev));
+    r = map_with_access(va, size, h, access_for_locked(dev));
     if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
   }
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "phos: %s\n",
                  cu_error(("map allocation " + std::to_string(src.owner_allocation) + " of process " +
                            std::to_string(src.owner_pid) + " (CUDA IPC)").c_str(), r).c_str());
-    d->va.free(*va, size);
+    d->va.free(va, size);
     return r;
   }
-  Unit& u = units_[next_id_];
-  u.id = next_id_++;
-  u.device = dev;
-  u.va = *va;
-  u.size = size;
-  u.handle = h;
-  u.mapped = true;
-  u.flags = image::kAllocIpcImported;
-  u.access = access_for_locked(dev);
+  Unit& u = add_unit_locked(dev, va, size, h, image::kAllocIpcImported);
   // Imported memory cannot be exported again: a dump lists this fd.
   u.source_fd.reset(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   u.ipc = src;

@@ -170,6 +170,8 @@ class DeviceMemory {
   std::vector<CUmemAccessDesc> access_for_locked(CUdevice dev) const;
   CUresult set_peer_access_locked(CUdevice owner, CUdevice accessor, CUmemAccess_flags flags);
   CUresult grow_arena_locked(CUdevice dev, Device& d, size_t at_least);
+  CUresult reserve_locked(CUdevice dev, Device& d, size_t size, CUdeviceptr* va);
+  Unit& add_unit_locked(CUdevice dev, CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h, uint32_t flags);
   CUresult new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out);
   void drop_unit_locked(Unit& u);
   CUresult free_locked(std::map<CUdeviceptr, Block>::iterator it);
