@@ -106,7 +106,10 @@ static CUdeviceptr open_shared(const char *hex) {
 __attribute__((noreturn)) static void importer(const char *state, const char *hex, const char *event_hex) {
   char path[4000], line[128];
   snprintf(path, sizeof(path), "%s.importer", state);
-  alloc(4u << 20); /* B: memory of its own, as any rank has */
+  /* B: memory of its own, as any rank has (IPC_IMPORTER_OWN=0: none, a
+   * process whose only device memory is the owner's) */
+  const char *own = getenv("IPC_IMPORTER_OWN");
+  if (!own || strcmp(own, "0")) alloc(4u << 20);
   CUipcEventHandle eh;
   CUevent ev;
   if (from_hex(event_hex, (CUipcMemHandle *)&eh) != 0 ||

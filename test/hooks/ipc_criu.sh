@@ -16,11 +16,15 @@
 #   4. a leave-running dump of the restored tree: the job goes on
 #   5. a process outside the tree that has S open: the dump refuses, naming
 #      the allocation; closed there (cuIpcCloseMemHandle), the dump goes through
+#   6. an importer whose only device memory is S: dumped and restored, the
+#      echo goes on
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/ipc_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 export FAKE_CUDA_LOG=$WORK/fake.log
+OUTSIDER=  # case 5's process outside the tree, ended with the test
+trap '[ -n "$OUTSIDER" ] && kill -9 $OUTSIDER 2>/dev/null; cleanup' EXIT
 
 verdict() { state_field 3; }
 importer_state() { cat "$WORK/state.importer" 2>/dev/null || echo "none"; }
@@ -94,6 +98,7 @@ say "4. leave-running dump: the job goes on"
 hex=$(cat "$WORK/state.handle")
 (unshare --pid --fork env LD_PRELOAD="$LIBPHOS" "$PHOS_WORKLOAD" "$WORK/outsider" --outsider "$hex" > "$WORK/outsider.out" 2>&1 &)
 for _ in $(seq 100); do grep -q opened "$WORK/outsider.out" && break; sleep 0.05; done
+OUTSIDER=$(pgrep -f "^$PHOS_WORKLOAD $WORK/outsider" || true)
 grep -q opened "$WORK/outsider.out" || fail "the outsider did not open S: $(cat "$WORK/outsider.out")"
 rm -rf "${IMG:?}"/*
 if criu_dump --leave-running; then fail "dumped while a process outside the tree holds S"; fi
@@ -102,8 +107,7 @@ grep -q "its allocation #[0-9]* is open through CUDA IPC in a process outside it
   fail "the refusal does not name the allocation and the outsider: $(criu_errors "$WORK/dump.log")"
 both_ok "after the refused dump"
 say "5. refused: $refusal"
-outsider=$(pgrep -f "^$PHOS_WORKLOAD $WORK/outsider")
-kill -TERM $outsider
+kill -TERM $OUTSIDER
 for _ in $(seq 100); do grep -q closed "$WORK/outsider.out" && break; sleep 0.05; done
 grep -q "closed 0" "$WORK/outsider.out" || fail "the outsider did not close S: $(cat "$WORK/outsider.out")"
 rm -rf "${IMG:?}"/*
@@ -111,4 +115,26 @@ criu_dump --leave-running || fail "the dump after the outsider closed S failed: 
 both_ok "after the last dump"
 no_driver_ipc "the whole test"
 say "5. closed there: the dump goes through, the job goes on"
+
+# 6. An importer with no memory of its own.
+for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+wait_pid_free
+rm -rf "${IMG:?}"/* "$WORK"/state*
+IPC_IMPORTER_OWN=0 start_workload --preload
+wait_counter_above 20 10
+for _ in $(seq 100); do [ -s "$WORK/state.importer" ] && break; sleep 0.05; done
+both_ok "an importer without memory of its own"
+criu_dump || fail "criu dump of an importer without memory of its own failed: $(criu_errors "$WORK/dump.log")"
+"$PHOSCTL" show --json "$IMG" | python3 -c '
+import json, sys
+images = json.load(sys.stdin)["images"]
+importer = [i for i in images if i["pid"] != 1][0]
+assert not importer["allocations"] and len(importer["ipc_mappings"]) == 1, importer' ||
+  fail "the importer's image is not its IPC mapping alone"
+wait_pid_free
+criu_restore || fail "criu restore of an importer without memory of its own failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "no restored process"
+both_ok "an importer without memory of its own, restored"
+no_driver_ipc "the whole test"
+say "6. an importer whose only device memory is S: dumped (its image names the mapping only) and restored, the echo goes on"
 say "PASS"

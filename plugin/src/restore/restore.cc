@@ -23,6 +23,10 @@ namespace {
 
 double ms(uint64_t ns) { return double(ns) / 1e6; }
 
+// The process had GPU state: memory of its own (its devices), or only
+// other processes' memory mapped through CUDA IPC.
+bool on_gpu(const image::Manifest& m) { return !m.devices.empty() || !m.ipc_mappings.empty(); }
+
 }  // namespace
 
 // The image directory's fd is our own: criu closes its own before an
@@ -226,7 +230,7 @@ void Restorer::driver_restores() {
     auto vpid = ns_pid(pid);
     if (!tracer || *tracer != ::getpid() || !vpid) continue;
     auto it = images_.find(*vpid);
-    if (it == images_.end() || it->second.image.manifest.devices.empty() || !has_driver_state(pid)) continue;
+    if (it == images_.end() || !on_gpu(it->second.image.manifest) || !has_driver_state(pid)) continue;
     Loaded& l = it->second;
     if (l.kept) {
       if (kept_placer_.joinable()) kept_placer_.join();  // where its GPUs went
@@ -272,7 +276,7 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   uint64_t driver_ns = l.driver_ns;
   if (l.driver_restored) {
     PHOS_TRY(*l.driver_restored);
-  } else if (!l.image.manifest.devices.empty() && has_driver_state(pid)) {
+  } else if (on_gpu(l.image.manifest) && has_driver_state(pid)) {
     // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
     auto pairs = driver_pairs(l);
     PHOS_INFO("process %d: driver restore%s", pid, pairs.empty() ? "" : " onto the mapped GPUs");
