@@ -24,7 +24,7 @@ export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 export FAKE_CUDA_LOG=$WORK/fake.log
 OUTSIDER=  # case 5's process outside the tree, ended with the test
-trap '[ -n "$OUTSIDER" ] && kill -9 $OUTSIDER 2>/dev/null; cleanup' EXIT
+trap '[ -n "$OUTSIDER" ] && kill -9 "$OUTSIDER" 2>/dev/null; cleanup' EXIT
 
 verdict() { state_field 3; }
 importer_state() { cat "$WORK/state.importer" 2>/dev/null || echo "none"; }
@@ -107,7 +107,7 @@ grep -q "its allocation #[0-9]* is open through CUDA IPC in a process outside it
   fail "the refusal does not name the allocation and the outsider: $(criu_errors "$WORK/dump.log")"
 both_ok "after the refused dump"
 say "5. refused: $refusal"
-kill -TERM $OUTSIDER
+kill -TERM "$OUTSIDER"
 for _ in $(seq 100); do grep -q closed "$WORK/outsider.out" && break; sleep 0.05; done
 grep -q "closed 0" "$WORK/outsider.out" || fail "the outsider did not close S: $(cat "$WORK/outsider.out")"
 rm -rf "${IMG:?}"/*
