@@ -6,7 +6,11 @@
 # stacks, threads, and the patch's own maps-threads (contrib/criu/0001-*),
 # first with criu's defaults, then the multi-threaded ones again with
 # --page-read-threads 4 for every restore (through CRIU_CONFIG_FILE), so that
-# the pages of every multi-threaded test are read by several threads.
+# the pages of every multi-threaded test are read by several threads. Every
+# dump with the defaults writes its pages with writer threads (0002-*, one
+# per CPU); the tests with several processes and maps04 run again with
+# --page-write-threads 4 (more writers than tasks or CPUs here), and a few
+# with --page-write-threads 1 (the old path: chunks in criu's main thread).
 #
 # Tests run in the host flavour (no namespaces) to fit CI's time. zdtm runs a
 # test as uid 18943 unless its .desc says "suid", and criu then needs
@@ -37,6 +41,8 @@ command -v make >/dev/null && command -v gcc >/dev/null || skip "zdtm needs make
 tests=(maps00 maps01 maps02 maps04 maps05 maps06 maps11 mprotect00 mem-touch cow00 cow01
        grow_map02 grow_map03 pthread00 pthread01 pthread_timers seccomp_filter_threads maps-threads)
 threaded=(pthread00 pthread01 pthread_timers seccomp_filter_threads maps-threads)
+writers=(cow00 cow01 maps04 maps-threads)
+serial_writer=(maps00 cow01 mprotect00)
 
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
@@ -71,23 +77,40 @@ PY
 fi
 
 passed=0 failed=0
-run() {  # run LABEL TEST: one zdtm run, environment as set by the caller
-  local label=$1 t=$2 out
+run() {  # run LABEL TEST [DUMP_LOG_PATTERN]: one zdtm run, environment as set by the caller
+  local label=$1 t=$2 want=${3:-} out keep=() dumps=$tree/test/dump/zdtm/static/$2
   out=$log/$t.$passed.$failed.log
+  # With a pattern the images (and criu's logs) are kept, to check the path the dump took.
+  if [ -n "$want" ]; then keep=(--keep-img always); rm -rf "$dumps"; fi
   if (cd "$tree/test" && PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout -k 10 300 \
-        "$py" zdtm.py run -t "zdtm/static/$t" -f h --criu-bin ../criu/criu --pycriu-search-path ../lib) \
+        "$py" zdtm.py run -t "zdtm/static/$t" -f h --criu-bin ../criu/criu --pycriu-search-path ../lib "${keep[@]}") \
         > "$out" 2>&1 && grep -q "Test zdtm/static/$t PASS" "$out"; then
-    echo "[criu_zdtm] $t ($label): PASS"
-    passed=$((passed + 1))
+    # (grep reads the logs itself: with a pipe, grep -q's early exit fails cat under pipefail)
+    if [ -n "$want" ] && ! grep -qs -- "$want" "$dumps"/*/*/dump.log; then
+      echo "[criu_zdtm] $t ($label): FAIL: no dump log says '$want'"
+      failed=$((failed + 1))
+    else
+      echo "[criu_zdtm] $t ($label): PASS"
+      passed=$((passed + 1))
+    fi
   else
     echo "[criu_zdtm] $t ($label): FAIL"
     grep -E "FAIL|Error \(|fail" "$out" | grep -v RLIMIT_NOFILE | head -n 12 || tail -n 20 "$out"
     failed=$((failed + 1))
   fi
+  if [ -n "$want" ]; then rm -rf "$dumps"; fi
 }
 echo "[criu_zdtm] $("$tree/criu/criu" --version | tr '\n' ' ')"
 for t in "${tests[@]}"; do run defaults "$t"; done
 echo "page-read-threads 4" > "$log/criu.conf"
 for t in "${threaded[@]}"; do CRIU_CONFIG_FILE=$log/criu.conf run "--page-read-threads 4" "$t"; done
+echo "page-write-threads 4" > "$log/writers.conf"
+for t in "${writers[@]}"; do
+  CRIU_CONFIG_FILE=$log/writers.conf run "--page-write-threads 4" "$t" "bytes of pages of .* tasks with 4 threads"
+done
+echo "page-write-threads 1" > "$log/serial.conf"
+for t in "${serial_writer[@]}"; do
+  CRIU_CONFIG_FILE=$log/serial.conf run "--page-write-threads 1" "$t" "Writing pages in the main thread (--page-write-threads 1)"
+done
 echo "criu zdtm: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -15,7 +15,7 @@ namespace phos::copystate {
 namespace {
 
 constexpr uint64_t kMagic = 0x5453504359504850ull;  // "PHPYCPST": phos copy state
-constexpr uint32_t kVersion = 3;  // 2: the fill protocol, overwritten; 3: the program's transfers, written regions
+constexpr uint32_t kVersion = 4;  // 2: the fill protocol, overwritten; 3: the program's transfers, written regions; 4: the pool's chunks
 constexpr size_t kUrgentEntries = 256;
 constexpr uint32_t kStateBits = 4;
 constexpr uint32_t kStateMask = (1u << kStateBits) - 1;
@@ -53,6 +53,8 @@ struct Header {
   std::atomic<uint64_t> transfer_rate;  // bytes per second the engine assumes for the program's transfers
   std::atomic<uint64_t> busy_until_ns;  // the program's queued transfers, estimated done (CLOCK_REALTIME)
   std::atomic<uint64_t> transfers, transfer_bytes;
+  uint64_t in_pool_offset;              // copy-on-write: per pool slot, the chunk saved there + 1 (0: none)
+  std::atomic<uint64_t> in_pool;        // entries set there (a hint: the engine looks only when not 0)
 };
 
 // The header's `protocol`: the numbers the table has always held, whatever
@@ -109,6 +111,7 @@ struct CopyState::Layout {
   std::atomic<uint64_t>* pool;
   std::atomic<uint32_t>* urgent;
   std::atomic<uint64_t>* written;
+  std::atomic<uint32_t>* in_pool;
   // Private copies: what the hooks search and the engine computes claims
   // from (the other side may scribble on the shared records).
   std::vector<Region> regions;
@@ -125,7 +128,7 @@ namespace {
 
 // Where each part of a table of this shape lies.
 struct Offsets {
-  uint64_t regions, chunks, dirty, pool, urgent, written, total;
+  uint64_t regions, chunks, dirty, pool, urgent, written, in_pool, total;
 };
 Offsets offsets_for(uint64_t chunk_count, uint32_t region_count, uint32_t pool_slots) {
   Offsets o;
@@ -135,7 +138,8 @@ Offsets offsets_for(uint64_t chunk_count, uint32_t region_count, uint32_t pool_s
   o.pool = align_up(o.dirty + (chunk_count + 63) / 64 * 8, 64);
   o.urgent = align_up(o.pool + (uint64_t(pool_slots) + 63) / 64 * 8, 64);
   o.written = align_up(o.urgent + kUrgentEntries * sizeof(uint32_t), 64);
-  o.total = align_up(o.written + (uint64_t(region_count) + 63) / 64 * 8, 4096);
+  o.in_pool = align_up(o.written + (uint64_t(region_count) + 63) / 64 * 8, 64);
+  o.total = align_up(o.in_pool + uint64_t(pool_slots) * sizeof(uint32_t), 4096);
   return o;
 }
 
@@ -171,7 +175,8 @@ std::unique_ptr<CopyState::Layout> make_layout(void* map, const Offsets& o) {
       reinterpret_cast<Header*>(base), reinterpret_cast<RegionRecord*>(base + o.regions),
       reinterpret_cast<std::atomic<uint32_t>*>(base + o.chunks), reinterpret_cast<std::atomic<uint64_t>*>(base + o.dirty),
       reinterpret_cast<std::atomic<uint64_t>*>(base + o.pool), reinterpret_cast<std::atomic<uint32_t>*>(base + o.urgent),
-      reinterpret_cast<std::atomic<uint64_t>*>(base + o.written), {}, {}, CopyProtocol(0), 0, 0, 0, {}});
+      reinterpret_cast<std::atomic<uint64_t>*>(base + o.written), reinterpret_cast<std::atomic<uint32_t>*>(base + o.in_pool),
+      {}, {}, CopyProtocol(0), 0, 0, 0, {}});
   l->protocol = protocol_of_table(l->header->protocol).value_or(CopyProtocol(0));  // checked by attach
   l->chunk_size = l->header->chunk_size;
   l->chunk_count = l->header->chunk_count;
@@ -232,6 +237,7 @@ Result<CopyState> CopyState::create(CopyProtocol protocol, uint64_t chunk_size, 
   h->pool_offset = o.pool;
   h->urgent_offset = o.urgent;
   h->written_offset = o.written;
+  h->in_pool_offset = o.in_pool;
   h->total_bytes = o.total;
   auto* records = reinterpret_cast<RegionRecord*>(static_cast<std::byte*>(map) + o.regions);
   uint64_t first = 0;
@@ -270,6 +276,7 @@ Result<CopyState> CopyState::attach(int fd_in) {
   Offsets o = offsets_for(h.chunk_count, h.region_count, h.pool_slots);
   if (o.regions != h.regions_offset || o.chunks != h.chunks_offset || o.dirty != h.dirty_offset ||
       o.pool != h.pool_offset || o.urgent != h.urgent_offset || o.written != h.written_offset ||
+      o.in_pool != h.in_pool_offset ||
       o.total != h.total_bytes || o.total > bytes)
     return fail("its parts do not lie where its sizes say");
   auto l = make_layout(map, o);
@@ -382,8 +389,9 @@ void CopyState::urgent(uint64_t chunk) {
   // A full list: the engine reaches the chunk in its order anyway.
 }
 
-Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
-                                    std::chrono::steady_clock::time_point deadline, WriteReport& report) {
+Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
+                                    std::chrono::steady_clock::time_point deadline, WriteReport& report,
+                                    bool may_wait) {
   std::atomic<uint32_t>& w = word(chunk);
   bool counted_wait = false;
   auto wait = [&](uint32_t seen) -> Result<void> {
@@ -400,19 +408,26 @@ Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
     return {};
   };
   for (;;) {
-    if (window() != Window::kOpen) return fill_given_up();
+    if (window() != Window::kOpen) {
+      PHOS_TRY(fill_given_up());
+      return true;
+    }
     uint32_t seen = w.load(std::memory_order_acquire);
     switch (state_of(seen)) {
       case ChunkState::kCopied:
-      case ChunkState::kSaved: return {};
+      case ChunkState::kSaved: return true;
       case ChunkState::kCopying:
-      case ChunkState::kSaving: PHOS_TRY(wait(seen)); continue;
+      case ChunkState::kSaving:
+        if (!may_wait) return false;
+        PHOS_TRY(wait(seen));
+        continue;
       case ChunkState::kPending: break;
       default: return make_error("copy-on-write: chunk " + std::to_string(chunk) + " in an unknown state", EPROTO);
     }
     auto slot = take_slot();
     if (!slot) {  // the pool is full: the engine takes this chunk next
       urgent(chunk);
+      if (!may_wait) return false;
       PHOS_TRY(wait(seen));
       continue;
     }
@@ -430,11 +445,45 @@ Result<void> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
                         saved.error().code);
     }
     w.store(encode(ChunkState::kSaved, slot), std::memory_order_release);
+    note_in_pool(*slot, chunk);
     wake_all(w);
     report.saved++;
     l_->header->saved.fetch_add(1, std::memory_order_relaxed);
-    return {};
+    return true;
   }
+}
+
+void CopyState::note_in_pool(uint32_t slot, uint64_t chunk) {
+  if (slot >= pool_slots()) return;
+  l_->in_pool[slot].store(uint32_t(chunk + 1), std::memory_order_release);
+  l_->header->in_pool.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool CopyState::drop_in_pool(uint32_t slot, uint64_t chunk) {
+  if (slot >= pool_slots()) return false;
+  uint32_t expected = uint32_t(chunk + 1);
+  if (!l_->in_pool[slot].compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) return false;
+  l_->header->in_pool.fetch_sub(1, std::memory_order_acq_rel);
+  return true;
+}
+
+std::optional<Claim> CopyState::claim_saved() {
+  if (l_->header->in_pool.load(std::memory_order_acquire) == 0) return std::nullopt;
+  const uint64_t n = chunk_count();
+  for (uint32_t slot = 0; slot < pool_slots(); slot++) {
+    uint32_t v = l_->in_pool[slot].load(std::memory_order_acquire);
+    if (!v) continue;
+    const uint64_t chunk = v - 1;
+    std::atomic<uint32_t>& w = chunk < n ? word(chunk) : word(0);
+    uint32_t seen = encode(ChunkState::kSaved, slot);
+    if (chunk < n && w.compare_exchange_strong(seen, encode(ChunkState::kCopying, slot), std::memory_order_acq_rel)) {
+      drop_in_pool(slot, chunk);
+      return claim_of(chunk, slot);
+    }
+    // Taken in the engine's order since, or scribbled on: a stale hint.
+    drop_in_pool(slot, chunk);
+  }
+  return std::nullopt;
 }
 
 Result<void> CopyState::fill_given_up() const {
@@ -475,7 +524,7 @@ Result<WriteReport> CopyState::before_use(uint64_t address, uint64_t bytes, bool
       if (state(c) == ChunkState::kPending)
         for (uint64_t k = c + 1, asked = 0; k <= last && asked < kUrgentEntries / 2; k++)
           if (state(k) == ChunkState::kPending && !(overwrite && chunk_within(k, address, end))) urgent(k), asked++;
-      PHOS_TRY(write_chunk(c, SaveChunk(), deadline, report));
+      PHOS_TRY(write_chunk(c, SaveChunk(), deadline, report, true));
     }
   }
   return report;
@@ -488,6 +537,9 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   chunks_of(address, bytes, spans);
   auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Copy-on-write: every chunk saved or asked for first, then the waits
+  // (they overlap: the engine copies what is asked for while this waits).
+  std::vector<uint64_t> deferred;
   for (auto [first, last] : spans) {
     if (protocol() == CopyProtocol::kSoftRecopy) mark_written(first);
     for (uint64_t c = first; c <= last; c++) {
@@ -499,10 +551,18 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
         }
         continue;
       }
-      if (auto r = write_chunk(c, save, deadline, report); !r) {
+      auto r = write_chunk(c, save, deadline, report, false);
+      if (!r) {
         close(Window::kAborted);
         return r.error();
       }
+      if (!*r) deferred.push_back(c);
+    }
+  }
+  for (uint64_t c : deferred) {
+    if (auto r = write_chunk(c, save, deadline, report, true); !r) {
+      close(Window::kAborted);
+      return r.error();
     }
   }
   return report;
@@ -662,8 +722,9 @@ void CopyState::clear_dirty(uint64_t chunk) {
 std::optional<Claim> CopyState::claim_next() {
   if (window() != Window::kOpen) return std::nullopt;
   const uint64_t n = chunk_count();
-  // Chunks a write waits for.
+  // Chunks a write waits for, then those waiting in the pool.
   if (auto c = claim_urgent()) return c;
+  if (auto c = claim_saved()) return c;
   bool recopy = protocol() == CopyProtocol::kSoftRecopy;
   if (recopy && l_->cold_first)
     if (auto c = claim_cold()) return c;
@@ -680,6 +741,7 @@ std::optional<Claim> CopyState::claim_next() {
     std::optional<uint32_t> slot = s == ChunkState::kSaved ? slot_of(seen) : std::nullopt;
     if (slot && *slot >= pool_slots()) continue;  // scribbled on: left for the end check
     if (!w.compare_exchange_strong(seen, encode(ChunkState::kCopying, slot), std::memory_order_acq_rel)) continue;
+    if (slot) drop_in_pool(*slot, c);
     l_->header->cursor.store(c + 1, std::memory_order_relaxed);
     return claim_of(c, slot);
   }
@@ -719,6 +781,7 @@ void CopyState::unclaim(const Claim& claim) {
   std::atomic<uint32_t>& w = word(claim.chunk);
   w.store(claim.pool_slot ? encode(ChunkState::kSaved, claim.pool_slot) : encode(ChunkState::kPending),
           std::memory_order_release);
+  if (claim.pool_slot) note_in_pool(*claim.pool_slot, claim.chunk);
   wake_all(w);
 }
 

@@ -26,28 +26,11 @@
 # in the image directory's free space, plus 1 GiB) is skipped with a note.
 # Needs root. A measurement to read, not a test.
 set -euo pipefail
-src=$(cd "$(dirname "$0")/../.." && pwd)
-CRIU=${CRIU:-/usr/local/sbin/criu}
-if [ -z "${CRIU_UNPATCHED:-}" ]; then
-  for c in /var/cache/phos-criu/unpatched/sbin/criu "${PHOS_BUNDLE:-$src/bundle}/criu-unpatched/criu"; do
-    if [ -x "$c" ]; then CRIU_UNPATCHED=$c; break; fi
-  done
-fi
-build=${PHOS_BUILD:-$src/build}
-hog=${PHOS_CRIU_PAGES_HOG:-$build/test/bench/phos-criu-pages-hog}
-dir=${PHOS_BENCH_DIR:-/dev/shm}
-runs=${PHOS_BENCH_RUNS:-3}
+# shellcheck source=criu_bench_lib.sh
+source "$(dirname "$0")/criu_bench_lib.sh"
+criu_bench_init criu_pages
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(1 4 16)
-
-if [ "$(id -u)" -ne 0 ]; then echo "criu_pages: needs root" >&2; exit 1; fi
-if [ ! -x "$hog" ]; then
-  echo "criu_pages: no $hog (build the tree, or set PHOS_BUILD / PHOS_CRIU_PAGES_HOG)" >&2; exit 1
-fi
-if [ -z "${CRIU_UNPATCHED:-}" ] || [ ! -x "$CRIU_UNPATCHED" ]; then
-  echo "criu_pages: no unpatched criu (PHOS_CRIU_UNPATCHED=1 contrib/scripts/install-criu.sh builds one, or set CRIU_UNPATCHED)" >&2
-  exit 1
-fi
 
 work=$(mktemp -d "$dir/phos-criu-pages.XXXXXX")
 hog_pid=
@@ -57,14 +40,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ver() { "$1" --version | tr '\n' ' ' | sed 's/ *$//'; }
 cpus=$(nproc)
 echo "criu_pages: $(uname -r), $cpus CPUs ($(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1)), images in $dir ($(stat -f -c %T "$dir"))"
-echo "  unpatched: $CRIU_UNPATCHED ($(ver "$CRIU_UNPATCHED"))"
-echo "  patched:   $CRIU ($(ver "$CRIU"))${PATCHED_ARGS:+, restore with $PATCHED_ARGS}"
+echo "  unpatched: $CRIU_UNPATCHED ($(criu_bench_ver "$CRIU_UNPATCHED"))"
+echo "  patched:   $CRIU ($(criu_bench_ver "$CRIU"))${PATCHED_ARGS:+, restore with $PATCHED_ARGS}"
 
-# stamp LOG LINE: criu's timestamp (seconds) of the first line matching LINE
-stamp() { sed -n "s/^(\([0-9.]*\)).*$2.*/\1/p" "$1" | head -n1; }
 
 # one_run KIND GIB OUT: dump and restore once, append "KIND GIB dump_s restore_s bytes" to OUT
 one_run() {
@@ -107,7 +87,7 @@ one_run() {
   fi
   kill -9 "$hog_pid" 2>/dev/null || true
   hog_pid=
-  echo "$kind $gib $(stamp "$d/dump.log" 'Dumping finished successfully') $(stamp "$d/restore.log" 'Restore finished successfully') $bytes" >> "$out"
+  echo "$kind $gib $(criu_bench_stamp "$d/dump.log" 'Dumping finished successfully') $(criu_bench_stamp "$d/restore.log" 'Restore finished successfully') $bytes" >> "$out"
   rm -rf "$d"
 }
 

@@ -22,6 +22,10 @@
 #                 cuda_plugin.so; the server without libphos.so)
 #   phos_eager    criu 4.1.1 with the phos plugin, default settings (the
 #                 server under LD_PRELOAD=libphos.so, criu never)
+#   phos_eager_serial  phos_eager with PHOS_RESTORE_OVERLAP=off: the
+#                 restore's order before issue 30 (the GPU memory created
+#                 inside the plugin's init, the driver restore after the
+#                 fill), to compare with phos_eager in one run
 #   phos_lazy     the same, PHOS_LAZY_RESTORE=on in criu's environment
 #   phos_lazy_pages  phos_lazy, and criu restore --lazy-pages with a
 #                 `criu lazy-pages -D DIR` daemon started before (its start
@@ -133,7 +137,7 @@ IFS=, read -r -a SHAPES <<<"$SHAPES"
 IFS=, read -r -a PATHS <<<"$PATHS"
 for s in "${SHAPES[@]}"; do [[ $s =~ ^(tiny|1b|8b|13b)$ ]] || die "--shapes: $s is not tiny, 1b, 8b or 13b"; done
 for p in "${PATHS[@]}"; do
-  [[ $p =~ ^(native|cuda_plugin|phos_eager|phos_lazy|phos_lazy_pages|phos_eager_criu_dev)$ ]] || die "--paths: unknown path $p"
+  [[ $p =~ ^(native|cuda_plugin|phos_eager|phos_eager_serial|phos_lazy|phos_lazy_pages|phos_eager_criu_dev)$ ]] || die "--paths: unknown path $p"
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps: $REPS is not a count"
 [[ $KV_FRAC =~ ^0*(\.[0-9]+)?$|^0\.[0-9]+$ ]] || die "--kv-cache-frac: $KV_FRAC is not in [0, 1)"
@@ -490,6 +494,7 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   local shape=$1 path=$2 bin=$CRIU preload=1 so=$PHOS_PLUGIN_SO renv=() lazy_pages='' rc t0 t1 why
   case $path in
     cuda_plugin) preload=0 so=$CUDA_PLUGIN_SO ;;
+    phos_eager_serial) renv=(PHOS_RESTORE_OVERLAP=off) ;;
     phos_lazy) renv=(PHOS_LAZY_RESTORE=on) ;;
     phos_lazy_pages) renv=(PHOS_LAZY_RESTORE=on) lazy_pages=1 ;;
     phos_eager_criu_dev) bin=$CRIU_DEV ;;
@@ -562,6 +567,9 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   R[status]=ok
   say "    restore: criu returned ${R[criu_s]} s, program saw the request ${R[seen_s]} s, first reply ${R[first_reply_s]} s (generate ${R[gen_ms]} ms); tokens ${R[tokens_check]} (warm-up's ${R[warmup_check]})"
   say "    criu log: plugin init ${R[init_s]} s, resume hook ${R[cpu_restore_s]} s, GPU data in ${R[gpu_in_s]} s"
+  local overlap
+  overlap=$(grep -ao "phos: process [0-9]*: restore breakdown .*; overlap=.*" "$W/restore.log" 2>/dev/null | head -n1 | sed 's/.*; overlap=/overlap=/')
+  [ -n "$overlap" ] && say "    plugin: $overlap"
   say "    plugin (ms after its init): created ${R[created_ms]}, filled ${R[filled_ms]} (${R[fill_mib]} MiB at ${R[fill_gbps]} GB/s), resume hook ${R[resume_ms]}, waited for the fill until ${R[fill_wait_ms]}, driver restore ${R[driver_ms]} ms, remap ${R[remap_ms]} ms, gate open ${R[gate_ms]}, all in ${R[all_in_ms]}; on-demand: ${R[lazy_calls_waited]} calls waited ${R[lazy_wait_ms]} ms${lazy_pages:+; criu lazy-pages done at ${R[lazy_pages_done_s]} s}"
   [ -n "${R[note]}" ] && say "    note: ${R[note]}"
   return 0

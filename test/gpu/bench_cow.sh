@@ -28,14 +28,23 @@
 #     lands in (the dump starts as an iteration starts) against the
 #     iterations before it, and CRIU's cuda plugin where the host's memory
 #     holds it (CSV: FILE-train.csv).
+#  4. With --server SHAPE:GIB: llama_server.py of SHAPE (8b: Llama-3-8B,
+#     15 GiB) with a KV-cache pool that brings its device memory to about
+#     GIB GiB, all of it written (random values: nothing sparse), answering
+#     a client (request_loop.py) that asks one-token requests back to back;
+#     dumped with --leave-running once per mode (off, auto = cow_trust=
+#     checksum, the default, and speculated): the stall its client saw
+#     (the longest reply while the dump ran, less the median reply before
+#     it), criu's time, the T0 fingerprint pass, and every reply's tokens
+#     equal to the first's (CSV: FILE-server.csv).
 # One CSV row per dump (--csv); the tables go to stdout.
 # Each size is dumped once first, unmeasured (a fresh host's first dumps are
 # slower: its memory grows on first use), then the modes take turns, --reps
 # times; the table gives each mode's median, and the stall's range.
-# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--csv FILE]
+# usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--server SHAPE:GIB] [--csv FILE]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= csv=${OUT:-/tmp}/bench_cow.csv
+sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= server= csv=${OUT:-/tmp}/bench_cow.csv
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
@@ -44,18 +53,20 @@ while [ $# -gt 0 ]; do
     --csv) csv=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --train) train=$2; shift 2 ;;
-    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--csv FILE]" >&2; exit 2 ;;
+    --server) server=$2; shift 2 ;;
+    *) echo "usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--server SHAPE:GIB] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$PHOS_BUNDLE/gpu/gpu_counter
 # Images on a tmpfs of huge pages (bench_lib.sh), warmed with the largest.
-largest=$( (tr ',' '\n' <<<"$sizes"; [ -n "$train" ] && echo $((train * 1400 + 4096))) | sort -n | tail -n1)  # training holds ~1.3x its GIB (AdamW's temporaries)
+[ -z "$server" ] || [[ $server =~ ^(tiny|1b|8b|13b):[0-9]+$ ]] || { echo "bench_cow.sh: --server SHAPE:GIB (shape tiny, 1b, 8b or 13b)" >&2; exit 2; }
+largest=$( (tr ',' '\n' <<<"$sizes"; [ -n "$train" ] && echo $((train * 1400 + 4096)); [ -n "$server" ] && echo $((${server#*:} * 1024 + 4096))) | sort -n | tail -n1)  # training holds ~1.3x its GIB (AdamW's temporaries)
 source "$here/bench_lib.sh"
 bench_tmpfs bench-cow $(((largest >> 10) + 8))
 export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_cow
-# num PATTERN [N]: the Nth number in the first match of PATTERN in criu's log; empty if none.
+# num PATTERN [N]: the Nth number in the first match of PATTERN in criu's log (digits of the pattern's own words count: "T0: 80.0 GiB in 21.4 ms" has 0, 80.0, 21.4); empty if none.
 num() { { grep -o "$1" "$WORK/dump.log" || true; } | head -n1 | { grep -o '[0-9.]*' || true; } | head -n"${2:-1}" | tail -n1; }
 
 
@@ -85,7 +96,7 @@ for size in ${sizes//,/ }; do
     gbps=$(awk -v m="$size" -v s="$criu_s" 'BEGIN {printf "%.1f", m / 1024 * 1.073741824 / s}')
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
     [ "$mode" = warmup ] && continue
-    row "pattern,$size,$mode,$gap,$criu_s,$gbps,${saved:-0},${waited:-0},${wait_ms:-0},,,$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 2)"
+    row "pattern,$size,$mode,$gap,$criu_s,$gbps,${saved:-0},${waited:-0},${wait_ms:-0},,,$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 3)"
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.$size.$mode.log" 2>/dev/null || true
   done
   kill -9 "$WORKLOAD_PID"; wait_pid_free
@@ -179,6 +190,54 @@ if [ -n "$train" ]; then
   fi
 fi
 
+# 4. An inference server whose KV cache fills the GPU: the stall its client sees.
+server_csv=${csv%.csv}-server.csv
+if [ -n "$server" ]; then
+  shape=${server%:*} server_gib=${server#*:}
+  python=$(python3 -c 'import sys; print(sys.executable)')
+  reqdir=$WORK/server && mkdir -p "$reqdir"
+  declare -A weights_gib=([tiny]=0 [1b]=3 [8b]=16 [13b]=25)
+  kv_gib=$((server_gib - ${weights_gib[$shape]}))
+  [ "$kv_gib" -gt 0 ] || fail "--server $server: GIB must exceed the model's ${weights_gib[$shape]} GiB"
+  (setsid env LD_PRELOAD="$LIBPHOS" "$python" "$here/llama_server.py" --reqdir "$reqdir" --shape "$shape" \
+     --kv-cache-gib "$kv_gib" --kv-written-mib -1 </dev/null >"$reqdir/server.out" 2>&1 &)
+  for _ in $(seq 1200); do [ -s "$reqdir/ready" ] || [ -e "$reqdir/error" ] && break; sleep 0.1; done
+  [ -s "$reqdir/ready" ] || fail "the server did not start: $(tail -n 3 "$reqdir/error" "$reqdir/server.out" 2>/dev/null | tr '\n' ' ')"
+  WORKLOAD_PID=$(awk '$1 == "pid" {print $2}' "$reqdir/ready")
+  used_gib=$(awk '$1 == "gpu_used_bytes" {printf "%.1f", $2 / 2^30}' "$reqdir/ready")
+  say "server $shape: $used_gib GiB of device memory in use"
+  ( "$python" "$here/request_loop.py" "$reqdir" "$reqdir/latency.log" </dev/null >"$reqdir/client.out" 2>&1 & )
+  sleep 5
+  echo "mode,stall_ms,reply_median_ms,reply_max_ms,criu_s,sum_pass_ms,saved_mib,calls_waited,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,replies_wrong" > "$server_csv"
+  for mode in warmup $(for _ in $(seq "$reps"); do echo off auto speculated; done); do
+    rm -rf "$IMG" && mkdir -p "$IMG"
+    sleep 2
+    t0=$(date +%s.%N)
+    cow=auto trust=checksum
+    [ "$mode" = off ] && cow=off
+    [ "$mode" = speculated ] && trust=speculated
+    PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running ||
+      fail "server, copy_on_write=$cow cow_trust=$trust: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1)"
+    t1=$(date +%s.%N)
+    sleep 2
+    cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.server.$mode.log" 2>/dev/null || true
+    [ "$mode" = warmup ] && continue
+    # Replies before the dump: the median; sent or answered while it ran: the longest.
+    median=$(awk -v a="$t0" '$2 < a - 0.05 {printf "%.1f\n", ($2 - $1) * 1000}' "$reqdir/latency.log" | sort -n |
+      awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}')
+    read -r longest wrong < <(awk -v a="$t0" -v b="$t1" '
+      $2 >= a && $1 <= b { l = ($2 - $1) * 1000; if (l > m) m = l }
+      $3 == 0 { w++ }
+      END { printf "%.1f %d\n", m, w }' "$reqdir/latency.log")
+    [ "$wrong" = 0 ] || fail "server, $mode: $wrong replies' tokens differ from the first reply's"
+    saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited')
+    echo "$mode,$(awk -v m="$median" -v l="$longest" 'BEGIN {printf "%.0f", l - m}'),$median,$longest,$(dt "$t0" "$t1"),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 3),${saved:-0},${waited:-0},$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$wrong" >> "$server_csv"
+  done
+  touch "$reqdir/client.stop" "$reqdir/stop"; sleep 1
+  replies=$(wc -l < "$reqdir/latency.log")
+  kill -9 "$WORKLOAD_PID" 2>/dev/null; wait_pid_free
+fi
+
 echo "## off, auto (cow_trust=checksum), speculated, validated and pause: leave-running dumps of the pattern program (images on a tmpfs of huge pages)"
 echo "medians of $reps dumps each"
 echo "| size | mode | stall (program; range) | criu until the image is complete | GB/s | saved copy-on-write | calls waited | driver checkpoint | criu's CPU dump | give-back | T0 fingerprint pass |"
@@ -212,5 +271,13 @@ if [ -n "$train" ]; then
   echo "|---|---|---|---|---|---|---|---|"
   awk -F, 'NR > 1 {printf "| %s | %s ms | %s s | %s ms | %s ms (+%d ms) | %s MiB | %s | %s ms |\n", $1 == "cow" ? "phos copy-on-write" : $1 == "off" ? "phos stopped copy (copy_on_write=off)" : "CRIU cuda plugin", $2, $3, $4, $5, $5 - $4, $6, $7, $8}' "$train_csv"
   [ -z "$cuda_plugin_note" ] || echo "$cuda_plugin_note"
+fi
+if [ -n "$server" ]; then
+  echo
+  echo "## $shape server, its KV cache bringing the GPU to $used_gib GiB (all written), answering one-token requests back to back, dumped with --leave-running"
+  echo "$replies replies, every one's tokens equal to the first's; stall = the longest reply while the dump ran, less the median reply before it"
+  echo "| mode | stall (client) | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  awk -F, 'NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms |\n", $1 == "auto" ? "auto, cow_trust=checksum (default)" : $1 == "off" ? "off (stopped copy)" : "auto, cow_trust=speculated", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' "$server_csv"
 fi
 exit 0

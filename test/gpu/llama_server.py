@@ -91,8 +91,10 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1234, help="seed of the random weights (default 1234)")
     p.add_argument("--kv-cache-frac", type=float, default=0.0,
                    help="preallocate a zeroed KV-cache pool of this fraction of the free GPU memory (default 0)")
+    p.add_argument("--kv-cache-gib", type=float, default=0.0,
+                   help="preallocate a KV-cache pool of this many GiB instead (overrides --kv-cache-frac)")
     p.add_argument("--kv-written-mib", type=int, default=256,
-                   help="MiB at the start of the pool written with random values (default 256)")
+                   help="MiB at the start of the pool written with random values (default 256; -1: all of it)")
     p.add_argument("--warmup-tokens", type=int, default=4, help="tokens of the warm-up generate (default 4)")
     p.add_argument("--warmup-prompt-len", type=int, default=32, help="prompt length of the warm-up (default 32)")
     p.add_argument("--poll-ms", type=float, default=1.0, help="request polling interval, ms (default 1)")
@@ -105,6 +107,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if not 0.0 <= a.kv_cache_frac < 1.0:
         p.error("--kv-cache-frac must be in [0, 1)")
+    if a.kv_cache_gib < 0:
+        p.error("--kv-cache-gib must be >= 0")
     return a
 
 
@@ -232,21 +236,21 @@ class Server:
 
     def kv_cache(self):
         a = self.args
-        if a.protocol_only or a.kv_cache_frac <= 0:
+        if a.protocol_only or (a.kv_cache_frac <= 0 and a.kv_cache_gib <= 0):
             return
         free, _ = torch.cuda.mem_get_info()
-        elems = int(free * a.kv_cache_frac) // 2
+        elems = int(a.kv_cache_gib * 2**30 if a.kv_cache_gib > 0 else free * a.kv_cache_frac) // 2
         # torch.zeros: the pool is written once with zeros; only its start
         # then holds data.
         self.kv = torch.zeros(elems, dtype=torch.bfloat16, device="cuda:0")
-        written = min(elems, a.kv_written_mib * (1 << 20) // 2)
+        written = elems if a.kv_written_mib < 0 else min(elems, a.kv_written_mib * (1 << 20) // 2)
         if written:
             g = torch.Generator(device="cuda:0")
             g.manual_seed(a.seed + 1)
             self.kv[:written].normal_(0.0, 1.0, generator=g)
         torch.cuda.synchronize()
         self.info["kv_cache_bytes"] = elems * 2
-        self.log(f"KV-cache pool: {elems * 2 / 2**30:.2f} GiB ({a.kv_cache_frac} of {free / 2**30:.2f} GiB free), "
+        self.log(f"KV-cache pool: {elems * 2 / 2**30:.2f} GiB ({free / 2**30:.2f} GiB were free), "
                  f"first {written * 2 / 2**20:.0f} MiB written")
 
     def listen(self):

@@ -7,15 +7,15 @@
 #   1. served by phos: the two processes share S, the importer waited on the
 #      owner's interprocess event (as torch.multiprocessing sends one), the
 #      driver saw no IPC call, memory or event
-#   2. a dump: S is stored once (in the owner's image; the importer's image
+#   2. a leave-running dump: the job goes on
+#   3. a process outside the tree that has S open: the dump refuses, naming
+#      the allocation; closed there (cuIpcCloseMemHandle), the dump goes through
+#   4. a dump: S is stored once (in the owner's image; the importer's image
 #      names its mapping, phosctl show prints it); the fake driver still saw
 #      no IPC call
-#   3. the restore maps the owner's restored S into both at their addresses:
+#   5. the restore maps the owner's restored S into both at their addresses:
 #      the owner's writes reach the importer and back (the echo goes on),
 #      the pattern written before the dump is intact in both
-#   4. a leave-running dump of the restored tree: the job goes on
-#   5. a process outside the tree that has S open: the dump refuses, naming
-#      the allocation; closed there (cuIpcCloseMemHandle), the dump goes through
 #   6. an importer whose only device memory is S: dumped and restored, the
 #      echo goes on
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/ipc_client
@@ -53,7 +53,36 @@ no_driver_ipc "before any dump"
   fail "the owner's status does not name its importer: $("$PHOSCTL" status "$WORKLOAD_PID" | grep -i ipc)"
 say "1. shared through phos's IPC handle, the echo runs, the driver saw no IPC call"
 
-# 2. A dump: S stored once.
+# 2. A leave-running dump.
+rm -rf "${IMG:?}"/*
+criu_dump --leave-running || fail "leave-running dump failed: $(criu_errors "$WORK/dump.log")"
+both_ok "after a leave-running dump"
+say "2. leave-running dump: the job goes on"
+
+# 3. A process outside the tree holds S.
+hex=$(cat "$WORK/state.handle")
+(unshare --pid --fork env LD_PRELOAD="$LIBPHOS" "$PHOS_WORKLOAD" "$WORK/outsider" --outsider "$hex" > "$WORK/outsider.out" 2>&1 &)
+for _ in $(seq 100); do grep -q opened "$WORK/outsider.out" && break; sleep 0.05; done
+OUTSIDER=$(pgrep -f "^$PHOS_WORKLOAD $WORK/outsider" || true)
+grep -q opened "$WORK/outsider.out" || fail "the outsider did not open S: $(cat "$WORK/outsider.out")"
+rm -rf "${IMG:?}"/*
+if criu_dump --leave-running; then fail "dumped while a process outside the tree holds S"; fi
+refusal=$(grep -o "phos: Error: .*CUDA IPC.*" "$WORK/dump.log" | head -n1)
+grep -q "its allocation #[0-9]* is open through CUDA IPC in a process outside its pid namespace, which is not in the dumped tree" <<< "$refusal" ||
+  fail "the refusal does not name the allocation and the outsider: $(criu_errors "$WORK/dump.log")"
+both_ok "after the refused dump"
+say "3. refused: $refusal"
+kill -TERM "$OUTSIDER"
+for _ in $(seq 100); do grep -q closed "$WORK/outsider.out" && break; sleep 0.05; done
+grep -q "closed 0" "$WORK/outsider.out" || fail "the outsider did not close S: $(cat "$WORK/outsider.out")"
+rm -rf "${IMG:?}"/*
+criu_dump --leave-running || fail "the dump after the outsider closed S failed: $(criu_errors "$WORK/dump.log")"
+both_ok "after the last dump"
+no_driver_ipc "the whole test"
+say "3. closed there: the dump goes through, the job goes on"
+
+# 4. A dump: S stored once.
+rm -rf "${IMG:?}"/*
 criu_dump || fail "criu dump failed: $(criu_errors "$WORK/dump.log")"
 grep -q "through CUDA IPC: stored once, in its owner's image" "$WORK/dump.log" || fail "the dump does not say S is stored once"
 "$PHOSCTL" show "$IMG" > "$WORK/show.txt" || fail "phosctl show failed"
@@ -77,44 +106,16 @@ assert stored == 12 * mib, stored                             # not 16: S once
 print(f"[ipc_criu] images: owner {len(own)} allocations, importer 1 + IPC mapping of #{m[0]['owner_allocation']}; {stored // mib} MiB in all")
 PY
 no_driver_ipc "the dump"
-say "2. dumped: S stored once, in the owner's image; the importer's names its mapping"
+say "4. dumped: S stored once, in the owner's image; the importer's names its mapping"
 
-# 3. Restored: one memory, mapped into both.
+# 5. Restored: one memory, mapped into both.
 wait_pid_free
 criu_restore || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
 WORKLOAD_PID=$(restored_pid) || fail "no restored process"
 grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || fail "the restore does not say it mapped S into the importer"
 both_ok "after the restore"
 no_driver_ipc "the restore"
-say "3. restored: the owner's writes reach the importer and back through S, the pattern intact in both"
-
-# 4. A leave-running dump of the restored tree.
-rm -rf "${IMG:?}"/*
-criu_dump --leave-running || fail "leave-running dump failed: $(criu_errors "$WORK/dump.log")"
-both_ok "after a leave-running dump"
-say "4. leave-running dump: the job goes on"
-
-# 5. A process outside the tree holds S.
-hex=$(cat "$WORK/state.handle")
-(unshare --pid --fork env LD_PRELOAD="$LIBPHOS" "$PHOS_WORKLOAD" "$WORK/outsider" --outsider "$hex" > "$WORK/outsider.out" 2>&1 &)
-for _ in $(seq 100); do grep -q opened "$WORK/outsider.out" && break; sleep 0.05; done
-OUTSIDER=$(pgrep -f "^$PHOS_WORKLOAD $WORK/outsider" || true)
-grep -q opened "$WORK/outsider.out" || fail "the outsider did not open S: $(cat "$WORK/outsider.out")"
-rm -rf "${IMG:?}"/*
-if criu_dump --leave-running; then fail "dumped while a process outside the tree holds S"; fi
-refusal=$(grep -o "phos: Error: .*CUDA IPC.*" "$WORK/dump.log" | head -n1)
-grep -q "its allocation #[0-9]* is open through CUDA IPC in a process outside its pid namespace, which is not in the dumped tree" <<< "$refusal" ||
-  fail "the refusal does not name the allocation and the outsider: $(criu_errors "$WORK/dump.log")"
-both_ok "after the refused dump"
-say "5. refused: $refusal"
-kill -TERM "$OUTSIDER"
-for _ in $(seq 100); do grep -q closed "$WORK/outsider.out" && break; sleep 0.05; done
-grep -q "closed 0" "$WORK/outsider.out" || fail "the outsider did not close S: $(cat "$WORK/outsider.out")"
-rm -rf "${IMG:?}"/*
-criu_dump --leave-running || fail "the dump after the outsider closed S failed: $(criu_errors "$WORK/dump.log")"
-both_ok "after the last dump"
-no_driver_ipc "the whole test"
-say "5. closed there: the dump goes through, the job goes on"
+say "5. restored: the owner's writes reach the importer and back through S, the pattern intact in both"
 
 # 6. An importer with no memory of its own.
 for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done

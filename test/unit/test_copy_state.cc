@@ -177,12 +177,18 @@ TEST_CASE("copy state: copy-on-write saves a pending chunk once, the engine take
   REQUIRE(s.before_write(0x90000, kChunk, save, 1s).ok());
   CHECK(saves.size() == 2);
 
+  // The engine takes the chunks waiting in the pool first (freeing their
+  // slots), then the rest in order.
   std::vector<Claim> claims;
   while (auto c = s.claim_next()) claims.push_back(*c);
   REQUIRE(claims.size() == 4);
-  CHECK_FALSE(claims[0].pool_slot);
+  REQUIRE(claims[0].pool_slot);
   REQUIRE(claims[1].pool_slot);
-  CHECK(*claims[1].pool_slot == std::get<2>(saves[0]));
+  CHECK(std::set<uint64_t>{claims[0].chunk, claims[1].chunk} == std::set<uint64_t>{1, 2});
+  CHECK(*claims[claims[0].chunk == 1 ? 0 : 1].pool_slot == std::get<2>(saves[0]));
+  CHECK(claims[2].chunk == 0);
+  CHECK_FALSE(claims[2].pool_slot);
+  CHECK(claims[3].chunk == 3);
   for (auto& c : claims) s.copied(c);
   CHECK(s.all_copied());
   CHECK(s.statistics().saved == 2);
@@ -237,6 +243,102 @@ TEST_CASE("copy state: with the pool full, the chunk goes to the engine first an
   s.copied(*c);
   writer.join();
   CHECK(s.statistics().waits == 1);
+}
+
+TEST_CASE("copy state: with the pool full, a write over several chunks asks for all of them before it waits",
+          "[copy_state]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 64 * kChunk}}, 0);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    auto r = s.before_write(0x10000 + 10 * kChunk, 5 * kChunk, no_save, 5s);
+    CHECK(r.ok());
+    CHECK(r->waited >= 1);  // those still being copied when it got to them
+    done = true;
+  });
+  // None copied yet, all five asked for: one round trip, not five.
+  std::vector<Claim> asked;
+  for (int i = 0; i < 2000 && asked.size() < 5; i++) {
+    if (auto c = s.claim_urgent()) asked.push_back(*c);
+    else std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(asked.size() == 5);
+  std::set<uint64_t> chunks;
+  for (const Claim& c : asked) chunks.insert(c.chunk);
+  CHECK(chunks == std::set<uint64_t>{10, 11, 12, 13, 14});
+  CHECK_FALSE(done.load());
+  for (const Claim& c : asked) s.copied(c);
+  writer.join();
+  CHECK(done.load());
+}
+
+TEST_CASE("copy state: a write over chunks being copied saves the others before it waits", "[copy_state]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 4);
+  auto busy = s.claim_next();  // chunk 0, the engine's
+  REQUIRE(busy);
+  REQUIRE(busy->chunk == 0);
+  std::atomic<int> saves{0};
+  std::thread writer([&] {
+    auto r = s.before_write(0x10000, 4 * kChunk, [&](uint64_t, uint64_t, uint32_t) -> Result<void> {
+      saves++;
+      return {};
+    }, 5s);
+    CHECK(r.ok());
+    CHECK(r->saved == 3);
+    CHECK(r->waited == 1);
+  });
+  for (int i = 0; i < 2000 && saves.load() < 3; i++) std::this_thread::sleep_for(1ms);
+  CHECK(saves.load() == 3);  // chunks 1-3 saved while chunk 0 is still being copied
+  s.copied(*busy);
+  writer.join();
+}
+
+TEST_CASE("copy state: a saved chunk put back keeps its place before the rest", "[copy_state]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 8 * kChunk}}, 2);
+  auto save = [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; };
+  REQUIRE(s.before_write(0x10000 + 6 * kChunk, 8, save, 1s).ok());
+  auto c = s.claim_next();
+  REQUIRE(c);
+  CHECK(c->chunk == 6);
+  REQUIRE(c->pool_slot);
+  s.unclaim(*c);
+  auto again = s.claim_next();
+  REQUIRE(again);
+  CHECK(again->chunk == 6);
+  CHECK(again->pool_slot == c->pool_slot);
+  s.copied(*again);
+  CHECK(drain(s) == 7);
+  CHECK(s.all_copied());
+}
+
+TEST_CASE("copy state: claims stay within the table when the pool's chunk list is scribbled on",
+          "[copy_state][scribble]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 8 * kChunk}}, 4);
+  auto save = [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; };
+  REQUIRE(s.before_write(0x10000 + 2 * kChunk, 8, save, 1s).ok());
+  // The application writes over the pool's list (Header::in_pool_offset at
+  // byte 184): nonsense, and a chunk that is not in the pool.
+  struct stat st {};
+  REQUIRE(::fstat(s.fd(), &st) == 0);
+  void* map = ::mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, s.fd(), 0);
+  REQUIRE(map != MAP_FAILED);
+  uint64_t at = 0;
+  std::memcpy(&at, static_cast<std::byte*>(map) + 184, 8);
+  REQUIRE(at + 16 <= uint64_t(st.st_size));
+  auto* list = reinterpret_cast<uint32_t*>(static_cast<std::byte*>(map) + at);
+  CHECK(list[0] == 3);  // chunk 2, + 1, in slot 0
+  const uint32_t lies[4] = {0xffffffffu, 6, 9, 0x7fffffffu};  // chunk 5 is pending, not in slot 1
+  std::memcpy(list, lies, sizeof lies);
+  const uint64_t many = ~uint64_t(0);
+  std::memcpy(static_cast<std::byte*>(map) + 192, &many, 8);
+  std::set<uint64_t> seen;
+  while (auto c = s.claim_next()) {
+    CHECK(c->chunk < 8);
+    CHECK((!c->pool_slot || *c->pool_slot < 4));
+    seen.insert(c->chunk);
+    s.copied(*c);
+  }
+  CHECK(seen.size() == 8);
+  ::munmap(map, size_t(st.st_size));
 }
 
 TEST_CASE("copy state: a failed save or a wait past its time aborts the window", "[copy_state]") {

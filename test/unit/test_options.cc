@@ -203,6 +203,18 @@ TEST_CASE("options: write_behind is auto by default, off from the file or PHOS_W
 using phos::agent::CopyTrust;
 using CopyOnWrite = PluginOptions::CopyOnWrite;
 
+TEST_CASE("options: restore_overlap is on by default, off from the file or PHOS_RESTORE_OVERLAP", "[options]") {
+  CHECK(parse("").options.restore_overlap);
+  CHECK_FALSE(parse("restore_overlap = off\n").options.restore_overlap);
+  CHECK_FALSE(parse("", {{"PHOS_RESTORE_OVERLAP", "off"}}).options.restore_overlap);
+  CHECK(parse("restore_overlap = off\n", {{"PHOS_RESTORE_OVERLAP", "on"}}).options.restore_overlap);
+  auto bad = parse("restore_overlap = later\n");
+  CHECK(bad.options.restore_overlap);
+  REQUIRE(bad.warnings.size() == 1);
+  CHECK(bad.warnings[0] == "phos.conf:1: restore_overlap = later: expected on or off; ignored");
+  CHECK(parse("restore_overlap = off\n").options.describe().find("restore_overlap=off") != std::string::npos);
+}
+
 TEST_CASE("options: copy-on-write defaults", "[options][cow]") {
   auto p = parse("");
   CHECK(p.options.copy_on_write == CopyOnWrite::kAuto);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <memory>
 #include <thread>
 
 #include "phos/plugin/proc.h"
@@ -177,4 +178,21 @@ TEST_CASE("proc: the dumped tree's root from criu's command line", "[proc]") {
   CHECK_FALSE(argv_tree_root({"criu", "dump", "-t"}));
   CHECK_FALSE(argv_tree_root({"criu", "dump", "-t", "x1"}));
   CHECK_FALSE(argv_tree_root({"criu", "dump", "-D", "img", "--", "-t", "5"}));
+}
+
+TEST_CASE("proc: resident memory grows with pages touched, nothing for a process gone", "[proc]") {
+  using phos::plugin::resident_bytes;
+  auto before = resident_bytes(::getpid());
+  REQUIRE(before.has_value());
+  CHECK(*before > 0);
+  constexpr size_t kBytes = 64 << 20;
+  std::unique_ptr<char[]> block(new char[kBytes]);
+  for (size_t i = 0; i < kBytes; i += 4096) block[i] = char(i);
+  auto after = resident_bytes(::getpid());
+  REQUIRE(after.has_value());
+  CHECK(*after >= *before + kBytes / 2);
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  CHECK_FALSE(resident_bytes(child).has_value());
 }

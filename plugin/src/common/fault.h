@@ -8,6 +8,11 @@
 //   stall-in-fill           a restore's fill of device memory holds for 60 s
 //                           once its memory is allocated (a test kills criu
 //                           mid-restore)
+//   slow-memory-create      a restore's creation of device memory holds
+//                           for 1.5 s first (criu restores the CPU side
+//                           before the memory exists)
+//   fail-memory-create      a restore's last allocation cannot be created
+//                           (CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU)
 //   slow-fill               an on-demand restore fills one chunk per 20 ms
 //                           per worker, except those a call waits for (a
 //                           test's calls meet memory not yet in)

@@ -78,6 +78,7 @@ std::string set_chunk_mib(PluginOptions& o, std::string_view v) {
 constexpr Choice<bool> kOnOff[] = {{"on", true}, {"off", false}};
 std::string set_gpu_checksums(PluginOptions& o, std::string_view v) { return parse_choice(v, kOnOff, o.gpu_checksums); }
 std::string set_driver_parallel(PluginOptions& o, std::string_view v) { return parse_choice(v, kOnOff, o.driver_parallel); }
+std::string set_restore_overlap(PluginOptions& o, std::string_view v) { return parse_choice(v, kOnOff, o.restore_overlap); }
 
 constexpr Choice<bool> kAutoOff[] = {{"auto", true}, {"off", false}};
 std::string set_write_behind(PluginOptions& o, std::string_view v) { return parse_choice(v, kAutoOff, o.write_behind); }
@@ -151,6 +152,7 @@ constexpr Key kKeys[] = {
     {"gpu_map", "PHOS_GPU_MAP", set_gpu_map},
     {"gpu_checksums", "PHOS_GPU_CHECKSUMS", set_gpu_checksums},
     {"driver_parallel", "PHOS_DRIVER_PARALLEL", set_driver_parallel},
+    {"restore_overlap", "PHOS_RESTORE_OVERLAP", set_restore_overlap},
     {"write_behind", "PHOS_WRITE_BEHIND", set_write_behind},
     {"copy_on_write", "PHOS_COPY_ON_WRITE", set_copy_on_write},
     {"cow_pool_mib", "PHOS_COW_POOL_MIB", set_cow_pool_mib},
@@ -258,6 +260,7 @@ std::string PluginOptions::describe() const {
          " zstd_level=" + std::to_string(zstd_level) + " chunk_mib=" + std::to_string(chunk_mib) +
          " gpu_map=" + describe_gpu_map(gpu_map) + " gpu_checksums=" + std::string(choice_word(kOnOff, gpu_checksums)) +
          " driver_parallel=" + std::string(choice_word(kOnOff, driver_parallel)) +
+         " restore_overlap=" + std::string(choice_word(kOnOff, restore_overlap)) +
          " write_behind=" + std::string(choice_word(kAutoOff, write_behind)) +
          " copy_on_write=" + std::string(choice_word(kCopyOnWrite, copy_on_write)) +
          " cow_pool_mib=" + std::to_string(cow_pool_mib) +

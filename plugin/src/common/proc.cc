@@ -54,6 +54,14 @@ Result<pid_t> ns_pid(pid_t pid) {
   return make_error("/proc/" + std::to_string(pid) + "/status has no NSpid line");
 }
 
+std::vector<pid_t> thread_ids(pid_t pid) {
+  std::vector<pid_t> out;
+  auto tids = list_dir("/proc/" + std::to_string(pid) + "/task");
+  if (!tids) return out;
+  for (const std::string& tid : *tids) out.push_back(pid_t(std::stol(tid)));
+  return out;
+}
+
 std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;
   std::string task = "/proc/" + std::to_string(pid) + "/task";
@@ -81,6 +89,14 @@ std::optional<uint64_t> start_time_of(pid_t pid) {
   for (int i = 3; i <= 22 && (in >> field); i++)
     if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
   return std::nullopt;
+}
+
+std::optional<uint64_t> resident_bytes(pid_t pid) {
+  auto status = read_text("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return std::nullopt;
+  auto at = status->find("\nVmRSS:");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtoull(status->c_str() + at + 7, nullptr, 10) * 1024;  // "VmRSS:   123 kB"
 }
 
 Result<pid_t> tracer_of(pid_t pid, pid_t tid) {

@@ -203,7 +203,19 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     std::promise<CopyPlan> decided;
     t.plan = decided.get_future();
     std::future<void> go = t.write_go.get_future();
-    t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go)]() mutable {
+    // Memory other processes map (CUDA IPC) is copied once every process
+    // of the tree is paused: until then they may still write it.
+    const bool wait_tree = !t.status.ipc_exports.empty();
+    t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go),
+                            wait_tree, tree_paused = tree_paused_]() mutable {
+      if (wait_tree) {
+        tree_paused.wait();
+        if (t.abandoned) {
+          decided.set_value(CopyPlan{});
+          t.copied = make_error("the dump failed; its image is not written", ECANCELED);
+          return;
+        }
+      }
       const CopyPlan plan = want ? choose_copy(t) : CopyPlan{};
       decided.set_value(plan);
       // A copy-on-write copy waits for the process to run again too, unless
@@ -555,6 +567,7 @@ void Checkpointer::let_write(Target& t) {
 }
 
 Result<void> Checkpointer::copy_done(Target& t) {
+  tree_is_paused();  // a copier waiting for it goes on (or gives up, abandoned)
   let_write(t);
   if (t.copier.joinable()) t.copier.join();
   t.save.reset();
@@ -579,11 +592,23 @@ Result<void> Checkpointer::check_ipc() {
   return {};
 }
 
+void Checkpointer::tree_is_paused() {
+  if (tree_paused_given_) return;
+  tree_paused_given_ = true;
+  tree_paused_promise_.set_value();
+}
+
 Result<bool> Checkpointer::checkpoint(pid_t pid) {
   auto it = targets_.find(pid);
   if (it == targets_.end()) return false;
   Target& t = it->second;
-  if (!ipc_checked_) ipc_checked_ = check_ipc();
+  if (!ipc_checked_) {
+    // criu pauses every process before it checkpoints any.
+    ipc_checked_ = check_ipc();
+    if (!*ipc_checked_)
+      for (auto& [p, other] : targets_) other.abandoned = true;  // no copy of shared memory starts
+    tree_is_paused();
+  }
   if (!*ipc_checked_) return ipc_checked_->error();
   // The driver checkpoint (a fixed cost) runs while the engine copies:
   // the process let go of its memory at PAUSE, so the two do not meet.
@@ -659,11 +684,21 @@ void Checkpointer::driver_checkpoints() {
     taking(pid, t, kDriverCheckpointed);
     pids.push_back(pid);
   }
+  // What the driver's checkpoint moves into each process's memory (its
+  // device state once phos's memory is released: contexts, modules,
+  // libraries' device memory), which criu then dumps with the CPU pages.
+  std::vector<std::optional<uint64_t>> rss_before;
+  for (pid_t pid : pids) rss_before.push_back(resident_bytes(pid));
   const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   std::vector<bool> checkpointed;
   auto results = driver_checkpoint_all(pids, options_.driver_parallel, &checkpointed);
   const uint64_t took = clock_ns(CLOCK_MONOTONIC) - t0;
   for (size_t i = 0; i < pids.size(); i++) {
+    auto rss_after = resident_bytes(pids[i]);
+    if (results[i] && rss_before[i] && rss_after)
+      PHOS_INFO("process %d: driver checkpoint %.1f ms; resident memory %.1f -> %.1f MiB (%+.1f MiB: the driver's device state)",
+                pids[i], double(took) / 1e6, double(*rss_before[i]) / (1 << 20), double(*rss_after) / (1 << 20),
+                (double(*rss_after) - double(*rss_before[i])) / (1 << 20));
     Target& t = targets_.at(pids[i]);
     t.driver_checkpointed = results[i];
     // Not checkpointed: still locked, an unlock gives it back. Checkpointed
@@ -713,7 +748,12 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
       held = opened && !*opened;
       return opened;
     };
-  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, before_resume);
+  GiveBackTimes parts;
+  // A driver restore made with the other processes' (driver_restores())
+  // counts as this one's, up to this process's turn (the give-backs before
+  // it in this loop included).
+  if (t.give_back_at_ns) parts.driver_ns = clock_ns(CLOCK_MONOTONIC) - t.give_back_at_ns;
+  auto r = give_back_gpu_state(pid, t.taken, t.allocations, t.fds, options_.agent_timeout_ms, before_resume, &parts);
   if (r && held) {
     // Outside the agent's session: the copy may outlast its idle timeout.
     r = copy_done(t);
@@ -736,12 +776,14 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
     std::snprintf(nccl, sizeof(nccl), " (NCCL release %.1f ms)", double(t.nccl_release_ns) / 1e6);
   PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms%s, allocations, release and the driver's lock %.1f ms, "
             "criu's freeze %.1f ms, driver checkpoint %.1f ms, the rest of the copy %.1f ms, criu's CPU dump %.1f ms, "
-            "give-back (driver restore, remap%s) %.1f ms",
+            "give-back (driver restore, remap%s) %.1f ms: driver restore and unlock %.1f ms, the agent's remap %.1f "
+            "ms, %sgate %.1f ms",
             pid, ms(t.paused_at_ns, t.resumed_at_ns), double(t.manifest.statistics.quiesce_ns) / 1e6, nccl,
             ms(quiesced, t.paused_done_ns),
             std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
             double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),
-            t.copy_on_write() ? ", copy window" : "", ms(t0, t.resumed_at_ns));
+            t.copy_on_write() ? ", copy window" : "", ms(t0, t.resumed_at_ns), double(parts.driver_ns) / 1e6,
+            double(parts.remap_ns) / 1e6, t.copy_on_write() ? "copy window and " : "", double(parts.resume_ns) / 1e6);
 }
 
 Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
@@ -997,6 +1039,9 @@ bool Checkpointer::job_verdict(bool dump_succeeded) {
 
 bool Checkpointer::finish(bool dump_succeeded) {
   bool pending = false, handed_over = false;
+  if (!dump_succeeded)
+    for (auto& [pid, t] : targets_) t.abandoned = true;
+  tree_is_paused();
   if (job_) dump_succeeded = job_verdict(dump_succeeded);
   if (!dump_succeeded)
     for (const auto& job : nccl_jobs_) abandon_nccl_job(job);

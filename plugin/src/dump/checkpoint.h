@@ -204,6 +204,12 @@ class Checkpointer {
   // of them are paused: the first CHECKPOINT_DEVICES does it.
   Result<void> check_ipc();
   std::optional<Result<void>> ipc_checked_;
+  // Every process of the tree is paused (the first CHECKPOINT_DEVICES), or
+  // the dump ends: the copies of memory shared through CUDA IPC wait for it.
+  void tree_is_paused();
+  std::promise<void> tree_paused_promise_;
+  std::shared_future<void> tree_paused_ = tree_paused_promise_.get_future().share();
+  bool tree_paused_given_ = false;
   // Copy-on-write: opens the process's copy window (before its gate opens).
   // false: it cannot have one (the reason is logged), and must stay stopped
   // until its memory is copied.

@@ -1167,7 +1167,10 @@ Result<std::unique_ptr<Engine::LoadJob>> Engine::prepare_load(const image::Manif
     CUcontext ctx = context(device, err);
     if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
       return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
-    if (CUresult r = create_exportable(job->handles[i], a.size, device); r != CUDA_SUCCESS)
+    // A test's GPU without room: the driver's own error, at the last allocation.
+    const bool refused = i + 1 == m.allocations.size() && fault("fail-memory-create");
+    if (CUresult r = refused ? CUDA_ERROR_OUT_OF_MEMORY : create_exportable(job->handles[i], a.size, device);
+        r != CUDA_SUCCESS)
       return make_error(cu_.error(("device " + std::to_string(device) + ": allocate " + std::to_string(a.size) +
                                    " bytes for allocation " + std::to_string(a.id)).c_str(), r),
                         ENOMEM);

@@ -7,11 +7,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "driver/driver_checkpoint.h"
 #include "common/fault.h"
+#include "common/traced_kill.h"
 #include "phos/plugin/log.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/proc.h"
@@ -64,34 +67,19 @@ Result<void> Restorer::load() {
     if (m.kept) {
       PHOS_TRY(take_kept(vpid, l));
     } else if (!m.devices.empty() || !m.allocations.empty()) {
-      if (!engine_) {
-        auto engine = Engine::start(EngineSettings::from(options_));
-        if (!engine) return make_error(l.image.manifest_name + ": " + engine.error().message, engine.error().code);
-        engine_ = std::move(*engine);
-      }
-      auto placement = engine_->place_devices(m, l.image.manifest_name, options_.gpu_map, l.host);
-      if (!placement) return placement.error();
-      l.placement = std::move(*placement);
-      for (const auto& p : l.placement)
-        if (p.moved())
-          PHOS_INFO("%s: device %u (%s) restored onto GPU %d (%s)", l.image.manifest_name.c_str(), p.image_ordinal,
-                    format_gpu_uuid(p.image_uuid).c_str(), p.host_ordinal, format_gpu_uuid(p.host_uuid).c_str());
-      auto job = engine_->prepare_load(m, l.placement);
-      if (!job) return make_error(l.image.manifest_name + ": " + job.error().message, job.error().code);
-      l.job = std::move(*job);
-      if (lazy_) {
-        // The allocations the recorded launches touched first (the dump's
-        // quiesce reply); empty where nothing was recorded.
-        const std::vector<uint64_t>& first = m.fill_order;
-        if (auto opened = engine_->open_fill(*l.job, first); !opened)
-          return make_error(l.image.manifest_name + ": " + opened.error().message, opened.error().code);
-        PHOS_INFO("%s: on-demand restore: %zu allocations in the recorded order first, then the rest",
-                  l.image.manifest_name.c_str(), first.size());
-      }
-      l.created_ns = since_init_ns();
+      l.needs_memory = true;
+      l.stage = Stage::kLoaded;
     }
     PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
               m.devices.size(), m.allocations.size(), m.writer_version.c_str());
+  }
+  const bool any_memory = std::any_of(images_.begin(), images_.end(), [](const auto& e) { return e.second.needs_memory; });
+  if (!options_.restore_overlap) {
+    // The order before: criu waits for the memory; a failure stops the
+    // restore before a process exists.
+    prepare_all();
+    for (auto& [vpid, l] : images_)
+      if (!l.prepared) return l.prepared.error();
   }
   // Every phos process needs its driver restore at RESUME_DEVICES_LATE,
   // GPU memory or not: the keeper watches from here on.
@@ -105,13 +93,113 @@ Result<void> Restorer::load() {
     } else
       PHOS_WARN("%s: if criu dies during this restore, a process it leaves half-restored stays", k.error().message.c_str());
   }
-  if (engine_) filler_ = std::thread([this] { fill_all(); });
+  // The GPUs placed, the memory created and filled while criu restores the
+  // CPU side (with restore_overlap): a failure here fails the process's
+  // RESUME_DEVICES_LATE, which kills it before it runs.
+  if (any_memory)
+    filler_ = std::thread([this] {
+      if (options_.restore_overlap) prepare_all();
+      fill_all();
+    });
   for (auto& [vpid, l] : images_)
     if (l.kept && !l.image.manifest.devices.empty()) {
       kept_placer_ = std::thread([this] { place_kept(); });
       break;
     }
+  init_done_ns_ = since_init_ns();
   return {};
+}
+
+Result<void> Restorer::start_engine() {
+  if (engine_) return {};
+  auto engine = Engine::start(EngineSettings::from(options_));
+  if (!engine) return engine.error();
+  engine_ = std::move(*engine);
+  return {};
+}
+
+Result<void> Restorer::place(Loaded& l) {
+  const image::Manifest& m = l.image.manifest;
+  if (auto started = start_engine(); !started)
+    return make_error(l.image.manifest_name + ": " + started.error().message, started.error().code);
+  auto placement = engine_->place_devices(m, l.image.manifest_name, options_.gpu_map, l.host);
+  if (!placement) return placement.error();
+  l.placement = std::move(*placement);
+  for (const auto& p : l.placement)
+    if (p.moved())
+      PHOS_INFO("%s: device %u (%s) restored onto GPU %d (%s)", l.image.manifest_name.c_str(), p.image_ordinal,
+                format_gpu_uuid(p.image_uuid).c_str(), p.host_ordinal, format_gpu_uuid(p.host_uuid).c_str());
+  l.placed_ns = since_init_ns();
+  return {};
+}
+
+Result<void> Restorer::create(Loaded& l) {
+  const image::Manifest& m = l.image.manifest;
+  if (fault("slow-memory-create")) {
+    PHOS_WARN("fault injection (PHOS_FAULT): the creation of %s's device memory holds for 1.5 s",
+              l.image.manifest_name.c_str());
+    ::usleep(1'500'000);
+  }
+  auto job = engine_->prepare_load(m, l.placement);
+  if (!job) return make_error(l.image.manifest_name + ": " + job.error().message, job.error().code);
+  l.job = std::move(*job);
+  if (lazy_) {
+    // The allocations the recorded launches touched first (the dump's
+    // quiesce reply); empty where nothing was recorded.
+    const std::vector<uint64_t>& first = m.fill_order;
+    if (auto opened = engine_->open_fill(*l.job, first); !opened)
+      return make_error(l.image.manifest_name + ": " + opened.error().message, opened.error().code);
+    PHOS_INFO("%s: on-demand restore: %zu allocations in the recorded order first, then the rest",
+              l.image.manifest_name.c_str(), first.size());
+  }
+  l.created_ns = since_init_ns();
+  PHOS_INFO("%s: GPU memory created at %.1f ms after the plugin's init (%zu allocations)", l.image.manifest_name.c_str(),
+            ms(l.created_ns), m.allocations.size());
+  return {};
+}
+
+// All placements first: a process's driver restore waits only for its
+// GPUs' placement, not for other images' memory.
+void Restorer::prepare_all() {
+  for (auto& [vpid, l] : images_) {
+    if (!l.needs_memory) continue;
+    if (auto placed = place(l); !placed) {
+      // Without overlap the init reports it, now; with it, the process's
+      // resume fails on it later.
+      if (options_.restore_overlap) PHOS_ERR("cannot restore: %s", placed.error().message.c_str());
+      advance(l, Stage::kDone, placed);
+    } else {
+      advance(l, Stage::kPlaced);
+    }
+  }
+  for (auto& [vpid, l] : images_) {
+    {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      if (l.stage != Stage::kPlaced) continue;
+    }
+    if (auto created = create(l); !created) {
+      if (options_.restore_overlap) PHOS_ERR("cannot restore: %s", created.error().message.c_str());
+      l.job.reset();  // by the thread that made it
+      advance(l, Stage::kDone, created);
+    } else {
+      advance(l, Stage::kCreated);
+    }
+  }
+}
+
+void Restorer::advance(Loaded& l, Stage stage, Result<void> failed) {
+  {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    l.stage = stage;
+    if (!failed) l.prepared = std::move(failed);
+  }
+  stage_cv_.notify_all();
+}
+
+Result<void> Restorer::wait_for(Loaded& l, Stage stage) {
+  std::unique_lock<std::mutex> lock(stage_mu_);
+  stage_cv_.wait(lock, [&] { return l.stage >= stage; });
+  return l.prepared;
 }
 
 void Restorer::place_kept() {
@@ -185,14 +273,17 @@ void Restorer::fill_all() {
     ::sleep(60);
   }
   for (auto& [vpid, l] : images_) {
-    if (!l.job) continue;
+    if (!l.job) continue;  // none, or its creation failed
+    l.fill_from_ns = since_init_ns();
     auto fds = engine_->run_load(dirfd_, *l.job);
     l.filled_ns = since_init_ns();
     if (!fds) l.filled = make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
     if (!l.job->fill) {
       if (fds) l.fds = std::move(*fds);
+      advance(l, Stage::kDone);
       continue;
     }
+    advance(l, Stage::kDone);
     // On-demand: the table says how it ended (an aborted one lets no call
     // go on), then the process's window.
     l.job->fill->close(fds ? copystate::Window::kClosed : copystate::Window::kAborted);
@@ -236,6 +327,7 @@ void Restorer::driver_restores() {
       if (kept_placer_.joinable()) kept_placer_.join();  // where its GPUs went
       if (!l.filled) continue;  // its resume fails, saying why
     }
+    if (!wait_for(l, Stage::kPlaced)) continue;  // likewise
     restores.push_back({pid, driver_pairs(l)});
     loaded.push_back(&l);
   }
@@ -245,46 +337,62 @@ void Restorer::driver_restores() {
     std::lock_guard<std::mutex> lock(window_mu_);
     for (const auto& r : restores) (void)keeper_->restoring(r.pid, false);
   }
-  const uint64_t t0 = monotonic_ns();
+  const uint64_t t0 = monotonic_ns(), from = since_init_ns();
   auto results = driver_restore_and_unlock_all(restores, options_.driver_parallel);
   const uint64_t took = monotonic_ns() - t0;
   for (size_t i = 0; i < restores.size(); i++) {
     loaded[i]->driver_restored = results[i];
     loaded[i]->driver_ns = took;
+    loaded[i]->driver_from_ns = from;
+    loaded[i]->driver_to_ns = from + took;
   }
   PHOS_INFO("driver restore of %zu processes %s: %.1f ms", restores.size(),
             options_.driver_parallel ? "at once" : "one after another", double(took) / 1e6);
 }
 
+Result<void> Restorer::driver_restore(pid_t pid, Loaded& l) {
+  if (l.driver_restored) return *l.driver_restored;  // made with the other processes'
+  if (!on_gpu(l.image.manifest) || !has_driver_state(pid)) return {};
+  // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
+  auto pairs = driver_pairs(l);
+  PHOS_INFO("process %d: driver restore%s", pid, pairs.empty() ? "" : " onto the mapped GPUs");
+  const uint64_t t = monotonic_ns();
+  l.driver_from_ns = since_init_ns();
+  PHOS_TRY(driver_restore_and_unlock(pid, pairs));
+  l.driver_ns = monotonic_ns() - t;
+  l.driver_to_ns = since_init_ns();
+  PHOS_INFO("process %d: driver restored and unlocked", pid);
+  return {};
+}
+
 Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   const uint64_t hook_ns = since_init_ns();
-  const bool lazy = l.job && l.job->fill;
+  const bool lazy = lazy_ && l.needs_memory;
   if (l.kept && kept_placer_.joinable()) kept_placer_.join();  // its placement (l.filled says if it failed)
-  if (!lazy && (l.job || !l.image.manifest.ipc_mappings.empty())) {
+  auto failed = [](const Error& e) {
+    PHOS_ERR("cannot restore: %s", e.message.c_str());
+    return e;
+  };
+  // The driver's restore needs only where the GPUs went: with
+  // restore_overlap it runs while the memory is still being created and
+  // filled. (A placement or creation that failed was logged by the thread.)
+  if (l.needs_memory) PHOS_TRY(wait_for(l, Stage::kPlaced));
+  if (l.kept && !l.filled) return failed(l.filled.error());
+  if (options_.restore_overlap) PHOS_TRY(driver_restore(pid, l));
+  if (lazy) {
+    PHOS_TRY(wait_for(l, Stage::kCreated));
+  } else if (l.needs_memory || !l.image.manifest.ipc_mappings.empty()) {
     // All images filled (criu calls this hook one process at a time): the
-    // owners of its IPC mappings too.
+    // owners of its CUDA IPC mappings too.
     if (filler_.joinable()) filler_.join();
     l.job.reset();
+    PHOS_TRY(l.prepared);
+    if (!l.filled) return failed(l.filled.error());
   }
   // On-demand: the fill's end is checked under window_mu_ before the gate
   // opens (the filling thread writes l.filled).
-  if (!lazy) {
-    if (!l.filled) PHOS_ERR("cannot restore: %s", l.filled.error().message.c_str());
-    PHOS_TRY(l.filled);
-  }
   const uint64_t waited_ns = since_init_ns();
-  uint64_t driver_ns = l.driver_ns;
-  if (l.driver_restored) {
-    PHOS_TRY(*l.driver_restored);
-  } else if (on_gpu(l.image.manifest) && has_driver_state(pid)) {
-    // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
-    auto pairs = driver_pairs(l);
-    PHOS_INFO("process %d: driver restore%s", pid, pairs.empty() ? "" : " onto the mapped GPUs");
-    const uint64_t t = monotonic_ns();
-    PHOS_TRY(driver_restore_and_unlock(pid, pairs));
-    driver_ns = monotonic_ns() - t;
-    PHOS_INFO("process %d: driver restored and unlocked", pid);
-  }
+  if (!options_.restore_overlap) PHOS_TRY(driver_restore(pid, l));
   const auto& recorded = l.image.manifest.allocations;
   std::vector<agent::Allocation> allocs(recorded.begin(), recorded.end());  // without their chunks
   const auto& shared = l.image.manifest.ipc_mappings;
@@ -314,21 +422,40 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
     l.gate_asked_open = true;
     return c.resume();
   }));
-  // criu's log stamps each line with the time since criu started.
-  const uint64_t bytes = [&] {
-    uint64_t b = 0;
-    for (const auto& a : l.image.manifest.allocations) b += a.size;
-    return b;
-  }();
+  log_breakdown(pid, l, lazy, hook_ns, waited_ns, l.driver_ns, remap_ns);
+  return {};
+}
+
+// criu's log stamps each line with the time since criu started; these are
+// since the plugin's init. The first part keeps its old form (scripts read
+// it: bench_coldstart.sh, job_breakdown.py); the second says what ran
+// beside what, and what the gate waited for last.
+void Restorer::log_breakdown(pid_t pid, const Loaded& l, bool lazy, uint64_t hook_ns, uint64_t waited_ns,
+                             uint64_t driver_ns, uint64_t remap_ns) const {
+  uint64_t bytes = 0;
+  for (const auto& a : l.image.manifest.allocations) bytes += a.size;
+  std::string rate;
+  if (!lazy && l.filled_ns && bytes && l.filled_ns > l.fill_from_ns)
+    rate = " at " + std::to_string(double(bytes) / double(l.filled_ns - l.fill_from_ns)) + " GB/s";
+  const std::string filled = lazy ? "behind the running process" : std::to_string(ms(l.filled_ns));
+  // What the gate's opening waited for last: criu's CPU restore (its hook),
+  // the driver's restore, or the memory (created, then filled).
+  const uint64_t driver_end = l.driver_to_ns;  // 0: none made
+  const uint64_t memory_end = lazy ? l.created_ns : l.filled_ns;
+  const char* bound = !l.needs_memory ? "criu's CPU restore"
+                      : memory_end > std::max(hook_ns, driver_end)
+                          ? (lazy ? "the GPU memory's creation" : "the GPU data fill")
+                      : driver_end > hook_ns ? "the driver restore"
+                                             : "criu's CPU restore";
+  char driver[96] = "none";
+  if (driver_end) std::snprintf(driver, sizeof(driver), "%.1f-%.1f", ms(l.driver_from_ns), ms(driver_end));
   PHOS_INFO("process %d: restore breakdown (ms after the plugin's init): GPU memory created %.1f, filled %s "
             "(%.1f MiB%s), resume hook %.1f, waited for the fill until %.1f, driver restore %.1f ms, remap %.1f ms, "
-            "gate open %.1f",
-            pid, ms(l.created_ns), lazy ? "behind the running process" : std::to_string(ms(l.filled_ns)).c_str(),
-            double(bytes) / (1 << 20),
-            lazy || !l.filled_ns || !bytes || l.filled_ns <= l.created_ns ? ""
-                                 : (" at " + std::to_string(double(bytes) / double(l.filled_ns - l.created_ns)) + " GB/s").c_str(),
-            ms(hook_ns), ms(waited_ns), ms(driver_ns), ms(remap_ns), ms(since_init_ns()));
-  return {};
+            "gate open %.1f; overlap=%s: init returned %.1f, GPUs placed %.1f, fill %.1f-%.1f, criu's CPU restore "
+            "done %.1f, driver restore %s; the gate waited last for %s",
+            pid, ms(l.created_ns), filled.c_str(), double(bytes) / (1 << 20), rate.c_str(), ms(hook_ns), ms(waited_ns),
+            ms(driver_ns), ms(remap_ns), ms(since_init_ns()), options_.restore_overlap ? "on" : "off",
+            ms(init_done_ns_), ms(l.placed_ns), ms(l.fill_from_ns), ms(l.filled_ns), ms(hook_ns), driver, bound);
 }
 
 Result<void> Restorer::open_fill_window(pid_t pid, Loaded& l, AgentClient& c) {
@@ -464,7 +591,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     // CRIU only logs a failing RESUME_DEVICES_LATE and would let the process
     // run on without its GPU state: it must not run at all.
     PHOS_ERR("process %d: restore of GPU state failed: %s; killing it", pid, r.error().message.c_str());
-    ::kill(pid, SIGKILL);
+    kill_traced(pid);  // criu then fails the restore, and must not hang in it
     failed_ = true;
     // Kept for another restore, unless the process may have run on it.
     if (it->second.kept) (void)it->second.kept->taken(false, it->second.gate_asked_open);

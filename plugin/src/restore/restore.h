@@ -1,19 +1,26 @@
 // The restore side of the plugin: one Restorer per `criu restore`.
 //
 //   init(RESTORE)            every GPU image in the directory is read and
-//                            checked, the GPUs too, and its device memory is
-//                            created: a problem there stops the restore
-//                            before CRIU creates a process. A thread then
-//                            fills the memory while criu restores the CPU
-//                            side
-//   RESUME_DEVICES_LATE(pid) the restored process is still stopped: once its
-//                            memory is filled, the driver restores and
-//                            unlocks it, its agent maps the memory at the
-//                            original addresses and opens the gate; on
-//                            failure (a chunk that fails its checksum, too)
-//                            the process is killed, never left running, and
+//                            checked (a problem there stops the restore
+//                            before CRIU creates a process); a thread
+//                            started there places each image's GPUs,
+//                            creates its device memory and fills it, while
+//                            criu restores the CPU side (restore_overlap)
+//   RESUME_DEVICES_LATE(pid) the restored process is still stopped: the
+//                            driver restores and unlocks it (once its GPUs
+//                            are placed, without waiting for the fill);
+//                            once its memory is filled, its agent maps the
+//                            memory at the original addresses and opens
+//                            the gate. On failure (memory that could not be
+//                            created, a chunk that fails its checksum) the
+//                            process is killed, never left running, and
 //                            criu's exit status says so (failed()); if criu
 //                            dies meanwhile, phos-keeper ends the process
+//
+// With restore_overlap=off the init creates the memory itself (criu waits
+// for it) and the driver restore waits for the fill: the order before, kept
+// to measure against. The breakdown line of each process says which parts
+// overlapped and which bound the gate's opening.
 //
 // A migration's image (KeptMemory in the manifest) has no data files: at
 // init its memory is taken from the phos-keeper that kept it since the dump,
@@ -22,17 +29,18 @@
 // restored (it lets go) or not (it keeps the memory for another restore).
 //
 // On-demand (lazy_restore): the fill runs on after RESUME_DEVICES_LATE. The
-// process gets its memory before it is filled, with a fill window
-// (copy_state.h, kOnDemandFill) through which each of its calls waits for what it
-// uses. The filling thread closes the window once the fill ends (criu
-// without -d waits for the process before its exit hooks run), or ends the
-// process where its memory could not be filled; finish(), at criu's exit,
-// waits for that thread.
+// process gets its memory before it is filled (once it is created), with a
+// fill window (copy_state.h, kOnDemandFill) through which each of its calls
+// waits for what it uses. The filling thread closes the window once the
+// fill ends (criu without -d waits for the process before its exit hooks
+// run), or ends the process where its memory could not be filled;
+// finish(), at criu's exit, waits for that thread.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -65,14 +73,26 @@ class Restorer {
   bool failed() const { return failed_.load(); }
 
  private:
+  // How far the thread beside criu has come with an image's device memory.
+  // Each step is published under stage_mu_; a failure jumps to kDone with
+  // Loaded::prepared set.
+  enum class Stage { kLoaded, kPlaced, kCreated, kDone };
   struct Loaded {
     image::ProcessImage image;
+    // Device memory to create and fill here (not a migration's, which
+    // phos-keeper holds).
+    bool needs_memory = false;
+    Stage stage = Stage::kDone;  // under stage_mu_
+    Result<void> prepared;       // its placement or memory creation, once kDone (under stage_mu_)
     std::vector<UniqueFd> fds;  // one per allocation, filled device memory
     std::vector<GpuPlacement> placement;  // where each of the image's GPUs went
     std::vector<GpuDevice> host;          // this host's GPUs
     std::unique_ptr<Engine::LoadJob> job;  // its device memory, until filled
     Result<void> filled;                   // by the filling thread
-    uint64_t created_ns = 0, filled_ns = 0;  // since the plugin's init
+    // Since the plugin's init: GPUs placed, memory created, its fill begun
+    // and ended; the driver's restore began and ended.
+    uint64_t placed_ns = 0, created_ns = 0, fill_from_ns = 0, filled_ns = 0;
+    uint64_t driver_from_ns = 0, driver_to_ns = 0;
     // On-demand, under window_mu_: the fill ended (l.filled says how), and
     // the process whose fill window is open (0: none).
     bool fill_ended = false;
@@ -116,8 +136,28 @@ class Restorer {
   // then stay until the restore ends.
   bool ipc_owner(pid_t vpid) const;
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
+  // The driver's restore of `pid` in resume() (none where another hook's
+  // driver_restores() made it, or the process holds no driver state).
+  Result<void> driver_restore(pid_t pid, Loaded& l);
+  // Waits until the memory of `l` is placed, created (on-demand) or filled
+  // (eager), whatever it takes; the failure of its placement or creation.
+  Result<void> wait_for(Loaded& l, Stage stage);
+  // Publishes a step of `l` (a failure: kDone with `failed`).
+  void advance(Loaded& l, Stage stage, Result<void> failed = {});
+  // The engine, once; its failure.
+  Result<void> start_engine();
+  // Where the image's GPUs go on this host (l.placement, l.host).
+  Result<void> place(Loaded& l);
+  // Its device memory created (and on-demand, its fill table opened).
+  Result<void> create(Loaded& l);
+  // Places and creates every image's memory (the thread's first work with
+  // restore_overlap; the init's without).
+  void prepare_all();
   // Fills every image's device memory (the thread's work).
   void fill_all();
+  // The breakdown line of a restored process.
+  void log_breakdown(pid_t pid, const Loaded& l, bool lazy, uint64_t hook_ns, uint64_t waited_ns, uint64_t driver_ns,
+                     uint64_t remap_ns) const;
 
   UniqueFd own_dir_;
   int dirfd_;  // own_dir_, or criu's where it could not be duplicated
@@ -129,6 +169,9 @@ class Restorer {
   std::unique_ptr<Engine> kept_engine_;  // its own: the filler may use engine_ meanwhile
   std::atomic<bool> failed_{false};
   std::mutex window_mu_;  // the fill windows' state, and phos-keeper's link
+  std::mutex stage_mu_;   // each image's Stage and `prepared`
+  std::condition_variable stage_cv_;
+  uint64_t init_done_ns_ = 0;  // load() returned, since the plugin's init
   bool lazy_ = false;
   bool driver_restores_made_ = false;
   uint64_t init_ns_ = 0;  // CLOCK_MONOTONIC at the plugin's init

@@ -13,7 +13,11 @@
 //
 // A write waits only for a chunk someone is copying right now (copying,
 // saving), or where the pool has no free slot: then the chunk goes to the
-// engine's urgent list and the write waits until it is copied.
+// engine's urgent list and the write waits until it is copied. A write over
+// many chunks first saves or asks for every one of them, then waits: its
+// waits overlap instead of adding up, one engine round trip per chunk. The
+// engine takes the chunks a write waits for first, then those waiting in
+// the pool (each copy frees a slot for the next write), then the rest.
 //
 // Soft recopy (the image is the latest state): a write marks each chunk it
 // touches dirty, whatever the engine has done with it; GPU work is
@@ -247,11 +251,20 @@ class CopyState {
   // The chunks [first, last] that [address, address + bytes) touches in each
   // region, appended as pairs.
   void chunks_of(uint64_t address, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>& out) const;
-  Result<void> write_chunk(uint64_t chunk, const SaveChunk& save, std::chrono::steady_clock::time_point deadline,
-                           WriteReport& report);
+  // Makes `chunk` safe to write: saved into a free slot, or found copied
+  // or saved. Where it would wait (being copied or saved, or no free slot:
+  // then asked for first), `may_wait` false returns false at once instead.
+  Result<bool> write_chunk(uint64_t chunk, const SaveChunk& save, std::chrono::steady_clock::time_point deadline,
+                           WriteReport& report, bool may_wait);
   std::optional<uint32_t> take_slot();
   void free_slot(uint32_t slot);
   void urgent(uint64_t chunk);
+  // Copy-on-write: the chunks waiting in the pool, slot by slot, for the
+  // engine to take before the rest (a hint: each is checked against its
+  // chunk's state).
+  void note_in_pool(uint32_t slot, uint64_t chunk);
+  bool drop_in_pool(uint32_t slot, uint64_t chunk);
+  std::optional<Claim> claim_saved();
   // Recopy: the region holding `chunk` was written.
   void mark_written(uint64_t chunk);
   // Recopy with cold_first: the next clean pending chunk of a region not

@@ -35,8 +35,15 @@ enum Taken : uint32_t {
 // before the gate opens (a copy window opens there): false leaves the gate
 // closed for the caller to open; an error opens it all the same (the
 // process must run) and is returned.
+// Where a give-back's time went (CLOCK_MONOTONIC ns): the driver's restore
+// and unlock; the agent reached and the memory mapped again; the rest
+// (before_resume, the gate).
+struct GiveBackTimes {
+  uint64_t driver_ns = 0, remap_ns = 0, resume_ns = 0;
+};
 Result<void> give_back_gpu_state(pid_t pid, uint32_t taken, const std::vector<agent::Allocation>& allocs,
                                  const std::vector<UniqueFd>& fds, int agent_timeout_ms,
-                                 const std::function<Result<bool>(AgentClient&)>& before_resume = {});
+                                 const std::function<Result<bool>(AgentClient&)>& before_resume = {},
+                                 GiveBackTimes* times = nullptr);
 
 }  // namespace phos::plugin

@@ -33,6 +33,13 @@ struct PluginOptions {
   // the processes of one dump or restore (a job's ranks) run at once, one
   // thread a process; off: one after another, as CRIU's cuda plugin does.
   bool driver_parallel = true;
+  // restore_overlap: on | off. on: the plugin's init only reads and checks
+  // the images; a thread started there creates the GPU memory and fills it
+  // while criu restores the CPU side, and each process's driver restore
+  // runs without waiting for the fill. off: the memory is created inside
+  // the init (criu waits for it), and the driver restore waits for the fill
+  // (the order before issue 30; kept to measure against).
+  bool restore_overlap = true;
   // sparse: auto | off. auto: a dump stores a chunk whose every byte is 0
   // as a hole, which a restore sets with a memset (zero_chunk.h); off: it is
   // written like any other (an image an older phos, of format version 1,

@@ -17,6 +17,9 @@ Result<pid_t> ns_pid(pid_t pid);
 // The thread of `pid` whose name (comm) is `name`.
 Result<pid_t> find_thread(pid_t pid, const std::string& name);
 
+// The threads of `pid` (/proc/PID/task); none where it is gone.
+std::vector<pid_t> thread_ids(pid_t pid);
+
 // The ptrace tracer of thread `tid` of process `pid` (0: none).
 Result<pid_t> tracer_of(pid_t pid, pid_t tid);
 
@@ -32,6 +35,9 @@ std::vector<pid_t> children_of(pid_t pid);
 // When `pid` started, in clock ticks since boot (/proc/PID/stat field 22):
 // tells a process from a later one that got its pid.
 std::optional<uint64_t> start_time_of(pid_t pid);
+// The resident memory of `pid` in bytes (/proc/PID/status VmRSS); nothing
+// where it is gone or has none.
+std::optional<uint64_t> resident_bytes(pid_t pid);
 // True when `pid` has a SIGKILL pending (it is being killed, and may not have
 // exited yet), or is gone.
 bool kill_pending(pid_t pid);
