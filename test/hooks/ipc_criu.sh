@@ -24,7 +24,7 @@ export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 export FAKE_CUDA_LOG=$WORK/fake.log
 OUTSIDER=  # case 5's process outside the tree, ended with the test
-trap '[ -n "$OUTSIDER" ] && kill -9 "$OUTSIDER" 2>/dev/null; cleanup' EXIT
+trap '[ -z "$OUTSIDER" ] || kill -9 "$OUTSIDER" 2>/dev/null || true; cleanup' EXIT
 
 verdict() { state_field 3; }
 importer_state() { cat "$WORK/state.importer" 2>/dev/null || echo "none"; }
