@@ -152,6 +152,14 @@ extern "C" PHOS_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
 // event is left for the driver's checkpoint. A program that records the
 // same interprocess event again and again for the other process to see
 // each time is not served so (the opener's event never waits again).
+// An interprocess event is one the driver would have to carry across a
+// checkpoint, and phos serves its IPC itself: the driver gets a plain one.
+extern "C" PHOS_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
+  const IpcDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventCreate));
+  return PHOS_REAL(cuEventCreate)(event, flags & ~unsigned(CU_EVENT_INTERPROCESS));
+}
+
 extern "C" PHOS_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
   const IpcDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcGetEventHandle));
