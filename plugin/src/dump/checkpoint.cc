@@ -582,6 +582,12 @@ Result<void> Checkpointer::check_ipc() {
     any = any || shares_ipc(t.status, t.allocations);
   }
   if (!any) return {};
+  // phos-keeper holds one process's memory on one GPU: shared memory would
+  // be kept once per process that maps it.
+  if (!options_.migrate_to.empty())
+    return make_error("a migration of processes that share device memory through CUDA IPC is not supported yet; "
+                      "dump and restore them instead",
+                      ENOTSUP);
   PHOS_TRY(check_ipc_tree(parties));
   for (const auto& [pid, t] : targets_)
     for (const auto& a : ipc_mappings(t.allocations))
