@@ -12,10 +12,20 @@ void to_pb(const agent::Allocation& a, Phos__Gpu__Allocation& m) {
   m.address = a.address;
   m.size = a.size;
   m.flags = a.flags;
+  if (a.ipc) {
+    pb::set_present(m.has_ipc_owner_pid, m.ipc_owner_pid, a.ipc->owner_pid);
+    pb::set_present(m.has_ipc_owner_allocation, m.ipc_owner_allocation, a.ipc->owner_allocation);
+    m.ipc_owner_agent = c_text(a.ipc->owner_agent);
+  }
 }
 
 agent::Allocation from_pb(const Phos__Gpu__Allocation& m) {
-  return agent::Allocation{.id = m.id, .device = m.device, .address = m.address, .size = m.size, .flags = m.flags};
+  agent::Allocation a{.id = m.id, .device = m.device, .address = m.address, .size = m.size, .flags = m.flags};
+  if (m.has_ipc_owner_pid)
+    a.ipc = agent::IpcSource{.owner_pid = m.ipc_owner_pid,
+                             .owner_allocation = m.ipc_owner_allocation,
+                             .owner_agent = text(m.ipc_owner_agent)};
+  return a;
 }
 
 Repeated<Phos__Gpu__Allocation> allocations_to_pb(const std::vector<agent::Allocation>& allocations) {

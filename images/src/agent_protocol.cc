@@ -104,6 +104,18 @@ std::vector<std::byte> encode(const NcclStopRequest& q) {
   return request(PHOS__AGENT__REQUEST__KIND_NCCL_STOP, &Phos__Agent__Request::nccl_stop, m);
 }
 
+std::vector<std::byte> encode(const IpcOpenRequest& q) {
+  Phos__Agent__IpcOpenRequest m = PHOS__AGENT__IPC_OPEN_REQUEST__INIT;
+  m.allocation = q.allocation;
+  return request(PHOS__AGENT__REQUEST__KIND_IPC_OPEN, &Phos__Agent__Request::ipc_open, m);
+}
+
+std::vector<std::byte> encode(const IpcCloseRequest& q) {
+  Phos__Agent__IpcCloseRequest m = PHOS__AGENT__IPC_CLOSE_REQUEST__INIT;
+  m.allocation = q.allocation;
+  return request(PHOS__AGENT__REQUEST__KIND_IPC_CLOSE, &Phos__Agent__Request::ipc_close, m);
+}
+
 Result<Request> decode(const Phos__Agent__OpenCopyWindowRequest& q) {
   if (q.trust < uint32_t(CopyTrust::kExact) || q.trust > uint32_t(CopyTrust::kChecksum))
     return pb::malformed("request", "open copy window: trust " + std::to_string(q.trust) + " is none of 1, 2, 3, 4");
@@ -153,6 +165,10 @@ Result<Request> decode(const Phos__Agent__Request& r) {
                                      .at_call = pb::optional(q.has_at_call, q.at_call),
                                      .pend_release = pb::optional<bool>(q.has_pend_release, q.pend_release)});
     }
+    case PHOS__AGENT__REQUEST__KIND_IPC_OPEN:
+      return Request(IpcOpenRequest{.allocation = r.ipc_open->allocation});
+    case PHOS__AGENT__REQUEST__KIND_IPC_CLOSE:
+      return Request(IpcCloseRequest{.allocation = r.ipc_close->allocation});
     default:
       break;
   }
@@ -203,6 +219,7 @@ struct PbStatus {
   pb::Repeated<Phos__Agent__NcclCommunicator> comms;
   Phos__Agent__CallCycles call_cycles = PHOS__AGENT__CALL_CYCLES__INIT;
   pb::Repeated<Phos__Agent__CallCost> call_costs;
+  pb::Repeated<Phos__Agent__IpcExport> ipc_exports;
 
   explicit PbStatus(const StatusReply& s) {
     m.gate_open = s.gate_open;
@@ -232,6 +249,12 @@ struct PbStatus {
     comms = pb::Repeated<Phos__Agent__NcclCommunicator>(phos__agent__nccl_communicator__init, s.nccl_communicators,
                                                         encode_communicator);
     comms.set(m.n_nccl_communicators, m.nccl_communicators);
+    ipc_exports = pb::Repeated<Phos__Agent__IpcExport>(phos__agent__ipc_export__init, s.ipc_exports,
+                                                       [](const IpcExport& e, Phos__Agent__IpcExport& o) {
+                                                         o.allocation = e.allocation;
+                                                         o.importer_pid = e.importer_pid;
+                                                       });
+    ipc_exports.set(m.n_ipc_exports, m.ipc_exports);
     if (s.call_cycles) {
       call_cycles.cycles_per_second = s.call_cycles->cycles_per_second;
       pb::set_present(call_cycles.has_floor_cycles_per_call, call_cycles.floor_cycles_per_call,
@@ -378,6 +401,18 @@ std::vector<std::byte> encode(const NcclStopReply& r) {
   return reply(PHOS__AGENT__REPLY__KIND_NCCL_STOP, &Phos__Agent__Reply::nccl_stop, m);
 }
 
+std::vector<std::byte> encode(const IpcOpenReply& r) {
+  Phos__Agent__IpcOpenReply m = PHOS__AGENT__IPC_OPEN_REPLY__INIT;
+  m.size = r.size;
+  m.device = r.device;
+  return reply(PHOS__AGENT__REPLY__KIND_IPC_OPEN, &Phos__Agent__Reply::ipc_open, m);
+}
+
+std::vector<std::byte> encode(const IpcCloseReply&) {
+  Phos__Agent__IpcCloseReply m = PHOS__AGENT__IPC_CLOSE_REPLY__INIT;
+  return reply(PHOS__AGENT__REPLY__KIND_IPC_CLOSE, &Phos__Agent__Reply::ipc_close, m);
+}
+
 std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
   Phos__Agent__CloseCopyWindowReply m = PHOS__AGENT__CLOSE_COPY_WINDOW_REPLY__INIT;
   auto kernels = pb::Repeated<Phos__Agent__KernelLaunches>(phos__agent__kernel_launches__init, r.speculated_kernels,
@@ -492,6 +527,10 @@ Result<StatusReply> decode(const Phos__Agent__StatusReply& r) {
                                             [](const Phos__Agent__NcclCommunicator& c) { return decode(c); }),
       .cow_missed = pb::flag(r.has_cow_missed, r.cow_missed),
       .call_cycles = decode_call_cycles(r.call_cycles),
+      .ipc_exports = pb::decode_each(r.ipc_exports, r.n_ipc_exports,
+                                     [](const Phos__Agent__IpcExport& e) {
+                                       return IpcExport{.allocation = e.allocation, .importer_pid = e.importer_pid};
+                                     }),
   };
 }
 
@@ -576,6 +615,10 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
     }
     case PHOS__AGENT__REPLY__KIND_NCCL_STOP:
       return Reply(NcclStopReply{.armed = r.nccl_stop->armed != 0});
+    case PHOS__AGENT__REPLY__KIND_IPC_OPEN:
+      return Reply(IpcOpenReply{.size = r.ipc_open->size, .device = r.ipc_open->device});
+    case PHOS__AGENT__REPLY__KIND_IPC_CLOSE:
+      return Reply(IpcCloseReply{});
     case PHOS__AGENT__REPLY__KIND_ERROR:
       // A code that is no errno would read as success where it is returned.
       if (r.error->code <= 0)
@@ -611,7 +654,8 @@ Result<Reply> decode_reply(std::span<const std::byte> payload) {
 std::string_view kind_name(const Request& request) {
   static constexpr std::string_view names[] = {"hello",  "status", "list_allocations", "quiesce",  "release_mappings",
                                                "remap",  "resume", "goodbye",          "speculate",
-                                               "open_copy_window", "close_copy_window", "nccl_stop"};
+                                               "open_copy_window", "close_copy_window", "nccl_stop", "ipc_open",
+                                               "ipc_close"};
   static_assert(std::size(names) == std::variant_size_v<Request>);
   return names[request.index()];
 }
@@ -619,7 +663,8 @@ std::string_view kind_name(const Request& request) {
 std::string_view kind_name(const Reply& reply) {
   static constexpr std::string_view names[] = {"hello",  "status", "list_allocations", "quiesce",   "release_mappings",
                                                "remap",  "resume", "goodbye",          "speculate",
-                                               "open_copy_window", "close_copy_window", "nccl_stop", "error"};
+                                               "open_copy_window", "close_copy_window", "nccl_stop", "ipc_open",
+                                               "ipc_close", "error"};
   static_assert(std::size(names) == std::variant_size_v<Reply>);
   return names[reply.index()];
 }

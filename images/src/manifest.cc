@@ -161,6 +161,7 @@ struct PbManifest {
   pb::Repeated<Phos__Gpu__Device> devices;
   std::vector<pb::Repeated<Phos__Gpu__Chunk>> chunks;  // per allocation
   pb::Repeated<Phos__Gpu__Allocation> allocs;
+  pb::Repeated<Phos__Gpu__Allocation> ipc;
   pb::Repeated<Phos__Image__DataFile> files;
   pb::Repeated<Phos__Image__LaunchRecord> launches;
   std::vector<char*> unsupported;
@@ -186,6 +187,8 @@ struct PbManifest {
                                                    chunks.back().set(o.n_chunks, o.chunks);
                                                  });
     allocs.set(m.n_allocations, m.allocations);
+    ipc = pb::allocations_to_pb(in.ipc_mappings);
+    ipc.set(m.n_ipc_mappings, m.ipc_mappings);
 
     files = pb::Repeated<Phos__Image__DataFile>(phos__image__data_file__init, in.data_files,
                                                 [](const DataFile& f, Phos__Image__DataFile& o) {
@@ -282,6 +285,7 @@ Result<Manifest> from_pb(const Phos__Image__Manifest& m) {
       .unsupported_calls = pb::strings(m.unsupported_calls, m.n_unsupported_calls),
       .kept = m.kept ? std::optional(decode_kept(*m.kept)) : std::nullopt,
       .validation = Validation(pb::value_or_zero(m.has_validation, uint32_t(m.validation))),
+      .ipc_mappings = pb::allocations_from_pb(m.ipc_mappings, m.n_ipc_mappings),
   };
 }
 
@@ -313,6 +317,7 @@ bool is_migration_id(std::string_view id) {
 }
 
 uint32_t format_version_for(const Manifest& m) {
+  if (!m.ipc_mappings.empty()) return kIpcFormatVersion;
   if (m.kept) return kKeptMemoryFormatVersion;
   uint32_t version = 1;
   for (const auto& a : m.allocations)
@@ -362,6 +367,32 @@ std::string stored_chunk_problem(const Manifest& m, const Chunk& c) {
   if (c.file_offset < kDataHeaderSize || c.file_offset > f.size || f.size - c.file_offset < c.stored_size)
     return "lies outside " + f.name + " (" + std::to_string(f.size) + " bytes)";
   return "";
+}
+
+}  // namespace
+
+namespace {
+
+// Another process's memory mapped here: after version 4 only, with its
+// owner, and apart from the process's own allocations.
+template <class Fail>
+Result<void> validate_ipc_mappings(const Manifest& m, std::set<uint64_t>& ids, std::map<uint64_t, uint64_t>& ranges,
+                                   Fail& fail) {
+  if (!m.ipc_mappings.empty() && m.format_version < kIpcFormatVersion)
+    return fail("has CUDA IPC mappings, which format version " + std::to_string(m.format_version) + " does not have");
+  for (const auto& a : m.ipc_mappings) {
+    std::string what = "IPC mapping " + std::to_string(a.id);
+    if (!a.ipc || a.ipc->owner_pid <= 0) return fail(what + " names no owner process");
+    if (!(a.flags & kAllocIpcImported)) return fail(what + " is not marked imported");
+    if (!ids.insert(a.id).second) return fail(what + " has the id of another allocation");
+    if (a.size == 0 || a.address == 0 || a.address + a.size < a.address)
+      return fail(what + " has an invalid address range");
+    auto [it, inserted] = ranges.emplace(a.address, a.address + a.size);
+    if (!inserted || (it != ranges.begin() && std::prev(it)->second > a.address) ||
+        (std::next(it) != ranges.end() && std::next(it)->first < it->second))
+      return fail(what + " overlaps another allocation");
+  }
+  return {};
 }
 
 }  // namespace
@@ -440,7 +471,7 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
     if (covered != a.size)
       return fail(what + ": chunks hold " + std::to_string(covered) + " of its " + std::to_string(a.size) + " bytes");
   }
-  return {};
+  return validate_ipc_mappings(m, ids, ranges, fail);
 }
 
 CompletionMarker marker_for(std::span<const std::byte> manifest_file, uint64_t completed_unix_ns) {

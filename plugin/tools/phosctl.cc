@@ -151,6 +151,11 @@ json image_json(const phos::image::ProcessImage& img) {
                                 {"dead_chunks", dead}, {"stored_bytes", stored}});
   }
   for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
+  j["ipc_mappings"] = json::array();
+  for (const auto& a : m.ipc_mappings)
+    j["ipc_mappings"].push_back({{"id", a.id}, {"device", a.device}, {"address", hex(a.address)}, {"size", a.size},
+                                 {"owner_pid", a.ipc ? a.ipc->owner_pid : 0},
+                                 {"owner_allocation", a.ipc ? a.ipc->owner_allocation : 0}});
   if (m.kept)
     j["kept"] = {{"migration", m.kept->migration},
                  {"device_uuid", phos::plugin::format_gpu_uuid(m.kept->device.uuid)},
@@ -193,6 +198,12 @@ void print_image_text(const phos::image::ProcessImage& img) {
   for (const auto& a : m.allocations)
     std::printf("  %8" PRIu64 " %6u %18s %12s %7zu\n", a.id, a.device, hex(a.address).c_str(),
                 bytes_text(a.size).c_str(), a.chunks.size());
+  // Another process's memory, mapped here: its owner's image stores it.
+  for (const auto& a : m.ipc_mappings)
+    std::printf("  CUDA IPC: allocation %" PRIu64 " of process %d mapped here as %" PRIu64 " at %s on device %u "
+                "(%s; stored in process %d's image)\n",
+                a.ipc ? a.ipc->owner_allocation : 0, a.ipc ? a.ipc->owner_pid : 0, a.id, hex(a.address).c_str(),
+                a.device, bytes_text(a.size).c_str(), a.ipc ? a.ipc->owner_pid : 0);
   if (m.kept)
     std::printf(
         "  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
@@ -505,6 +516,10 @@ int cmd_status(const std::string& pid_text, bool as_json) {
     for (const auto& d : status->devices)
       std::printf("  device %u: %s\n", d.ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str());
     for (const auto& c : status->unsupported_calls) std::printf("  unsupported call: %s\n", c.c_str());
+    for (const auto& e : status->ipc_exports)
+      std::printf("  CUDA IPC: allocation %" PRIu64 " open in %s\n", e.allocation,
+                  e.importer_pid ? ("process " + std::to_string(e.importer_pid)).c_str()
+                                 : "a process outside its pid namespace");
     for (const auto& c : status->nccl_communicators)
       std::printf("  NCCL communicator %016" PRIx64 ": rank %d of %d%s, device %d, %" PRIu64 " calls%s%s%s\n",
                   c.job_id, c.rank, c.nranks, c.single_process ? " (all in this process)" : "", c.device, c.calls,

@@ -20,6 +20,13 @@
 #                        equals the uninterrupted one, bit for bit
 #   two_processes        a CUDA parent and its CUDA child, dumped as one tree
 #                        and restored, both carry on intact
+#   torch_ipc            torch_ipc.py: a parent and its child sharing GPU
+#                        tensors through torch.multiprocessing (CUDA IPC
+#                        served by phos): a leave-running dump, then a dump
+#                        and restore; the shared memory stored once, the
+#                        curve bitwise equal to an uninterrupted run's
+#   gpu_ipc              the same with the runtime's cudaIpc* (gpu_ipc.cu):
+#                        outputs bitwise equal to an uninterrupted run's
 #   dump_disk_full       images on a 256 MiB tmpfs: the dump fails saying so,
 #                        the process carries on intact
 #   dump_disk_full_leave_running  the same with --leave-running: the image
@@ -988,6 +995,65 @@ case_lazy_two_processes() {
 # torch_loop.py train, narrow and deep, so that its caching allocator holds
 # hundreds of segments. A leave-running dump gives it its memory back, and
 # its image restores; it trains on after each.
+# Two processes sharing GPU memory through CUDA IPC (issue 31 part 1):
+# torch_ipc.py, a parent and its spawned child exchanging activations
+# through tensors shared with torch.multiprocessing (cudaIpcGetMemHandle and
+# cudaIpcGetEventHandle underneath, served by phos). A leave-running dump,
+# then a dump and restore of the pair: the shared memory stored once (in
+# the parent's image), mapped into both after the restore; the curve of the
+# whole run bitwise equal to an uninterrupted run's.
+case_torch_ipc() {
+  local n=150 script=$here/torch_ipc.py
+  setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?): $(tail -n 3 "$WORK/ref.state.error" 2>/dev/null)"
+  start_workload --preload "$WORK/run.losses" $n
+  reach 30 120 "before the dumps"
+  local t0 t1
+  t0=$(now); criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
+  local once
+  once=$(grep -o "allocation #[0-9]* of process [0-9]* (pid in its namespace) mapped at 0x[0-9a-f]* ([0-9.]* MiB) through CUDA IPC" "$WORK/dump.log" | wc -l || true)
+  [ "$once" -ge 3 ] || fail "the leave-running dump names $once IPC mappings stored once (3 expected: ACT, OUT, W2)"
+  local lr_wrote; lr_wrote=$(phos_wrote)
+  ! grep -q "unsupported call\|which phos cannot checkpoint" "$WORK/dump.log" || fail "a call phos does not serve: $(phos_error "$WORK/dump.log")"
+  reach 60 120 "after the leave-running dump"
+  rm -rf "${IMG:?}"/*
+  dump_restore
+  grep -q "through CUDA IPC: stored once, in its owner's image" "$WORK/dump.log" || fail "the dump stored no IPC memory once"
+  grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || fail "the restore mapped no IPC memory again"
+  reach $((n - 1)) 120 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  cmp -s "$WORK/ref.losses" "$WORK/run.losses" ||
+    fail "the curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/run.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
+  "$PHOSCTL" show "$IMG" > "$WORK/show.txt" 2>&1 || true
+  pass "curve of $n steps bitwise equal to an uninterrupted run's (leave-running dump $(dt "$t0" "$t1") s, $once IPC mappings stored once, images $lr_wrote; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s; images $(phos_wrote)); $(grep -c 'CUDA IPC: allocation' "$WORK/show.txt" || true) IPC mappings in phosctl show; $(driver_batches)"
+}
+
+# The same with the runtime's cudaIpc* and no PyTorch (gpu_ipc.cu): the
+# owner and its child compute through one 64 MiB buffer S in turns.
+case_gpu_ipc() {
+  local n=300
+  setup "$bin/gpu_ipc"
+  timeout 120 env LD_PRELOAD="$LIBPHOS" "$bin/gpu_ipc" "$WORK/ref.state" "$WORK/ref.out" $n > "$WORK/reference.log" 2>&1 ||
+    fail "the reference run failed (rc $?): $(tail -n 3 "$WORK/reference.log")"
+  start_workload --preload "$WORK/run.out" $n
+  reach 50 60 "before the dumps"
+  local t0 t1
+  t0=$(now); criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
+  grep -q "through CUDA IPC: stored once, in its owner's image" "$WORK/dump.log" || fail "the leave-running dump stored no IPC memory once"
+  local lr_wrote; lr_wrote=$(phos_wrote)
+  reach 100 60 "after the leave-running dump"
+  rm -rf "${IMG:?}"/*
+  dump_restore
+  grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || fail "the restore mapped no IPC memory again"
+  reach $((n - 1)) 60 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  cmp -s "$WORK/ref.out" "$WORK/run.out" ||
+    fail "the outputs differ from the uninterrupted run's from step $(diff "$WORK/ref.out" "$WORK/run.out" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
+  pass "outputs of $n steps bitwise equal to an uninterrupted run's (leave-running dump $(dt "$t0" "$t1") s, images $lr_wrote; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s, images $(phos_wrote)); $(driver_batches)"
+}
+
 case_torch_many_allocations() {
   setup "$here/torch_loop.py" "$(python3 -c 'import sys; print(sys.executable)')"
   start_workload --preload train --gib 6 --width 1024
@@ -1828,7 +1894,7 @@ mkdir -p "$log"
 export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
-    pattern_32GiB | torch_mlp* | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
+    pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
     torchrun_2host*) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
@@ -1842,7 +1908,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
-  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations soak_torch soak_pattern_32GiB
+  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
   tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d"

@@ -51,6 +51,35 @@ CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsi
                         void **, void **);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
+/* CUDA IPC, as the driver would serve it: logged ("driver ipc NAME") and
+ * refused, so a test sees that phos answered every IPC call itself. */
+void fake_log_driver_ipc(const char *name); /* fake_libcuda_vmm.c */
+typedef struct { char reserved[64]; } FakeIpcHandle;
+FAKE_OWN CUresult cuIpcGetMemHandle(FakeIpcHandle *h, CUdeviceptr p) {
+  (void)h; (void)p;
+  fake_log_driver_ipc("cuIpcGetMemHandle");
+  return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+}
+FAKE_OWN CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, FakeIpcHandle h, unsigned flags) {
+  (void)p; (void)h; (void)flags;
+  fake_log_driver_ipc("cuIpcOpenMemHandle");
+  return 801;
+}
+FAKE_OWN CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  (void)p;
+  fake_log_driver_ipc("cuIpcCloseMemHandle");
+  return 801;
+}
+FAKE_OWN CUresult cuIpcGetEventHandle(FakeIpcHandle *h, void *event) {
+  (void)h; (void)event;
+  fake_log_driver_ipc("cuIpcGetEventHandle");
+  return 801;
+}
+FAKE_OWN CUresult cuIpcOpenEventHandle(void **event, FakeIpcHandle h) {
+  (void)event; (void)h;
+  fake_log_driver_ipc("cuIpcOpenEventHandle");
+  return 801;
+}
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
   return cuGetProcAddress_v2(symbol, pfn, version, flags, 0);
 }
@@ -64,6 +93,11 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
   else if (!strcmp(symbol, "cuLaunchKernel")) *pfn = (void *)cuLaunchKernel;
   else if (!strcmp(symbol, "cuCtxSetCurrent")) *pfn = (void *)cuCtxSetCurrent;
   else if (!strcmp(symbol, "cuMemcpyDtoD")) *pfn = (void *)cuMemcpyDtoD_v2;
+  else if (!strcmp(symbol, "cuIpcGetMemHandle")) *pfn = (void *)cuIpcGetMemHandle;
+  else if (!strcmp(symbol, "cuIpcOpenMemHandle")) *pfn = (void *)cuIpcOpenMemHandle_v2;
+  else if (!strcmp(symbol, "cuIpcCloseMemHandle")) *pfn = (void *)cuIpcCloseMemHandle;
+  else if (!strcmp(symbol, "cuIpcGetEventHandle")) *pfn = (void *)cuIpcGetEventHandle;
+  else if (!strcmp(symbol, "cuIpcOpenEventHandle")) *pfn = (void *)cuIpcOpenEventHandle;
   else { *pfn = 0; if (status) *status = 1; return 500; /* CUDA_ERROR_NOT_FOUND */ }
   return 0;
 }

@@ -153,7 +153,14 @@ CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned int flags) 
   return CUDA_SUCCESS;
 }
 CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
-CUresult cuEventCreate(CUevent *e, unsigned int flags) { (void)flags; *e = handle("event"); return CUDA_SUCCESS; }
+void fake_log_driver_ipc(const char *name); /* fake_libcuda_vmm.c */
+CUresult cuEventCreate(CUevent *e, unsigned int flags) {
+  if (flags & CU_EVENT_INTERPROCESS) fake_log_driver_ipc("cuEventCreate(CU_EVENT_INTERPROCESS)");
+  *e = handle("event");
+  return CUDA_SUCCESS;
+}
 CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
 CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(CUevent e) { (void)e; return CUDA_SUCCESS; }
 CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_ERROR_FAKE"; return CUDA_SUCCESS; }

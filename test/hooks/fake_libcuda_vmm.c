@@ -55,6 +55,7 @@ static void logline(const char *fmt, ...) {
 }
 
 void fake_mark(const char *what) { logline("mark %s\n", what); }
+void fake_log_driver_ipc(const char *name) { logline("driver ipc %s\n", name); }
 
 __attribute__((visibility("protected"))) CUresult cuCtxSetCurrent(CUcontext c) { t_ctx[t_depth] = (uintptr_t)c; return CUDA_SUCCESS; }
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = (CUcontext)t_ctx[t_depth]; return CUDA_SUCCESS; }

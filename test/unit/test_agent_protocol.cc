@@ -172,6 +172,8 @@ TEST_CASE("agent protocol: every request round trips", "[agent_protocol]") {
       agent::OpenCopyWindowRequest{agent::CopyTrust::kChecksum, 60000, 0, 1ull << 30},
       agent::CloseCopyWindowRequest{},
       agent::CloseCopyWindowRequest{.missed = true},
+      agent::IpcOpenRequest{.allocation = 3},
+      agent::IpcCloseRequest{.allocation = 1ull << 40},
   };
   for (const auto& r : requests) {
     INFO(agent::kind_name(r));
@@ -203,6 +205,8 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
       agent::SpeculateReply{false, false},
       agent::NcclStopReply{true},
       agent::NcclStopReply{false},
+      agent::IpcOpenReply{.size = 2ull << 20, .device = 1},
+      agent::IpcCloseReply{},
       agent::OpenCopyWindowReply{true},
       agent::CloseCopyWindowReply{},
       agent::CloseCopyWindowReply{
@@ -339,10 +343,10 @@ TEST_CASE("agent protocol: a device UUID that is not 16 bytes is refused", "[age
 }
 
 TEST_CASE("agent protocol: an unknown kind is refused, naming its field", "[agent_protocol][malformed]") {
-  CHECK_THAT(request_error(PbWriter().message(13, PbWriter())).message,
-             Catch::Contains("malformed request: unknown kind (field 13)"));
-  CHECK_THAT(reply_error(PbWriter().varint(14, 1)).message,
-             Catch::Contains("malformed reply: unknown kind (field 14)"));
+  CHECK_THAT(request_error(PbWriter().message(16, PbWriter())).message,
+             Catch::Contains("malformed request: unknown kind (field 16)"));
+  CHECK_THAT(reply_error(PbWriter().varint(16, 1)).message,
+             Catch::Contains("malformed reply: unknown kind (field 16)"));
   CHECK_THAT(request_error(PbWriter()).message, Catch::Contains("malformed request: no kind"));
   CHECK_THAT(reply_error(PbWriter()).message, Catch::Contains("malformed reply: no kind"));
 }

@@ -40,7 +40,7 @@ Manifest write_image(const TempDir& dir, const std::vector<std::vector<std::byte
   REQUIRE(writer.ok());
   uint64_t address = 0x7f0000000000ull;
   for (size_t i = 0; i < buffers.size(); i++) {
-    Allocation a{i + 1, 0, address, buffers[i].size(), 0, {}};
+    Allocation a{phos::agent::Allocation{i + 1, 0, address, buffers[i].size(), 0}, {}};
     for (uint64_t off = 0; off < buffers[i].size(); off += m.chunk_size) {
       size_t n = std::min<uint64_t>(m.chunk_size, buffers[i].size() - off);
       auto c = (*writer)->write_chunk(off, std::span(buffers[i]).subspan(off, n), compression);
@@ -438,7 +438,7 @@ TEST_CASE("image dir: chunks spread over several data files read back", "[image]
   uint64_t address = 0x7f0000000000ull;
   size_t next = 0;
   for (size_t i = 0; i < bufs.size(); i++) {
-    Allocation a{i + 1, 0, address + i * (1ull << 30), bufs[i].size(), 0, {}};
+    Allocation a{phos::agent::Allocation{i + 1, 0, address + i * (1ull << 30), bufs[i].size(), 0}, {}};
     for (uint64_t off = 0; off < bufs[i].size(); off += m.chunk_size) {
       size_t n = std::min<uint64_t>(m.chunk_size, bufs[i].size() - off);
       auto c = writers[next++ % kFiles]->write_chunk(off, std::span(bufs[i]).subspan(off, n), Compression::kZstd);
@@ -758,8 +758,8 @@ TEST_CASE("image dir: a chunk copied twice reads as its last copy, zero or not",
   m.devices.push_back(phos::GpuDevice{
       .ordinal = 0, .uuid = {}, .name = "test gpu", .total_memory = 1ull << 30, .compute_major = 9, .compute_minor = 0});
   m.data_files.push_back(*file);
-  m.allocations.push_back({{1, 0, 0x7f0000000000ull, zeros.size(), 0}, {*then_data}});
-  m.allocations.push_back({{2, 0, 0x7f0040000000ull, zeros.size(), 0}, {*then_zero}});
+  m.allocations.push_back({{1, 0, 0x7f0000000000ull, zeros.size(), 0, std::nullopt}, {*then_data}});
+  m.allocations.push_back({{2, 0, 0x7f0040000000ull, zeros.size(), 0, std::nullopt}, {*then_zero}});
   m.format_version = format_version_for(m);
   CHECK(m.format_version == kZeroChunkFormatVersion);
   auto written = write_manifest(dir.fd.get(), m);

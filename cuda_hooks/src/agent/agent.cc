@@ -14,10 +14,12 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <type_traits>
 #include <variant>
 
 #include "phos/images/agent_wire.h"
+#include "phos/images/ipc_handle.h"
 #include "phos/support/clock.h"
 
 namespace phos::hooks {
@@ -27,12 +29,26 @@ std::string make_socket_name() {
   uint64_t nonce = 0;
   if (::getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != sizeof(nonce))
     nonce = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%d.%016llx", agent::kSocketPrefix, int(::getpid()),
-                static_cast<unsigned long long>(nonce));
-  return buf;
+  return agent::agent_socket_name(::getpid(), nonce);
 }
 
+// This process's agent's socket name, for the IPC handles it serves. A
+// function's static: the agent starts from libphos.so's constructor, which
+// may run before this file's globals are made.
+std::mutex g_own_name_mu;  // constant-initialized
+std::string& own_name() {
+  static std::string name;
+  return name;
+}
+
+
+// The connected process's pid (in our pid namespace), 0 where not known.
+pid_t peer_pid(int conn) {
+  struct ucred cred {};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
+  return cred.pid;
+}
 
 }  // namespace
 
@@ -41,8 +57,17 @@ Agent::Agent(Gate& gate, AgentBackend& backend, AgentOptions options)
 
 Agent::~Agent() { stop(); }
 
+std::string own_agent_socket_name() {
+  std::lock_guard<std::mutex> lock(g_own_name_mu);
+  return own_name();
+}
+
 Result<void> Agent::start() {
   name_ = make_socket_name();
+  {
+    std::lock_guard<std::mutex> lock(g_own_name_mu);
+    own_name() = name_;
+  }
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return errno_error("agent: socket");
   struct sockaddr_un addr;
@@ -146,6 +171,8 @@ bool Agent::handle(int conn, agent::ReceivedRequest& received, bool& greeted) {
         using Q = std::decay_t<decltype(q)>;
         if constexpr (std::is_same_v<Q, agent::RemapRequest> || std::is_same_v<Q, agent::OpenCopyWindowRequest>)
           return answer(q, std::move(received.fds));
+        else if constexpr (std::is_same_v<Q, agent::IpcOpenRequest> || std::is_same_v<Q, agent::IpcCloseRequest>)
+          return answer(q, peer_pid(conn));
         else
           return answer(q);
       },
@@ -313,6 +340,24 @@ Agent::Answer Agent::answer(const agent::NcclStopRequest& q) {
   auto stopped = backend_.nccl_stop(q.job_id, q.at_call);
   if (!stopped) return failure(stopped.error().code, "nccl stop: " + stopped.error().message);
   return {agent::NcclStopReply{*stopped}};
+}
+
+// CUDA IPC: another libphos process opens (or closes) one of this
+// process's allocations; the gate need not be closed (the memory stays
+// where it is).
+Agent::Answer Agent::answer(const agent::IpcOpenRequest& q, pid_t peer) {
+  UniqueFd fd;
+  auto opened = backend_.ipc_open(q.allocation, peer, &fd);
+  if (!opened) return failure(opened.error().code, "ipc open: " + opened.error().message);
+  Answer out(*opened);
+  out.fds.push_back(std::move(fd));
+  return out;
+}
+
+Agent::Answer Agent::answer(const agent::IpcCloseRequest& q, pid_t peer) {
+  if (auto closed = backend_.ipc_close(q.allocation, peer); !closed)
+    return failure(closed.error().code, "ipc close: " + closed.error().message);
+  return {agent::IpcCloseReply{}};
 }
 
 Agent::Answer Agent::answer(const agent::GoodbyeRequest&) { return {agent::GoodbyeReply{}, true}; }

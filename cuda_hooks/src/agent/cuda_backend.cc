@@ -127,6 +127,7 @@ agent::StatusReply CudaBackend::status() {
                                                                  .held = c.held,
                                                                  .released = c.released(),
                                                                  .rebuilds = c.rebuilds});
+  s.ipc_exports = rt_.memory().ipc_exports();
   return s;
 }
 
@@ -214,6 +215,15 @@ Result<NcclReleased> CudaBackend::nccl_release(std::chrono::milliseconds timeout
 Result<uint32_t> CudaBackend::nccl_rebuild(std::optional<uint64_t> nonce) { return phos::hooks::nccl_rebuild(nonce); }
 
 Result<bool> CudaBackend::nccl_pend_release(bool pend) { return phos::hooks::nccl_pend_release(pend); }
+
+Result<agent::IpcOpenReply> CudaBackend::ipc_open(uint64_t id, pid_t importer, UniqueFd* fd) {
+  return rt_.memory().ipc_export(id, importer, fd);
+}
+
+Result<void> CudaBackend::ipc_close(uint64_t id, pid_t importer) {
+  rt_.memory().ipc_closed(id, importer);
+  return {};
+}
 
 Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
   agent::CloseCopyWindowReply reply = rt_.copy_window().finish();

@@ -46,6 +46,8 @@ class CudaBackend final : public AgentBackend {
   Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) override;
   Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) override;
   Result<bool> nccl_pend_release(bool pend) override;
+  Result<agent::IpcOpenReply> ipc_open(uint64_t id, pid_t importer, UniqueFd* fd) override;
+  Result<void> ipc_close(uint64_t id, pid_t importer) override;
 
  private:
   const Deps rt_;

@@ -1,7 +1,7 @@
 // Device allocations: every cuMemAlloc / pitch / async / pool allocation of
-// the program becomes phos VMM memory (device_memory.h). Managed memory and
-// IPC handles still work but make the process impossible to checkpoint;
-// they are recorded so a dump can say so.
+// the program becomes phos VMM memory (device_memory.h). Managed memory
+// still works but makes the process impossible to checkpoint; it is
+// recorded so a dump can say so. CUDA IPC: hooks/ipc.cc.
 #include "driver/driver.h"
 #include "phos/images/format.h"
 #include "runtime.h"
@@ -139,20 +139,6 @@ extern "C" PHOS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemAllocManaged));
   rt.unsupported().note("cuMemAllocManaged");
   return PHOS_REAL(cuMemAllocManaged)(dptr, size, flags);
-}
-
-extern "C" PHOS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
-  const MemoryDeps rt;
-  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcGetMemHandle));
-  rt.unsupported().note("cuIpcGetMemHandle");
-  return PHOS_REAL(cuIpcGetMemHandle)(handle, ptr);
-}
-
-extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
-  const MemoryDeps rt;
-  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenMemHandle_v2));
-  rt.unsupported().note("cuIpcOpenMemHandle");
-  return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
 }
 
 namespace {

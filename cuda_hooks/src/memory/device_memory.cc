@@ -1,6 +1,7 @@
 #include "memory/device_memory.h"
 
 #include <fcntl.h>
+#include <signal.h>
 
 #include <cstdio>
 #include <cstring>
@@ -126,34 +127,47 @@ CUresult DeviceMemory::grow_arena_locked(CUdevice, Device& d, size_t at_least) {
   return r;
 }
 
-CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out) {
-  auto va = d.va.allocate(size, d.granularity);
-  if (!va) {
+CUresult DeviceMemory::reserve_locked(CUdevice dev, Device& d, size_t size, CUdeviceptr* va) {
+  auto got = d.va.allocate(size, d.granularity);
+  if (!got) {
     if (CUresult r = grow_arena_locked(dev, d, size); r != CUDA_SUCCESS) return r;
-    va = d.va.allocate(size, d.granularity);
-    if (!va) return CUDA_ERROR_OUT_OF_MEMORY;
+    got = d.va.allocate(size, d.granularity);
+    if (!got) return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  CUmemAllocationProp prop = unit_prop(dev);
-  CUmemGenericAllocationHandle h = 0;
-  CUresult r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
-  if (r == CUDA_SUCCESS) {
-    r = map_with_access(*va, size, h, access_for_locked(dev));
-    if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
-  }
-  if (r != CUDA_SUCCESS) {
-    d.va.free(*va, size);
-    return r;
-  }
+  *va = *got;
+  return CUDA_SUCCESS;
+}
+
+DeviceMemory::Unit& DeviceMemory::add_unit_locked(CUdevice dev, CUdeviceptr va, size_t size,
+                                                  CUmemGenericAllocationHandle h, uint32_t flags) {
   Unit& u = units_[next_id_];
   u.id = next_id_++;
   u.device = dev;
-  u.va = *va;
+  u.va = va;
   u.size = size;
   u.handle = h;
   u.mapped = true;
   u.flags = flags;
   u.access = access_for_locked(dev);
-  *out = &u;
+  return u;
+}
+
+CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out) {
+  CUdeviceptr va = 0;
+  CUresult r = reserve_locked(dev, d, size, &va);
+  if (r != CUDA_SUCCESS) return r;
+  CUmemAllocationProp prop = unit_prop(dev);
+  CUmemGenericAllocationHandle h = 0;
+  r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
+  if (r == CUDA_SUCCESS) {
+    r = map_with_access(va, size, h, access_for_locked(dev));
+    if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
+  }
+  if (r != CUDA_SUCCESS) {
+    d.va.free(va, size);
+    return r;
+  }
+  *out = &add_unit_locked(dev, va, size, h, flags);
   return CUDA_SUCCESS;
 }
 
@@ -302,7 +316,8 @@ DeviceMemory::Stats DeviceMemory::stats() const {
 std::vector<agent::Allocation> DeviceMemory::units() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<agent::Allocation> out;
-  for (const auto& [id, u] : units_) out.push_back({id, uint32_t(u.device), u.va, u.size, u.flags});
+  for (const auto& [id, u] : units_)
+    out.push_back({.id = id, .device = uint32_t(u.device), .address = u.va, .size = u.size, .flags = u.flags, .ipc = u.ipc});
   return out;
 }
 
@@ -320,6 +335,111 @@ Result<UniqueFd> DeviceMemory::export_unit(uint64_t id) {
   CUresult r = PHOS_REAL(cuMemExportToShareableHandle)(&fd, it->second.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) return make_error(cu_error("cuMemExportToShareableHandle", r), EIO);
   return UniqueFd(fd);
+}
+
+std::optional<DeviceMemory::IpcBlock> DeviceMemory::ipc_block(CUdeviceptr ptr) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = blocks_.upper_bound(ptr);
+  if (it == blocks_.begin()) return std::nullopt;
+  --it;
+  if (ptr >= it->first + it->second.size) return std::nullopt;
+  auto u = units_.find(it->second.unit);
+  if (u == units_.end() || u->second.ipc) return std::nullopt;
+  return IpcBlock{.unit = u->first, .offset = it->first - u->second.va, .size = it->second.size};
+}
+
+Result<agent::IpcOpenReply> DeviceMemory::ipc_export(uint64_t id, pid_t importer, UniqueFd* fd) {
+  auto exported = export_unit(id);
+  if (!exported) return exported.error();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = units_.find(id);
+  if (it == units_.end()) return make_error("no allocation " + std::to_string(id), ENOENT);
+  if (it->second.ipc)
+    return make_error("allocation " + std::to_string(id) + " is itself another process's (opened through IPC)",
+                      EINVAL);
+  *fd = std::move(*exported);
+  ipc_importers_.emplace(id, importer);
+  return agent::IpcOpenReply{.size = it->second.size, .device = uint32_t(it->second.device)};
+}
+
+void DeviceMemory::ipc_closed(uint64_t id, pid_t importer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = ipc_importers_.find({id, importer}); it != ipc_importers_.end()) ipc_importers_.erase(it);
+}
+
+std::vector<agent::IpcExport> DeviceMemory::ipc_exports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<agent::IpcExport> out;
+  for (const auto& [id, pid] : ipc_importers_) {
+    // An importer that ended holds nothing (EPERM: alive, another user's).
+    // 0: one outside our pid namespace, which we cannot look for: it holds
+    // the memory until it closes it.
+    if (pid != 0 && ::kill(pid, 0) != 0 && errno != EPERM) continue;
+    agent::IpcExport e{.allocation = id, .importer_pid = pid};
+    if (out.empty() || !(out.back() == e)) out.push_back(e);
+  }
+  return out;
+}
+
+bool DeviceMemory::ipc_reopen(const agent::IpcSource& src, uint64_t offset, CUdeviceptr* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, u] : units_)
+    if (u.ipc && *u.ipc == src) {
+      u.ipc_opens++;
+      *out = u.va + offset;
+      return true;
+    }
+  return false;
+}
+
+CUresult DeviceMemory::ipc_import(const agent::IpcSource& src, int fd, size_t size, uint64_t offset,
+                                  CUdeviceptr* out) {
+  if (offset >= size) return CUDA_ERROR_INVALID_VALUE;
+  CUdevice dev = 0;
+  CUresult r = PHOS_REAL(cuCtxGetDevice)(&dev);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> lock(mu_);
+  Device* d = device_locked(dev, &r);
+  if (!d) return r;
+  CUdeviceptr va = 0;
+  if (r = reserve_locked(dev, *d, size, &va); r != CUDA_SUCCESS) return r;
+  CUmemGenericAllocationHandle h = 0;
+  r = PHOS_REAL(cuMemImportFromShareableHandle)(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r == CUDA_SUCCESS) {
+    r = map_with_access(va, size, h, access_for_locked(dev));
+    if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
+  }
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "phos: %s\n",
+                 cu_error(("map allocation " + std::to_string(src.owner_allocation) + " of process " +
+                           std::to_string(src.owner_pid) + " (CUDA IPC)").c_str(), r).c_str());
+    d->va.free(va, size);
+    return r;
+  }
+  Unit& u = add_unit_locked(dev, va, size, h, image::kAllocIpcImported);
+  // Imported memory cannot be exported again: a dump lists this fd.
+  u.source_fd.reset(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  u.ipc = src;
+  u.ipc_opens = 1;
+  if (observer_) observer_->buffer_added(u.va, u.size, u.id);
+  *out = u.va + offset;
+  return CUDA_SUCCESS;
+}
+
+bool DeviceMemory::ipc_close(CUdeviceptr ptr, bool* last, agent::IpcSource* src) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, u] : units_) {
+    if (!u.ipc || ptr < u.va || ptr >= u.va + u.size) continue;
+    *last = --u.ipc_opens == 0;
+    *src = *u.ipc;
+    if (*last) {
+      if (observer_) observer_->buffer_removed(u.va);
+      drop_unit_locked(u);
+    }
+    return true;
+  }
+  return false;
 }
 
 Result<void> DeviceMemory::with_contexts(const std::function<Result<void>(CUdevice, Device&)>& fn) {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <sys/types.h>
 #include <vector>
 
 #include "phos/hooks/agent_backend.h"
@@ -82,6 +83,29 @@ class DeviceMemory {
   CUmemGenericAllocationHandle translate(CUmemGenericAllocationHandle h);
   CUmemGenericAllocationHandle virtual_of(CUmemGenericAllocationHandle real);
 
+  // CUDA IPC served by phos (hooks/ipc.cc). The exporter's side: the block
+  // that holds `ptr` (its unit, where it starts in it, its size); nothing
+  // for memory that is not a phos block.
+  struct IpcBlock {
+    uint64_t unit = 0, offset = 0, size = 0;
+  };
+  std::optional<IpcBlock> ipc_block(CUdeviceptr ptr) const;
+  // An fd of unit `id` for process `importer`, which is recorded as holding
+  // it until ipc_closed (or its end).
+  Result<agent::IpcOpenReply> ipc_export(uint64_t id, pid_t importer, UniqueFd* fd);
+  void ipc_closed(uint64_t id, pid_t importer);
+  // The units live importers hold.
+  std::vector<agent::IpcExport> ipc_exports() const;
+  // The importer's side: the unit `src` names mapped here (imported from
+  // `fd`, `size` bytes) on the current context's device; *out = its start +
+  // `offset`. A unit opened before is opened again (counted), fd unused.
+  CUresult ipc_import(const agent::IpcSource& src, int fd, size_t size, uint64_t offset, CUdeviceptr* out);
+  // Whether `src` is mapped here already: then *out as ipc_import gives it.
+  bool ipc_reopen(const agent::IpcSource& src, uint64_t offset, CUdeviceptr* out);
+  // Closes the mapping that holds `ptr` (false: none); *last says whether
+  // it was the last open of it, then *src names what the exporter is told.
+  bool ipc_close(CUdeviceptr ptr, bool* last, agent::IpcSource* src);
+
   struct Stats {
     uint64_t units = 0, blocks = 0, requested_bytes = 0, physical_bytes = 0;
     uint32_t devices = 0;
@@ -116,6 +140,8 @@ class DeviceMemory {
     // the memory for a checkpoint (it is an open file of /dev/nvidiactl).
     UniqueFd source_fd;
     std::vector<CUmemAccessDesc> access;            // what the program granted (its mappings)
+    std::optional<agent::IpcSource> ipc;  // another process's memory (cuIpcOpenMemHandle)
+    uint32_t ipc_opens = 0;               // how often the program opened it
   };
   struct UserHandle {
     CUmemGenericAllocationHandle real = 0;
@@ -144,6 +170,8 @@ class DeviceMemory {
   std::vector<CUmemAccessDesc> access_for_locked(CUdevice dev) const;
   CUresult set_peer_access_locked(CUdevice owner, CUdevice accessor, CUmemAccess_flags flags);
   CUresult grow_arena_locked(CUdevice dev, Device& d, size_t at_least);
+  CUresult reserve_locked(CUdevice dev, Device& d, size_t size, CUdeviceptr* va);
+  Unit& add_unit_locked(CUdevice dev, CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h, uint32_t flags);
   CUresult new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out);
   void drop_unit_locked(Unit& u);
   CUresult free_locked(std::map<CUdeviceptr, Block>::iterator it);
@@ -156,6 +184,7 @@ class DeviceMemory {
   std::vector<Deferred> deferred_;
   std::map<CUmemGenericAllocationHandle, UserHandle> user_handles_;  // by virtual value
   std::map<CUdevice, std::set<CUdevice>> peers_;  // owner -> devices granted access to its memory
+  std::multiset<std::pair<uint64_t, pid_t>> ipc_importers_;  // (unit, importer) per open served
   BufferObserver* observer_ = nullptr;  // under mu_
   UnitDropped unit_dropped_;
   std::atomic<bool> any_user_handles_{false};

@@ -18,6 +18,7 @@
 #include "phos/plugin/log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
+#include "phos/plugin/ipc_sharing.h"
 #include "phos/plugin/job_store.h"
 #include "phos/plugin/proc.h"
 #include "phos/plugin/sum_check.h"
@@ -157,6 +158,10 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
   auto allocs = client.list_allocations(true, &t.fds);
   if (!allocs) return allocs.error();
   t.allocations = std::move(*allocs);
+  PHOS_TRY(own_allocations(t.allocations, t.fds, &t.own_allocations, &t.own_fds));
+  if (size_t shared = t.allocations.size() - t.own_allocations.size())
+    PHOS_INFO("process %d: %zu CUDA IPC mapping(s) of other processes' memory: their owners' images store it", pid,
+              shared);
   // Memory on a GPU the status before the gate closed did not name (allocated
   // in between): ask again, so that no device is taken at its ordinal.
   bool unnamed = false;
@@ -189,14 +194,15 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       keeper_.reset();
     }
   }
-  if (!t.allocations.empty()) {
+  if (!t.own_allocations.empty()) {
     PHOS_TRY(start_engine());
     // Mapped into criu now; copied in the background, off criu's freeze
     // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
     // so the process lets go of its own at once. Soft recopy mapped it
     // before its first pass: the same job goes on.
     if (!t.recopy()) {
-      auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
+      auto job =
+          engine_->prepare_save(dirfd_, t.vpid, t.own_allocations, t.own_fds, t.host_ordinal, t.manifest, sink(t));
       if (!job) return job.error();
       t.save = std::move(*job);
     }
@@ -204,7 +210,19 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     std::promise<CopyPlan> decided;
     t.plan = decided.get_future();
     std::future<void> go = t.write_go.get_future();
-    t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go)]() mutable {
+    // Memory other processes map (CUDA IPC) is copied once every process
+    // of the tree is paused: until then they may still write it.
+    const bool wait_tree = !t.status.ipc_exports.empty();
+    t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go),
+                            wait_tree, tree_paused = tree_paused_]() mutable {
+      if (wait_tree) {
+        tree_paused.wait();
+        if (t.abandoned) {
+          decided.set_value(CopyPlan{});
+          t.copied = make_error("the dump failed; its image is not written", ECANCELED);
+          return;
+        }
+      }
       const CopyPlan plan = want ? choose_copy(t) : CopyPlan{};
       decided.set_value(plan);
       // A copy-on-write copy waits for the process to run again too, unless
@@ -226,6 +244,9 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
         t.manifest.statistics.final_pass_ns = clock_ns(CLOCK_MONOTONIC) - t.paused_at_ns;
       }
     });
+  }
+  // IPC mappings too: the driver must find no device memory in the process.
+  if (!t.allocations.empty()) {
     taking(pid, t, kMappingsReleased);
     auto released = client.release_mappings(true);
     if (!released) return released.error();
@@ -296,6 +317,9 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
   auto run = [&]() -> Result<void> {
     PHOS_TRY(list_allocations(pid, c, t));
     if (t.allocations.empty()) return make_error("no device memory", ENODATA);
+    // Other processes write the shared memory behind this one's window.
+    if (shares_ipc(t.status, t.allocations))
+      return make_error("it shares device memory with other processes through CUDA IPC", ENOTSUP);
     PHOS_TRY(start_engine());
     if (t.migrate) PHOS_TRY(check_migration(pid, t));
     auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
@@ -407,6 +431,12 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
     auto snap = engine_->snapshot(*t.save);
     if (!snap) PHOS_WARN("process %d: snapshot: %s", t.vpid, snap.error().message.c_str());
     if (snap && *snap) return CopyPlan{.protocol = CopyProtocol::kStopTheWorld, .snapshot = true};
+  }
+  // The other processes' writes to shared memory pass no hook of this one.
+  if (shares_ipc(t.status, t.allocations)) {
+    PHOS_INFO("process %d: no copy-on-write: it shares device memory with other processes through CUDA IPC; the "
+              "image is written while it is stopped", t.vpid);
+    return CopyPlan{};
   }
   if (options_.copy_on_write == Cow::kOff) {
     PHOS_INFO("process %d: copy_on_write=off: the image is written while the process is stopped", t.vpid);
@@ -544,16 +574,55 @@ void Checkpointer::let_write(Target& t) {
 }
 
 Result<void> Checkpointer::copy_done(Target& t) {
+  tree_is_paused();  // a copier waiting for it goes on (or gives up, abandoned)
   let_write(t);
   if (t.copier.joinable()) t.copier.join();
   t.save.reset();
   return t.copied;
 }
 
+Result<void> Checkpointer::check_ipc() {
+  std::vector<IpcParty> parties;
+  bool any = false;
+  for (const auto& [pid, t] : targets_) {
+    parties.push_back({.pid = pid, .vpid = t.vpid, .status = &t.status, .allocations = &t.allocations});
+    any = any || shares_ipc(t.status, t.allocations);
+  }
+  if (!any) return {};
+  // phos-keeper holds one process's memory on one GPU: shared memory would
+  // be kept once per process that maps it.
+  if (!options_.migrate_to.empty())
+    return make_error("a migration of processes that share device memory through CUDA IPC is not supported yet; "
+                      "dump and restore them instead",
+                      ENOTSUP);
+  PHOS_TRY(check_ipc_tree(parties));
+  for (const auto& [pid, t] : targets_)
+    for (const auto& a : ipc_mappings(t.allocations))
+      PHOS_INFO("process %d: allocation #%llu of process %d (pid in its namespace) mapped at 0x%llx (%.1f MiB) through "
+                "CUDA IPC: stored once, in its owner's image",
+                pid, (unsigned long long)a.ipc->owner_allocation, a.ipc->owner_pid, (unsigned long long)a.address,
+                double(a.size) / (1 << 20));
+  return {};
+}
+
+void Checkpointer::tree_is_paused() {
+  if (tree_paused_given_) return;
+  tree_paused_given_ = true;
+  tree_paused_promise_.set_value();
+}
+
 Result<bool> Checkpointer::checkpoint(pid_t pid) {
   auto it = targets_.find(pid);
   if (it == targets_.end()) return false;
   Target& t = it->second;
+  if (!ipc_checked_) {
+    // criu pauses every process before it checkpoints any.
+    ipc_checked_ = check_ipc();
+    if (!*ipc_checked_)
+      for (auto& [p, other] : targets_) other.abandoned = true;  // no copy of shared memory starts
+    tree_is_paused();
+  }
+  if (!*ipc_checked_) return ipc_checked_->error();
   // The driver checkpoint (a fixed cost) runs while the engine copies:
   // the process let go of its memory at PAUSE, so the two do not meet.
   if (t.taken & kDriverLocked) {
@@ -596,6 +665,7 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 
 Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {
   image::Manifest& m = t.manifest;
+  m.ipc_mappings = ipc_mappings(t.allocations);
   // The oldest version that holds it: a phos of before sparse images still
   // restores an image without zero chunks.
   m.format_version = image::format_version_for(m);
@@ -982,6 +1052,9 @@ bool Checkpointer::job_verdict(bool dump_succeeded) {
 
 bool Checkpointer::finish(bool dump_succeeded) {
   bool pending = false, handed_over = false;
+  if (!dump_succeeded)
+    for (auto& [pid, t] : targets_) t.abandoned = true;
+  tree_is_paused();
   if (job_) dump_succeeded = job_verdict(dump_succeeded);
   if (!dump_succeeded)
     for (const auto& job : nccl_jobs_) abandon_nccl_job(job);

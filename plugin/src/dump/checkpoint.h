@@ -118,6 +118,11 @@ class Checkpointer {
     agent::StatusReply status;
     std::vector<agent::Allocation> allocations;
     std::vector<UniqueFd> fds;  // the device memory, while the process has let go of it
+    // What the engine copies: the allocations without the CUDA IPC mappings
+    // of other processes' memory (their owners' images hold it), with
+    // duplicates of their fds.
+    std::vector<agent::Allocation> own_allocations;
+    std::vector<UniqueFd> own_fds;
     image::Manifest manifest;
     std::unique_ptr<Engine::SaveJob> save;  // the copy, started in PAUSE_DEVICES
     // The program's free device memory at the gate closing the image stands
@@ -198,6 +203,16 @@ class Checkpointer {
   Result<void> write_manifest(pid_t pid, Target& t);
   // Snapshot, copy-on-write or neither (the copier, at PAUSE).
   CopyPlan choose_copy(Target& t);
+  // CUDA IPC between the dumped processes (ipc_sharing.h), checked once all
+  // of them are paused: the first CHECKPOINT_DEVICES does it.
+  Result<void> check_ipc();
+  std::optional<Result<void>> ipc_checked_;
+  // Every process of the tree is paused (the first CHECKPOINT_DEVICES), or
+  // the dump ends: the copies of memory shared through CUDA IPC wait for it.
+  void tree_is_paused();
+  std::promise<void> tree_paused_promise_;
+  std::shared_future<void> tree_paused_ = tree_paused_promise_.get_future().share();
+  bool tree_paused_given_ = false;
   // Copy-on-write: opens the process's copy window (before its gate opens).
   // false: it cannot have one (the reason is logged), and must stay stopped
   // until its memory is copied.

@@ -26,6 +26,10 @@ namespace {
 
 double ms(uint64_t ns) { return double(ns) / 1e6; }
 
+// The process had GPU state: memory of its own (its devices), or only
+// other processes' memory mapped through CUDA IPC.
+bool on_gpu(const image::Manifest& m) { return !m.devices.empty() || !m.ipc_mappings.empty(); }
+
 }  // namespace
 
 // The image directory's fd is our own: criu closes its own before an
@@ -317,7 +321,7 @@ void Restorer::driver_restores() {
     auto vpid = ns_pid(pid);
     if (!tracer || *tracer != ::getpid() || !vpid) continue;
     auto it = images_.find(*vpid);
-    if (it == images_.end() || it->second.image.manifest.devices.empty() || !has_driver_state(pid)) continue;
+    if (it == images_.end() || !on_gpu(it->second.image.manifest) || !has_driver_state(pid)) continue;
     Loaded& l = it->second;
     if (l.kept) {
       if (kept_placer_.joinable()) kept_placer_.join();  // where its GPUs went
@@ -348,7 +352,7 @@ void Restorer::driver_restores() {
 
 Result<void> Restorer::driver_restore(pid_t pid, Loaded& l) {
   if (l.driver_restored) return *l.driver_restored;  // made with the other processes'
-  if (l.image.manifest.devices.empty() || !has_driver_state(pid)) return {};
+  if (!on_gpu(l.image.manifest) || !has_driver_state(pid)) return {};
   // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
   auto pairs = driver_pairs(l);
   PHOS_INFO("process %d: driver restore%s", pid, pairs.empty() ? "" : " onto the mapped GPUs");
@@ -377,8 +381,10 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   if (options_.restore_overlap) PHOS_TRY(driver_restore(pid, l));
   if (lazy) {
     PHOS_TRY(wait_for(l, Stage::kCreated));
-  } else if (l.needs_memory) {
-    if (filler_.joinable()) filler_.join();  // all images filled (criu calls this hook one process at a time)
+  } else if (l.needs_memory || !l.image.manifest.ipc_mappings.empty()) {
+    // All images filled (criu calls this hook one process at a time): the
+    // owners of its CUDA IPC mappings too.
+    if (filler_.joinable()) filler_.join();
     l.job.reset();
     PHOS_TRY(l.prepared);
     if (!l.filled) return failed(l.filled.error());
@@ -389,16 +395,24 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   if (!options_.restore_overlap) PHOS_TRY(driver_restore(pid, l));
   const auto& recorded = l.image.manifest.allocations;
   std::vector<agent::Allocation> allocs(recorded.begin(), recorded.end());  // without their chunks
+  const auto& shared = l.image.manifest.ipc_mappings;
+  allocs.insert(allocs.end(), shared.begin(), shared.end());
+  auto fds = mapping_fds(l, lazy);
+  if (!fds) return fds.error();
   uint64_t remap_ns = 0;
   PHOS_TRY(with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
     if (c.hello().pid != vpid)
       return make_error("agent reports pid " + std::to_string(c.hello().pid) + ", the image is for " +
                         std::to_string(vpid));
     const uint64_t t = monotonic_ns();
-    auto mapped = c.remap_all(allocs, lazy ? l.job->fds : l.fds);
+    auto mapped = c.remap_all(allocs, *fds);
     if (!mapped) return mapped.error();
     remap_ns = monotonic_ns() - t;
     PHOS_INFO("process %d: %.1f MiB mapped at the original addresses", pid, double(*mapped) / (1 << 20));
+    for (const auto& a : shared)
+      PHOS_INFO("process %d: allocation #%llu of process %d (pid in its namespace) mapped again at 0x%llx through "
+                "CUDA IPC (the same memory as its owner's)",
+                pid, (unsigned long long)a.ipc->owner_allocation, a.ipc->owner_pid, (unsigned long long)a.address);
     if (lazy) {
       std::lock_guard<std::mutex> lock(window_mu_);
       // A fill that failed meanwhile: the process must not run at all.
@@ -496,7 +510,58 @@ void Restorer::end_fill_window(Loaded& l) {
 
 void Restorer::finish() {
   if (filler_.joinable()) filler_.join();  // it closed every fill window
-  for (auto& [vpid, l] : images_) l.job.reset();
+  for (auto& [vpid, l] : images_) {
+    l.job.reset();
+    l.fds.clear();
+  }
+}
+
+bool Restorer::ipc_owner(pid_t vpid) const {
+  for (const auto& [v, l] : images_)
+    for (const auto& a : l.image.manifest.ipc_mappings)
+      if (a.ipc && a.ipc->owner_pid == vpid) return true;
+  return false;
+}
+
+namespace {
+
+Result<UniqueFd> dup_fd(const UniqueFd& fd, const std::string& what) {
+  UniqueFd dup(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+  if (!dup.valid()) return errno_error("duplicate the fd of " + what);
+  return dup;
+}
+
+}  // namespace
+
+Result<std::vector<UniqueFd>> Restorer::mapping_fds(const Loaded& l, bool lazy) const {
+  auto fds_of = [lazy](const Loaded& x) -> const std::vector<UniqueFd>& { return lazy && x.job ? x.job->fds : x.fds; };
+  std::vector<UniqueFd> out;
+  for (const auto& fd : fds_of(l)) {
+    auto dup = dup_fd(fd, l.image.manifest_name);
+    if (!dup) return dup.error();
+    out.push_back(std::move(*dup));
+  }
+  for (const auto& a : l.image.manifest.ipc_mappings) {
+    const std::string what = "allocation #" + std::to_string(a.ipc->owner_allocation) + " of process " +
+                             std::to_string(a.ipc->owner_pid) + " (CUDA IPC)";
+    auto owner = images_.find(a.ipc->owner_pid);
+    if (owner == images_.end())
+      return make_error(l.image.manifest_name + ": maps " + what + ", whose image is not in this directory", ENOENT);
+    if (owner->second.kept || (lazy && !owner->second.job))
+      return make_error(l.image.manifest_name + ": maps " + what + ": not restored through a migration or "
+                        "on demand yet", ENOTSUP);
+    const auto& owned = owner->second.image.manifest.allocations;
+    const auto& owner_fds = fds_of(owner->second);
+    size_t i = 0;
+    while (i < owned.size() && owned[i].id != a.ipc->owner_allocation) i++;
+    if (i == owned.size() || i >= owner_fds.size() || owned[i].size != a.size)
+      return make_error(l.image.manifest_name + ": maps " + what + ", which " + owner->second.image.manifest_name +
+                        " does not hold with that size", ENOENT);
+    auto dup = dup_fd(owner_fds[i], what);
+    if (!dup) return dup.error();
+    out.push_back(std::move(*dup));
+  }
+  return out;
 }
 
 Result<bool> Restorer::resume_late(pid_t pid) {
@@ -532,7 +597,7 @@ Result<bool> Restorer::resume_late(pid_t pid) {
     if (it->second.kept) (void)it->second.kept->taken(false, it->second.gate_asked_open);
     return r.error();
   }
-  it->second.fds.clear();
+  if (!ipc_owner(*vpid)) it->second.fds.clear();  // else at finish(): an importer may come later
   if (it->second.kept) {
     if (auto told = it->second.kept->taken(true); !told)
       PHOS_WARN("process %d: could not tell phos-keeper that it has its kept memory: %s", pid,

@@ -128,6 +128,13 @@ class Restorer {
   // process of the tree (criu holds them all stopped by then), at once
   // (driver_parallel); each process's own hook then finds its done.
   void driver_restores();
+  // What the process maps: its own allocations' fds, then one for each of
+  // its CUDA IPC mappings, duplicated from the owner's image's (restored
+  // once, by the owner's image).
+  Result<std::vector<UniqueFd>> mapping_fds(const Loaded& l, bool lazy) const;
+  // Whether another image maps `vpid`'s memory through CUDA IPC: its fds
+  // then stay until the restore ends.
+  bool ipc_owner(pid_t vpid) const;
   Result<void> resume(pid_t pid, pid_t vpid, Loaded& l);
   // The driver's restore of `pid` in resume() (none where another hook's
   // driver_restores() made it, or the process holds no driver state).

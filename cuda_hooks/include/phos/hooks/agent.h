@@ -28,6 +28,10 @@ struct AgentOptions {
   int step_wait_ms = 2000;
 };
 
+// This process's agent's socket name ("" before one started): the IPC
+// handles the process serves name it (ipc_handle.h).
+std::string own_agent_socket_name();
+
 class Agent {
  public:
   Agent(Gate& gate, AgentBackend& backend, AgentOptions options = {});
@@ -74,6 +78,8 @@ class Agent {
   Answer answer(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds);
   Answer answer(const agent::CloseCopyWindowRequest& q);
   Answer answer(const agent::NcclStopRequest& q);
+  Answer answer(const agent::IpcOpenRequest& q, pid_t peer);
+  Answer answer(const agent::IpcCloseRequest& q, pid_t peer);
 
   Gate& gate_;
   AgentBackend& backend_;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "phos/images/agent_messages.h"
@@ -77,6 +78,19 @@ class AgentBackend {
   virtual Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
     (void)nonce;
     return 0u;
+  }
+  // CUDA IPC: an fd of allocation `id`'s memory for process `importer`
+  // (its pid here), recorded as an importer until ipc_close or its end.
+  virtual Result<agent::IpcOpenReply> ipc_open(uint64_t id, pid_t importer, UniqueFd* fd) {
+    (void)id;
+    (void)importer;
+    (void)fd;
+    return make_error("this process serves no CUDA IPC", ENOTSUP);
+  }
+  virtual Result<void> ipc_close(uint64_t id, pid_t importer) {
+    (void)id;
+    (void)importer;
+    return make_error("this process serves no CUDA IPC", ENOTSUP);
   }
   // A job-wide quiesce's second step (NcclStopRequest.pend_release).
   virtual Result<bool> nccl_pend_release(bool pend) {

@@ -109,6 +109,23 @@ struct CallCycles {
   bool operator==(const CallCycles&) const = default;
 };
 
+// CUDA IPC: whose memory an importing process's allocation is (gpu.proto
+// Allocation fields 7-9).
+struct IpcSource {
+  int32_t owner_pid = 0;          // the exporter, in its own pid namespace
+  uint64_t owner_allocation = 0;  // its allocation id
+  std::string owner_agent;        // its agent's socket name
+  bool operator==(const IpcSource&) const = default;
+};
+
+// An allocation of this process that another opened through a phos IPC
+// handle (StatusReply::ipc_exports).
+struct IpcExport {
+  uint64_t allocation = 0;
+  int32_t importer_pid = 0;  // in this process's pid namespace
+  bool operator==(const IpcExport&) const = default;
+};
+
 struct StatusReply {
   bool gate_open = false;  // the agent fills it in: it owns the gate
   bool cuda_initialized = false;
@@ -137,6 +154,8 @@ struct StatusReply {
   bool cow_missed = false;
   // PHOS_CALL_CYCLES=on: the call counter's totals; none while it is off.
   std::optional<CallCycles> call_cycles;
+  // CUDA IPC: the allocations live importers opened (empty from an older agent).
+  std::vector<IpcExport> ipc_exports;
   bool operator==(const StatusReply&) const = default;
 };
 
@@ -148,8 +167,10 @@ struct Allocation {
   uint64_t address = 0;
   uint64_t size = 0;
   uint32_t flags = 0;  // image::kAlloc*
+  std::optional<IpcSource> ipc = std::nullopt;  // image::kAllocIpcImported: another process's memory
   bool operator==(const Allocation&) const = default;
 };
+
 
 // Allocations come in pages so that a page's fds fit one frame.
 struct ListAllocationsRequest {
@@ -320,13 +341,33 @@ struct NcclStopReply {
   bool operator==(const NcclStopReply&) const = default;
 };
 
+// CUDA IPC between processes (agent.proto IpcOpenRequest): one libphos
+// asks another's agent for an allocation's memory; an fd comes with the
+// reply.
+struct IpcOpenRequest {
+  uint64_t allocation = 0;
+  bool operator==(const IpcOpenRequest&) const = default;
+};
+struct IpcOpenReply {
+  uint64_t size = 0;
+  uint32_t device = 0;
+  bool operator==(const IpcOpenReply&) const = default;
+};
+struct IpcCloseRequest {
+  uint64_t allocation = 0;
+  bool operator==(const IpcCloseRequest&) const = default;
+};
+struct IpcCloseReply {
+  bool operator==(const IpcCloseReply&) const = default;
+};
+
 using Request = std::variant<Hello, StatusRequest, ListAllocationsRequest, QuiesceRequest, ReleaseMappingsRequest,
                              RemapRequest, ResumeRequest, GoodbyeRequest, SpeculateRequest, OpenCopyWindowRequest,
-                             CloseCopyWindowRequest, NcclStopRequest>;
+                             CloseCopyWindowRequest, NcclStopRequest, IpcOpenRequest, IpcCloseRequest>;
 // Every request gets one reply: the matching kind, or an Error (its code an
 // errno value).
 using Reply = std::variant<HelloReply, StatusReply, ListAllocationsReply, QuiesceReply, ReleaseMappingsReply,
                            RemapReply, ResumeReply, GoodbyeReply, SpeculateReply, OpenCopyWindowReply,
-                           CloseCopyWindowReply, NcclStopReply, Error>;
+                           CloseCopyWindowReply, NcclStopReply, IpcOpenReply, IpcCloseReply, Error>;
 
 }  // namespace phos::agent

@@ -20,7 +20,7 @@ namespace phos::image {
 // holds its manifest (format_version_for, manifest.h), so a phos that reads
 // only version 1 restores every image without a zero chunk and refuses the
 // others by their version.
-inline constexpr uint32_t kManifestFormatVersion = 4;
+inline constexpr uint32_t kManifestFormatVersion = 5;
 inline constexpr uint32_t kZeroChunkFormatVersion = 2;
 // Version 3: a migration's manifest, whose GPU data is kept in device
 // memory by phos-keeper (KeptMemory) instead of data files.
@@ -28,6 +28,9 @@ inline constexpr uint32_t kKeptMemoryFormatVersion = 3;
 // Version 4: dead chunks (Compression::kDead), free memory of the program's
 // allocator that the image does not hold.
 inline constexpr uint32_t kDeadChunkFormatVersion = 4;
+// Version 5: CUDA IPC mappings of other processes' memory (ipc_mappings),
+// which an older reader would leave unmapped.
+inline constexpr uint32_t kIpcFormatVersion = 5;
 // The completion marker and the data files have kept their first format.
 inline constexpr uint32_t kMarkerFormatVersion = 1;
 inline constexpr uint32_t kDataFormatVersion = 1;
@@ -49,6 +52,7 @@ enum AllocationFlag : uint32_t {
   kAllocAsync = 1u << 1,       // from cudaMallocAsync / a memory pool
   kAllocUserVmm = 1u << 2,     // the program used the VMM API itself
   kAllocSlab = 1u << 3,        // a slab that small allocations live in
+  kAllocIpcImported = 1u << 4, // another process's memory, opened through cuIpcOpenMemHandle
 };
 
 std::string manifest_file_name(int32_t pid);

@@ -156,6 +156,9 @@ struct Manifest {
   std::vector<std::string> unsupported_calls;
   std::optional<KeptMemory> kept;  // a migration: where the GPU data is
   Validation validation = Validation::kNone;
+  // CUDA IPC: other processes' memory mapped here, each with its owner
+  // (agent::Allocation::ipc); the owner's image holds the bytes.
+  std::vector<agent::Allocation> ipc_mappings;
   bool operator==(const Manifest&) const = default;
 };
 

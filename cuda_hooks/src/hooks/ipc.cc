@@ -1,0 +1,190 @@
+// CUDA IPC between processes, served by phos (cuIpcGetMemHandle,
+// cuIpcOpenMemHandle, cuIpcCloseMemHandle; the runtime's cudaIpc* reach
+// these through cuGetProcAddress). A handle names a phos allocation of the
+// exporting process and that process's agent (ipc_handle.h); opening it asks
+// that agent for the allocation's fd (agent.proto IpcOpenRequest) and maps
+// the same physical memory here, so the driver never sees an IPC mapping and
+// its checkpoint of either process succeeds. A dump stores such memory once,
+// in its owner's image (the plugin's checkpoint.cc). Event IPC: below.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "driver/driver.h"
+#include "phos/hooks/agent.h"
+#include "phos/images/agent_protocol.h"
+#include "phos/images/agent_wire.h"
+#include "phos/images/ipc_handle.h"
+#include "runtime.h"
+
+#define PHOS_EXPORT __attribute__((visibility("default")))
+
+using namespace phos::hooks;
+namespace agent = phos::agent;
+
+namespace {
+
+// What the IPC hooks use: the gate, the device memory, and the calls that
+// make a checkpoint impossible (a handle phos did not make).
+struct IpcDeps : RuntimeView {
+  using RuntimeView::gate;
+  using RuntimeView::memory;
+  using RuntimeView::unsupported;
+};
+
+constexpr int kAgentTimeoutMs = 10000;
+
+// One request to the agent `name` (abstract, in our network namespace), as
+// a short session of its own: hello, the request, goodbye.
+phos::Result<agent::ReceivedReply> ask_agent(const std::string& name, const agent::Request& q) {
+  phos::UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return phos::errno_error("socket");
+  struct sockaddr_un addr;
+  socklen_t len = phos::wire::abstract_socket_address(name, addr);
+  if (len == 0 || ::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), len) != 0)
+    return phos::errno_error("connect to agent @" + name);
+  PHOS_TRY(agent::send_request(sock.get(), agent::Hello{.protocol_version = agent::kProtocolVersion,
+                                                        .client_version = PHOS_VERSION}));
+  auto hello = agent::recv_reply(sock.get(), kAgentTimeoutMs);
+  if (!hello) return hello.error();
+  if (const auto* e = std::get_if<phos::Error>(&hello->reply)) return *e;
+  PHOS_TRY(agent::send_request(sock.get(), q));
+  auto reply = agent::recv_reply(sock.get(), kAgentTimeoutMs);
+  if (reply) (void)agent::send_request(sock.get(), agent::GoodbyeRequest{});
+  return reply;
+}
+
+// The exporter's fd of `h`'s allocation, and the allocation's size.
+phos::Result<std::pair<phos::UniqueFd, uint64_t>> fetch(const agent::IpcSource& src) {
+  auto got = ask_agent(src.owner_agent, agent::IpcOpenRequest{.allocation = src.owner_allocation});
+  if (!got) return got.error();
+  if (const auto* e = std::get_if<phos::Error>(&got->reply)) return *e;
+  const auto* r = std::get_if<agent::IpcOpenReply>(&got->reply);
+  if (!r || got->fds.size() != 1) return phos::make_error("the agent's answer to ipc_open has no fd", EPROTO);
+  return std::pair{std::move(got->fds[0]), r->size};
+}
+
+agent::IpcSource source_of(const agent::IpcHandle& h) {
+  return agent::IpcSource{.owner_pid = h.pid,
+                          .owner_allocation = h.allocation,
+                          .owner_agent = agent::agent_socket_name(h.pid, h.nonce)};
+}
+
+void say(const std::string& what) { std::fprintf(stderr, "phos: %s\n", what.c_str()); }
+
+}  // namespace
+
+extern "C" PHOS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
+  const IpcDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcGetMemHandle));
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  const std::string own = own_agent_socket_name();
+  const auto nonce = agent::agent_socket_nonce(own);
+  const auto block = rt.memory().ipc_block(ptr);
+  if (!block || !nonce) {
+    // Memory phos does not own (or no agent to serve it): the driver's
+    // handle, which a dump cannot take.
+    rt.unsupported().note("cuIpcGetMemHandle");
+    return PHOS_REAL(cuIpcGetMemHandle)(handle, ptr);
+  }
+  const auto bytes = agent::encode_ipc_handle(agent::IpcHandle{
+      .pid = ::getpid(), .nonce = *nonce, .allocation = block->unit, .offset = block->offset, .size = block->size});
+  static_assert(sizeof(handle->reserved) == agent::kIpcHandleBytes);
+  std::memcpy(handle->reserved, bytes.data(), bytes.size());
+  return CUDA_SUCCESS;
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
+  const IpcDeps rt;
+  const auto h = agent::decode_ipc_handle(reinterpret_cast<const uint8_t*>(handle.reserved));
+  if (!h) {
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenMemHandle_v2));
+    rt.unsupported().note("cuIpcOpenMemHandle");
+    return PHOS_REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
+  }
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  const agent::IpcSource src = source_of(*h);
+  // The driver refuses a process's own handle too (the agent names the
+  // process: pids repeat across pid namespaces).
+  if (src.owner_agent == own_agent_socket_name()) return CUDA_ERROR_INVALID_CONTEXT;
+  {
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenMemHandle_v2));
+    if (rt.memory().ipc_reopen(src, h->offset, dptr)) return CUDA_SUCCESS;
+  }
+  // The exporter's agent is asked outside the gate: a dump that holds that
+  // agent must not find this process inside a CUDA call meanwhile.
+  auto fetched = fetch(src);
+  if (!fetched) {
+    say("cuIpcOpenMemHandle: allocation " + std::to_string(h->allocation) + " of process " + std::to_string(h->pid) +
+        ": " + fetched.error().message);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenMemHandle_v2));
+  if (rt.memory().ipc_reopen(src, h->offset, dptr)) return CUDA_SUCCESS;  // another thread was first
+  return rt.memory().ipc_import(src, fetched->first.get(), fetched->second, h->offset, dptr);
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  const IpcDeps rt;
+  bool last = false;
+  agent::IpcSource src;
+  {
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcCloseMemHandle));
+    if (!rt.memory().ipc_close(dptr, &last, &src)) return PHOS_REAL(cuIpcCloseMemHandle)(dptr);
+  }
+  // The exporter stops counting this process among its importers (a dump
+  // of it alone is possible again); best effort: it may have ended.
+  if (last) {
+    auto told = ask_agent(src.owner_agent, agent::IpcCloseRequest{.allocation = src.owner_allocation});
+    if (!told)
+      say("cuIpcCloseMemHandle: tell process " + std::to_string(src.owner_pid) + ": " + told.error().message);
+  }
+  return CUDA_SUCCESS;
+}
+
+// Events: torch.multiprocessing sends one with every CUDA tensor it
+// shares, recorded after the producer's writes, for the consumer to wait on
+// once. phos waits for the event here, so the handle stands for a completed
+// event, and an opener gets a completed event of its own: no interprocess
+// event is left for the driver's checkpoint. A program that records the
+// same interprocess event again and again for the other process to see
+// each time is not served so (the opener's event never waits again).
+// An interprocess event is one the driver would have to carry across a
+// checkpoint, and phos serves its IPC itself: the driver gets a plain one.
+extern "C" PHOS_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
+  const IpcDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventCreate));
+  return PHOS_REAL(cuEventCreate)(event, flags & ~unsigned(CU_EVENT_INTERPROCESS));
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
+  const IpcDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcGetEventHandle));
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = PHOS_REAL(cuEventSynchronize)(event);
+  if (r != CUDA_SUCCESS) return r;
+  const auto bytes = agent::encode_ipc_event_handle(::getpid());
+  static_assert(sizeof(handle->reserved) == agent::kIpcHandleBytes);
+  std::memcpy(handle->reserved, bytes.data(), bytes.size());
+  return CUDA_SUCCESS;
+}
+
+extern "C" PHOS_EXPORT CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
+  const IpcDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenEventHandle));
+  if (!agent::decode_ipc_event_handle(reinterpret_cast<const uint8_t*>(handle.reserved))) {
+    rt.unsupported().note("cuIpcOpenEventHandle (an event handle phos did not make)");
+    return PHOS_REAL(cuIpcOpenEventHandle)(event, handle);
+  }
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = PHOS_REAL(cuEventCreate)(event, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) return r;
+  // Recorded on an empty moment of the legacy stream: complete at once for
+  // any stream that waits on it.
+  r = PHOS_REAL(cuEventRecord)(*event, nullptr);
+  if (r != CUDA_SUCCESS) PHOS_REAL(cuEventDestroy_v2)(*event);
+  return r;
+}
