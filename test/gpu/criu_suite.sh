@@ -1001,11 +1001,14 @@ case_lazy_two_processes() {
 # cudaIpcGetEventHandle underneath, served by phos). A leave-running dump,
 # then a dump and restore of the pair: the shared memory stored once (in
 # the parent's image), mapped into both after the restore; the curve of the
-# whole run bitwise equal to an uninterrupted run's.
+# whole run bitwise equal to an uninterrupted run's. torch.multiprocessing
+# maps a POSIX semaphore whose /dev/shm file it has unlinked: criu needs
+# --link-remap for it (its first GPU run failed on "Can't create link remap
+# for /dev/shm/sem.*"), as a user's criu would.
 case_torch_ipc() {
   local n=150 script=$here/torch_ipc.py
   setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
-  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8 CRIU_NET_ARGS="--link-remap"
   timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n \
     > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?): $(tail -n 3 "$WORK/ref.state.error" 2>/dev/null)"
   start_workload --preload "$WORK/run.losses" $n
