@@ -455,8 +455,11 @@ Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
 
 void CopyState::note_in_pool(uint32_t slot, uint64_t chunk) {
   if (slot >= pool_slots()) return;
-  l_->in_pool[slot].store(uint32_t(chunk + 1), std::memory_order_release);
-  l_->header->in_pool.fetch_add(1, std::memory_order_acq_rel);
+  // An entry the engine's scan left behind (it took that chunk before the
+  // entry was written) is replaced, not counted twice: the count stays the
+  // number of entries set.
+  if (l_->in_pool[slot].exchange(uint32_t(chunk + 1), std::memory_order_acq_rel) == 0)
+    l_->header->in_pool.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool CopyState::drop_in_pool(uint32_t slot, uint64_t chunk) {

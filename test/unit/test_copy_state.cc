@@ -310,6 +310,42 @@ TEST_CASE("copy state: a saved chunk put back keeps its place before the rest", 
   CHECK(s.all_copied());
 }
 
+TEST_CASE("copy state: the pool's list is empty again once every chunk is copied", "[copy_state]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 16 * kChunk}}, 3);
+  auto save = [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; };
+  struct stat st {};
+  REQUIRE(::fstat(s.fd(), &st) == 0);
+  void* map = ::mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, s.fd(), 0);
+  REQUIRE(map != MAP_FAILED);
+  auto count = [&] {
+    uint64_t n = 0;
+    std::memcpy(&n, static_cast<std::byte*>(map) + 192, 8);  // Header::in_pool
+    return n;
+  };
+  // Saves, a claim put back, saves into freed slots, the rest in order.
+  REQUIRE(s.before_write(0x10000 + 2 * kChunk, 3 * kChunk, save, 1s).ok());
+  CHECK(count() == 3);
+  auto c = s.claim_next();
+  REQUIRE(c);
+  REQUIRE(c->pool_slot);
+  CHECK(count() == 2);
+  s.unclaim(*c);
+  CHECK(count() == 3);
+  for (int i = 0; i < 3; i++) {
+    auto k = s.claim_next();
+    REQUIRE(k);
+    CHECK(k->pool_slot);
+    s.copied(*k);
+  }
+  CHECK(count() == 0);
+  REQUIRE(s.before_write(0x10000 + 10 * kChunk, 2 * kChunk, save, 1s).ok());
+  CHECK(count() == 2);
+  drain(s);
+  CHECK(s.all_copied());
+  CHECK(count() == 0);
+  ::munmap(map, size_t(st.st_size));
+}
+
 TEST_CASE("copy state: claims stay within the table when the pool's chunk list is scribbled on",
           "[copy_state][scribble]") {
   CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 8 * kChunk}}, 4);
