@@ -858,19 +858,21 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol proto
   PHOS_INFO("process %d: %s window over %.1f MiB in %llu chunks of %llu KiB, on %zu GPU%s; %s", job.vpid, what,
             double(job.window->table.chunk_count() * chunk) / (1 << 20),
             (unsigned long long)job.window->table.chunk_count(), (unsigned long long)(chunk >> 10), devices.size(),
-            devices.size() == 1 ? "" : "s", recopy ? "no pool" : describe_pools(job).c_str());
+            devices.size() == 1 ? "" : "s", recopy ? "no pool" : describe_pools(job, devices.size()).c_str());
   return &*job.window;
 }
 
-std::string Engine::describe_pools(const SaveJob& job) const {
+std::string Engine::describe_pools(const SaveJob& job, size_t gpus) const {
   if (job.pools.empty()) return "no pool (a write to a chunk not yet copied waits for the engine)";
-  std::string out = job.pools.size() == 1 ? "a pool" : "a pool per GPU";
+  std::string out = job.pools.size() == gpus && gpus > 1 ? "a pool per GPU" : "a pool";
   for (const SaveJob::PoolMapping& p : job.pools) {
     char one[96];
     std::snprintf(one, sizeof(one), "%s GPU %d: %u slots (%.1f MiB)", &p == &job.pools.front() ? ":" : ";", p.device,
                   p.slots, double(p.bytes) / (1 << 20));
     out += one;
   }
+  if (job.pools.size() < gpus)
+    out += "; no room for one on the other GPUs (a write there to a chunk not yet copied waits for the engine)";
   return out;
 }
 

@@ -264,8 +264,8 @@ class Engine {
   // in criu (job.pools), its fd for the process appended to `fds`.
   Result<void> make_pools(SaveJob& job, const std::set<int>& devices, uint64_t pool_bytes, std::vector<UniqueFd>& fds);
   void unmap_pools(SaveJob& job);
-  // For the log: each pool's GPU, slots and size.
-  std::string describe_pools(const SaveJob& job) const;
+  // For the log: each pool's GPU, slots and size, of `gpus` GPUs.
+  std::string describe_pools(const SaveJob& job, size_t gpus) const;
   // Where pool slot `slot` lies in criu's mapping of its pool.
   static CUdeviceptr pool_address(const SaveJob& job, uint32_t slot, uint64_t chunk_size);
   // Whether chunk `chunk` of allocation `allocation` is dead (set_dead).
