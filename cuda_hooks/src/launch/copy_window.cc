@@ -105,14 +105,12 @@ Result<void> CopyWindow::assign_slots(copystate::CopyState& table, const std::ve
   for (const auto& a : allocations) device_of[a.id] = a.device;
   std::vector<copystate::SlotRange> ranges;
   for (const auto& region : table.regions()) {
-    auto it = device_of.find(region.id);
-    if (it == device_of.end())
-      return make_error("open copy window: the table's allocation " + std::to_string(region.id) +
-                            " is not the process's",
-                        EINVAL);
+    // A region of no known GPU, or of a GPU without a pool, takes no slot:
+    // a write to it waits for the engine's copy.
     copystate::SlotRange r;
+    auto it = device_of.find(region.id);
     for (const DevicePool& p : pools)
-      if (uint32_t(p.device) == it->second) r = {p.first_slot, p.first_slot + p.slots};
+      if (it != device_of.end() && uint32_t(p.device) == it->second) r = {p.first_slot, p.first_slot + p.slots};
     ranges.push_back(r);
   }
   return table.set_region_slots(std::move(ranges));
