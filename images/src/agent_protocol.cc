@@ -85,8 +85,13 @@ std::vector<std::byte> encode(const OpenCopyWindowRequest& q) {
   Phos__Agent__OpenCopyWindowRequest m = PHOS__AGENT__OPEN_COPY_WINDOW_REQUEST__INIT;
   m.trust = uint32_t(q.trust);
   m.timeout_ms = q.timeout_ms;
-  m.pool_device = q.pool_device;
-  m.pool_bytes = q.pool_bytes;
+  pb::Repeated<Phos__Agent__CopyPool> pools(phos__agent__copy_pool__init, q.pools,
+                                            [](const CopyPool& in, Phos__Agent__CopyPool& o) {
+                                              o.device = in.device;
+                                              o.bytes = in.bytes;
+                                              o.slots = in.slots;
+                                            });
+  pools.set(m.n_pools, m.pools);
   return request(PHOS__AGENT__REQUEST__KIND_OPEN_COPY_WINDOW, &Phos__Agent__Request::open_copy_window, m);
 }
 
@@ -119,10 +124,18 @@ std::vector<std::byte> encode(const IpcCloseRequest& q) {
 Result<Request> decode(const Phos__Agent__OpenCopyWindowRequest& q) {
   if (q.trust < uint32_t(CopyTrust::kExact) || q.trust > uint32_t(CopyTrust::kChecksum))
     return pb::malformed("request", "open copy window: trust " + std::to_string(q.trust) + " is none of 1, 2, 3, 4");
-  return Request(OpenCopyWindowRequest{.trust = CopyTrust(q.trust),
-                                       .timeout_ms = q.timeout_ms,
-                                       .pool_device = q.pool_device,
-                                       .pool_bytes = q.pool_bytes});
+  if (q.n_pools > kMaxCopyPools)
+    return pb::malformed("request", "open copy window: " + std::to_string(q.n_pools) + " pools, more than " +
+                                        std::to_string(kMaxCopyPools));
+  std::vector<CopyPool> pools;
+  for (size_t i = 0; i < q.n_pools; i++) {
+    const Phos__Agent__CopyPool& p = *q.pools[i];
+    for (const CopyPool& seen : pools)
+      if (seen.device == p.device)
+        return pb::malformed("request", "open copy window: two pools on device " + std::to_string(p.device));
+    pools.push_back(CopyPool{.device = p.device, .bytes = p.bytes, .slots = p.slots});
+  }
+  return Request(OpenCopyWindowRequest{.trust = CopyTrust(q.trust), .timeout_ms = q.timeout_ms, .pools = std::move(pools)});
 }
 
 Result<Request> decode(const Phos__Agent__Request& r) {

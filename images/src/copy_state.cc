@@ -149,7 +149,11 @@ CopyState::CopyState(UniqueFd fd, void* map, size_t map_bytes, std::unique_ptr<L
     : fd_(std::move(fd)), map_(map), map_bytes_(map_bytes), l_(std::move(layout)) {}
 
 CopyState::CopyState(CopyState&& o) noexcept
-    : fd_(std::move(o.fd_)), map_(std::exchange(o.map_, nullptr)), map_bytes_(o.map_bytes_), l_(std::move(o.l_)) {}
+    : fd_(std::move(o.fd_)),
+      map_(std::exchange(o.map_, nullptr)),
+      map_bytes_(o.map_bytes_),
+      l_(std::move(o.l_)),
+      region_slots_(std::move(o.region_slots_)) {}
 
 CopyState& CopyState::operator=(CopyState&& o) noexcept {
   if (this != &o) {
@@ -158,6 +162,7 @@ CopyState& CopyState::operator=(CopyState&& o) noexcept {
     map_ = std::exchange(o.map_, nullptr);
     map_bytes_ = o.map_bytes_;
     l_ = std::move(o.l_);
+    region_slots_ = std::move(o.region_slots_);
   }
   return *this;
 }
@@ -359,14 +364,30 @@ bool CopyState::wait_change(const std::atomic<uint32_t>& w, uint32_t seen,
 
 void CopyState::wake_all(std::atomic<uint32_t>& w) { futex(w, FUTEX_WAKE, INT32_MAX, nullptr); }
 
-std::optional<uint32_t> CopyState::take_slot() {
-  uint32_t slots = pool_slots();
-  for (uint32_t i = 0; i * 64 < slots; i++) {
+Result<void> CopyState::set_region_slots(std::vector<SlotRange> ranges) {
+  if (ranges.size() != regions().size())
+    return make_error("copy state: " + std::to_string(ranges.size()) + " slot ranges for " +
+                          std::to_string(regions().size()) + " regions",
+                      EINVAL);
+  for (const SlotRange& r : ranges)
+    if (r.first > r.end || r.end > pool_slots())
+      return make_error("copy state: slot range [" + std::to_string(r.first) + ", " + std::to_string(r.end) +
+                            ") outside the pool's " + std::to_string(pool_slots()) + " slots",
+                        EINVAL);
+  region_slots_ = std::move(ranges);
+  return {};
+}
+
+std::optional<uint32_t> CopyState::take_slot(uint32_t region) {
+  const uint32_t first = region < region_slots_.size() ? region_slots_[region].first : 0;
+  const uint32_t slots = region < region_slots_.size() ? region_slots_[region].end : pool_slots();
+  for (uint32_t i = first / 64; i * 64 < slots; i++) {
     std::atomic<uint64_t>& bits = l_->pool[i];
     uint64_t b = bits.load(std::memory_order_relaxed);
     for (;;) {
       uint64_t free = ~b;
       if (i * 64 + 64 > slots) free &= (uint64_t(1) << (slots - i * 64)) - 1;
+      if (i * 64 < first) free &= ~((uint64_t(1) << (first - i * 64)) - 1);
       if (!free) break;
       uint64_t bit = free & -free;
       if (bits.compare_exchange_weak(b, b | bit, std::memory_order_acq_rel)) return i * 64 + uint32_t(__builtin_ctzll(bit));
@@ -424,7 +445,7 @@ Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
       case ChunkState::kPending: break;
       default: return make_error("copy-on-write: chunk " + std::to_string(chunk) + " in an unknown state", EPROTO);
     }
-    auto slot = take_slot();
+    auto slot = take_slot(claim_of(chunk, std::nullopt).region);
     if (!slot) {  // the pool is full: the engine takes this chunk next
       urgent(chunk);
       if (!may_wait) return false;

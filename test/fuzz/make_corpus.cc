@@ -100,7 +100,7 @@ static void write_agent_seeds(const std::string& dir) {
   write_seed(dir, "remap", 1, agent::encode_request(agent::RemapRequest{{1, 2}}));
   write_seed(dir, "open-window", 1,
              agent::encode_request(agent::OpenCopyWindowRequest{
-                 .trust = agent::CopyTrust::kValidated, .timeout_ms = 1, .pool_device = 0, .pool_bytes = 2u << 20}));
+                 .trust = agent::CopyTrust::kValidated, .timeout_ms = 1, .pools = {{.device = 0, .bytes = 2u << 20, .slots = 1}}}));
 }
 
 int main(int argc, char** argv) {

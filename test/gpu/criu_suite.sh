@@ -50,6 +50,9 @@
 #                        leave-running dump (snapshots on both GPUs), its
 #                        image restored, then a dump and restore of the
 #                        restored process, each intact
+#   multi_gpu_process_cow (2 GPUs) the same process dumped with
+#                        --leave-running under copy-on-write: a pool per
+#                        GPU, no stopped copy; its image restored intact
 #   restore_other_gpu    (2 GPUs) dumped on GPU 0, restored onto GPU 1 with
 #                        PHOS_GPU_MAP=0=1; nvidia-smi shows it there
 #   cow_pattern_8GiB     pattern_8GiB with copy_on_write=always: the image is
@@ -1611,6 +1614,38 @@ case_multi_gpu_process() {  # one process with 2 GiB on each of two GPUs
   pass "2 GPUs, $(phos_wrote); $lr; dump $DUMP_S s, restore $RESTORE_S s, restored process: $CARRIED on both GPUs"
 }
 
+# One process with 2 GiB on each of two GPUs, dumped with --leave-running
+# under copy-on-write: one window over both GPUs' memory, a pool on each GPU,
+# no stopped copy; the process runs on intact, and its image restored is the
+# memory at the freeze on both GPUs.
+case_multi_gpu_process_cow() {
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  setup "$bin/gpu_counter"
+  start_workload --preload 2048 --devices 2
+  wait_counter_above 5 60
+  local token; token=$(state_token)
+  local t0 t1; t0=$(now)
+  PHOS_COPY_ON_WRITE=always criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"
+  t1=$(now)
+  ! grep -q "no copy-on-write" "$WORK/dump.log" ||
+    fail "the stopped copy: $(grep -o 'no copy-on-write.*' "$WORK/dump.log" | head -n1)"
+  local window; window=$(grep -o "copy-on-write window over [0-9.]* MiB in [0-9]* chunks of [0-9]* KiB, on 2 GPUs; a pool per GPU: GPU [0-9]*: [0-9]* slots ([0-9.]* MiB); GPU [0-9]*: [0-9]* slots ([0-9.]* MiB)" "$WORK/dump.log")
+  [ -n "$window" ] || fail "no window with a pool per GPU: $(grep -o 'phos: process [0-9]*: .*window.*' "$WORK/dump.log" | head -n2)"
+  grep -q "copy-on-write window closed" "$WORK/dump.log" || fail "the process's copy window did not close: $(phos_error "$WORK/dump.log")"
+  local checked; checked=$(grep -o "checksum: [0-9]* chunks equal to the freeze (T0: [0-9.]* GiB in [0-9.]* ms)" "$WORK/dump.log" | head -n1)
+  [ -n "$checked" ] || fail "the copy was not checked by checksum (the default)"
+  local saved; saved=$(grep -o '[0-9]* chunks ([0-9.]* MiB) saved into the pool' "$WORK/dump.log" | head -n1)
+  carried_on "$WORK/state" "$token" 2048
+  local lr="leave-running dump in $(dt "$t0" "$t1") s, $CARRIED"
+  kill -9 "$WORKLOAD_PID"; gone "$WORKLOAD_PID"
+  rm -f "$WORK/state"
+  criu_restore || fail "restore of the copy-on-write image failed: $(phos_error "$WORK/restore.log")"
+  WORKLOAD_PID=$(restored_pid) || fail "no process restored from the copy-on-write image"
+  for _ in $(seq 200); do [ -s "$WORK/state" ] && break; sleep 0.05; done
+  carried_on "$WORK/state" "$token" 2048
+  pass "2 GPUs, $window; $lr; ${saved:-0 chunks saved}; $checked; its image restored: $CARRIED on both GPUs"
+}
+
 case_cuda_visible_devices() {  # the program sees only GPU 1, as its device 0
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   setup "$bin/gpu_counter"
@@ -1909,7 +1944,7 @@ limit_of() {  # seconds a case may take
 all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
-  restore_next_to_gpu_process multi_gpu_process restore_other_gpu cuda_visible_devices
+  restore_next_to_gpu_process multi_gpu_process multi_gpu_process_cow restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy

@@ -177,7 +177,7 @@ int fill_window(AgentClient& client, pid_t pid, const char* go, int hold_ms) {
   auto table = phos::copystate::CopyState::create(phos::CopyProtocol::kOnDemandFill, 64u << 10, regions, 0);
   if (!table) return fail_and_reopen(client, "fill table", table.error());
   int fd = table->fd();
-  auto opened = client.open_copy_window({phos::agent::CopyTrust::kExact, 30000, 0, 0}, std::span(&fd, 1));
+  auto opened = client.open_copy_window({phos::agent::CopyTrust::kExact, 30000, {}}, std::span(&fd, 1));
   if (!opened) return fail_and_reopen(client, "open fill window", opened.error());
   if (auto r = client.resume(); !r) return fail("resume", r.error());
   (void)client.goodbye();
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
         recopy ? phos::CopyProtocol::kSoftRecopy : phos::CopyProtocol::kSoftCopyOnWrite, 64u << 10, regions, 0);
     if (!table) return fail_and_reopen(*client, "copy table", table.error());
     int fd = table->fd();
-    auto opened = client->open_copy_window({tool_trust(), 30000, 0, 0}, std::span(&fd, 1));
+    auto opened = client->open_copy_window({tool_trust(), 30000, {}}, std::span(&fd, 1));
     if (!opened) return fail_and_reopen(*client, "open copy window", opened.error());
     if (auto r = client->resume(); !r) return fail("resume", r.error());
     (void)client->goodbye();

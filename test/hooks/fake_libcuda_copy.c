@@ -3,10 +3,14 @@
  * memory (FAKE_CUDA_MEMORY=1, fake_libcuda_vmm.c) they copy and set, at
  * once: every stream is always done. */
 #include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 unsigned long long fake_copy_calls;
 int fake_real_memory(void);
+int fake_current_device(void);
+void fake_mark(const char *what);
 
 static CUresult counted(void) {
   __atomic_add_fetch(&fake_copy_calls, 1, __ATOMIC_RELAXED);
@@ -24,9 +28,44 @@ static CUresult set(unsigned long long dst, const void *value, size_t width, siz
   return counted();
 }
 
+/* Several GPUs (FAKE_CUDA_DEVICES > 1): the GPU of the device memory at
+ * `addr`, from the name of the memfd mapped there (fake_libcuda_vmm.c);
+ * -1 for other memory. */
+static int gpu_of(unsigned long long addr) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int gpu = -1;
+  while (f && fgets(line, sizeof(line), f)) {
+    unsigned long long lo, hi;
+    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2 || addr < lo || addr >= hi) continue;
+    const char *m = strstr(line, "memfd:fake-gpu-");
+    if (m) gpu = atoi(m + strlen("memfd:fake-gpu-"));
+    break;
+  }
+  if (f) fclose(f);
+  return gpu;
+}
+
+/* A device-to-device copy in one context reaches only that context's GPU
+ * (no peer access is enabled): with several fake GPUs, a copy between
+ * another GPU's memory fails, and says so in FAKE_CUDA_LOG. */
+static CUresult dtod(unsigned long long dst, unsigned long long src, size_t n) {
+  const char *v = getenv("FAKE_CUDA_DEVICES");
+  if (fake_real_memory() && v && atoi(v) > 1) {
+    const int ctx = fake_current_device(), from = gpu_of(src), to = gpu_of(dst);
+    if ((from >= 0 && from != ctx) || (to >= 0 && to != ctx)) {
+      char what[128];
+      snprintf(what, sizeof(what), "cross-gpu copy from GPU %d to GPU %d in GPU %d's context", from, to, ctx);
+      fake_mark(what);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return copy(dst, src, n);
+}
+
 /* protected: the fake cuGetProcAddress hands out its own (fake_libcuda.c) */
-__attribute__((visibility("protected"))) CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(dst, src, n); }
-CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return copy(dst, src, n); }
+__attribute__((visibility("protected"))) CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { return dtod(dst, src, n); }
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return dtod(dst, src, n); }
 CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) {
   (void)s; return copy((unsigned long long)dst, src, n);
 }

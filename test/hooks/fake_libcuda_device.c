@@ -1,12 +1,18 @@
 /* The fake libcuda's device as criu's plugin sees it (FAKE_CUDA_MEMORY=1,
- * fake_libcuda_vmm.c): one 16 GiB GPU with half of it free, peer access,
+ * fake_libcuda_vmm.c): one 16 GiB GPU (FAKE_CUDA_DEVICES of them, for a
+ * process on several GPUs) with half of it free, peer access,
  * pinned host memory as it is, and no driver checkpoint: the plugin finds
  * no CUDA state of the driver's in the process and skips its lock,
  * checkpoint and restore, as for a process that never used the GPU. */
 #include <cuda.h>
 #include <stdio.h>
+#include <stdlib.h>
 
-CUresult cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *n) {
+  const char *v = getenv("FAKE_CUDA_DEVICES");
+  *n = v && atoi(v) > 1 ? atoi(v) : 1;
+  return CUDA_SUCCESS;
+}
 CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
   snprintf(name, (size_t)len, "Fake GPU %d", d);
   return CUDA_SUCCESS;

@@ -58,6 +58,7 @@ void fake_mark(const char *what) { logline("mark %s\n", what); }
 void fake_log_driver_ipc(const char *name) { logline("driver ipc %s\n", name); }
 
 __attribute__((visibility("protected"))) CUresult cuCtxSetCurrent(CUcontext c) { t_ctx[t_depth] = (uintptr_t)c; return CUDA_SUCCESS; }
+int fake_current_device(void) { return (int)t_ctx[t_depth] - 1; }
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = (CUcontext)t_ctx[t_depth]; return CUDA_SUCCESS; }
 CUresult cuCtxGetDevice(CUdevice *d) {
   if (!t_ctx[t_depth]) return CUDA_ERROR_INVALID_CONTEXT;
@@ -113,10 +114,15 @@ CUresult cuMemAddressFree(CUdeviceptr va, size_t size) {
   if (fake_real_memory() && munmap((void *)va, size) != 0) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
+/* Real memory: the memfd is named after its GPU ("fake-gpu-N"), so that
+ * wherever it is mapped, in the program or in criu, its GPU is known
+ * (fake_libcuda_copy.c). */
 CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *p, unsigned long long f) {
-  (void)p; (void)f;
+  (void)f;
   if (fake_real_memory()) {
-    int fd = memfd_create("fake-device-memory", MFD_CLOEXEC);
+    char name[32];
+    snprintf(name, sizeof(name), "fake-gpu-%d", p ? p->location.id : 0);
+    int fd = memfd_create(name, MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
       if (fd >= 0) close(fd);
       return CUDA_ERROR_OUT_OF_MEMORY;

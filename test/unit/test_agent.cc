@@ -604,7 +604,7 @@ UniqueFd memfd_with(const std::string& text) {
   return fd;
 }
 
-const agent::OpenCopyWindowRequest kOpen{agent::CopyTrust::kSpeculated, 1500, 1, 64u << 20};
+const agent::OpenCopyWindowRequest kOpen{agent::CopyTrust::kSpeculated, 1500, {{.device = 1, .bytes = 64u << 20, .slots = 32}}};
 
 // True when every write end of the pipe whose read end is `r` is closed.
 bool write_ends_closed(int r) {
@@ -719,7 +719,7 @@ TEST_CASE("agent: open copy window hands the backend the request as sent", "[age
   REQUIRE(c.open_copy_window(kOpen, {}).ok());
   CHECK(a.backend.opened_with == kOpen);
   CHECK(a.backend.opened_with.trust == agent::CopyTrust::kSpeculated);
-  CHECK(a.backend.opened_with.pool_bytes == 64u << 20);
+  CHECK(a.backend.opened_with.pools == kOpen.pools);
 }
 
 TEST_CASE("agent: open copy window returns the backend's reply", "[agent][copy_window]") {

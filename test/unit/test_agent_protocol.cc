@@ -167,9 +167,9 @@ TEST_CASE("agent protocol: every request round trips", "[agent_protocol]") {
       agent::NcclStopRequest{0x1234, std::nullopt, std::nullopt},
       agent::NcclStopRequest{0x1234, std::nullopt, true},
       agent::NcclStopRequest{0x1234, 7, false},
-      agent::OpenCopyWindowRequest{agent::CopyTrust::kValidated, 60000, 1, 2ull << 30},
-      agent::OpenCopyWindowRequest{agent::CopyTrust::kExact, 1, 0, 0},
-      agent::OpenCopyWindowRequest{agent::CopyTrust::kChecksum, 60000, 0, 1ull << 30},
+      agent::OpenCopyWindowRequest{agent::CopyTrust::kValidated, 60000, {{1, 2ull << 30, 1024}}},
+      agent::OpenCopyWindowRequest{agent::CopyTrust::kExact, 1, {}},
+      agent::OpenCopyWindowRequest{agent::CopyTrust::kChecksum, 60000, {{0, 1ull << 30, 512}, {1, 4ull << 20, 2}}},
       agent::CloseCopyWindowRequest{},
       agent::CloseCopyWindowRequest{.missed = true},
       agent::IpcOpenRequest{.allocation = 3},
@@ -582,7 +582,7 @@ namespace {
 // An OpenCopyWindowRequest (Request field 10) with every required field.
 PbWriter open_copy_window(uint64_t trust) {
   return PbWriter().message(
-      10, PbWriter().varint(1, trust).varint(2, 60000).varint(3, 0).varint(4, 1ull << 30));
+      10, PbWriter().varint(1, trust).varint(2, 60000).message(5, PbWriter().varint(1, 0).varint(2, 1ull << 30).varint(3, 512)));
 }
 
 }  // namespace
@@ -606,9 +606,29 @@ TEST_CASE("agent protocol: every trust in 1..4 written by hand is accepted", "[a
     const auto& q = std::get<agent::OpenCopyWindowRequest>(*r);
     CHECK(uint32_t(q.trust) == t);
     CHECK(q.timeout_ms == 60000);
-    CHECK(q.pool_device == 0);
-    CHECK(q.pool_bytes == 1ull << 30);
+    CHECK(q.pools == std::vector<agent::CopyPool>{{.device = 0, .bytes = 1ull << 30, .slots = 512}});
   }
+}
+
+TEST_CASE("agent protocol: an open copy window request carries a pool per GPU, in order",
+          "[agent_protocol][multi_gpu]") {
+  const agent::OpenCopyWindowRequest q{.trust = agent::CopyTrust::kChecksum,
+                                       .timeout_ms = 5,
+                                       .pools = {{.device = 1, .bytes = 6ull << 20, .slots = 3},
+                                                 {.device = 0, .bytes = 2ull << 20, .slots = 1}}};
+  auto r = agent::decode_request(agent::encode_request(q));
+  REQUIRE(r.ok());
+  const auto& got = std::get<agent::OpenCopyWindowRequest>(*r);
+  CHECK(got == q);
+  REQUIRE(got.pools.size() == 2);
+  CHECK(got.pools[0].device == 1);  // the order numbers the slots: kept
+  CHECK(got.pools[1].slots == 1);
+}
+
+TEST_CASE("agent protocol: two pools on one GPU are refused", "[agent_protocol][multi_gpu][malformed]") {
+  auto pool = [] { return PbWriter().varint(1, 1).varint(2, 2ull << 20).varint(3, 1); };
+  auto e = request_error(PbWriter().message(10, PbWriter().varint(1, 1).varint(2, 1).message(5, pool()).message(5, pool())));
+  CHECK_THAT(e.message, Catch::Contains("malformed request") && Catch::Contains("two pools on device 1"));
 }
 
 TEST_CASE("agent protocol: an open copy window request without its trust is refused",
@@ -645,11 +665,11 @@ TEST_CASE("agent protocol: a close copy window reply without its optional texts 
 
 TEST_CASE("agent protocol: trust 4 (checksum) opens a window, 5 is refused as malformed", "[agent_protocol][checksum]") {
   auto ok = agent::decode_request(agent::encode_request(
-      agent::OpenCopyWindowRequest{.trust = agent::CopyTrust::kChecksum, .timeout_ms = 1, .pool_device = 0, .pool_bytes = 0}));
+      agent::OpenCopyWindowRequest{.trust = agent::CopyTrust::kChecksum, .timeout_ms = 1, .pools = {}}));
   REQUIRE(ok.ok());
   CHECK(std::get<agent::OpenCopyWindowRequest>(*ok).trust == agent::CopyTrust::kChecksum);
   auto bad = agent::decode_request(agent::encode_request(
-      agent::OpenCopyWindowRequest{.trust = agent::CopyTrust(5), .timeout_ms = 1, .pool_device = 0, .pool_bytes = 0}));
+      agent::OpenCopyWindowRequest{.trust = agent::CopyTrust(5), .timeout_ms = 1, .pools = {}}));
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message, Catch::Contains("trust 5 is none of 1, 2, 3, 4"));
 }

@@ -198,6 +198,62 @@ TEST_CASE("copy state: copy-on-write saves a pending chunk once, the engine take
   CHECK(again->saved == 0);  // copied already
 }
 
+TEST_CASE("copy state: over two GPUs, each region's chunks take slots of its GPU's pool only",
+          "[copy_state][multi_gpu]") {
+  // Region at 0x10000 on GPU 0 (pool slots 0..69), at 0x900000 on GPU 1
+  // (pool slots 70..71): slot ranges that do not start or end on a word.
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 80 * kChunk}, {2, 0x900000, 4 * kChunk}}, 72);
+  REQUIRE(s.set_region_slots({{0, 70}, {70, 72}}).ok());
+  std::vector<std::pair<uint64_t, uint32_t>> saves;
+  auto save = [&](uint64_t a, uint64_t, uint32_t slot) -> Result<void> {
+    saves.emplace_back(a, slot);
+    return {};
+  };
+  // GPU 1's region: two slots, then its pool is full, though GPU 0's has 70 free.
+  REQUIRE(s.before_write(0x900000, 2 * kChunk, save, 1s).ok());
+  REQUIRE(saves.size() == 2);
+  for (const auto& [a, slot] : saves) CHECK((slot == 70 || slot == 71));
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    auto r = s.before_write(0x900000 + 3 * kChunk, 8, save, 5s);
+    CHECK(r.ok());
+    CHECK(r->waited == 1);
+    CHECK(r->saved == 0);
+    done = true;
+  });
+  // The engine is asked for the chunk (no slot on its GPU), not handed
+  // one of GPU 0's.
+  std::optional<Claim> c;
+  for (int i = 0; i < 2000 && !c; i++) {
+    std::this_thread::sleep_for(1ms);
+    c = s.claim_urgent();
+  }
+  REQUIRE(c);
+  CHECK(c->chunk == 83);
+  CHECK_FALSE(c->pool_slot);
+  s.copied(*c);
+  writer.join();
+  CHECK(done.load());
+  CHECK(saves.size() == 2);
+  // GPU 0's region: all 70 of its slots, none of GPU 1's.
+  REQUIRE(s.before_write(0x10000, 70 * kChunk, save, 1s).ok());
+  REQUIRE(saves.size() == 72);
+  std::set<uint32_t> gpu0;
+  for (size_t i = 2; i < saves.size(); i++) gpu0.insert(saves[i].second);
+  CHECK(gpu0.size() == 70);
+  CHECK(*gpu0.rbegin() == 69);
+}
+
+TEST_CASE("copy state: slot ranges are refused for another count of regions or past the pool",
+          "[copy_state][multi_gpu]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, kChunk}, {2, 0x900000, kChunk}}, 4);
+  CHECK_FALSE(s.set_region_slots({{0, 4}}).ok());
+  auto past = s.set_region_slots({{0, 2}, {2, 5}});
+  REQUIRE_FALSE(past.ok());
+  CHECK_THAT(past.error().message, Catch::Contains("outside the pool's 4 slots"));
+  CHECK(s.set_region_slots({{0, 2}, {2, 4}}).ok());
+}
+
 TEST_CASE("copy state: a write waits for a chunk the engine is copying", "[copy_state]") {
   CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 4);
   auto c = s.claim_next();

@@ -196,7 +196,7 @@ Result<agent::OpenCopyWindowReply> CudaBackend::open_copy_window(const agent::Op
   violations_at_open_ = rt_.validation().totals().violations;
   kernel_violations_at_open_.clear();
   for (const auto& k : rt_.validation().kernels()) kernel_violations_at_open_[k.name] += k.violations;
-  PHOS_TRY(rt_.copy_window().start(q, std::move(fds)));
+  PHOS_TRY(rt_.copy_window().start(q, std::move(fds), rt_.memory().units()));
   return reply;
 }
 

@@ -43,81 +43,129 @@ class CopyWindow::Use {
   bool inside_ = false;
 };
 
-Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds) {
+Result<void> CopyWindow::map_pool(const agent::CopyPool& q, int fd, DevicePool& out) {
+  const std::string gpu = "GPU " + std::to_string(q.device);
+  out.bytes = q.bytes;
+  out.slots = q.slots;
+  CUresult r = PHOS_REAL(cuDeviceGet)(&out.device, int(q.device));
+  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuDevicePrimaryCtxRetain)(&out.ctx, out.device);
+  if (r != CUDA_SUCCESS) {
+    out.ctx = nullptr;
+    return make_error(cu_error(("open copy window: " + gpu + "'s context").c_str(), r), ENODEV);
+  }
+  PHOS_REAL(cuCtxPushCurrent_v2)(out.ctx);
+  auto fail = [&](const char* what, CUresult e) -> Result<void> {
+    PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+    return make_error(cu_error(("open copy window: " + gpu + ": " + what).c_str(), e), EIO);
+  };
+  CUmemGenericAllocationHandle h = 0;
+  r = PHOS_REAL(cuMemImportFromShareableHandle)(&h, reinterpret_cast<void*>(intptr_t(fd)),
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) return fail("import the pool", r);
+  CUdeviceptr va = 0;
+  r = PHOS_REAL(cuMemAddressReserve)(&va, q.bytes, 0, 0, 0);
+  if (r == CUDA_SUCCESS) {
+    r = PHOS_REAL(cuMemMap)(va, q.bytes, 0, h, 0);
+    if (r != CUDA_SUCCESS) PHOS_REAL(cuMemAddressFree)(va, q.bytes);
+  }
+  PHOS_REAL(cuMemRelease)(h);  // the mapping keeps it
+  if (r != CUDA_SUCCESS) return fail("map the pool", r);
+  out.va = va;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = int(q.device);
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = PHOS_REAL(cuMemSetAccess)(va, q.bytes, &access, 1);
+  if (r != CUDA_SUCCESS) return fail("pool access", r);
+  r = PHOS_REAL(cuStreamCreate)(&out.stream, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS) {
+    out.stream = nullptr;
+    return fail("stream", r);
+  }
+  PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+  return {};
+}
+
+void CopyWindow::unmap_pool(DevicePool& p) {
+  if (!p.ctx) return;
+  PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
+  if (p.stream) PHOS_REAL(cuStreamDestroy_v2)(p.stream);
+  if (p.va) {
+    PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
+    PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
+  }
+  PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+  PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(p.device);
+  p = DevicePool{};
+}
+
+Result<void> CopyWindow::assign_slots(copystate::CopyState& table, const std::vector<DevicePool>& pools,
+                                      const std::vector<agent::Allocation>& allocations) {
+  std::map<uint64_t, uint32_t> device_of;
+  for (const auto& a : allocations) device_of[a.id] = a.device;
+  std::vector<copystate::SlotRange> ranges;
+  for (const auto& region : table.regions()) {
+    // A region of no known GPU, or of a GPU without a pool, takes no slot:
+    // a write to it waits for the engine's copy.
+    copystate::SlotRange r;
+    auto it = device_of.find(region.id);
+    for (const DevicePool& p : pools)
+      if (it != device_of.end() && uint32_t(p.device) == it->second) r = {p.first_slot, p.first_slot + p.slots};
+    ranges.push_back(r);
+  }
+  return table.set_region_slots(std::move(ranges));
+}
+
+Result<void> CopyWindow::start(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds,
+                               const std::vector<agent::Allocation>& allocations) {
   std::lock_guard<std::mutex> lock(mu_);
   if (open_.load() || table_) return make_error("a copy window is open already", EBUSY);
-  const size_t want = q.pool_bytes ? 2 : 1;
+  const size_t want = 1 + q.pools.size();
   if (fds.size() != want)
     return make_error("open copy window: " + std::to_string(fds.size()) + " fds, expected " + std::to_string(want),
                       EINVAL);
   auto table = copystate::CopyState::attach(fds[0].get());
   if (!table) return table.error();
-  if (table->protocol() != CopyProtocol::kSoftCopyOnWrite && q.pool_bytes)
+  if (table->protocol() != CopyProtocol::kSoftCopyOnWrite && !q.pools.empty())
     return make_error("open copy window: only a copy-on-write window has a pool", EINVAL);
-  if (uint64_t(table->pool_slots()) * table->chunk_size() > q.pool_bytes)
-    return make_error("open copy window: " + std::to_string(table->pool_slots()) + " pool slots of " +
-                          std::to_string(table->chunk_size()) + " bytes do not fit a pool of " +
-                          std::to_string(q.pool_bytes) + " bytes",
+  uint64_t slots = 0;
+  for (const agent::CopyPool& p : q.pools) {
+    if (uint64_t(p.slots) * table->chunk_size() > p.bytes)
+      return make_error("open copy window: GPU " + std::to_string(p.device) + "'s pool: " + std::to_string(p.slots) +
+                            " slots of " + std::to_string(table->chunk_size()) + " bytes do not fit " +
+                            std::to_string(p.bytes) + " bytes",
+                        EINVAL);
+    slots += p.slots;
+  }
+  if (slots != table->pool_slots())
+    return make_error("open copy window: the pools hold " + std::to_string(slots) + " slots, the table " +
+                          std::to_string(table->pool_slots()),
                       EINVAL);
-  // A fill window copies nothing itself: no context, no stream.
-  if (table->protocol() == CopyProtocol::kOnDemandFill) {
-    begin(std::move(*table), q, 0, nullptr, 0, nullptr);
-    return {};
-  }
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  CUresult r = PHOS_REAL(cuDeviceGet)(&dev, int(q.pool_device));
-  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuDevicePrimaryCtxRetain)(&ctx, dev);
-  if (r != CUDA_SUCCESS) return make_error(cu_error("open copy window: device context", r), ENODEV);
-  CUdeviceptr pool = 0;
-  CUstream stream = nullptr;
-  CUmemGenericAllocationHandle h = 0;
-  auto fail = [&](const char* what, CUresult e) -> Error {
-    if (pool) {
-      PHOS_REAL(cuMemUnmap)(pool, q.pool_bytes);
-      PHOS_REAL(cuMemAddressFree)(pool, q.pool_bytes);
+  // Recopy and a fill copy nothing themselves: no context, no stream.
+  std::vector<DevicePool> pools(q.pools.size());
+  uint32_t first = 0;
+  for (size_t i = 0; i < q.pools.size(); i++) {
+    pools[i].first_slot = first;
+    first += q.pools[i].slots;
+    if (auto mapped = map_pool(q.pools[i], fds[1 + i].get(), pools[i]); !mapped) {
+      for (DevicePool& p : pools) unmap_pool(p);
+      return mapped.error();
     }
-    if (stream) PHOS_REAL(cuStreamDestroy_v2)(stream);
-    PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-    PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(dev);
-    return make_error(cu_error(what, e), EIO);
-  };
-  PHOS_REAL(cuCtxPushCurrent_v2)(ctx);
-  if (q.pool_bytes) {
-    r = PHOS_REAL(cuMemImportFromShareableHandle)(&h, reinterpret_cast<void*>(intptr_t(fds[1].get())),
-                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r != CUDA_SUCCESS) return fail("open copy window: import the pool", r);
-    r = PHOS_REAL(cuMemAddressReserve)(&pool, q.pool_bytes, 0, 0, 0);
-    if (r == CUDA_SUCCESS) r = PHOS_REAL(cuMemMap)(pool, q.pool_bytes, 0, h, 0);
-    PHOS_REAL(cuMemRelease)(h);  // the mapping keeps it
-    if (r != CUDA_SUCCESS) {
-      if (pool) PHOS_REAL(cuMemAddressFree)(pool, q.pool_bytes);
-      pool = 0;
-      return fail("open copy window: map the pool", r);
-    }
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = int(q.pool_device);
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    r = PHOS_REAL(cuMemSetAccess)(pool, q.pool_bytes, &access, 1);
-    if (r != CUDA_SUCCESS) return fail("open copy window: pool access", r);
   }
-  r = PHOS_REAL(cuStreamCreate)(&stream, CU_STREAM_NON_BLOCKING);
-  if (r != CUDA_SUCCESS) return fail("open copy window: stream", r);
-  PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-  begin(std::move(*table), q, dev, ctx, pool, stream);
+  if (!pools.empty())
+    if (auto set = assign_slots(*table, pools, allocations); !set) {
+      for (DevicePool& p : pools) unmap_pool(p);
+      return set.error();
+    }
+  begin(std::move(*table), q, std::move(pools));
   return {};
 }
 
-void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q, CUdevice dev, CUcontext ctx,
-                       CUdeviceptr pool, CUstream stream) {
+void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q,
+                       std::vector<DevicePool> pools) {
   const bool fill = table.protocol() == CopyProtocol::kOnDemandFill;
   table_ = std::make_unique<copystate::CopyState>(std::move(table));
-  device_ = dev;
-  ctx_ = ctx;
-  pool_ = pool;
-  pool_bytes_ = pool ? q.pool_bytes : 0;
-  stream_ = stream;
+  pools_ = std::move(pools);
   trust_ = q.trust;
   timeout_ = std::chrono::milliseconds(q.timeout_ms);
   checked_ = waited_ = unknown_waits_ = wait_ns_ = unmarked_ = 0;
@@ -155,30 +203,26 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   if (out.aborted && out.abort_reason.empty()) out.abort_reason = "the engine did not finish the copy";
   std::tie(out.speculated_kernels, out.speculated_kernel_count) = speculated_kernels();
   out.unmarked_calls = unmarked_;
-  if (ctx_) {
-    PHOS_REAL(cuCtxPushCurrent_v2)(ctx_);
-    if (stream_) PHOS_REAL(cuStreamDestroy_v2)(stream_);
-    if (pool_) {
-      PHOS_REAL(cuMemUnmap)(pool_, pool_bytes_);
-      PHOS_REAL(cuMemAddressFree)(pool_, pool_bytes_);
-    }
-    PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-    PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(device_);
-  }
-  stream_ = nullptr;
-  pool_ = 0;
-  ctx_ = nullptr;
+  for (DevicePool& p : pools_) unmap_pool(p);
+  pools_.clear();
   table_.reset();
   return out;
 }
 
 Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot) {
+  // The table hands a region only slots of its GPU's pool (assign_slots):
+  // the copy stays on that GPU.
+  auto pool = std::find_if(pools_.begin(), pools_.end(),
+                           [&](const DevicePool& p) { return slot >= p.first_slot && slot - p.first_slot < p.slots; });
+  if (pool == pools_.end()) return make_error("copy into the pool: slot " + std::to_string(slot) + " is in no pool", EINVAL);
   std::lock_guard<std::mutex> lock(save_mu_);
-  PHOS_REAL(cuCtxPushCurrent_v2)(ctx_);
-  CUresult r = PHOS_REAL(cuMemcpyDtoDAsync_v2)(pool_ + uint64_t(slot) * table_->chunk_size(), address, bytes, stream_);
-  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuStreamSynchronize)(stream_);
+  PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
+  CUresult r = PHOS_REAL(cuMemcpyDtoDAsync_v2)(pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size(),
+                                               address, bytes, pool->stream);
+  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuStreamSynchronize)(pool->stream);
   PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-  if (r != CUDA_SUCCESS) return make_error(cu_error("copy into the pool", r), EIO);
+  if (r != CUDA_SUCCESS)
+    return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);
   return {};
 }
 

@@ -56,10 +56,12 @@ class CopyWindow {
   bool open() const { return open_.load(std::memory_order_relaxed); }
   agent::CopyTrust trust() const { return trust_; }
 
-  // The agent: `fds` holds the table's memfd, then the pool's fd where
-  // q.pool_bytes is not 0; the pool is mapped in the primary context of
-  // q.pool_device.
-  Result<void> start(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds);
+  // The agent: `fds` holds the table's memfd, then one fd per pool of
+  // q.pools; each pool is mapped in the primary context of its GPU.
+  // `allocations`: the process's, for the GPU of each of the table's
+  // regions (a chunk is saved into the pool on its region's GPU).
+  Result<void> start(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds,
+                     const std::vector<agent::Allocation>& allocations);
   // The agent: stops consulting the table once no call is inside, lets go
   // of the pool; the statistics (without the validation's part).
   agent::CloseCopyWindowReply finish();
@@ -103,8 +105,25 @@ class CopyWindow {
  private:
   class Use;  // a call inside the window (finish() waits for none)
   // The window's state from here on (mu_ held); open from then on.
-  void begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q, CUdevice dev, CUcontext ctx,
-             CUdeviceptr pool, CUstream stream);
+  // A copy-on-write pool on one GPU, mapped in the process, with its
+  // context and a stream for the saves: slot s of the table (first_slot <=
+  // s < first_slot + slots) at va + (s - first_slot) * chunk size.
+  struct DevicePool {
+    CUdevice device = 0;
+    CUcontext ctx = nullptr;
+    CUdeviceptr va = 0;
+    uint64_t bytes = 0;
+    uint32_t first_slot = 0;
+    uint32_t slots = 0;
+    CUstream stream = nullptr;
+  };
+  // Maps q.pools[i] from `fd` into `out` (its context retained).
+  static Result<void> map_pool(const agent::CopyPool& pool, int fd, DevicePool& out);
+  static void unmap_pool(DevicePool& p);
+  // Each region's slots: those of the pool on its GPU (none without one).
+  static Result<void> assign_slots(copystate::CopyState& table, const std::vector<DevicePool>& pools,
+                                   const std::vector<agent::Allocation>& allocations);
+  void begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q, std::vector<DevicePool> pools);
   void write(uint64_t address, uint64_t bytes);
   // A call whose set is unknown or not trusted: copy-on-write waits until
   // the window closes; recopy marks every chunk dirty.
@@ -131,13 +150,8 @@ class CopyWindow {
   agent::CopyTrust trust_ = agent::CopyTrust::kValidated;
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<copystate::CopyState> table_;
-  // The pool, mapped in the process: slot s at pool_ + s * chunk size.
-  CUdevice device_ = 0;
-  CUcontext ctx_ = nullptr;
-  CUdeviceptr pool_ = 0;
-  uint64_t pool_bytes_ = 0;
-  CUstream stream_ = nullptr;
-  std::mutex save_mu_;  // one save at a time on stream_
+  std::vector<DevicePool> pools_;  // copy-on-write: one per GPU with a pool
+  std::mutex save_mu_;  // one save at a time
   std::atomic<uint64_t> checked_{0}, waited_{0}, unknown_waits_{0}, wait_ns_{0};
   std::atomic<uint64_t> unmarked_{0};  // recopy under checksum: untrusted calls not marked
   std::mutex kernels_mu_;

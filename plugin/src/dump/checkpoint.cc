@@ -333,10 +333,7 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
         return make_error("cow_trust=checksum, but " + sums.error().message, sums.error().code);
     auto opened = engine_->open_window(*t.save, CopyProtocol::kSoftRecopy, 0);
     if (!opened) return opened.error();
-    agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
-                                   .timeout_ms = options_.cow_timeout_ms,
-                                   .pool_device = (*opened)->device,
-                                   .pool_bytes = 0};
+    agent::OpenCopyWindowRequest q{.trust = options_.cow_trust, .timeout_ms = options_.cow_timeout_ms, .pools = {}};
     const int fd = (*opened)->table.fd();
     auto reply = c.open_copy_window(q, std::vector<int>{fd});
     if (!reply) return reply.error();
@@ -499,12 +496,9 @@ Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
   const Engine::CopyWindow& w = *t.save->window;
   // Copied while the process was stopped: nothing to protect.
   if (w.table.window() != copystate::Window::kOpen) return true;
-  agent::OpenCopyWindowRequest q{.trust = options_.cow_trust,
-                                 .timeout_ms = options_.cow_timeout_ms,
-                                 .pool_device = w.device,
-                                 .pool_bytes = w.pool_bytes};
+  agent::OpenCopyWindowRequest q{.trust = options_.cow_trust, .timeout_ms = options_.cow_timeout_ms, .pools = w.pools};
   std::vector<int> fds{w.table.fd()};
-  if (w.pool_fd.valid()) fds.push_back(w.pool_fd.get());
+  for (const UniqueFd& fd : w.pool_fds) fds.push_back(fd.get());
   const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto opened = c.open_copy_window(q, fds);
   std::string why;

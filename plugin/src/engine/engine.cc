@@ -459,11 +459,7 @@ Engine::SaveJob::~SaveJob() {
 }
 
 void Engine::release_sources(SaveJob& job) {
-  if (job.pool_va) {
-    cu_.cuCtxSetCurrent(contexts_.at(job.devices.front()));
-    unmap(job.pool_va, job.window->pool_bytes);
-    job.pool_va = 0;
-  }
+  unmap_pools(job);
   if (job.target_tasks) cu_.cuMemFreeHost(job.target_tasks);
   if (job.target_sums) cu_.cuMemFreeHost(job.target_sums);
   job.target_tasks = nullptr;
@@ -774,6 +770,47 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_b
   return pool;
 }
 
+Result<void> Engine::make_pools(SaveJob& job, const std::set<int>& devices, uint64_t pool_bytes,
+                               std::vector<UniqueFd>& fds) {
+  uint32_t first = 0;
+  for (int d : devices) {
+    auto made = make_pool(job, d, pool_bytes);
+    if (!made) {
+      unmap_pools(job);
+      fds.clear();
+      return made.error();
+    }
+    if (!made->slots) continue;  // this GPU's chunks go to the engine before a write
+    // The process names the GPU by its own ordinal.
+    uint32_t ordinal = 0;
+    for (size_t i = 0; i < job.allocs.size(); i++)
+      if (job.devices[i] == d) ordinal = job.allocs[i].device;
+    job.pools.push_back({.device = d,
+                         .ordinal = ordinal,
+                         .va = made->va,
+                         .bytes = made->bytes,
+                         .first_slot = first,
+                         .slots = made->slots});
+    fds.push_back(std::move(made->fd));
+    first += made->slots;
+  }
+  return {};
+}
+
+void Engine::unmap_pools(SaveJob& job) {
+  for (const SaveJob::PoolMapping& p : job.pools) {
+    cu_.cuCtxSetCurrent(contexts_.at(p.device));
+    unmap(p.va, p.bytes);
+  }
+  job.pools.clear();
+}
+
+CUdeviceptr Engine::pool_address(const SaveJob& job, uint32_t slot, uint64_t chunk_size) {
+  for (const SaveJob::PoolMapping& p : job.pools)
+    if (slot >= p.first_slot && slot - p.first_slot < p.slots) return p.va + uint64_t(slot - p.first_slot) * chunk_size;
+  return 0;  // not reached: the table's slots are the pools' (copy_state checks a slot against its count)
+}
+
 Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol protocol, uint64_t pool_bytes) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (job.window) return &*job.window;
@@ -781,38 +818,34 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol proto
   const char* what = recopy ? "soft recopy" : "copy-on-write";
   if (job.allocs.empty()) return make_error(std::string(what) + ": no device memory to copy", EINVAL);
   const std::set<int> devices(job.devices.begin(), job.devices.end());
-  // Recopy has no pool: each of its chunks is read from the process's
-  // memory, on whichever GPU.
-  if (!recopy && devices.size() != 1)
-    return make_error("copy-on-write takes one GPU per process for now; this process has memory on " +
-                          std::to_string(devices.size()),
-                      ENOTSUP);
   for (int d : devices) {
     Result<void> err;
     if (!context(d, err)) return err.error();
   }
-  Pool pool;
-  if (!recopy) {
-    auto made = make_pool(job, *devices.begin(), pool_bytes);
-    if (!made) return made.error();
-    pool = std::move(*made);
-  }
+  // Copy-on-write: a pool on each GPU, so that a chunk is saved device to
+  // device on its own GPU. Recopy has no pool: each of its chunks is read
+  // from the process's memory, on whichever GPU.
+  std::vector<UniqueFd> fds;
+  if (!recopy) PHOS_TRY(make_pools(job, devices, pool_bytes, fds));
+  uint64_t slots = 0;
+  for (const auto& p : job.pools) slots += p.slots;
   const uint64_t chunk = settings_.chunk_size;
-  const uint64_t bytes = pool.bytes, slots = pool.slots;
-  CUdeviceptr pool_va = pool.va;
   std::vector<copystate::Region> regions;
   for (const auto& a : job.allocs) regions.push_back({.id = a.id, .address = a.address, .size = a.size});
   auto table = copystate::CopyState::create(protocol, chunk, regions, uint32_t(slots));
   if (!table) {
-    if (pool_va) unmap(pool_va, bytes);
+    unmap_pools(job);
     return table.error();
   }
   job.region_allocation.clear();
   for (const auto& r : table->regions())
     for (size_t i = 0; i < job.allocs.size(); i++)
       if (job.allocs[i].id == r.id) job.region_allocation.push_back(i);
-  job.pool_va = pool_va;
-  job.window.emplace(CopyWindow{std::move(*table), std::move(pool.fd), bytes, job.allocs.front().device});
+  job.window.emplace(CopyWindow{std::move(*table), {}, std::move(fds), 0});
+  for (const SaveJob::PoolMapping& p : job.pools) {
+    job.window->pools.push_back({.device = p.ordinal, .bytes = p.bytes, .slots = p.slots});
+    job.window->pool_bytes += p.bytes;
+  }
   // Before the process maps the table: a write to dead memory saves nothing.
   mark_dead_copied(job);
   copystate::CopyState* opened = &job.window->table;
@@ -822,11 +855,25 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol proto
   // Copy-on-write's copies are validated once the freeze is summed.
   job.validated = recopy && settings_.checksum;
   if (job.validated) job.image_sums = sum_check::ChunkSums(opened->chunk_count());
-  PHOS_INFO("process %d: %s window over %.1f MiB in %llu chunks of %llu KiB; pool of %llu slots (%.1f MiB)",
-            job.vpid, what, double(job.window->table.chunk_count() * chunk) / (1 << 20),
-            (unsigned long long)job.window->table.chunk_count(), (unsigned long long)(chunk >> 10),
-            (unsigned long long)slots, double(bytes) / (1 << 20));
+  PHOS_INFO("process %d: %s window over %.1f MiB in %llu chunks of %llu KiB, on %zu GPU%s; %s", job.vpid, what,
+            double(job.window->table.chunk_count() * chunk) / (1 << 20),
+            (unsigned long long)job.window->table.chunk_count(), (unsigned long long)(chunk >> 10), devices.size(),
+            devices.size() == 1 ? "" : "s", recopy ? "no pool" : describe_pools(job, devices.size()).c_str());
   return &*job.window;
+}
+
+std::string Engine::describe_pools(const SaveJob& job, size_t gpus) const {
+  if (job.pools.empty()) return "no pool (a write to a chunk not yet copied waits for the engine)";
+  std::string out = job.pools.size() == gpus && gpus > 1 ? "a pool per GPU" : "a pool";
+  for (const SaveJob::PoolMapping& p : job.pools) {
+    char one[96];
+    std::snprintf(one, sizeof(one), "%s GPU %d: %u slots (%.1f MiB)", &p == &job.pools.front() ? ":" : ";", p.device,
+                  p.slots, double(p.bytes) / (1 << 20));
+    out += one;
+  }
+  if (job.pools.size() < gpus)
+    out += "; no room for one on the other GPUs (a write there to a chunk not yet copied waits for the engine)";
+  return out;
 }
 
 bool Engine::is_dead(const SaveJob& job, size_t allocation, size_t chunk) {
@@ -911,9 +958,10 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
   work.bounce = job.validated;
   work.start = [this, &job](const Piece& p, void* buffer, CUstream stream, unsigned, CUdeviceptr bounce) -> Result<void> {
     // Copy-on-write: a chunk written since the freeze waits in its pool slot.
-    CUdeviceptr src = p.claim && p.claim->pool_slot
-                          ? job.pool_va + uint64_t(*p.claim->pool_slot) * settings_.chunk_size
-                          : job.vas[p.allocation] + p.offset;
+    // The slot is on the chunk's GPU (p.device): the hooks save a chunk
+    // into the pool of its own GPU.
+    CUdeviceptr src = p.claim && p.claim->pool_slot ? pool_address(job, *p.claim->pool_slot, settings_.chunk_size)
+                                                    : job.vas[p.allocation] + p.offset;
     const std::string what = "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host";
     ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
     // Validated: one read of the chunk into the bounce, its sums from the

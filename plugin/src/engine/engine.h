@@ -29,6 +29,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "chunk_crc.h"
@@ -114,16 +115,17 @@ class Engine {
   // leave 5% of the GPU, at least 1 GiB, to the process).
   Result<bool> snapshot(SaveJob& job);
   // Soft copy-on-write (copy_state.h), where the snapshot does not fit: a
-  // copy table over the job's allocations and a pool of up to `pool_bytes`
-  // on their GPU (less where the GPU has less free, none where it has no
-  // room for a chunk), exported for the process. From then on run_save takes
-  // the chunks the table hands out, from the process's memory or the pool.
-  // One GPU per process for now (ENOTSUP otherwise).
+  // copy table over the job's allocations (on any number of GPUs) and a
+  // pool of up to `pool_bytes` on each of their GPUs (less where the GPU
+  // has less free, none where it has no room for a chunk), exported for the
+  // process. The table numbers the slots across the pools in their order.
+  // From then on run_save takes the chunks the table hands out, from the
+  // process's memory or a pool on the chunk's GPU.
   struct CopyWindow {
     copystate::CopyState table;
-    UniqueFd pool_fd;  // for the process; invalid without a pool
-    uint64_t pool_bytes = 0;
-    uint32_t device = 0;  // the process's ordinal of the pool's GPU
+    std::vector<agent::CopyPool> pools;  // for the process (its ordinals), in slot order
+    std::vector<UniqueFd> pool_fds;      // one per pool
+    uint64_t pool_bytes = 0;             // all pools together
   };
   // Soft recopy (kSoftRecopy, for a dump that stops the process): the
   // same table without a pool, over memory on any number of GPUs; the
@@ -250,7 +252,7 @@ class Engine {
                            std::vector<uint64_t>& dma_wait_ns);
   Result<void> run_worker(unsigned worker, std::vector<Slot>& ring, size_t buffer_size, const NextPiece& next,
                           Queue& queue, const PieceWork& work, uint64_t& dma_wait_ns);
-  // The copy-on-write pool: none where the GPU has no room for a chunk.
+  // A copy-on-write pool on one GPU: none where the GPU has no room for a chunk.
   struct Pool {
     UniqueFd fd;
     CUdeviceptr va = 0;
@@ -258,6 +260,14 @@ class Engine {
     uint32_t slots = 0;
   };
   Result<Pool> make_pool(SaveJob& job, int device, uint64_t pool_bytes);
+  // A pool on each GPU the job has memory on with room for a chunk, mapped
+  // in criu (job.pools), its fd for the process appended to `fds`.
+  Result<void> make_pools(SaveJob& job, const std::set<int>& devices, uint64_t pool_bytes, std::vector<UniqueFd>& fds);
+  void unmap_pools(SaveJob& job);
+  // For the log: each pool's GPU, slots and size, of `gpus` GPUs.
+  std::string describe_pools(const SaveJob& job, size_t gpus) const;
+  // Where pool slot `slot` lies in criu's mapping of its pool.
+  static CUdeviceptr pool_address(const SaveJob& job, uint32_t slot, uint64_t chunk_size);
   // Whether chunk `chunk` of allocation `allocation` is dead (set_dead).
   static bool is_dead(const SaveJob& job, size_t allocation, size_t chunk);
   // The same for chunk `chunk` of the job's window.
@@ -357,7 +367,17 @@ struct Engine::SaveJob {
   std::vector<int> devices;      // each allocation's GPU, as criu numbers it
   std::map<int, CUdeviceptr> snapshot_bases;  // per device, once snapshot() took one
   std::optional<CopyWindow> window;            // soft copy-on-write, once open_window() opened one
-  CUdeviceptr pool_va = 0;                     // the window's pool, mapped in criu
+  // The window's pools, mapped in criu: slot s of the table (first_slot <=
+  // s < first_slot + slots) in the pool on `device` (criu's numbering).
+  struct PoolMapping {
+    int device = 0;
+    uint32_t ordinal = 0;  // the process's number for the GPU
+    CUdeviceptr va = 0;
+    uint64_t bytes = 0;
+    uint32_t first_slot = 0;
+    uint32_t slots = 0;
+  };
+  std::vector<PoolMapping> pools;
   std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
   std::vector<std::vector<bool>> dead;         // per allocation, its dead chunks (set_dead)
   uint64_t dead_chunks = 0, dead_bytes = 0;

@@ -115,11 +115,7 @@ Result<void> Engine::take_freeze_sums(SaveJob& job) {
 void Engine::drop_window(SaveJob& job) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (!job.window) return;
-  if (job.pool_va) {
-    cu_.cuCtxSetCurrent(contexts_.at(job.devices.front()));
-    unmap(job.pool_va, job.window->pool_bytes);
-    job.pool_va = 0;
-  }
+  unmap_pools(job);
   job.window.reset();
   job.region_allocation.clear();
   job.validated = job.checked = false;

@@ -462,7 +462,7 @@ Result<void> Restorer::open_fill_window(pid_t pid, Loaded& l, AgentClient& c) {
   // Exact sets only: without read validation a speculated set does not say
   // everything a kernel may read (such a launch waits for the whole fill).
   agent::OpenCopyWindowRequest q{
-      .trust = agent::CopyTrust::kExact, .timeout_ms = options_.lazy_timeout_ms, .pool_device = 0, .pool_bytes = 0};
+      .trust = agent::CopyTrust::kExact, .timeout_ms = options_.lazy_timeout_ms, .pools = {}};
   const int fd = l.job->fill->fd();
   auto opened = c.open_copy_window(q, std::vector<int>{fd});
   if (!opened) return make_error("open the on-demand fill window: " + opened.error().message, opened.error().code);

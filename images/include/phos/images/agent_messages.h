@@ -273,13 +273,22 @@ enum class CopyTrust : uint32_t {
   kChecksum = 4,
 };
 
-// Open a concurrent dump's copy window (copy_state.h); the table's memfd
-// and, where pool_bytes is not 0, the copy-on-write pool's fd come with it.
+// A copy-on-write pool on one GPU: the table's pool slots are numbered
+// across the pools in their order (this pool's first slot follows the
+// previous pools' slots); a chunk is saved into a pool of its own GPU.
+struct CopyPool {
+  uint32_t device = 0;  // the process's ordinal
+  uint64_t bytes = 0;   // mapped size (slots * chunk size, rounded up to the granularity)
+  uint32_t slots = 0;
+  bool operator==(const CopyPool&) const = default;
+};
+inline constexpr size_t kMaxCopyPools = 64;
+// Open a concurrent dump's copy window (copy_state.h); the table's memfd,
+// then one fd per pool in `pools` (copy-on-write only), come with it.
 struct OpenCopyWindowRequest {
   CopyTrust trust = CopyTrust::kValidated;
   uint32_t timeout_ms = 0;
-  uint32_t pool_device = 0;
-  uint64_t pool_bytes = 0;
+  std::vector<CopyPool> pools;
   bool operator==(const OpenCopyWindowRequest&) const = default;
 };
 struct OpenCopyWindowReply {

@@ -105,6 +105,13 @@ struct WriteReport {
   uint32_t overwritten = 0;  // fill: chunks taken as filled, wholly overwritten
 };
 
+// Pool slots [first, end).
+struct SlotRange {
+  uint32_t first = 0;
+  uint32_t end = 0;
+  bool operator==(const SlotRange&) const = default;
+};
+
 // Copies `bytes` of device memory at `address` into pool slot `slot`, and
 // returns once the copy is complete (the hooks' side of copy-on-write).
 using SaveChunk = std::function<Result<void>(uint64_t address, uint64_t bytes, uint32_t slot)>;
@@ -164,6 +171,12 @@ class CopyState {
   // image is then incomplete, and the call may go on.
   Result<WriteReport> before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
                                    std::chrono::milliseconds timeout);
+  // Copy-on-write over several GPUs: the pool slots [first, end) each
+  // region's chunks may take, one range per region in regions() order
+  // (those of the pool on the region's GPU: a chunk is saved device to
+  // device on its GPU). This side's setting, not the table's: unset, any
+  // slot. EINVAL for a count other than the regions' or a range past the pool.
+  Result<void> set_region_slots(std::vector<SlotRange> ranges);
   // On-demand restore (kOnDemandFill): before a call reads or writes [address,
   // address + bytes), waits until every chunk of it is filled, asking the
   // engine for those not yet taken first. `overwrite`: the call writes every
@@ -256,7 +269,8 @@ class CopyState {
   // then asked for first), `may_wait` false returns false at once instead.
   Result<bool> write_chunk(uint64_t chunk, const SaveChunk& save, std::chrono::steady_clock::time_point deadline,
                            WriteReport& report, bool may_wait);
-  std::optional<uint32_t> take_slot();
+  // A free slot of those `region` may take (set_region_slots).
+  std::optional<uint32_t> take_slot(uint32_t region);
   void free_slot(uint32_t slot);
   void urgent(uint64_t chunk);
   // Copy-on-write: the chunks waiting in the pool, slot by slot, for the
@@ -280,6 +294,7 @@ class CopyState {
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   std::unique_ptr<Layout> l_;  // where each part lies in the mapping
+  std::vector<SlotRange> region_slots_;  // this side's only (set_region_slots)
 };
 
 }  // namespace phos::copystate

@@ -57,7 +57,7 @@ struct PluginOptions {
   // saves it into a pool on the GPU (soft copy-on-write, copy_state.h).
   enum class CopyOnWrite { kAuto, kAlways, kOff };
   CopyOnWrite copy_on_write = CopyOnWrite::kAuto;
-  uint32_t cow_pool_mib = 2048;     // cow_pool_mib: 0..1048576, at most what the GPU has free
+  uint32_t cow_pool_mib = 2048;     // cow_pool_mib: 0..1048576 per GPU, at most what the GPU has free
   // cow_trust: exact | speculated | validated | checksum; a write set not
   // trusted makes its call wait until the copy ends. checksum trusts
   // speculated sets and checks every chunk copied against its fingerprint

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Copy-on-write and soft recopy of a process on two GPUs through real criu
+# dumps: criu's plugin runs its engine on the fake libcuda with real memory
+# and two devices (FAKE_CUDA_MEMORY=1 FAKE_CUDA_DEVICES=2); the workload
+# (multi_gpu_client.c) writes 4 MiB on GPU 0 and 4 MiB on GPU 1 every step
+# and checks after every call a dump can freeze it at that its memory is what
+# it was before, so a restored image holding a write made after its freeze,
+# on either GPU, is caught.
+#   1. copy-on-write (leave-running): one window over both GPUs' memory, a
+#      pool on each GPU; the program's writes on both GPUs save chunks into
+#      the pools while the engine copies; the image completes, restores, and
+#      the program's checks pass (it was the stopped copy before)
+#   2. soft recopy (a dump that stops the program): its first pass over both
+#      GPUs' memory while the program runs; the image restores intact
+export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/multi_gpu_client
+export FAKE_CUDA_MEMORY=1 FAKE_CUDA_DEVICES=2 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
+source "$(dirname "$0")/../e2e/lib.sh"
+export FAKE_CUDA_LOG=$WORK/fake-cuda.log
+verdict() { state_field 3; }
+image() { "$PHOSCTL" show --json "$IMG" | python3 -c "import json,sys; print(json.load(sys.stdin)['images'][0]$1)"; }
+
+# restored_ok WHAT: the image restores and the program's checks pass for
+# 20 more steps.
+restored_ok() {
+  local at pid
+  kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+  wait_pid_free
+  criu_restore || fail "$1: criu restore failed: $(criu_errors "$WORK/restore.log")"
+  pid=$(restored_pid) || fail "$1: no restored process"
+  at=$(state_counter)
+  wait_counter_above $((at + 20))
+  [ "$(verdict)" = ok ] || fail "$1: the restored program found its memory wrong: $(verdict)"
+  WORKLOAD_PID=$pid
+}
+
+# 1. Copy-on-write over two GPUs.
+start_workload --preload
+wait_counter_above 5
+PHOS_COPY_ON_WRITE=always criu_dump --leave-running || fail "copy-on-write: criu dump failed: $(criu_errors "$WORK/dump.log")"
+window=$(grep -o "copy-on-write window over [0-9.]* MiB in 8 chunks of 1024 KiB, on 2 GPUs; a pool per GPU: GPU 0: [0-9]* slots ([0-9.]* MiB); GPU 1: [0-9]* slots ([0-9.]* MiB)" \
+  "$WORK/dump.log") || fail "copy-on-write: no window with a pool per GPU: $(grep -o 'phos: process [0-9]*: .*\(window\|copy-on-write\).*' "$WORK/dump.log" | head -n3)"
+! grep -q "no copy-on-write" "$WORK/dump.log" || fail "copy-on-write: the stopped copy: $(grep -o 'no copy-on-write.*' "$WORK/dump.log" | head -n1)"
+grep -q "copy window opened" "$WORK/dump.log" || fail "copy-on-write: the process did not open the window: $(criu_errors "$WORK/dump.log")"
+[ -e "$IMG/phos-1-complete.img" ] || fail "copy-on-write: no completion marker"
+saved=$(image "['statistics']['cow_saved_bytes']")
+# A and B are written every 10 ms and the engine copies a chunk in 20 ms
+# (slow-copy): the program writes both GPUs' first chunks before the engine
+# reaches them, so each GPU's pool held at least one. The fake fails a copy
+# that leaves its context's GPU: each chunk was saved on its own GPU.
+[ "$saved" -ge $((2 << 20)) ] || fail "copy-on-write: $saved bytes saved into the pools: the writes on both GPUs were not saved"
+! grep -q "cross-gpu copy" "$FAKE_CUDA_LOG" || fail "copy-on-write: $(grep -m1 'cross-gpu copy' "$FAKE_CUDA_LOG")"
+devices=$(image "['allocations']" | grep -o "'device': [0-9]*" | sort -u | tr '\n' ' ')
+[ "$devices" = "'device': 0 'device': 1 " ] || fail "copy-on-write: the image's allocations are not on GPUs 0 and 1: $devices"
+restored_ok "copy-on-write"
+say "1. copy-on-write: $window; $saved bytes saved into the pools; restored, its checks on both GPUs pass"
+
+# 2. Soft recopy over two GPUs.
+rm -rf "${IMG:?}"/*
+criu_dump || fail "recopy: criu dump failed: $(criu_errors "$WORK/dump.log")"
+grep -q "soft recopy window over [0-9.]* MiB in 8 chunks of 1024 KiB, on 2 GPUs; no pool" "$WORK/dump.log" ||
+  fail "recopy: no window over both GPUs: $(grep -o 'phos: process [0-9]*: .*\(window\|recopy\).*' "$WORK/dump.log" | head -n3)"
+line=$(grep -o "first pass copied.*" "$WORK/dump.log" | head -n1) || fail "recopy: no first pass"
+restored_ok "recopy"
+say "2. soft recopy: $line; restored, its checks on both GPUs pass"
+say "PASS"
