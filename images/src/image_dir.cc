@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 
+#include "phos/images/crc32c.h"
 #include "phos/images/data_file.h"
 
 namespace phos::image {
@@ -177,7 +178,7 @@ Result<void> check_data_file(int dirfd, const Manifest& m, uint32_t index) {
 
 }  // namespace
 
-Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_complete) {
+Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_complete, uint32_t depth) {
   ProcessImage img;
   img.manifest_name = manifest_file_name(pid);
   auto bytes = read_small_file(dirfd, img.manifest_name, kMaxManifestBytes);
@@ -185,6 +186,8 @@ Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_com
   auto manifest = decode_manifest(*bytes, img.manifest_name);
   if (!manifest) return manifest.error();
   img.manifest = std::move(*manifest);
+  img.manifest_size = bytes->size();
+  img.manifest_crc32c = crc32c(*bytes);
   if (img.manifest.pid != pid)
     return make_error(img.manifest_name + ": manifest is for pid " + std::to_string(img.manifest.pid));
 
@@ -204,30 +207,39 @@ Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_com
   if (!img.complete && require_complete) return make_error(img.incomplete_reason, ENOENT);
 
   for (uint32_t i = 0; i < img.manifest.data_files.size(); i++) PHOS_TRY(check_data_file(dirfd, img.manifest, i));
+  PHOS_TRY(resolve_parents(dirfd, img, depth));
   return img;
 }
 
 ImageReader::ImageReader(int dirfd, const Manifest& manifest)
     : dirfd_(dirfd), manifest_(manifest), files_(manifest.data_files.size()) {}
 
-std::string_view ImageReader::file_name(const Chunk& chunk) const {
+std::string ImageReader::file_name(const Chunk& chunk) const {
   if (chunk.compression == Compression::kZero) return "zero chunk";
   if (chunk.compression == Compression::kDead) return "dead chunk";
-  return chunk.file_index < manifest_.data_files.size() ? std::string_view(manifest_.data_files[chunk.file_index].name)
-                                                         : std::string_view("?");
+  if (chunk.compression == Compression::kParent) return "parent chunk";
+  if (chunk.file_index >= manifest_.data_files.size()) return "?";
+  const DataFile& f = manifest_.data_files[chunk.file_index];
+  return f.dir.empty() ? f.name : "parent image " + f.dir + ": " + f.name;
 }
 
 Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check) {
   if (chunk.compression == Compression::kZero || chunk.compression == Compression::kDead)  // in no file
     return image::read_chunk(-1, file_name(chunk), chunk, out, scratch_, &times_, check);
+  // open_process_image resolves them: one left is a manifest read otherwise.
+  if (chunk.compression == Compression::kParent)
+    return make_error("chunk at offset " + std::to_string(chunk.alloc_offset) +
+                      " is stored in the parent image, which was not opened");
   if (chunk.file_index >= files_.size()) return make_error("chunk refers to a data file the manifest lacks");
-  const std::string& name = manifest_.data_files[chunk.file_index].name;
+  const DataFile& file = manifest_.data_files[chunk.file_index];
+  const std::string shown = file_name(chunk);
   UniqueFd& fd = files_[chunk.file_index];
   if (!fd.valid()) {
-    fd.reset(open_image_file(dirfd_, name));
-    if (!fd.valid()) return open_error(name);
+    // A parent's file from the parent's directory, through the same checks.
+    fd.reset(open_image_file(file.dirfd >= 0 ? file.dirfd : dirfd_, file.name));
+    if (!fd.valid()) return open_error(shown);
   }
-  return image::read_chunk(fd.get(), name, chunk, out, scratch_, &times_, check);
+  return image::read_chunk(fd.get(), shown, chunk, out, scratch_, &times_, check);
 }
 
 Result<uint64_t> ImageReader::verify_all() {

@@ -39,6 +39,7 @@ std::string_view chunk_compression_name(Compression c) {
     case Compression::kZstd: return "zstd";
     case Compression::kZero: return "zero";
     case Compression::kDead: return "dead";
+    case Compression::kParent: return "parent";
   }
   return "unknown";
 }
@@ -158,6 +159,7 @@ struct PbManifest {
   Phos__Image__Statistics stats = PHOS__IMAGE__STATISTICS__INIT;
   Phos__Image__LaunchLog log = PHOS__IMAGE__LAUNCH_LOG__INIT;
   Phos__Image__KeptMemory kept = PHOS__IMAGE__KEPT_MEMORY__INIT;
+  Phos__Image__ParentImage parent = PHOS__IMAGE__PARENT_IMAGE__INIT;
   pb::Repeated<Phos__Gpu__Device> devices;
   std::vector<pb::Repeated<Phos__Gpu__Chunk>> chunks;  // per allocation
   pb::Repeated<Phos__Gpu__Allocation> allocs;
@@ -214,6 +216,13 @@ struct PbManifest {
       m.validation = static_cast<Phos__Image__Validation>(in.validation);
     }
     pb::set_repeated(m.n_fill_order, m.fill_order, in.fill_order);
+    if (in.parent) {
+      parent.path = c_text(in.parent->path);
+      parent.manifest_size = in.parent->manifest_size;
+      parent.manifest_crc32c = in.parent->manifest_crc32c;
+      parent.created_unix_ns = in.parent->created_unix_ns;
+      m.parent = &parent;
+    }
 
     launches = pb::Repeated<Phos__Image__LaunchRecord>(
         phos__image__launch_record__init, in.launch_log, [](const LaunchRecord& r, Phos__Image__LaunchRecord& o) {
@@ -286,6 +295,11 @@ Result<Manifest> from_pb(const Phos__Image__Manifest& m) {
       .kept = m.kept ? std::optional(decode_kept(*m.kept)) : std::nullopt,
       .validation = Validation(pb::value_or_zero(m.has_validation, uint32_t(m.validation))),
       .ipc_mappings = pb::allocations_from_pb(m.ipc_mappings, m.n_ipc_mappings),
+      .parent = m.parent ? std::optional(ParentImage{.path = text(m.parent->path),
+                                                     .manifest_size = m.parent->manifest_size,
+                                                     .manifest_crc32c = m.parent->manifest_crc32c,
+                                                     .created_unix_ns = m.parent->created_unix_ns})
+                         : std::nullopt,
   };
 }
 
@@ -317,6 +331,7 @@ bool is_migration_id(std::string_view id) {
 }
 
 uint32_t format_version_for(const Manifest& m) {
+  if (m.parent) return kParentFormatVersion;
   if (!m.ipc_mappings.empty()) return kIpcFormatVersion;
   if (m.kept) return kKeptMemoryFormatVersion;
   uint32_t version = 1;
@@ -350,6 +365,17 @@ std::string dead_chunk_problem(const Manifest& m, const Chunk& c) {
     return "is a dead chunk but names " + std::to_string(c.stored_size) + " stored bytes in data file " +
            std::to_string(c.file_index) + " at offset " + std::to_string(c.file_offset) + " (CRC-32C " +
            std::to_string(c.crc32c) + ")";
+  return "";
+}
+
+// A parent chunk stores nothing here: an incremental image's parent holds it.
+std::string parent_chunk_problem(const Manifest& m, const Chunk& c) {
+  if (m.format_version < kParentFormatVersion)
+    return "is a parent chunk, which format version " + std::to_string(m.format_version) + " does not have";
+  if (!m.parent) return "is a parent chunk, but the manifest names no parent image";
+  if (c.stored_size != 0 || c.file_index != 0 || c.file_offset != 0)
+    return "is a parent chunk but names " + std::to_string(c.stored_size) + " stored bytes in data file " +
+           std::to_string(c.file_index) + " at offset " + std::to_string(c.file_offset);
   return "";
 }
 
@@ -415,6 +441,13 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
   if (m.chunk_size < 4096 || m.chunk_size > kMaxChunkSize)
     return fail("chunk size " + std::to_string(m.chunk_size) + " is outside 4096.." + std::to_string(kMaxChunkSize));
 
+  if (m.parent) {
+    if (m.format_version < kParentFormatVersion)
+      return fail("names a parent image, which format version " + std::to_string(m.format_version) + " does not have");
+    if (m.parent->path.empty() || m.parent->path.find('\0') != std::string::npos)
+      return fail("the parent image's path is empty or not text");
+    if (m.kept) return fail("a migration's image names a parent image");
+  }
   if (m.kept) {
     if (m.format_version < kKeptMemoryFormatVersion)
       return fail("names GPU data kept in device memory, which format version " + std::to_string(m.format_version) +
@@ -461,9 +494,10 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
       if (c.raw_size == 0 || c.raw_size > m.chunk_size)
         return fail(cw + " has " + std::to_string(c.raw_size) + " bytes, chunk size is " + std::to_string(m.chunk_size));
       if (chunk_compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
-      std::string problem = c.compression == Compression::kZero   ? zero_chunk_problem(m, c)
-                            : c.compression == Compression::kDead ? dead_chunk_problem(m, c)
-                                                                  : stored_chunk_problem(m, c);
+      std::string problem = c.compression == Compression::kZero     ? zero_chunk_problem(m, c)
+                            : c.compression == Compression::kDead   ? dead_chunk_problem(m, c)
+                            : c.compression == Compression::kParent ? parent_chunk_problem(m, c)
+                                                                    : stored_chunk_problem(m, c);
       if (!problem.empty()) return fail(cw + " " + problem);
       covered += c.raw_size;
       if (covered > a.size) return fail(what + ": chunks hold more than its " + std::to_string(a.size) + " bytes");

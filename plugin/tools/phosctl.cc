@@ -105,7 +105,8 @@ ImageSize size_of(const Manifest& m) {
       }
     }
   }
-  for (const auto& f : m.data_files) size.stored_bytes += f.size;
+  for (const auto& f : m.data_files)
+    if (f.dir.empty()) size.stored_bytes += f.size;  // this image's own, not a parent's
   return size;
 }
 
@@ -150,7 +151,21 @@ json image_json(const phos::image::ProcessImage& img) {
                                 {"flags", a.flags}, {"chunks", a.chunks.size()}, {"zero_chunks", zero},
                                 {"dead_chunks", dead}, {"stored_bytes", stored}});
   }
-  for (const auto& f : m.data_files) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
+  for (const auto& f : m.data_files)
+    if (f.dir.empty()) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
+  // An incremental image: each image of its chain, this one first.
+  j["chain"] = json::array();
+  for (const auto& l : img.chain)
+    j["chain"].push_back({{"directory", l.dir},
+                          {"stored_chunks", l.stored_chunks},
+                          {"stored_bytes", l.stored_bytes},
+                          {"referenced_chunks", l.referenced_chunks},
+                          {"referenced_bytes", l.referenced_bytes}});
+  if (m.parent)
+    j["parent"] = {{"path", m.parent->path},
+                   {"manifest_size", m.parent->manifest_size},
+                   {"manifest_crc32c", m.parent->manifest_crc32c},
+                   {"created_unix_ns", m.parent->created_unix_ns}};
   j["ipc_mappings"] = json::array();
   for (const auto& a : m.ipc_mappings)
     j["ipc_mappings"].push_back({{"id", a.id}, {"device", a.device}, {"address", hex(a.address)}, {"size", a.size},
@@ -210,6 +225,13 @@ void print_image_text(const phos::image::ProcessImage& img) {
         "takes it\n",
         m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device.uuid).c_str(),
         m.kept->device.name.c_str(), m.kept->in_place ? ", where the process left it" : "");
+  if (m.parent) {
+    std::printf("  incremental: a chain of %zu images, this one first\n", img.chain.size());
+    for (const auto& l : img.chain)
+      std::printf("    %s: stores %" PRIu64 " chunks (%s), references %" PRIu64 " (%s) in its parent\n", l.dir.c_str(),
+                  l.stored_chunks, bytes_text(l.stored_bytes).c_str(), l.referenced_chunks,
+                  bytes_text(l.referenced_bytes).c_str());
+  }
   const auto& s = m.statistics;
   std::printf("  size: %s logical, %s stored; %" PRIu64 " zero chunks (%s) not stored; %" PRIu64
               " dead chunks (%s), free in the program's allocator, not stored\n",

@@ -196,3 +196,12 @@ TEST_CASE("proc: resident memory grows with pages touched, nothing for a process
   ::waitpid(child, nullptr, 0);
   CHECK_FALSE(resident_bytes(child).has_value());
 }
+
+TEST_CASE("criu argv: --prev-images-dir of a dump, as criu takes it", "[proc][parent]") {
+  using V = std::vector<std::string>;
+  CHECK(argv_prev_images_dir(V{"criu", "dump", "-t", "5", "-D", "img2", "--prev-images-dir", "../img1"}) == "../img1");
+  CHECK(argv_prev_images_dir(V{"criu", "dump", "--prev-images-dir=../p", "-t", "5"}) == "../p");
+  CHECK_FALSE(argv_prev_images_dir(V{"criu", "dump", "-t", "5", "-D", "img"}));
+  CHECK_FALSE(argv_prev_images_dir(V{"criu", "restore", "-D", "img", "--prev-images-dir", "../p"}));
+  CHECK_FALSE(argv_prev_images_dir(V{"criu", "dump", "--prev-images-dir"}));  // no argument: criu refuses it
+}

@@ -257,6 +257,23 @@ bool argv_restores_lazily(const std::vector<std::string>& argv) {
   return a.said("restore") && a.has("--lazy-pages", 8);
 }
 
+std::optional<std::string> argv_prev_images_dir(const std::vector<std::string>& argv) {
+  if (!parse_criu_args(argv).said("dump")) return std::nullopt;
+  const std::string option = "--prev-images-dir";
+  for (size_t i = 1; i < argv.size(); i++) {
+    const std::string& a = argv[i];
+    if (a == "--") break;
+    if (a == option) return i + 1 < argv.size() ? std::optional(argv[i + 1]) : std::nullopt;
+    if (a.rfind(option + "=", 0) == 0) return a.substr(option.size() + 1);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> criu_prev_images_dir() {
+  auto argv = own_argv();
+  return argv ? argv_prev_images_dir(*argv) : std::nullopt;
+}
+
 std::optional<pid_t> argv_tree_root(const std::vector<std::string>& argv) {
   auto number = [](const std::string& s) -> std::optional<pid_t> {
     char* end = nullptr;

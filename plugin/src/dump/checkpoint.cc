@@ -205,6 +205,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
           engine_->prepare_save(dirfd_, t.vpid, t.own_allocations, t.own_fds, t.host_ordinal, t.manifest, sink(t));
       if (!job) return job.error();
       t.save = std::move(*job);
+      PHOS_TRY(use_parent(t));
     }
     engine_->set_dead(*t.save, t.dead);
     std::promise<CopyPlan> decided;
@@ -325,6 +326,7 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
     auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
     if (!job) return job.error();
     t.save = std::move(*job);
+    PHOS_TRY(use_parent(t));
     t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
     // By checksum the hooks mark no chunk for a call they cannot read: the
     // final pass must be able to fingerprint the memory.
@@ -655,6 +657,25 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
     return make_error("fault injection (PHOS_FAULT): CHECKPOINT_DEVICES of process " + std::to_string(pid) + " fails",
                       EIO);
   return true;
+}
+
+Result<void> Checkpointer::use_parent(Target& t) {
+  auto path = criu_prev_images_dir();
+  if (!path || t.migrate) return {};  // a migration's memory is kept, not stored
+  UniqueFd dir;
+  auto parent = image::open_parent_image(dirfd_, *path, t.vpid, dir);
+  if (!parent)
+    return make_error("process " + std::to_string(t.vpid) + ": incremental dump (--prev-images-dir " + *path +
+                          "): " + parent.error().message,
+                      parent.error().code);
+  t.manifest.parent = image::ParentImage{.path = *path,
+                                         .manifest_size = parent->manifest_size,
+                                         .manifest_crc32c = parent->manifest_crc32c,
+                                         .created_unix_ns = parent->manifest.created_unix_ns};
+  engine_->set_parent(*t.save, parent->manifest);
+  PHOS_INFO("process %d: incremental dump against parent image %s (a chain of %zu)", t.vpid, path->c_str(),
+            parent->chain.size());
+  return {};
 }
 
 Result<void> Checkpointer::write_manifest(pid_t pid, Target& t) {

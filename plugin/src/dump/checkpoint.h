@@ -201,6 +201,9 @@ class Checkpointer {
   void give_back(pid_t pid, Target& t, bool wait_copy = true);
   // The manifest's own fields, then the manifest written.
   Result<void> write_manifest(pid_t pid, Target& t);
+  // An incremental dump (criu --prev-images-dir): the parent image of the
+  // process, opened and checked; the manifest and the save job use it.
+  Result<void> use_parent(Target& t);
   // Snapshot, copy-on-write or neither (the copier, at PAUSE).
   CopyPlan choose_copy(Target& t);
   // CUDA IPC between the dumped processes (ipc_sharing.h), checked once all

@@ -948,6 +948,15 @@ Engine::Take Engine::next_claim(SaveJob& job, TrafficControl& traffic, Piece& ou
   return Take::kTaken;
 }
 
+void Engine::set_parent(SaveJob& job, const image::Manifest& parent) {
+  job.parent.clear();
+  // A chunk the parent stores: a zero or dead one costs this image nothing.
+  for (const auto& a : parent.allocations)
+    for (const auto& c : a.chunks)
+      if (c.compression == image::Compression::kNone || c.compression == image::Compression::kZstd)
+        job.parent[{a.id, c.alloc_offset}] = {c.raw_size, c.crc32c};
+}
+
 void Engine::close_window(SaveJob& job, bool copied) {
   if (!job.window) return;
   job.window->table.close(copied ? copystate::Window::kClosed : copystate::Window::kAborted);
@@ -991,6 +1000,19 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
     if (tail->done == kChunkCrcDone) {
       sum = image::ChunkSum{tail->crc, tail->zero != 0};
       job.gpu_checksummed++;
+    }
+    // Incremental: unchanged since the parent image, which holds it.
+    if (!job.parent.empty()) {
+      const uint32_t crc = sum ? sum->crc : phos::crc32c(std::span(static_cast<const std::byte*>(buffer), p.size));
+      auto it = job.parent.find({job.allocs[p.allocation].id, p.offset});
+      if (it != job.parent.end() && it->second == std::pair(uint32_t(p.size), crc)) {
+        job.chunks[p.allocation][p.chunk] = image::Chunk{.alloc_offset = p.offset,
+                                                         .raw_size = uint32_t(p.size),
+                                                         .crc32c = crc,
+                                                         .compression = image::Compression::kParent};
+        job.parent_chunks++;
+        return {};
+      }
     }
     // A chunk copied again (soft recopy) is written again: the manifest
     // names its last copy, zero or not; a first copy with data stays in the

@@ -114,6 +114,11 @@ class Engine {
   // unchanged, where a GPU lacks the free memory for it (the snapshot must
   // leave 5% of the GPU, at least 1 GiB, to the process).
   Result<bool> snapshot(SaveJob& job);
+  // An incremental dump (criu --prev-images-dir): a chunk whose CRC-32C and
+  // size are those of `parent`'s stored chunk of the same allocation id and
+  // offset is not written, only recorded as a parent chunk. `parent` is
+  // resolved (open_process_image); the job keeps what it needs of it.
+  void set_parent(SaveJob& job, const image::Manifest& parent);
   // Soft copy-on-write (copy_state.h), where the snapshot does not fit: a
   // copy table over the job's allocations (on any number of GPUs) and a
   // pool of up to `pool_bytes` on each of their GPUs (less where the GPU
@@ -409,6 +414,10 @@ struct Engine::SaveJob {
   std::atomic<uint64_t> gpu_checksummed{0};    // of those, checksummed on the GPU
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
+  // set_parent: the parent's stored chunks by (allocation id, offset): their
+  // raw size and CRC-32C; and the chunks left to it.
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint32_t, uint32_t>> parent;
+  std::atomic<uint64_t> parent_chunks{0};
   std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker
   unsigned workers = 0;  // the copy's threads: one per data file; a migration's, a few
   // A migration (migrate_to): the memory the data goes to, and its fds.

@@ -41,16 +41,44 @@ Result<void> remove_completion_marker(int dirfd, int32_t pid);
 // The pids that have a manifest in `dirfd`, sorted.
 Result<std::vector<int32_t>> list_process_images(int dirfd);
 
+// One image of an incremental chain, as stored (before resolve_parents):
+// its directory as reached from the first image ("." for that one), and the
+// chunks it stores itself against those it references in its parent.
+struct ChainLink {
+  std::string dir;
+  uint64_t stored_chunks = 0, stored_bytes = 0;  // bytes in its data files
+  uint64_t referenced_chunks = 0, referenced_bytes = 0;  // raw bytes left to the parent
+};
+
 struct ProcessImage {
   std::string manifest_name;
+  // With its parent chunks resolved (resolve_parents): each is the chunk of
+  // the image that stores it, in a data file appended to data_files with
+  // that image's directory (DataFile::dirfd). `parent` stays as recorded.
   Manifest manifest;
   bool complete = false;
   std::string incomplete_reason;  // when !complete
+  uint64_t manifest_size = 0;     // the manifest file's identity (ParentImage)
+  uint32_t manifest_crc32c = 0;
+  std::vector<ChainLink> chain;   // this image first, then its parents
+  std::vector<UniqueFd> parent_dirs;  // the parents' directories, open while the image is
 };
 
 // Reads and validates the manifest of `pid`, its marker and its data files'
 // headers and sizes. With require_complete, an incomplete image is an error.
-Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_complete);
+// An incremental image's parents (each complete, with the identity its child
+// recorded) are opened and its parent chunks resolved, to
+// kMaxChainLength images; `depth`: the images below this one in its chain.
+Result<ProcessImage> open_process_image(int dirfd, int32_t pid, bool require_complete, uint32_t depth = 0);
+
+// Resolves `img`'s parent chunks against its parent image (opened relative
+// to `dirfd`, the directory of `img`), recursively; `depth`: images below.
+Result<void> resolve_parents(int dirfd, ProcessImage& img, uint32_t depth);
+
+// Opens the image of `pid` in `path` (relative to `dirfd`) as a parent:
+// complete, with its own parents resolved. Its directory fd goes to `dir`.
+Result<ProcessImage> open_parent_image(int dirfd, const std::string& path, int32_t pid, UniqueFd& dir,
+                                       uint32_t depth = 0);
 
 // Reads chunks of one process image, from any of its data files; opens them
 // on first use.
@@ -58,9 +86,10 @@ class ImageReader {
  public:
   ImageReader(int dirfd, const Manifest& manifest);
   Result<void> read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check = CrcCheck::kHere);
-  // The name of the data file that holds `chunk`, "zero chunk" for one that
-  // no file holds (for messages).
-  std::string_view file_name(const Chunk& chunk) const;
+  // The name of the data file that holds `chunk` (with its directory where
+  // a parent image holds it), "zero chunk" for one that no file holds (for
+  // messages).
+  std::string file_name(const Chunk& chunk) const;
   // Reads every chunk of every allocation and checks it (phosctl verify).
   Result<uint64_t> verify_all();
   // Summed over every read_chunk so far.

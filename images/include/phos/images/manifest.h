@@ -28,7 +28,9 @@ std::string_view validation_name(Validation v);
 // kZero: every byte of the chunk is 0 and nothing is stored (a sparse image).
 // kDead: free in the program's allocator at the checkpoint (dead_ranges.h):
 // nothing is stored, and a restore leaves it unfilled.
-enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2, kDead = 3 };
+// kParent: unchanged since the parent image, which holds the bytes (an
+// incremental image; open_process_image resolves it).
+enum class Compression : uint32_t { kNone = 0, kZstd = 1, kZero = 2, kDead = 3, kParent = 4 };
 
 // exact, speculated, validated; "none" for 0 (no copy window).
 std::string_view copy_trust_name(agent::CopyTrust t);
@@ -59,6 +61,10 @@ struct Allocation : agent::Allocation {
 struct DataFile {
   std::string name;
   uint64_t size = 0;
+  // In memory only, never encoded: the directory that holds the file where
+  // it is a parent image's (open_process_image); -1: the image's own.
+  int dirfd = -1;
+  std::string dir;  // in memory only: that directory as the image names it (messages)
   bool operator==(const DataFile&) const = default;
 };
 
@@ -138,6 +144,16 @@ struct KeptMemory {
 // it becomes part of a socket's name.
 bool is_migration_id(std::string_view id);
 
+// An incremental image's parent (manifest.proto ParentImage): `path`
+// relative to the image's directory, and the identity of its manifest file.
+struct ParentImage {
+  std::string path;
+  uint64_t manifest_size = 0;
+  uint32_t manifest_crc32c = 0;
+  uint64_t created_unix_ns = 0;
+  bool operator==(const ParentImage&) const = default;
+};
+
 struct Manifest {
   uint32_t format_version = kManifestFormatVersion;
   std::string writer_version;
@@ -159,6 +175,7 @@ struct Manifest {
   // CUDA IPC: other processes' memory mapped here, each with its owner
   // (agent::Allocation::ipc); the owner's image holds the bytes.
   std::vector<agent::Allocation> ipc_mappings;
+  std::optional<ParentImage> parent;  // an incremental image
   bool operator==(const Manifest&) const = default;
 };
 

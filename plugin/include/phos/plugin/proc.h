@@ -60,6 +60,10 @@ bool criu_leaves_running();
 // demand): GPU memory is then restored on demand too (lazy_restore=auto).
 bool argv_restores_lazily(const std::vector<std::string>& argv);
 bool criu_restores_lazily();
+// The parent image directory a criu dump names (--prev-images-dir DIR or
+// =DIR, relative to the image directory as criu resolves it), or none.
+std::optional<std::string> argv_prev_images_dir(const std::vector<std::string>& argv);
+std::optional<std::string> criu_prev_images_dir();
 // The root of the tree a criu command line dumps (-t/--tree PID), or none
 // where it names none (criu swrk: its options come over RPC).
 std::optional<pid_t> argv_tree_root(const std::vector<std::string>& argv);

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Incremental images through real criu dumps and restores (issue 32): the
+# plugin's engine on the fake libcuda with real memory (FAKE_CUDA_MEMORY=1),
+# in chunks of 1 MiB; the workload is dead_client.c --no-dead (L, 2 MiB, and
+# F's middle written every step; F's first MiB a pattern it checks every step).
+#   1. img1: a full dump (leave-running); img2, steps later, with criu's
+#      --prev-images-dir ../img1: phos stores only the chunks that changed
+#      (fewer bytes than img1) and references img1 for the rest;
+#      `phosctl show` prints the chain
+#   2. killed, restored from img2: the program's checks pass (its pattern
+#      read from img1's data file, L and M from img2's)
+#   3. a flipped byte in each chunk of img1's data files: the restore from
+#      img2 is refused, naming ../img1
+#   4. img1's phos files replaced by those of a later dump: refused, naming it
+#   5. img1 missing: refused, naming it
+export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/dead_client
+export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
+source "$(dirname "$0")/../e2e/lib.sh"
+verdict() { state_field 3; }
+# json DIR KEYS: a field of the one process image in DIR (phosctl show --json).
+json() { "$PHOSCTL" show --json "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['images'][0]$2)"; }
+MIB=$((1 << 20))
+
+restore_from() {  # restore_from DIR [PATTERN]: DIR restores (no PATTERN), or is refused saying PATTERN
+  kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+  wait_pid_free
+  IMG=$1
+  if [ -n "${2:-}" ]; then
+    restore_refused "$2" "$1"
+    return
+  fi
+  criu_restore || fail "restore from $1 failed: $(criu_errors "$WORK/restore.log")"
+  WORKLOAD_PID=$(restored_pid) || fail "no restored process from $1"
+  local at
+  at=$(state_counter)
+  wait_counter_above $((at + 20))
+  [ "$(verdict)" = ok ] || fail "restored from $1, the program found its memory wrong: $(verdict)"
+}
+
+# 1. A full image, then an incremental one.
+start_workload --preload --no-dead
+wait_counter_above 5
+IMG=$WORK/img1 && mkdir -p "$IMG"
+criu_dump --leave-running || fail "img1: criu dump failed: $(criu_errors "$WORK/dump.log")"
+at=$(state_counter)
+wait_counter_above $((at + 5))
+IMG=$WORK/img2 && mkdir -p "$IMG"
+criu_dump --leave-running --prev-images-dir ../img1 ||
+  fail "img2: criu dump --prev-images-dir failed: $(criu_errors "$WORK/dump.log")"
+grep -q "incremental dump against parent image ../img1" "$WORK/dump.log" || fail "img2: the dump was not incremental"
+stored1=$(json "$WORK/img1" "['size']['stored_bytes']")
+stored2=$(json "$WORK/img2" "['size']['stored_bytes']")
+refs=$(json "$WORK/img2" "['chain'][0]['referenced_chunks']")
+[ "$(json "$WORK/img2" "['format_version']")" = 6 ] || fail "img2: format version not 6"
+[ "$(json "$WORK/img2" "['parent']['path']")" = ../img1 ] || fail "img2: its parent is not ../img1"
+[ "$refs" -ge 1 ] || fail "img2 references no chunk of img1"
+[ "$stored2" -le $((stored1 - refs * MIB)) ] || fail "img2 stores $stored2 bytes, img1 $stored1: not $refs MiB fewer"
+"$PHOSCTL" show "$WORK/img2" | grep -q "incremental: a chain of 2 images" || fail "phosctl show prints no chain"
+"$PHOSCTL" show "$WORK/img2" | grep -q "^    ../img1: stores" || fail "phosctl show does not name ../img1 in the chain"
+"$PHOSCTL" verify "$WORK/img2" >/dev/null || fail "phosctl verify fails on img2"
+say "1. img1 stores $stored1 bytes; img2 (--prev-images-dir ../img1) $stored2, referencing $refs chunks of img1"
+
+# 2. Restored from img2.
+restore_from "$WORK/img2"
+say "2. restored from img2: the program's memory is right for 20 steps"
+
+# 3. A flipped byte in each chunk of img1's data files.
+cp -a "$WORK/img1" "$WORK/img1.good"
+for f in "$WORK"/img1/phos-1-data-*.img; do
+  python3 - "$f" <<'PY'
+import os, sys
+path = sys.argv[1]
+size = os.path.getsize(path)
+with open(path, "r+b") as f:
+    for off in range(4096 + 100, size, 4096):  # every 4 KiB extent: each chunk's bytes
+        f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x5a]))
+PY
+done
+restore_from "$WORK/img2" "parent image ../img1"
+grep -q "parent image ../img1: phos-1-data-[0-9]*.img" "$WORK/restore.log" || fail "flipped: the refusal does not name img1's data file"
+rm -rf "$WORK/img1" && mv "$WORK/img1.good" "$WORK/img1"
+say "3. img1's data damaged: the restore from img2 refused, naming it"
+
+# 4. img1's phos files replaced by a later dump's.
+restore_from "$WORK/img2"
+IMG=$WORK/img3 && mkdir -p "$IMG"
+criu_dump --leave-running || fail "img3: criu dump failed: $(criu_errors "$WORK/dump.log")"
+cp -a "$WORK/img1" "$WORK/img1.good"
+cp "$WORK"/img3/phos-* "$WORK/img1/"
+restore_from "$WORK/img2" "parent image ../img1 of phos-1-manifest.img: its phos-1-manifest.img is not the one"
+rm -rf "$WORK/img1" && mv "$WORK/img1.good" "$WORK/img1"
+say "4. img1's manifest replaced: refused, naming it"
+
+# 5. img1 missing.
+mv "$WORK/img1" "$WORK/img1.away"
+restore_from "$WORK/img2" "parent image ../img1"
+say "5. img1 missing: refused, naming it"
+say "PASS"
