@@ -220,7 +220,8 @@ std::string ImageReader::file_name(const Chunk& chunk) const {
   if (chunk.compression == Compression::kParent) return "parent chunk";
   if (chunk.file_index >= manifest_.data_files.size()) return "?";
   const DataFile& f = manifest_.data_files[chunk.file_index];
-  return f.dir.empty() ? f.name : "parent image " + f.dir + ": " + f.name;
+  const auto* at = parent_file(chunk.file_index);
+  return at ? "parent image " + at->dir + ": " + f.name : f.name;
 }
 
 Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> out, CrcCheck check) {
@@ -232,14 +233,20 @@ Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> ou
                       " is stored in the parent image, which was not opened");
   if (chunk.file_index >= files_.size()) return make_error("chunk refers to a data file the manifest lacks");
   const DataFile& file = manifest_.data_files[chunk.file_index];
+  const auto* at = parent_file(chunk.file_index);
   const std::string shown = file_name(chunk);
   UniqueFd& fd = files_[chunk.file_index];
   if (!fd.valid()) {
     // A parent's file from the parent's directory, through the same checks.
-    fd.reset(open_image_file(file.dirfd >= 0 ? file.dirfd : dirfd_, file.name));
+    fd.reset(open_image_file(at ? at->dirfd : dirfd_, file.name));
     if (!fd.valid()) return open_error(shown);
   }
   return image::read_chunk(fd.get(), shown, chunk, out, scratch_, &times_, check);
+}
+
+const ParentFile* ImageReader::parent_file(uint32_t index) const {
+  if (index >= manifest_.parent_files.size() || !manifest_.parent_files[index]) return nullptr;
+  return &*manifest_.parent_files[index];
 }
 
 Result<uint64_t> ImageReader::verify_all() {

@@ -300,6 +300,7 @@ Result<Manifest> from_pb(const Phos__Image__Manifest& m) {
                                                      .manifest_crc32c = m.parent->manifest_crc32c,
                                                      .created_unix_ns = m.parent->created_unix_ns})
                          : std::nullopt,
+      .parent_files = {},
   };
 }
 

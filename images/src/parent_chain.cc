@@ -45,10 +45,12 @@ Result<void> take_parent_chunks(Manifest& child, const Manifest& parent, int par
   for (const auto& a : parent.allocations)
     for (const auto& c : a.chunks) index[{a.id, c.alloc_offset}] = &c;
   const uint32_t base = uint32_t(child.data_files.size());
-  for (DataFile f : parent.data_files) {
-    if (f.dirfd < 0) f.dirfd = parent_dirfd;
-    f.dir = join(path, f.dir.empty() ? "." : f.dir);
-    child.data_files.push_back(std::move(f));
+  child.parent_files.resize(base);
+  for (size_t i = 0; i < parent.data_files.size(); i++) {
+    // The parent's own files are in its directory; its parents' are where it found them.
+    const auto& at = i < parent.parent_files.size() ? parent.parent_files[i] : std::nullopt;
+    child.data_files.push_back(parent.data_files[i]);
+    child.parent_files.push_back(at ? ParentFile{at->dirfd, join(path, at->dir)} : ParentFile{parent_dirfd, path});
   }
   for (auto& a : child.allocations)
     for (auto& c : a.chunks) {

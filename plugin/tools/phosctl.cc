@@ -91,6 +91,11 @@ struct ImageSize {
   uint64_t dead_bytes = 0;
 };
 
+// A resolved incremental image lists its parents' data files after its own.
+bool is_parent_file(const Manifest& m, size_t index) {
+  return index < m.parent_files.size() && m.parent_files[index].has_value();
+}
+
 ImageSize size_of(const Manifest& m) {
   ImageSize size;
   for (const auto& a : m.allocations) {
@@ -105,8 +110,8 @@ ImageSize size_of(const Manifest& m) {
       }
     }
   }
-  for (const auto& f : m.data_files)
-    if (f.dir.empty()) size.stored_bytes += f.size;  // this image's own, not a parent's
+  for (size_t i = 0; i < m.data_files.size(); i++)
+    if (!is_parent_file(m, i)) size.stored_bytes += m.data_files[i].size;  // this image's own
   return size;
 }
 
@@ -151,8 +156,8 @@ json image_json(const phos::image::ProcessImage& img) {
                                 {"flags", a.flags}, {"chunks", a.chunks.size()}, {"zero_chunks", zero},
                                 {"dead_chunks", dead}, {"stored_bytes", stored}});
   }
-  for (const auto& f : m.data_files)
-    if (f.dir.empty()) j["data_files"].push_back({{"name", f.name}, {"size", f.size}});
+  for (size_t i = 0; i < m.data_files.size(); i++)
+    if (!is_parent_file(m, i)) j["data_files"].push_back({{"name", m.data_files[i].name}, {"size", m.data_files[i].size}});
   // An incremental image: each image of its chain, this one first.
   j["chain"] = json::array();
   for (const auto& l : img.chain)

@@ -1003,7 +1003,7 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
     }
     // Incremental: unchanged since the parent image, which holds it.
     if (!job.parent.empty()) {
-      const uint32_t crc = sum ? sum->crc : phos::crc32c(std::span(static_cast<const std::byte*>(buffer), p.size));
+      const uint32_t crc = sum ? sum->crc32c : phos::crc32c(std::span(static_cast<const std::byte*>(buffer), p.size));
       auto it = job.parent.find({job.allocs[p.allocation].id, p.offset});
       if (it != job.parent.end() && it->second == std::pair(uint32_t(p.size), crc)) {
         job.chunks[p.allocation][p.chunk] = image::Chunk{.alloc_offset = p.offset,

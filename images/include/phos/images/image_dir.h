@@ -54,7 +54,8 @@ struct ProcessImage {
   std::string manifest_name;
   // With its parent chunks resolved (resolve_parents): each is the chunk of
   // the image that stores it, in a data file appended to data_files with
-  // that image's directory (DataFile::dirfd). `parent` stays as recorded.
+  // that image's directory (Manifest::parent_files). `parent` stays as
+  // recorded.
   Manifest manifest;
   bool complete = false;
   std::string incomplete_reason;  // when !complete
@@ -96,6 +97,7 @@ class ImageReader {
   const ChunkTimes& times() const { return times_; }
 
  private:
+  const ParentFile* parent_file(uint32_t index) const;  // null: the image's own
   int dirfd_;
   const Manifest& manifest_;
   std::vector<UniqueFd> files_;

@@ -61,11 +61,15 @@ struct Allocation : agent::Allocation {
 struct DataFile {
   std::string name;
   uint64_t size = 0;
-  // In memory only, never encoded: the directory that holds the file where
-  // it is a parent image's (open_process_image); -1: the image's own.
-  int dirfd = -1;
-  std::string dir;  // in memory only: that directory as the image names it (messages)
   bool operator==(const DataFile&) const = default;
+};
+
+// In memory only, never encoded: where a data file of a resolved
+// incremental image is (open_process_image), a parent's directory.
+struct ParentFile {
+  int dirfd = -1;   // the parent's directory, open while the image is
+  std::string dir;  // that directory as the image names it (for messages)
+  bool operator==(const ParentFile&) const = default;
 };
 
 // See Statistics in manifest.proto: the steps' times are sums over workers.
@@ -176,6 +180,9 @@ struct Manifest {
   // (agent::Allocation::ipc); the owner's image holds the bytes.
   std::vector<agent::Allocation> ipc_mappings;
   std::optional<ParentImage> parent;  // an incremental image
+  // Resolved (in memory only): by data file index, where data_files holds a
+  // parent's file; absent or empty for the image's own.
+  std::vector<std::optional<ParentFile>> parent_files;
   bool operator==(const Manifest&) const = default;
 };
 
