@@ -490,7 +490,7 @@ TEST_CASE("options: migration settings default to none", "[options][migrate]") {
   CHECK(o.migrate_to.empty());
   CHECK(o.migrate_copy == PluginOptions::MigrateCopy::kAuto);
   CHECK(o.migrate_keep_s == 600);
-  CHECK(o.describe().find("migrate_to=none migrate_copy=auto migrate_keep_s=600") != std::string::npos);
+  CHECK(o.describe().find("migrate_to=none migrate_copy=auto migrate_keep_s=600 parent_image=none") != std::string::npos);
 }
 
 TEST_CASE("options: migrate_to takes an ordinal or a GPU UUID", "[options][migrate]") {

@@ -125,6 +125,12 @@ constexpr Choice<LazyRestore> kLazyRestore[] = {
 std::string set_lazy_restore(PluginOptions& o, std::string_view v) { return parse_choice(v, kLazyRestore, o.lazy_restore); }
 std::string set_lazy_timeout(PluginOptions& o, std::string_view v) { return parse_number(v, 1, 3600000, o.lazy_timeout_ms); }
 
+std::string set_parent_image(PluginOptions& o, std::string_view v) {
+  if (v.find('\0') != std::string_view::npos) return "expected a directory";
+  o.parent_image = std::string(v);
+  return "";
+}
+
 std::string set_migrate_to(PluginOptions& o, std::string_view v) {
   if (!is_gpu_key(v)) return "expected a GPU ordinal or UUID";
   o.migrate_to = std::string(v);
@@ -167,6 +173,7 @@ constexpr Key kKeys[] = {
     {"lazy_restore", "PHOS_LAZY_RESTORE", set_lazy_restore},
     {"lazy_timeout_ms", "PHOS_LAZY_TIMEOUT_MS", set_lazy_timeout},
     {"migrate_to", "PHOS_MIGRATE_TO", set_migrate_to},
+    {"parent_image", "PHOS_PARENT_IMAGE", set_parent_image},
     {"migrate_copy", "PHOS_MIGRATE_COPY", set_migrate_copy},
     {"migrate_keep_s", "PHOS_MIGRATE_KEEP_S", set_migrate_keep_s},
 };
@@ -274,7 +281,8 @@ std::string PluginOptions::describe() const {
          " lazy_timeout_ms=" + std::to_string(lazy_timeout_ms) +
          " migrate_to=" + (migrate_to.empty() ? std::string("none") : migrate_to) +
          " migrate_copy=" + std::string(choice_word(kMigrateCopy, migrate_copy)) +
-         " migrate_keep_s=" + std::to_string(migrate_keep_s);
+         " migrate_keep_s=" + std::to_string(migrate_keep_s) +
+         " parent_image=" + (parent_image.empty() ? std::string("none") : parent_image);
 }
 
 }  // namespace phos::plugin

@@ -661,12 +661,13 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
 
 Result<void> Checkpointer::use_parent(Target& t) {
   auto path = criu_prev_images_dir();
+  if (!path && !options_.parent_image.empty()) path = options_.parent_image;
   if (!path || t.migrate) return {};  // a migration's memory is kept, not stored
   UniqueFd dir;
   auto parent = image::open_parent_image(dirfd_, *path, t.vpid, dir);
   if (!parent)
-    return make_error("process " + std::to_string(t.vpid) + ": incremental dump (--prev-images-dir " + *path +
-                          "): " + parent.error().message,
+    return make_error("process " + std::to_string(t.vpid) + ": incremental dump against " + *path + ": " +
+                          parent.error().message,
                       parent.error().code);
   t.manifest.parent = image::ParentImage{.path = *path,
                                          .manifest_size = parent->manifest_size,

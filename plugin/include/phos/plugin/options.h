@@ -116,6 +116,12 @@ struct PluginOptions {
   // the GPU the process is on, its own memory stays where it is (no copy)
   // unless migrate_copy=always.
   std::string migrate_to;
+  // parent_image: an incremental GPU image against this parent directory
+  // (relative to the image directory), as criu's --prev-images-dir names
+  // one, which wins where given. For kernels without soft-dirty tracking,
+  // where criu refuses --prev-images-dir (its parent needs --track-mem):
+  // the CPU pages are then dumped whole, the GPU data incrementally.
+  std::string parent_image;
   enum class MigrateCopy { kAuto, kAlways };
   MigrateCopy migrate_copy = MigrateCopy::kAuto;
   // migrate_keep_s: how long phos-keeper keeps a migration's memory for a
