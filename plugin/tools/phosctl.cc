@@ -2,6 +2,7 @@
 //
 //   phosctl show DIR [--json]     what a GPU image holds
 //   phosctl verify DIR            read every chunk and check its checksum
+//   phosctl merge DIR OUT         fold an incremental image's chain into one image
 //   phosctl status PID [--json]   ask a running process's agent
 //   phosctl kernels PID [--json]  its kernels' read/write-set speculation
 //   phosctl speculate PID on|off  turn that speculation on or off
@@ -44,6 +45,9 @@ using phos::image::Manifest;
 constexpr const char* kUsage =
     "usage: phosctl show DIR [--json]     print the GPU image in a CRIU image directory\n"
     "       phosctl verify DIR            read every chunk of it and check its checksum\n"
+    "       phosctl merge DIR OUT         write DIR's GPU image, its chain of parent images folded in, into\n"
+    "                                     the existing directory OUT as one image that names no parent\n"
+    "                                     (phos's files only: copy criu's own there)\n"
     "       phosctl status PID [--json]   ask the phos agent of a running process\n"
     "       phosctl kernels PID [--json]  its kernels' read/write-set speculation, most unknown first\n"
     "       phosctl speculate PID on|off  turn that speculation on or off\n"
@@ -294,6 +298,32 @@ int open_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) std::fprintf(stderr, "phosctl: %s: %s\n", dir.c_str(), std::strerror(errno));
   return fd;
+}
+
+int cmd_merge(const std::string& dir, const std::string& out) {
+  phos::UniqueFd dirfd(open_dir(dir));
+  if (!dirfd.valid()) return 1;
+  phos::UniqueFd outfd(open_dir(out));
+  if (!outfd.valid()) return 1;
+  auto pids = phos::image::list_process_images(dirfd.get());
+  if (!pids) {
+    std::fprintf(stderr, "phosctl: %s: %s\n", dir.c_str(), pids.error().message.c_str());
+    return 1;
+  }
+  if (pids->empty()) {
+    std::fprintf(stderr, "phosctl: %s: no phos GPU image here\n", dir.c_str());
+    return 1;
+  }
+  for (int32_t pid : *pids) {
+    auto merged = phos::image::merge_chain(dirfd.get(), pid, outfd.get());
+    if (!merged) {
+      std::fprintf(stderr, "phosctl: merge into %s: %s\n", out.c_str(), merged.error().message.c_str());
+      return 1;
+    }
+    std::printf("%s: merged into %s, %s stored\n", phos::image::manifest_file_name(pid).c_str(), out.c_str(),
+                bytes_text(merged->statistics.stored_bytes).c_str());
+  }
+  return 0;
 }
 
 int cmd_show(const std::string& dir, bool as_json, bool verify) {
@@ -878,6 +908,7 @@ int main(int argc, char** argv) {
   }
   if (pos.size() == 2 && pos[0] == "show") return cmd_show(pos[1], as_json, false);
   if (pos.size() == 2 && pos[0] == "verify") return cmd_show(pos[1], false, true);
+  if (pos.size() == 3 && pos[0] == "merge" && !as_json) return cmd_merge(pos[1], pos[2]);
   if (pos.size() == 2 && pos[0] == "status") return cmd_status(pos[1], as_json);
   if (pos.size() == 2 && pos[0] == "kernels") return cmd_kernels(pos[1], as_json);
   if (pos.size() == 3 && (pos[0] == "speculate" || pos[0] == "validate") && !as_json)

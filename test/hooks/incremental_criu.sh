@@ -16,6 +16,8 @@
 #      img2 is refused, naming ../img1
 #   4. img1's phos files replaced by those of a later dump: refused, naming it
 #   5. img1 missing: refused, naming it
+#   6. `phosctl merge img2 img4` (with criu's files of img2 copied): img4
+#      names no parent and restores, img1 gone
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/dead_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
@@ -99,4 +101,16 @@ say "4. img1's manifest replaced: refused, naming it"
 mv "$WORK/img1" "$WORK/img1.away"
 restore_from "$WORK/img2" "parent image ../img1"
 say "5. img1 missing: refused, naming it"
+
+# 6. The chain folded into one image.
+mv "$WORK/img1.away" "$WORK/img1"
+mkdir -p "$WORK/img4"
+find "$WORK/img2" -maxdepth 1 -type f ! -name 'phos-*' -exec cp {} "$WORK/img4/" \;
+"$PHOSCTL" merge "$WORK/img2" "$WORK/img4" >"$WORK/merge.log" 2>&1 || fail "phosctl merge failed: $(cat "$WORK/merge.log")"
+mv "$WORK/img1" "$WORK/img1.away"
+[ "$(json "$WORK/img4" "['chain'][0]['referenced_chunks']")" = 0 ] || fail "img4 still references chunks"
+[ "$(json "$WORK/img4" "['format_version']")" -lt 6 ] || fail "img4 is written at the incremental format version"
+"$PHOSCTL" verify "$WORK/img4" >/dev/null || fail "phosctl verify fails on img4"
+restore_from "$WORK/img4"
+say "6. merged into img4 ($(json "$WORK/img4" "['size']['stored_bytes']") bytes): restored without img1, memory right"
 say "PASS"

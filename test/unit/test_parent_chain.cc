@@ -245,3 +245,39 @@ TEST_CASE("parent chain: a missing, changed or broken parent is refused, naming 
     CHECK_THAT(r.error().message, Catch::Contains("parent image ."));
   }
 }
+
+TEST_CASE("parent chain: merged into one image that names no parent and reads back the same", "[image][parent][merge]") {
+  TempDir base;
+  auto a0 = random_bytes(4 * kChunk + 10, 5), b0 = std::vector<std::byte>(2 * kChunk);  // b0: zero chunks
+  write_image(base, "img0", {a0, b0}, "", 10);
+  auto a1 = a0;
+  a1[3 * kChunk] ^= std::byte(1);
+  write_image(base, "img1", {a1, b0}, "../img0", 11);
+  ::mkdir(base.file("out").c_str(), 0700);
+  auto dir = open_dir(base, "img1");
+  auto out = open_dir(base, "out");
+  SECTION("merged") {
+    auto merged = merge_chain(dir.get(), 42, out.get());
+    REQUIRE(merged.ok());
+    CHECK_FALSE(merged->parent);
+    std::filesystem::remove_all(base.file("img0"));  // no longer needed
+    auto img = open_process_image(out.get(), 42, true);
+    REQUIRE(img.ok());
+    CHECK(img->chain.size() == 1);
+    CHECK(img->chain[0].referenced_chunks == 0);
+    CHECK(read_back(*img, out.get(), 0) == a1);
+    CHECK(read_back(*img, out.get(), 1) == b0);
+  }
+  SECTION("a chain whose parent is gone is not merged, naming it") {
+    std::filesystem::remove_all(base.file("img0"));
+    auto r = merge_chain(dir.get(), 42, out.get());
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("parent image ../img0"));
+  }
+  SECTION("a manifest name planted as a link in the target is refused, not written through") {
+    REQUIRE(::symlink("/nonexistent", base.file("out/" + manifest_file_name(42)).c_str()) == 0);
+    auto r = merge_chain(dir.get(), 42, out.get());
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("symbolic link"));
+  }
+}

@@ -81,6 +81,13 @@ Result<void> resolve_parents(int dirfd, ProcessImage& img, uint32_t depth);
 Result<ProcessImage> open_parent_image(int dirfd, const std::string& path, int32_t pid, UniqueFd& dir,
                                        uint32_t depth = 0);
 
+// Writes the image of `pid` in `src_dirfd`, its parent chain resolved
+// (open_process_image), into `out_dirfd` as one self-contained image: every
+// chunk read and checked, written into one data file, no parent named.
+// The phos files only: criu's own are the caller's to copy. The new
+// manifest.
+Result<Manifest> merge_chain(int src_dirfd, int32_t pid, int out_dirfd);
+
 // Reads chunks of one process image, from any of its data files; opens them
 // on first use.
 class ImageReader {
