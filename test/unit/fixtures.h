@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -81,6 +82,17 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string file(const std::string& name) const { return path + "/" + name; }
 };
+
+// Flips the bits of one byte of a file (a damaged image).
+inline void flip_byte(const std::string& path, off_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(offset);
+  f.write(&c, 1);
+}
 
 inline image::Manifest full_manifest() {
   image::Manifest m;

@@ -17,6 +17,7 @@
 
 using namespace phos::image;
 using phos::test::TempDir;
+using phos::test::flip_byte;
 
 namespace {
 
@@ -67,16 +68,6 @@ std::vector<std::byte> read_allocation(const TempDir& dir, const Manifest& m, si
     REQUIRE(r.ok());
   }
   return out;
-}
-
-void flip_byte(const std::string& path, off_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset);
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x5a;
-  f.seekp(offset);
-  f.write(&c, 1);
 }
 
 std::string open_error(const TempDir& dir) {

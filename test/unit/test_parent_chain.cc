@@ -16,6 +16,7 @@
 using namespace phos::image;
 using phos::test::full_manifest;
 using phos::test::TempDir;
+using phos::test::flip_byte;
 
 namespace {
 
@@ -103,16 +104,6 @@ std::vector<std::byte> read_back(const ProcessImage& img, int dirfd, size_t inde
 
 phos::UniqueFd open_dir(const TempDir& base, const std::string& sub) {
   return phos::UniqueFd(::open(base.file(sub).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-}
-
-void flip_byte(const std::string& path, off_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset);
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x5a;
-  f.seekp(offset);
-  f.write(&c, 1);
 }
 
 }  // namespace
