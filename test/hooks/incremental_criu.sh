@@ -18,6 +18,9 @@
 #   5. img1 missing: refused, naming it
 #   6. `phosctl merge img2 img4` (with criu's files of img2 copied): img4
 #      names no parent and restores, img1 gone
+#   7. a chain of three through the other protocols: img5 against img4 by
+#      copy-on-write (leave-running), img6 against img5 by a dump that stops
+#      the program (soft recopy); restored from img6
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/dead_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
@@ -113,4 +116,20 @@ mv "$WORK/img1" "$WORK/img1.away"
 "$PHOSCTL" verify "$WORK/img4" >/dev/null || fail "phosctl verify fails on img4"
 restore_from "$WORK/img4"
 say "6. merged into img4 ($(json "$WORK/img4" "['size']['stored_bytes']") bytes): restored without img1, memory right"
+
+# 7. Copy-on-write, then soft recopy, each against the image before.
+IMG=$WORK/img5 && mkdir -p "$IMG"
+PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=64 PHOS_PARENT_IMAGE=../img4 criu_dump --leave-running ||
+  fail "img5: copy-on-write dump against img4 failed: $(criu_errors "$WORK/dump.log")"
+[ "$(json "$WORK/img5" "['protocol']")" = soft-copy-on-write ] || fail "img5: protocol $(json "$WORK/img5" "['protocol']")"
+[ "$(json "$WORK/img5" "['chain'][0]['referenced_chunks']")" -ge 1 ] || fail "img5 references no chunk of img4"
+at=$(state_counter)
+wait_counter_above $((at + 5))
+IMG=$WORK/img6 && mkdir -p "$IMG"
+PHOS_PARENT_IMAGE=../img5 criu_dump || fail "img6: stopped dump against img5 failed: $(criu_errors "$WORK/dump.log")"
+[ "$(json "$WORK/img6" "['protocol']")" = soft-recopy ] || fail "img6: protocol $(json "$WORK/img6" "['protocol']")"
+[ "$(json "$WORK/img6" "['chain'][2]['directory']")" = ../img5/../img4 ] ||
+  fail "img6: not a chain of 3"
+restore_from "$WORK/img6"
+say "7. copy-on-write against img4, soft recopy against that: a chain of 3, restored, memory right"
 say "PASS"
