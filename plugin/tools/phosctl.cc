@@ -212,8 +212,10 @@ void print_image_text(const phos::image::ProcessImage& img) {
   std::printf("%s: process %d, %s, format v%u, written by phos %s\n", img.manifest_name.c_str(), m.pid,
               std::string(phos::copy_protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
   std::printf("  complete: %s\n", img.complete ? "yes" : ("no (" + img.incomplete_reason + ")").c_str());
+  size_t own_files = 0;
+  for (size_t i = 0; i < m.data_files.size(); i++) own_files += !is_parent_file(m, i);
   std::printf("  devices: %zu, allocations: %zu (%s), data files: %zu, chunk size %s\n", m.devices.size(),
-              m.allocations.size(), bytes_text(size.logical_bytes).c_str(), m.data_files.size(),
+              m.allocations.size(), bytes_text(size.logical_bytes).c_str(), own_files,
               bytes_text(m.chunk_size).c_str());
   for (const auto& d : m.devices)
     std::printf("  device %u: %s, %s, compute %u.%u, GPU-%s\n", d.ordinal, d.name.c_str(),

@@ -10,6 +10,7 @@
 #      only the chunks that changed (fewer bytes than img1) and references
 #      img1 for the rest;
 #      `phosctl show` prints the chain
+#      A parent directory without an image of the process: dumped whole.
 #   2. killed, restored from img2: the program's checks pass (its pattern
 #      read from img1's data file, L and M from img2's)
 #   3. a flipped byte in each chunk of img1's data files: the restore from
@@ -68,6 +69,12 @@ refs=$(json "$WORK/img2" "['chain'][0]['referenced_chunks']")
 "$PHOSCTL" show "$WORK/img2" | grep -q "^    ../img1: stores" || fail "phosctl show does not name ../img1 in the chain"
 "$PHOSCTL" verify "$WORK/img2" >/dev/null || fail "phosctl verify fails on img2"
 say "1. img1 stores $stored1 bytes; img2 (against ../img1) $stored2, referencing $refs chunks of img1"
+mkdir -p "$WORK/empty" "$WORK/imgx"
+IMG=$WORK/imgx PHOS_PARENT_IMAGE=../empty criu_dump --leave-running || fail "imgx: dump against an empty parent failed"
+grep -q "parent image ../empty has no phos-1-manifest.img: this image is not incremental" "$WORK/dump.log" ||
+  fail "imgx: the dump does not say the parent has no image of the process"
+[ "$(json "$WORK/imgx" ".get('parent')")" = None ] || fail "imgx names a parent"
+say "1b. against a parent without an image of the process: dumped whole, naming no parent"
 
 # 2. Restored from img2.
 restore_from "$WORK/img2"

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -663,6 +664,16 @@ Result<void> Checkpointer::use_parent(Target& t) {
   auto path = criu_prev_images_dir();
   if (!path && !options_.parent_image.empty()) path = options_.parent_image;
   if (!path || t.migrate) return {};  // a migration's memory is kept, not stored
+  // A process the parent has no image of (new in the tree since) is dumped
+  // whole; a parent that is not there or not whole fails the dump.
+  UniqueFd probe(::openat(dirfd_, path->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  struct stat st {};
+  if (probe.valid() && ::fstatat(probe.get(), image::manifest_file_name(t.vpid).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+      errno == ENOENT) {
+    PHOS_WARN("process %d: parent image %s has no %s: this image is not incremental", t.vpid, path->c_str(),
+              image::manifest_file_name(t.vpid).c_str());
+    return {};
+  }
   UniqueFd dir;
   auto parent = image::open_parent_image(dirfd_, *path, t.vpid, dir);
   if (!parent)
