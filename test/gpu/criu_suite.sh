@@ -11,6 +11,11 @@
 #                        the live data only, the zero chunks told apart by
 #                        the GPU checksum kernel; restored with every byte
 #                        re-verified; sparse=off beside it for the figures
+#   incremental_8GiB     gpu_counter with 8 GiB of a constant pattern and a
+#                        counter: a full leave-running dump into img1, then
+#                        one against it (PHOS_PARENT_IMAGE=../img1) into
+#                        img2, which stores only the changed chunks; killed,
+#                        restored from img2 with every byte re-verified
 #   cublas, cuda_graph   gpu_steps: a cuBLAS GEMM chain / a CUDA graph
 #                        instantiated once and replayed every step; dumped,
 #                        restored, the per-step checksums of the whole run equal
@@ -326,6 +331,30 @@ case_sparse_8GiB() {
   [ "$version" = 1 ] && [ "$zero" = 0 ] && [ "$stored" -ge $mib ] ||
     fail "sparse=off: format version $version, $zero zero chunks, $stored MiB stored"
   pass "$mib MiB, $live MiB of data; $sparse; sparse=off: $stored MiB stored, dump $DUMP_S s, restore $RESTORE_S s"
+}
+
+case_incremental_8GiB() {
+  local mib=8192 stored1 stored2 refs t0 t1
+  setup "$bin/gpu_counter"
+  start_workload --preload $mib
+  wait_counter_above 5 60
+  TOKEN=$(state_token)
+  local img1=$WORK/img1 img2=$WORK/img2
+  mkdir -p "$img1" "$img2"
+  IMG=$img1 criu_dump --leave-running || fail "img1: criu dump failed: $(phos_error "$WORK/dump.log")"
+  wait_above "$WORK/state" $(($(state_counter) + 5)) 30 || fail "stuck after img1"
+  t0=$(now)
+  IMG=$img2 PHOS_PARENT_IMAGE=../img1 criu_dump --leave-running || fail "img2: criu dump failed: $(phos_error "$WORK/dump.log")"
+  t1=$(now)
+  local of='import json,sys; m=json.load(sys.stdin)["images"][0]; print(m["size"]["stored_bytes"] >> 20, m["chain"][0]["referenced_chunks"])'
+  read -r stored1 _ <<<"$("$PHOSCTL" show --json "$img1" | python3 -c "$of")"
+  read -r stored2 refs <<<"$("$PHOSCTL" show --json "$img2" | python3 -c "$of")"
+  [ "$stored2" -lt 64 ] || fail "img2 stores $stored2 MiB against img1's $stored1 MiB ($refs chunks referenced)"
+  kill -9 "$WORKLOAD_PID"; wait_pid_free
+  IMG=$img2 criu_restore || fail "restore from img2 failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  carried_on "$WORK/state" "$TOKEN" $mib
+  pass "img1 $stored1 MiB, img2 (incremental) $stored2 MiB, $refs chunks referenced, dumped in $(dt "$t0" "$t1") s; restored from img2: $CARRIED"
 }
 
 steps_case() {  # steps_case MODE: gpu_steps, dumped at step ~100 of 300
@@ -1935,13 +1964,13 @@ limit_of() {  # seconds a case may take
     pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
     torchrun_2host*) echo 420 ;;
-    pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB) echo 200 ;;
+    pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB | incremental_8GiB) echo 200 ;;
     cow_random | cow_planted | cow_planted_sass | recopy_random | recopy_random_unspeculated | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
     *) echo 150 ;;
   esac
 }
-all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
+all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas cuda_graph torch_mlp torch_mlp_expandable two_processes
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process multi_gpu_process_cow restore_other_gpu cuda_visible_devices
