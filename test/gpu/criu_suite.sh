@@ -184,6 +184,8 @@
 #                        running, host 1's dump failing (every rank goes
 #                        on); both ranks' loss curves bitwise equal to an
 #                        uninterrupted run's; the c10d rendezvous backend too
+#   torchrun_4rank_2host, torchrun_4rank_2host_leave_running  (4 GPUs) the
+#                        same with 2 ranks (and GPUs) per "host"
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
@@ -617,7 +619,8 @@ case_torchrun_ddp_2gpu_cow() { COW_REFUSAL_OK=1 torchrun_case torch_cow_case; }
 two_hosts_case() {  # two_hosts_case stopped|leave_running|host_fails [TORCHRUN RENDEZVOUS ARGS...]
   local kind=$1 n=150 t0 t1 t2 t3
   shift
-  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  local need=$((2 * ${RANKS_PER_HOST:-1}))
+  [ "$(gpu_count)" -ge $need ] || skip "needs $need GPUs (nvidia-smi sees $(gpu_count))"
   python3 -c 'import torch.distributed.run' 2>/dev/null || skip "no torch.distributed.run"
   setup "$here/torch_ddp_job.py" "$(python3 -c 'import sys; print(sys.executable)')"
   source "$here/two_hosts.sh"
@@ -638,22 +641,26 @@ two_hosts_case() {  # two_hosts_case stopped|leave_running|host_fails [TORCHRUN 
       t2=$(now); job_restore || fail "phosctl job restore failed: $(tail -n 4 "$WORK/restore-driver.log" | tr '\n' ' ')"; t3=$(now)
       job_reach run $n 240
       same_curves run
-      pass "both ranks' loss curves of $n steps bitwise equal to an uninterrupted two-host run's; $(held_line); job dump $(dt "$t0" "$t1") s (dumped at step $dumped), job restore $(dt "$t2" "$t3") s; $(grep -o '[0-9]* NCCL communicator(s) released in [0-9.]* ms' "$WORK"/img*/dump.log | sed 's/.*img\([01]\)\/dump.log:/host \1: /' | paste -sd, -)" ;;
+      pass "all $RANKS ranks' loss curves of $n steps bitwise equal to an uninterrupted two-host run's; $(held_line); job dump $(dt "$t0" "$t1") s (dumped at step $dumped), job restore $(dt "$t2" "$t3") s; $(grep -o '[0-9]* NCCL communicator(s) released in [0-9.]* ms' "$WORK"/img*/dump.log | sed 's/.*img\([01]\)\/dump.log:/host \1: /' | paste -sd, -)" ;;
     leave_running)
       t0=$(now); job_dump run --leave-running || fail "phosctl job dump --leave-running failed: $(tail -n 4 "$WORK/driver.log" | tr '\n' ' ')"; t1=$(now)
       job_reach run $n 240
       same_curves run
-      pass "both ranks' loss curves of $n steps bitwise equal to an uninterrupted two-host run's across a leave-running job dump; $(held_line); job dump $(dt "$t0" "$t1") s" ;;
+      pass "all $RANKS ranks' loss curves of $n steps bitwise equal to an uninterrupted two-host run's across a leave-running job dump; $(held_line); job dump $(dt "$t0" "$t1") s" ;;
     host_fails)
       if FAULT_HOST=1 FAULT=fail-checkpoint-devices job_dump run; then fail "the job's dump went through with host 1's failing"; fi
       grep -q "the job's dump is aborted on every host" "$WORK/driver.log" || fail "the driver does not say the dump was aborted: $(tail -n 3 "$WORK/driver.log" | tr '\n' ' ')"
       for i in 0 1; do [ ! -e "$WORK/img$i/phos-job" ] || fail "host $i's image is marked whole after the abort"; done
       job_reach run $n 240
       same_curves run
-      pass "host 1's CHECKPOINT_DEVICES failing: both hosts' dumps failed, both ranks carried on, their loss curves bitwise equal to an uninterrupted run's; $(grep -o "aborted on every host: .*" "$WORK/driver.log" | head -n1)" ;;
+      pass "host 1's CHECKPOINT_DEVICES failing: both hosts' dumps failed, all $RANKS ranks carried on, their loss curves bitwise equal to an uninterrupted run's; $(grep -o "aborted on every host: .*" "$WORK/driver.log" | head -n1)" ;;
   esac
 }
 case_torchrun_2host() { two_hosts_case stopped; }
+# The same with 4 ranks, 2 per "host" (a 4-GPU machine): NCCL over sockets
+# between the hosts and within each (no P2P, no SHM).
+case_torchrun_4rank_2host() { RANKS_PER_HOST=2 two_hosts_case stopped; }
+case_torchrun_4rank_2host_leave_running() { RANKS_PER_HOST=2 two_hosts_case leave_running; }
 case_torchrun_2host_leave_running() { two_hosts_case leave_running; }
 case_torchrun_2host_host_fails() { two_hosts_case host_fails; }
 # The c10d rendezvous backend: a shared TCPStore in rendezvous rank 0's agent.
@@ -1963,7 +1970,7 @@ limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
-    torchrun_2host*) echo 420 ;;
+    torchrun_2host* | torchrun_4rank_2host*) echo 420 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB | incremental_8GiB) echo 200 ;;
     cow_random | cow_planted | cow_planted_sass | recopy_random | recopy_random_unspeculated | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
@@ -1978,7 +1985,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
-  tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d"
+  tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d torchrun_4rank_2host torchrun_4rank_2host_leave_running"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

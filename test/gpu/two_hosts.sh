@@ -9,6 +9,10 @@
 # host 0's agent serves the job's TCPStore (static rendezvous, or the c10d
 # backend's store). Each host's tree is dumped and restored by its own criu
 # through `phosctl job`, which runs from host 0 outside both trees.
+# RANKS_PER_HOST (default 1): ranks, and GPUs, on each "host"; 2 makes a
+# 4-rank job on a 4-GPU machine (GPUs 0,1 on host 0 and 2,3 on host 1).
+RANKS_PER_HOST=${RANKS_PER_HOST:-1}
+RANKS=$((2 * RANKS_PER_HOST))
 NS_BASE=phos-g$$-
 VETH=(pg$$a pg$$b)
 HOST_ADDR=(10.77.0.1 10.77.0.2)
@@ -56,7 +60,7 @@ hosts_down() {
 }
 
 # start_job NAME STEPS RDZV...: the job on both hosts, writing NAME.losses
-# (rank 0), NAME.losses.r1 (rank 1) and NAME.state in $WORK.
+# (rank 0), NAME.losses.rR (rank R > 0) and NAME.state in $WORK.
 start_job() {
   local name=$1 steps=$2 i
   shift 2
@@ -67,11 +71,13 @@ start_job() {
     # never does: say which one it is.
     local host_conf=
     case " $* " in *" --rdzv-backend=c10d "*) host_conf="--rdzv-conf=is_host=$((i == 0 ? 1 : 0))" ;; esac
+    local gpus=$((i * RANKS_PER_HOST)) g
+    for ((g = 1; g < RANKS_PER_HOST; g++)); do gpus+=",$((i * RANKS_PER_HOST + g))"; done
     (cd "$WORK/h$i" && exec nsenter --net=/run/netns/${NS_BASE}$i setsid env LD_PRELOAD="$LIBPHOS" \
-       CUDA_VISIBLE_DEVICES=$i CUBLAS_WORKSPACE_CONFIG=:4096:8 \
+       CUDA_VISIBLE_DEVICES=$gpus CUBLAS_WORKSPACE_CONFIG=:4096:8 \
        NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=${VETH[$i]} \
        NCCL_HOSTID=phos-host-$i PHOS_NCCL_RENDEZVOUS_DIR="$WORK/h$i/rendezvous" \
-       PHOS_TEST_TORCHRUN=1 PHOS_TEST_TORCHRUN_ARGS="--nnodes=2 --node-rank=$i --nproc-per-node=1 $* $host_conf" \
+       PHOS_TEST_TORCHRUN=1 PHOS_TEST_TORCHRUN_ARGS="--nnodes=2 --node-rank=$i --nproc-per-node=$RANKS_PER_HOST $* $host_conf" \
        "$PY" "$here/torch_ddp_job.py" "$WORK/$name.state" "$WORK/$name.losses" "$steps" 20 \
        </dev/null >"$WORK/h$i/$name.out" 2>&1 &)
   done
@@ -92,13 +98,19 @@ host_root() {
   return 1
 }
 lines() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
-# job_reach NAME STEP SECONDS: both ranks' loss curves have STEP lines.
+# rank_losses NAME R: rank R's loss curve (rank 0's file has no suffix).
+rank_losses() { if [ "$2" = 0 ]; then echo "$WORK/$1.losses"; else echo "$WORK/$1.losses.r$2"; fi; }
+# job_reach NAME STEP SECONDS: every rank's loss curve has STEP lines.
 job_reach() {
+  local r all at
   for _ in $(seq $(($3 * 10))); do
-    [ "$(lines "$WORK/$1.losses")" -ge "$2" ] && [ "$(lines "$WORK/$1.losses.r1")" -ge "$2" ] && return 0
+    all=1
+    for ((r = 0; r < RANKS; r++)); do [ "$(lines "$(rank_losses "$1" $r)")" -ge "$2" ] || { all=0; break; }; done
+    [ $all = 1 ] && return 0
     sleep 0.1
   done
-  fail "the job $1 did not reach step $2: ranks at $(lines "$WORK/$1.losses") and $(lines "$WORK/$1.losses.r1"); $(cat "$WORK/$1".state.error.* 2>/dev/null | tail -n 3 | tr '\n' ' ')$(tail -n 2 "$WORK"/h*/"$1".out 2>/dev/null | tr '\n' ' ')"
+  at=$(for ((r = 0; r < RANKS; r++)); do lines "$(rank_losses "$1" $r)"; done | paste -sd' ')
+  fail "the job $1 did not reach step $2: ranks at $at; $(cat "$WORK/$1".state.error.* 2>/dev/null | tail -n 3 | tr '\n' ' ')$(tail -n 2 "$WORK"/h*/"$1".out 2>/dev/null | tr '\n' ' ')"
 }
 job_dump() {  # job_dump NAME [--leave-running]: phosctl job dump of both hosts' trees
   local name=$1 r0 r1
@@ -113,11 +125,13 @@ job_restore() {
   in_host 0 "$PHOSCTL" job restore --hosts 2 --via "$WORK/via.sh {i} {cmd}" --dir "$WORK/img{i}" --lib "$PLUGIN_DIR" \
     --listen ${HOST_ADDR[0]} --criu "$CRIU" --timeout 120 -- "${JOB_NET_ARGS[@]}" >"$WORK/restore-driver.log" 2>&1
 }
-# same_curves NAME: both ranks' loss curves equal the reference run's, bit for bit.
+# same_curves NAME: every rank's loss curve equals the reference run's, bit for bit.
 same_curves() {
-  cmp -s "$WORK/ref.losses" "$WORK/$1.losses" ||
-    fail "rank 0's loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses" "$WORK/$1.losses" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on"
-  cmp -s "$WORK/ref.losses.r1" "$WORK/$1.losses.r1" ||
-    fail "rank 1's loss curve differs from the uninterrupted run's from step $(diff "$WORK/ref.losses.r1" "$WORK/$1.losses.r1" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on"
+  local r ref run
+  for ((r = 0; r < RANKS; r++)); do
+    ref=$(rank_losses ref $r) run=$(rank_losses "$1" $r)
+    cmp -s "$ref" "$run" ||
+      fail "rank $r's loss curve differs from the uninterrupted run's from step $(diff "$ref" "$run" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on"
+  done
 }
-held_line() { grep -o "all 2 ranks of NCCL communicator [0-9a-f]* held before call [0-9]* on 2 hosts in [0-9.]* ms" "$WORK/driver.log" | head -n1; }
+held_line() { grep -o "all $RANKS ranks of NCCL communicator [0-9a-f]* held before call [0-9]* on 2 hosts in [0-9.]* ms" "$WORK/driver.log" | head -n1; }
