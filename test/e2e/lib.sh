@@ -154,6 +154,21 @@ gate_opens() {
 }
 # criu_errors LOG: criu's errors in LOG, on one line (not the RLIMIT_NOFILE
 # one, which criu logs and carries on after where setrlimit is refused).
+# restored_ok WHAT: for workloads whose state's third field is their own
+# memory check ("ok", or what they found wrong): the image restores and the
+# program's checks pass for 20 more steps; WORKLOAD_PID is then the
+# restored process.
+restored_ok() {
+  local at pid
+  kill -9 "$WORKLOAD_PID" 2>/dev/null || true
+  wait_pid_free
+  criu_restore || fail "$1: criu restore failed: $(criu_errors "$WORK/restore.log")"
+  pid=$(restored_pid) || fail "$1: no restored process"
+  at=$(state_counter)
+  wait_counter_above $((at + 20))
+  [ "$(state_field 3)" = ok ] || fail "$1: the restored program found its memory wrong: $(state_field 3)"
+  WORKLOAD_PID=$pid
+}
 criu_errors() { grep 'Error' "$1" | grep -v 'RLIMIT_NOFILE' | head -n 3 | tr '\n' ' '; }
 # CRIU copies its log into the image directory; the work dir keeps ours.
 cp_img_logs() { cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true; }

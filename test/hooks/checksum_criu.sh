@@ -34,19 +34,6 @@ export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=6
 source "$(dirname "$0")/../e2e/lib.sh"
 verdict() { state_field 3; }
 
-# restored_ok WHAT: the image restores and the program's checks pass for
-# 20 more steps.
-restored_ok() {
-  local at pid
-  kill -9 "$WORKLOAD_PID" 2>/dev/null || true
-  wait_pid_free
-  criu_restore || fail "$1: criu restore failed: $(criu_errors "$WORK/restore.log")"
-  pid=$(restored_pid) || fail "$1: no restored process"
-  at=$(state_counter)
-  wait_counter_above $((at + 20))
-  [ "$(verdict)" = ok ] || fail "$1: the restored program found its memory wrong: $(verdict)"
-  WORKLOAD_PID=$pid
-}
 
 # 1. Nothing planted.
 start_workload --preload

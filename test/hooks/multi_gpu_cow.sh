@@ -17,22 +17,8 @@ export FAKE_CUDA_MEMORY=1 FAKE_CUDA_DEVICES=2 LD_LIBRARY_PATH=$PHOS_BUILD/test/h
 export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 export FAKE_CUDA_LOG=$WORK/fake-cuda.log
-verdict() { state_field 3; }
 image() { "$PHOSCTL" show --json "$IMG" | python3 -c "import json,sys; print(json.load(sys.stdin)['images'][0]$1)"; }
 
-# restored_ok WHAT: the image restores and the program's checks pass for
-# 20 more steps.
-restored_ok() {
-  local at pid
-  kill -9 "$WORKLOAD_PID" 2>/dev/null || true
-  wait_pid_free
-  criu_restore || fail "$1: criu restore failed: $(criu_errors "$WORK/restore.log")"
-  pid=$(restored_pid) || fail "$1: no restored process"
-  at=$(state_counter)
-  wait_counter_above $((at + 20))
-  [ "$(verdict)" = ok ] || fail "$1: the restored program found its memory wrong: $(verdict)"
-  WORKLOAD_PID=$pid
-}
 
 # 1. Copy-on-write over two GPUs.
 start_workload --preload
