@@ -498,14 +498,13 @@ std::optional<Claim> CopyState::claim_saved() {
     uint32_t v = l_->in_pool[slot].load(std::memory_order_acquire);
     if (!v) continue;
     const uint64_t chunk = v - 1;
-    std::atomic<uint32_t>& w = chunk < n ? word(chunk) : word(0);
     uint32_t seen = encode(ChunkState::kSaved, slot);
-    if (chunk < n && w.compare_exchange_strong(seen, encode(ChunkState::kCopying, slot), std::memory_order_acq_rel)) {
-      drop_in_pool(slot, chunk);
-      return claim_of(chunk, slot);
-    }
-    // Taken in the engine's order since, or scribbled on: a stale hint.
+    const bool taken = chunk < n && word(chunk).compare_exchange_strong(seen, encode(ChunkState::kCopying, slot),
+                                                                         std::memory_order_acq_rel);
+    // Not taken: claimed in the engine's order since, or scribbled on (a
+    // stale hint). Either way the entry goes.
     drop_in_pool(slot, chunk);
+    if (taken) return claim_of(chunk, slot);
   }
   return std::nullopt;
 }
