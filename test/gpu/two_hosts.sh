@@ -68,9 +68,11 @@ start_job() {
   for i in 0 1; do
     # The c10d backend picks the host that serves its store by matching the
     # endpoint against the machine's hostname, which a namespace's address
-    # never does: say which one it is.
+    # never does: say which one it is. Its rank 0 then gives the workers its
+    # own address as MASTER_ADDR, by default the machine's hostname, which
+    # resolves to no address of the namespaces: --local-addr names it.
     local host_conf=
-    case " $* " in *" --rdzv-backend=c10d "*) host_conf="--rdzv-conf=is_host=$((i == 0 ? 1 : 0))" ;; esac
+    case " $* " in *" --rdzv-backend=c10d "*) host_conf="--rdzv-conf=is_host=$((i == 0 ? 1 : 0)) --local-addr=${HOST_ADDR[$i]}" ;; esac
     local gpus=$((i * RANKS_PER_HOST)) g
     for ((g = 1; g < RANKS_PER_HOST; g++)); do gpus+=",$((i * RANKS_PER_HOST + g))"; done
     (cd "$WORK/h$i" && exec nsenter --net=/run/netns/${NS_BASE}$i setsid env LD_PRELOAD="$LIBPHOS" \
