@@ -2060,6 +2060,7 @@ anchor_run() {
     wait_above "$WORK/state" $((at + 5)) 60 || pass "CRIU's cuda plugin: FAIL: $said; the program did not run on after it"
   fi
   rm -rf "${IMG:?}"/*
+  [ -n "$(workload_pids)" ] || pass "CRIU's cuda plugin: FAIL: $said; the program ended (step $(state_counter)) before the stopped dump could be tried"
   t0=$(now)
   criu_dump "${extra[@]}" || pass "CRIU's cuda plugin: FAIL: $said; dump FAILED (rc $?): $(criu_err "$WORK/dump.log")"
   t1=$(now); DUMPED=$(state_counter)
@@ -2219,7 +2220,7 @@ case_anchor_device_map_auto_2gpu() {
 # names one (--map, --device-map, --gpu-map), the case skips saying so.
 # MAP: "0=0,1=1" (in place) or "0=1,1=0" (the GPUs swapped).
 migrate_map_option() {
-  local o usage; usage=$("$PHOSCTL" 2>&1 || true)
+  local o usage; usage=$("$PHOS_BUILD/plugin/phosctl" 2>&1 || true)
   for o in --map --device-map --gpu-map; do
     grep -q -- "migrate .*$o\|^ *$o" <<<"$usage" && { echo "$o"; return 0; }
   done
@@ -2227,7 +2228,8 @@ migrate_map_option() {
 }
 device_map_migrate_case() {
   local map=$1 opt
-  opt=$(migrate_map_option 2>/dev/null) ||
+  need_2gpus
+  opt=$(migrate_map_option) ||
     skip "phosctl migrate has no per-GPU device map option (--map, --device-map or --gpu-map in its usage): per-GPU migration not built"
   dm_setup
   dm_start --preload
@@ -2238,6 +2240,7 @@ device_map_migrate_case() {
   cp "$IMG"/migrate-*.log "$IMG/phos-keeper.log" "$WORK/" 2>/dev/null || true
   cp "$IMG/migrate-dump.log" "$WORK/dump.log" 2>/dev/null || true
   ls "$IMG"/phos-*-data-*.img >/dev/null 2>&1 && fail "the migration wrote GPU data files"
+  grep -q "restored with its kept memory; let go" "$WORK/phos-keeper.log" || fail "phos-keeper did not hand the memory over"
   local pid; pid=$(restored_pid) || fail "no migrated process"
   reach $((before + 3)) 120 "after the migration"
   [ "$(gpus_of_pid "$pid" | wc -l)" = 2 ] || fail "the migrated process is not on 2 GPUs: $(gpus_of_pid "$pid" | paste -sd' ')"

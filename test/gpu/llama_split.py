@@ -104,11 +104,13 @@ def load_explicit(path, layers):
     import torch
     from transformers import LlamaForCausalLM
     model = LlamaForCausalLM.from_pretrained(path, **bf16())
+    modules = dict(model.named_modules())
     placed = {"model.embed_tokens": 0, "model.rotary_emb": 0, "model.norm": 1, "lm_head": 1}
     for i in range(layers):
         placed[f"model.layers.{i}"] = 0 if i < layers // 2 else 1
+    placed = {k: v for k, v in placed.items() if k in modules}  # rotary_emb: per layer before 4.45
     for name, gpu in placed.items():
-        mod = model.get_submodule(name)
+        mod = modules[name]
         mod.to(f"cuda:{gpu}")
         dev = torch.device(f"cuda:{gpu}")
         mod.register_forward_pre_hook(
@@ -139,7 +141,7 @@ def main(a):
     if how == "auto":
         try:
             model = load_auto(path, model_bytes)
-        except (ImportError, ValueError) as e:  # no accelerate: say so, split by hand
+        except Exception as e:  # e.g. no accelerate: say why in the split file, split by hand
             how = f"explicit (device_map=\"auto\" failed: {str(e).splitlines()[0][:160]})"
             model = load_explicit(path, a.layers)
     else:
