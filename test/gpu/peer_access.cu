@@ -43,6 +43,9 @@
 
 namespace {
 
+using gpu_check::append;
+using gpu_check::put;
+
 constexpr size_t kWords = (32u << 20) / 8;  // 32 MiB each
 
 __global__ void peer_step(uint64_t* a, uint64_t* v, uint64_t* b, size_t n, uint64_t step) {
@@ -67,21 +70,6 @@ __global__ void checksum(const uint64_t* a, const uint64_t* v, size_t n, unsigne
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     local += a[i] * (i | 1) + (v[i] ^ i);
   atomicAdd(out, local);
-}
-
-void put(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen((path + ".tmp").c_str(), "w");
-  if (!f) std::exit(2);
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) std::exit(2);
-}
-
-void append(const std::string& path, const std::string& line) {
-  FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) std::exit(2);
-  std::fputs(line.c_str(), f);
-  std::fclose(f);
 }
 
 // The program's own VMM memory on GPU 0, read-write for both GPUs.
