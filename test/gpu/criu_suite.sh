@@ -1998,12 +1998,19 @@ gpus_of_pid() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,nohead
 dump_stalls() { { grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" || true; } | { grep -o '[0-9.]*' || true; } | paste -sd/ -; }
 # first_diff RUN REF: the first step at which two "STEP ..." files differ.
 first_diff() { diff "$2" "$1" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-; }
+# wait_lines FILE N: FILE has N lines within 10 s (a job's other ranks
+# write their last step a moment after rank 0).
+wait_lines() {
+  for _ in $(seq 200); do [ "$(wc -l < "$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0; sleep 0.05; done
+  return 1
+}
 # same_as_ref NAME...: run.NAME equals ref.NAME for each (else fail, naming
 # the first step that differs).
 same_as_ref() {
   local f
   for f in "$@"; do
     [ -s "$WORK/ref.$f" ] || fail "the reference run wrote no $f"
+    wait_lines "$WORK/run.$f" "$(wc -l < "$WORK/ref.$f")" || true
     cmp -s "$WORK/ref.$f" "$WORK/run.$f" ||
       fail "$f differs from the uninterrupted run's from step $(first_diff "$WORK/run.$f" "$WORK/ref.$f") on (dumped at step ${DUMPED:-?})"
   done
@@ -2071,6 +2078,7 @@ anchor_run() {
   wait_above "$WORK/state" $((n - 1)) 240 || pass "CRIU's cuda plugin: FAIL: $said, but the restored program stopped at step $(state_counter)"
   local f
   for f in "${names[@]}"; do
+    wait_lines "$WORK/run.$f" "$(wc -l < "$WORK/ref.$f")" || true
     cmp -s "$WORK/ref.$f" "$WORK/run.$f" || pass "CRIU's cuda plugin: FAIL: $said, but $f differs from the uninterrupted run's from step $(first_diff "$WORK/run.$f" "$WORK/ref.$f") on"
   done
   pass "CRIU's cuda plugin: PASS: $said; ${names[*]} bitwise equal to an uninterrupted run's"
@@ -2150,7 +2158,6 @@ case_tp_mlp_2proc_cow() {
   [ "$why" -ge 2 ] || fail "copy-on-write was not refused for both ranks ($why said why): $(grep -o 'copy-on-write window over.*' "$WORK/dump.log" | head -n1)"
   local stalls; stalls=$(dump_stalls)
   reach $((TP_STEPS - 1)) 180 "after the leave-running dump"
-  sleep 1  # rank 1 writes its last step
   tp_curves
   kill -9 $TP_TREE 2>/dev/null || true
   gone $TP_TREE
@@ -2158,6 +2165,7 @@ case_tp_mlp_2proc_cow() {
   restored_pid >/dev/null || fail "no restored process"
   restored_tail_same losses $TP_STEPS
   restored_tail_same losses.r1 $TP_STEPS
+  [ "$(state_token)" = "$TOKEN" ] || fail "the restored job's token is not the dumped job's"
   pass "copy-on-write refused for both ranks (they share memory through CUDA IPC), stall $stalls ms; both ranks' curves bitwise equal to an uninterrupted run's; their image restored (frozen at step $FROZEN) carried on to the same curves; $TP_SAID"
 }
 case_anchor_tp_mlp_2proc() {
