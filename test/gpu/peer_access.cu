@@ -30,15 +30,15 @@
 
 #include "gpu_check.h"
 
-#define CHECK_CU(x)                                                                      \
-  do {                                                                                   \
-    CUresult r_ = (x);                                                                   \
-    if (r_ != CUDA_SUCCESS) {                                                            \
-      const char* s_ = nullptr;                                                          \
-      cuGetErrorName(r_, &s_);                                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?");   \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+#define CHECK_CU(x)                                                                   \
+  do {                                                                                \
+    CUresult r_ = (x);                                                                \
+    if (r_ != CUDA_SUCCESS) {                                                         \
+      const char* s_ = nullptr;                                                       \
+      cuGetErrorName(r_, &s_);                                                        \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?"); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
   } while (0)
 
 namespace {
