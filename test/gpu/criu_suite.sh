@@ -2030,11 +2030,14 @@ restored_tail_same() {
     fail "the restored image's $1 differ from the uninterrupted run's (frozen at step $((first - 1)))"
   FROZEN=$((first - 1))
 }
-# The program's own view of a stall, from "STEP TIME" lines: its longest
-# step and its median step, in ms.
+# step_gaps FILE FROM TO: the program's own view of a stall, from "STEP
+# TIME" lines: its longest step of FROM..TO (a dump's) and the median step
+# of the whole run, in ms.
 step_gaps() {
-  awk 'NR > 1 {print ($2 - t) * 1000} {t = $2}' "$1" | sort -n |
-    awk '{a[NR] = $1} END {if (NR) printf "longest step %.0f ms (median %.0f ms)", a[NR], a[int((NR + 1) / 2)]}'
+  local longest median
+  longest=$(awk -v a="$2" -v b="$3" 'NR > 1 && $1 > a && $1 <= b && ($2 - t) * 1000 > m {m = ($2 - t) * 1000} {t = $2} END {printf "%.0f", m}' "$1")
+  median=$(awk 'NR > 1 {print ($2 - t) * 1000} {t = $2}' "$1" | sort -n | awk '{a[NR] = $1} END {if (NR) printf "%.0f", a[int((NR + 1) / 2)]}')
+  echo "longest step around it ${longest} ms (median ${median} ms)"
 }
 
 # CRIU's cuda plugin beside a case (anchor_*): the same program without
@@ -2200,12 +2203,13 @@ dm_start() {  # dm_start [--preload]: the process, past step 5, on both GPUs
 case_device_map_auto_2gpu() {
   dm_setup
   dm_start --preload
-  local t0 t1 lr
+  local t0 t1 lr at
+  at=$(state_counter)
   t0=$(now); criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
   local devs; devs=$("$PHOSCTL" show "$IMG" 2>/dev/null | grep -c "^ *device [0-9]:" || true)
   [ "$devs" = 2 ] || fail "the leave-running image names $devs devices, expected 2"
-  lr="leave-running dump $(dt "$t0" "$t1") s, stall $(dump_stalls) ms, images $(phos_wrote)"
   reach $(($(state_counter) + 5)) 120 "after the leave-running dump"
+  lr="leave-running dump $(dt "$t0" "$t1") s, stall $(dump_stalls) ms ($(step_gaps "$WORK/run.tokens.times" "$at" $(($(state_counter) - 2))) as the program saw it), images $(phos_wrote)"
   rm -rf "${IMG:?}"/*
   dump_restore
   local pid; pid=$(restored_pid) || fail "no restored process"
@@ -2214,7 +2218,7 @@ case_device_map_auto_2gpu() {
   reach $((DM_STEPS - 1)) 240 "after the restore"
   [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
   same_as_ref tokens
-  pass "$DM_STEPS steps' tokens (greedy, 16 each) bitwise equal to an uninterrupted run's; split: $DM_SPLIT; $lr ($(step_gaps "$WORK/run.tokens.times") as the program saw it); dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s, images $(phos_wrote)"
+  pass "$DM_STEPS steps' tokens (greedy, 16 each) bitwise equal to an uninterrupted run's; split: $DM_SPLIT; $lr; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s, images $(phos_wrote)"
 }
 case_anchor_device_map_auto_2gpu() {
   dm_setup native
@@ -2255,7 +2259,7 @@ device_map_migrate_case() {
   reach $((DM_STEPS - 1)) 240 "after the migration"
   [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
   same_as_ref tokens
-  pass "tokens bitwise equal to an uninterrupted run's across phosctl migrate $opt $map (split: $DM_SPLIT); $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said); $(step_gaps "$WORK/run.tokens.times")"
+  pass "tokens bitwise equal to an uninterrupted run's across phosctl migrate $opt $map (split: $DM_SPLIT); $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said); $(step_gaps "$WORK/run.tokens.times" "$before" $((before + 10)))"
 }
 case_device_map_auto_migrate() { device_map_migrate_case 0=0,1=1; }
 case_device_map_auto_migrate_swap() { device_map_migrate_case 0=1,1=0; }
