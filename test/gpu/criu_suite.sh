@@ -189,6 +189,39 @@
 #   cuda_visible_devices (2 GPUs) a program run with CUDA_VISIBLE_DEVICES=1:
 #                        its device 0 is found as GPU 1, dumped with
 #                        --leave-running, restored onto GPU 1, intact
+#   tp_mlp_2proc         (2 GPUs) tp_mlp.py: a tensor-parallel MLP of 2
+#                        processes (torch.multiprocessing spawn), one GPU
+#                        each, half of every block each; partial sums meet
+#                        through NCCL all-reduce and through slots shared as
+#                        CUDA IPC handles: a leave-running dump, then a dump
+#                        and restore; each rank's image, the IPC slots
+#                        stored once, NCCL released; both ranks' curves
+#                        bitwise equal to an uninterrupted run's
+#   tp_mlp_2proc_cow     the same left running with copy_on_write=always:
+#                        copy-on-write refused for both (they share memory),
+#                        curves equal; the image restored carries on equal
+#   device_map_auto_2gpu (2 GPUs) llama_split.py: a Llama-shaped model (8
+#                        layers, random weights) over both GPUs of one
+#                        process with device_map="auto" (max_memory per GPU),
+#                        greedy generate every step: a leave-running dump
+#                        (its stall), then a dump and restore; the restored
+#                        process on both GPUs, tokens bitwise equal
+#   device_map_auto_migrate, device_map_auto_migrate_swap  the same process
+#                        moved by `phosctl migrate` with a target per GPU
+#                        (0=0,1=1; 0=1,1=0); skipped while phosctl has no
+#                        such option
+#   peer_access_2gpu     (2 GPUs) peer_access.cu: a kernel on GPU 1 reading
+#                        and writing GPU 0's memory (phos's, through
+#                        cuCtxEnablePeerAccess; the program's VMM memory,
+#                        through cuMemSetAccess): left running, dumped and
+#                        restored; outputs bitwise equal, and cuCtxGetFlags,
+#                        cuDeviceCanAccessPeer, peer access enabled and
+#                        cuMemGetAccess of each buffer the same after as
+#                        before
+#   anchor_tp_mlp_2proc, anchor_device_map_auto_2gpu, anchor_peer_access_2gpu
+#                        each of the three without libphos through CRIU's
+#                        cuda plugin: its line says what the plugin did
+#                        (PASS, or FAIL and why); a refusal fails no case
 #
 # Workloads run without a pid namespace (PHOS_NO_PIDNS=1: the driver's
 # exportable memory fails in one that sees the host's /proc); work dirs and
@@ -1950,6 +1983,341 @@ case_llama_http() {
   pass "24 tokens over HTTP on port $port equal before the dump, after the leave-running dump and from the restored server; dump $(dt "$t0" "$t1") s, restore $(dt "$t2" "$t3") s"
 }
 
+# ---- jobs over 2 GPUs (issue 31): tensor parallel, device_map, peer access --
+
+need_2gpus() { [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"; }
+# tree_pids PID: PID and every process below it.
+tree_pids() {
+  local c
+  echo "$1"
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do tree_pids "$c"; done
+}
+# The GPUs (UUIDs) a process has memory on, as nvidia-smi sees it, sorted.
+gpus_of_pid() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$1" '$1 == p {print $2}' | sort -u; }
+# Stalls of a leave-running dump, per process, from its log ("12.3/45.6 ms").
+dump_stalls() { { grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" || true; } | { grep -o '[0-9.]*' || true; } | paste -sd/ -; }
+# first_diff RUN REF: the first step at which two "STEP ..." files differ.
+first_diff() { diff "$2" "$1" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-; }
+# wait_lines FILE N: FILE has N lines within 10 s (a job's other ranks
+# write their last step a moment after rank 0).
+wait_lines() {
+  for _ in $(seq 200); do [ "$(wc -l < "$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0; sleep 0.05; done
+  return 1
+}
+# same_as_ref NAME...: run.NAME equals ref.NAME for each (else fail, naming
+# the first step that differs).
+same_as_ref() {
+  local f
+  for f in "$@"; do
+    [ -s "$WORK/ref.$f" ] || fail "the reference run wrote no $f"
+    wait_lines "$WORK/run.$f" "$(wc -l < "$WORK/ref.$f")" || true
+    cmp -s "$WORK/ref.$f" "$WORK/run.$f" ||
+      fail "$f differs from the uninterrupted run's from step $(first_diff "$WORK/run.$f" "$WORK/ref.$f") on (dumped at step ${DUMPED:-?})"
+  done
+}
+# restored_tail_same NAME N: after a leave-running dump the program ran to
+# step N; its image restored runs again from its freeze (step F) and
+# appends F+1..N to run.NAME; those lines must equal ref.NAME's. Sets FROZEN.
+restored_tail_same() {
+  local run=$WORK/run.$1 first
+  for _ in $(seq 2400); do
+    [ "$(wc -l < "$run")" -gt "$2" ] && [ "$(tail -n1 "$run" | cut -d' ' -f1)" = "$2" ] && break
+    sleep 0.05
+  done
+  first=$(sed -n "$(($2 + 1))p" "$run" | cut -d' ' -f1)
+  [ -n "$first" ] || fail "the restored program wrote nothing to $1"
+  tail -n +$(($2 + 1)) "$run" | cmp -s - <(tail -n +"$first" "$WORK/ref.$1") ||
+    fail "the restored image's $1 differ from the uninterrupted run's (frozen at step $((first - 1)))"
+  FROZEN=$((first - 1))
+}
+# step_gaps FILE FROM TO: the program's own view of a stall, from "STEP
+# TIME" lines: its longest step of FROM..TO (a dump's) and the median step
+# of the whole run, in ms.
+step_gaps() {
+  local longest median
+  longest=$(awk -v a="$2" -v b="$3" 'NR > 1 && $1 > a && $1 <= b && ($2 - t) * 1000 > m {m = ($2 - t) * 1000} {t = $2} END {printf "%.0f", m}' "$1")
+  median=$(awk 'NR > 1 {print ($2 - t) * 1000} {t = $2}' "$1" | sort -n | awk '{a[NR] = $1} END {if (NR) printf "%.0f", a[int((NR + 1) / 2)]}')
+  echo "longest step around it ${longest} ms (median ${median} ms)"
+}
+
+# CRIU's cuda plugin beside a case (anchor_*): the same program without
+# libphos, dumped with --leave-running, then dumped and restored, through
+# CRIU's cuda plugin (cuda-checkpoint on PATH). What it did goes into the
+# case's line ("CRIU's cuda plugin: PASS|FAIL ..."); the case passes once it
+# knows (it fails only where its own harness does: no reference run), so a
+# refusal by CRIU's cuda plugin fails no phos case.
+anchor_plugins() {
+  [ -f "$PHOS_BUNDLE/criu/cuda_plugin.so" ] || skip "no cuda_plugin.so in the bundle"
+  export PATH=$PHOS_BUILD/test/bench:$PATH CRIU_TIMEOUT=${CRIU_TIMEOUT:-120}
+  rm -f "$PLUGIN_DIR"/*.so && ln -s "$PHOS_BUNDLE/criu/cuda_plugin.so" "$PLUGIN_DIR/"
+}
+# anchor_run N NAME... [-- CRIU_ARGS...]: with the workload past its first
+# steps; compares run.NAME with ref.NAME once it reaches step N.
+anchor_run() {
+  local n=$1 names=() extra=() said t0 t1 at
+  shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do names+=("$1"); shift; done
+  [ "${1:-}" = -- ] && shift && extra=("$@")
+  criu_err() { criu_errors "$1" | cut -c1-300; }
+  at=$(state_counter)
+  t0=$(now)
+  if criu_dump --leave-running "${extra[@]}"; then
+    t1=$(now); said="leave-running dump ok in $(dt "$t0" "$t1") s"
+    wait_above "$WORK/state" $((at + 5)) 60 || pass "CRIU's cuda plugin: FAIL: $said, but the program did not run on (step $(state_counter))"
+  else
+    said="leave-running dump FAILED (rc $?): $(criu_err "$WORK/dump.log")"
+    cp "$WORK/dump.log" "$WORK/dump-leave-running.log" 2>/dev/null || true
+    wait_above "$WORK/state" $((at + 5)) 60 || pass "CRIU's cuda plugin: FAIL: $said; the program did not run on after it"
+  fi
+  rm -rf "${IMG:?}"/*
+  [ -n "$(workload_pids)" ] || pass "CRIU's cuda plugin: FAIL: $said; the program ended (step $(state_counter)) before the stopped dump could be tried"
+  t0=$(now)
+  criu_dump "${extra[@]}" || pass "CRIU's cuda plugin: FAIL: $said; dump FAILED (rc $?): $(criu_err "$WORK/dump.log")"
+  t1=$(now); DUMPED=$(state_counter)
+  wait_pid_free
+  local t2; t2=$(now)
+  criu_restore "${extra[@]}" || pass "CRIU's cuda plugin: FAIL: $said; dumped at step $DUMPED in $(dt "$t0" "$t1") s; restore FAILED (rc $?): $(criu_err "$WORK/restore.log")"
+  said="$said; dumped at step $DUMPED in $(dt "$t0" "$t1") s, restored in $(dt "$t2" "$(now)") s"
+  wait_above "$WORK/state" $((n - 1)) 240 || pass "CRIU's cuda plugin: FAIL: $said, but the restored program stopped at step $(state_counter)"
+  local f
+  for f in "${names[@]}"; do
+    wait_lines "$WORK/run.$f" "$(wc -l < "$WORK/ref.$f")" || true
+    cmp -s "$WORK/ref.$f" "$WORK/run.$f" || pass "CRIU's cuda plugin: FAIL: $said, but $f differs from the uninterrupted run's from step $(first_diff "$WORK/run.$f" "$WORK/ref.$f") on"
+  done
+  pass "CRIU's cuda plugin: PASS: $said; ${names[*]} bitwise equal to an uninterrupted run's"
+}
+
+# A 2-process tensor-parallel MLP (tp_mlp.py): rank 0 spawns rank 1 with
+# torch.multiprocessing, one GPU each; each holds half of every block
+# (column- then row-parallel); the partial sums meet through NCCL
+# all-reduce and, in turns, through slots each rank shares with the other
+# as CUDA IPC handles, copied across the GPUs. --link-remap: the POSIX
+# semaphore torch.multiprocessing unlinked (torch_ipc).
+TP_STEPS=150
+tp_setup() {  # tp_setup [native]: the reference run's curves, in ref.losses(.r1)
+  need_2gpus
+  python3 -c 'import torch' 2>/dev/null || skip "no torch"
+  setup "$here/tp_mlp.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8 CRIU_NET_ARGS="--link-remap"
+  # rank 1 and the resource tracker are not workload_pids
+  AT_EXIT='kill -9 ${TP_TREE:-} 2>/dev/null || true'
+  local pre=(env LD_PRELOAD="$LIBPHOS")
+  [ "${1:-}" = native ] && pre=(env)
+  timeout 240 "${pre[@]}" python3 "$here/tp_mlp.py" "$WORK/ref.state" "$WORK/ref.losses" $TP_STEPS 0 \
+    > "$WORK/reference.log" 2>&1 ||
+    fail "the reference run failed (rc $?): $(tail -n 3 "$WORK"/ref.state.error.* 2>/dev/null | tr '\n' ' ')"
+  [ "$(wc -l < "$WORK/ref.losses.r1")" = $TP_STEPS ] || fail "rank 1 of the reference run wrote $(wc -l < "$WORK/ref.losses.r1") steps"
+}
+tp_start() {  # tp_start [--preload]: the job, past step 30; TP_TREE: its processes
+  start_workload "$@" "$WORK/run.losses" $TP_STEPS
+  reach 30 180 "before the dumps"
+  TP_TREE=$(tree_pids "$WORKLOAD_PID" | paste -sd' ')
+}
+# tp_image_said: what a dump of the job must show: a GPU image for each
+# rank, the slots each rank maps from the other stored once (by their
+# owners), each rank's NCCL communicator released. TP_SAID: its figures.
+tp_image_said() {
+  local images mapped
+  images=$({ ls "$IMG"/phos-*-manifest.img 2>/dev/null || true; } | wc -l)
+  [ "$images" = 2 ] || fail "$images GPU images, one per rank (2) expected"
+  mapped=$({ grep -o "mapped at 0x[0-9a-f]* ([0-9.]* MiB) through CUDA IPC: stored once, in its owner's image" "$WORK/dump.log" || true; } | wc -l)
+  [ "$mapped" -ge 2 ] || fail "$mapped IPC mappings stored once; each rank maps the other's slot (2 at least)"
+  local released
+  released=$({ grep -o '[0-9]* NCCL communicator(s) released in [0-9.]* ms' "$WORK/dump.log" || true; } | paste -sd, -)
+  [ -n "$released" ] || fail "the dump log says no NCCL communicator was released"
+  TP_SAID="$mapped IPC mappings stored once, $released, images $(phos_wrote)"
+}
+tp_curves() { same_as_ref losses losses.r1; }
+
+case_tp_mlp_2proc() {
+  tp_setup
+  tp_start --preload
+  local t0 t1 lr
+  t0=$(now); criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
+  tp_image_said
+  lr="leave-running dump $(dt "$t0" "$t1") s (stall $(dump_stalls) ms; $TP_SAID)"
+  reach $(($(state_counter) + 10)) 120 "after the leave-running dump"
+  rm -rf "${IMG:?}"/*
+  dump_restore
+  tp_image_said
+  local again; again=$({ grep -o "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || true; } | wc -l)
+  [ "$again" -ge 2 ] || fail "the restore mapped $again IPC mappings again (2 expected)"
+  reach $((TP_STEPS - 1)) 180 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  tp_curves
+  pass "both ranks' curves of $TP_STEPS steps bitwise equal to an uninterrupted run's; $lr; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s ($TP_SAID; $again IPC mappings mapped again); $(driver_batches)"
+}
+# Left running with copy_on_write=always: processes that share memory get
+# the snapshot or the stopped copy, never copy-on-write (the plugin says
+# so); the job runs on to the same curves, and its image restored (the pair
+# killed first) carries on to the uninterrupted run's curves.
+case_tp_mlp_2proc_cow() {
+  tp_setup
+  tp_start --preload
+  TOKEN=$(state_token)
+  PHOS_COPY_ON_WRITE=always criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"
+  tp_image_said
+  local why; why=$({ grep -o "no copy-on-write: it shares device memory with other processes through CUDA IPC" "$WORK/dump.log" || true; } | wc -l)
+  [ "$why" -ge 2 ] || fail "copy-on-write was not refused for both ranks ($why said why): $(grep -o 'copy-on-write window over.*' "$WORK/dump.log" | head -n1)"
+  local stalls; stalls=$(dump_stalls)
+  reach $((TP_STEPS - 1)) 180 "after the leave-running dump"
+  tp_curves
+  kill -9 $TP_TREE 2>/dev/null || true
+  gone $TP_TREE
+  criu_restore || fail "restore of the leave-running image failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  restored_tail_same losses $TP_STEPS
+  restored_tail_same losses.r1 $TP_STEPS
+  [ "$(state_token)" = "$TOKEN" ] || fail "the restored job's token is not the dumped job's"
+  pass "copy-on-write refused for both ranks (they share memory through CUDA IPC), stall $stalls ms; both ranks' curves bitwise equal to an uninterrupted run's; their image restored (frozen at step $FROZEN) carried on to the same curves; $TP_SAID"
+}
+case_anchor_tp_mlp_2proc() {
+  tp_setup native
+  anchor_plugins
+  tp_start
+  anchor_run $TP_STEPS losses losses.r1 -- --tcp-established
+}
+
+# One Llama-shaped model (8 layers, random weights) over 2 GPUs in one
+# process (llama_split.py): transformers' device_map="auto" with GPU 0
+# capped at about half the model, so both GPUs hold decoder layers; greedy
+# generate every step, tokens compared with an uninterrupted run's.
+DM_STEPS=60
+dm_setup() {  # dm_setup [native]: the reference run's tokens in ref.tokens; DM_SPLIT
+  need_2gpus
+  python3 -c 'import torch, transformers' 2>/dev/null || skip "no torch and transformers"
+  setup "$here/llama_split.py" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  local pre=(env LD_PRELOAD="$LIBPHOS")
+  [ "${1:-}" = native ] && pre=(env)
+  timeout 300 "${pre[@]}" python3 "$here/llama_split.py" "$WORK/ref.state" "$WORK/ref.tokens" $DM_STEPS 0 \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?): $(tail -n 3 "$WORK/ref.state.error" 2>/dev/null | tr '\n' ' ')"
+  DM_SPLIT="$(sed -n 's/^how //p' "$WORK/split"): layers on GPU 0: $(grep -c '\.layers\.[0-9]* 0$' "$WORK/split" || true), on GPU 1: $(grep -c '\.layers\.[0-9]* 1$' "$WORK/split" || true)"
+}
+dm_start() {  # dm_start [--preload]: the process, past step 5, on both GPUs
+  start_workload "$@" "$WORK/run.tokens" $DM_STEPS
+  reach 5 240 "before the dump"
+  [ "$(gpus_of_pid "$WORKLOAD_PID" | wc -l)" = 2 ] || fail "the process is not on 2 GPUs: $(gpus_of_pid "$WORKLOAD_PID" | paste -sd' ')"
+}
+
+case_device_map_auto_2gpu() {
+  dm_setup
+  dm_start --preload
+  local t0 t1 lr at
+  at=$(state_counter)
+  t0=$(now); criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
+  local devs; devs=$("$PHOSCTL" show "$IMG" 2>/dev/null | grep -c "^ *device [0-9]:" || true)
+  [ "$devs" = 2 ] || fail "the leave-running image names $devs devices, expected 2"
+  reach $(($(state_counter) + 5)) 120 "after the leave-running dump"
+  lr="leave-running dump $(dt "$t0" "$t1") s, stall $(dump_stalls) ms ($(step_gaps "$WORK/run.tokens.times" "$at" $(($(state_counter) - 2))) as the program saw it), images $(phos_wrote)"
+  rm -rf "${IMG:?}"/*
+  dump_restore
+  local pid; pid=$(restored_pid) || fail "no restored process"
+  reach $((DUMPED + 2)) 120 "after the restore"
+  [ "$(gpus_of_pid "$pid" | wc -l)" = 2 ] || fail "the restored process is not on 2 GPUs: $(gpus_of_pid "$pid" | paste -sd' ')"
+  reach $((DM_STEPS - 1)) 240 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  same_as_ref tokens
+  pass "$DM_STEPS steps' tokens (greedy, 16 each) bitwise equal to an uninterrupted run's; split: $DM_SPLIT; $lr; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s, images $(phos_wrote)"
+}
+case_anchor_device_map_auto_2gpu() {
+  dm_setup native
+  anchor_plugins
+  dm_start
+  anchor_run $DM_STEPS tokens
+}
+
+# `phosctl migrate` of the process with a target per source GPU: the option
+# comes with per-GPU migration (another branch); until phosctl's usage
+# names one (--map, --device-map, --gpu-map), the case skips saying so.
+# MAP: "0=0,1=1" (in place) or "0=1,1=0" (the GPUs swapped).
+migrate_map_option() {
+  local o usage; usage=$("$PHOS_BUILD/plugin/phosctl" 2>&1 || true)
+  for o in --map --device-map --gpu-map; do
+    grep -q -- "migrate .*$o\|^ *$o" <<<"$usage" && { echo "$o"; return 0; }
+  done
+  return 1
+}
+device_map_migrate_case() {
+  local map=$1 opt
+  need_2gpus
+  opt=$(migrate_map_option) ||
+    skip "phosctl migrate has no per-GPU device map option (--map, --device-map or --gpu-map in its usage): per-GPU migration not built"
+  dm_setup
+  dm_start --preload
+  TOKEN=$(state_token)
+  local before; before=$(state_counter)
+  MIGRATED=$("$PHOSCTL" migrate "$WORKLOAD_PID" "$opt" "$map" --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1) ||
+    fail "phosctl migrate $opt $map failed: $MIGRATED; $(phos_error "$IMG/migrate-dump.log") $(phos_error "$IMG/migrate-restore.log")"
+  cp "$IMG"/migrate-*.log "$IMG/phos-keeper.log" "$WORK/" 2>/dev/null || true
+  cp "$IMG/migrate-dump.log" "$WORK/dump.log" 2>/dev/null || true
+  ls "$IMG"/phos-*-data-*.img >/dev/null 2>&1 && fail "the migration wrote GPU data files"
+  grep -q "restored with its kept memory; let go" "$WORK/phos-keeper.log" || fail "phos-keeper did not hand the memory over"
+  local pid; pid=$(restored_pid) || fail "no migrated process"
+  reach $((before + 3)) 120 "after the migration"
+  [ "$(gpus_of_pid "$pid" | wc -l)" = 2 ] || fail "the migrated process is not on 2 GPUs: $(gpus_of_pid "$pid" | paste -sd' ')"
+  reach $((DM_STEPS - 1)) 240 "after the migration"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  same_as_ref tokens
+  pass "tokens bitwise equal to an uninterrupted run's across phosctl migrate $opt $map (split: $DM_SPLIT); $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said); $(step_gaps "$WORK/run.tokens.times" "$before" $((before + 10)))"
+}
+case_device_map_auto_migrate() { device_map_migrate_case 0=0,1=1; }
+case_device_map_auto_migrate_swap() { device_map_migrate_case 0=1,1=0; }
+
+# Peer access (peer_access.cu): a kernel on GPU 1 reads and writes GPU 0's
+# memory, phos's (cudaMalloc, reached through cuCtxEnablePeerAccess) and
+# the program's own VMM memory (cuMemSetAccess for GPU 1). Left running,
+# then dumped and restored: the outputs bitwise equal to an uninterrupted
+# run's, and what the driver says of peer access and of the mappings
+# (state.props: cuCtxGetFlags, cuDeviceCanAccessPeer, peer access 1 -> 0
+# enabled, cuMemGetAccess of each buffer for each GPU) the same after each
+# as before.
+PEER_STEPS=400
+peer_setup() {  # peer_setup [native]
+  need_2gpus
+  setup "$bin/peer_access"
+  local pre=(env LD_PRELOAD="$LIBPHOS") rc=0
+  [ "${1:-}" = native ] && pre=(env)
+  timeout 120 "${pre[@]}" "$bin/peer_access" "$WORK/ref.state" "$WORK/ref.out" $PEER_STEPS 0 > "$WORK/reference.log" 2>&1 || rc=$?
+  [ $rc = 77 ] && skip "$(tail -n1 "$WORK/reference.log")"
+  [ $rc = 0 ] || fail "the reference run failed (rc $rc): $(tail -n 3 "$WORK/reference.log" | tr '\n' ' ')"
+}
+# props_now FILE: the props of a step at least 2 past the current one.
+props_now() {
+  reach $(($(state_counter) + 2)) 60 "for the props"
+  cp "$WORK/state.props" "$1"
+}
+props_same() {  # props_same FILE WHEN
+  cmp -s "$WORK/before.props" "$1" || fail "$2, the driver says otherwise of peer access or the mappings: $(diff "$WORK/before.props" "$1" | grep '^[<>]' | head -n 6 | tr '\n' ' ')"
+}
+case_peer_access_2gpu() {
+  peer_setup
+  start_workload --preload "$WORK/run.out" $PEER_STEPS
+  reach 50 60 "before the dumps"
+  props_now "$WORK/before.props"
+  grep -q "peer_access 1->0 already-enabled" "$WORK/before.props" || fail "peer access 1 -> 0 not enabled before the dump: $(tr '\n' ' ' < "$WORK/before.props")"
+  local t0 t1 lr
+  t0=$(now); criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"; t1=$(now)
+  lr="leave-running dump $(dt "$t0" "$t1") s, stall $(dump_stalls) ms, images $(phos_wrote)"
+  props_now "$WORK/leave-running.props"
+  props_same "$WORK/leave-running.props" "after the leave-running dump"
+  rm -rf "${IMG:?}"/*
+  dump_restore
+  props_now "$WORK/restored.props"
+  props_same "$WORK/restored.props" "after the restore"
+  reach $((PEER_STEPS - 1)) 120 "after the restore"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  same_as_ref out
+  pass "outputs of $PEER_STEPS steps (a kernel on GPU 1 writing GPU 0's memory, phos's and the program's own VMM) bitwise equal to an uninterrupted run's; peer access and every mapping's access the same after the leave-running dump and after the restore ($(grep -c . "$WORK/before.props") properties: $(grep -o 'access [AVB]@[^ ]* gpu[01] [0-9]*' "$WORK/before.props" | sed 's/@[^ ]*//' | paste -sd, -)); $lr; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s"
+}
+case_anchor_peer_access_2gpu() {
+  peer_setup native
+  anchor_plugins
+  start_workload "$WORK/run.out" $PEER_STEPS
+  reach 50 60 "before the dumps"
+  anchor_run $PEER_STEPS out
+}
+
 # ---- driver ----------------------------------------------------------------
 
 if [ "${1:-}" = --case ]; then
@@ -1971,6 +2339,8 @@ limit_of() {  # seconds a case may take
     pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
     torchrun_2host* | torchrun_4rank_2host*) echo 420 ;;
+    tp_mlp_2proc* | anchor_tp_mlp_2proc | device_map_auto* | anchor_device_map_auto_2gpu) echo 420 ;;
+    peer_access_2gpu | anchor_peer_access_2gpu) echo 200 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB | incremental_8GiB) echo 200 ;;
     cow_random | cow_planted | cow_planted_sass | recopy_random | recopy_random_unspeculated | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
     recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
@@ -1985,7 +2355,9 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
-  tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d torchrun_4rank_2host torchrun_4rank_2host_leave_running"
+  tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d torchrun_4rank_2host torchrun_4rank_2host_leave_running
+  tp_mlp_2proc tp_mlp_2proc_cow anchor_tp_mlp_2proc device_map_auto_2gpu anchor_device_map_auto_2gpu device_map_auto_migrate
+  device_map_auto_migrate_swap peer_access_2gpu anchor_peer_access_2gpu"
 passed=0 failed=0
 for c in ${*:-$all}; do
   if ! declare -F "case_$c" >/dev/null; then

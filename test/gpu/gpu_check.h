@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #define CHECK_CUDA(x)                                                                          \
   do {                                                                                         \
@@ -61,6 +62,22 @@ inline unsigned long long kernel_count() {
   if (cupti_off()) return 0;
   CHECK_CUPTI(cuptiActivityFlushAll(1));
   return cupti_kernels.load();
+}
+
+// The workload contract's files: STATE rewritten whole (a .tmp renamed over
+// it: a reader never sees half a line), OUTPUTS appended to. Exit 2 if not.
+inline void put(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen((path + ".tmp").c_str(), "w");
+  if (!f) std::exit(2);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) std::exit(2);
+}
+inline void append(const std::string& path, const std::string& line) {
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) std::exit(2);
+  std::fputs(line.c_str(), f);
+  std::fclose(f);
 }
 
 }  // namespace gpu_check

@@ -24,6 +24,9 @@
 
 namespace {
 
+using gpu_check::append;
+using gpu_check::put;
+
 constexpr size_t kWords = (64u << 20) / 8;
 constexpr size_t kHalf = kWords / 2;
 
@@ -39,21 +42,6 @@ __global__ void checksum(const uint64_t* s, size_t n, unsigned long long* out) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     local += s[i] * (i | 1);
   atomicAdd(out, local);
-}
-
-void put(const std::string& path, const std::string& line) {
-  FILE* f = std::fopen((path + ".tmp").c_str(), "w");
-  if (!f) std::exit(2);
-  std::fputs(line.c_str(), f);
-  std::fclose(f);
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) std::exit(2);
-}
-
-void append(const std::string& path, const std::string& line) {
-  FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) std::exit(2);
-  std::fputs(line.c_str(), f);
-  std::fclose(f);
 }
 
 void send(int fd, uint64_t v) {

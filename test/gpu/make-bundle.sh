@@ -30,6 +30,8 @@ mkdir -p "$out/gpu"
 for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read gpu_ipc; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
+# The driver API directly too (cuCtxGetFlags, cuMemGetAccess): peer_access.
+"$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/peer_access" "$src/test/gpu/peer_access.cu" -lcupti -lcuda
 # cow_random without PTX (SASS for sm_90 only): no validator sees its planted
 # writes; validation by checksum must refuse them (cow_planted_sass).
 "$cuda/bin/nvcc" -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -o "$out/gpu/cow_random_sass" \
