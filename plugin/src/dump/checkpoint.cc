@@ -914,20 +914,28 @@ Result<void> Checkpointer::start_engine() {
   return start_engine_now();
 }
 
-void Checkpointer::warm_up_for_job() {
+void Checkpointer::warm_up_for_job(std::vector<agent::StatusReply> ranks) {
   // engine_warming_ first: while it is valid its thread may be assigning
   // engine_, which this thread must not read meanwhile.
   if (engine_warming_.valid() || engine_) return;
-  engine_warming_ = std::async(std::launch::async, [this] {
+  engine_warming_ = std::async(std::launch::async, [this, ranks = std::move(ranks)] {
     const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     if (auto r = start_engine_now(); !r) return;  // start_engine() says why
     auto host = engine_->host_gpus();
     if (!host) return;
-    std::vector<int> all;
-    for (size_t d = 0; d < host->size(); d++) all.push_back(int(d));
-    engine_->warm_up(all);
-    PHOS_INFO("criu's CUDA contexts on %zu GPU(s) made while the job's ranks were held: %.1f ms", all.size(),
-              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    std::set<int> gpus;
+    for (const auto& s : ranks) {
+      auto ordinals = s.devices.empty() ? Result<std::map<uint32_t, int>>(make_error("no UUIDs", ENODEV))
+                                        : host_ordinals(s.devices, *host);
+      if (!ordinals) {  // an agent that names no GPUs (or unknown ones): all of them, as before
+        for (size_t d = 0; d < host->size(); d++) gpus.insert(int(d));
+        break;
+      }
+      for (auto [theirs, ours] : *ordinals) gpus.insert(ours);
+    }
+    engine_->warm_up(std::vector<int>(gpus.begin(), gpus.end()));
+    PHOS_INFO("criu's CUDA contexts on %zu of the host's %zu GPU(s) made while the job's ranks were held: %.1f ms",
+              gpus.size(), host->size(), double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
   });
 }
 
@@ -988,9 +996,10 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
     auto tracer = tracer_of(p, p);
     return targets_.count(p) > 0 || (tracer && *tracer == ::getpid());
   });
-  auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms);
+  std::vector<agent::StatusReply> statuses;
+  auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms, &statuses);
   if (!ranks) return refuse(ranks.error());
-  warm_up_for_job();
+  warm_up_for_job(std::move(statuses));
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto held = phos::plugin::hold_nccl_job(*ranks, c.job_id, options_.agent_timeout_ms,
                                           std::chrono::milliseconds(options_.quiesce_timeout_ms), true);

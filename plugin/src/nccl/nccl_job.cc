@@ -61,19 +61,23 @@ const agent::NcclCommunicatorStatus* job_communicator(const agent::StatusReply& 
 }
 
 Result<std::vector<pid_t>> find_nccl_job(const std::vector<pid_t>& candidates, uint64_t job_id, int nranks,
-                                         int agent_timeout_ms) {
-  std::map<int, pid_t> ranks;
+                                         int agent_timeout_ms, std::vector<agent::StatusReply>* statuses) {
+  std::map<int, std::pair<pid_t, agent::StatusReply>> ranks;
   for (pid_t p : candidates) {
     auto client = AgentClient::connect(p, agent_timeout_ms);
     if (!client) continue;  // no agent: no rank of ours
     auto s = client->status();
     (void)client->goodbye();
     if (!s) continue;
-    if (auto* c = job_communicator(*s, job_id); c && c->rank >= 0 && c->rank < nranks) ranks.emplace(c->rank, p);
+    if (auto* c = job_communicator(*s, job_id); c && c->rank >= 0 && c->rank < nranks)
+      ranks.emplace(c->rank, std::pair{p, std::move(*s)});
   }
   if (int(ranks.size()) == nranks) {
     std::vector<pid_t> out;
-    for (const auto& [rank, pid] : ranks) out.push_back(pid);
+    for (auto& [rank, found] : ranks) {
+      out.push_back(found.first);
+      if (statuses) statuses->push_back(std::move(found.second));
+    }
     return out;
   }
   std::string missing;

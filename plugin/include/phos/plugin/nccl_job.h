@@ -35,9 +35,9 @@ const agent::NcclCommunicatorStatus* job_communicator(const agent::StatusReply& 
 
 // Among `candidates` (processes with or without agents), the one rank each
 // of job `job_id` has (`nranks` of them), or an error naming the ranks not
-// found.
+// found. `statuses`, where given, gets each rank's status (rank order).
 Result<std::vector<pid_t>> find_nccl_job(const std::vector<pid_t>& candidates, uint64_t job_id, int nranks,
-                                         int agent_timeout_ms);
+                                         int agent_timeout_ms, std::vector<agent::StatusReply>* statuses = nullptr);
 
 // The NCCL jobs whose ranks are among `candidates` (processes with or
 // without agents): per communicator spanning processes, its rank count and
