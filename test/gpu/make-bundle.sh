@@ -30,6 +30,13 @@ mkdir -p "$out/gpu"
 for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read gpu_ipc; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
+# What the driver's checkpoint moves into a process (bench_driver_state.sh):
+# the probe (driver API, cuBLAS, cuBLASLt) and the modules it loads beside it.
+"$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/driver_state_probe" "$src/test/gpu/driver_state_probe.cu" \
+  -L"$cuda/lib64/stubs" -lcuda -lcublas -lcublasLt
+"$cuda/bin/nvcc" -cubin -arch=sm_90 -o "$out/gpu/driver_state_small.cubin" "$src/test/gpu/driver_state_module.cu"
+"$cuda/bin/nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -DBIG -o "$out/gpu/driver_state_big.fatbin" \
+  "$src/test/gpu/driver_state_module.cu"
 # cow_random without PTX (SASS for sm_90 only): no validator sees its planted
 # writes; validation by checksum must refuse them (cow_planted_sass).
 "$cuda/bin/nvcc" -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -o "$out/gpu/cow_random_sass" \
