@@ -32,6 +32,13 @@ for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu
 done
 # The driver API directly too (cuCtxGetFlags, cuMemGetAccess): peer_access.
 "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/peer_access" "$src/test/gpu/peer_access.cu" -lcupti -lcuda
+# What the driver's checkpoint moves into a process (bench_driver_state.sh):
+# the probe (driver API, cuBLAS, cuBLASLt) and the modules it loads beside it.
+"$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/driver_state_probe" "$src/test/gpu/driver_state_probe.cu" \
+  -L"$cuda/lib64/stubs" -lcuda -lcublas -lcublasLt
+"$cuda/bin/nvcc" -cubin -arch=sm_90 -o "$out/gpu/driver_state_small.cubin" "$src/test/gpu/driver_state_module.cu"
+"$cuda/bin/nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -DBIG -o "$out/gpu/driver_state_big.fatbin" \
+  "$src/test/gpu/driver_state_module.cu"
 # cow_random without PTX (SASS for sm_90 only): no validator sees its planted
 # writes; validation by checksum must refuse them (cow_planted_sass).
 "$cuda/bin/nvcc" -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -o "$out/gpu/cow_random_sass" \

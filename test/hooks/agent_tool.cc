@@ -71,7 +71,27 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+// A /proc/PID file's "KEY: N kB" value, in KiB; -1 where absent.
+long proc_kib(pid_t pid, const char* file, const char* key) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/" + file).c_str(), "r");
+  if (!f) return -1;
+  char line[256];
+  long v = -1;
+  const size_t k = std::strlen(key);
+  while (std::fgets(line, sizeof(line), f))
+    if (std::strncmp(line, key, k) == 0 && line[k] == ':') {
+      v = std::atol(line + k + 1);
+      break;
+    }
+  std::fclose(f);
+  return v;
+}
+
 // The driver's checkpoint of `pid` and its restore, timed; "" on success.
+// Also prints the process's resident memory around them (what the driver
+// moved into it: test/gpu/driver_state_probe reads this line):
+//   driver_rss before_kib=N checkpointed_kib=N restored_kib=N anon_before_kib=N
+//   anon_checkpointed_kib=N lock_ms=T checkpoint_ms=T restore_ms=T unlock_ms=T
 std::string driver_checkpoint_restore(pid_t pid, std::string* timings) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW);
   if (!lib) return dlerror();
@@ -89,19 +109,25 @@ std::string driver_checkpoint_restore(pid_t pid, std::string* timings) {
   CUcheckpointRestoreArgs ra{};
   CUcheckpointUnlockArgs ua{};
   char buf[256];
+  const long rss0 = proc_kib(pid, "status", "VmRSS"), anon0 = proc_kib(pid, "smaps_rollup", "Anonymous");
   auto t = std::chrono::steady_clock::now();
   if (CUresult r = lock(pid, &la)) return "lock: " + std::to_string(r);
   double lock_ms = ms_since(t);
   t = std::chrono::steady_clock::now();
   if (CUresult r = ckpt(pid, &ca)) return "checkpoint: " + std::to_string(r);
   double ckpt_ms = ms_since(t);
+  const long rss1 = proc_kib(pid, "status", "VmRSS"), anon1 = proc_kib(pid, "smaps_rollup", "Anonymous");
   t = std::chrono::steady_clock::now();
   if (CUresult r = rest(pid, &ra)) return "restore: " + std::to_string(r);
   double rest_ms = ms_since(t);
   t = std::chrono::steady_clock::now();
   if (CUresult r = unlock(pid, &ua)) return "unlock: " + std::to_string(r);
+  double unlock_ms = ms_since(t);
+  std::printf("driver_rss before_kib=%ld checkpointed_kib=%ld restored_kib=%ld anon_before_kib=%ld "
+              "anon_checkpointed_kib=%ld lock_ms=%.1f checkpoint_ms=%.1f restore_ms=%.1f unlock_ms=%.1f\n",
+              rss0, rss1, proc_kib(pid, "status", "VmRSS"), anon0, anon1, lock_ms, ckpt_ms, rest_ms, unlock_ms);
   std::snprintf(buf, sizeof(buf), "driver lock %.1f ms, checkpoint %.1f ms, restore %.1f ms, unlock %.1f ms", lock_ms,
-                ckpt_ms, rest_ms, ms_since(t));
+                ckpt_ms, rest_ms, unlock_ms);
   *timings = buf;
   return "";
 }
