@@ -90,5 +90,5 @@ for f in "$out/bin/criu" "$out/bin/ip" "$out/criu-unpatched/criu" "$out/criu-dev
 done | sort -u | while read -r lib; do cp -L "$lib" "$out/lib-all/"; done
 # The device takes at most 64 MiB with the working tree: no symbols (65 MiB
 # with them, 52 without, once the driver-state probe came in).
-find "$out" -type f -exec sh -c 'file -b "$1" | grep -q "^ELF" && strip --strip-unneeded "$1" 2>/dev/null || true' _ {} \;
+find "$out" -type f ! -name "*.cubin" ! -name "*.fatbin" -exec sh -c 'file -b "$1" | grep -q "^ELF" && strip --strip-unneeded "$1" 2>/dev/null || true' _ {} \;
 du -sh "$out" | awk '{print "bundle: " $1}'
