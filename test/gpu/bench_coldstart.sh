@@ -59,6 +59,17 @@
 #   image         du of criu's own files and of phos-*.img (GiB), and
 #                 phosctl show's "size: ... logical, ... stored" line
 #   dump          criu dump's wall time
+#   second reply  right after the first reply the same request again: its
+#                 time from being written to its reply, its generate, and
+#                 its tokens against the first reply's (what a first
+#                 generate costs beyond a warm one)
+#   slow calls    (phos paths, --trace-slow-ms N, default 5) the server runs
+#                 with PHOS_TRACE_SLOW_CALLS_MS=N: from the gate's opening
+#                 after the restore, libphos logs each CUDA call of N ms or
+#                 more and each gap of N ms or more between calls (the
+#                 program's own time: Python, the CPU); those within the
+#                 first reply (restore start to reply) are summed and the
+#                 slowest printed, the gap before the first call too
 # Times from criu's log count from criu's own log start, a few ms after t0.
 # The plugin's breakdown line, parsed leniently ("-" where absent):
 #   phos: process P: restore breakdown (ms after the plugin's init): GPU
@@ -74,6 +85,7 @@
 # usage: bench_coldstart.sh [--shapes 1b,8b,13b] [--paths native,cuda_plugin,...]
 #          [--reps N] [--kv-cache-frac F] [--csv FILE] [--logs DIR] [--budget S]
 #          [--new-tokens N] [--prompt-len L] [--resume] [--kill-stale] [--protocol-only]
+#          [--trace-slow-ms N]
 #   --shapes    tiny, 1b, 8b, 13b (default 1b,8b; llama_server.py has them)
 #   --paths     default native,cuda_plugin,phos_eager,phos_lazy,phos_lazy_pages,phos_eager_criu_dev
 #   --reps      repetitions of each case (default 1); the table takes medians
@@ -92,6 +104,7 @@
 #   --kill-stale  kill servers an earlier run left behind (by pid, after
 #               naming them); without it they are only named
 #   --new-tokens, --prompt-len  the request's generate (default 16, 32)
+#   --trace-slow-ms  the slow-call trace's threshold in ms (0: off)
 #   --protocol-only  the server without torch (tokens: a hash of the
 #               prompt): the plumbing, on a host without a GPU
 # PHOS_BENCH_SHM names an image directory instead of the tmpfs at
@@ -112,7 +125,7 @@ unset LD_PRELOAD   # never criu under libphos.so: only the server gets it
 
 SHAPES=1b,8b PATHS=native,cuda_plugin,phos_eager,phos_lazy,phos_lazy_pages,phos_eager_criu_dev REPS=1 KV_FRAC=0
 RESULTS=${PHOS_BENCH_RESULTS:-/var/tmp/phos-bench-results}
-CSV='' LOGDIR='' BUDGET=540 NEW_TOKENS=16 PROMPT_LEN=32 RESUME='' KILL_STALE='' PROTOCOL_ONLY=''
+CSV='' LOGDIR='' BUDGET=540 NEW_TOKENS=16 PROMPT_LEN=32 RESUME='' KILL_STALE='' PROTOCOL_ONLY='' TRACE_MS=5
 SEED=1234 REQ_SEED=4242   # the weights' seed; the request's prompt seed
 die() { echo "bench_coldstart: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -129,6 +142,7 @@ while [ $# -gt 0 ]; do
     --resume) RESUME=1; shift ;;
     --kill-stale) KILL_STALE=1; shift ;;
     --protocol-only) PROTOCOL_ONLY=1; shift ;;
+    --trace-slow-ms) TRACE_MS=${2:?}; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (--help)" ;;
   esac
@@ -144,6 +158,7 @@ done
 [[ $BUDGET =~ ^[0-9]+$ ]] || die "--budget: $BUDGET is not a number of seconds"
 [[ $NEW_TOKENS =~ ^[1-9][0-9]*$ ]] || die "--new-tokens: $NEW_TOKENS is not a count"
 [[ $PROMPT_LEN =~ ^[1-9][0-9]*$ ]] || die "--prompt-len: $PROMPT_LEN is not a count"
+[[ $TRACE_MS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--trace-slow-ms: $TRACE_MS is not a number of ms"
 # native first in each rep: the reference tokens, and a measured start time.
 ordered=()
 for p in "${PATHS[@]}"; do [ "$p" = native ] && ordered=(native); done
@@ -229,7 +244,7 @@ estimate_s() {  # estimate_s SHAPE PATH
 }
 
 # ------------------------------------------------------------- the CSV
-COLS=run,shape,path,rep,status,first_reply_s,criu_s,seen_s,gen_ms,gpu_in_s,init_s,cpu_restore_s,driver_start_s,created_ms,filled_ms,fill_mib,fill_gbps,resume_ms,fill_wait_ms,driver_ms,remap_ms,gate_ms,all_in_ms,lazy_calls_waited,lazy_wait_ms,lazy_pages_done_s,tokens_check,warmup_check,image_criu_gib,image_phos_gib,image_phos_apparent_gib,phos_size,dump_s,gpu_used_gib,rss_gib,srv_imported_s,srv_model_s,srv_ready_s,request,tokens,warmup_tokens,note
+COLS=run,shape,path,rep,status,first_reply_s,criu_s,seen_s,gen_ms,gpu_in_s,init_s,cpu_restore_s,driver_start_s,created_ms,filled_ms,fill_mib,fill_gbps,resume_ms,fill_wait_ms,driver_ms,remap_ms,gate_ms,all_in_ms,lazy_calls_waited,lazy_wait_ms,lazy_pages_done_s,tokens_check,warmup_check,second_s,second_gen_ms,second_check,first_call_gap_ms,slow_calls,slow_calls_ms,slow_gaps,slow_gaps_ms,image_criu_gib,image_phos_gib,image_phos_apparent_gib,phos_size,dump_s,gpu_used_gib,rss_gib,srv_imported_s,srv_model_s,srv_ready_s,request,tokens,warmup_tokens,note
 IFS=, read -r -a COL_NAMES <<<"$COLS"
 csv_init() {
   mkdir -p "$(dirname "$CSV")" || die "cannot create the directory of $CSV"
@@ -285,6 +300,8 @@ start_server() {
   local shape=$1 preload=$2; shift 2
   local envs=(HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 TOKENIZERS_PARALLELISM=false)
   [ "$preload" = 1 ] && envs+=("LD_PRELOAD=$LIBPHOS")
+  # Armed only when the gate opens after a checkpoint: the start is untouched.
+  [ "$preload" = 1 ] && [ "$TRACE_MS" != 0 ] && envs+=("PHOS_TRACE_SLOW_CALLS_MS=$TRACE_MS")
   local args=(--reqdir "$REQ" --shape "$shape" --seed "$SEED" --kv-cache-frac "$KV_FRAC" --warmup-prompt-len "$PROMPT_LEN")
   [ -n "$PROTOCOL_ONLY" ] && args+=(--protocol-only)
   rm -f "$REQ/pid"
@@ -344,6 +361,55 @@ take_reply() {
   return 0
 }
 declare -A first_tokens first_warmup
+
+# The same request again right after the first reply: R[second_s] (written
+# to reply), R[second_gen_ms], R[second_check] (its tokens against the
+# first reply's). The server deletes a request after its reply: the next is
+# written only once that one is gone.
+second_request() {
+  local i t0 rc
+  for ((i = 0; i < 500; i++)); do [ -e "$REQ/request" ] || break; sleep 0.01; done
+  [ -e "$REQ/request" ] && { R[note]="${R[note]:+${R[note]}; }the first request was not taken away"; return 1; }
+  rm -f "$REQ/reply"
+  t0=$(now)
+  write_request
+  wait_file reply 120; rc=$?
+  [ $rc -eq 0 ] || { R[note]="${R[note]:+${R[note]}; }no second reply"; return 1; }
+  cp "$REQ/reply" "$W/reply.second" 2>/dev/null
+  SECOND_T0=$t0
+  R[second_s]=$(dt "$t0" "$(kv "$REQ/reply" time)")
+  R[second_gen_ms]=$(kv "$REQ/reply" gen_ms)
+  if [ "$(kv "$REQ/reply" tokens)" = "${R[tokens]}" ]; then R[second_check]=OK; else R[second_check]=DIFF; fi
+}
+
+# The slow-call trace (PHOS_TRACE_SLOW_CALLS_MS) of the restored server,
+# from its stderr, placed by the wall clock: within the first reply
+# (T0 .. its reply) into R[slow_calls], R[slow_calls_ms], R[slow_gaps],
+# R[slow_gaps_ms] and R[first_call_gap_ms]; every line kept in
+# $W/slow-calls.txt; the slowest of the first reply into $W/slow-first.txt.
+slow_calls_report() {
+  local t0=$1 first=$2 second_t0=${3:-} second=${4:-} out
+  grep -a 'phos: slow' "$REQ/server.out" > "$W/slow-calls.txt" 2>/dev/null || return 0
+  out=$(awk -v a="$t0" -v b="$first" -v top="$W/slow-first.txt" '
+    function wall(   s) { if (!match($0, /wall [0-9.]+/)) return -1; s = substr($0, RSTART + 5, RLENGTH - 5); return s + 0 }
+    / phos: slow call: / { w = wall(); if (w < a || w > b) next; n++; t += $5; print $5, "call", $4, $0 > top }
+    / phos: slow gap: / { w = wall(); if (w < a || w > b) next
+      if ($0 ~ / before call 1 /) g1 = $4; else { gn++; gt += $4; print $4, "gap", "-", $0 > top } }
+    END { printf "%d %.1f %d %.1f %s\n", n, t, gn, gt, g1 == "" ? "-" : sprintf("%.1f", g1) }' "$W/slow-calls.txt")
+  read -r R[slow_calls] R[slow_calls_ms] R[slow_gaps] R[slow_gaps_ms] R[first_call_gap_ms] <<<"$out"
+  if [ -s "$W/slow-first.txt" ]; then sort -rn -o "$W/slow-first.txt" "$W/slow-first.txt"; fi
+}
+# print_slow_calls: the first reply's slowest calls and gaps (10), for the log.
+print_slow_calls() {
+  [ -s "$W/slow-first.txt" ] || return 0
+  say "    slow calls within the first reply (>= $TRACE_MS ms): ${R[slow_calls]} calls took ${R[slow_calls_ms]} ms; ${R[slow_gaps]} gaps between calls took ${R[slow_gaps_ms]} ms; the first call came ${R[first_call_gap_ms]} ms after the gate opened; slowest:"
+  head -n 10 "$W/slow-first.txt" | awk '{ at = ""; if (match($0, /ending at \+[0-9.]+ ms/)) at = substr($0, RSTART + 10, RLENGTH - 10)
+      if ($2 == "call") printf "      %9.1f ms  %-28s (call ending at %s)\n", $1, $3, at
+      else printf "      %9.1f ms  %-28s (ending at %s)\n", $1, "gap (program, no CUDA call)", at }'
+  local summary; summary=$(grep -a 'slow-call trace:' "$W/slow-calls.txt" | tail -n1)
+  [ -n "$summary" ] && say "    ${summary#*phos: }"
+  return 0
+}
 # The server's own timeline (ready file), relative to T0.
 take_ready() {
   local t0=$1 t
@@ -483,8 +549,10 @@ case_native() {  # case_native SHAPE
   [ $rc -eq 0 ] || { fail "no reply ($([ $rc -eq 2 ] && echo "the server died: $(server_said)" || echo "timed out"))"; return 1; }
   take_ready "$t0"
   take_reply "$t0" "$shape" || { fail "${R[note]}"; return 1; }
+  second_request
   R[status]=ok
   say "    native: first reply ${R[first_reply_s]} s (imports ${R[srv_imported_s]} s, model ${R[srv_model_s]} s, ready ${R[srv_ready_s]} s, generate ${R[gen_ms]} ms); GPU ${R[gpu_used_gib]} GiB; tokens ${R[tokens_check]} (warm-up's ${R[warmup_check]})"
+  say "    second request: reply ${R[second_s]} s after it was written (generate ${R[second_gen_ms]} ms; tokens ${R[second_check]} against the first reply's)"
   : > "$REQ/stop"
   wait_gone "$SERVER_PID" 5
   return 0
@@ -554,6 +622,9 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   wait_file reply $((120 + ${R[gpu_used_gib]%.*})); rc=$?
   [ $rc -eq 0 ] || { fail "no reply from the restored server ($([ $rc -eq 2 ] && echo "it died: $(server_said)" || echo "timed out"))"; return 1; }
   take_reply "$t0" "$shape" || { fail "${R[note]}"; return 1; }
+  SECOND_T0=''
+  second_request
+  [ "$preload" = 1 ] && slow_calls_report "$t0" "$(kv "$W/reply" time)"
   restore_breakdown "$W/restore.log" "$([ "$path" = cuda_plugin ] && echo cuda_plugin || echo phos)"
   if [ -n "$lazy_pages" ]; then
     # The daemon ends once every page is in; when, from its log (its own clock).
@@ -566,6 +637,8 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   fi
   R[status]=ok
   say "    restore: criu returned ${R[criu_s]} s, program saw the request ${R[seen_s]} s, first reply ${R[first_reply_s]} s (generate ${R[gen_ms]} ms); tokens ${R[tokens_check]} (warm-up's ${R[warmup_check]})"
+  say "    second request: reply ${R[second_s]} s after it was written (generate ${R[second_gen_ms]} ms; tokens ${R[second_check]} against the first reply's)"
+  print_slow_calls
   say "    criu log: plugin init ${R[init_s]} s, resume hook ${R[cpu_restore_s]} s, GPU data in ${R[gpu_in_s]} s"
   local overlap
   overlap=$(grep -ao "phos: process [0-9]*: restore breakdown .*; overlap=.*" "$W/restore.log" 2>/dev/null | head -n1 | sed 's/.*; overlap=/overlap=/')
@@ -676,8 +749,8 @@ table=${CSV%.csv}.md
   echo "## Cold start: restore until the program answers (medians over the reps; images on a tmpfs of huge pages)"
   echo "request '$REQUEST'; kv-cache-frac $KV_FRAC; $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
   echo
-  echo "| shape | path | first reply s | x native | criu returns s | GPU data in s | criu CPU restore s | driver restore ms | tokens | image GiB (criu / phos) | dump s | ok/n |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| shape | path | first reply s | x native | generate ms (first / second request) | slow calls in the first reply (n, ms / gaps n, ms) | criu returns s | GPU data in s | criu CPU restore s | driver restore ms | tokens | image GiB (criu / phos) | dump s | ok/n |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F, "$awk_median"'
     function col(name) { return c[name] }
     function add(key, name,   x) { x = $(col(name)); if (x != "-" && x != "") vals[key, col(name)] = vals[key, col(name)] " " x }
@@ -692,6 +765,7 @@ table=${CSV%.csv}.md
       ok[key]++
       add(key, "first_reply_s"); add(key, "criu_s"); add(key, "gpu_in_s"); add(key, "cpu_restore_s"); add(key, "driver_ms")
       add(key, "image_criu_gib"); add(key, "image_phos_gib"); add(key, "dump_s")
+      add(key, "gen_ms"); add(key, "second_gen_ms"); add(key, "slow_calls"); add(key, "slow_calls_ms"); add(key, "slow_gaps"); add(key, "slow_gaps_ms")
       tk[key] = tk[key] " " $(col("tokens_check")); wk[key] = wk[key] " " $(col("warmup_check"))
     }
     END {
@@ -701,8 +775,9 @@ table=${CSV%.csv}.md
         x = (nat != "" && fr != "-" && fr + 0 > 0) ? sprintf("%.1f", nat / fr) : "-"
         t = tk[key]; tokens = "-"
         if (t ~ /DIFF/) tokens = (wk[key] ~ /DIFF/) ? "DIFF (warm-up too)" : "DIFF"; else if (t ~ /OK/) tokens = "OK"; else if (t ~ /REF/) tokens = "REF"
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %d/%d |\n", f[1], f[2], fr, x,
-          med(key, "criu_s"), med(key, "gpu_in_s"), med(key, "cpu_restore_s"), med(key, "driver_ms"), tokens,
+        printf "| %s | %s | %s | %s | %s / %s | %s, %s / %s, %s | %s | %s | %s | %s | %s | %s / %s | %s | %d/%d |\n", f[1], f[2], fr, x,
+          med(key, "gen_ms"), med(key, "second_gen_ms"), med(key, "slow_calls"), med(key, "slow_calls_ms"),
+          med(key, "slow_gaps"), med(key, "slow_gaps_ms"), med(key, "criu_s"), med(key, "gpu_in_s"), med(key, "cpu_restore_s"), med(key, "driver_ms"), tokens,
           med(key, "image_criu_gib"), med(key, "image_phos_gib"), med(key, "dump_s"), ok[key], n[key]
       }
     }' "$CSV"

@@ -78,6 +78,41 @@ CUresult cuCtxPopCurrent(CUcontext *c) {
   return CUDA_SUCCESS;
 }
 CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+
+/* The limits that size a context's device state (stack, printf FIFO, malloc
+ * heap), per context, from the driver's defaults; every set is logged
+ * ("limit CTX NAME VALUE"). FAKE_LIMIT_REFUSE=NAME refuses sets of that one
+ * (CUDA_ERROR_INVALID_VALUE), as the driver does for the FIFO and the heap
+ * once a kernel used printf or malloc. */
+static const char *const g_limit_names[] = {"stack", "printf_fifo", "malloc_heap"};
+static size_t g_limits[9][3];
+static int g_limits_set[9];
+static size_t *limit_slot(CUlimit limit) {
+  uintptr_t c = t_ctx[t_depth];
+  if (c == 0 || c > 8 || (unsigned)limit > CU_LIMIT_MALLOC_HEAP_SIZE) return NULL;
+  if (!g_limits_set[c]) {
+    g_limits_set[c] = 1;
+    g_limits[c][0] = 1024;
+    g_limits[c][1] = 1u << 20;
+    g_limits[c][2] = 8u << 20;
+  }
+  return &g_limits[c][limit];
+}
+CUresult cuCtxGetLimit(size_t *value, CUlimit limit) {
+  size_t *slot = limit_slot(limit);
+  if (!slot) return CUDA_ERROR_INVALID_VALUE;
+  *value = *slot;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  size_t *slot = limit_slot(limit);
+  if (!slot) return CUDA_ERROR_INVALID_VALUE;
+  const char *refuse = getenv("FAKE_LIMIT_REFUSE");
+  if (refuse && !strcmp(refuse, g_limit_names[limit])) return CUDA_ERROR_INVALID_VALUE;
+  *slot = value;
+  logline("limit %lu %s %zu\n", (unsigned long)t_ctx[t_depth], g_limit_names[limit], value);
+  return CUDA_SUCCESS;
+}
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) { (void)peer; (void)flags; return CUDA_SUCCESS; }
 CUresult cuCtxDisablePeerAccess(CUcontext peer) { (void)peer; return CUDA_SUCCESS; }
 /* An sm_90 device (the speculation reads that cubin of a fatbin); 0 for anything else. */

@@ -288,6 +288,7 @@ Agent::Answer Agent::answer(const agent::RemapRequest& q, std::vector<UniqueFd> 
 // NCCL's communicators are made again once the gate is open (NCCL's
 // threads call CUDA); the program's NCCL calls wait until then.
 Agent::Answer Agent::answer(const agent::ResumeRequest& q) {
+  backend_.gate_opening();
   gate_.open();
   if (auto made = backend_.nccl_rebuild(q.nccl_nonce); !made)
     return failure(made.error().code, "gate open, but NCCL: " + made.error().message);

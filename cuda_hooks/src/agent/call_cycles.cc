@@ -71,6 +71,7 @@ struct CallCycles::Block {
   uint64_t since = 0;  // when the clock last started for the innermost scope
   uint32_t depth = 0;
   uint32_t overflow = 0;  // scopes past kMaxDepth, not counted
+  uint64_t outer_ns = 0;  // while tracing: when the outermost scope began (0: not traced)
   Frame frames[kMaxDepth]{};
 };
 
@@ -153,6 +154,7 @@ void CallCycles::enter(CallKind kind) {
   // phos's own code called a hook: what ran so far is the outer scope's.
   if (b->depth && !b->frames[b->depth - 1].paused)
     b->add(kinds_, b->frames[b->depth - 1].kind, 0, elapsed(t, b->since));
+  if (b->depth == 0) b->outer_ns = tracing() ? monotonic_raw_ns() : 0;
   b->frames[b->depth++] = {kind, false};
   b->add(kinds_, kind, 1, 0);
   b->since = t;
@@ -171,6 +173,56 @@ void CallCycles::leave() {
   if (!f.paused) b->add(kinds_, f.kind, 0, elapsed(t, b->since));
   // An outer scope still running (not in its forwarded call) runs on from here.
   b->since = t;
+  if (b->depth == 0 && b->outer_ns) {
+    const uint64_t ns = monotonic_raw_ns() - b->outer_ns;
+    b->outer_ns = 0;
+    traced(f.kind, ns);
+  }
+}
+
+// Armed again before the last trace ended (another checkpoint): it starts over.
+void CallCycles::arm_trace(uint64_t threshold_ns, uint64_t calls, TraceSink sink) {
+  if (!calls || !sink) return;
+  const bool again = tracing();
+  trace_.armed.store(false, std::memory_order_release);
+  trace_.threshold_ns = threshold_ns;
+  trace_.calls = calls;
+  trace_.sink = sink;
+  trace_.index.store(0);
+  trace_.inside_ns.store(0);
+  trace_.slow_calls.store(0);
+  trace_.slow_ns.store(0);
+  trace_.last_end_ns.store(0);
+  if (!again) trace_.counter_was_on = on();
+  trace_.armed_ns = monotonic_raw_ns();
+  trace_.armed.store(true, std::memory_order_release);
+  if (!trace_.counter_was_on) set_on(true);
+}
+
+// A traced call's end, on its own thread: the index decides which call is
+// the last; a call past it (another thread's, racing) is not counted.
+void CallCycles::traced(CallKind kind, uint64_t ns) {
+  if (!trace_.armed.load(std::memory_order_acquire)) return;
+  const uint64_t index = trace_.index.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (index > trace_.calls) return;
+  const bool slow = ns >= trace_.threshold_ns;
+  const uint64_t end = monotonic_raw_ns() - trace_.armed_ns, start = end > ns ? end - ns : 0;
+  uint64_t before = trace_.last_end_ns.load(std::memory_order_relaxed);
+  while (before < end && !trace_.last_end_ns.compare_exchange_weak(before, end, std::memory_order_acq_rel)) {
+  }
+  TracedCall c{.kind = kind,
+               .ns = ns,
+               .index = index,
+               .at_ns = end,
+               .inside_ns = trace_.inside_ns.fetch_add(ns, std::memory_order_acq_rel) + ns,
+               .slow_calls = trace_.slow_calls.fetch_add(slow ? 1 : 0, std::memory_order_acq_rel) + (slow ? 1 : 0),
+               .slow_ns = trace_.slow_ns.fetch_add(slow ? ns : 0, std::memory_order_acq_rel) + (slow ? ns : 0),
+               .gap_ns = start > before ? start - before : 0};
+  const bool last = index == trace_.calls;
+  if (slow || index == 1 || last || c.gap_ns >= trace_.threshold_ns) trace_.sink(c, last, trace_.threshold_ns);
+  if (!last) return;
+  trace_.armed.store(false, std::memory_order_release);
+  if (!trace_.counter_was_on) set_on(false);
 }
 
 bool CallCycles::pause(CallKind kind) {

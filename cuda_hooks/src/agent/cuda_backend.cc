@@ -1,4 +1,5 @@
 #include "agent/cuda_backend.h"
+#include "agent/slow_calls.h"
 #include "process/io_uring.h"
 
 #include <algorithm>
@@ -139,12 +140,45 @@ Result<UniqueFd> CudaBackend::export_allocation(uint64_t id) { return rt_.memory
 // checkpoint wait (the plugin's agent timeout then fails the dump).
 Result<void> CudaBackend::drain(std::chrono::milliseconds) { return rt_.memory().synchronize(); }
 
+// Handles dropped: the driver's checkpoint comes next.
 Result<uint64_t> CudaBackend::release_mappings(bool drop_handles) {
-  return rt_.memory().release_mappings(drop_handles);
+  auto released = rt_.memory().release_mappings(drop_handles);
+  if (released && drop_handles && DriverLimits::wanted()) shrink_driver_state();
+  return released;
 }
 
 Result<uint64_t> CudaBackend::remap(std::span<const uint64_t> ids, std::vector<UniqueFd> fds) {
-  return rt_.memory().remap(ids, std::move(fds));
+  auto mapped = rt_.memory().remap(ids, std::move(fds));
+  restore_driver_state();
+  return mapped;
+}
+
+// A gate opened without a remap (a dump given up after the release) gets
+// its limits back too; after a remap there is nothing left to set. The
+// slow-call trace (slow_calls.h) starts here.
+void CudaBackend::gate_opening() {
+  restore_driver_state();
+  arm_slow_call_trace();
+}
+
+// Not lowered is no failure: the driver's checkpoint then carries the state
+// as it is.
+void CudaBackend::shrink_driver_state() {
+  auto lowered = limits_.lower(rt_.memory().contexts());
+  if (!lowered)
+    std::fprintf(stderr, "phos: PHOS_SHRINK_DRIVER_STATE: %s; the driver's checkpoint takes the state as it is\n",
+                 lowered.error().message.c_str());
+  else if (!lowered->empty())
+    std::fprintf(stderr, "phos: before the driver's checkpoint, context limits lowered: %s\n", lowered->c_str());
+}
+
+void CudaBackend::restore_driver_state() {
+  auto restored = limits_.restore();
+  if (!restored)
+    std::fprintf(stderr, "phos: PHOS_SHRINK_DRIVER_STATE: %s (the program runs with the lowered limits)\n",
+                 restored.error().message.c_str());
+  else if (!restored->empty())
+    std::fprintf(stderr, "phos: context limits set back: %s\n", restored->c_str());
 }
 
 // Each record's buffers (a kernel's speculated set, where speculation was

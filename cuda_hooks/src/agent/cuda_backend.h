@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "memory/driver_limits.h"
 #include "phos/hooks/agent_backend.h"
 #include "runtime.h"
 
@@ -48,9 +49,16 @@ class CudaBackend final : public AgentBackend {
   Result<bool> nccl_pend_release(bool pend) override;
   Result<agent::IpcOpenReply> ipc_open(uint64_t id, pid_t importer, UniqueFd* fd) override;
   Result<void> ipc_close(uint64_t id, pid_t importer) override;
+  void gate_opening() override;
 
  private:
+  // PHOS_SHRINK_DRIVER_STATE (driver_limits.h): lowered once the memory is
+  // released for the driver's checkpoint, set back before the gate opens.
+  void shrink_driver_state();
+  void restore_driver_state();
+
   const Deps rt_;
+  DriverLimits limits_;
   // Validation's counts when the window opened: what a close compares.
   uint64_t violations_at_open_ = 0;
   std::map<std::string, uint64_t> kernel_violations_at_open_;

@@ -313,6 +313,13 @@ DeviceMemory::Stats DeviceMemory::stats() const {
   return s;
 }
 
+std::vector<CUcontext> DeviceMemory::contexts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<CUcontext> out;
+  for (const auto& [dev, d] : devices_) out.push_back(d.ctx);
+  return out;
+}
+
 std::vector<agent::Allocation> DeviceMemory::units() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<agent::Allocation> out;

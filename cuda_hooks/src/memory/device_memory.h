@@ -119,6 +119,9 @@ class DeviceMemory {
   // For the agent (its own thread; the gate is closed for the operations
   // that change mappings).
   std::vector<agent::Allocation> units() const;
+  // The context of each device phos allocated on (the one current at its
+  // first allocation).
+  std::vector<CUcontext> contexts() const;
   Result<UniqueFd> export_unit(uint64_t id);
   Result<void> synchronize();
   Result<uint64_t> release_mappings(bool drop_handles);

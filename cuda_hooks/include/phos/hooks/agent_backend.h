@@ -92,6 +92,9 @@ class AgentBackend {
     (void)importer;
     return make_error("this process serves no CUDA IPC", ENOTSUP);
   }
+  // The gate is about to open after a checkpoint (ResumeRequest), still
+  // closed: what was set aside for the checkpoint goes back.
+  virtual void gate_opening() {}
   // A job-wide quiesce's second step (NcclStopRequest.pend_release).
   virtual Result<bool> nccl_pend_release(bool pend) {
     (void)pend;

@@ -91,6 +91,29 @@ class CallCycles {
   // CLOCK_MONOTONIC_RAW in ns).
   static uint64_t now();
 
+  // The slow-call trace (PHOS_TRACE_SLOW_CALLS_MS, runtime.cc): from
+  // arm_trace() on, the next `calls` outermost calls (a hook's whole call:
+  // its gate, phos's work and the forwarded call, in wall-clock ns), each
+  // one that took `threshold_ns` or more (and the first) handed to `sink`;
+  // the last one too, with last = true: the trace's summary; a call after
+  // a gap of `threshold_ns` or more too. The counter counts meanwhile
+  // (turned on for it if it was off, and off again after).
+  struct TracedCall {
+    CallKind kind = 0;
+    uint64_t ns = 0;         // the call's own time
+    uint64_t index = 0;      // 1 for the first call after arm_trace
+    uint64_t at_ns = 0;      // its end, after arm_trace
+    uint64_t inside_ns = 0;  // the traced calls' time so far, this one's included
+    uint64_t slow_calls = 0, slow_ns = 0;  // those of threshold_ns or more so far, this one's included
+    // From the end of the last traced call that ended before it (of any
+    // thread; for the first: from arm_trace) to its start: the program's own
+    // time between its calls, or its idle time.
+    uint64_t gap_ns = 0;
+  };
+  using TraceSink = void (*)(const TracedCall&, bool last, uint64_t threshold_ns);
+  void arm_trace(uint64_t threshold_ns, uint64_t calls, TraceSink sink);
+  bool tracing() const { return trace_.armed.load(std::memory_order_relaxed); }
+
   struct Block;  // a thread's counts (call_cycles.cc)
 
  private:
@@ -98,6 +121,16 @@ class CallCycles {
   Block* thread_block() const;  // null where the thread has not counted
   static void thread_exit(void* block);
 
+  void traced(CallKind kind, uint64_t ns);
+
+  struct Trace {
+    std::atomic<bool> armed{false};
+    std::atomic<uint64_t> index{0}, inside_ns{0}, slow_calls{0}, slow_ns{0}, last_end_ns{0};
+    uint64_t threshold_ns = 0, calls = 0, armed_ns = 0;
+    TraceSink sink = nullptr;
+    bool counter_was_on = false;
+  };
+  Trace trace_;
   const uint32_t kinds_;
   const uint64_t id_;  // tells this instance's thread cache from another's
   std::atomic<Block*> blocks_{nullptr};  // every block made, a list only ever pushed to

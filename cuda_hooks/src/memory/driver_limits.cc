@@ -1,0 +1,92 @@
+#include "memory/driver_limits.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "driver/driver.h"
+
+namespace phos::hooks {
+namespace {
+
+struct Limit {
+  CUlimit limit;
+  const char* name;
+};
+constexpr Limit kLimits[] = {{CU_LIMIT_STACK_SIZE, "stack"},
+                             {CU_LIMIT_PRINTF_FIFO_SIZE, "printf FIFO"},
+                             {CU_LIMIT_MALLOC_HEAP_SIZE, "malloc heap"}};
+
+std::string cu_name(CUresult r) {
+  const char* n = nullptr;
+  if (auto name = PHOS_REAL(cuGetErrorName)) name(r, &n);
+  return n ? n : "CUresult " + std::to_string(int(r));
+}
+
+// `fn` with `ctx` current on this (the agent's) thread.
+template <class Fn>
+Result<void> in_context(CUcontext ctx, Fn&& fn) {
+  if (CUresult r = PHOS_REAL(cuCtxPushCurrent_v2)(ctx); r != CUDA_SUCCESS)
+    return make_error("cuCtxPushCurrent: " + cu_name(r), EIO);
+  fn();
+  CUcontext popped = nullptr;
+  PHOS_REAL(cuCtxPopCurrent_v2)(&popped);
+  return {};
+}
+
+}  // namespace
+
+bool DriverLimits::wanted() {
+  static const bool on = [] {
+    const char* v = std::getenv("PHOS_SHRINK_DRIVER_STATE");
+    return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0);
+  }();
+  return on;
+}
+
+Result<std::string> DriverLimits::lower(const std::vector<CUcontext>& contexts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto get = PHOS_REAL(cuCtxGetLimit);
+  auto set = PHOS_REAL(cuCtxSetLimit);
+  if (!get || !set) return make_error("the driver has no cuCtxGetLimit/cuCtxSetLimit", ENOTSUP);
+  std::string line;
+  for (CUcontext ctx : contexts) {
+    PHOS_TRY(in_context(ctx, [&] {
+      for (const Limit& l : kLimits) {
+        size_t was = 0, now = 0;
+        if (get(&was, l.limit) != CUDA_SUCCESS || was == 0) continue;
+        line += line.empty() ? "" : ", ";
+        // 0: the least the driver takes (it rounds up to what it can).
+        if (CUresult r = set(l.limit, 0); r != CUDA_SUCCESS) {
+          line += std::string(l.name) + " " + std::to_string(was) + " kept (" + cu_name(r) + ")";
+          continue;
+        }
+        get(&now, l.limit);
+        saved_.push_back({ctx, l.limit, was});
+        line += std::string(l.name) + " " + std::to_string(was) + " -> " + std::to_string(now);
+      }
+    }));
+  }
+  return line;
+}
+
+Result<std::string> DriverLimits::restore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (saved_.empty()) return std::string();
+  auto set = PHOS_REAL(cuCtxSetLimit);
+  std::string line, failed;
+  std::vector<Saved> saved;
+  saved.swap(saved_);
+  for (const Saved& s : saved) {
+    const char* name = "limit";
+    for (const Limit& l : kLimits)
+      if (l.limit == s.limit) name = l.name;
+    CUresult r = CUDA_SUCCESS;
+    PHOS_TRY(in_context(s.ctx, [&] { r = set(s.limit, s.value); }));
+    if (r != CUDA_SUCCESS) failed += std::string(failed.empty() ? "" : ", ") + name + " " + std::to_string(s.value) + ": " + cu_name(r);
+    line += std::string(line.empty() ? "" : ", ") + name + " " + std::to_string(s.value);
+  }
+  if (!failed.empty()) return make_error("limits not set back: " + failed, EIO);
+  return line;
+}
+
+}  // namespace phos::hooks
