@@ -390,10 +390,11 @@ second_request() {
 slow_calls_report() {
   local t0=$1 first=$2 second_t0=${3:-} second=${4:-} out
   grep -a 'phos: slow' "$REQ/server.out" > "$W/slow-calls.txt" 2>/dev/null || return 0
-  out=$(awk -v a="$t0" -v b="$first" -v top="$W/slow-first.txt" '
+  # (the first call is logged whatever it took: counted only if slow)
+  out=$(awk -v a="$t0" -v b="$first" -v th="$TRACE_MS" -v top="$W/slow-first.txt" '
     function wall(   s) { if (!match($0, /wall [0-9.]+/)) return -1; s = substr($0, RSTART + 5, RLENGTH - 5); return s + 0 }
-    / phos: slow call: / { w = wall(); if (w < a || w > b) next; n++; t += $5; print $5, "call", $4, $0 > top }
-    / phos: slow gap: / { w = wall(); if (w < a || w > b) next
+    /^phos: slow call: / { w = wall(); if (w < a || w > b || $5 + 0 < th) next; n++; t += $5; print $5, "call", $4, $0 > top }
+    /^phos: slow gap: / { w = wall(); if (w < a || w > b) next
       if ($0 ~ / before call 1 /) g1 = $4; else { gn++; gt += $4; print $4, "gap", "-", $0 > top } }
     END { printf "%d %.1f %d %.1f %s\n", n, t, gn, gt, g1 == "" ? "-" : sprintf("%.1f", g1) }' "$W/slow-calls.txt")
   read -r R[slow_calls] R[slow_calls_ms] R[slow_gaps] R[slow_gaps_ms] R[first_call_gap_ms] <<<"$out"

@@ -189,3 +189,57 @@ TEST_CASE("call cycles: the counter's own floor is measured, small and the same 
   // Measured apart: no counter is left counting, none of its calls show.
   CHECK(phos::hooks::call_cycles_counting() == nullptr);
 }
+
+namespace {
+struct Traced {
+  CallCycles::TracedCall call;
+  bool last;
+};
+std::vector<Traced> g_traced;
+void keep_traced(const CallCycles::TracedCall& c, bool last, uint64_t) { g_traced.push_back({c, last}); }
+}  // namespace
+
+TEST_CASE("call cycles: the slow-call trace times the outermost calls after it is armed", "[call_cycles]") {
+  CallCycles c(8);
+  g_traced.clear();
+  Gate gate;
+  { GatePass before(gate, 1); }  // before the trace: not counted
+  c.arm_trace(std::chrono::nanoseconds(20ms).count(), 4, keep_traced);
+  REQUIRE(c.on());  // the trace turns the counter on
+  { GatePass first(gate, 1); }
+  std::this_thread::sleep_for(30ms);  // a gap in the program
+  {
+    GatePass slow(gate, 2);
+    forwarded_call(2, [] {
+      CallScope inner(5);  // nested: part of the outer call, not traced alone
+      std::this_thread::sleep_for(25ms);
+      return 0;
+    });
+  }
+  { GatePass fast(gate, 3); }
+  { GatePass last(gate, 3); }
+  { GatePass after(gate, 4); }  // past the trace
+  REQUIRE_FALSE(c.on());  // off again, as it was before
+  REQUIRE_FALSE(c.tracing());
+  // The first call, the slow one (after a gap), the last with the summary.
+  REQUIRE(g_traced.size() == 3);
+  CHECK(g_traced[0].call.index == 1);
+  CHECK(g_traced[0].call.kind == 1);
+  CHECK_FALSE(g_traced[0].last);
+  CHECK(g_traced[1].call.index == 2);
+  CHECK(g_traced[1].call.kind == 2);
+  CHECK(g_traced[1].call.ns >= uint64_t(std::chrono::nanoseconds(25ms).count()));
+  CHECK(g_traced[1].call.gap_ns >= uint64_t(std::chrono::nanoseconds(30ms).count()));
+  CHECK(g_traced[1].call.slow_calls == 1);
+  CHECK(g_traced[2].call.index == 4);
+  CHECK(g_traced[2].last);
+  CHECK(g_traced[2].call.slow_calls == 1);
+  CHECK(g_traced[2].call.inside_ns >= g_traced[1].call.ns);
+  CHECK(g_traced[2].call.at_ns >= g_traced[1].call.at_ns);
+  auto calls = calls_by_kind(c);
+  CHECK(calls[1] == 1);
+  CHECK(calls[2] == 1);
+  CHECK(calls[5] == 1);
+  CHECK(calls[3] == 2);
+  CHECK(calls.count(4) == 0);
+}
