@@ -26,6 +26,10 @@
 #                 restore's order before issue 30 (the GPU memory created
 #                 inside the plugin's init, the driver restore after the
 #                 fill), to compare with phos_eager in one run
+#   phos_eager_shrink  phos_eager with the server under
+#                 PHOS_SHRINK_DRIVER_STATE=1: its contexts' limits lowered
+#                 for the driver's checkpoint (less device state in criu's
+#                 CPU pages), set back before its gate opens
 #   phos_lazy     the same, PHOS_LAZY_RESTORE=on in criu's environment
 #   phos_lazy_pages  phos_lazy, and criu restore --lazy-pages with a
 #                 `criu lazy-pages -D DIR` daemon started before (its start
@@ -59,6 +63,8 @@
 #   image         du of criu's own files and of phos-*.img (GiB), and
 #                 phosctl show's "size: ... logical, ... stored" line
 #   dump          criu dump's wall time
+#   driver state  from the dump's log: the driver's checkpoint (ms) and the
+#                 resident memory it added to the process (MiB)
 #   second reply  right after the first reply the same request again: its
 #                 time from being written to its reply, its generate, and
 #                 its tokens against the first reply's (what a first
@@ -151,7 +157,7 @@ IFS=, read -r -a SHAPES <<<"$SHAPES"
 IFS=, read -r -a PATHS <<<"$PATHS"
 for s in "${SHAPES[@]}"; do [[ $s =~ ^(tiny|1b|8b|13b)$ ]] || die "--shapes: $s is not tiny, 1b, 8b or 13b"; done
 for p in "${PATHS[@]}"; do
-  [[ $p =~ ^(native|cuda_plugin|phos_eager|phos_eager_serial|phos_lazy|phos_lazy_pages|phos_eager_criu_dev)$ ]] || die "--paths: unknown path $p"
+  [[ $p =~ ^(native|cuda_plugin|phos_eager|phos_eager_serial|phos_eager_shrink|phos_lazy|phos_lazy_pages|phos_eager_criu_dev)$ ]] || die "--paths: unknown path $p"
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps: $REPS is not a count"
 [[ $KV_FRAC =~ ^0*(\.[0-9]+)?$|^0\.[0-9]+$ ]] || die "--kv-cache-frac: $KV_FRAC is not in [0, 1)"
@@ -244,7 +250,7 @@ estimate_s() {  # estimate_s SHAPE PATH
 }
 
 # ------------------------------------------------------------- the CSV
-COLS=run,shape,path,rep,status,first_reply_s,criu_s,seen_s,gen_ms,gpu_in_s,init_s,cpu_restore_s,driver_start_s,created_ms,filled_ms,fill_mib,fill_gbps,resume_ms,fill_wait_ms,driver_ms,remap_ms,gate_ms,all_in_ms,lazy_calls_waited,lazy_wait_ms,lazy_pages_done_s,tokens_check,warmup_check,second_s,second_gen_ms,second_check,first_call_gap_ms,slow_calls,slow_calls_ms,slow_gaps,slow_gaps_ms,image_criu_gib,image_phos_gib,image_phos_apparent_gib,phos_size,dump_s,gpu_used_gib,rss_gib,srv_imported_s,srv_model_s,srv_ready_s,request,tokens,warmup_tokens,note
+COLS=run,shape,path,rep,status,first_reply_s,criu_s,seen_s,gen_ms,gpu_in_s,init_s,cpu_restore_s,driver_start_s,created_ms,filled_ms,fill_mib,fill_gbps,resume_ms,fill_wait_ms,driver_ms,remap_ms,gate_ms,all_in_ms,lazy_calls_waited,lazy_wait_ms,lazy_pages_done_s,tokens_check,warmup_check,second_s,second_gen_ms,second_check,first_call_gap_ms,slow_calls,slow_calls_ms,slow_gaps,slow_gaps_ms,image_criu_gib,image_phos_gib,image_phos_apparent_gib,phos_size,dump_s,driver_ckpt_ms,driver_state_mib,gpu_used_gib,rss_gib,srv_imported_s,srv_model_s,srv_ready_s,request,tokens,warmup_tokens,note
 IFS=, read -r -a COL_NAMES <<<"$COLS"
 csv_init() {
   mkdir -p "$(dirname "$CSV")" || die "cannot create the directory of $CSV"
@@ -294,12 +300,14 @@ publish() {
 
 # ------------------------------------------------------------ the server
 SERVER_PID='' LAZY_PID='' IMG='' W='' REQ=''
+SERVER_ENV=()   # a path's own variables for the server (phos_eager_shrink)
 # start_server SHAPE PRELOAD(0|1) [ARGS...]: in $REQ, in a session of its
 # own, stdio to files; SERVER_PID.
 start_server() {
   local shape=$1 preload=$2; shift 2
   local envs=(HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 TOKENIZERS_PARALLELISM=false)
   [ "$preload" = 1 ] && envs+=("LD_PRELOAD=$LIBPHOS")
+  envs+=("${SERVER_ENV[@]}")
   # Armed only when the gate opens after a checkpoint: the start is untouched.
   [ "$preload" = 1 ] && [ "$TRACE_MS" != 0 ] && envs+=("PHOS_TRACE_SLOW_CALLS_MS=$TRACE_MS")
   local args=(--reqdir "$REQ" --shape "$shape" --seed "$SEED" --kv-cache-frac "$KV_FRAC" --warmup-prompt-len "$PROMPT_LEN")
@@ -561,7 +569,9 @@ case_native() {  # case_native SHAPE
 
 case_checkpoint() {  # case_checkpoint SHAPE PATH
   local shape=$1 path=$2 bin=$CRIU preload=1 so=$PHOS_PLUGIN_SO renv=() lazy_pages='' rc t0 t1 why
+  SERVER_ENV=()
   case $path in
+    phos_eager_shrink) SERVER_ENV=(PHOS_SHRINK_DRIVER_STATE=1) ;;
     cuda_plugin) preload=0 so=$CUDA_PLUGIN_SO ;;
     phos_eager_serial) renv=(PHOS_RESTORE_OVERLAP=off) ;;
     phos_lazy) renv=(PHOS_LAZY_RESTORE=on) ;;
@@ -602,7 +612,14 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   elif ! grep -q "Checkpointing CUDA devices on pid $SERVER_PID" "$W/dump.log"; then
     R[note]="dump.log: CRIU's cuda plugin did not checkpoint pid $SERVER_PID"
   fi
-  say "    dump ${R[dump_s]} s; image: criu ${R[image_criu_gib]} GiB, phos ${R[image_phos_gib]} GiB${shown:+ ($shown)}"
+  # "process P: driver checkpoint T ms; resident memory A -> B MiB (+D MiB: ...)"
+  local drv; drv=$(grep -aoE "driver checkpoint [0-9.]+ ms; resident memory [0-9.]+ -> [0-9.]+ MiB \([+-][0-9.]+ MiB" "$W/dump.log" | head -n1)
+  if [ -n "$drv" ]; then
+    R[driver_ckpt_ms]=$(awk '{print $3}' <<<"$drv")
+    R[driver_state_mib]=$(sed -E 's/.*\(([+-][0-9.]+) MiB$/\1/' <<<"$drv")
+  fi
+  say "    dump ${R[dump_s]} s; image: criu ${R[image_criu_gib]} GiB, phos ${R[image_phos_gib]} GiB${shown:+ ($shown)}; driver checkpoint ${R[driver_ckpt_ms]} ms, ${R[driver_state_mib]} MiB of device state into the process"
+  [ "$path" = phos_eager_shrink ] && say "    server: $(grep -a 'context limits lowered' "$REQ/server.out" | tail -n1)"
 
   # The restore, the request waiting.
   rm -f "$REQ/reply"
@@ -750,8 +767,8 @@ table=${CSV%.csv}.md
   echo "## Cold start: restore until the program answers (medians over the reps; images on a tmpfs of huge pages)"
   echo "request '$REQUEST'; kv-cache-frac $KV_FRAC; $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
   echo
-  echo "| shape | path | first reply s | x native | generate ms (first / second request) | slow calls in the first reply (n, ms / gaps n, ms) | criu returns s | GPU data in s | criu CPU restore s | driver restore ms | tokens | image GiB (criu / phos) | dump s | ok/n |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| shape | path | first reply s | x native | generate ms (first / second request) | slow calls in the first reply (n, ms / gaps n, ms) | criu returns s | GPU data in s | criu CPU restore s | driver restore ms | tokens | image GiB (criu / phos) | dump s | driver checkpoint ms (state MiB) | ok/n |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F, "$awk_median"'
     function col(name) { return c[name] }
     function add(key, name,   x) { x = $(col(name)); if (x != "-" && x != "") vals[key, col(name)] = vals[key, col(name)] " " x }
@@ -766,6 +783,7 @@ table=${CSV%.csv}.md
       ok[key]++
       add(key, "first_reply_s"); add(key, "criu_s"); add(key, "gpu_in_s"); add(key, "cpu_restore_s"); add(key, "driver_ms")
       add(key, "image_criu_gib"); add(key, "image_phos_gib"); add(key, "dump_s")
+      add(key, "driver_ckpt_ms"); add(key, "driver_state_mib")
       add(key, "gen_ms"); add(key, "second_gen_ms"); add(key, "slow_calls"); add(key, "slow_calls_ms"); add(key, "slow_gaps"); add(key, "slow_gaps_ms")
       tk[key] = tk[key] " " $(col("tokens_check")); wk[key] = wk[key] " " $(col("warmup_check"))
     }
@@ -776,10 +794,10 @@ table=${CSV%.csv}.md
         x = (nat != "" && fr != "-" && fr + 0 > 0) ? sprintf("%.1f", nat / fr) : "-"
         t = tk[key]; tokens = "-"
         if (t ~ /DIFF/) tokens = (wk[key] ~ /DIFF/) ? "DIFF (warm-up too)" : "DIFF"; else if (t ~ /OK/) tokens = "OK"; else if (t ~ /REF/) tokens = "REF"
-        printf "| %s | %s | %s | %s | %s / %s | %s, %s / %s, %s | %s | %s | %s | %s | %s | %s / %s | %s | %d/%d |\n", f[1], f[2], fr, x,
+        printf "| %s | %s | %s | %s | %s / %s | %s, %s / %s, %s | %s | %s | %s | %s | %s | %s / %s | %s | %s (%s) | %d/%d |\n", f[1], f[2], fr, x,
           med(key, "gen_ms"), med(key, "second_gen_ms"), med(key, "slow_calls"), med(key, "slow_calls_ms"),
           med(key, "slow_gaps"), med(key, "slow_gaps_ms"), med(key, "criu_s"), med(key, "gpu_in_s"), med(key, "cpu_restore_s"), med(key, "driver_ms"), tokens,
-          med(key, "image_criu_gib"), med(key, "image_phos_gib"), med(key, "dump_s"), ok[key], n[key]
+          med(key, "image_criu_gib"), med(key, "image_phos_gib"), med(key, "dump_s"), med(key, "driver_ckpt_ms"), med(key, "driver_state_mib"), ok[key], n[key]
       }
     }' "$CSV"
   awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
