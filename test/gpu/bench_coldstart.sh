@@ -657,6 +657,7 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   say "    restore: criu returned ${R[criu_s]} s, program saw the request ${R[seen_s]} s, first reply ${R[first_reply_s]} s (generate ${R[gen_ms]} ms); tokens ${R[tokens_check]} (warm-up's ${R[warmup_check]})"
   say "    second request: reply ${R[second_s]} s after it was written (generate ${R[second_gen_ms]} ms; tokens ${R[second_check]} against the first reply's)"
   print_slow_calls
+  [ "$path" = phos_eager_shrink ] && say "    server: $(grep -a 'context limits set back' "$REQ/server.out" | tail -n1)"
   say "    criu log: plugin init ${R[init_s]} s, resume hook ${R[cpu_restore_s]} s, GPU data in ${R[gpu_in_s]} s"
   local overlap
   overlap=$(grep -ao "phos: process [0-9]*: restore breakdown .*; overlap=.*" "$W/restore.log" 2>/dev/null | head -n1 | sed 's/.*; overlap=/overlap=/')

@@ -19,7 +19,8 @@
 #
 # usage: bench_driver_state.sh [--variants V,V...] [--reps N] [--timeout S]
 #   (after `source test/gpu/run-on-host.sh`; default: every variant, 1 rep,
-#   120 s each). With $OUT set, the CSV and the table go there too.
+#   120 s each). With $OUT set, the results, the table and each run's
+#   stderr (bench_driver_state-logs/) go there; else to /tmp.
 # Run time: ~2-4 s a variant (CUDA start, checkpoint, restore, verify);
 # 28 variants ~1.5-2 min a rep.
 set -uo pipefail
@@ -49,23 +50,26 @@ if [ -z "$VARIANTS" ]; then VARIANTS=$(tr '\n' ',' <<<"$all"); fi
 IFS=, read -r -a VARIANTS <<<"$VARIANTS"
 for v in "${VARIANTS[@]}"; do grep -qx -- "$v" <<<"$all" || die "no variant $v ($probe list)"; done
 results=${OUT:-/tmp}/bench_driver_state.txt
+logs=${OUT:-/tmp}/bench_driver_state-logs   # each run's stderr (the child's, libphos's, the tool's)
 : > "$results"
+rm -rf "$logs" && mkdir -p "$logs"
 echo "bench_driver_state: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES%%,*}" 2>/dev/null | head -n1); ${#VARIANTS[@]} variants x $REPS reps; results in $results"
 
 for rep in $(seq "$REPS"); do
   for v in "${VARIANTS[@]}"; do
-    line=$(timeout -k 5 "$TIMEOUT" "$probe" measure "$v" --libphos "$libphos" --agent-tool "$tool" 2>"$results.err")
+    err=$logs/$v-$rep.err
+    line=$(timeout -k 5 "$TIMEOUT" "$probe" measure "$v" --libphos "$libphos" --agent-tool "$tool" 2>"$err")
     rc=$?
     row=$(grep -m1 '^result ' <<<"$line")
     if [ -z "$row" ]; then
-      why=$([ $rc -ge 124 ] && echo "timed_out_after_${TIMEOUT}s" || tail -n1 "$results.err" | tr ' ' _ | cut -c1-160)
+      why=$([ $rc -ge 124 ] && echo "timed_out_after_${TIMEOUT}s" || tail -n1 "$err" | tr ' ' _ | cut -c1-160)
       row="result variant=$v status=FAIL note=${why:-exit_$rc}"
     fi
     echo "rep=$rep $row" >> "$results"
     echo "  $v (rep $rep): $(sed 's/^result variant=[^ ]* //' <<<"$row")"
+    [[ $row == *status=ok* ]] || { [ -s "$err" ] && tail -n 3 "$err" | sed 's/^/      /'; }
   done
 done
-rm -f "$results.err"
 
 # The table: medians over the reps (delta, anon delta, checkpoint, restore).
 table=${results%.txt}.md

@@ -76,7 +76,9 @@ __global__ void lmem_heavy(uint32_t* out, uint32_t seed) {
 // -------------------------------------------------------------- the child
 struct Child {
   std::string dir;  // of the binary: the module files
-  uint32_t* buf = nullptr;  // 1 MiB the verify step writes
+  uint32_t* buf = nullptr;  // 1 MiB: each run of `tiny` adds 1 to its first 256 words
+  uint32_t tiny_runs = 0;
+  uint32_t* scratch = nullptr;  // the streams' kernels' (they run at once)
   std::vector<CUmodule> modules;
   std::vector<CUfunction> functions;
   CUdeviceptr mod_buf = 0;
@@ -102,6 +104,7 @@ void run_tiny(Child& c) {
   tiny<<<1, 256>>>(c.buf);
   check_rt(cudaGetLastError(), "launch tiny");
   check_rt(cudaDeviceSynchronize(), "tiny: synchronize");
+  c.tiny_runs++;
 }
 
 void primary(Child& c) {
@@ -140,7 +143,7 @@ void fifo_heap_min(Child& c) {
 }
 
 void run_lmem(Child& c) {
-  lmem_heavy<<<4, 128>>>(c.buf, 7);
+  lmem_heavy<<<4, 128>>>(c.buf + 4096, 7);  // past the words `tiny` counts in
   check_rt(cudaGetLastError(), "launch lmem_heavy");
   check_rt(cudaDeviceSynchronize(), "lmem_heavy: synchronize");
   c.lmem = true;
@@ -226,10 +229,11 @@ void cublaslt(Child& c) {
 }
 
 void streams(Child& c, int n_streams, int n_events) {
+  check_rt(cudaMalloc(&c.scratch, size_t(n_streams) * 32 * sizeof(uint32_t)), "cudaMalloc streams' scratch");
   for (int i = 0; i < n_streams; i++) {
     cudaStream_t s;
     check_rt(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    tiny<<<1, 32, 0, s>>>(c.buf);
+    tiny<<<1, 32, 0, s>>>(c.scratch + 32 * i);
     c.streams.push_back(s);
   }
   for (int i = 0; i < n_events; i++) {
@@ -347,7 +351,9 @@ std::string verify(Child& c) {
   if (c.blas) run_gemm(c);
   for (auto s : c.streams) check_rt(cudaStreamSynchronize(s), "verify: stream");
   for (auto e : c.events) check_rt(cudaEventSynchronize(e), "verify: event");
-  return h[0] >= 2 ? "ok" : "FAIL(buffer " + std::to_string(h[0]) + ")";
+  for (uint32_t v : h)
+    if (v != c.tiny_runs) return "FAIL(buffer " + std::to_string(v) + ",expected_" + std::to_string(c.tiny_runs) + ")";
+  return "ok";
 }
 
 int child_main(const std::string& name) {

@@ -14,6 +14,7 @@
 #include "driver/driver.h"
 #include "hooks/nccl.h"
 #include "phos/speculation/demangle.h"
+#include "phos/support/clock.h"
 
 namespace phos::hooks {
 namespace {
@@ -162,23 +163,28 @@ void CudaBackend::gate_opening() {
 }
 
 // Not lowered is no failure: the driver's checkpoint then carries the state
-// as it is.
+// as it is. Both lines say how long the driver took (setting back
+// allocates the local memory again, before the gate opens).
 void CudaBackend::shrink_driver_state() {
+  const uint64_t t0 = monotonic_ns();
   auto lowered = limits_.lower(rt_.memory().contexts());
   if (!lowered)
     std::fprintf(stderr, "phos: PHOS_SHRINK_DRIVER_STATE: %s; the driver's checkpoint takes the state as it is\n",
                  lowered.error().message.c_str());
   else if (!lowered->empty())
-    std::fprintf(stderr, "phos: before the driver's checkpoint, context limits lowered: %s\n", lowered->c_str());
+    std::fprintf(stderr, "phos: before the driver's checkpoint, context limits lowered: %s (%.1f ms)\n",
+                 lowered->c_str(), double(monotonic_ns() - t0) / 1e6);
 }
 
 void CudaBackend::restore_driver_state() {
+  const uint64_t t0 = monotonic_ns();
   auto restored = limits_.restore();
   if (!restored)
     std::fprintf(stderr, "phos: PHOS_SHRINK_DRIVER_STATE: %s (the program runs with the lowered limits)\n",
                  restored.error().message.c_str());
   else if (!restored->empty())
-    std::fprintf(stderr, "phos: context limits set back: %s\n", restored->c_str());
+    std::fprintf(stderr, "phos: context limits set back: %s (%.1f ms)\n", restored->c_str(),
+                 double(monotonic_ns() - t0) / 1e6);
 }
 
 // Each record's buffers (a kernel's speculated set, where speculation was
