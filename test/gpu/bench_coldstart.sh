@@ -390,6 +390,14 @@ second_request() {
   if [ "$(kv "$REQ/reply" tokens)" = "${R[tokens]}" ]; then R[second_check]=OK; else R[second_check]=DIFF; fi
 }
 
+# server_line PATTERN: the server's last stderr line with PATTERN, said
+# where there is one (libphos's lines: PHOS_SHRINK_DRIVER_STATE's).
+server_line() {
+  local l; l=$(grep -a -- "$1" "$REQ/server.out" 2>/dev/null | tail -n1)
+  [ -n "$l" ] && say "    server: $l"
+  return 0
+}
+
 # The slow-call trace (PHOS_TRACE_SLOW_CALLS_MS) of the restored server,
 # from its stderr, placed by the wall clock: within the first reply
 # (T0 .. its reply) into R[slow_calls], R[slow_calls_ms], R[slow_gaps],
@@ -619,7 +627,7 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
     R[driver_state_mib]=$(sed -E 's/.*\(([+-][0-9.]+) MiB$/\1/' <<<"$drv")
   fi
   say "    dump ${R[dump_s]} s; image: criu ${R[image_criu_gib]} GiB, phos ${R[image_phos_gib]} GiB${shown:+ ($shown)}; driver checkpoint ${R[driver_ckpt_ms]} ms, ${R[driver_state_mib]} MiB of device state into the process"
-  [ "$path" = phos_eager_shrink ] && say "    server: $(grep -a 'context limits lowered' "$REQ/server.out" | tail -n1)"
+  server_line 'context limits lowered'
 
   # The restore, the request waiting.
   rm -f "$REQ/reply"
@@ -657,7 +665,7 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   say "    restore: criu returned ${R[criu_s]} s, program saw the request ${R[seen_s]} s, first reply ${R[first_reply_s]} s (generate ${R[gen_ms]} ms); tokens ${R[tokens_check]} (warm-up's ${R[warmup_check]})"
   say "    second request: reply ${R[second_s]} s after it was written (generate ${R[second_gen_ms]} ms; tokens ${R[second_check]} against the first reply's)"
   print_slow_calls
-  [ "$path" = phos_eager_shrink ] && say "    server: $(grep -a 'context limits set back' "$REQ/server.out" | tail -n1)"
+  server_line 'context limits set back'
   say "    criu log: plugin init ${R[init_s]} s, resume hook ${R[cpu_restore_s]} s, GPU data in ${R[gpu_in_s]} s"
   local overlap
   overlap=$(grep -ao "phos: process [0-9]*: restore breakdown .*; overlap=.*" "$W/restore.log" 2>/dev/null | head -n1 | sed 's/.*; overlap=/overlap=/')
