@@ -319,11 +319,14 @@ case_sparse_8GiB() {
   sparse_dump_restore $mib
   read -r version stored zero zero_mib <<<"$SPARSE"
   local chunks=$(((mib - live) / 4))  # 4 MiB chunks of zeros
-  [ "$version" = 2 ] || fail "the sparse image has format version $version, expected 2"
+  # 7: the chunks' fingerprints (2 would hold its zero chunks).
+  [ "$version" = 7 ] || fail "the sparse image has format version $version, expected 7"
   [ "$zero" -ge "$chunks" ] || fail "$zero zero chunks, expected at least $chunks"
   [ "$stored" -lt $((live + 64)) ] || fail "$stored MiB stored for $live MiB of data"
   grep -q "every chunk's CRC-32C computed on the GPU" "$WORK/dump.log" ||
     fail "the GPU checksum kernel did not take every chunk: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies.*' "$WORK/dump.log")"
+  grep -q "every chunk's fingerprint taken on the GPU" "$WORK/dump.log" ||
+    fail "the GPU fingerprint kernel did not take every chunk: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies. fingerprints.*' "$WORK/dump.log")"
   grep -q "[0-9]* of [0-9]* chunks zero, set with a memset" "$WORK/restore.log" || fail "the restore log counts no zero chunks"
   local sparse="sparse: $stored MiB stored, $zero zero chunks ($zero_mib MiB), dump $DUMP_S s, restore $RESTORE_S s; $CARRIED"
   # The restored process again, its zeros written out this time.
