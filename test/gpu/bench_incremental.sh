@@ -33,15 +33,18 @@
 # 1; a failed dump or restore stops the benchmark.
 # One CSV row per image (--csv), one per restore (CSV-restore.csv); the
 # tables go to stdout. On an H200, about 5 minutes with the defaults.
+# --protocol-only: the server without torch or a GPU (llama_server.py's
+# plumbing mode: no pool, tokens a hash of the prompt), images in $TMPDIR:
+# the benchmark's own plumbing, on a CPU host.
 #
 # usage: bench_incremental.sh [--workloads server,lora,train] [--dumps N]
 #          [--chain N] [--kv-gib G] [--lora-gib G] [--train-gib G]
-#          [--requests N] [--steps N] [--csv FILE]
+#          [--requests N] [--steps N] [--csv FILE] [--protocol-only]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-workloads=server,lora,train dumps=20 chain=10 kv_gib=2 lora_gib=3 train_gib=2 requests=3 steps=5
+workloads=server,lora,train dumps=20 chain=10 kv_gib=2 lora_gib=3 train_gib=2 requests=3 steps=5 protocol_only=
 csv=${OUT:-/tmp}/bench_incremental.csv
-usage="usage: bench_incremental.sh [--workloads server,lora,train] [--dumps N] [--chain N] [--kv-gib G] [--lora-gib G] [--train-gib G] [--requests N] [--steps N] [--csv FILE]"
+usage="usage: bench_incremental.sh [--workloads server,lora,train] [--dumps N] [--chain N] [--kv-gib G] [--lora-gib G] [--train-gib G] [--requests N] [--steps N] [--csv FILE] [--protocol-only]"
 while [ $# -gt 0 ]; do
   case $1 in
     --workloads) workloads=$2; shift 2 ;;
@@ -53,10 +56,11 @@ while [ $# -gt 0 ]; do
     --requests) requests=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
+    --protocol-only) protocol_only=--protocol-only workloads=server; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
-[ "$chain" -ge 1 ] && [ "$chain" -le "$dumps" ] || { echo "bench_incremental.sh: --chain must be in 1..--dumps" >&2; exit 2; }
+if [ "$chain" -lt 1 ] || [ "$chain" -gt "$dumps" ]; then echo "bench_incremental.sh: --chain must be in 1..--dumps" >&2; exit 2; fi
 for w in ${workloads//,/ }; do
   case $w in server|lora|train) ;; *) echo "bench_incremental.sh: unknown workload $w" >&2; exit 2 ;; esac
 done
@@ -68,7 +72,7 @@ export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$here/torch_loop.py PHOS_WORKLOAD_RUNNER=$p
 need=$(awk -v d="$dumps" -v t="$train_gib" -v k="$kv_gib" -v l="$lora_gib" \
   'BEGIN {m = (d + 1) * t * 1.1; s = 2 * (k + 3) + 4; if (s > m) m = s; if (2 * l + 4 > m) m = 2 * l + 4; printf "%d", m + 6}')
 source "$here/bench_lib.sh"
-bench_tmpfs bench-incremental "$need"
+if [ -z "$protocol_only" ]; then bench_tmpfs bench-incremental "$need"; fi
 export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_incremental
@@ -130,7 +134,7 @@ server_start() {
   reqdir=$WORK/server && rm -rf "$reqdir" && mkdir -p "$reqdir"
   # No file stays open (criu checks the size of an open file at the restore).
   (setsid env LD_PRELOAD="$LIBPHOS" "$python" "$here/llama_server.py" --reqdir "$reqdir" --shape 1b \
-     --kv-cache-gib "$kv_gib" --kv-written-mib -1 --kv-keep </dev/null >/dev/null 2>&1 &)
+     --kv-cache-gib "$kv_gib" --kv-written-mib -1 --kv-keep $protocol_only </dev/null >/dev/null 2>&1 &)
   for _ in $(seq 1800); do { [ -s "$reqdir/ready" ] || [ -e "$reqdir/error" ]; } && break; sleep 0.1; done
   [ -s "$reqdir/ready" ] || fail "server: did not start: $(tail -n 3 "$reqdir/error" "$reqdir/server.log" 2>/dev/null | tr '\n' ' ')"
   WORKLOAD_PID=$(awk '$1 == "pid" {print $2}' "$reqdir/ready")
@@ -213,7 +217,8 @@ for w in ${workloads//,/ }; do
     lora) MATCH="^$python $here/torch_loop.py $WORK/state"; torch_start lora --gib "$lora_gib"; work=torch_work ;;
     train) MATCH="^$python $here/torch_loop.py $WORK/state"; torch_start train --gib "$train_gib" --width 2048; work=torch_work ;;
   esac
-  gpu_gib=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | awk '{printf "%.1f", $1 / 1024}')
+  gpu_gib=-
+  [ -n "$protocol_only" ] || gpu_gib=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | awk '{printf "%.1f", $1 / 1024}')
   echo "$w,gpu_used_gib,$gpu_gib,,,,,," >> "$csv"
   say "$w: $gpu_gib GiB of device memory in use"
   parent=
