@@ -85,7 +85,7 @@ wait_no_keeper
 "$PHOSCTL" show --json "$IMG" | python3 -c '
 import json, sys
 m = json.load(sys.stdin)["images"][0]
-assert m["complete"] and "kept" not in m and m["format_version"] == 7, m' || fail "the spilled image is not an ordinary one"
+assert m["complete"] and "kept" not in m and m["format_version"] == 1, m' || fail "the spilled image is not an ordinary one"
 criu_restore || fail "restore of the spilled image failed"
 pid=$(restored_pid) || fail "no process restored from the spilled image"
 gate_opens "$pid" || fail "gate not open after restoring the spilled image"
