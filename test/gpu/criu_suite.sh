@@ -351,6 +351,9 @@ case_incremental_8GiB() {
   t0=$(now)
   IMG=$img2 PHOS_PARENT_IMAGE=../img1 criu_dump --leave-running || fail "img2: criu dump failed: $(phos_error "$WORK/dump.log")"
   t1=$(now)
+  # Unchanged: size, CRC-32C and the fingerprint the GPU took, all equal.
+  grep -q "every chunk's fingerprint taken on the GPU" "$WORK/dump.log" ||
+    fail "img2: not every chunk fingerprinted on the GPU: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies. fingerprints.*' "$WORK/dump.log")"
   local of='import json,sys; m=json.load(sys.stdin)["images"][0]; print(m["size"]["stored_bytes"] >> 20, m["chain"][0]["referenced_chunks"])'
   read -r stored1 _ <<<"$("$PHOSCTL" show --json "$img1" | python3 -c "$of")"
   read -r stored2 refs <<<"$("$PHOSCTL" show --json "$img2" | python3 -c "$of")"
