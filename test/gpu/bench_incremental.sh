@@ -64,6 +64,7 @@ if [ "$chain" -lt 1 ] || [ "$chain" -gt "$dumps" ]; then echo "bench_incremental
 for w in ${workloads//,/ }; do
   case $w in server|lora|train) ;; *) echo "bench_incremental.sh: unknown workload $w" >&2; exit 2 ;; esac
 done
+echo "command: source test/gpu/run-on-host.sh && test/gpu/bench_incremental.sh $*"
 python=$(python3 -c 'import sys; print(sys.executable)')
 export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$here/torch_loop.py PHOS_WORKLOAD_RUNNER=$python
 # The tmpfs holds one workload's images at a time: at worst every image of
