@@ -9,6 +9,7 @@
 #include <string>
 
 #include "phos/images/crc32c.h"
+#include "phos/images/fingerprint.h"
 #include "phos/images/data_file.h"
 
 namespace phos::image {
@@ -249,6 +250,14 @@ const ParentFile* ImageReader::parent_file(uint32_t index) const {
   return &*manifest_.parent_files[index];
 }
 
+Result<void> ImageReader::check_fingerprint(uint64_t allocation, const Chunk& chunk,
+                                            std::span<const std::byte> bytes) const {
+  if (!chunk.fingerprint || fingerprint::of(bytes.data(), bytes.size()) == *chunk.fingerprint) return {};
+  return make_error(file_name(chunk) + ": allocation " + std::to_string(allocation) + " chunk at offset " +
+                        std::to_string(chunk.alloc_offset) + ": its bytes do not have the fingerprint the manifest records",
+                    EIO);
+}
+
 Result<uint64_t> ImageReader::verify_all() {
   std::vector<std::byte> buf;
   uint64_t total = 0;
@@ -257,6 +266,7 @@ Result<uint64_t> ImageReader::verify_all() {
       if (c.compression == Compression::kDead) continue;  // no part of the image
       buf.resize(c.raw_size);
       PHOS_TRY(read_chunk(c, buf));
+      PHOS_TRY(check_fingerprint(a.id, c, buf));
       total += c.raw_size;
     }
   }

@@ -57,6 +57,8 @@ void encode_chunk(const Chunk& c, Phos__Gpu__Chunk& o) {
   o.stored_size = c.stored_size;
   o.crc32c = c.crc32c;
   o.compression = static_cast<Phos__Gpu__Compression>(c.compression);
+  o.has_fingerprint = c.fingerprint.has_value();
+  o.fingerprint = c.fingerprint.value_or(0);
 }
 
 Chunk decode_chunk(const Phos__Gpu__Chunk& c) {
@@ -66,7 +68,8 @@ Chunk decode_chunk(const Phos__Gpu__Chunk& c) {
                .raw_size = c.raw_size,
                .stored_size = c.stored_size,
                .crc32c = c.crc32c,
-               .compression = static_cast<Compression>(c.compression)};
+               .compression = static_cast<Compression>(c.compression),
+               .fingerprint = c.has_fingerprint ? std::optional<uint64_t>(c.fingerprint) : std::nullopt};
 }
 
 void encode_statistics(const Statistics& s, Phos__Image__Statistics& o) {
@@ -332,6 +335,9 @@ bool is_migration_id(std::string_view id) {
 }
 
 uint32_t format_version_for(const Manifest& m) {
+  for (const auto& a : m.allocations)
+    for (const auto& c : a.chunks)
+      if (c.fingerprint) return kFingerprintFormatVersion;
   if (m.parent) return kParentFormatVersion;
   if (!m.ipc_mappings.empty()) return kIpcFormatVersion;
   if (m.kept) return kKeptMemoryFormatVersion;
@@ -495,6 +501,10 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
       if (c.raw_size == 0 || c.raw_size > m.chunk_size)
         return fail(cw + " has " + std::to_string(c.raw_size) + " bytes, chunk size is " + std::to_string(m.chunk_size));
       if (chunk_compression_name(c.compression) == "unknown") return fail(cw + " has an unknown compression");
+      if (c.fingerprint && m.format_version < kFingerprintFormatVersion)
+        return fail(cw + " has a fingerprint, which format version " + std::to_string(m.format_version) +
+                    " does not have");
+      if (c.fingerprint && c.compression == Compression::kDead) return fail(cw + " is a dead chunk with a fingerprint");
       std::string problem = c.compression == Compression::kZero     ? zero_chunk_problem(m, c)
                             : c.compression == Compression::kDead   ? dead_chunk_problem(m, c)
                             : c.compression == Compression::kParent ? parent_chunk_problem(m, c)

@@ -22,8 +22,10 @@ Result<std::vector<Chunk>> copy_chunks(const Allocation& a, ImageReader& reader,
     }
     buf.resize(c.raw_size);
     PHOS_TRY(reader.read_chunk(c, buf));
+    PHOS_TRY(reader.check_fingerprint(a.id, c, buf));  // it goes with the chunk: a later image's parent needs it
     auto written = writer.write_chunk(c.alloc_offset, buf, c.compression, 1, ChunkSum{c.crc32c, false});
     if (!written) return written.error();
+    written->fingerprint = c.fingerprint;
     out.push_back(*written);
   }
   return out;

@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -37,6 +39,13 @@ ChainLink link_of(const Manifest& m) {
 
 using ChunkKey = std::pair<uint64_t, uint64_t>;  // allocation id, alloc_offset
 
+std::string fingerprint_text(const std::optional<uint64_t>& f) {
+  if (!f) return "none";
+  char hex[19];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(*f));
+  return hex;
+}
+
 // `child`'s parent chunks replaced by `parent`'s chunks, whose data files
 // are appended to the child's (read from `parent_dirfd`).
 Result<void> take_parent_chunks(Manifest& child, const Manifest& parent, int parent_dirfd, const std::string& path,
@@ -59,11 +68,15 @@ Result<void> take_parent_chunks(Manifest& child, const Manifest& parent, int par
       auto it = index.find({a.id, c.alloc_offset});
       if (it == index.end()) return make_error(what + " has no " + where + ", which the image leaves to it", ENOENT);
       const Chunk& p = *it->second;
-      if (p.compression == Compression::kDead || p.raw_size != c.raw_size || p.crc32c != c.crc32c)
+      // A child of format version 7 names the fingerprint it was compared by.
+      if (p.compression == Compression::kDead || p.raw_size != c.raw_size || p.crc32c != c.crc32c ||
+          (c.fingerprint && p.fingerprint != c.fingerprint))
         return make_error(what + ": its " + where + " is not the one the image references (" +
                               std::string(chunk_compression_name(p.compression)) + ", " + std::to_string(p.raw_size) +
-                              " bytes, CRC-32C " + std::to_string(p.crc32c) + "; expected " +
-                              std::to_string(c.raw_size) + " bytes, CRC-32C " + std::to_string(c.crc32c) + ")",
+                              " bytes, CRC-32C " + std::to_string(p.crc32c) + ", fingerprint " +
+                              fingerprint_text(p.fingerprint) + "; expected " + std::to_string(c.raw_size) +
+                              " bytes, CRC-32C " + std::to_string(c.crc32c) + ", fingerprint " +
+                              fingerprint_text(c.fingerprint) + ")",
                           EINVAL);
       c = p;  // its CRC is the child's, checked when the bytes are read
       if (p.compression != Compression::kZero) c.file_index = base + p.file_index;

@@ -352,18 +352,21 @@ case_sparse_8GiB() {
   sparse_dump_restore $mib
   read -r version stored zero zero_mib <<<"$SPARSE"
   local chunks=$(((mib - live) / 4))  # 4 MiB chunks of zeros
-  [ "$version" = 2 ] || fail "the sparse image has format version $version, expected 2"
+  # 7: the chunks' fingerprints (2 would hold its zero chunks).
+  [ "$version" = 7 ] || fail "the sparse image has format version $version, expected 7"
   [ "$zero" -ge "$chunks" ] || fail "$zero zero chunks, expected at least $chunks"
   [ "$stored" -lt $((live + 64)) ] || fail "$stored MiB stored for $live MiB of data"
   grep -q "every chunk's CRC-32C computed on the GPU" "$WORK/dump.log" ||
     fail "the GPU checksum kernel did not take every chunk: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies.*' "$WORK/dump.log")"
+  grep -q "every chunk's fingerprint taken on the GPU" "$WORK/dump.log" ||
+    fail "the GPU fingerprint kernel did not take every chunk: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies. fingerprints.*' "$WORK/dump.log")"
   grep -q "[0-9]* of [0-9]* chunks zero, set with a memset" "$WORK/restore.log" || fail "the restore log counts no zero chunks"
   local sparse="sparse: $stored MiB stored, $zero zero chunks ($zero_mib MiB), dump $DUMP_S s, restore $RESTORE_S s; $CARRIED"
   # The restored process again, its zeros written out this time.
   rm -rf "$IMG" && mkdir "$IMG"
   PHOS_SPARSE=off sparse_dump_restore $mib
   read -r version stored zero zero_mib <<<"$SPARSE"
-  [ "$version" = 1 ] && [ "$zero" = 0 ] && [ "$stored" -ge $mib ] ||
+  [ "$version" = 7 ] && [ "$zero" = 0 ] && [ "$stored" -ge $mib ] ||
     fail "sparse=off: format version $version, $zero zero chunks, $stored MiB stored"
   pass "$mib MiB, $live MiB of data; $sparse; sparse=off: $stored MiB stored, dump $DUMP_S s, restore $RESTORE_S s"
 }
@@ -381,6 +384,9 @@ case_incremental_8GiB() {
   t0=$(now)
   IMG=$img2 PHOS_PARENT_IMAGE=../img1 criu_dump --leave-running || fail "img2: criu dump failed: $(phos_error "$WORK/dump.log")"
   t1=$(now)
+  # Unchanged: size, CRC-32C and the fingerprint the GPU took, all equal.
+  grep -q "every chunk's fingerprint taken on the GPU" "$WORK/dump.log" ||
+    fail "img2: not every chunk fingerprinted on the GPU: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies. fingerprints.*' "$WORK/dump.log")"
   local of='import json,sys; m=json.load(sys.stdin)["images"][0]; print(m["size"]["stored_bytes"] >> 20, m["chain"][0]["referenced_chunks"])'
   read -r stored1 _ <<<"$("$PHOSCTL" show --json "$img1" | python3 -c "$of")"
   read -r stored2 refs <<<"$("$PHOSCTL" show --json "$img2" | python3 -c "$of")"

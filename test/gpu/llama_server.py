@@ -50,6 +50,12 @@ nothing in its loop and keeps no file open (its log, REQDIR/server.log, is
 opened for each line), so CRIU can dump it at any moment between polls;
 run it with setsid and its stdio redirected (stdin /dev/null).
 
+--kv-keep: each request's KV cache (the keys and values generate made)
+is kept in the pool, as a server with a paged KV cache keeps it for the
+conversation's next turn: copied to the pool's next free place, a ring
+that wraps, so the pool changes with the requests answered (the
+incremental-image benchmark, bench_incremental.sh). Needs a pool.
+
 --http-port P (0: any free port): the server also listens on 127.0.0.1:P;
 GET /generate?KEY=VALUE&... takes the request line's words as query
 parameters (seed, prompt_len, new_tokens, tokens) and answers with the
@@ -61,7 +67,7 @@ testing the benchmark's plumbing (criu, the files) on a host without a GPU.
 
 usage: llama_server.py --reqdir DIR [--shape tiny|1b|8b|13b] [--seed S]
          [--kv-cache-frac F] [--kv-written-mib M] [--warmup-tokens N]
-         [--poll-ms MS] [--http-port P] [--native-start] [--protocol-only]
+         [--kv-keep] [--poll-ms MS] [--http-port P] [--native-start] [--protocol-only]
 """
 import argparse
 import os
@@ -95,6 +101,8 @@ def parse_args(argv):
                    help="preallocate a KV-cache pool of this many GiB instead (overrides --kv-cache-frac)")
     p.add_argument("--kv-written-mib", type=int, default=256,
                    help="MiB at the start of the pool written with random values (default 256; -1: all of it)")
+    p.add_argument("--kv-keep", action="store_true",
+                   help="keep each request's KV cache in the pool (a ring), as a paged KV cache does")
     p.add_argument("--warmup-tokens", type=int, default=4, help="tokens of the warm-up generate (default 4)")
     p.add_argument("--warmup-prompt-len", type=int, default=32, help="prompt length of the warm-up (default 32)")
     p.add_argument("--poll-ms", type=float, default=1.0, help="request polling interval, ms (default 1)")
@@ -109,6 +117,8 @@ def parse_args(argv):
         p.error("--kv-cache-frac must be in [0, 1)")
     if a.kv_cache_gib < 0:
         p.error("--kv-cache-gib must be >= 0")
+    if a.kv_keep and a.kv_cache_frac <= 0 and a.kv_cache_gib <= 0:
+        p.error("--kv-keep needs a pool (--kv-cache-gib or --kv-cache-frac)")
     return a
 
 
@@ -219,11 +229,35 @@ class Server:
                 out.append(int.from_bytes(h[:4], "little") % self.vocab)
             return out
         x = torch.tensor([ids], device="cuda:0")
+        keep = self.args.kv_keep and hasattr(self, "kv")
         with torch.inference_mode():
             out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens,
-                                      min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+                                      min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+                                      return_dict_in_generate=keep)
+            if keep:
+                self.keep_kv(out.past_key_values)
+                out = out.sequences
         torch.cuda.synchronize()
         return out[0, len(ids):].tolist()
+
+    def keep_kv(self, cache):
+        """The request's keys and values copied into the pool at its next
+        free place (a ring), as a paged KV cache keeps a conversation's."""
+        if hasattr(cache, "layers"):  # transformers' Cache of 4.56 and later
+            tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        elif hasattr(cache, "key_cache"):
+            tensors = list(cache.key_cache) + list(cache.value_cache)
+        else:  # the legacy tuple of (key, value) per layer
+            tensors = [t for kv in cache for t in kv]
+        at = getattr(self, "kv_at", 0)
+        for t in tensors:
+            flat = t.reshape(-1).to(self.kv.dtype)
+            n = min(flat.numel(), self.kv.numel())
+            if at + n > self.kv.numel():
+                at = 0
+            self.kv[at:at + n].copy_(flat[:n])
+            at += n
+        self.kv_at = at
 
     def warm_up(self):
         a = self.args

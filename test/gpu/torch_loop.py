@@ -9,6 +9,11 @@ every step, as the e2e workload contract asks, and appending
   train  a training loop: a GPT-style stack (fp32 linear layers with
          AdamW: weights, gradients and two optimizer states, all written
          every step)
+  lora   fine-tuning with a frozen base: a stack of bf16 linear layers
+         (weights only read, never given gradients) each with a small
+         trainable low-rank adapter (fp32, rank --rank), AdamW on the
+         adapters alone: per step the adapters, their gradients and
+         optimizer states change, and the activations
   transfer  a loop that moves its own data between host and device every
          step (the traffic benchmark, bench_recopy.sh --traffic): a batch
          of --transfer-mib MiB in from pinned host memory, a kernel over it
@@ -24,7 +29,7 @@ With --grads-to-none, train lets its gradients go as each iteration ends
 (opt.zero_grad(), set_to_none=True, PyTorch's default) instead of zeroing
 them as the next starts: at phos.step() they are free blocks too.
 
-usage: torch_loop.py STATE infer|train|transfer --gib G [--pace-ms N] [--width W] [--transfer-mib M] [--phos-step] [--grads-to-none]
+usage: torch_loop.py STATE infer|train|lora|transfer --gib G [--pace-ms N] [--width W] [--rank R] [--transfer-mib M] [--phos-step] [--grads-to-none]
 """
 import argparse
 import os
@@ -154,21 +159,67 @@ def train(state, token, gib, pace, width=4096, mark=lambda: None, grads_to_none=
         time.sleep(pace)
 
 
+class LoraLayer(torch.nn.Module):
+    """A frozen bf16 linear layer and its trainable adapter b @ a (fp32,
+    rank r; b starts at zero, as LoRA's does), then GELU and a residual."""
+
+    def __init__(self, width, rank):
+        super().__init__()
+        self.base = torch.nn.Linear(width, width, bias=False, dtype=torch.bfloat16)
+        # Half the scale that keeps a layer's output as large as its input:
+        # through ~100 residual layers the activations grow ~1.06x each.
+        torch.nn.init.normal_(self.base.weight, std=0.5 * width ** -0.5)
+        self.base.weight.requires_grad_(False)
+        self.a = torch.nn.Parameter(torch.randn(rank, width) * 0.01)
+        self.b = torch.nn.Parameter(torch.zeros(width, rank))
+
+    def forward(self, x):
+        delta = (x.float() @ self.a.t()) @ self.b.t()
+        return x + torch.nn.functional.gelu(self.base(x) + delta.to(x.dtype))
+
+
+def lora(state, token, gib, pace, width=4096, rank=16, mark=lambda: None):
+    tokens = 256
+    # The bf16 base is nearly all of it; the adapters and their AdamW states
+    # are 4 x 2 x rank x width fp32 values per layer.
+    n = layers_for(gib * 0.9, width, 2, 1)
+    with torch.device("cuda"):
+        model = torch.nn.Sequential(*[LoraLayer(width, rank) for _ in range(n)])
+    adapters = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(adapters, lr=1e-3)
+    x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16)
+    step = 0
+    while True:
+        mark()
+        began = time.time()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        step += 1
+        write_state(state, token, step, began, loss.item().hex())
+        time.sleep(pace)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("state")
-    p.add_argument("mode", choices=["infer", "train", "transfer"])
+    p.add_argument("mode", choices=["infer", "train", "lora", "transfer"])
     p.add_argument("--gib", type=float, default=8)
     p.add_argument("--pace-ms", type=int, default=0)
     p.add_argument("--width", type=int, default=4096, help="train: the model's width (narrower: more, smaller tensors)")
+    p.add_argument("--rank", type=int, default=16, help="lora: the adapters' rank")
     p.add_argument("--transfer-mib", type=int, default=256, help="transfer: MiB moved each way per step")
-    p.add_argument("--phos-step", action="store_true", help="train: phos.step() as each iteration starts")
+    p.add_argument("--phos-step", action="store_true", help="train, lora: phos.step() as each iteration starts")
     p.add_argument("--grads-to-none", action="store_true", help="train: gradients let go as each iteration ends")
     a = p.parse_args()
     token = os.urandom(8).hex()
     torch.manual_seed(0)
     if a.mode == "infer":
         infer(a.state, token, a.gib, a.pace_ms / 1000)
+    elif a.mode == "lora":
+        lora(a.state, token, a.gib, a.pace_ms / 1000, a.width, a.rank, step_marker(a.phos_step))
     elif a.mode == "transfer":
         transfer(a.state, token, a.gib, a.pace_ms / 1000, a.transfer_mib)
     else:

@@ -8,9 +8,13 @@
 #      parent dumped with --track-mem, which a kernel without soft-dirty
 #      tracking refuses, as this CI's and the GPU host's do): phos stores
 #      only the chunks that changed (fewer bytes than img1) and references
-#      img1 for the rest;
+#      img1 for the rest (size, CRC-32C and fingerprint equal; format 7);
 #      `phosctl show` prints the chain
 #      A parent directory without an image of the process: dumped whole.
+#      img1 with its fingerprints flipped (phos-image-edit): a dump against
+#      it references no chunk, though sizes and CRC-32C are equal; with its
+#      fingerprints dropped (an older phos's image): restores, and a dump
+#      against it stores every chunk and names no parent, saying why.
 #   2. killed, restored from img2: the program's checks pass (its pattern
 #      read from img1's data file, L and M from img2's)
 #   3. a flipped byte in each chunk of img1's data files: the restore from
@@ -61,7 +65,9 @@ grep -q "incremental dump against parent image ../img1" "$WORK/dump.log" || fail
 stored1=$(json "$WORK/img1" "['size']['stored_bytes']")
 stored2=$(json "$WORK/img2" "['size']['stored_bytes']")
 refs=$(json "$WORK/img2" "['chain'][0]['referenced_chunks']")
-[ "$(json "$WORK/img2" "['format_version']")" = 6 ] || fail "img2: format version not 6"
+[ "$(json "$WORK/img2" "['format_version']")" = 7 ] || fail "img2: format version not 7 (fingerprints)"
+grep -q "every chunk's fingerprint taken on the GPU" "$WORK/dump.log" ||
+  fail "img2: not every chunk fingerprinted by the engine's kernel: $(grep -o 'phos: process [0-9]*: [0-9]* of [0-9]* chunk copies. fingerprints.*' "$WORK/dump.log")"
 [ "$(json "$WORK/img2" "['parent']['path']")" = ../img1 ] || fail "img2: its parent is not ../img1"
 [ "$refs" -ge 1 ] || fail "img2 references no chunk of img1"
 [ "$stored2" -le $((stored1 - refs * MIB)) ] || fail "img2 stores $stored2 bytes, img1 $stored1: not $refs MiB fewer"
@@ -75,6 +81,27 @@ grep -q "parent image ../empty has no phos-1-manifest.img: this image is not inc
   fail "imgx: the dump does not say the parent has no image of the process"
 [ "$(json "$WORK/imgx" ".get('parent')")" = None ] || fail "imgx names a parent"
 say "1b. against a parent without an image of the process: dumped whole, naming no parent"
+# A parent whose chunks' fingerprints are not their bytes' (flipped: as if
+# its bytes were others of the same CRC-32C and size): no chunk taken.
+EDIT=$PHOS_BUILD/test/tools/phos-image-edit
+cp -a "$WORK/img1" "$WORK/img1f" && mkdir -p "$WORK/imgf"
+"$EDIT" "$WORK/img1f" 1 fingerprints flip >/dev/null || fail "phos-image-edit could not flip img1f's fingerprints"
+IMG=$WORK/imgf PHOS_PARENT_IMAGE=../img1f criu_dump --leave-running || fail "imgf: dump against img1f failed"
+[ "$(json "$WORK/imgf" "['parent']['path']")" = ../img1f ] || fail "imgf: its parent is not ../img1f"
+[ "$(json "$WORK/imgf" "['chain'][0]['referenced_chunks']")" = 0 ] ||
+  fail "imgf took chunks from img1f by CRC-32C and size, though their fingerprints differ"
+say "1c. against img1 with its fingerprints flipped (CRC-32C and sizes the same): no chunk referenced ($refs against img1)"
+# A parent without fingerprints (as a phos of format version 6 wrote it):
+# restores, but is not used as a parent.
+cp -a "$WORK/img1" "$WORK/img1v6" && mkdir -p "$WORK/imgv"
+"$EDIT" "$WORK/img1v6" 1 fingerprints drop >/dev/null || fail "phos-image-edit could not drop img1v6's fingerprints"
+[ "$(json "$WORK/img1v6" "['format_version']")" -lt 7 ] || fail "img1v6 is still format version 7"
+IMG=$WORK/imgv PHOS_PARENT_IMAGE=../img1v6 criu_dump --leave-running || fail "imgv: dump against img1v6 failed"
+grep -q "parent image ../img1v6 is not used, this image is not incremental: .*records no 64-bit fingerprint" "$WORK/dump.log" ||
+  fail "imgv: the dump does not say why img1v6 is not used: $(grep -o 'phos: .*img1v6.*' "$WORK/dump.log" | head -n1)"
+[ "$(json "$WORK/imgv" ".get('parent')")" = None ] || fail "imgv names a parent without fingerprints"
+restore_from "$WORK/img1v6"
+say "1d. img1 without fingerprints (format $(json "$WORK/img1v6" "['format_version']")): restores, and a dump against it stores every chunk, saying why"
 
 # 2. Restored from img2.
 restore_from "$WORK/img2"
@@ -119,7 +146,8 @@ find "$WORK/img2" -maxdepth 1 -type f ! -name 'phos-*' -exec cp {} "$WORK/img4/"
 "$PHOSCTL" merge "$WORK/img2" "$WORK/img4" >"$WORK/merge.log" 2>&1 || fail "phosctl merge failed: $(cat "$WORK/merge.log")"
 mv "$WORK/img1" "$WORK/img1.away"
 [ "$(json "$WORK/img4" "['chain'][0]['referenced_chunks']")" = 0 ] || fail "img4 still references chunks"
-[ "$(json "$WORK/img4" "['format_version']")" -lt 6 ] || fail "img4 is written at the incremental format version"
+[ "$(json "$WORK/img4" ".get('parent')")" = None ] || fail "img4 names a parent"
+[ "$(json "$WORK/img4" "['format_version']")" = 7 ] || fail "img4 does not keep the fingerprints (format version 7)"
 "$PHOSCTL" verify "$WORK/img4" >/dev/null || fail "phosctl verify fails on img4"
 restore_from "$WORK/img4"
 say "6. merged into img4 ($(json "$WORK/img4" "['size']['stored_bytes']") bytes): restored without img1, memory right"

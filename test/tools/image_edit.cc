@@ -7,6 +7,10 @@
 //        phos-image-edit DIR PID kept-allocation ADDRESS SIZE
 //          (a migration's image: one more allocation it says is kept, on
 //          device 0, listed first if the image has no device)
+//        phos-image-edit DIR PID fingerprints flip|drop
+//          (an image without a parent: every chunk's fingerprint with its
+//          low bit flipped, as if its bytes had been others with the same
+//          CRC-32C; or none, as a phos of format version 6 wrote it)
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -23,17 +27,40 @@ int die(const std::string& msg) {
 }
 }  // namespace
 
+// Every chunk's fingerprint flipped or dropped (`how`); what was done, or
+// "" for an unknown `how`.
+std::string edit_fingerprints(phos::image::Manifest& m, const std::string& how) {
+  if (how != "flip" && how != "drop") return "";
+  size_t n = 0;
+  for (auto& a : m.allocations)
+    for (auto& c : a.chunks) {
+      if (!c.fingerprint) continue;
+      n++;
+      if (how == "flip") *c.fingerprint ^= 1;
+      else c.fingerprint.reset();
+    }
+  m.format_version = phos::image::format_version_for(m);
+  return std::to_string(n) + " fingerprints " + (how == "flip" ? "flipped" : "dropped") + " (format version " +
+         std::to_string(m.format_version) + ")";
+}
+
 int main(int argc, char** argv) {
-  const std::string what = argc == 6 ? argv[3] : "";
-  if (what != "device-name" && what != "kept-allocation")
-    return die("usage: phos-image-edit DIR PID device-name INDEX NAME | DIR PID kept-allocation ADDRESS SIZE");
+  const std::string what = argc == 6 || argc == 5 ? argv[3] : "";
+  if (!(argc == 6 && (what == "device-name" || what == "kept-allocation")) && !(argc == 5 && what == "fingerprints"))
+    return die("usage: phos-image-edit DIR PID device-name INDEX NAME | DIR PID kept-allocation ADDRESS SIZE | "
+               "DIR PID fingerprints flip|drop");
   phos::UniqueFd dir(::open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return die(std::string("cannot open ") + argv[1]);
   auto img = phos::image::open_process_image(dir.get(), std::atoi(argv[2]), /*require_complete=*/true);
   if (!img) return die(img.error().message);
   phos::image::Manifest m = img->manifest;
   std::string done;  // what was changed, for the line printed
-  if (what == "kept-allocation") {
+  if (what == "fingerprints") {
+    // A resolved chain's manifest lists its parents' chunks and files as its own.
+    if (m.parent) return die(img->manifest_name + " names a parent image: only an image without one is edited");
+    done = edit_fingerprints(m, argv[4]);
+    if (done.empty()) return die(std::string("fingerprints: flip or drop, not ") + argv[4]);
+  } else if (what == "kept-allocation") {
     if (!m.kept) return die(img->manifest_name + " is not a migration's image");
     if (m.devices.empty())
       m.devices.push_back(phos::GpuDevice{.ordinal = 0,

@@ -19,6 +19,7 @@
 #include "phos/plugin/log.h"
 #include "phos/images/format.h"
 #include "phos/images/image_dir.h"
+#include "phos/images/parent_index.h"
 #include "phos/plugin/ipc_sharing.h"
 #include "phos/plugin/job_store.h"
 #include "phos/plugin/proc.h"
@@ -680,11 +681,19 @@ Result<void> Checkpointer::use_parent(Target& t) {
     return make_error("process " + std::to_string(t.vpid) + ": incremental dump against " + *path + ": " +
                           parent.error().message,
                       parent.error().code);
+  // A parent of before fingerprints cannot show a chunk unchanged by more
+  // than a 32-bit CRC: every chunk is stored, and the image names no parent.
+  auto index = image::ParentIndex::of(parent->manifest);
+  if (!index) {
+    PHOS_WARN("process %d: parent image %s is not used, this image is not incremental: %s", t.vpid, path->c_str(),
+              index.error().message.c_str());
+    return {};
+  }
   t.manifest.parent = image::ParentImage{.path = *path,
                                          .manifest_size = parent->manifest_size,
                                          .manifest_crc32c = parent->manifest_crc32c,
                                          .created_unix_ns = parent->manifest.created_unix_ns};
-  engine_->set_parent(*t.save, parent->manifest);
+  engine_->set_parent(*t.save, std::move(*index));
   PHOS_INFO("process %d: incremental dump against parent image %s (a chain of %zu)", t.vpid, path->c_str(),
             parent->chain.size());
   return {};

@@ -75,10 +75,33 @@ void log_cow_traffic(const Engine::SaveJob& job, const TrafficControl& traffic) 
             (unsigned long long)s.transfers, double(s.transfer_bytes) / (1 << 20));
 }
 
+// Behind a staging buffer, pinned and mapped for the device: where the GPU
+// checksum kernel leaves the chunk's CRC (or the copy-and-sum kernel its CRC
+// and fingerprint), and the fingerprint kernel's task and result for a
+// chunk copied without the bounce (queue_sum).
+struct StagingTail {
+  ChunkCrcTail crc;
+  ChunkSumTask task;
+  ChunkSumOut sum;
+};
+
+StagingTail* staging_tail(void* buffer, size_t buffer_size) {
+  return reinterpret_cast<StagingTail*>(static_cast<std::byte*>(buffer) + buffer_size);
+}
+
 // The tail behind a staging buffer of `buffer_size` bytes, where the GPU
 // checksum kernel leaves its result.
-ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) {
-  return reinterpret_cast<ChunkCrcTail*>(static_cast<std::byte*>(buffer) + buffer_size);
+ChunkCrcTail* crc_tail(void* buffer, size_t buffer_size) { return &staging_tail(buffer, buffer_size)->crc; }
+
+// The fingerprint of the chunk in `buffer`: the GPU's, from the copy-and-sum
+// kernel or the fingerprint kernel, where one ran (`on_gpu`); else the CPU's.
+uint64_t chunk_fingerprint(const void* buffer, size_t size, size_t buffer_size, bool& on_gpu) {
+  const StagingTail* tail = staging_tail(const_cast<void*>(buffer), buffer_size);
+  on_gpu = true;
+  if (tail->crc.summed == kChunkSumDone) return tail->crc.fingerprint;
+  if (tail->sum.done == kChunkSumDone) return tail->sum.fingerprint;
+  on_gpu = false;
+  return phos::fingerprint::of(buffer, size);
 }
 
 }  // namespace
@@ -391,7 +414,7 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size, bo
   // Page-aligned, as O_DIRECT writes from it need; the GPU checksum of the
   // chunk in it lands in the tail (ChunkCrcTail), which the device writes.
   if (!slot.buffer && buffer_size) {  // none for device-to-device copies (a migration's)
-    const size_t size = buffer_size + sizeof(ChunkCrcTail);
+    const size_t size = buffer_size + sizeof(StagingTail);
     // Huge pages: copies both ways went faster with them than with
     // cuMemHostAlloc's pages (docs/benchmarks/architecture-figures.md).
     if (auto mapped = huge_staging(size)) {
@@ -948,14 +971,7 @@ Engine::Take Engine::next_claim(SaveJob& job, TrafficControl& traffic, Piece& ou
   return Take::kTaken;
 }
 
-void Engine::set_parent(SaveJob& job, const image::Manifest& parent) {
-  job.parent.clear();
-  // A chunk the parent stores: a zero or dead one costs this image nothing.
-  for (const auto& a : parent.allocations)
-    for (const auto& c : a.chunks)
-      if (c.compression == image::Compression::kNone || c.compression == image::Compression::kZstd)
-        job.parent[{a.id, c.alloc_offset}] = {c.raw_size, c.crc32c};
-}
+void Engine::set_parent(SaveJob& job, image::ParentIndex parent) { job.parent = std::move(parent); }
 
 void Engine::close_window(SaveJob& job, bool copied) {
   if (!job.window) return;
@@ -972,27 +988,33 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
     CUdeviceptr src = p.claim && p.claim->pool_slot ? pool_address(job, *p.claim->pool_slot, settings_.chunk_size)
                                                     : job.vas[p.allocation] + p.offset;
     const std::string what = "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to host";
-    ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
+    StagingTail* staged = staging_tail(buffer, settings_.chunk_size);
+    ChunkCrcTail* tail = &staged->crc;
+    staged->sum.done = 0;  // a fingerprint of this slot's last chunk must not pass for this one's
     // Validated: one read of the chunk into the bounce, its sums from the
     // bytes copied; the DMA reads the bounce, which nothing else writes.
     if (job.validated && p.claim && queue_copy_sum(p.device, src, bounce, p.size, tail, stream)) {
       PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, bounce, p.size, stream), what.c_str());
       return {};
     }
-    // On the same stream, before the copy: both only read the chunk.
+    // On the same stream, before the copy: all three only read the chunk.
+    // Every chunk's fingerprint goes into the image, for a later incremental
+    // dump to compare against (parent_index.h).
     (void)queue_crc(p.device, src, p.size, tail, stream);
+    staged->task = ChunkSumTask{src, p.size};
+    (void)queue_sum(p.device, &staged->task, &staged->sum, stream);
     PHOS_CU(cu_, cu_.cuMemcpyDtoHAsync_v2(buffer, src, p.size, stream), what.c_str());
     return {};
   };
   work.done = [this, &job](const Piece& p, void* buffer, unsigned worker) -> Result<void> {
     const ChunkCrcTail* tail = crc_tail(buffer, settings_.chunk_size);
-    // Validated: the fingerprint of the bytes in the staging buffer, which
-    // go into the image (the GPU's where it copied through the bounce).
-    if (job.validated && p.claim) {
-      const uint64_t fingerprint = tail->summed == kChunkSumDone ? tail->fingerprint
-                                                                 : phos::fingerprint::of(buffer, p.size);
-      PHOS_TRY(check_copy(job, p, fingerprint));
-    }
+    // The fingerprint of the bytes in the staging buffer, which go into the
+    // image (the GPU's where it took one). Validated: checked against the
+    // freeze's.
+    bool on_gpu = false;
+    const uint64_t fingerprint = chunk_fingerprint(buffer, p.size, settings_.chunk_size, on_gpu);
+    if (on_gpu) job.gpu_fingerprinted++;
+    if (job.validated && p.claim) PHOS_TRY(check_copy(job, p, fingerprint));
     // On the host now: the process may write the chunk, its slot is free.
     if (p.claim) job.window->table.copied(*p.claim);
     std::optional<image::ChunkSum> sum;
@@ -1004,12 +1026,12 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
     // Incremental: unchanged since the parent image, which holds it.
     if (!job.parent.empty()) {
       const uint32_t crc = sum ? sum->crc32c : phos::crc32c(std::span(static_cast<const std::byte*>(buffer), p.size));
-      auto it = job.parent.find({job.allocs[p.allocation].id, p.offset});
-      if (it != job.parent.end() && it->second == std::pair(uint32_t(p.size), crc)) {
+      if (job.parent.unchanged(job.allocs[p.allocation].id, p.offset, {uint32_t(p.size), crc, fingerprint})) {
         job.chunks[p.allocation][p.chunk] = image::Chunk{.alloc_offset = p.offset,
                                                          .raw_size = uint32_t(p.size),
                                                          .crc32c = crc,
-                                                         .compression = image::Compression::kParent};
+                                                         .compression = image::Compression::kParent,
+                                                         .fingerprint = fingerprint};
         job.parent_chunks++;
         return {};
       }
@@ -1020,6 +1042,7 @@ Engine::PieceWork Engine::save_work(SaveJob& job) {
     auto chunk = job.writers[worker]->write_chunk(p.offset, std::span(static_cast<const std::byte*>(buffer), p.size),
                                                   settings_.compression, settings_.zstd_level, sum);
     if (!chunk) return chunk.error();
+    chunk->fingerprint = fingerprint;
     job.chunks[p.allocation][p.chunk] = *chunk;
     return {};
   };
@@ -1169,6 +1192,12 @@ Result<void> Engine::run_save(SaveJob& job) {
     PHOS_INFO("process %d: %llu of %llu chunk copies' CRC-32C computed on the GPU (the rest on the CPU%s%s)", job.vpid,
               (unsigned long long)job.gpu_checksummed.load(), (unsigned long long)job.chunk_copies.load(),
               crc_unavailable_.empty() ? "" : ": ", crc_unavailable_.c_str());
+  if (!job.migration && job.gpu_fingerprinted == job.chunk_copies)
+    PHOS_INFO("process %d: every chunk's fingerprint taken on the GPU", job.vpid);
+  else if (!job.migration)
+    PHOS_INFO("process %d: %llu of %llu chunk copies' fingerprints taken on the GPU (the rest on the CPU%s%s)",
+              job.vpid, (unsigned long long)job.gpu_fingerprinted.load(), (unsigned long long)job.chunk_copies.load(),
+              sum_unavailable_.empty() ? "" : ": ", sum_unavailable_.c_str());
   return finish_save(job, elapsed, dma_wait_ns);
 }
 

@@ -39,6 +39,7 @@
 #include "phos/images/dead_ranges.h"
 #include "phos/images/data_file.h"
 #include "phos/images/manifest.h"
+#include "phos/images/parent_index.h"
 #include "phos/images/unique_fd.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/gpu_map.h"
@@ -114,11 +115,11 @@ class Engine {
   // unchanged, where a GPU lacks the free memory for it (the snapshot must
   // leave 5% of the GPU, at least 1 GiB, to the process).
   Result<bool> snapshot(SaveJob& job);
-  // An incremental dump (criu --prev-images-dir): a chunk whose CRC-32C and
-  // size are those of `parent`'s stored chunk of the same allocation id and
-  // offset is not written, only recorded as a parent chunk. `parent` is
-  // resolved (open_process_image); the job keeps what it needs of it.
-  void set_parent(SaveJob& job, const image::Manifest& parent);
+  // An incremental dump (criu --prev-images-dir): a chunk whose size,
+  // CRC-32C and fingerprint are those of the parent's stored chunk of the
+  // same allocation id and offset (parent_index.h) is not written, only
+  // recorded as a parent chunk.
+  void set_parent(SaveJob& job, image::ParentIndex parent);
   // Soft copy-on-write (copy_state.h), where the snapshot does not fit: a
   // copy table over the job's allocations (on any number of GPUs) and a
   // pool of up to `pool_bytes` on each of their GPUs (less where the GPU
@@ -412,11 +413,11 @@ struct Engine::SaveJob {
   uint64_t traffic_pauses = 0, traffic_paused_ns = 0;
   std::atomic<uint64_t> chunk_copies{0};       // chunks copied to the image (recopy: some twice)
   std::atomic<uint64_t> gpu_checksummed{0};    // of those, checksummed on the GPU
+  std::atomic<uint64_t> gpu_fingerprinted{0};  // of those, fingerprinted on the GPU
   std::vector<Piece> pieces;
   std::vector<std::vector<image::Chunk>> chunks;
-  // set_parent: the parent's stored chunks by (allocation id, offset): their
-  // raw size and CRC-32C; and the chunks left to it.
-  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint32_t, uint32_t>> parent;
+  // set_parent: the parent's stored chunks; and the chunks left to it.
+  image::ParentIndex parent;
   std::atomic<uint64_t> parent_chunks{0};
   std::vector<std::unique_ptr<image::DataFileWriter>> writers;  // one per worker
   unsigned workers = 0;  // the copy's threads: one per data file; a migration's, a few

@@ -20,7 +20,7 @@ namespace phos::image {
 // holds its manifest (format_version_for, manifest.h), so a phos that reads
 // only version 1 restores every image without a zero chunk and refuses the
 // others by their version.
-inline constexpr uint32_t kManifestFormatVersion = 6;
+inline constexpr uint32_t kManifestFormatVersion = 7;
 inline constexpr uint32_t kZeroChunkFormatVersion = 2;
 // Version 3: a migration's manifest, whose GPU data is kept in device
 // memory by phos-keeper (KeptMemory) instead of data files.
@@ -34,6 +34,10 @@ inline constexpr uint32_t kIpcFormatVersion = 5;
 // Version 6: incremental images, whose PARENT chunks (Compression::kParent)
 // are stored in a parent image (Manifest::parent).
 inline constexpr uint32_t kParentFormatVersion = 6;
+// Version 7: each chunk's 64-bit fingerprint (fingerprint.h, Chunk::
+// fingerprint), by which an incremental dump decides a chunk is unchanged
+// (parent_index.h); a parent without them is never used as one.
+inline constexpr uint32_t kFingerprintFormatVersion = 7;
 // The longest chain of parents a reader follows (a loop of parents ends here).
 inline constexpr uint32_t kMaxChainLength = 64;
 // The completion marker and the data files have kept their first format.

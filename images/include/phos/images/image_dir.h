@@ -98,7 +98,12 @@ class ImageReader {
   // a parent image holds it), "zero chunk" for one that no file holds (for
   // messages).
   std::string file_name(const Chunk& chunk) const;
-  // Reads every chunk of every allocation and checks it (phosctl verify).
+  // An error, naming the chunk's file, where `bytes` (the chunk's, as read)
+  // do not have the fingerprint the manifest records for it; none recorded
+  // passes. Not part of read_chunk: a restore's check is the CRC.
+  Result<void> check_fingerprint(uint64_t allocation, const Chunk& chunk, std::span<const std::byte> bytes) const;
+  // Reads every chunk of every allocation and checks it, its fingerprint
+  // too (phosctl verify).
   Result<uint64_t> verify_all();
   // Summed over every read_chunk so far.
   const ChunkTimes& times() const { return times_; }

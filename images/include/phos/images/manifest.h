@@ -48,6 +48,9 @@ struct Chunk {
   uint32_t stored_size = 0;
   uint32_t crc32c = 0;
   Compression compression = Compression::kNone;
+  // fingerprint.h's hash of the raw bytes (format version 7); none in older
+  // images and for a dead chunk.
+  std::optional<uint64_t> fingerprint = std::nullopt;
   bool operator==(const Chunk&) const = default;
 };
 
