@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 
 __all__ = ["dump", "restore", "JobError", "JobResult", "HostResult"]
 
@@ -232,22 +233,40 @@ def _failed_host(reason, result):
     return own[0] if len(own) == 1 else None
 
 
-def _run(kind, hosts, argv, wall_timeout):
+def _run(kind, hosts, argv, wall_timeout, log):
     try:
-        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=wall_timeout)
-    except subprocess.TimeoutExpired as e:
-        text = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
-        r, _ = _read_output(kind, hosts, text)
-        raise JobError(kind, None, "phosctl job %s ran past %s s" % (kind, wall_timeout), r)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except OSError as e:
         raise JobError(kind, None, "phosctl: %s" % e, JobResult(kind, hosts, ""))
-    r, failure = _read_output(kind, hosts, out.stdout)
-    if out.returncode != 0:
+    lines = []
+
+    def pump():  # phosctl's lines as they come: a driver may watch them
+        for line in proc.stdout:
+            lines.append(line)
+            if log is not None:
+                log.write(line)
+                log.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        status = proc.wait(timeout=wall_timeout)
+    except subprocess.TimeoutExpired:
+        # phosctl gone, its steps lose the coordinator and let their ranks
+        # go (or their stops' lease runs out).
+        proc.kill()
+        proc.wait()
+        reader.join()
+        r, _ = _read_output(kind, hosts, "".join(lines))
+        raise JobError(kind, None, "phosctl job %s ran past %s s" % (kind, wall_timeout), r)
+    reader.join()
+    text = "".join(lines)
+    r, failure = _read_output(kind, hosts, text)
+    if status != 0:
         reason = failure
         if reason is None:
-            lines = [l for l in out.stdout.splitlines() if l.strip()]
-            reason = "phosctl job %s exited with status %d%s" % (kind, out.returncode,
-                                                                  (": " + lines[-1]) if lines else "")
+            last = [l for l in text.splitlines() if l.strip()]
+            reason = "phosctl job %s exited with status %d%s" % (kind, status, (": " + last[-1]) if last else "")
         host = _failed_host(failure, r)
         if host is not None and _own_error(r.hosts[host].error) and r.hosts[host].error not in reason:
             reason += " (host %d's step: %s)" % (host, r.hosts[host].error)
@@ -256,7 +275,7 @@ def _run(kind, hosts, argv, wall_timeout):
 
 
 def dump(hosts, via, pids, dirs, lib, listen, leave_running=False, timeout=None, criu=None, criu_args=(),
-         phosctl=None, host_phosctl=None, vote=None, wall_timeout=None):
+         phosctl=None, host_phosctl=None, vote=None, wall_timeout=None, log=None):
     """Dumps a job whose ranks run on `hosts` hosts, each host's tree by its
     own criu, through `phosctl job dump`.
 
@@ -272,7 +291,9 @@ def dump(hosts, via, pids, dirs, lib, listen, leave_running=False, timeout=None,
     (default: PHOSCTL, else PATH); host_phosctl, vote: phosctl and
     phos-job-vote on the hosts, where not at this one's path.
     wall_timeout: the longest this call waits for phosctl, s (None: no
-    bound of its own).
+    bound of its own); past it phosctl is killed, and every host's step
+    lets its ranks go (or their stops' lease runs out). log: a text stream
+    phosctl's lines (its own and its steps') are written to as they come.
 
     Returns a JobResult; raises JobError naming the host that failed.
     """
@@ -286,11 +307,11 @@ def dump(hosts, via, pids, dirs, lib, listen, leave_running=False, timeout=None,
     criu_args = list(criu_args)
     if criu_args:
         argv += ["--"] + criu_args
-    return _run("dump", hosts, argv, wall_timeout)
+    return _run("dump", hosts, argv, wall_timeout, log)
 
 
 def restore(hosts, via, dirs, lib, listen, timeout=None, criu=None, criu_args=(), phosctl=None, host_phosctl=None,
-            wall_timeout=None):
+            wall_timeout=None, log=None):
     """Restores a job that `dump` (or `phosctl job dump`) checkpointed, each
     host's tree by its own criu, through `phosctl job restore`; the same
     arguments as dump's. Every host's record is checked before any host
@@ -301,4 +322,4 @@ def restore(hosts, via, dirs, lib, listen, timeout=None, criu=None, criu_args=()
     criu_args = list(criu_args)
     if criu_args:
         argv += ["--"] + criu_args
-    return _run("restore", hosts, argv, wall_timeout)
+    return _run("restore", hosts, argv, wall_timeout, log)

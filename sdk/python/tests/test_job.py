@@ -2,6 +2,7 @@
 the per-host figures it reads from phosctl's lines (as phosctl job and its
 steps print them), and the JobError naming the host that failed.
 test/hooks/nccl_job_hosts.sh runs it with the real phosctl and criu."""
+import io
 import json
 import os
 import stat
@@ -65,7 +66,7 @@ class FakePhosctl:
     """A phosctl on PATH that records its argv and prints OUTPUT, exiting
     with STATUS."""
 
-    def __init__(self, output, status=0):
+    def __init__(self, output, status=0, sleep=0):
         self.dir = tempfile.TemporaryDirectory()
         self.argv_file = os.path.join(self.dir.name, "argv.json")
         out_file = os.path.join(self.dir.name, "output")
@@ -75,11 +76,13 @@ class FakePhosctl:
         with open(self.path, "w") as f:
             f.write(textwrap.dedent("""\
                 #!{py}
-                import json, sys
+                import json, sys, time
                 json.dump(sys.argv[1:], open({argv!r}, "w"))
                 sys.stdout.write(open({out!r}).read())
+                sys.stdout.flush()
+                time.sleep({sleep})
                 sys.exit({status})
-                """).format(py=sys.executable, argv=self.argv_file, out=out_file, status=status))
+                """).format(py=sys.executable, argv=self.argv_file, out=out_file, status=status, sleep=sleep))
         os.chmod(self.path, stat.S_IRWXU)
         self.old_path = os.environ.get("PATH", "")
         self.old_phosctl = os.environ.pop("PHOSCTL", None)
@@ -139,6 +142,20 @@ class Dump(unittest.TestCase):
         self.assertEqual([h.dir for h in r.hosts], ["/img/h0", "/img/h1"])
         self.assertEqual([h.error for h in r.hosts], [None, None])
         self.assertIn("the job's dump committed", r.output)
+
+    def test_lines_logged_as_they_come(self):
+        self.fake = FakePhosctl(COMMITTED)
+        log = io.StringIO()
+        r = phos.job.dump(**dump_args(log=log))
+        self.assertEqual(log.getvalue(), COMMITTED)
+        self.assertEqual(r.output, COMMITTED)
+
+    def test_a_phosctl_past_the_wall_timeout_is_killed(self):
+        self.fake = FakePhosctl(COMMITTED, sleep=30)
+        with self.assertRaises(phos.job.JobError) as caught:
+            phos.job.dump(**dump_args(wall_timeout=0.5))
+        self.assertIsNone(caught.exception.host)
+        self.assertIn("ran past 0.5 s", caught.exception.reason)
 
     def test_a_host_whose_dump_fails_is_named(self):
         self.fake = FakePhosctl(ABORTED, status=1)
