@@ -330,6 +330,10 @@ PHOS_JOB_LEASE_MS=1500 FAULT_HOST=1 FAULT=slow-checkpoint-devices sdk_job_dump "
 read -r outcome < "$WORK/sdk7"
 grep -q "host 1: its ranks held before call [0-9]*, their release pending; their stops leased for 1500 ms" "$WORK/driver.log" ||
   fail "the steps did not lease the stops for 1500 ms: $(grep 'held before' "$WORK/driver.log")"
+for i in 0 1; do
+  grep -q "host $i: its ranks' stops renewed [0-9]* time(s); no more renewals" "$WORK/driver.log" ||
+    fail "host $i's step does not say its renewals ended before criu ran"
+done
 criu1=$(awk '{print $NF}' <<< "$outcome")
 [ "${criu1%.*}" -ge 4000 ] || fail "host 1's criu took $criu1 ms, not longer than twice the lease"
 going_on

@@ -256,6 +256,9 @@ Result<void> DumpStep::run() {
   // The renewals end here: criu freezes the ranks once it has paused them,
   // and its pause's quiesce takes each stop over within this last lease.
   auto renewed = renewer_->finish();
+  if (renewed)
+    say("its ranks' stops renewed %" PRIu64 " time(s); no more renewals, criu's pause takes them over",
+        renewer_->renewals());
   auto status = renewed ? dump() : Result<int>(renewed.error());
   if (!status) {
     (void)propose_outcome(*store_, keys_, "abort: host " + std::to_string(o_.job.host) + ": " + status.error().message);
