@@ -106,6 +106,7 @@ std::vector<std::byte> encode(const NcclStopRequest& q) {
   m.job_id = q.job_id;
   pb::set_optional(m.has_at_call, m.at_call, q.at_call);
   pb::set_optional(m.has_pend_release, m.pend_release, q.pend_release);
+  pb::set_optional(m.has_lease_ms, m.lease_ms, q.lease_ms);
   return request(PHOS__AGENT__REQUEST__KIND_NCCL_STOP, &Phos__Agent__Request::nccl_stop, m);
 }
 
@@ -176,7 +177,8 @@ Result<Request> decode(const Phos__Agent__Request& r) {
       const auto& q = *r.nccl_stop;
       return Request(NcclStopRequest{.job_id = q.job_id,
                                      .at_call = pb::optional(q.has_at_call, q.at_call),
-                                     .pend_release = pb::optional<bool>(q.has_pend_release, q.pend_release)});
+                                     .pend_release = pb::optional<bool>(q.has_pend_release, q.pend_release),
+                                     .lease_ms = pb::optional(q.has_lease_ms, q.lease_ms)});
     }
     case PHOS__AGENT__REQUEST__KIND_IPC_OPEN:
       return Request(IpcOpenRequest{.allocation = r.ipc_open->allocation});

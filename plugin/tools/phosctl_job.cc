@@ -14,6 +14,7 @@
 #include "phos/plugin/job_driver.h"
 #include "phos/plugin/job_env.h"
 #include "phos/plugin/job_step.h"
+#include "phos/plugin/options.h"
 
 namespace {
 
@@ -171,6 +172,9 @@ int step(const std::string& kind, const std::vector<std::string>& args) {
     o.timeout = std::chrono::seconds(n);
   }
   o.criu_args = a->criu;
+  // This host's settings (its phos.conf, then PHOS_* variables): the lease
+  // on its ranks' stops.
+  o.lease = std::chrono::milliseconds(phos::plugin::PluginOptions::load().job_lease_ms);
   return dump ? phos::plugin::run_dump_step(o) : phos::plugin::run_restore_step(o);
 }
 

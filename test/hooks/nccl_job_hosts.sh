@@ -22,7 +22,15 @@
 #      again under the dump run);
 #   5. a refusal on host 1 (a buffer registration), a rank without an
 #      agent, and host 1's step exiting at once: the dump given up before
-#      any release, both ranks go on.
+#      any release, both ranks go on;
+#   6. host 1's step SIGKILLed after its ranks are held, before `go`
+#      (driven through the SDK, phos.job.dump, which names host 1): host 0
+#      lifts its stops, host 1's rank stays held until its stop's lease
+#      (job_lease_ms, 10 s) runs out, then both go on with their first
+#      communicator, as in an uninterrupted run;
+#   7. a leave-running dump (through the SDK) whose host 1 takes 4 s in
+#      CHECKPOINT_DEVICES under a 1.5 s lease: criu's quiesce took each stop
+#      over, no agent lifted one, the job committed and went on.
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/nccl_host_client
 source "$(dirname "$0")/../e2e/lib.sh"
 TCPSTORE=$BUILD/test/tools/phos-tcpstore
@@ -119,8 +127,12 @@ start_host() {
   [ "$i" = 0 ] && cmd=("$TCPSTORE" serve $STORE_HOST:$STORE_PORT -- "${cmd[@]}")
   # Its own cwd: criu's parasite makes a directory there (proc.crtools)
   # while it dumps, and two hosts' criu runs at once must not meet.
+  # HOST_OUT=1: the tree's output (libphos's lines) kept in h<i>/out; not
+  # for trees restored later (criu checks the size of a file it restores).
+  local out=/dev/null
+  [ -n "${HOST_OUT:-}" ] && out=$dir/out
   (cd "$dir/cwd" && exec nsenter --net=/run/netns/${NS_BASE}$i unshare --pid --fork setsid \
-     env "${env[@]}" "${cmd[@]}" </dev/null >/dev/null 2>&1 &)
+     env "${env[@]}" "${cmd[@]}" </dev/null >"$out" 2>&1 &)
   ROOT[$i]=$(root_of "$i") || fail "host $i's tree did not start"
 }
 new_job() {  # new_job [HOST 1'S CLIENT ARGS...]: both trees afresh
@@ -251,4 +263,85 @@ driver_says "host 1's step exited with status 3 before finding its ranks"
 going_on
 [ "$(made)" = "1 1" ] || fail "after host 1's step died the ranks made $(made) communicators, not 1 each"
 say "refused before any rank let go: a buffer registration on host 1, a rank without phos's agent on host 1, host 1's step exiting at once; both ranks went on"
+
+# sdk_job_dump OUT [KEY=JSON...]: the job dumped through the SDK
+# (phos.job.dump) from host 0, as job_dump does it through phosctl; OUT gets
+# "ok" and the result's figures, or "error HOST: REASON".
+SDK=$(cd "$(dirname "$0")/../../sdk/python" && pwd)
+sdk_job_dump() {
+  local out=$1; shift
+  local args
+  args=$(python3 -c 'import json, sys
+a = dict(hosts=2, via=sys.argv[1], pids={0: int(sys.argv[2]), 1: int(sys.argv[3])}, dirs=sys.argv[4], lib=sys.argv[5],
+         listen="10.77.0.1", criu=sys.argv[6], timeout=60, phosctl=sys.argv[7], criu_args=sys.argv[8].split())
+for kv in sys.argv[9:]:
+    k, v = kv.split("=", 1)
+    a[k] = json.loads(v)
+print(json.dumps(a))' "$WORK/via.sh {i} {cmd}" "${ROOT[0]}" "${ROOT[1]}" "$WORK/img{i}" "$PLUGIN_DIR" "$CRIU" "$PHOSCTL" \
+    "${NET_ARGS[*]}" "$@")
+  in_host 0 env PYTHONPATH="$SDK" python3 "$(dirname "$0")/job_sdk_dump.py" "$out" "$args" >"$WORK/driver.log" 2>&1
+}
+counter_of() { host_field "$1" 2; }
+
+# 6. Host 1's step killed after its ranks are held, before go.
+HOST_OUT=1 new_job
+first_id=$(host_field 0 4)
+mkdir -p "$WORK/img0" "$WORK/img1"
+FAULT_HOST=1 FAULT=stall-step-before-ready sdk_job_dump "$WORK/sdk6" &
+sdk=$!
+for _ in $(seq 400); do
+  grep -q "host 1: fault injection (PHOS_FAULT): stalling" "$WORK/driver.log" 2>/dev/null && break
+  sleep 0.05
+done
+grep -q "host 1: its ranks held before call [0-9]*, their release pending; their stops leased for 10000 ms" "$WORK/driver.log" ||
+  fail "host 1's step did not hold its ranks under a lease: $(tail -n 5 "$WORK/driver.log")"
+step=$(pgrep -f "^$PHOSCTL job host-dump --run [0-9a-f]* --host 1 ") || fail "host 1's step is not running"
+held1=$(counter_of 1)
+kill -9 "$step"
+killed=$(date +%s%N)
+wait "$sdk" || true
+read -r outcome < "$WORK/sdk6"
+[[ "$outcome" == "error 1: host 1's step exited with status 137 before holding the ranks" ]] ||
+  fail "phos.job.dump did not name host 1's killed step: '$outcome'"
+driver_says "every host lifted its stops; every rank goes on"
+sleep 3
+[ "$(counter_of 1)" = "$held1" ] || fail "host 1's rank went on before its stop's lease ran out ($held1 -> $(counter_of 1))"
+for _ in $(seq 300); do [ "$(counter_of 1)" != "$held1" ] && break; sleep 0.05; done
+went=$(( ($(date +%s%N) - killed) / 1000000 ))
+[ "$(counter_of 1)" != "$held1" ] || fail "host 1's rank still held $went ms after its step was killed"
+# The step renews every 2.5 s: the last renewal came at most that long
+# before the kill, and the agent lifts at the lease's end.
+{ [ "$went" -ge 7000 ] && [ "$went" -le 12500 ]; } ||
+  fail "host 1's rank went on $went ms after its step was killed, not at its 10 s lease's end"
+grep -q "was not renewed in 10000 ms (its holder is gone): lifted" "$WORK/h1/out" ||
+  fail "host 1's agent does not say it lifted the stop: $(grep phos: "$WORK/h1/out" | tail -n 3)"
+if grep -q "not renewed" "$WORK/h0/out"; then fail "host 0's stop ran out of its lease, though its step lifted it"; fi
+going_on
+[ "$(made)" = "1 1" ] || fail "after the lease the ranks made $(made) communicators, not 1 each (as uninterrupted)"
+[ "$(ids)" = "$first_id $first_id" ] || fail "after the lease the ranks are on $(ids), not on their first id $first_id"
+say "host 1's step killed after its ranks were held, before go: phos.job.dump said '${outcome#error }'; host 0 lifted at once, host 1's rank held until its lease ran out ($went ms after the kill), then both went on with their first communicator, as uninterrupted"
+
+# 7. A dump that outlasts the stops' lease.
+HOST_OUT=1 new_job
+first_id=$(host_field 0 4)
+mkdir -p "$WORK/img0" "$WORK/img1"
+PHOS_JOB_LEASE_MS=1500 FAULT_HOST=1 FAULT=slow-checkpoint-devices sdk_job_dump "$WORK/sdk7" leave_running=true ||
+  fail "phos.job.dump failed: $(cat "$WORK/sdk7" 2>/dev/null) $(tail -n 8 "$WORK/driver.log")"
+read -r outcome < "$WORK/sdk7"
+grep -q "host 1: its ranks held before call [0-9]*, their release pending; their stops leased for 1500 ms" "$WORK/driver.log" ||
+  fail "the steps did not lease the stops for 1500 ms: $(grep 'held before' "$WORK/driver.log")"
+for i in 0 1; do
+  grep -q "host $i: its ranks' stops renewed [0-9]* time(s); no more renewals" "$WORK/driver.log" ||
+    fail "host $i's step does not say its renewals ended before criu ran"
+done
+criu1=$(awk '{print $NF}' <<< "$outcome")
+[ "${criu1%.*}" -ge 4000 ] || fail "host 1's criu took $criu1 ms, not longer than twice the lease"
+going_on
+for i in 0 1; do
+  grep -q "taken over by a quiesce" "$WORK/h$i/out" || fail "host $i's agent does not say a quiesce took its stop over"
+  if grep -q "not renewed" "$WORK/h$i/out"; then fail "host $i's agent lifted its stop mid-dump: $(grep 'not renewed' "$WORK/h$i/out")"; fi
+done
+[ "$(made)" = "2 2" ] || fail "after the dump the ranks made $(made) communicators, not 2 each"
+one_new_id "$first_id" || fail "after the dump the ranks did not meet on one new id: $(ids)"
+say "a leave-running dump outlasting a 1.5 s lease (host 1's criu $criu1 ms; phos.job.dump: $outcome): each stop taken over by criu's quiesce, none lifted, the job committed and went on"
 say "PASS"

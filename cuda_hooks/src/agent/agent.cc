@@ -108,6 +108,7 @@ Result<void> Agent::restart_after_fork() {
   listen_fd_.reset();
   stop_fd_.reset();
   tid_ = 0;
+  lease_ = StopLease();  // the parent's stop and its holder are the parent's
   return start();
 }
 
@@ -123,9 +124,12 @@ void Agent::run(std::promise<void>& named) {
 
   for (;;) {
     struct pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-    int r = ::poll(fds, 2, -1);
+    int r = ::poll(fds, 2, poll_timeout_ms());
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 || (fds[1].revents & POLLIN)) return;
+    // Looked at after every wake: a process frozen past its lease (by a
+    // checkpoint that failed before its quiesce) finds it run out here.
+    lift_lapsed_stop();
     if (!(fds[0].revents & POLLIN)) continue;
     UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!conn.valid()) continue;
@@ -259,6 +263,12 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
     gate_.open();
     return failure(d.error().code, "drain: " + d.error().message + "; gate reopened" + rebuilt_after_failure());
   }
+  // The checkpoint holds the stop from here on: the process may stay
+  // frozen well past the lease, and is given back (or ended) by it.
+  if (auto job = lease_.take_over())
+    std::fprintf(stderr, "phos: the lease on the stop of NCCL communicator %016llx is taken over by a quiesce "
+                         "(a checkpoint holds it now)\n",
+                 static_cast<unsigned long long>(*job));
   agent::QuiesceReply reply{.drained_ns = monotonic_ns() - t0,
                             .at_step = at_step,
                             .touch_order = backend_.touch_order(),
@@ -340,7 +350,40 @@ Agent::Answer Agent::answer(const agent::NcclStopRequest& q) {
   }
   auto stopped = backend_.nccl_stop(q.job_id, q.at_call);
   if (!stopped) return failure(stopped.error().code, "nccl stop: " + stopped.error().message);
+  // Armed (or renewed) with a lease, the lease runs from now; armed without
+  // one, or lifted, none runs.
+  if (q.at_call && q.lease_ms && *q.lease_ms > 0)
+    lease_.grant(q.job_id, std::chrono::milliseconds(*q.lease_ms), StopLease::Clock::now());
+  else
+    lease_.clear(q.job_id);
   return {agent::NcclStopReply{*stopped}};
+}
+
+int Agent::poll_timeout_ms() const {
+  auto left = lease_.left(StopLease::Clock::now());
+  if (!left) return -1;
+  return int(std::min<int64_t>(left->count(), 60000));
+}
+
+// Its holder is gone (killed before its checkpoint ran, or cut off): no one
+// else would ever lift the stop, and the program would wait for good.
+void Agent::lift_lapsed_stop() {
+  const auto length = lease_.length();
+  auto job = lease_.expired(StopLease::Clock::now());
+  if (!job) return;
+  const auto id = static_cast<unsigned long long>(*job);
+  std::fprintf(stderr, "phos: the stop of NCCL communicator %016llx was not renewed in %lld ms (its holder is gone): "
+                       "lifted, the program's NCCL calls go on\n",
+               id, static_cast<long long>(length.count()));
+  // A release pending that released nothing is lifted; one that released
+  // communicators stays (they are made again by a resume).
+  if (auto pending = backend_.nccl_pend_release(false); !pending)
+    std::fprintf(stderr, "phos: lifting the pending release of NCCL communicator %016llx: %s\n", id,
+                 pending.error().message.c_str());
+  else if (!*pending)
+    std::fprintf(stderr, "phos: NCCL communicator %016llx was released already: its calls wait for a resume\n", id);
+  if (auto lifted = backend_.nccl_stop(*job, std::nullopt); !lifted)
+    std::fprintf(stderr, "phos: lifting the stop of NCCL communicator %016llx: %s\n", id, lifted.error().message.c_str());
 }
 
 // CUDA IPC: another libphos process opens (or closes) one of this

@@ -103,16 +103,18 @@ uint64_t nccl_nonce() {
   return nonce;
 }
 
-Result<bool> AgentClient::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) {
-  auto reply = call<agent::NcclStopReply>(
-      agent::NcclStopRequest{.job_id = job_id, .at_call = at_call, .pend_release = std::nullopt});
+Result<bool> AgentClient::nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call,
+                                    std::optional<uint32_t> lease_ms) {
+  auto reply = call<agent::NcclStopReply>(agent::NcclStopRequest{
+      .job_id = job_id, .at_call = at_call, .pend_release = std::nullopt, .lease_ms = at_call ? lease_ms : std::nullopt});
   if (!reply) return reply.error();
   return reply->armed;
 }
 
 Result<void> AgentClient::nccl_pend_release(uint64_t job_id, bool pend) {
   auto reply = call<agent::NcclStopReply>(
-      agent::NcclStopRequest{.job_id = job_id, .at_call = std::nullopt, .pend_release = pend});
+      agent::NcclStopRequest{.job_id = job_id, .at_call = std::nullopt, .pend_release = pend,
+                             .lease_ms = std::nullopt});
   if (!reply) return reply.error();
   if (!reply->armed) return make_error(pend ? "the NCCL calls still running did not end" : "not pending", EBUSY);
   return {};

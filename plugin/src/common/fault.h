@@ -4,6 +4,12 @@
 //                           criu mid-dump at a known point)
 //   fail-checkpoint-devices CHECKPOINT_DEVICES fails once the process's GPU
 //                           state is taken (one host of a job fails its dump)
+//   slow-checkpoint-devices CHECKPOINT_DEVICES holds for 4 s once the
+//                           process's GPU state is taken (a job's dump that
+//                           outlasts its stops' lease)
+//   stall-step-before-ready a `phosctl job` dump step, its ranks held and
+//                           their release pending, holds for 60 s before it
+//                           says so (a test kills it there, before `go`)
 //   fail-write-behind       a write-behind image fails after the process ran
 //   stall-in-fill           a restore's fill of device memory holds for 60 s
 //                           once its memory is allocated (a test kills criu

@@ -55,6 +55,9 @@ std::string_view choice_word(const Choice<T> (&choices)[N], T value) {
 std::string set_agent_timeout(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, 3600000, o.agent_timeout_ms);
 }
+std::string set_job_lease(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 100, 3600000, o.job_lease_ms);
+}
 std::string set_quiesce_timeout(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, 3600000, o.quiesce_timeout_ms);
 }
@@ -176,6 +179,7 @@ constexpr Key kKeys[] = {
     {"parent_image", "PHOS_PARENT_IMAGE", set_parent_image},
     {"migrate_copy", "PHOS_MIGRATE_COPY", set_migrate_copy},
     {"migrate_keep_s", "PHOS_MIGRATE_KEEP_S", set_migrate_keep_s},
+    {"job_lease_ms", "PHOS_JOB_LEASE_MS", set_job_lease},
 };
 
 const Key* find_key(std::string_view name) {
@@ -282,7 +286,8 @@ std::string PluginOptions::describe() const {
          " migrate_to=" + (migrate_to.empty() ? std::string("none") : migrate_to) +
          " migrate_copy=" + std::string(choice_word(kMigrateCopy, migrate_copy)) +
          " migrate_keep_s=" + std::to_string(migrate_keep_s) +
-         " parent_image=" + (parent_image.empty() ? std::string("none") : parent_image);
+         " parent_image=" + (parent_image.empty() ? std::string("none") : parent_image) +
+         " job_lease_ms=" + std::to_string(job_lease_ms);
 }
 
 }  // namespace phos::plugin

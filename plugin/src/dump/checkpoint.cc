@@ -655,6 +655,10 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
     PHOS_WARN("fault injection (PHOS_FAULT): stalling CHECKPOINT_DEVICES of %d for 60 s", pid);
     ::sleep(60);
   }
+  if (fault("slow-checkpoint-devices")) {
+    PHOS_WARN("fault injection (PHOS_FAULT): CHECKPOINT_DEVICES of %d holds for 4 s", pid);
+    ::sleep(4);
+  }
   if (fault("fail-checkpoint-devices"))
     return make_error("fault injection (PHOS_FAULT): CHECKPOINT_DEVICES of process " + std::to_string(pid) + " fails",
                       EIO);

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "phos/images/unique_fd.h"
+#include "phos/support/clock.h"
 #include "phos/support/text.h"
 #include "phos/plugin/agent_client.h"
 #include "phos/plugin/job_command.h"
@@ -17,6 +18,8 @@
 #include "phos/plugin/job_store.h"
 #include "phos/plugin/nccl_job.h"
 #include "phos/plugin/proc.h"
+#include "phos/plugin/stop_renewer.h"
+#include "common/fault.h"
 
 namespace phos::plugin {
 namespace {
@@ -50,6 +53,8 @@ class DumpStep {
   std::vector<pid_t> pids_;  // this host's ranks, in rank order
   uint64_t at_call_ = 0;
   bool stops_armed_ = false;
+  // Keeps the stops' leases while this step lives, until criu runs.
+  std::optional<StopRenewer> renewer_;
 };
 
 void DumpStep::say(const char* fmt, ...) {
@@ -94,6 +99,8 @@ Result<void> DumpStep::find_ranks() {
   }
   say("%zu rank(s) of NCCL communicator %s here (of %d)", pids_.size(), run_hex(ranks_.job_id).c_str(),
       ranks_.nranks);
+  renewer_.emplace(pids_, ranks_.job_id, o_.lease, o_.agent_timeout_ms,
+                   [this](const std::string& why) { say("%s", why.c_str()); });
   return put(keys_.ranks(o_.job.host), text);
 }
 
@@ -107,9 +114,10 @@ Result<bool> DumpStep::hold_round(int round) {
   auto plan = await(keys_.plan(round));
   if (!plan) return plan.error();
   const uint64_t at = std::strtoull(plan->c_str(), nullptr, 10);
-  auto armed = arm_stops(pids_, ranks_.job_id, at, o_.agent_timeout_ms);
+  auto armed = arm_stops(pids_, ranks_.job_id, at, o_.agent_timeout_ms, renewer_->lease_ms());
   stops_armed_ = true;
   if (!armed) return armed.error();
+  renewer_->renew_at(at);
   PHOS_TRY(put(keys_.armed(i, round), *armed ? "ok" : "past"));
   auto verdict = await(keys_.verdict(round));
   if (!verdict) return verdict.error();
@@ -118,6 +126,7 @@ Result<bool> DumpStep::hold_round(int round) {
     return true;
   }
   // A rank somewhere was past it: every host lifts, and tries further on.
+  renewer_->renew_at(std::nullopt);
   auto lifted = arm_stops(pids_, ranks_.job_id, std::nullopt, o_.agent_timeout_ms);
   if (!lifted) return lifted.error();
   return false;
@@ -136,8 +145,15 @@ Result<void> DumpStep::held() {
   auto at = wait_held(pids_, ranks_.job_id, at_call_, o_.agent_timeout_ms, o_.hold_wait);
   if (!at) return at.error();
   at_call_ = *at;
+  renewer_->renew_at(at_call_);
   PHOS_TRY(pend_releases(pids_, ranks_.job_id, o_.agent_timeout_ms));
-  say("its ranks held before call %" PRIu64 ", their release pending", at_call_);
+  say("its ranks held before call %" PRIu64 ", their release pending; their stops leased for %u ms, renewed every "
+      "%lld ms until criu runs",
+      at_call_, renewer_->lease_ms(), static_cast<long long>(StopRenewer::interval(o_.lease).count()));
+  if (fault("stall-step-before-ready")) {
+    say("fault injection (PHOS_FAULT): stalling for 60 s before saying its ranks are held");
+    ::sleep(60);
+  }
   return put(keys_.ready(o_.job.host), "ok " + std::to_string(at_call_));
 }
 
@@ -147,9 +163,11 @@ Result<int> DumpStep::dump() {
   if (o_.leave_running) argv.push_back("--leave-running");
   argv.insert(argv.end(), o_.criu_args.begin(), o_.criu_args.end());
   say("running %s", shell_line(argv).c_str());
+  const uint64_t t0 = monotonic_ns();
   auto rc = run_command(argv, {std::string(kJobEnv) + "=" + o_.job.text(),
                                std::string(kJobTimeoutEnv) + "=" + std::to_string(o_.timeout.count())});
   if (!rc) return rc.error();
+  say("criu exited with status %d in %.1f ms", *rc, double(monotonic_ns() - t0) / 1e6);
   return *rc;
 }
 
@@ -172,6 +190,7 @@ JobOutcome DumpStep::outcome_after(int criu_status) {
 // pending; it releases and makes its communicator again under the run, as
 // the ranks criu gave back do, so that all meet. Then every stop is lifted.
 void DumpStep::abandon() {
+  if (renewer_) renewer_->stop();
   for (pid_t p : pids_) {
     if (!process_alive(p)) continue;
     auto r = with_agent(p, o_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
@@ -190,6 +209,7 @@ void DumpStep::abandon() {
 }
 
 void DumpStep::let_go() {
+  if (renewer_) renewer_->stop();  // none arms a stop again after it is lifted
   if (!stops_armed_) return;
   for (const auto& why : let_nccl_job_go(NcclJobHeld{ranks_.job_id, at_call_, pids_}, o_.agent_timeout_ms))
     say("%s", why.c_str());
@@ -233,7 +253,13 @@ Result<void> DumpStep::run() {
                         ECANCELED);
     }
   }
-  auto status = dump();
+  // The renewals end here: criu freezes the ranks once it has paused them,
+  // and its pause's quiesce takes each stop over within this last lease.
+  auto renewed = renewer_->finish();
+  if (renewed)
+    say("its ranks' stops renewed %" PRIu64 " time(s); no more renewals, criu's pause takes them over",
+        renewer_->renewals());
+  auto status = renewed ? dump() : Result<int>(renewed.error());
   if (!status) {
     (void)propose_outcome(*store_, keys_, "abort: host " + std::to_string(o_.job.host) + ": " + status.error().message);
     abandon();

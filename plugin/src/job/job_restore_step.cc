@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "phos/images/image_dir.h"
+#include "phos/support/clock.h"
 #include "phos/images/unique_fd.h"
 #include "phos/plugin/job_command.h"
 #include "phos/plugin/job_record.h"
@@ -71,8 +72,10 @@ Result<pid_t> RestoreStep::restore() {
                                    "-o", "restore.log", "-v4", "--pidfile", kPidFile};
   argv.insert(argv.end(), o_.criu_args.begin(), o_.criu_args.end());
   say("running %s", shell_line(argv).c_str());
+  const uint64_t t0 = monotonic_ns();
   auto rc = run_command(argv, {std::string(kJobEnv) + "=" + o_.job.text()});
   if (!rc) return rc.error();
+  say("criu exited with status %d in %.1f ms", *rc, double(monotonic_ns() - t0) / 1e6);
   if (*rc != 0)
     return make_error("criu restore exited with status " + std::to_string(*rc) + " (" + o_.dir + "/restore.log)",
                       EIO);

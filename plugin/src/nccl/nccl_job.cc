@@ -34,11 +34,12 @@ Result<std::vector<agent::StatusReply>> statuses(const std::vector<pid_t>& pids,
 }
 
 // Every rank's stop armed at `at` (or lifted, without); true where each was.
-Result<bool> stop_all(const std::vector<pid_t>& pids, uint64_t job, std::optional<uint64_t> at, int timeout_ms) {
+Result<bool> stop_all(const std::vector<pid_t>& pids, uint64_t job, std::optional<uint64_t> at, int timeout_ms,
+                      std::optional<uint32_t> lease_ms) {
   bool armed = true;
   for (pid_t p : pids)
     PHOS_TRY(with_agent(p, timeout_ms, [&](AgentClient& c) -> Result<void> {
-      auto r = c.nccl_stop(job, at);
+      auto r = c.nccl_stop(job, at, lease_ms);
       if (!r) return r.error();
       armed = armed && *r;
       return {};
@@ -123,8 +124,8 @@ Result<uint64_t> furthest_call(const std::vector<pid_t>& pids, uint64_t job_id, 
 }
 
 Result<bool> arm_stops(const std::vector<pid_t>& pids, uint64_t job_id, std::optional<uint64_t> at,
-                       int agent_timeout_ms) {
-  return stop_all(pids, job_id, at, agent_timeout_ms);
+                       int agent_timeout_ms, std::optional<uint32_t> lease_ms) {
+  return stop_all(pids, job_id, at, agent_timeout_ms, lease_ms);
 }
 
 Result<uint64_t> wait_held(const std::vector<pid_t>& pids, uint64_t job_id, uint64_t at, int agent_timeout_ms,

@@ -8,6 +8,7 @@ libphos.so preloaded; without it every call here is harmless).
     phos.checkpoint("/ckpt/7")      # criu dumps this process, which runs on
     phos.status()                   # what `phosctl status` shows
     phos.interval(mtbf_s=3600, overhead_s=1.5)   # seconds between checkpoints
+    phos.job.dump(...), phos.job.restore(...)    # a job across hosts (phos/job.py)
 
 A dump asked for between two steps waits for the next one, at most
 PHOS_STEP_WAIT_MS (2000 ms by default, read by libphos.so at start): a
@@ -29,8 +30,9 @@ import subprocess
 import sys
 
 from . import _criu_rpc
+from . import job
 
-__all__ = ["step", "free_blocks", "idle", "checkpoint", "status", "interval", "preloaded", "CheckpointError"]
+__all__ = ["step", "free_blocks", "idle", "checkpoint", "status", "interval", "preloaded", "CheckpointError", "job"]
 
 
 class CheckpointError(RuntimeError):

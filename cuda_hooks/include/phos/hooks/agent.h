@@ -14,6 +14,7 @@
 #include "phos/hooks/agent_backend.h"
 #include "phos/hooks/gate.h"
 #include "phos/hooks/step_boundary.h"
+#include "phos/hooks/stop_lease.h"
 #include "phos/images/agent_protocol.h"
 #include "phos/images/unique_fd.h"
 #include "phos/support/result.h"
@@ -80,6 +81,11 @@ class Agent {
   Answer answer(const agent::NcclStopRequest& q);
   Answer answer(const agent::IpcOpenRequest& q, pid_t peer);
   Answer answer(const agent::IpcCloseRequest& q, pid_t peer);
+  // The NCCL stop whose lease ran out (its holder is gone) lifted, with a
+  // release pending that released nothing; said on stderr.
+  void lift_lapsed_stop();
+  // How long run() may sleep in poll(): until the stop's lease runs out.
+  int poll_timeout_ms() const;
 
   Gate& gate_;
   AgentBackend& backend_;
@@ -95,6 +101,9 @@ class Agent {
   // stopped. Kept for the process's life (a restore brings it back with
   // the rest of its memory). Only the agent's thread touches it.
   bool cow_missed_ = false;
+  // The lease on a job-wide NCCL stop (stop_lease.h). Only the agent's
+  // thread touches it.
+  StopLease lease_;
 };
 
 }  // namespace phos::hooks

@@ -343,6 +343,7 @@ struct NcclStopRequest {
   uint64_t job_id = 0;
   std::optional<uint64_t> at_call;
   std::optional<bool> pend_release;  // see agent.proto
+  std::optional<uint32_t> lease_ms;  // with at_call: lifted unless renewed in this long (agent.proto)
   bool operator==(const NcclStopRequest&) const = default;
 };
 struct NcclStopReply {

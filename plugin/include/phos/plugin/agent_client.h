@@ -72,8 +72,11 @@ class AgentClient {
   // agent remembers it: StatusReply::cow_missed).
   Result<agent::CloseCopyWindowReply> close_copy_window(bool missed = false);
   // A job-wide quiesce's stop on the communicators of `job_id`: armed at
-  // `at_call` (true where armed), or disarmed without.
-  Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call);
+  // `at_call` (true where armed), or disarmed without. With `lease_ms`
+  // (and `at_call`), the agent lifts it itself unless it is armed again
+  // within that long (agent.proto NcclStopRequest.lease_ms).
+  Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call,
+                         std::optional<uint32_t> lease_ms = std::nullopt);
   // A release of the process's NCCL communicators made pending, or no
   // longer (agent.proto NcclStopRequest.pend_release).
   Result<void> nccl_pend_release(uint64_t job_id, bool pend);

@@ -40,6 +40,10 @@ struct StepOptions {
   int agent_timeout_ms = 10000;
   uint32_t quiesce_timeout_ms = 10000;  // an aborted dump's release of a rank criu never paused
   std::chrono::milliseconds hold_wait{10000};  // the ranks reaching the planned call
+  // A dump: the lease on each rank's stop (job_lease_ms, stop_renewer.h):
+  // a rank whose stop this step stops renewing (killed before criu runs)
+  // goes on after this long.
+  std::chrono::milliseconds lease{10000};
 };
 
 // 0 where the job's dump committed and this host's images are whole; 1

@@ -60,9 +60,10 @@ inline uint64_t hold_margin(int round) { return uint64_t(2) << (2 * round); }
 // The most calls any of the ranks has issued on the job's communicator.
 Result<uint64_t> furthest_call(const std::vector<pid_t>& pids, uint64_t job_id, int agent_timeout_ms);
 // Every rank's stop armed at `at` (or lifted, without): true where each
-// was (false: a rank is past it).
+// was (false: a rank is past it). With `lease_ms`, each agent lifts its
+// stop itself unless it is armed again within that long (stop_renewer.h).
 Result<bool> arm_stops(const std::vector<pid_t>& pids, uint64_t job_id, std::optional<uint64_t> at,
-                       int agent_timeout_ms);
+                       int agent_timeout_ms, std::optional<uint32_t> lease_ms = std::nullopt);
 // Waits (at most `wait`) until every rank is held at one call at or past
 // `at`; that call.
 Result<uint64_t> wait_held(const std::vector<pid_t>& pids, uint64_t job_id, uint64_t at, int agent_timeout_ms,

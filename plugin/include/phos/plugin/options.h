@@ -21,6 +21,11 @@ inline constexpr const char* kDefaultConfigPath = "/etc/phos/phos.conf";
 
 struct PluginOptions {
   int agent_timeout_ms = 10000;         // agent_timeout_ms: any one reply
+  // job_lease_ms: 100..3600000. The lease on the stops a `phosctl job dump`
+  // step arms on its host's ranks: renewed while the step lives, lifted by
+  // each rank's agent once not renewed this long (the step killed before
+  // criu runs), unless criu's quiesce took the stop over.
+  uint32_t job_lease_ms = 10000;
   uint32_t quiesce_timeout_ms = 10000;  // quiesce_timeout_ms: CUDA calls to leave the gate
   unsigned engine_workers = 0;          // engine_workers: copy threads (0: one per core, at most 16)
   image::DirectIo direct_io = image::DirectIo::kAuto;          // direct_io: auto | off

@@ -1,0 +1,72 @@
+#include "phos/plugin/stop_renewer.h"
+
+#include <algorithm>
+
+#include "phos/plugin/nccl_job.h"
+
+namespace phos::plugin {
+
+StopRenewer::StopRenewer(std::vector<pid_t> pids, uint64_t job_id, std::chrono::milliseconds lease,
+                         int agent_timeout_ms, Say say)
+    : pids_(std::move(pids)), job_id_(job_id), lease_(lease), agent_timeout_ms_(agent_timeout_ms),
+      say_(std::move(say)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+StopRenewer::~StopRenewer() { stop(); }
+
+std::chrono::milliseconds StopRenewer::interval(std::chrono::milliseconds lease) {
+  return std::max(std::chrono::milliseconds(10), lease / 4);
+}
+
+void StopRenewer::renew_at(std::optional<uint64_t> at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at_ = at;
+}
+
+void StopRenewer::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<void> StopRenewer::finish() {
+  stop();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!at_) return {};
+  return renew(*at_);
+}
+
+uint64_t StopRenewer::renewals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return renewals_;
+}
+
+// Armed again at the same call: an agent that knows no lease keeps the
+// stop as it was (a rank held there has issued exactly that many calls).
+// A reply of "past" is no failure: a rank held inside a group stops a few
+// calls further on, with its stop in place.
+Result<void> StopRenewer::renew(uint64_t at) {
+  auto r = arm_stops(pids_, job_id_, at, agent_timeout_ms_, lease_ms());
+  if (!r) return make_error("renewing the stops' lease: " + r.error().message, r.error().code);
+  renewals_++;
+  return {};
+}
+
+void StopRenewer::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (cv_.wait_for(lock, interval(lease_), [&] { return stopping_; })) return;
+    if (!at_) continue;
+    // Said once per cause: a rank gone fails every renewal alike.
+    auto r = renew(*at_);
+    std::string failure = r ? std::string() : r.error().message;
+    if (!failure.empty() && failure != last_failure_) say_(failure);
+    last_failure_ = failure;
+  }
+}
+
+}  // namespace phos::plugin
