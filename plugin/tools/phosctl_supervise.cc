@@ -160,7 +160,7 @@ std::string death_text(int status) {
 
 // The job, started in a session of its own (criu dumps a session leader's
 // tree without --shell-job), its input and output /dev/null (criu would
-// refuse a pipe to us, and a regular file that grew).
+// refuse a pipe to us, and a regular file that grew), no other fd.
 phos::Result<pid_t> start_job(const std::vector<std::string>& command) {
   pid_t child = ::fork();
   if (child < 0) return phos::make_error(std::string("fork: ") + std::strerror(errno), errno);
@@ -171,6 +171,9 @@ phos::Result<pid_t> start_job(const std::vector<std::string>& command) {
       ::dup2(null, 0), ::dup2(null, 1), ::dup2(null, 2);
       if (null > 2) ::close(null);
     }
+    // Nothing of ours beyond them: criu would have to carry it (a file of
+    // another mount namespace it cannot even name).
+    ::close_range(3, ~0U, 0);
     std::vector<char*> argv;
     for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -302,7 +305,7 @@ void Supervisor::dump_ended(int status) {
   const std::string name = phos::plugin::series_name(dump_seq_), dir = o_.root + "/" + name;
   std::optional<std::string> why;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    why = "criu " + death_text(status) + " (" + dir + "/dump.log says why)";
+    why = "criu " + death_text(status);
   // A write-behind image is finished at criu's exit; one that a helper
   // finishes is waited for (10 minutes at most).
   for (int i = 0; !why && i < 12000; i++) {
@@ -312,6 +315,9 @@ void Supervisor::dump_ended(int status) {
     ::usleep(50000);
   }
   if (why) {
+    // Its directory goes (prune); its log stays, as ROOT/last-failed-dump.log.
+    const std::string kept_log = o_.root + "/last-failed-dump.log";
+    if (::rename((dir + "/dump.log").c_str(), kept_log.c_str()) == 0) *why += ", kept as " + kept_log;
     std::printf("periodic: checkpoint %" PRIu64 " failed after %.2f s: %s%s; the last complete image stays\n",
                 dump_seq_, took, why->c_str(),
                 job_died_at_ > 0 || !phos::plugin::process_alive(job_) ? " (the job died during it)" : "");

@@ -120,25 +120,42 @@ Result<void> mark_complete(const std::string& dir, const std::vector<std::string
   return {};
 }
 
-Result<void> remove_series_dir(const std::string& root, const std::string& name) {
-  UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!rootfd.valid()) return sys_error("checkpoint series " + root);
-  UniqueFd dirfd(::openat(rootfd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dirfd.valid()) return sys_error(root + "/" + name);
-  DIR* d = ::fdopendir(::dup(dirfd.get()));
-  if (!d) return sys_error(root + "/" + name);
-  // The marker first: a directory half removed is never taken for complete.
-  ::unlinkat(dirfd.get(), kSeriesMarker, 0);
+namespace {
+
+// Every entry of `dirfd` unlinked; the first failure, empty where none.
+std::string unlink_entries(int dirfd, const std::string& path) {
+  DIR* d = ::fdopendir(::dup(dirfd));
+  if (!d) return path + ": " + std::strerror(errno);
+  ::rewinddir(d);
   std::string failed;
   while (dirent* e = ::readdir(d)) {
     if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
-    if (::unlinkat(dirfd.get(), e->d_name, 0) != 0 && failed.empty())
-      failed = root + "/" + name + "/" + e->d_name + ": " + std::strerror(errno);
+    if (::unlinkat(dirfd, e->d_name, 0) != 0 && errno != ENOENT && failed.empty())
+      failed = path + "/" + e->d_name + ": " + std::strerror(errno);
   }
   ::closedir(d);
-  if (!failed.empty()) return make_error("removing " + failed, EIO);
-  if (::unlinkat(rootfd.get(), name.c_str(), AT_REMOVEDIR) != 0) return sys_error("removing " + root + "/" + name);
-  return {};
+  return failed;
+}
+
+}  // namespace
+
+Result<void> remove_series_dir(const std::string& root, const std::string& name) {
+  UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd.valid()) return sys_error("checkpoint series " + root);
+  const std::string path = root + "/" + name;
+  UniqueFd dirfd(::openat(rootfd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dirfd.valid()) return sys_error(path);
+  // The marker first: a directory half removed is never taken for complete.
+  ::unlinkat(dirfd.get(), kSeriesMarker, 0);
+  // A failed dump's helpers (phos-keeper, on criu's death) may still write
+  // a log into it for a moment: emptied again, up to 5 times.
+  for (int attempt = 0;; attempt++) {
+    std::string failed = unlink_entries(dirfd.get(), path);
+    if (!failed.empty()) return make_error("removing " + failed, EIO);
+    if (::unlinkat(rootfd.get(), name.c_str(), AT_REMOVEDIR) == 0) return {};
+    if (errno != ENOTEMPTY || attempt == 4) return sys_error("removing " + path);
+    ::usleep(100000);
+  }
 }
 
 }  // namespace phos::plugin
