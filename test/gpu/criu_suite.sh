@@ -597,12 +597,12 @@ supervised_torch() {  # supervised_torch [--gpu-map MAP]
   wait_line "$sup" "checkpoint 1 complete" 1 120
   kill -9 "$(workload_pids | head -n1)"
   wait_line "$sup" "restart 1 of 3: restored from" 1 120
-  wait_line "$sup" "complete in" 2 120
+  wait_line "$sup" "complete in" $(($(grep -c "complete in" "$sup") + 1)) 120  # an image of the restored job
   touch "$WORK/gpu-fault"
   wait_line "$sup" "exited with status 1" 1 60
   grep -q "illegal memory access" "$WORK/state.error" || fail "the job did not end on the injected error: $(tail -n 2 "$WORK/state.error")"
   wait_line "$sup" "restart 2 of 3: restored from" 1 120
-  wait_line "$sup" "complete in" 3 120
+  wait_line "$sup" "complete in" $(($(grep -c "complete in" "$sup") + 1)) 120
   n_dumps=$(grep -c "dumping" "$sup")
   touch "$WORK/stall"
   wait_line "$sup" "dumping" $((n_dumps + 1)) 60
