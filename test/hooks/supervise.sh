@@ -44,6 +44,14 @@ sup() {
 }
 # seen PATTERN [COUNT [SECONDS]]: in the supervisor's log (wait_line).
 seen() { wait_line "$LOG" "$@"; }
+# gave_up WHY: the supervisor says it gives up, why, and exits with status 1.
+gave_up() {
+  local rc=0
+  seen "giving up: $1"
+  wait "$SUP_PID" || rc=$?
+  SUP_PID=
+  [ "$rc" = 1 ] || fail "the supervisor that gave up ($1) exited with $rc"
+}
 line_of() { grep -n -m1 -- "$1" "$LOG" | cut -d: -f1; }
 job_pid() { pgrep -o -f "$MATCH" || fail "no job running"; }
 json() { "$PHOSCTL" show --json "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['images'][0]$2)"; }
@@ -137,17 +145,11 @@ kill -9 "$(job_pid)"
 seen "restart 1 of 1"
 sleep 0.3
 kill -9 "$(job_pid)"
-seen "giving up: the job died 2 times, the limit being 1 restarts (--max-restarts); the last death: killed by signal 9"
-rc=0; wait "$SUP_PID" || rc=$?
-SUP_PID=
-[ "$rc" = 1 ] || fail "the supervisor that gave up exited with $rc"
+gave_up "the job died 2 times, the limit being 1 restarts (--max-restarts); the last death: killed by signal 9"
 sup s3 --interval 60s --max-restarts 3
 seen "started process"
 sleep 0.3
 kill -9 "$(job_pid)"
-seen "giving up: no complete image in $WORK/s3 to restore the job from"
-rc=0; wait "$SUP_PID" || rc=$?
-SUP_PID=
-[ "$rc" = 1 ] || fail "the supervisor without an image exited with $rc"
+gave_up "no complete image in $WORK/s3 to restore the job from"
 say "5. --max-restarts 1: gave up at the second death, saying why; killed before any image: gave up, saying so"
 say "PASS"
