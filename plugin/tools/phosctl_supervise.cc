@@ -413,20 +413,33 @@ int Supervisor::job_died(int status, bool known) {
   }
   std::printf("supervise: process %d %s\n", int(job_), how.c_str());
   if (!o_.supervise) return 1;
-  while (true) {
-    if (restarts_ >= o_.max_restarts) {
-      std::printf("supervise: giving up: the job died %u times, the limit being %u restarts (--max-restarts); "
-                  "the last death: %s\n", restarts_ + 1, o_.max_restarts, how.c_str());
-      return 1;
-    }
-    auto series = phos::plugin::list_series(o_.root);
-    auto latest = series ? phos::plugin::latest_complete(*series) : std::nullopt;
-    if (!latest) {
-      std::printf("supervise: giving up: no complete image in %s to restore the job from\n", o_.root.c_str());
-      return 1;
-    }
-    restarts_++;
-    if (restore(*latest)) break;
+  if (restarts_ >= o_.max_restarts) {
+    std::printf("supervise: giving up: the job died %u times, the limit being %u restarts (--max-restarts); "
+                "the last death: %s\n", restarts_ + 1, o_.max_restarts, how.c_str());
+    return 1;
+  }
+  auto series = phos::plugin::list_series(o_.root);
+  if (!series) {
+    std::printf("supervise: giving up: %s\n", series.error().message.c_str());
+    return 1;
+  }
+  // The newest complete image; where it does not restore, the one before.
+  restarts_++;
+  unsigned tried = 0;
+  bool restored = false;
+  for (auto it = series->rbegin(); it != series->rend() && !restored; ++it) {
+    if (!it->complete) continue;
+    tried++;
+    restored = restore(*it);
+  }
+  if (tried == 0) {
+    std::printf("supervise: giving up: no complete image in %s to restore the job from\n", o_.root.c_str());
+    return 1;
+  }
+  if (!restored) {
+    std::printf("supervise: giving up: none of the %u complete images in %s restores (each one's restore.log says "
+                "why)\n", tried, o_.root.c_str());
+    return 1;
   }
   schedule(interval_s_ > 0 ? interval_s_ : o_.first_s.value_or(10));
   return -1;

@@ -21,6 +21,8 @@
 #   4. the job finishes: its output, step by step, is an uninterrupted run's
 #   5. --max-restarts 1: killed twice, the supervisor gives up saying why;
 #      killed before any image is complete: it gives up saying so
+#   6. the newest image does not restore: the job comes back from the one
+#      before it
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/supervised_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
@@ -30,14 +32,14 @@ SUP_PID=
 AT_EXIT() { [ -n "$SUP_PID" ] && kill -9 "$SUP_PID" 2>/dev/null; cleanup; }
 trap AT_EXIT EXIT
 
-# sup NAME ARGS...: phosctl supervise as init of a pid namespace, its
-# output in $WORK/NAME.log, the job supervised_client with the GPU fault
-# armed (PHOS_FAULT_FILE=$WORK/gpu-fault).
+# sup NAME ARGS...: phosctl supervise as init of a pid namespace (ended with
+# unshare, and all it runs with it), its output in $WORK/NAME.log, the job
+# supervised_client with the GPU fault armed (PHOS_FAULT_FILE=$WORK/gpu-fault).
 sup() {
   local name=$1; shift
   rm -f "$WORK/state" "$WORK/run.out"
-  unshare --pid --fork --mount-proc "$PHOSCTL" supervise --dir "$WORK/$name" --lib "$PLUGIN_DIR" --criu "$CRIU" \
-    "$@" -- env LD_PRELOAD="$LIBPHOS" PHOS_FAULT=gpu-error PHOS_FAULT_FILE="$WORK/gpu-fault" \
+  unshare --pid --fork --kill-child --mount-proc "$PHOSCTL" supervise --dir "$WORK/$name" --lib "$PLUGIN_DIR" \
+    --criu "$CRIU" "$@" -- env LD_PRELOAD="$LIBPHOS" PHOS_FAULT=gpu-error PHOS_FAULT_FILE="$WORK/gpu-fault" \
     "$COUNTER" "$WORK/state" "$WORK/run.out" $STEPS 20 >"$WORK/$name.log" 2>&1 &
   SUP_PID=$!
   LOG=$WORK/$name.log
@@ -152,4 +154,17 @@ sleep 0.3
 kill -9 "$(job_pid)"
 gave_up "no complete image in $WORK/s3 to restore the job from"
 say "5. --max-restarts 1: gave up at the second death, saying why; killed before any image: gave up, saying so"
+
+# 6. The newest image does not restore (criu's pstree.img gone): the one
+# before it does.
+sup s4 --interval 1s --first 0.3s --keep 2
+seen "checkpoint 2 complete"
+rm "$WORK/s4/000002/pstree.img"
+kill -9 "$(job_pid)"
+seen "the restore from $WORK/s4/000002 failed"
+seen "restart 1 of 3: restored from $WORK/s4/000001 "
+at=$(state_counter)
+wait_counter_above $((at + 10))
+kill -9 "$SUP_PID"; SUP_PID=
+say "6. the newest image refused by criu: restored from the one before, counting on"
 say "PASS"
