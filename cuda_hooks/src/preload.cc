@@ -23,6 +23,8 @@
 // names libsanitizer-public.so if it is not under CUDA_HOME). =ptx and =sass
 // use one validator only. The stats then hold "validation ..." totals and
 // one "validated NAME ..." line per kernel.
+// PHOS_FAULT=gpu-error with PHOS_FAULT_FILE=PATH: once PATH exists, kernel
+// launches and copies fail as on a lost device (fault/gpu_fault.h).
 // PHOS_CALL_CYCLES=on: count the CPU time phos's own code takes in each kind
 // of call (call_cycles.h); `phosctl status` shows it, and the stats then
 // hold "call_cycles cycles_per_second=R calls=N cycles=C ns=T
@@ -38,6 +40,7 @@
 
 #include "agent/cuda_backend.h"
 #include "driver/driver.h"
+#include "fault/gpu_fault.h"
 #include "phos/hooks/agent.h"
 #include "runtime.h"
 
@@ -250,6 +253,7 @@ __attribute__((constructor)) static void phos_preload_init() {
   // checkpoint can carry them. Off unless the program's user asked for it
   // (the status then names it).
   setenv("NCCL_RAS_ENABLE", "0", 0);
+  gpu_fault::arm_from_environment();
   const char* record = std::getenv("PHOS_RECORD_LAUNCHES");
   if (record && *record && *record != '0') rt.launches().enable(true);
   if (const char* sigdb = std::getenv("PHOS_SIGDB"); sigdb && *sigdb)

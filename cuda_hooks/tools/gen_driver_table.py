@@ -107,7 +107,8 @@ def copy_hooks(rows, seen):
                 raise SystemExit(f'copy table: {variant} takes two streams')
             stream = streams[0] if streams else 'nullptr'  # a synchronous copy: the default stream
             per_thread = 'true' if variant != name else 'false'
-            body = ['  const CopyDeps rt;', f'  GatePass pass(rt.gate(), PHOS_CALL_KIND({variant}));']
+            body = ['  const CopyDeps rt;', f'  GatePass pass(rt.gate(), PHOS_CALL_KIND({variant}));',
+                    '  if (gpu_fault::fails()) return CUDA_ERROR_ILLEGAL_ADDRESS;']
             if form == 'unknown':
                 body.append('  rt.copy_window().before_unknown_call();')
             else:

@@ -10,6 +10,8 @@
 //   phosctl migrate PID --to GPU --dir DIR --lib LIBDIR [--criu CRIU] [-- CRIU_ARGS]
 //                                 move a running process to another GPU
 //   phosctl job dump|restore ...  checkpoint a job whose ranks run on several hosts
+//   phosctl periodic PID ...      checkpoint a process every interval, the last N images kept
+//   phosctl supervise ...         that, and restore the job from its last image when it dies
 //   phosctl version
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -35,6 +37,7 @@
 #include "phos/plugin/proc.h"
 #include "phos/speculation/demangle.h"
 #include "phosctl_job.h"
+#include "phosctl_supervise.h"
 #include "phos/support/clock.h"
 
 namespace {
@@ -64,6 +67,13 @@ constexpr const char* kUsage =
     "                                     go to both\n"
     "       phosctl job dump|restore ...  checkpoint (restore) a job whose ranks run on several hosts, each\n"
     "                                     host's tree by its own criu (phosctl job, alone, says how)\n"
+    "       phosctl periodic PID --dir ROOT --lib LIBDIR (--interval D | --mtbf D) [--keep N] [--incremental]\n"
+    "                                     checkpoint PID every interval (Young/Daly's from --mtbf and the first\n"
+    "                                     checkpoint's cost), the last N complete images kept\n"
+    "       phosctl supervise (--pid PID | -- COMMAND...) --dir ROOT --lib LIBDIR (--interval D | --mtbf D)\n"
+    "                         [--max-restarts N] [--gpu-map MAP] ...\n"
+    "                                     that, and the job restored from its last complete image each time it\n"
+    "                                     dies (phosctl periodic --help says all options)\n"
     "       phosctl version\n";
 
 std::string hex(uint64_t v) {
@@ -888,6 +898,8 @@ int cmd_migrate(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "migrate") return cmd_migrate(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (!args.empty() && (args[0] == "periodic" || args[0] == "supervise"))
+    return cmd_periodic(std::vector<std::string>(args.begin() + 1, args.end()), args[0] == "supervise");
   if (!args.empty() && args[0] == "job") return cmd_job(std::vector<std::string>(args.begin() + 1, args.end()));
   bool as_json = false;
   std::vector<std::string> pos;

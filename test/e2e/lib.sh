@@ -172,3 +172,12 @@ restored_ok() {
 criu_errors() { grep 'Error' "$1" | grep -v 'RLIMIT_NOFILE' | head -n 3 | tr '\n' ' '; }
 # CRIU copies its log into the image directory; the work dir keeps ours.
 cp_img_logs() { cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true; }
+# wait_line LOG PATTERN [COUNT [SECONDS]]: LOG has COUNT (1) lines matching
+# PATTERN (grep) within SECONDS (20), else fail (with LOG's last lines).
+wait_line() {
+  for _ in $(seq $((${4:-20} * 20))); do
+    [ "$(grep -c -- "$2" "$1" 2>/dev/null)" -ge "${3:-1}" ] && return 0
+    sleep 0.05
+  done
+  fail "$(basename "$1") has no '$2' (x${3:-1}): $(tail -n 5 "$1" | tr '\n' '|')"
+}

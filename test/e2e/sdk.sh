@@ -6,7 +6,10 @@
 #   2. phos.status() and phos.interval() answer;
 #   3. the program checkpoints itself (phos.checkpoint, leave_running,
 #      through a criu service's RPC): criu answers success, the image is
-#      complete, and the program counts on with its gate open.
+#      complete, and the program counts on with its gate open;
+#   4. the program checkpoints itself periodically (phos.Periodic, every
+#      0.3 s, --keep 2): after 4 checkpoints the last 2 are there, complete
+#      (marker and GPU image), the first 2 gone; restored from the last.
 export PHOS_WORKLOAD=$(cd "$(dirname "$0")" && pwd)/sdk_program.py
 # The interpreter itself: a launcher such as pyenv's would exec it under another name.
 export PHOS_WORKLOAD_RUNNER=$(python3 -c 'import sys; print(sys.executable)')
@@ -55,4 +58,23 @@ at=$(state_counter)
 gate_opens "$WORKLOAD_PID" || fail "gate not open after the self-checkpoint: $(cat "$IMG/phos-keeper.log" 2>/dev/null)"
 wait_counter_above $((at + 5))
 say "phos.checkpoint from inside: criu answered success; image complete; counting on ($at -> $(state_counter))"
+kill -9 "$WORKLOAD_PID"; wait_pid_free
+
+PHOS_CRIU_SERVICE=$WORK/criu.sock start_workload --preload --periodic "$WORK/series" "$WORK/rpc.conf"
+for _ in $(seq 200); do [ -s "$WORK/state.periodic" ] && break; sleep 0.05; done
+[ -s "$WORK/state.periodic" ] || fail "phos.Periodic made no 4 checkpoints: $(ls "$WORK/series" 2>/dev/null | tr '\n' ' ')"
+read -r _ _ third fourth < "$WORK/state.periodic"
+[ "$(ls "$WORK/series" | tr '\n' ' ')" = "000003 000004 " ] || fail "phos.Periodic kept $(ls "$WORK/series" | tr '\n' ' ')"
+for d in "$third" "$fourth"; do
+  [ -f "$d/phos-series-complete" ] || fail "$d has no completion marker"
+  ls "$d"/phos-*-complete.img >/dev/null 2>&1 || fail "$d's GPU image is not complete"
+done
+kill -9 "$WORKLOAD_PID"; wait_pid_free
+token=$(state_token)
+IMG=$fourth criu_restore || fail "restore from $fourth failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "no process restored from $fourth"
+at=$(state_counter)
+wait_counter_above $((at + 5))
+[ "$(state_token)" = "$token" ] || fail "the restored process is another"
+say "phos.Periodic: 4 checkpoints, 000003 and 000004 kept, complete; restored from 000004, counting on"
 say "PASS"

@@ -2,9 +2,11 @@
 every 10 ms, no file kept open) from a Python program using the phos SDK:
 phos.step() at every iteration. With --self-checkpoint IMAGES CONFIG it asks
 criu to dump itself (phos.checkpoint, leave_running) at iteration 20 and
-writes criu's answer to STATE.checkpoint.
+writes criu's answer to STATE.checkpoint. With --periodic ROOT CONFIG it
+checkpoints itself periodically (phos.Periodic: every 0.3 s, the last 2
+kept) and, after 4 checkpoints, writes their directories to STATE.periodic.
 
-usage: sdk_program.py STATE [--self-checkpoint IMAGES CONFIG]
+usage: sdk_program.py STATE [--self-checkpoint IMAGES CONFIG | --periodic ROOT CONFIG]
 """
 import json
 import os
@@ -23,10 +25,19 @@ def write(path, text):
 def main():
     state = sys.argv[1]
     self_checkpoint = sys.argv[3:5] if len(sys.argv) >= 5 and sys.argv[2] == "--self-checkpoint" else None
+    periodic = None
+    if len(sys.argv) >= 5 and sys.argv[2] == "--periodic":
+        periodic = phos.Periodic(sys.argv[3], interval_s=0.3, first_s=0.2, keep=2, config_file=sys.argv[4])
+    made = []
     token = os.urandom(8).hex()
     counter = 0
     while True:
-        phos.step()
+        if periodic:
+            made += [d for d in [periodic.step()] if d]
+            if len(made) == 4:
+                write(state + ".periodic", " ".join(made) + "\n")
+        else:
+            phos.step()
         counter += 1
         write(state, "%s %d\n" % (token, counter))
         if self_checkpoint and counter == 20:

@@ -174,6 +174,12 @@
 #                        (criu fails naming the chunk), never wrong; after a
 #                        refusal the job trains on intact and its next dump
 #                        copies while it is stopped and restores equal
+#   supervise_torch, supervise_torch_2gpu  torch_train.py under phosctl
+#                        supervise, killed three times (SIGKILL, an injected
+#                        GPU error, SIGKILL during a dump) and restored from
+#                        its last complete image each time (onto GPU 1 in
+#                        the second); the loss of every step bitwise equal
+#                        to an uninterrupted run's
 #   tcpstore_interop     phos's TCPStore client against torch's server (libuv
 #                        and legacy), torch's client against phos's server
 #   torchrun_2host, torchrun_2host_leave_running, torchrun_2host_host_fails,
@@ -565,6 +571,60 @@ torch_cow_case() {
 case_torch_cow() { torch_cow_case; }
 case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; }
 
+# supervise_torch: torch_train.py under `phosctl supervise` (a leave-running
+# checkpoint every 3 s, --keep 2), killed three times: SIGKILL; a GPU error
+# injected (PHOS_FAULT=gpu-error: once its trigger file appears, libphos.so
+# fails every launch and copy with CUDA_ERROR_ILLEGAL_ADDRESS and PyTorch's
+# error ends the program with status 1); SIGKILL during a dump (held in
+# CHECKPOINT_DEVICES by PHOS_FAULT=stall-after-checkpoint, for that dump
+# only). Brought back each time from its last complete image (GPU_MAP, e.g.
+# 0=1, puts it on another GPU); the loss of every step, those re-run after a
+# restore included, bitwise equal to an uninterrupted run's.
+supervised_torch() {  # supervised_torch [--gpu-map MAP]
+  local n=3000 script=$here/torch_train.py sup=$WORK/supervise.log ckpt n_dumps stalled prev same
+  setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8
+  timeout 300 env LD_PRELOAD="$LIBPHOS" python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
+  # The supervisor reaps its job and what criu restores at once (a child
+  # subreaper): no pid namespace, the restored job keeps its pid.
+  "$PHOSCTL" supervise --dir "$WORK/ckpt" --lib "$PLUGIN_DIR" --criu "$CRIU" --interval 3s --first 8s --keep 2 \
+    --max-restarts 3 --dump-env PHOS_FAULT=stall-after-checkpoint --dump-env PHOS_FAULT_FILE="$WORK/stall" "$@" \
+    -- env LD_PRELOAD="$LIBPHOS" PHOS_FAULT=gpu-error PHOS_FAULT_FILE="$WORK/gpu-fault" \
+    "$PHOS_WORKLOAD_RUNNER" "$script" "$WORK/state" "$WORK/run.losses" $n 20 > "$sup" 2>&1 &
+  local sup_pid=$!
+  AT_EXIT="kill -9 $sup_pid 2>/dev/null"
+  wait_line "$sup" "checkpoint 1 complete" 1 120
+  kill -9 "$(workload_pids | head -n1)"
+  wait_line "$sup" "restart 1 of 3: restored from" 1 120
+  wait_line "$sup" "complete in" $(($(grep -c "complete in" "$sup") + 1)) 120  # an image of the restored job
+  touch "$WORK/gpu-fault"
+  wait_line "$sup" "exited with status 1" 1 60
+  grep -q "illegal memory access" "$WORK/state.error" || fail "the job did not end on the injected error: $(tail -n 2 "$WORK/state.error")"
+  wait_line "$sup" "restart 2 of 3: restored from" 1 120
+  wait_line "$sup" "complete in" $(($(grep -c "complete in" "$sup") + 1)) 120
+  n_dumps=$(grep -c "dumping" "$sup")
+  touch "$WORK/stall"
+  wait_line "$sup" "dumping" $((n_dumps + 1)) 60
+  stalled=$(grep "dumping" "$sup" | tail -n1 | grep -o "$WORK/ckpt/[0-9]*")
+  prev=$(grep -o "complete in $WORK/ckpt/[0-9]*" "$sup" | tail -n1 | grep -o "$WORK/ckpt/[0-9]*$")
+  wait_line "$stalled/dump.log" "stalling CHECKPOINT_DEVICES" 1 60
+  kill -9 "$(workload_pids | head -n1)"
+  rm -f "$WORK/stall"
+  wait_line "$sup" "(the job died during it); the last complete image stays" 1 60
+  wait_line "$sup" "restart 3 of 3: restored from $prev " 1 120
+  [ ! -e "$stalled" ] || fail "the failed dump's directory is still there"
+  wait_line "$sup" "finished (status 0) after 3 restarts" 1 300
+  wait "$sup_pid" || fail "the supervisor exited with status $?"
+  same=$(python3 "$here/../e2e/same_steps.py" "$WORK/ref.losses" "$WORK/run.losses" 2>&1) ||
+    fail "the loss curve differs from the uninterrupted run's: $same"
+  pass "killed 3 times (SIGKILL; injected GPU error, exit 1; SIGKILL during the dump into $(basename "$stalled")), restored 3 times (the last from $(basename "$prev")) in $(grep -o 'restored from [^ ]* in [0-9.]* s' "$sup" | awk '{print $(NF-1)}' | paste -sd/) s${1:+ with $*}; loss curve of $n steps bitwise equal to an uninterrupted run's ($same); checkpoints: $(grep -c 'complete in' "$sup"), stall $(grep -o 'the job stopped [0-9.]*' "$sup" | head -n1 | awk '{print $4}') s"
+}
+case_supervise_torch() { supervised_torch; }
+case_supervise_torch_2gpu() {  # (2 GPUs) each restore onto GPU 1
+  [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || skip "needs 2 GPUs"
+  supervised_torch --gpu-map 0=1
+}
 case_torch_mlp() { torch_case; }
 case_torch_mlp_expandable() { torch_case PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
 # The same restored on demand: its memory filled in address order, not the
@@ -2344,6 +2404,7 @@ limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
     migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
+    supervise_torch*) echo 590 ;;
     torchrun_2host* | torchrun_4rank_2host*) echo 420 ;;
     tp_mlp_2proc* | anchor_tp_mlp_2proc | device_map_auto* | anchor_device_map_auto_2gpu) echo 420 ;;
     peer_access_2gpu | anchor_peer_access_2gpu) echo 200 ;;
@@ -2361,6 +2422,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
+  supervise_torch supervise_torch_2gpu
   tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d torchrun_4rank_2host torchrun_4rank_2host_leave_running
   tp_mlp_2proc tp_mlp_2proc_cow anchor_tp_mlp_2proc device_map_auto_2gpu anchor_device_map_auto_2gpu device_map_auto_migrate
   device_map_auto_migrate_swap peer_access_2gpu anchor_peer_access_2gpu"

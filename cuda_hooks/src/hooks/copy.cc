@@ -23,6 +23,7 @@
 // cuda.h's prototype and per-thread-stream variants; the helpers they call
 // are here.
 #include "driver/driver.h"
+#include "fault/gpu_fault.h"
 #include "runtime.h"
 
 #define PHOS_EXPORT __attribute__((visibility("default")))

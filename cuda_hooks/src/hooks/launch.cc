@@ -3,6 +3,7 @@
 // on looks its kernel up once in the kernel registry (kernel_registry.h)
 // and hands the entry to each; with none on it looks nothing up.
 #include "driver/driver.h"
+#include "fault/gpu_fault.h"
 #include "runtime.h"
 
 #define PHOS_EXPORT __attribute__((visibility("default")))
@@ -104,6 +105,7 @@ template <class Launch>
 inline CUresult launch_kernel(LaunchDeps rt, bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                               unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void** params,
                               void** extra, Launch&& launch) {
+  if (gpu_fault::fails()) return CUDA_ERROR_ILLEGAL_ADDRESS;  // PHOS_FAULT=gpu-error (gpu_fault.h)
   const bool capturing = rt.captures().capturing(stream, per_thread);
   const bool validating = rt.validation().active();
   // A launch into a capture runs with its graph (which waits there).

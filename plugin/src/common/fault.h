@@ -29,7 +29,12 @@
 //                           (copy-on-write, recopy's first pass) take one
 //                           chunk per 20 ms per worker, except those a call
 //                           waits for (a test's writes land mid-copy)
+// With PHOS_FAULT_FILE=PATH as well, the fault acts only while PATH exists
+// (a test stalls one dump of a series, phosctl supervise's, not each).
+// (libphos.so reads PHOS_FAULT too: gpu-error, cuda_hooks/src/fault/.)
 #pragma once
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +43,9 @@ namespace phos::plugin {
 
 inline bool fault(const char* name) {
   const char* v = std::getenv("PHOS_FAULT");
-  return v && std::strcmp(v, name) == 0;
+  if (!v || std::strcmp(v, name) != 0) return false;
+  const char* gate = std::getenv("PHOS_FAULT_FILE");
+  return !gate || !*gate || ::access(gate, F_OK) == 0;
 }
 
 }  // namespace phos::plugin

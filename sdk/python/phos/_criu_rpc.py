@@ -103,8 +103,9 @@ def dump_self_service(address, images_dir, leave_running=True, shell_job=True, c
 
 
 def dump_self(criu, images_dir, leave_running=True, shell_job=True, config_file=None, log_file="dump.log",
-              log_level=4):
-    """This process dumped by criu swrk; criu's answer, as a dict."""
+              log_level=4, extra_env=None):
+    """This process dumped by criu swrk; criu's answer, as a dict.
+    extra_env: added to criu's environment (phos's PHOS_* options)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     dirfd = os.open(images_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -114,6 +115,7 @@ def dump_self(criu, images_dir, leave_running=True, shell_job=True, config_file=
         # child of ours by the time the request comes. And it must not run
         # under libphos.so, which interposes dlsym and would sit inside criu.
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        env.update(extra_env or {})
         launcher = subprocess.Popen(["/bin/sh", "-c", '"$0" swrk "$1" </dev/null &', criu, str(theirs.fileno())],
                                     pass_fds=(theirs.fileno(), dirfd), stdin=subprocess.DEVNULL, env=env)
         launcher.wait()

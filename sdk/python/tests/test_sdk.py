@@ -221,5 +221,105 @@ class StepHandsFreeBlocks(unittest.TestCase):
                 sys.modules["torch"] = torch
 
 
+class YoungDaly(unittest.TestCase):
+    def test_same_figures_as_phosctl(self):
+        # test/unit/test_periodic.cc checks the C++ with the same inputs.
+        c = phos.young_daly(60, 6 * 3600)
+        self.assertAlmostEqual(c["young_s"], 1609.97, places=2)
+        self.assertAlmostEqual(c["daly_s"], 1570.22, places=2)
+        self.assertEqual(c["interval_s"], c["daly_s"])
+        self.assertIn("C = checkpoint cost 60.000 s, M = MTBF 21600.0 s", c["explanation"])
+
+    def test_cost_past_twice_the_mtbf(self):
+        self.assertEqual(phos.young_daly(100, 40)["interval_s"], 40)
+
+    def test_bad_input(self):
+        for bad in [(0, 1), (1, 0), (float("nan"), 1)]:
+            with self.assertRaises(ValueError):
+                phos.young_daly(*bad)
+
+
+class Series(unittest.TestCase):
+    def test_keep_and_chains(self):
+        full = [("%06d" % i, True, None) for i in range(1, 6)]
+        self.assertEqual(phos.series_to_remove(full, 2), ["000001", "000002", "000003"])
+        failed = [("000003", True, None), ("000004", True, None), ("000005", False, None)]
+        self.assertEqual(phos.series_to_remove(failed, 2), ["000005"])
+        chains = [("000001", True, None), ("000002", True, "000001"), ("000003", True, "000002"),
+                  ("000004", True, None), ("000005", True, "000004")]
+        self.assertEqual(phos.series_to_remove(chains, 2), ["000001", "000002", "000003"])
+        self.assertEqual(phos.series_to_remove(chains, 3), [])
+
+
+class PeriodicMode(unittest.TestCase):
+    """Periodic without criu: checkpoint() replaced by one that writes a
+    directory, a clock the test moves."""
+
+    def setUp(self):
+        import tempfile
+        self.root = tempfile.mkdtemp()
+        self.now = 0.0
+        self.dumps = []
+        self.fail_next = False
+        self.saved = phos.checkpoint
+
+        def fake_checkpoint(path, leave_running=True, env=None, **_):
+            self.assertTrue(leave_running)
+            os.makedirs(path, exist_ok=True)
+            open(os.path.join(path, "pages-1.img"), "w").close()
+            self.dumps.append((os.path.basename(path), dict(env or {})))
+            self.now += 2.0  # the dump takes 2 s
+            if self.fail_next:
+                self.fail_next = False
+                raise phos.CheckpointError("criu dump failed: killed")
+        phos.checkpoint = fake_checkpoint
+
+    def tearDown(self):
+        import shutil
+        phos.checkpoint = self.saved
+        shutil.rmtree(self.root)
+
+    def run_steps(self, every, seconds):
+        logs = []
+        end = self.now + seconds
+        while self.now < end:
+            every.step(free=[])
+            self.now += 1.0
+        return logs
+
+    def test_mtbf_interval_keep_and_incremental_chain(self):
+        logs = []
+        every = phos.Periodic(self.root, mtbf_s=3600, keep=2, incremental=True, full_every=3, first_s=5,
+                              log=logs.append, clock=lambda: self.now)
+        self.run_steps(every, 600)
+        choice = phos.young_daly(2.0, 3600)
+        self.assertEqual(every.interval_s, choice["interval_s"])
+        self.assertTrue(any(choice["explanation"] in l for l in logs), logs)
+        # Parents: 1 full, 2 <- 1, 3 <- 2, 4 full, 5 <- 4, ...
+        parents = [d[1].get("PHOS_PARENT_IMAGE") for d in self.dumps]
+        self.assertEqual(parents[:5], [None, "../000001", "../000002", None, "../000004"])
+        kept = sorted(os.listdir(self.root))
+        # The last two complete and the chain they need, nothing else.
+        series = phos._list_series(self.root)
+        self.assertEqual(phos.series_to_remove(series, 2), [])
+        last = self.dumps[-1][0]
+        self.assertIn(last, kept)
+        self.assertLessEqual(len(kept), 2 + 3 - 1)
+
+    def test_a_failed_dump_leaves_the_complete_ones(self):
+        every = phos.Periodic(self.root, interval_s=10, keep=1, first_s=1, log=lambda _: None,
+                              clock=lambda: self.now)
+        self.run_steps(every, 5)
+        self.assertEqual(os.listdir(self.root), ["000001"])
+        self.fail_next = True
+        self.now += 20
+        with self.assertRaises(phos.CheckpointError):
+            every.step(free=[])
+        self.assertEqual(os.listdir(self.root), ["000001"])  # the failed 000002 removed, 000001 kept
+        self.now += 20
+        every.step(free=[])
+        self.assertEqual(os.listdir(self.root), ["000003"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,161 @@
+// A series of checkpoint directories, the last N complete ones kept
+// (periodic.h).
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "phos/plugin/periodic.h"
+#include "phos/support/unique_fd.h"
+
+namespace phos::plugin {
+namespace {
+
+Error sys_error(const std::string& what) { return make_error(what + ": " + std::strerror(errno), errno); }
+
+bool is_seq_name(const char* name, uint64_t* seq) {
+  size_t n = std::strlen(name);
+  if (n < 6 || n > 18) return false;
+  for (size_t i = 0; i < n; i++)
+    if (name[i] < '0' || name[i] > '9') return false;
+  *seq = std::strtoull(name, nullptr, 10);
+  return true;
+}
+
+// The marker's "parent=NAME" line, where it has one. A marker too large to
+// be ours is read as none.
+std::optional<std::string> marker_parent(int dirfd) {
+  UniqueFd fd(::openat(dirfd, kSeriesMarker, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
+  char buf[4096];
+  ssize_t n = ::read(fd.get(), buf, sizeof(buf) - 1);
+  if (n <= 0) return std::nullopt;
+  buf[n] = 0;
+  for (char* line = std::strtok(buf, "\n"); line; line = std::strtok(nullptr, "\n"))
+    if (std::strncmp(line, "parent=", 7) == 0 && line[7]) return std::string(line + 7);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string series_name(uint64_t seq) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%06llu", static_cast<unsigned long long>(seq));
+  return buf;
+}
+
+Result<std::vector<SeriesImage>> list_series(const std::string& root) {
+  UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd.valid()) return sys_error("checkpoint series " + root);
+  DIR* d = ::fdopendir(::dup(rootfd.get()));
+  if (!d) return sys_error("checkpoint series " + root);
+  std::vector<SeriesImage> out;
+  while (dirent* e = ::readdir(d)) {
+    SeriesImage img;
+    if (!is_seq_name(e->d_name, &img.seq)) continue;
+    UniqueFd dirfd(::openat(rootfd.get(), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dirfd.valid()) continue;  // not a directory of ours
+    struct stat st;
+    img.name = e->d_name;
+    img.complete = ::fstatat(dirfd.get(), kSeriesMarker, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    if (img.complete) img.parent = marker_parent(dirfd.get());
+    out.push_back(std::move(img));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(), [](const SeriesImage& a, const SeriesImage& b) { return a.seq < b.seq; });
+  return out;
+}
+
+std::optional<SeriesImage> latest_complete(const std::vector<SeriesImage>& series) {
+  for (auto it = series.rbegin(); it != series.rend(); ++it)
+    if (it->complete) return *it;
+  return std::nullopt;
+}
+
+std::vector<std::string> series_to_remove(const std::vector<SeriesImage>& series, size_t keep) {
+  std::map<std::string, const SeriesImage*> by_name;
+  for (const auto& s : series) by_name[s.name] = &s;
+  // The newest `keep` complete ones (at least one: the one a restore needs),
+  // and every parent their chains reach.
+  std::set<std::string> kept;
+  size_t complete_kept = 0;
+  for (auto it = series.rbegin(); it != series.rend() && complete_kept < std::max<size_t>(keep, 1); ++it) {
+    if (!it->complete) continue;
+    complete_kept++;
+    const SeriesImage* s = &*it;
+    while (s && kept.insert(s->name).second) {
+      auto p = s->parent ? by_name.find(*s->parent) : by_name.end();
+      s = p == by_name.end() ? nullptr : p->second;
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& s : series)
+    if (!kept.count(s.name)) out.push_back(s.name);
+  return out;
+}
+
+Result<void> mark_complete(const std::string& dir, const std::vector<std::string>& lines) {
+  UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dirfd.valid()) return sys_error("checkpoint " + dir);
+  const std::string tmp = std::string(kSeriesMarker) + ".tmp";
+  {
+    UniqueFd fd(::openat(dirfd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.valid()) return sys_error(dir + "/" + tmp);
+    std::string text;
+    for (const auto& l : lines) text += l + "\n";
+    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd.get()) != 0)
+      return sys_error("writing " + dir + "/" + tmp);
+  }
+  if (::renameat(dirfd.get(), tmp.c_str(), dirfd.get(), kSeriesMarker) != 0)
+    return sys_error("renaming " + dir + "/" + tmp);
+  if (::fsync(dirfd.get()) != 0) return sys_error("syncing " + dir);
+  return {};
+}
+
+namespace {
+
+// Every entry of `dirfd` unlinked; the first failure, empty where none.
+std::string unlink_entries(int dirfd, const std::string& path) {
+  DIR* d = ::fdopendir(::dup(dirfd));
+  if (!d) return path + ": " + std::strerror(errno);
+  ::rewinddir(d);
+  std::string failed;
+  while (dirent* e = ::readdir(d)) {
+    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+    if (::unlinkat(dirfd, e->d_name, 0) != 0 && errno != ENOENT && failed.empty())
+      failed = path + "/" + e->d_name + ": " + std::strerror(errno);
+  }
+  ::closedir(d);
+  return failed;
+}
+
+}  // namespace
+
+Result<void> remove_series_dir(const std::string& root, const std::string& name) {
+  UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd.valid()) return sys_error("checkpoint series " + root);
+  const std::string path = root + "/" + name;
+  UniqueFd dirfd(::openat(rootfd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dirfd.valid()) return sys_error(path);
+  // The marker first: a directory half removed is never taken for complete.
+  ::unlinkat(dirfd.get(), kSeriesMarker, 0);
+  // A failed dump's helpers (phos-keeper, on criu's death) may still write
+  // a log into it for a moment: emptied again, up to 5 times.
+  for (int attempt = 0;; attempt++) {
+    std::string failed = unlink_entries(dirfd.get(), path);
+    if (!failed.empty()) return make_error("removing " + failed, EIO);
+    if (::unlinkat(rootfd.get(), name.c_str(), AT_REMOVEDIR) == 0) return {};
+    if (errno != ENOTEMPTY || attempt == 4) return sys_error("removing " + path);
+    ::usleep(100000);
+  }
+}
+
+}  // namespace phos::plugin
