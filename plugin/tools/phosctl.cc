@@ -239,12 +239,17 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 "(%s; stored in process %d's image)\n",
                 a.ipc ? a.ipc->owner_allocation : 0, a.ipc ? a.ipc->owner_pid : 0, a.id, hex(a.address).c_str(),
                 a.device, bytes_text(a.size).c_str(), a.ipc ? a.ipc->owner_pid : 0);
-  if (m.kept)
+  if (m.kept && m.kept->targets.empty())
     std::printf(
         "  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
         "takes it\n",
         m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device.uuid).c_str(),
         m.kept->device.name.c_str(), m.kept->in_place ? ", where the process left it" : "");
+  if (m.kept && !m.kept->targets.empty())
+    std::printf("  migration %s: the GPU data is in no file; phos-keeper keeps it on %zu GPUs%s until a restore "
+                "takes it:\n",
+                m.kept->migration.c_str(), m.kept->targets.size(),
+                m.kept->in_place ? ", where the process left it" : "");
   if (m.kept)
     for (const auto& [ordinal, d] : m.kept->targets)
       std::printf("    device %u's memory on GPU %s (%s)\n", ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str(),

@@ -31,8 +31,8 @@ static CUresult set(unsigned long long dst, const void *value, size_t width, siz
 
 /* Several GPUs (FAKE_CUDA_DEVICES > 1): the GPU of the device memory at
  * `addr`, from the name of the memfd mapped there (fake_libcuda_vmm.c);
- * -1 for other memory. */
-static int gpu_of(unsigned long long addr) {
+ * -1 for other memory. A test program asks too (multi_gpu_client.c). */
+int fake_gpu_of(unsigned long long addr) {
   FILE *f = fopen("/proc/self/maps", "r");
   char line[512];
   int gpu = -1;
@@ -55,7 +55,7 @@ static int gpu_of(unsigned long long addr) {
 static CUresult dtod(unsigned long long dst, unsigned long long src, size_t n) {
   const char *v = getenv("FAKE_CUDA_DEVICES");
   if (fake_real_memory() && v && atoi(v) > 1) {
-    const int ctx = fake_current_device(), from = gpu_of(src), to = gpu_of(dst);
+    const int ctx = fake_current_device(), from = fake_gpu_of(src), to = fake_gpu_of(dst);
     const int src_ok = from < 0 || from == ctx || fake_gpu_may_access(src, ctx);
     const int dst_ok = to < 0 || to == ctx || fake_gpu_may_access(dst, ctx);
     if (!src_ok || !dst_ok) {

@@ -24,11 +24,6 @@ export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 export FAKE_CUDA_LOG=$WORK/fake-cuda.log
 
-keepers() { pgrep -f "phos-keeper --detach" || true; }
-wait_no_keeper() {
-  for _ in $(seq 100); do [ -z "$(keepers)" ] && return 0; sleep 0.05; done
-  fail "phos-keeper still runs: $(keepers)"
-}
 migrate() { "$PHOSCTL" migrate "$WORKLOAD_PID" "$@" --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1; }
 # The fake GPUs of A and B ("gpus=GA,GB", the state's fourth field).
 gpus() { state_field 4; }

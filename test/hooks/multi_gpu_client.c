@@ -52,22 +52,8 @@ static CUdeviceptr alloc_on(int d, size_t bytes) {
   return p;
 }
 
-/* The fake GPU of the memory at `addr`: the memfd mapped there is named
- * "fake-gpu-N" (fake_libcuda_vmm.c); -1 for other memory. */
-static int gpu_of(CUdeviceptr addr) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  char line[512];
-  int gpu = -1;
-  while (f && fgets(line, sizeof(line), f)) {
-    unsigned long long lo, hi;
-    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2 || addr < lo || addr >= hi) continue;
-    const char *m = strstr(line, "memfd:fake-gpu-");
-    if (m) gpu = atoi(m + strlen("memfd:fake-gpu-"));
-    break;
-  }
-  if (f) fclose(f);
-  return gpu;
-}
+/* The fake GPU whose memory is at `addr` (fake_libcuda_copy.c); -1: none. */
+int fake_gpu_of(unsigned long long addr);
 
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
@@ -104,7 +90,7 @@ int main(int argc, char **argv) {
     check("A", A[0], (uint32_t)n, n);
     check("B", B[0], (uint32_t)n, n);
     snprintf(line, sizeof(line), "%016llx %llu %s gpus=%d,%d\n", (unsigned long long)token, (unsigned long long)n,
-             bad[0] ? bad : "ok", gpu_of(a), gpu_of(b));
+             bad[0] ? bad : "ok", fake_gpu_of(a), fake_gpu_of(b));
     write_state_line(argv[1], line);
     usleep(10000);
   }

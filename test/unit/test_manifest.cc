@@ -671,7 +671,7 @@ Manifest kept_targets_manifest() {
   std::array<uint8_t, 16> a{}, b{};
   a[0] = 0xaa;
   b[0] = 0xbb;
-  for (const auto& d : m.devices) m.kept->targets[d.ordinal] = GpuDevice{.uuid = d.ordinal % 2 ? a : b, .name = "NVIDIA H200"};
+  for (const auto& d : m.devices) m.kept->targets[d.ordinal] = phos::GpuDevice{.uuid = d.ordinal % 2 ? a : b, .name = "NVIDIA H200"};
   m.kept->device = m.kept->targets.begin()->second;
   m.format_version = format_version_for(m);
   return m;

@@ -23,18 +23,18 @@ bool is_ordinal(std::string_view s) {
 
 bool is_uuid(std::string_view s) { return s.size() == 40 && s.substr(0, 4) == "GPU-"; }
 
-}  // namespace
-
-Result<GpuMapSpec> parse_gpu_map(std::string_view spec) {
+// "A<sep>B[,A<sep>B...]", each side a GPU key; `shape` names the form in
+// errors ("OLD=NEW").
+Result<GpuMapSpec> parse_pairs(std::string_view spec, char sep, const char* shape) {
   GpuMapSpec out;
   while (!trim(spec).empty()) {
     size_t comma = spec.find(',');
     std::string_view item = trim(spec.substr(0, comma));
     spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    size_t eq = item.find('=');
-    if (eq == std::string_view::npos)
-      return make_error("GPU map entry '" + std::string(item) + "': expected OLD=NEW", EINVAL);
-    std::string_view from = trim(item.substr(0, eq)), to = trim(item.substr(eq + 1));
+    size_t at = item.find(sep);
+    if (at == std::string_view::npos)
+      return make_error("GPU map entry '" + std::string(item) + "': expected " + shape, EINVAL);
+    std::string_view from = trim(item.substr(0, at)), to = trim(item.substr(at + 1));
     for (std::string_view side : {from, to})
       if (!is_gpu_key(side))
         return make_error("GPU map entry '" + std::string(item) + "': '" + std::string(side) +
@@ -45,27 +45,15 @@ Result<GpuMapSpec> parse_gpu_map(std::string_view spec) {
   return out;
 }
 
+}  // namespace
+
+Result<GpuMapSpec> parse_gpu_map(std::string_view spec) { return parse_pairs(spec, '=', "OLD=NEW"); }
+
 bool is_migration_map(std::string_view spec) { return spec.find(':') != std::string_view::npos; }
 
 Result<GpuMapSpec> parse_migration_map(std::string_view spec) {
-  GpuMapSpec out;
   if (trim(spec).empty()) return make_error("an empty GPU map (expected SRC:DST[,SRC:DST...])", EINVAL);
-  while (!trim(spec).empty()) {
-    size_t comma = spec.find(',');
-    std::string_view item = trim(spec.substr(0, comma));
-    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    size_t colon = item.find(':');
-    if (colon == std::string_view::npos)
-      return make_error("GPU map entry '" + std::string(item) + "': expected SRC:DST", EINVAL);
-    std::string_view from = trim(item.substr(0, colon)), to = trim(item.substr(colon + 1));
-    for (std::string_view side : {from, to})
-      if (!is_gpu_key(side))
-        return make_error("GPU map entry '" + std::string(item) + "': '" + std::string(side) +
-                              "' is neither an ordinal nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
-                          EINVAL);
-    out.push_back({std::string(from), std::string(to)});
-  }
-  return out;
+  return parse_pairs(spec, ':', "SRC:DST");
 }
 
 std::string describe_migration_map(const GpuMapSpec& spec) {
