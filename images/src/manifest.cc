@@ -363,12 +363,13 @@ bool is_migration_id(std::string_view id) {
 }
 
 uint32_t format_version_for(const Manifest& m) {
+  if (m.kept && !m.kept->targets.empty()) return kKeptTargetsFormatVersion;
   for (const auto& a : m.allocations)
     for (const auto& c : a.chunks)
       if (c.fingerprint) return kFingerprintFormatVersion;
   if (m.parent) return kParentFormatVersion;
   if (!m.ipc_mappings.empty()) return kIpcFormatVersion;
-  if (m.kept) return m.kept->targets.empty() ? kKeptMemoryFormatVersion : kKeptTargetsFormatVersion;
+  if (m.kept) return kKeptMemoryFormatVersion;
   uint32_t version = 1;
   for (const auto& a : m.allocations)
     for (const auto& c : a.chunks) {

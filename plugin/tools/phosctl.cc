@@ -66,7 +66,7 @@ constexpr const char* kUsage =
     "       phosctl migrate PID --gpu-map SRC:DST[,SRC:DST...] --dir DIR --lib LIBDIR ...\n"
     "                                     the same for a process on several GPUs: each GPU SRC it uses (as\n"
     "                                     nvidia-smi numbers them, or a UUID) to its own GPU DST, one to one\n"
-    "                                     (e.g. 0:1,1:0 swaps two)\n"
+    "                                     (e.g. 0:1,1:0 swaps two; SRC=DST too)\n"
     "       phosctl job dump|restore ...  checkpoint (restore) a job whose ranks run on several hosts, each\n"
     "                                     host's tree by its own criu (phosctl job, alone, says how)\n"
     "       phosctl version\n";

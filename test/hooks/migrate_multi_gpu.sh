@@ -12,10 +12,12 @@
 #      refused by phosctl before criu runs
 #   2. the swap 0:1,1:0: each GPU's memory copied to the other GPU (peer to
 #      peer: a copy leaving its context's GPU without access fails in the
-#      fake), kept by phos-keeper on both, the manifest (format 7) naming a
+#      fake), kept by phos-keeper on both, the manifest (format 8) naming a
 #      target per device; after the restore A is on GPU 1 and B on GPU 0,
 #      their data intact (the program's checks pass on), and phos's
 #      mappings of both carry access for both GPUs again (peer access)
+#   2b. in place (0=0,1=1, the '=' form): each GPU's memory stays where it is,
+#      nothing copied, the program's checks pass on
 #   3. no restore comes: the keeper writes each GPU's kept memory into the
 #      image directory, which then restores as an ordinary image
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/multi_gpu_client
@@ -80,9 +82,9 @@ m = json.load(sys.stdin)["images"][0]
 k = m["kept"]
 one = "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae01"
 zero = "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00"
-assert m["format_version"] == 7, m["format_version"]
+assert m["format_version"] == 8, m["format_version"]
 assert k["targets"] == {"0": one, "1": zero}, k
-assert not k["in_place"], k' || fail "the manifest does not keep device 0 on GPU 1 and device 1 on GPU 0 (format 7)"
+assert not k["in_place"], k' || fail "the manifest does not keep device 0 on GPU 1 and device 1 on GPU 0 (format 8)"
 grep -q "taken from phos-keeper, on GPUs device 0's on GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae01, device 1's on GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00" \
   "$WORK/migrate-restore.log" || fail "the restore did not take both GPUs' kept memory"
 wait_no_keeper
@@ -96,6 +98,24 @@ wait_counter_above $((at + 20))
 after=$(both_access)
 [ "$after" -ge $((before + 2)) ] || fail "A and B were not mapped again with access for both GPUs ($before, then $after)"
 say "2. swapped: A on GPU 1, B on GPU 0, the program's checks pass for 20 steps, peer access set again on both"
+WORKLOAD_PID=$pid
+
+# 2b. In place: the fake has no driver restore to carry the swap into the
+# process's numbering, so its devices are still GPUs 0 and 1 to phos and
+# their memory stays on fake GPUs 1 and 0.
+rm -rf "${IMG:?}"/*
+out=$(migrate --gpu-map 0=0,1=1) || { cp_img_logs; fail "phosctl migrate --gpu-map 0=0,1=1 failed: $out"; }
+cp_img_logs
+grep -q "^migrated process $WORKLOAD_PID to GPUs 0:0,1:1: .* kept in place;" <<<"$out" || fail "not kept in place: $out"
+grep -q "MiB kept in place on GPUs 0->0, 1->1 for the restore" "$WORK/migrate-dump.log" ||
+  fail "the dump did not keep both GPUs' memory in place"
+wait_no_keeper
+pid=$(restored_pid) || fail "no process restored in place"
+at=$(state_counter)
+wait_counter_above $((at + 20))
+[ "$(state_field 3)" = ok ] || fail "in place: the program found its memory wrong: $(state_field 3)"
+[ "$(gpus)" = "gpus=1,0" ] || fail "in place: the memory moved: $(cat "$WORK/state")"
+say "2b. in place (0=0,1=1): $(grep -o '[0-9]* allocations, [0-9.]* MiB kept in place on GPUs [^ ]* [^ ]*' "$WORK/migrate-dump.log")"
 WORKLOAD_PID=$pid
 
 # 3. No restore comes: each GPU's kept memory written into the image.

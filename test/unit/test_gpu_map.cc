@@ -185,6 +185,14 @@ TEST_CASE("migration map: SRC:DST entries parse, ordinals and UUIDs", "[gpu_map]
   CHECK((*s)[0].to == "1");
   CHECK((*s)[1].to == "GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb");
   CHECK(describe_migration_map(*s) == "0:1,1:GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb");
+  // SRC=DST as gpu_map writes its pairs, the same map.
+  CHECK(is_migration_map("0=1,1=0"));
+  auto eq = parse_migration_map("0=1,1=0");
+  REQUIRE(eq);
+  CHECK(describe_migration_map(*eq) == "0:1,1:0");
+  auto t = migration_targets("0=1,1=0", {0, 1}, host_of(2));
+  REQUIRE(t);
+  CHECK(*t == std::map<int, int>{{0, 1}, {1, 0}});
 }
 
 TEST_CASE("migration map: malformed maps are refused, the entry named", "[gpu_map][migrate]") {

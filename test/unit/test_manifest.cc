@@ -679,7 +679,7 @@ Manifest kept_targets_manifest() {
 
 }  // namespace
 
-TEST_CASE("manifest: a migration over several GPUs round trips with a target per device, at format 7",
+TEST_CASE("manifest: a migration over several GPUs round trips with a target per device, at format 8",
           "[manifest][migrate]") {
   Manifest m = kept_targets_manifest();
   REQUIRE(m.devices.size() >= 1);

@@ -23,15 +23,15 @@ bool is_ordinal(std::string_view s) {
 
 bool is_uuid(std::string_view s) { return s.size() == 40 && s.substr(0, 4) == "GPU-"; }
 
-// "A<sep>B[,A<sep>B...]", each side a GPU key; `shape` names the form in
-// errors ("OLD=NEW").
-Result<GpuMapSpec> parse_pairs(std::string_view spec, char sep, const char* shape) {
+// "A<sep>B[,A<sep>B...]", each side a GPU key, <sep> one of `seps`;
+// `shape` names the form in errors ("OLD=NEW").
+Result<GpuMapSpec> parse_pairs(std::string_view spec, const char* seps, const char* shape) {
   GpuMapSpec out;
   while (!trim(spec).empty()) {
     size_t comma = spec.find(',');
     std::string_view item = trim(spec.substr(0, comma));
     spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    size_t at = item.find(sep);
+    size_t at = item.find_first_of(seps);
     if (at == std::string_view::npos)
       return make_error("GPU map entry '" + std::string(item) + "': expected " + shape, EINVAL);
     std::string_view from = trim(item.substr(0, at)), to = trim(item.substr(at + 1));
@@ -47,13 +47,14 @@ Result<GpuMapSpec> parse_pairs(std::string_view spec, char sep, const char* shap
 
 }  // namespace
 
-Result<GpuMapSpec> parse_gpu_map(std::string_view spec) { return parse_pairs(spec, '=', "OLD=NEW"); }
+Result<GpuMapSpec> parse_gpu_map(std::string_view spec) { return parse_pairs(spec, "=", "OLD=NEW"); }
 
-bool is_migration_map(std::string_view spec) { return spec.find(':') != std::string_view::npos; }
+// ':' or '=' (as gpu_map writes its pairs).
+bool is_migration_map(std::string_view spec) { return spec.find_first_of(":=") != std::string_view::npos; }
 
 Result<GpuMapSpec> parse_migration_map(std::string_view spec) {
   if (trim(spec).empty()) return make_error("an empty GPU map (expected SRC:DST[,SRC:DST...])", EINVAL);
-  return parse_pairs(spec, ':', "SRC:DST");
+  return parse_pairs(spec, ":=", "SRC:DST");
 }
 
 std::string describe_migration_map(const GpuMapSpec& spec) {

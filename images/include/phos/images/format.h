@@ -20,7 +20,7 @@ namespace phos::image {
 // holds its manifest (format_version_for, manifest.h), so a phos that reads
 // only version 1 restores every image without a zero chunk and refuses the
 // others by their version.
-inline constexpr uint32_t kManifestFormatVersion = 7;
+inline constexpr uint32_t kManifestFormatVersion = 8;
 inline constexpr uint32_t kZeroChunkFormatVersion = 2;
 // Version 3: a migration's manifest, whose GPU data is kept in device
 // memory by phos-keeper (KeptMemory) instead of data files.

@@ -145,7 +145,7 @@ struct KeptMemory {
   GpuDevice device;
   bool in_place = false;  // the process's own memory, not a copy
   uint64_t kept_bytes = 0;
-  // A process on several GPUs (format 7): each image device's ordinal to
+  // A process on several GPUs (format 8): each image device's ordinal to
   // the GPU (UUID, name) holding its memory. Empty: all on `device`.
   std::map<uint32_t, GpuDevice> targets;
   // The GPU holding image device `ordinal`'s memory.

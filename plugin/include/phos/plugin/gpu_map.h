@@ -70,7 +70,8 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
 // A migration's device map (migrate_to, `phosctl migrate --gpu-map`):
 // "SRC:DST[,SRC:DST...]", each side a GPU of this host as criu numbers it
 // (an ordinal as nvidia-smi prints it) or its UUID; SRC a GPU the process
-// runs on, DST where its memory goes. A single GPU ("1", no ':') is the
+// runs on, DST where its memory goes ("SRC=DST" too, as gpu_map writes
+// its pairs). A single GPU ("1", no ':' or '=') is the
 // one-GPU form: migration_targets() takes it for a process on one GPU.
 bool is_migration_map(std::string_view spec);
 // Syntax only ("0:1,1:0"); errors name the entry.
