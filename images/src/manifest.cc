@@ -163,6 +163,7 @@ struct PbManifest {
   Phos__Image__LaunchLog log = PHOS__IMAGE__LAUNCH_LOG__INIT;
   Phos__Image__KeptMemory kept = PHOS__IMAGE__KEPT_MEMORY__INIT;
   Phos__Image__ParentImage parent = PHOS__IMAGE__PARENT_IMAGE__INIT;
+  pb::Repeated<Phos__Image__KeptDevice> kept_targets;
   pb::Repeated<Phos__Gpu__Device> devices;
   std::vector<pb::Repeated<Phos__Gpu__Chunk>> chunks;  // per allocation
   pb::Repeated<Phos__Gpu__Allocation> allocs;
@@ -211,6 +212,16 @@ struct PbManifest {
       kept.device_name = c_text(k.device.name);
       pb::set_present(kept.has_in_place, kept.in_place, k.in_place);
       pb::set_present(kept.has_kept_bytes, kept.kept_bytes, k.kept_bytes);
+      std::vector<std::pair<uint32_t, const GpuDevice*>> targets;
+      for (const auto& [ordinal, d] : k.targets) targets.emplace_back(ordinal, &d);
+      kept_targets = pb::Repeated<Phos__Image__KeptDevice>(
+          phos__image__kept_device__init, targets,
+          [](const std::pair<uint32_t, const GpuDevice*>& t, Phos__Image__KeptDevice& o) {
+            o.ordinal = t.first;
+            o.uuid = {t.second->uuid.size(), const_cast<uint8_t*>(t.second->uuid.data())};
+            o.name = c_text(t.second->name);
+          });
+      kept_targets.set(kept.n_targets, kept.targets);
       m.kept = &kept;
     }
     if (in.copy_trust != agent::CopyTrust(0)) pb::set_present(m.has_copy_trust, m.copy_trust, uint32_t(in.copy_trust));
@@ -252,10 +263,16 @@ KeptMemory decode_kept(const Phos__Image__KeptMemory& k) {
   KeptMemory out{.migration = text(k.migration),
                  .device = {.name = text(k.device_name)},
                  .in_place = k.in_place != 0,
-                 .kept_bytes = k.kept_bytes};
+                 .kept_bytes = k.kept_bytes,
+                 .targets = {}};
   // A UUID of another length is refused before (from_pb).
   if (k.device_uuid.len == out.device.uuid.size())
     std::copy_n(k.device_uuid.data, out.device.uuid.size(), out.device.uuid.begin());
+  for (size_t i = 0; i < k.n_targets; i++) {
+    GpuDevice d{.name = text(k.targets[i]->name)};
+    if (k.targets[i]->uuid.len == d.uuid.size()) std::copy_n(k.targets[i]->uuid.data, d.uuid.size(), d.uuid.begin());
+    out.targets.emplace(k.targets[i]->ordinal, d);  // a device listed twice is refused before (from_pb)
+  }
   return out;
 }
 
@@ -271,6 +288,17 @@ Result<GpuDevice> decode_device(const Phos__Gpu__Device& d) {
 Result<Manifest> from_pb(const Phos__Image__Manifest& m) {
   if (m.kept && m.kept->device_uuid.len != sizeof(GpuDevice{}.uuid))
     return make_error("kept memory: a GPU UUID of " + std::to_string(m.kept->device_uuid.len) + " bytes (16 expected)");
+  if (m.kept) {
+    std::set<uint32_t> seen;
+    for (size_t i = 0; i < m.kept->n_targets; i++) {
+      const auto& t = *m.kept->targets[i];
+      if (t.uuid.len != sizeof(GpuDevice{}.uuid))
+        return make_error("kept memory of device " + std::to_string(t.ordinal) + ": a GPU UUID of " +
+                          std::to_string(t.uuid.len) + " bytes (16 expected)");
+      if (!seen.insert(t.ordinal).second)
+        return make_error("kept memory: device " + std::to_string(t.ordinal) + " has two targets");
+    }
+  }
   auto devices = pb::try_decode_each(m.devices, m.n_devices, decode_device);
   if (!devices) return devices.error();
   return Manifest{
@@ -335,6 +363,7 @@ bool is_migration_id(std::string_view id) {
 }
 
 uint32_t format_version_for(const Manifest& m) {
+  if (m.kept && !m.kept->targets.empty()) return kKeptTargetsFormatVersion;
   for (const auto& a : m.allocations)
     for (const auto& c : a.chunks)
       if (c.fingerprint) return kFingerprintFormatVersion;
@@ -461,6 +490,15 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
                   " does not have");
     if (!is_migration_id(m.kept->migration)) return fail("kept memory: invalid migration name '" + m.kept->migration + "'");
     if (!m.data_files.empty()) return fail("kept memory: the image also lists data files");
+    if (!m.kept->targets.empty() && m.format_version < kKeptTargetsFormatVersion)
+      return fail("keeps memory on several GPUs, which format version " + std::to_string(m.format_version) +
+                  " does not have");
+    for (const auto& d : m.devices)
+      if (!m.kept->targets.empty() && !m.kept->targets.count(d.ordinal))
+        return fail("kept memory: device " + std::to_string(d.ordinal) + " has no target GPU");
+    for (const auto& [ordinal, d] : m.kept->targets)
+      if (std::none_of(m.devices.begin(), m.devices.end(), [&](const GpuDevice& x) { return x.ordinal == ordinal; }))
+        return fail("kept memory: a target for device " + std::to_string(ordinal) + ", which the image does not have");
   }
 
   std::set<uint32_t> ordinals;

@@ -7,8 +7,9 @@
 //   phosctl kernels PID [--json]  its kernels' read/write-set speculation
 //   phosctl speculate PID on|off  turn that speculation on or off
 //   phosctl validate PID on|off   turn the validation of it on or off
-//   phosctl migrate PID --to GPU --dir DIR --lib LIBDIR [--criu CRIU] [-- CRIU_ARGS]
-//                                 move a running process to another GPU
+//   phosctl migrate PID --to GPU|--gpu-map SRC:DST,... --dir DIR --lib LIBDIR [--criu CRIU] [-- CRIU_ARGS]
+//                                 move a running process to another GPU (each
+//                                 of its GPUs to its own, with a map)
 //   phosctl job dump|restore ...  checkpoint a job whose ranks run on several hosts
 //   phosctl periodic PID ...      checkpoint a process every interval, the last N images kept
 //   phosctl supervise ...         that, and restore the job from its last image when it dies
@@ -65,6 +66,10 @@ constexpr const char* kUsage =
     "                                     criu dump with migrate_to=GPU into DIR (GPU data goes GPU to GPU,\n"
     "                                     DIR gets the CPU images), then criu restore -d from DIR; CRIU_ARGS\n"
     "                                     go to both\n"
+    "       phosctl migrate PID --gpu-map SRC:DST[,SRC:DST...] --dir DIR --lib LIBDIR ...\n"
+    "                                     the same for a process on several GPUs: each GPU SRC it uses (as\n"
+    "                                     nvidia-smi numbers them, or a UUID) to its own GPU DST, one to one\n"
+    "                                     (e.g. 0:1,1:0 swaps two; SRC=DST too)\n"
     "       phosctl job dump|restore ...  checkpoint (restore) a job whose ranks run on several hosts, each\n"
     "                                     host's tree by its own criu (phosctl job, alone, says how)\n"
     "       phosctl periodic PID --dir ROOT --lib LIBDIR (--interval D | --mtbf D) [--keep N] [--incremental]\n"
@@ -195,7 +200,11 @@ json image_json(const phos::image::ProcessImage& img) {
                  {"device_uuid", phos::plugin::format_gpu_uuid(m.kept->device.uuid)},
                  {"device_name", m.kept->device.name},
                  {"in_place", m.kept->in_place},
-                 {"kept_bytes", m.kept->kept_bytes}};
+                 {"kept_bytes", m.kept->kept_bytes},
+                 {"targets", json::object()}};
+  if (m.kept)
+    for (const auto& [ordinal, d] : m.kept->targets)
+      j["kept"]["targets"][std::to_string(ordinal)] = phos::plugin::format_gpu_uuid(d.uuid);
   const auto& s = m.statistics;
   j["statistics"] = {{"quiesce_ns", s.quiesce_ns}, {"copy_ns", s.copy_ns}, {"write_ns", s.write_ns},
                      {"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"zero_chunks", s.zero_chunks},
@@ -240,12 +249,21 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 "(%s; stored in process %d's image)\n",
                 a.ipc ? a.ipc->owner_allocation : 0, a.ipc ? a.ipc->owner_pid : 0, a.id, hex(a.address).c_str(),
                 a.device, bytes_text(a.size).c_str(), a.ipc ? a.ipc->owner_pid : 0);
-  if (m.kept)
+  if (m.kept && m.kept->targets.empty())
     std::printf(
         "  migration %s: the GPU data is in no file; phos-keeper keeps it on GPU %s (%s)%s until a restore "
         "takes it\n",
         m.kept->migration.c_str(), phos::plugin::format_gpu_uuid(m.kept->device.uuid).c_str(),
         m.kept->device.name.c_str(), m.kept->in_place ? ", where the process left it" : "");
+  if (m.kept && !m.kept->targets.empty())
+    std::printf("  migration %s: the GPU data is in no file; phos-keeper keeps it on %zu GPUs%s until a restore "
+                "takes it:\n",
+                m.kept->migration.c_str(), m.kept->targets.size(),
+                m.kept->in_place ? ", where the process left it" : "");
+  if (m.kept)
+    for (const auto& [ordinal, d] : m.kept->targets)
+      std::printf("    device %u's memory on GPU %s (%s)\n", ordinal, phos::plugin::format_gpu_uuid(d.uuid).c_str(),
+                  d.name.c_str());
   if (m.parent) {
     std::printf("  incremental: a chain of %zu images, this one first\n", img.chain.size());
     for (const auto& l : img.chain)
@@ -776,7 +794,7 @@ int run_or_say(const std::vector<std::string>& argv, const std::vector<std::stri
 // phosctl migrate: a dump with migrate_to (the plugin moves the GPU data and
 // phos-keeper holds it), then a restore from the same directory.
 int cmd_migrate(const std::vector<std::string>& args) {
-  std::string pid_text, gpu, dir, lib, criu = "criu";
+  std::string pid_text, gpu, gpu_map, dir, lib, criu = "criu";
   std::vector<std::string> criu_args;
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& a = args[i];
@@ -791,6 +809,8 @@ int cmd_migrate(const std::vector<std::string>& args) {
       break;
     } else if (a == "--to") {
       ok = value(gpu);
+    } else if (a == "--gpu-map") {
+      ok = value(gpu_map);
     } else if (a == "--dir") {
       ok = value(dir);
     } else if (a == "--lib") {
@@ -807,8 +827,22 @@ int cmd_migrate(const std::vector<std::string>& args) {
       return 2;
     }
   }
-  if (pid_text.empty() || gpu.empty() || dir.empty() || lib.empty()) {
-    std::fprintf(stderr, "phosctl migrate: PID, --to, --dir and --lib are needed\n%s", kUsage);
+  if (pid_text.empty() || gpu.empty() == gpu_map.empty() || dir.empty() || lib.empty()) {
+    std::fprintf(stderr, "phosctl migrate: PID, --to or --gpu-map (one of them), --dir and --lib are needed\n%s",
+                 kUsage);
+    return 2;
+  }
+  // The map's syntax here; whether it fits the process's GPUs and this
+  // host's, at the dump (the plugin says why not).
+  if (!gpu_map.empty()) {
+    auto map = phos::plugin::parse_migration_map(gpu_map);
+    if (!map) {
+      std::fprintf(stderr, "phosctl migrate: --gpu-map %s: %s\n", gpu_map.c_str(), map.error().message.c_str());
+      return 2;
+    }
+    gpu = phos::plugin::describe_migration_map(*map);
+  } else if (!phos::plugin::is_gpu_key(gpu)) {
+    std::fprintf(stderr, "phosctl migrate: --to %s: neither a GPU ordinal nor a UUID\n", gpu.c_str());
     return 2;
   }
   pid_t pid = parse_pid(pid_text);
@@ -883,10 +917,10 @@ int cmd_migrate(const std::vector<std::string>& args) {
     restored.assign(reinterpret_cast<const char*>(text->data()), text->size());
     while (!restored.empty() && (restored.back() == '\n' || restored.back() == ' ')) restored.pop_back();
   }
-  std::printf("migrated process %d to GPU %s: now process %s; dump %.1f ms, the source's pid free after %d ms "
+  std::printf("migrated process %d to %s %s: now process %s; dump %.1f ms, the source's pid free after %d ms "
               "(a zombie from %d ms), restore %.1f ms; %s %s; "
               "downtime (its gate closed on the source -> restored and running) %.1f ms\n",
-              int(pid), gpu.c_str(), restored.c_str(), double(t1 - t0) / 1e6, free_ms, exit_ms,
+              int(pid), gpu_map.empty() ? "GPU" : "GPUs", gpu.c_str(), restored.c_str(), double(t1 - t0) / 1e6, free_ms, exit_ms,
               double(t2 - t1) / 1e6 - free_ms,
               bytes_text(moved).c_str(), in_place ? "kept in place" : "moved GPU to GPU",
               gate_closed && t2 > gate_closed ? double(t2 - gate_closed) / 1e6 : 0.0);

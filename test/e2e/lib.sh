@@ -170,6 +170,19 @@ restored_ok() {
   WORKLOAD_PID=$pid
 }
 criu_errors() { grep 'Error' "$1" | grep -v 'RLIMIT_NOFILE' | head -n 3 | tr '\n' ' '; }
+# This test's phos-keepers (a migration's, between its dump and restore):
+# those holding $IMG as their image directory (fd 4), not another test's;
+# and a wait (5 s at most) until none runs.
+keepers() {
+  local p
+  for p in $(pgrep -f "phos-keeper --detach"); do
+    case $(readlink "/proc/$p/fd/4" 2>/dev/null) in "$IMG" | "$IMG (deleted)") echo "$p" ;; esac
+  done
+}
+wait_no_keeper() {
+  for _ in $(seq 100); do [ -z "$(keepers)" ] && return 0; sleep 0.05; done
+  fail "phos-keeper still runs: $(keepers)"
+}
 # CRIU copies its log into the image directory; the work dir keeps ours.
 cp_img_logs() { cp "$IMG"/*.log "$WORK"/ 2>/dev/null || true; }
 # wait_line LOG PATTERN [COUNT [SECONDS]]: LOG has COUNT (1) lines matching

@@ -10,11 +10,6 @@
 # after it took the memory leaves it kept for the next.
 source "$(dirname "$0")/lib.sh"
 
-keepers() { pgrep -f "phos-keeper --detach" || true; }
-wait_no_keeper() {
-  for _ in $(seq 100); do [ -z "$(keepers)" ] && return 0; sleep 0.05; done
-  fail "phos-keeper still runs: $(keepers)"
-}
 migration_of() { "$PHOSCTL" show --json "$IMG" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"][0]["kept"]["migration"])'; }
 fresh_img() { rm -rf "$IMG"; mkdir -p "$IMG"; }
 # A fresh image directory and a fresh counting workload with libphos (ARGS:

@@ -165,6 +165,14 @@
 #                        memory: kept on, the next restore maps it, intact
 #   migrate_torch_2gpu, migrate_llama_2gpu  (2 GPUs) the same to GPU 1, peer
 #                        to peer
+#   migrate_multi_gpu    (2 GPUs) gpu_counter with 1 GiB on each GPU and peer
+#                        access both ways (each step reads the other GPU's
+#                        memory) moved by `phosctl migrate --gpu-map 0:1,1:0`:
+#                        a map leaving GPU 1 unmapped refused first (the
+#                        process runs on); then each GPU's memory copied peer
+#                        to peer to the other, kept by phos-keeper on both,
+#                        the restored process's devices swapped, every slice
+#                        re-verified on both, its peer reads intact
 #   torchrun_ddp_2gpu_cow  (2 GPUs) torchrun's DDP job dumped with
 #                        --leave-running and copy-on-write, default trust
 #                        (checksum): NCCL's kernels reach their buffers
@@ -1828,12 +1836,13 @@ case_restore_other_gpu() {  # dumped on GPU 0, restored onto GPU 1 (PHOS_GPU_MAP
 # ---- migration (issue 18: phosctl migrate, migrate_to) ----------------------
 
 # migrate_into_img PID GPU [ENV=VALUE...]: `phosctl migrate PID --to GPU`
-# into $IMG, its criu logs kept as the case's dump.log and restore.log;
-# MIGRATED: its summary line.
+# (GPU a map SRC:DST,...: --gpu-map) into $IMG, its criu logs kept as the
+# case's dump.log and restore.log; MIGRATED: its summary line.
 migrate_into_img() {
-  local pid=$1 gpu=$2
+  local pid=$1 gpu=$2 to=--to
   shift 2
-  MIGRATED=$(env "$@" "$PHOSCTL" migrate "$pid" --to "$gpu" --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1)
+  [[ $gpu == *:* ]] && to=--gpu-map
+  MIGRATED=$(env "$@" "$PHOSCTL" migrate "$pid" "$to" "$gpu" --dir "$IMG" --lib "$PLUGIN_DIR" --criu "$CRIU" 2>&1)
   local rc=$?
   cp "$IMG/migrate-dump.log" "$WORK/dump.log" 2>/dev/null || true
   cp "$IMG/migrate-restore.log" "$WORK/restore.log" 2>/dev/null || true
@@ -1842,7 +1851,7 @@ migrate_into_img() {
 }
 # What a migration's dump log says it did: moved or kept, recopied.
 migration_said() {
-  { grep -a -o '[0-9]* allocations, [0-9.]* MiB \(moved to GPU [0-9]* [^)]*)\|kept in place on GPU [0-9]*\)' "$WORK/dump.log" | head -n1
+  { grep -a -o '[0-9]* allocations, [0-9.]* MiB \(moved to GPUs\? [-0-9>, ]* [^)]*)\|kept in place on GPUs\? [-0-9>, ]*\)' "$WORK/dump.log" | head -n1
     grep -a -o "first pass copied [0-9]* chunks ([0-9.]* MiB) in [0-9.]* ms" "$WORK/dump.log" | head -n1
     grep -a -o "final pass copied [0-9]* chunks ([0-9]* of them again)" "$WORK/dump.log" | head -n1; } | paste -sd';' - | sed 's/;/; /g'
 }
@@ -1885,6 +1894,37 @@ case_migrate_torch_ddp_one_rank() { PHOS_TEST_DDP=1 migrate_torch_case 0; }
 case_migrate_torch_2gpu() {
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   migrate_torch_case 1 PHOS_COW_TRUST=speculated
+}
+
+# (2 GPUs) A process on both GPUs, with peer access both ways, migrated
+# with its GPUs swapped (issue 31 part 2): each GPU's memory to the other.
+case_migrate_multi_gpu() {
+  [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
+  setup "$bin/gpu_counter"
+  start_workload --preload 1024 --devices 2 --peer
+  wait_counter_above 5 60
+  TOKEN=$(state_token)
+  intact "$WORK/state" || fail "the workload's memory or peer reads are wrong before the migration: $(cat "$WORK/state")"
+  # A map that leaves one of its GPUs out: refused, the process runs on.
+  if migrate_into_img "$WORKLOAD_PID" 0:1; then fail "a map leaving GPU 1 unmapped was taken"; fi
+  grep -q "the process uses GPU 1, which the GPU map 0:1 leaves unmapped" "$WORK/dump.log" ||
+    fail "the refusal does not say GPU 1 is unmapped: $MIGRATED"
+  carried_on "$WORK/state" "$TOKEN" 1024
+  local refused="map 0:1 refused (GPU 1 unmapped), $CARRIED"
+  rm -rf "${IMG:?}"/*
+  local uuid0 uuid1; uuid0=$(gpu_uuid 0) uuid1=$(gpu_uuid 1)
+  migrate_into_img "$WORKLOAD_PID" 0:1,1:0 PHOS_COW_TRUST=speculated ||
+    fail "phosctl migrate --gpu-map 0:1,1:0 failed: $MIGRATED; $(phos_error "$WORK/dump.log") $(phos_error "$WORK/restore.log")"
+  ls "$IMG"/phos-*-data-*.img >/dev/null 2>&1 && fail "the migration wrote GPU data files"
+  grep -q "MiB moved to GPUs 0->1, 1->0" "$WORK/dump.log" || fail "the dump did not move each GPU's memory to the other"
+  grep -q "taken from phos-keeper, on GPUs device 0's on $uuid1, device 1's on $uuid0" "$WORK/restore.log" ||
+    fail "the restore did not take device 0's memory on GPU 1 and device 1's on GPU 0"
+  grep -q "restored with its kept memory; let go" "$WORK/keeper.log" || fail "phos-keeper did not hand the memory over"
+  local pid; pid=$(restored_pid) || fail "no restored process"
+  local on; on=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$pid" '$1 == p' | wc -l)
+  [ "$on" = 2 ] || fail "the migrated process runs on $on GPU(s), not 2"
+  carried_on "$WORK/state" "$TOKEN" 1024
+  pass "$refused; $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said); after it: $CARRIED on both GPUs, peer reads intact"
 }
 
 # The target GPU fails mid-copy (PHOS_FAULT=fail-migration-copy): the dump
@@ -2403,7 +2443,7 @@ export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
-    migrate_torch* | migrate_llama* | llama_http | torchrun_ddp*) echo 300 ;;
+    migrate_torch* | migrate_llama* | migrate_multi_gpu | llama_http | torchrun_ddp*) echo 300 ;;
     supervise_torch*) echo 590 ;;
     torchrun_2host* | torchrun_4rank_2host*) echo 420 ;;
     tp_mlp_2proc* | anchor_tp_mlp_2proc | device_map_auto* | anchor_device_map_auto_2gpu) echo 420 ;;
@@ -2421,7 +2461,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
-  migrate_torch_2gpu migrate_llama_2gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
+  migrate_torch_2gpu migrate_llama_2gpu migrate_multi_gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
   supervise_torch supervise_torch_2gpu
   tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d torchrun_4rank_2host torchrun_4rank_2host_leave_running
   tp_mlp_2proc tp_mlp_2proc_cow anchor_tp_mlp_2proc device_map_auto_2gpu anchor_device_map_auto_2gpu device_map_auto_migrate

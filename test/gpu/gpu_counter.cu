@@ -14,13 +14,18 @@
 // restore (no gap spans the restore); a clock that went backwards counts as
 // no gap.
 //
-// usage: phos-gpu-counter STATE MIB [--child] [--cupti] [--devices N] [--live LIVE]
+// usage: phos-gpu-counter STATE MIB [--child] [--cupti] [--devices N [--peer]] [--live LIVE]
 //   --child: first fork and exec a second counter with STATE.child (a process
 //            tree of two CUDA processes);
 //   --cupti: subscribe CUPTI's activity API (the driver's checkpoint refuses
 //            a process that CUPTI is attached to);
 //   --devices N: MIB MiB on each of devices 0..N-1, each with its own
 //            counter (DEVICE_COUNTER is the lowest, ERRORS the sum);
+//   --peer:  with --devices, each device gets peer access to the next
+//            (cudaDeviceEnablePeerAccess) and each step reads a word of
+//            the next device's memory from its own kernel: memory mapped
+//            again without peer access (after a restore) faults, a wrong
+//            word counts as an error;
 //   --live LIVE: only the first LIVE MiB hold the pattern, the rest is set
 //            to zero and verified zero (a mostly unwritten buffer, as a
 //            preallocated KV cache is: a sparse image).
@@ -50,6 +55,11 @@ __device__ uint64_t expected(uint64_t token, uint64_t i, size_t live) { return i
 __global__ void fill(uint64_t* p, size_t n, uint64_t token, size_t live) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = expected(token, i, live);
+}
+
+// A read through peer access: word `i` of another device's buffer.
+__global__ void peer_check(const uint64_t* other, size_t i, uint64_t token, size_t live, unsigned long long* errors) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && other[i] != expected(token, i, live)) atomicAdd(errors, 1ull);
 }
 
 __global__ void step(const uint64_t* p, size_t first, size_t n, uint64_t token, size_t live,
@@ -99,14 +109,15 @@ void write_state(const char* path, uint64_t token, uint64_t counter, unsigned lo
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s STATE MIB [--child] [--cupti] [--devices N] [--live LIVE]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s STATE MIB [--child] [--cupti] [--devices N [--peer]] [--live LIVE]\n", argv[0]);
     return 2;
   }
-  bool cupti = false;
+  bool cupti = false, peer = false;
   int devices = 1;
   long long live_mib = -1;  // all of it
   for (int i = 3; i < argc; i++) {
     if (!std::strcmp(argv[i], "--cupti")) cupti = true;
+    if (!std::strcmp(argv[i], "--peer")) peer = true;
     if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) devices = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--live") && i + 1 < argc) live_mib = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--child")) continue;
@@ -140,6 +151,11 @@ int main(int argc, char** argv) {
     fill<<<1024, 256>>>(big[d], words, token, live);
     CHECK_CUDA(cudaDeviceSynchronize());
   }
+  if (peer)
+    for (int d = 0; d < devices && devices > 1; d++) {
+      CHECK_CUDA(cudaSetDevice(d));
+      CHECK_CUDA(cudaDeviceEnablePeerAccess((d + 1) % devices, 0));
+    }
   size_t slices = (words + kSliceWords - 1) / kSliceWords;
   GapMeter gaps(argv[1]);
   for (uint64_t counter = 1;; counter++) {
@@ -150,6 +166,7 @@ int main(int argc, char** argv) {
     for (int d = 0; d < devices; d++) {
       CHECK_CUDA(cudaSetDevice(d));
       step<<<256, 256>>>(big[d], first, n, token, live, errors[d], device_counter[d]);
+      if (peer && devices > 1) peer_check<<<1, 1>>>(big[(d + 1) % devices], first, token, live, errors[d]);
       CHECK_CUDA(cudaMemcpy(&host[2 * d], errors[d], 8, cudaMemcpyDeviceToHost));
       CHECK_CUDA(cudaMemcpy(&host[2 * d + 1], device_counter[d], 8, cudaMemcpyDeviceToHost));
       error_sum += host[2 * d];

@@ -10,6 +10,7 @@
 unsigned long long fake_copy_calls;
 int fake_real_memory(void);
 int fake_current_device(void);
+int fake_gpu_may_access(unsigned long long addr, int device);
 void fake_mark(const char *what);
 
 static CUresult counted(void) {
@@ -30,8 +31,8 @@ static CUresult set(unsigned long long dst, const void *value, size_t width, siz
 
 /* Several GPUs (FAKE_CUDA_DEVICES > 1): the GPU of the device memory at
  * `addr`, from the name of the memfd mapped there (fake_libcuda_vmm.c);
- * -1 for other memory. */
-static int gpu_of(unsigned long long addr) {
+ * -1 for other memory. A test program asks too (multi_gpu_client.c). */
+int fake_gpu_of(unsigned long long addr) {
   FILE *f = fopen("/proc/self/maps", "r");
   char line[512];
   int gpu = -1;
@@ -46,14 +47,18 @@ static int gpu_of(unsigned long long addr) {
   return gpu;
 }
 
-/* A device-to-device copy in one context reaches only that context's GPU
- * (no peer access is enabled): with several fake GPUs, a copy between
- * another GPU's memory fails, and says so in FAKE_CUDA_LOG. */
+/* A device-to-device copy in one context reaches that context's GPU, and
+ * another GPU's memory only where it is mapped with access for this GPU
+ * (cuMemSetAccess, fake_libcuda_vmm.c): with several fake GPUs, a copy
+ * that leaves its context's GPU otherwise fails, and says so in
+ * FAKE_CUDA_LOG. */
 static CUresult dtod(unsigned long long dst, unsigned long long src, size_t n) {
   const char *v = getenv("FAKE_CUDA_DEVICES");
   if (fake_real_memory() && v && atoi(v) > 1) {
-    const int ctx = fake_current_device(), from = gpu_of(src), to = gpu_of(dst);
-    if ((from >= 0 && from != ctx) || (to >= 0 && to != ctx)) {
+    const int ctx = fake_current_device(), from = fake_gpu_of(src), to = fake_gpu_of(dst);
+    const int src_ok = from < 0 || from == ctx || fake_gpu_may_access(src, ctx);
+    const int dst_ok = to < 0 || to == ctx || fake_gpu_may_access(dst, ctx);
+    if (!src_ok || !dst_ok) {
       char what[128];
       snprintf(what, sizeof(what), "cross-gpu copy from GPU %d to GPU %d in GPU %d's context", from, to, ctx);
       fake_mark(what);

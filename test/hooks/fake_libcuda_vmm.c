@@ -179,8 +179,52 @@ CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAlloca
     return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
+/* Access granted by cuMemSetAccess, per mapped range and GPU, so that a
+ * device-to-device copy in one GPU's context may reach another GPU's memory
+ * mapped with access for it (peer to peer, fake_libcuda_copy.c), as the
+ * driver allows; cuMemUnmap takes it away. */
+#include <pthread.h>
+enum { kMaxGrants = 4096 };
+static struct { CUdeviceptr va; size_t size; int device; } g_grants[kMaxGrants];
+static int g_ngrants;
+static pthread_mutex_t g_grants_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void grant(CUdeviceptr va, size_t size, int device, int allowed) {
+  pthread_mutex_lock(&g_grants_mu);
+  int i = 0;
+  while (i < g_ngrants && !(g_grants[i].va == va && g_grants[i].device == device)) i++;
+  if (!allowed && i < g_ngrants) {
+    g_grants[i] = g_grants[--g_ngrants];
+  } else if (allowed && i == g_ngrants && g_ngrants < kMaxGrants) {
+    g_grants[g_ngrants].va = va;
+    g_grants[g_ngrants].size = size;
+    g_grants[g_ngrants++].device = device;
+  }
+  pthread_mutex_unlock(&g_grants_mu);
+}
+
+static void revoke_range(CUdeviceptr va, size_t size) {
+  pthread_mutex_lock(&g_grants_mu);
+  for (int i = 0; i < g_ngrants;)
+    if (g_grants[i].va < va + size && va < g_grants[i].va + g_grants[i].size)
+      g_grants[i] = g_grants[--g_ngrants];
+    else
+      i++;
+  pthread_mutex_unlock(&g_grants_mu);
+}
+
+int fake_gpu_may_access(unsigned long long addr, int device) {
+  int may = 0;
+  pthread_mutex_lock(&g_grants_mu);
+  for (int i = 0; i < g_ngrants && !may; i++)
+    may = g_grants[i].device == device && addr >= g_grants[i].va && addr < g_grants[i].va + g_grants[i].size;
+  pthread_mutex_unlock(&g_grants_mu);
+  return may;
+}
+
 /* Back to a reservation: the range stays the program's, without memory. */
 CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
+  revoke_range(va, size);
   if (fake_real_memory() &&
       mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
     return CUDA_ERROR_INVALID_VALUE;
@@ -189,8 +233,10 @@ CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
 CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count) {
   char line[512];
   int n = snprintf(line, sizeof(line), "access 0x%llx %zu", (unsigned long long)va, size);
-  for (size_t i = 0; i < count && n < (int)sizeof(line); i++)
+  for (size_t i = 0; i < count && n < (int)sizeof(line); i++) {
     n += snprintf(line + n, sizeof(line) - (size_t)n, " %d:%d", desc[i].location.id, (int)desc[i].flags);
+    grant(va, size, desc[i].location.id, desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  }
   logline("%s\n", line);
   return CUDA_SUCCESS;
 }

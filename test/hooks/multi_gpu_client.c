@@ -13,13 +13,20 @@
  * Every call a checkpoint can freeze the program at (1, 3, 5) is followed by
  * a check of what the memory held before it: a restored image that holds a
  * write made after its freeze, on either GPU, fails the next check. STATE
- * gets "TOKEN COUNTER ok" (the e2e contract), or "TOKEN COUNTER bad:WHAT"
- * once a check failed (and stays so).
+ * gets "TOKEN COUNTER ok gpus=GA,GB" (the e2e contract; GA, GB: the fake
+ * GPUs whose memory A and B are, from /proc/self/maps, -1 if none), or
+ * "TOKEN COUNTER bad:WHAT ..." once a check failed (and stays so).
  *
- * usage: multi_gpu_client STATE */
+ * With "peer", each GPU's context is first given peer access to the other
+ * (cuCtxEnablePeerAccess both ways), so that phos's mappings of A and B
+ * carry access for both GPUs, which a restore must set again.
+ *
+ * usage: multi_gpu_client STATE [peer] */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -45,6 +52,9 @@ static CUdeviceptr alloc_on(int d, size_t bytes) {
   return p;
 }
 
+/* The fake GPU whose memory is at `addr` (fake_libcuda_copy.c); -1: none. */
+int fake_gpu_of(unsigned long long addr);
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   uint64_t token;
@@ -55,6 +65,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "multi_gpu_client: %d GPUs, 2 needed (FAKE_CUDA_DEVICES=2)\n", count);
     return 1;
   }
+  if (argc > 2 && strcmp(argv[2], "peer") == 0)
+    for (int d = 0; d < 2; d++) {
+      use_gpu(d);
+      if (cuCtxEnablePeerAccess((CUcontext)(uintptr_t)(2 - d), 0) != CUDA_SUCCESS) {
+        fprintf(stderr, "multi_gpu_client: peer access from GPU %d failed\n", d);
+        return 1;
+      }
+    }
   CUdeviceptr a = alloc_on(0, 4u << 20), b = alloc_on(1, 4u << 20);
   /* The fake's device memory is the process's: zero from the start. */
   volatile uint32_t *A = (volatile uint32_t *)(uintptr_t)a, *B = (volatile uint32_t *)(uintptr_t)b;
@@ -71,8 +89,8 @@ int main(int argc, char **argv) {
     cuMemsetD32(b, (unsigned)n, 16384);
     check("A", A[0], (uint32_t)n, n);
     check("B", B[0], (uint32_t)n, n);
-    snprintf(line, sizeof(line), "%016llx %llu %s\n", (unsigned long long)token, (unsigned long long)n,
-             bad[0] ? bad : "ok");
+    snprintf(line, sizeof(line), "%016llx %llu %s gpus=%d,%d\n", (unsigned long long)token, (unsigned long long)n,
+             bad[0] ? bad : "ok", fake_gpu_of(a), fake_gpu_of(b));
     write_state_line(argv[1], line);
     usleep(10000);
   }

@@ -155,3 +155,111 @@ TEST_CASE("gpu map: a process's device that criu does not see is refused, UUID n
   REQUIRE_FALSE(o);
   CHECK(o.error().message.find("the process's device 0 is " + format_gpu_uuid(uuid_of(0xcc)) + ", which criu does not see") == 0);
 }
+
+// --- a migration's device map (migrate_to SRC:DST,..., phosctl migrate --gpu-map) ---
+
+namespace {
+
+std::vector<GpuDevice> host_of(size_t n, const std::string& name = "NVIDIA H200") {
+  std::vector<GpuDevice> host;
+  for (size_t i = 0; i < n; i++) host.push_back({.ordinal = uint32_t(i), .uuid = uuid_of(uint8_t(0xa0 + i)), .name = name});
+  return host;
+}
+
+std::string targets_error(const std::string& spec, const std::set<int>& sources, const std::vector<GpuDevice>& host) {
+  auto t = migration_targets(spec, sources, host);
+  REQUIRE_FALSE(t);
+  return t.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("migration map: SRC:DST entries parse, ordinals and UUIDs", "[gpu_map][migrate]") {
+  CHECK(is_migration_map("0:1"));
+  CHECK_FALSE(is_migration_map("1"));
+  CHECK_FALSE(is_migration_map("GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb"));
+  auto s = parse_migration_map(" 0:1 , 1 : GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb");
+  REQUIRE(s);
+  REQUIRE(s->size() == 2);
+  CHECK((*s)[0].from == "0");
+  CHECK((*s)[0].to == "1");
+  CHECK((*s)[1].to == "GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb");
+  CHECK(describe_migration_map(*s) == "0:1,1:GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb");
+  // SRC=DST as gpu_map writes its pairs, the same map.
+  CHECK(is_migration_map("0=1,1=0"));
+  auto eq = parse_migration_map("0=1,1=0");
+  REQUIRE(eq);
+  CHECK(describe_migration_map(*eq) == "0:1,1:0");
+  auto t = migration_targets("0=1,1=0", {0, 1}, host_of(2));
+  REQUIRE(t);
+  CHECK(*t == std::map<int, int>{{0, 1}, {1, 0}});
+}
+
+TEST_CASE("migration map: malformed maps are refused, the entry named", "[gpu_map][migrate]") {
+  auto empty = parse_migration_map(" ");
+  REQUIRE_FALSE(empty);
+  CHECK_THAT(empty.error().message, Catch::Contains("an empty GPU map"));
+  auto no_colon = parse_migration_map("0:1,1");
+  REQUIRE_FALSE(no_colon);
+  CHECK_THAT(no_colon.error().message, Catch::Contains("'1': expected SRC:DST"));
+  auto bad_side = parse_migration_map("0:gpu1");
+  REQUIRE_FALSE(bad_side);
+  CHECK_THAT(bad_side.error().message, Catch::Contains("'gpu1' is neither an ordinal nor a GPU UUID"));
+  auto half = parse_migration_map("0:");
+  REQUIRE_FALSE(half);
+  CHECK_THAT(half.error().message, Catch::Contains("'0:': '' is neither"));
+}
+
+TEST_CASE("migration map: a swap maps each GPU of the process to the other", "[gpu_map][migrate]") {
+  auto t = migration_targets("0:1,1:0", {0, 1}, host_of(2));
+  REQUIRE(t);
+  CHECK(*t == std::map<int, int>{{0, 1}, {1, 0}});
+  // By UUID, and an entry for a GPU the process does not use left out.
+  auto u = migration_targets("GPU-a1a1a1a1-a1a1-a1a1-a1a1-a1a1a1a1a1a1:2,0:1", {1}, host_of(3));
+  REQUIRE(u);
+  CHECK(*u == std::map<int, int>{{1, 2}});
+}
+
+TEST_CASE("migration map: one GPU, as before maps", "[gpu_map][migrate]") {
+  auto t = migration_targets("1", {0}, host_of(2));
+  REQUIRE(t);
+  CHECK(*t == std::map<int, int>{{0, 1}});
+  auto none = migration_targets("1", {}, host_of(2));  // no device memory: nothing to move
+  REQUIRE(none);
+  CHECK(none->empty());
+  CHECK_THAT(targets_error("1", {0, 1}, host_of(2)),
+             Catch::Contains("the process uses 2 GPUs: name a target for each") && Catch::Contains("--gpu-map"));
+  CHECK_THAT(targets_error("5", {0}, host_of(2)), Catch::Contains("this host has no GPU 5"));
+}
+
+TEST_CASE("migration map: refused where it is not one-to-one", "[gpu_map][migrate]") {
+  CHECK_THAT(targets_error("0:1,1:1", {0, 1}, host_of(2)),
+             Catch::Contains("GPU map entry 1:1: GPU 1 is already the target of 0:1; the map must be one-to-one"));
+  CHECK_THAT(targets_error("0:1,0:0", {0, 1}, host_of(2)), Catch::Contains("GPU map entry 0:0: GPU 0 is mapped twice"));
+  // The same GPU by ordinal and by UUID is still the same GPU.
+  CHECK_THAT(targets_error("0:1,GPU-a0a0a0a0-a0a0-a0a0-a0a0-a0a0a0a0a0a0:0", {0}, host_of(2)),
+             Catch::Contains("GPU 0 is mapped twice"));
+}
+
+TEST_CASE("migration map: refused where it names a GPU this host lacks", "[gpu_map][migrate]") {
+  CHECK_THAT(targets_error("0:1,1:2", {0, 1}, host_of(2)),
+             Catch::Contains("GPU map entry 1:2: this host has no GPU 2 (it has 2)"));
+  CHECK_THAT(targets_error("3:0", {0}, host_of(2)), Catch::Contains("GPU map entry 3:0: this host has no GPU 3"));
+  CHECK_THAT(targets_error("0:GPU-ffffffff-ffff-ffff-ffff-ffffffffffff", {0}, host_of(2)),
+             Catch::Contains("this host has no GPU GPU-ffffffff"));
+}
+
+TEST_CASE("migration map: refused where one of the process's GPUs is left unmapped", "[gpu_map][migrate]") {
+  CHECK_THAT(targets_error("0:1", {0, 1}, host_of(2)),
+             Catch::Contains("the process uses GPU 1, which the GPU map 0:1 leaves unmapped"));
+  CHECK_THAT(targets_error("2:3", {0}, host_of(4)), Catch::Contains("the process uses GPU 0, which the GPU map 2:3"));
+}
+
+TEST_CASE("migration map: refused onto another model", "[gpu_map][migrate]") {
+  auto host = host_of(2);
+  host[1].name = "NVIDIA H100";
+  CHECK_THAT(targets_error("0:1,1:0", {0, 1}, host),
+             Catch::Contains("the process's GPU 0 is a NVIDIA H200, GPU 1 a NVIDIA H100; the driver restores onto the "
+                             "same model"));
+  CHECK_THAT(targets_error("1", {0}, host), Catch::Contains("GPU 1 a NVIDIA H100"));
+}

@@ -612,7 +612,8 @@ Manifest kept_manifest() {
   m.kept = KeptMemory{.migration = "0123456789abcdef",
                       .device = {.uuid = uuid, .name = "NVIDIA H200"},
                       .in_place = false,
-                      .kept_bytes = 6u << 20};
+                      .kept_bytes = 6u << 20,
+                      .targets = {}};
   m.statistics.gate_closed_unix_ns = 1700000000123456789ull;
   m.format_version = format_version_for(m);
   return m;
@@ -659,6 +660,54 @@ TEST_CASE("manifest validation: a migration name that is not 16 hex digits", "[m
     m.kept->migration = bad;
     CHECK_THAT(validate_error(m), Catch::Contains("kept memory: invalid migration name"));
   }
+}
+
+namespace {
+
+// A migration of a process on several GPUs: each image device's memory on
+// its own target (format 7).
+Manifest kept_targets_manifest() {
+  Manifest m = kept_manifest();
+  std::array<uint8_t, 16> a{}, b{};
+  a[0] = 0xaa;
+  b[0] = 0xbb;
+  for (const auto& d : m.devices) m.kept->targets[d.ordinal] = phos::GpuDevice{.uuid = d.ordinal % 2 ? a : b, .name = "NVIDIA H200"};
+  m.kept->device = m.kept->targets.begin()->second;
+  m.format_version = format_version_for(m);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("manifest: a migration over several GPUs round trips with a target per device, at format 8",
+          "[manifest][migrate]") {
+  Manifest m = kept_targets_manifest();
+  REQUIRE(m.devices.size() >= 1);
+  CHECK(m.format_version == kKeptTargetsFormatVersion);
+  CHECK(kKeptTargetsFormatVersion == kManifestFormatVersion);
+  auto back = decode_manifest(encode_manifest(m), "m.img");
+  REQUIRE(back.ok());
+  CHECK(*back == m);
+  CHECK(back->kept->targets.size() == m.devices.size());
+  for (const auto& d : m.devices) CHECK(back->kept->target_of(d.ordinal) == m.kept->targets.at(d.ordinal));
+  // One GPU: no targets, format 3 as before; every device's memory on `device`.
+  Manifest one = kept_manifest();
+  CHECK(one.format_version == kKeptMemoryFormatVersion);
+  CHECK(one.kept->target_of(0) == one.kept->device);
+}
+
+TEST_CASE("manifest validation: kept targets that do not fit the devices", "[manifest][validate][migrate]") {
+  Manifest old = kept_targets_manifest();
+  old.format_version = kKeptMemoryFormatVersion;
+  CHECK_THAT(validate_error(old), Catch::Contains("keeps memory on several GPUs, which format version 3"));
+  Manifest missing = kept_targets_manifest();
+  missing.kept->targets.erase(missing.devices[0].ordinal);
+  if (!missing.kept->targets.empty())
+    CHECK_THAT(validate_error(missing), Catch::Contains("kept memory: device " + std::to_string(missing.devices[0].ordinal) +
+                                                        " has no target GPU"));
+  Manifest extra = kept_targets_manifest();
+  extra.kept->targets[77] = extra.kept->device;
+  CHECK_THAT(validate_error(extra), Catch::Contains("a target for device 77, which the image does not have"));
 }
 
 TEST_CASE("manifest: migration names are 16 lower-case hex digits", "[manifest][migrate]") {

@@ -504,14 +504,25 @@ TEST_CASE("options: migrate_to takes an ordinal or a GPU UUID", "[options][migra
   CHECK(q.options.migrate_to == "GPU-bb919f8b-1c2d-3e4f-5a6b-7c8d9e0f1a2b");
 }
 
+TEST_CASE("options: migrate_to takes a device map", "[options][migrate]") {
+  auto p = parse("", {{"PHOS_MIGRATE_TO", "0:1,1:0"}});
+  CHECK(p.warnings.empty());
+  CHECK(p.options.migrate_to == "0:1,1:0");
+}
+
 TEST_CASE("options: a bad migrate_to is warned about and ignored", "[options][migrate]") {
-  for (const char* bad : {"gpu1", "0,1", "0=1", "-1"}) {
+  for (const char* bad : {"gpu1", "0,1", "0-1", "-1"}) {
     INFO(bad);
     auto p = parse(std::string("migrate_to = ") + bad + "\n");
     CHECK(p.options.migrate_to.empty());
     REQUIRE(p.warnings.size() == 1);
-    CHECK(p.warnings[0].find("expected a GPU ordinal or UUID") != std::string::npos);
+    CHECK(p.warnings[0].find("expected a GPU ordinal or UUID, or a map SRC:DST") != std::string::npos);
   }
+  // A malformed map: its entry named.
+  auto m = parse("migrate_to = 0:1,1\n");
+  CHECK(m.options.migrate_to.empty());
+  REQUIRE(m.warnings.size() == 1);
+  CHECK(m.warnings[0].find("'1': expected SRC:DST") != std::string::npos);
   auto k = parse("migrate_keep_s = 0\n");
   CHECK(k.options.migrate_keep_s == 600);
   CHECK(k.warnings.size() == 1);

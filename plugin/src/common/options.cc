@@ -135,7 +135,11 @@ std::string set_parent_image(PluginOptions& o, std::string_view v) {
 }
 
 std::string set_migrate_to(PluginOptions& o, std::string_view v) {
-  if (!is_gpu_key(v)) return "expected a GPU ordinal or UUID";
+  if (is_migration_map(v)) {
+    if (auto map = parse_migration_map(v); !map) return map.error().message;
+  } else if (!is_gpu_key(v)) {
+    return "expected a GPU ordinal or UUID, or a map SRC:DST[,SRC:DST...]";
+  }
   o.migrate_to = std::string(v);
   return "";
 }

@@ -856,36 +856,37 @@ Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
   if (t.status.allocation_count == 0) {
     // No device memory to move: the image is kept all the same (its
     // restore finds the keeper as any migration's does).
-    t.migrate = Engine::MigrationSink{-1, true};
+    t.migrate = Engine::MigrationSink{{}, true};
     PHOS_INFO("process %d: migration %s: no device memory to move", pid, migration_id_.c_str());
     return {};
   }
   PHOS_TRY(start_engine());
   auto host = engine_->host_gpus();
   if (!host) return host.error();
-  const GpuDevice* target = find_host_gpu(options_.migrate_to, *host);
-  if (!target) return refuse("this host has no such GPU");
   std::set<int> sources;
   for (auto [theirs, ours] : t.host_ordinal) sources.insert(ours);
-  if (sources.size() > 1)
-    return refuse("the process uses " + std::to_string(sources.size()) + " GPUs; a migration moves one");
-  const int source = sources.empty() ? int(target->ordinal) : *sources.begin();
-  t.migrate_from = source;
-  if ((*host)[size_t(source)].name != target->name)
-    return refuse("the process runs on a " + (*host)[size_t(source)].name + ", GPU " +
-                  std::to_string(target->ordinal) + " is a " + target->name + "; the driver restores onto the same model");
-  const bool in_place = source == int(target->ordinal) && options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
-  t.migrate = Engine::MigrationSink{int(target->ordinal), in_place};
-  t.migrate_target = *target;
-  PHOS_INFO("process %d: migration %s from GPU %d to GPU %u (%s)%s", pid, migration_id_.c_str(), source,
-            target->ordinal, format_gpu_uuid(target->uuid).c_str(),
-            in_place ? ": the same GPU, its memory stays in place" : "");
+  // An agent that names no UUIDs: its one GPU taken as the target's, as
+  // before device maps.
+  if (sources.empty() && !is_migration_map(options_.migrate_to))
+    if (const GpuDevice* target = find_host_gpu(options_.migrate_to, *host)) sources.insert(int(target->ordinal));
+  auto targets = migration_targets(options_.migrate_to, sources, *host);
+  if (!targets) return refuse(targets.error().message);
+  bool in_place = options_.migrate_copy == PluginOptions::MigrateCopy::kAuto;
+  for (auto [source, target] : *targets) {
+    in_place = in_place && source == target;
+    t.migrate_targets[source] = (*host)[size_t(target)];
+  }
+  t.migrate = Engine::MigrationSink{*targets, in_place};
+  for (auto [source, target] : *targets)
+    PHOS_INFO("process %d: migration %s from GPU %d to GPU %d (%s)%s", pid, migration_id_.c_str(), source, target,
+              format_gpu_uuid((*host)[size_t(target)].uuid).c_str(),
+              in_place ? ": the same GPU, its memory stays in place" : "");
   return {};
 }
 
 Result<void> Checkpointer::check_migration(pid_t pid, const Target& t) {
   for (const auto& a : t.allocations)
-    if (host_device(t.host_ordinal, a.device) != t.migrate_from)
+    if (!t.migrate_targets.count(host_device(t.host_ordinal, a.device)))
       return make_error("process " + std::to_string(pid) + ": migration: allocation " + std::to_string(a.id) +
                             " is on GPU " + std::to_string(host_device(t.host_ordinal, a.device)) +
                             ", not where the migration was planned from (allocated while the dump began); dump it "
@@ -905,10 +906,17 @@ Result<void> Checkpointer::keep_migration(pid_t pid, Target& t) {
     return make_error("process " + std::to_string(pid) + ": migration: phos-keeper: " + r.error().message, EIO);
   uint64_t bytes = 0;
   for (const auto& a : t.allocations) bytes += a.size;
+  auto kept_on = [](const GpuDevice& d) { return GpuDevice{.uuid = d.uuid, .name = d.name}; };
   t.manifest.kept = image::KeptMemory{.migration = migration_id_,
-                                      .device = {.uuid = t.migrate_target.uuid, .name = t.migrate_target.name},
+                                      .device = t.migrate_targets.empty() ? GpuDevice{}
+                                                                          : kept_on(t.migrate_targets.begin()->second),
                                       .in_place = t.migrate->in_place,
-                                      .kept_bytes = bytes};
+                                      .kept_bytes = bytes,
+                                      .targets = {}};
+  // Several GPUs: each image device (the process's ordinal) names its own.
+  if (t.migrate_targets.size() > 1)
+    for (const auto& d : t.manifest.devices)
+      t.manifest.kept->targets[d.ordinal] = kept_on(t.migrate_targets.at(host_device(t.host_ordinal, d.ordinal)));
   t.kept.clear();  // the keeper has them
   return {};
 }

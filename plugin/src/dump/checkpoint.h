@@ -161,8 +161,9 @@ class Checkpointer {
     uint32_t taken = 0;  // Taken bits (give_back.h): what to give back
     std::map<uint32_t, int> host_ordinal;  // its device ordinals in criu's numbering
     std::optional<Engine::MigrationSink> migrate;  // a migration: where its memory goes
-    int migrate_from = -1;  // and the GPU (criu's numbering) it is on; -1: none
-    GpuDevice migrate_target;    // the GPU it goes to (none named without device memory)
+    // Each GPU it is on (criu's numbering) to the GPU its memory goes to
+    // (none without device memory).
+    std::map<int, GpuDevice> migrate_targets;
     std::vector<UniqueFd> kept;  // a migration's memory once copied, for phos-keeper
     std::vector<std::byte> manifest_file;  // once written
   };
@@ -170,10 +171,11 @@ class Checkpointer {
   // The process's allocations and their fds (gate closed), its devices named.
   Result<void> list_allocations(pid_t pid, AgentClient& client, Target& t);
 
-  // migrate_to: the target GPU of the process's memory; refused where criu
-  // leaves it running, or it uses several GPUs, or the models differ.
+  // migrate_to: the target GPU of each of the process's GPUs; refused
+  // where criu leaves it running, or the map does not fit its GPUs
+  // (migration_targets, gpu_map.h), or the models differ.
   Result<void> plan_migration(pid_t pid, Target& t);
-  // A migration's allocations, once listed: all on the GPU planned from.
+  // A migration's allocations, once listed: all on GPUs planned from.
   Result<void> check_migration(pid_t pid, const Target& t);
   // A migration's memory handed to phos-keeper (before the manifest).
   Result<void> keep_migration(pid_t pid, Target& t);

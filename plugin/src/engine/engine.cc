@@ -496,8 +496,8 @@ void Engine::release_sources(SaveJob& job) {
   // A migration's target: its fds (kept, or dropped with the job) hold it.
   if (job.migration) {
     SaveJob::Migration& mig = *job.migration;
-    if (!mig.handles.empty()) cu_.cuCtxSetCurrent(contexts_.at(mig.sink.device));
     for (size_t i = 0; i < mig.handles.size(); i++) {
+      if (mig.handles[i]) cu_.cuCtxSetCurrent(contexts_.at(mig.sink.target_of(job.devices[i])));
       if (mig.vas[i]) unmap(mig.vas[i], job.allocs[i].size);
       if (mig.handles[i]) cu_.cuMemRelease(mig.handles[i]);
     }
@@ -665,13 +665,21 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   return job;
 }
 
+std::string Engine::MigrationSink::describe() const {
+  if (targets.size() == 1) return "GPU " + std::to_string(targets.begin()->second);
+  std::string out;
+  for (auto [from, to] : targets) out += (out.empty() ? "GPUs " : ", ") + std::to_string(from) + "->" + std::to_string(to);
+  return out;
+}
+
 Result<void> Engine::create_migration_target(SaveJob& job) {
   SaveJob::Migration& mig = *job.migration;
-  const int target = mig.sink.device;
-  Result<void> err;
-  CUcontext ctx = context(target, err);
-  if (!ctx) return err.error();
+  // Each source GPU has one target (a one-to-one map): peer access is
+  // decided per source.
   for (int source : std::set<int>(job.devices.begin(), job.devices.end())) {
+    const int target = mig.sink.target_of(source);
+    Result<void> err;
+    if (!context(target, err)) return err.error();
     int can = source == target;
     if (!can && cu_.cuDeviceCanAccessPeer(&can, source, target) != CUDA_SUCCESS) can = 0;
     mig.peer[source] = can != 0;
@@ -684,7 +692,8 @@ Result<void> Engine::create_migration_target(SaveJob& job) {
   mig.vas.assign(job.allocs.size(), 0);
   for (size_t i = 0; i < job.allocs.size(); i++) {
     const agent::Allocation& a = job.allocs[i];
-    PHOS_CU(cu_, cu_.cuCtxSetCurrent(ctx), "use the migration's target GPU");
+    const int source = job.devices[i], target = mig.sink.target_of(source);
+    PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(target)), "use the migration's target GPU");
     if (CUresult r = create_exportable(mig.handles[i], a.size, target); r != CUDA_SUCCESS)
       return make_error(cu_.error(("GPU " + std::to_string(target) + ": allocate " + std::to_string(a.size) +
                                    " bytes for allocation " + std::to_string(a.id) + " (migration target)").c_str(), r),
@@ -695,7 +704,6 @@ Result<void> Engine::create_migration_target(SaveJob& job) {
     auto va = map(mig.handles[i], a.size, target);
     if (!va) return va.error();
     mig.vas[i] = *va;
-    const int source = job.devices[i];
     if (source != target && mig.peer[source]) {
       CUmemAccessDesc access = read_write(source);
       PHOS_CU(cu_, cu_.cuMemSetAccess(mig.vas[i], a.size, &access, 1),
@@ -720,16 +728,16 @@ Engine::PieceWork Engine::migrate_work(SaveJob& job) {
     const CUdeviceptr src = job.vas[p.allocation] + p.offset;
     const CUdeviceptr dst = mig.vas[p.allocation] + p.offset;
     // Named only when something fails.
+    const int target = mig.sink.target_of(p.device);
     auto what = [&] {
-      return "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to GPU " +
-             std::to_string(mig.sink.device);
+      return "copy allocation " + std::to_string(job.allocs[p.allocation].id) + " to GPU " + std::to_string(target);
     };
     if (fail_copy && job.chunk_copies >= 1)
       return make_error(what() + ": fault injection (PHOS_FAULT): the target GPU fails", EIO);
     if (mig.peer.at(p.device)) {
       PHOS_CU(cu_, cu_.cuMemcpyDtoDAsync_v2(dst, src, p.size, stream), what().c_str());
     } else {
-      PHOS_CU(cu_, cu_.cuMemcpyPeerAsync(dst, contexts_.at(mig.sink.device), src, contexts_.at(p.device), p.size, stream),
+      PHOS_CU(cu_, cu_.cuMemcpyPeerAsync(dst, contexts_.at(target), src, contexts_.at(p.device), p.size, stream),
               what().c_str());
     }
     // Validation by checksum: the copy on the target, fingerprinted after it
@@ -1253,16 +1261,16 @@ Result<void> Engine::finish_save(SaveJob& job, uint64_t elapsed_ns, const std::v
   if (job.migration) {
     const SaveJob::Migration& mig = *job.migration;
     if (mig.sink.in_place)
-      PHOS_INFO("process %d: %zu allocations, %.1f MiB kept in place on GPU %d for the restore (migration, no copy)",
-                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device);
+      PHOS_INFO("process %d: %zu allocations, %.1f MiB kept in place on %s for the restore (migration, no copy)",
+                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.describe().c_str());
     else if (job.window)  // soft recopy: most of it moved while the process ran
-      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to GPU %d (%llu chunk copies in all, %u workers; the "
+      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to %s (%llu chunk copies in all, %u workers; the "
                 "final pass %.1f ms)",
-                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device,
+                job.vpid, job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.describe().c_str(),
                 (unsigned long long)job.chunk_copies.load(), s.workers, double(elapsed_ns) / 1e6);
     else
-      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to GPU %d in %.1f ms (%.2f GB/s, %u workers)", job.vpid,
-                job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.device, double(elapsed_ns) / 1e6,
+      PHOS_INFO("process %d: %zu allocations, %.1f MiB moved to %s in %.1f ms (%.2f GB/s, %u workers)", job.vpid,
+                job.allocs.size(), double(s.raw_bytes) / (1 << 20), mig.sink.describe().c_str(), double(elapsed_ns) / 1e6,
                 double(s.raw_bytes) / double(elapsed_ns ? elapsed_ns : 1), s.workers);
     return {};
   }

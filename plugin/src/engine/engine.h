@@ -97,9 +97,12 @@ class Engine {
   // the GPUs differ (NVLink or PCIe, no host staging where the source GPU
   // can map the target's memory), by a few workers. In place, nothing is
   // copied: the process's own memory is what is kept.
+  // A process on several GPUs moves each GPU's memory to its own target.
   struct MigrationSink {
-    int device = 0;         // criu's numbering
-    bool in_place = false;  // the process's own GPU: its memory stays
+    std::map<int, int> targets;  // source GPU -> target GPU, criu's numbering
+    bool in_place = false;       // every target the source itself: the memory stays
+    int target_of(int source) const { return targets.at(source); }
+    std::string describe() const;  // "GPU 1", or "GPUs 0->1, 1->0"
   };
   Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<agent::Allocation>& allocs,
                                                 const std::vector<UniqueFd>& fds,

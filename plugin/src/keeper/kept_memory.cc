@@ -166,10 +166,15 @@ Result<void> spill_kept_memory(int image_dirfd, KeptProcess& p, std::unique_ptr<
     }
     auto host = engine->host_gpus();
     if (!host) return host.error();
-    const GpuDevice* gpu = find_host_gpu(format_gpu_uuid(m.kept->device.uuid), *host);
-    if (!gpu) return make_error("the GPU that holds the memory is gone", ENODEV);
+    // Each device's memory is on its own GPU (KeptMemory::targets).
     std::map<uint32_t, int> host_ordinal;
-    for (const auto& a : p.allocations) host_ordinal[a.device] = int(gpu->ordinal);
+    for (const auto& a : p.allocations) {
+      const std::string uuid = format_gpu_uuid(m.kept->target_of(a.device).uuid);
+      const GpuDevice* gpu = find_host_gpu(uuid, *host);
+      if (!gpu) return make_error("GPU " + uuid + ", which holds device " + std::to_string(a.device) + "'s memory, is gone",
+                                  ENODEV);
+      host_ordinal[a.device] = int(gpu->ordinal);
+    }
     // The data as a stopped dump writes it; the devices stay the process's
     // own (the driver restores it there unless gpu_map moves it).
     image::Manifest copied;

@@ -23,18 +23,18 @@ bool is_ordinal(std::string_view s) {
 
 bool is_uuid(std::string_view s) { return s.size() == 40 && s.substr(0, 4) == "GPU-"; }
 
-}  // namespace
-
-Result<GpuMapSpec> parse_gpu_map(std::string_view spec) {
+// "A<sep>B[,A<sep>B...]", each side a GPU key, <sep> one of `seps`;
+// `shape` names the form in errors ("OLD=NEW").
+Result<GpuMapSpec> parse_pairs(std::string_view spec, const char* seps, const char* shape) {
   GpuMapSpec out;
   while (!trim(spec).empty()) {
     size_t comma = spec.find(',');
     std::string_view item = trim(spec.substr(0, comma));
     spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    size_t eq = item.find('=');
-    if (eq == std::string_view::npos)
-      return make_error("GPU map entry '" + std::string(item) + "': expected OLD=NEW", EINVAL);
-    std::string_view from = trim(item.substr(0, eq)), to = trim(item.substr(eq + 1));
+    size_t at = item.find_first_of(seps);
+    if (at == std::string_view::npos)
+      return make_error("GPU map entry '" + std::string(item) + "': expected " + shape, EINVAL);
+    std::string_view from = trim(item.substr(0, at)), to = trim(item.substr(at + 1));
     for (std::string_view side : {from, to})
       if (!is_gpu_key(side))
         return make_error("GPU map entry '" + std::string(item) + "': '" + std::string(side) +
@@ -42,6 +42,86 @@ Result<GpuMapSpec> parse_gpu_map(std::string_view spec) {
                           EINVAL);
     out.push_back({std::string(from), std::string(to)});
   }
+  return out;
+}
+
+}  // namespace
+
+Result<GpuMapSpec> parse_gpu_map(std::string_view spec) { return parse_pairs(spec, "=", "OLD=NEW"); }
+
+// ':' or '=' (as gpu_map writes its pairs).
+bool is_migration_map(std::string_view spec) { return spec.find_first_of(":=") != std::string_view::npos; }
+
+Result<GpuMapSpec> parse_migration_map(std::string_view spec) {
+  if (trim(spec).empty()) return make_error("an empty GPU map (expected SRC:DST[,SRC:DST...])", EINVAL);
+  return parse_pairs(spec, ":=", "SRC:DST");
+}
+
+std::string describe_migration_map(const GpuMapSpec& spec) {
+  std::string out;
+  for (const auto& e : spec) out += (out.empty() ? "" : ",") + e.from + ":" + e.to;
+  return out;
+}
+
+namespace {
+
+// The single-GPU form: every GPU of the process (one at most) to `key`.
+Result<std::map<int, int>> single_target(const std::string& key, const std::set<int>& sources,
+                                         const std::vector<GpuDevice>& host) {
+  const GpuDevice* target = find_host_gpu(key, host);
+  if (!target) return make_error("this host has no GPU " + key, ENODEV);
+  if (sources.size() > 1)
+    return make_error("the process uses " + std::to_string(sources.size()) +
+                          " GPUs: name a target for each (SRC:DST,..., phosctl migrate --gpu-map)",
+                      EINVAL);
+  std::map<int, int> out;
+  for (int s : sources) out[s] = int(target->ordinal);
+  return out;
+}
+
+}  // namespace
+
+Result<std::map<int, int>> migration_targets(const std::string& migrate_to, const std::set<int>& sources,
+                                             const std::vector<GpuDevice>& host) {
+  std::map<int, int> out;
+  if (!is_migration_map(migrate_to)) {
+    auto single = single_target(migrate_to, sources, host);
+    if (!single) return single.error();
+    out = std::move(*single);
+  } else {
+    auto spec = parse_migration_map(migrate_to);
+    if (!spec) return spec.error();
+    std::map<int, std::string> target_of;  // target ordinal -> the entry that names it
+    std::set<int> named;
+    for (const auto& e : *spec) {
+      const GpuDevice* from = find_host_gpu(e.from, host);
+      const GpuDevice* to = find_host_gpu(e.to, host);
+      const std::string entry = "GPU map entry " + e.from + ":" + e.to;
+      if (!from || !to)
+        return make_error(entry + ": this host has no GPU " + (from ? e.to : e.from) + " (it has " +
+                              std::to_string(host.size()) + ")",
+                          ENODEV);
+      if (!named.insert(int(from->ordinal)).second)
+        return make_error(entry + ": GPU " + std::to_string(from->ordinal) + " is mapped twice", EINVAL);
+      if (auto [it, fresh] = target_of.emplace(int(to->ordinal), e.from + ":" + e.to); !fresh)
+        return make_error(entry + ": GPU " + std::to_string(to->ordinal) + " is already the target of " + it->second +
+                              "; the map must be one-to-one",
+                          EINVAL);
+      if (sources.count(int(from->ordinal))) out[int(from->ordinal)] = int(to->ordinal);
+    }
+    for (int s : sources)
+      if (!out.count(s))
+        return make_error("the process uses GPU " + std::to_string(s) + ", which the GPU map " +
+                              describe_migration_map(*spec) + " leaves unmapped",
+                          EINVAL);
+  }
+  for (auto [s, t] : out)
+    if (size_t(s) >= host.size() || host[size_t(s)].name != host[size_t(t)].name)
+      return make_error("the process's GPU " + std::to_string(s) + " is a " +
+                            (size_t(s) < host.size() ? host[size_t(s)].name : std::string("GPU this host lacks")) +
+                            ", GPU " + std::to_string(t) + " a " + host[size_t(t)].name +
+                            "; the driver restores onto the same model",
+                        ENODEV);
   return out;
 }
 

@@ -216,7 +216,8 @@ void Restorer::place_kept() {
       continue;
     }
     GpuMapSpec spec;
-    for (const auto& d : m.devices) spec.push_back({std::to_string(d.ordinal), format_gpu_uuid(m.kept->device.uuid)});
+    for (const auto& d : m.devices)
+      spec.push_back({std::to_string(d.ordinal), format_gpu_uuid(m.kept->target_of(d.ordinal).uuid)});
     auto placement = kept_engine_->place_devices(m, l.image.manifest_name, spec, l.host);
     if (!placement) {
       l.filled = placement.error();
@@ -244,15 +245,22 @@ Result<void> Restorer::take_kept(pid_t vpid, Loaded& l) {
   l.fds = std::move(link->fds);
   l.kept.emplace(std::move(*link));
   // The memory is on the GPU the dump moved it to: the image's device goes
-  // there, whatever gpu_map says (place_kept, in the background).
+  // there, whatever gpu_map says (place_kept, in the background); each
+  // device to its own for a process on several GPUs.
   if (!m.devices.empty() && !options_.gpu_map.empty())
     PHOS_WARN("%s: gpu_map=%s ignored: a migration's memory is on GPU %s", name.c_str(),
               describe_gpu_map(options_.gpu_map).c_str(), format_gpu_uuid(kept.device.uuid).c_str());
   uint64_t bytes = 0;
   for (const auto& a : m.allocations) bytes += a.size;
-  PHOS_INFO("%s: migration %s: %zu allocations (%.1f MiB) taken from phos-keeper, on GPU %s (%s)%s", name.c_str(),
-            kept.migration.c_str(), m.allocations.size(), double(bytes) / (1 << 20),
-            format_gpu_uuid(kept.device.uuid).c_str(), kept.device.name.c_str(),
+  std::string where = "GPU " + format_gpu_uuid(kept.device.uuid) + " (" + kept.device.name + ")";
+  if (!kept.targets.empty()) {
+    where = "GPUs";
+    for (const auto& [ordinal, d] : kept.targets)
+      where += (ordinal == kept.targets.begin()->first ? " " : ", ") + std::string("device ") + std::to_string(ordinal) +
+               "'s on " + format_gpu_uuid(d.uuid);
+  }
+  PHOS_INFO("%s: migration %s: %zu allocations (%.1f MiB) taken from phos-keeper, on %s%s", name.c_str(),
+            kept.migration.c_str(), m.allocations.size(), double(bytes) / (1 << 20), where.c_str(),
             kept.in_place ? ", where the process left it" : "");
   l.created_ns = l.filled_ns = since_init_ns();
   return {};

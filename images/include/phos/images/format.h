@@ -20,7 +20,7 @@ namespace phos::image {
 // holds its manifest (format_version_for, manifest.h), so a phos that reads
 // only version 1 restores every image without a zero chunk and refuses the
 // others by their version.
-inline constexpr uint32_t kManifestFormatVersion = 7;
+inline constexpr uint32_t kManifestFormatVersion = 8;
 inline constexpr uint32_t kZeroChunkFormatVersion = 2;
 // Version 3: a migration's manifest, whose GPU data is kept in device
 // memory by phos-keeper (KeptMemory) instead of data files.
@@ -38,6 +38,10 @@ inline constexpr uint32_t kParentFormatVersion = 6;
 // fingerprint), by which an incremental dump decides a chunk is unchanged
 // (parent_index.h); a parent without them is never used as one.
 inline constexpr uint32_t kFingerprintFormatVersion = 7;
+// Version 8: a migration of a process on several GPUs (KeptMemory's
+// targets, one GPU per image device), which an older reader would restore
+// onto one GPU.
+inline constexpr uint32_t kKeptTargetsFormatVersion = 8;
 // The longest chain of parents a reader follows (a loop of parents ends here).
 inline constexpr uint32_t kMaxChainLength = 64;
 // The completion marker and the data files have kept their first format.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -144,6 +145,14 @@ struct KeptMemory {
   GpuDevice device;
   bool in_place = false;  // the process's own memory, not a copy
   uint64_t kept_bytes = 0;
+  // A process on several GPUs (format 8): each image device's ordinal to
+  // the GPU (UUID, name) holding its memory. Empty: all on `device`.
+  std::map<uint32_t, GpuDevice> targets;
+  // The GPU holding image device `ordinal`'s memory.
+  const GpuDevice& target_of(uint32_t ordinal) const {
+    auto it = targets.find(ordinal);
+    return it == targets.end() ? device : it->second;
+  }
   bool operator==(const KeptMemory&) const = default;
 };
 

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,28 @@ int host_device(const std::map<uint32_t, int>& host_ordinal, uint32_t ordinal);
 // device, the spec entry or both models.
 Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::vector<GpuDevice>& image_devices,
                                              const std::vector<GpuDevice>& host, const std::string& manifest_name);
+
+// A migration's device map (migrate_to, `phosctl migrate --gpu-map`):
+// "SRC:DST[,SRC:DST...]", each side a GPU of this host as criu numbers it
+// (an ordinal as nvidia-smi prints it) or its UUID; SRC a GPU the process
+// runs on, DST where its memory goes ("SRC=DST" too, as gpu_map writes
+// its pairs). A single GPU ("1", no ':' or '=') is the
+// one-GPU form: migration_targets() takes it for a process on one GPU.
+bool is_migration_map(std::string_view spec);
+// Syntax only ("0:1,1:0"); errors name the entry.
+Result<GpuMapSpec> parse_migration_map(std::string_view spec);
+// "0:1,1:0", as parse_migration_map reads it.
+std::string describe_migration_map(const GpuMapSpec& spec);
+
+// Each of the process's GPUs (`sources`, criu's numbering) to its target
+// GPU of `host`, from migrate_to: a single GPU (a process on one GPU, or on
+// none) or a map. Refused, saying why: a GPU this host does not have, a
+// source named twice, two sources on one target (not one-to-one), one of
+// the process's GPUs left unmapped, a single target for several GPUs, or a
+// target of another model (the driver restores onto the same chip type).
+// Entries for GPUs the process does not use are left out.
+Result<std::map<int, int>> migration_targets(const std::string& migrate_to, const std::set<int>& sources,
+                                             const std::vector<GpuDevice>& host);
 
 // The UUID pairs for the driver's restore when a GPU moves (empty when none
 // does): the driver wants every GPU the process had checkpointed, which

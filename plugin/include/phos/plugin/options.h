@@ -119,7 +119,9 @@ struct PluginOptions {
   // wrote meanwhile. phos-keeper holds the memory after criu exits until
   // `criu restore` takes it, the process then mapping it on that GPU. To
   // the GPU the process is on, its own memory stays where it is (no copy)
-  // unless migrate_copy=always.
+  // unless migrate_copy=always. A process on several GPUs needs a map,
+  // "SRC:DST[,SRC:DST...]" (gpu_map.h's migration_targets), each GPU's
+  // memory going to its own target.
   std::string migrate_to;
   // parent_image: an incremental GPU image against this parent directory
   // (relative to the image directory), as criu's --prev-images-dir names
