@@ -388,6 +388,44 @@ void CopyWindow::before_unknown() {
   untrusted(true);
 }
 
+bool CopyWindow::give_pool_back(const char* call, uint64_t bytes) {
+  Use use(*this);
+  if (!use.inside() || filling() || pools_.empty()) return false;
+  uint64_t pool_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(save_mu_);
+    for (const DevicePool& p : pools_) pool_bytes += p.va ? p.bytes : 0;
+  }
+  // Given back already, maybe since this call failed: one more try.
+  if (!pool_bytes) return true;
+  const uint64_t t0 = monotonic_ns();
+  table_->ask_pool_back();
+  auto given = table_->wait_pool_back(timeout_);
+  if (!given) {
+    // A save may still be under way: this side's mapping stays.
+    std::fprintf(stderr, "phos: %s of %.1f MiB found the GPU full; the dump's copy-on-write pool (%.1f MiB): %s\n",
+                 call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), given.error().message.c_str());
+    return true;
+  }
+  {
+    // No slot holds a chunk and none is taken any more: nobody saves.
+    std::lock_guard<std::mutex> lock(save_mu_);
+    for (DevicePool& p : pools_) {
+      if (!p.va) continue;
+      PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
+      PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
+      PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
+      PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+      p.va = 0;
+    }
+  }
+  std::fprintf(stderr,
+               "phos: %s of %.1f MiB found the GPU full: the dump's copy-on-write pool (%.1f MiB) given back after "
+               "%.1f ms; the allocation is tried again\n",
+               call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), double(monotonic_ns() - t0) / 1e6);
+  return true;
+}
+
 void CopyWindow::unit_dropped(uint64_t address) {
   Use use(*this);
   if (use.inside()) table_->forget(address);

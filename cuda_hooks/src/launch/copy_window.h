@@ -101,6 +101,11 @@ class CopyWindow {
   void unit_dropped(uint64_t address);
   // The program queued (or made) a host<->device transfer of `bytes`.
   void transfer_queued(uint64_t bytes);
+  // The program's allocation of `bytes` (by `call`) found the GPU full: with
+  // a copy-on-write pool open, asks the engine for it, waits until it is
+  // given back (at most cow_timeout_ms) and unmaps this side's mapping.
+  // True when memory may have come free: the caller tries again.
+  bool give_pool_back(const char* call, uint64_t bytes);
 
  private:
   class Use;  // a call inside the window (finish() waits for none)

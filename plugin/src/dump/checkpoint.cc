@@ -450,7 +450,10 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
     return CopyPlan{};
   }
   if (!checksum_allows(t)) return CopyPlan{};
-  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
+  const std::optional<uint64_t> pool =
+      options_.cow_pool_mib == PluginOptions::kCowPoolAuto ? std::nullopt
+                                                            : std::optional<uint64_t>(uint64_t(options_.cow_pool_mib) << 20);
+  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, pool);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
               window.error().message.c_str());
