@@ -109,7 +109,7 @@ def copy_hooks(rows, seen):
             per_thread = 'true' if variant != name else 'false'
             body = ['  const CopyDeps rt;', f'  GatePass pass(rt.gate(), PHOS_CALL_KIND({variant}));']
             if form == 'unknown':
-                body.append('  rt.copy_window().before_unknown_call();')
+                body.append(f'  rt.copy_window().before_unknown_call("{variant}");')
             else:
                 body.append(f'  if (tracked(rt)) note_{form}(rt, "{variant}", {stream}, {per_thread}, {args});')
             if host:

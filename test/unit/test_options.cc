@@ -298,7 +298,8 @@ TEST_CASE("options: copy-on-write keys the variables leave unset keep the file's
 TEST_CASE("options: bad copy-on-write values in the file warn and keep the defaults", "[options][cow]") {
   for (const char* line : {"copy_on_write = on", "copy_on_write = ALWAYS", "copy_on_write =", "copy_on_write = 1",
                            "cow_pool_mib = -1", "cow_pool_mib = 1048577", "cow_pool_mib = 2g", "cow_pool_mib = 1.5",
-                           ""cow_pool_mib = 99999999999999999999", "cow_pool_mib = AUTO", "cow_pool_mib = 4294967295", "cow_trust = none", "cow_trust = Exact",
+                           "cow_pool_mib = 99999999999999999999", "cow_pool_mib = AUTO", "cow_pool_mib = 4294967295",
+                           "cow_trust = none", "cow_trust = Exact",
                            "cow_trust = 3", "cow_trust =", "cow_timeout_ms = 0", "cow_timeout_ms = 3600001",
                            "cow_timeout_ms = -1", "cow_timeout_ms = 5s"}) {
     INFO(line);
