@@ -436,6 +436,22 @@ std::vector<std::byte> encode(const IpcCloseReply&) {
   return reply(PHOS__AGENT__REPLY__KIND_IPC_CLOSE, &Phos__Agent__Reply::ipc_close, m);
 }
 
+void fill_call_wait(const CallWait& w, Phos__Agent__CallWait& o) {
+  o.call = c_text(w.call);
+  o.kernel = pb::c_text_or_null(w.kernel);
+  o.wait_ns = w.wait_ns;
+  o.chunks_waited = w.chunks_waited;
+  o.chunks_saved = w.chunks_saved;
+}
+
+CallWait call_wait(const Phos__Agent__CallWait& w) {
+  return CallWait{.call = text(w.call),
+                  .kernel = text(w.kernel),
+                  .wait_ns = w.wait_ns,
+                  .chunks_waited = w.chunks_waited,
+                  .chunks_saved = w.chunks_saved};
+}
+
 std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
   Phos__Agent__CloseCopyWindowReply m = PHOS__AGENT__CLOSE_COPY_WINDOW_REPLY__INIT;
   auto kernels = pb::Repeated<Phos__Agent__KernelLaunches>(phos__agent__kernel_launches__init, r.speculated_kernels,
@@ -450,15 +466,10 @@ std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
                                                               o.launches = k.launches;
                                                             });
   suspects.set(m.n_suspects, m.suspects);
-  auto waits = pb::Repeated<Phos__Agent__CallWait>(phos__agent__call_wait__init, r.longest_waits,
-                                                   [](const CallWait& w, Phos__Agent__CallWait& o) {
-                                                     o.call = c_text(w.call);
-                                                     if (!w.kernel.empty()) o.kernel = c_text(w.kernel);
-                                                     o.wait_ns = w.wait_ns;
-                                                     o.chunks_waited = w.chunks_waited;
-                                                     o.chunks_saved = w.chunks_saved;
-                                                   });
+  auto waits = pb::Repeated<Phos__Agent__CallWait>(phos__agent__call_wait__init, r.longest_waits, fill_call_wait);
   waits.set(m.n_longest_waits, m.longest_waits);
+  auto saved = pb::Repeated<Phos__Agent__CallWait>(phos__agent__call_wait__init, r.most_saved, fill_call_wait);
+  saved.set(m.n_most_saved, m.most_saved);
   pb::set_present(m.has_speculated_kernel_count, m.speculated_kernel_count,
                   std::max<uint64_t>(r.speculated_kernel_count, r.speculated_kernels.size()));
   pb::set_present(m.has_unmarked_calls, m.unmarked_calls, r.unmarked_calls);
@@ -654,13 +665,8 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
                                     [](const Phos__Agent__KernelLaunches& k) {
                                       return KernelLaunches{.name = text(k.name), .launches = k.launches};
                                     }),
-        .longest_waits = pb::decode_each(c.longest_waits, c.n_longest_waits, [](const Phos__Agent__CallWait& w) {
-          return CallWait{.call = text(w.call),
-                          .kernel = text(w.kernel),
-                          .wait_ns = w.wait_ns,
-                          .chunks_waited = w.chunks_waited,
-                          .chunks_saved = w.chunks_saved};
-        })});
+        .longest_waits = pb::decode_each(c.longest_waits, c.n_longest_waits, call_wait),
+        .most_saved = pb::decode_each(c.most_saved, c.n_most_saved, call_wait)});
     }
     case PHOS__AGENT__REPLY__KIND_NCCL_STOP:
       return Reply(NcclStopReply{.armed = r.nccl_stop->armed != 0});

@@ -10,7 +10,8 @@
 #      the program's reserve, bounded by the process's memory (logged with
 #      the figures); the program's allocation in the window finds the GPU
 #      full, the pool is given back (criu's log says so), the allocation
-#      succeeds (the program counts no failure); the image restores intact
+#      succeeds (the program counts no failure); the log names the memset as
+#      the call that saved the most into the pool; the image restores intact
 #   2. an explicit cow_pool_mib=40: the pool is the setting, given back the
 #      same way; restores intact
 #   3. cow_pool_mib=0: no pool, nothing to give back; restores intact
@@ -54,8 +55,11 @@ for want in "8.00 GiB free of 16.00 GiB, 2.0" "GiB kept for the program (5% of t
   grep -qF -- "$want" <<< "$sized" || fail "auto: the size does not say '$want': $sized"
 done
 given_back auto
+# Which call wrote the memory the pool absorbed: the program's memset.
+saved=$(grep -o "the calls\? that saved \(the most \)\?into the pool: cuMemsetD32_v2 [0-9]* chunks" "$WORK/dump.log" | head -n1) ||
+  fail "auto: the log does not name the memset as the call that saved into the pool: $(grep -o 'copy-on-write: the call.*' "$WORK/dump.log" | head -n1)"
 dumped auto
-say "1. auto: $sized; $(grep -o 'copy-on-write pool given back ([0-9.]* MiB)' "$WORK/dump.log"); the program's allocations all succeeded"
+say "1. auto: $sized; $(grep -o 'copy-on-write pool given back ([0-9.]* MiB)' "$WORK/dump.log"); the program's allocations all succeeded; $saved"
 restored_ok auto
 [ "$(failed_allocations)" = 0 ] || fail "auto: the restored program's allocations failed"
 

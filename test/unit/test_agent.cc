@@ -763,7 +763,8 @@ TEST_CASE("agent: close copy window returns the backend's figures, gate open or 
                            .speculated_kernel_count = 1,
                            .unmarked_calls = 0,
                            .suspects = {{"k", 2}},
-                           .longest_waits = {{"kernel launch", "k", 7000000, 3, 1}}};
+                           .longest_waits = {{"kernel launch", "k", 7000000, 3, 1}},
+                           .most_saved = {{"kernel launch", "k", 7000000, 3, 1}}};
   auto c = a.client();
   // The engine closes the window while the process runs again.
   REQUIRE(a.gate.is_open());

@@ -221,7 +221,8 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
           .speculated_kernel_count = 0,
           .unmarked_calls = 0,
           .suspects = {},
-          .longest_waits = {}},
+          .longest_waits = {},
+          .most_saved = {}},
       agent::CloseCopyWindowReply{.counters = {.calls_checked = 217},
                                   .chunks_saved = 0,
                                   .violations = 0,
@@ -234,7 +235,8 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
                                   .unmarked_calls = 12,
                                   .suspects = {{"void at::native::vectorized_elementwise_kernel<4>", 3}},
                                   .longest_waits = {{"kernel launch", "void at::native::cat_kernel", 1712000000, 537, 0},
-                                                    {"cuMemcpyAsync", "", 20000000, 5, 2}}},
+                                                    {"cuMemcpyAsync", "", 20000000, 5, 2}},
+                                  .most_saved = {{"cuMemcpyDtoDAsync_v2", "", 0, 0, 537}}},
   };
   for (const auto& r : replies) {
     INFO(agent::kind_name(r));
@@ -668,7 +670,8 @@ TEST_CASE("agent protocol: a close copy window reply without its optional texts 
                    .speculated_kernel_count = 0,
                    .unmarked_calls = 0,
                    .suspects = {},
-                   .longest_waits = {}});
+                   .longest_waits = {},
+                   .most_saved = {}});
 }
 
 TEST_CASE("agent protocol: trust 4 (checksum) opens a window, 5 is refused as malformed", "[agent_protocol][checksum]") {

@@ -63,8 +63,8 @@ TEST_CASE("window account: bounded: launch ranges past the limit are counted, no
 TEST_CASE("window account: the three longest waits are kept, longest first", "[window_account]") {
   WindowAccount w;
   for (uint64_t ms : {5, 1712, 40, 300, 2, 90})
-    w.waited({.call = "kernel launch", .kernel = "k" + std::to_string(ms), .wait_ns = ms * 1000000,
-              .chunks_waited = ms, .chunks_saved = 1});
+    w.cost({.call = "kernel launch", .kernel = "k" + std::to_string(ms), .wait_ns = ms * 1000000,
+            .chunks_waited = ms, .chunks_saved = 1});
   auto top = w.longest_waits();
   REQUIRE(top.size() == agent::kMaxLongestWaits);
   CHECK(top[0].kernel == "k1712");
@@ -77,6 +77,31 @@ TEST_CASE("window account: the three longest waits are kept, longest first", "[w
   CHECK(plugin::describe_longest_waits({{.call = "cuMemsetD8_v2", .kernel = "", .wait_ns = 1500000, .chunks_waited = 3, .chunks_saved = 0}}) ==
         "the call that waited: cuMemsetD8_v2 1.5 ms (3 chunks waited for, 0 saved into the pool)");
   CHECK(plugin::describe_longest_waits({}) == "no call waited for the engine");
+}
+
+TEST_CASE("window account: the calls that saved the most into the pool are kept apart from the waits",
+          "[window_account]") {
+  WindowAccount w;
+  // A large pool absorbs the writes: nothing waits, the saves tell which call writes.
+  w.cost({.call = "cuMemcpyDtoDAsync_v2", .kernel = "", .wait_ns = 0, .chunks_waited = 0, .chunks_saved = 537});
+  w.cost({.call = "kernel launch", .kernel = "cat", .wait_ns = 0, .chunks_waited = 0, .chunks_saved = 4});
+  w.cost({.call = "kernel launch", .kernel = "add", .wait_ns = 0, .chunks_waited = 0, .chunks_saved = 12});
+  w.cost({.call = "kernel launch", .kernel = "mul", .wait_ns = 0, .chunks_waited = 0, .chunks_saved = 2});
+  CHECK(w.longest_waits().empty());
+  auto top = w.most_saved();
+  REQUIRE(top.size() == 3);
+  CHECK(top[0].call == "cuMemcpyDtoDAsync_v2");
+  CHECK(top[1].kernel == "add");
+  CHECK(top[2].kernel == "cat");
+  CHECK(plugin::describe_most_saved(top, 4u << 20).find(
+            "the calls that saved the most into the pool: cuMemcpyDtoDAsync_v2 537 chunks (2148 MiB); kernel launch "
+            "of add 12 chunks (48 MiB)") == 0);
+  CHECK(plugin::describe_most_saved({}, 4u << 20) == "no call saved a chunk into the pool");
+  // A call that waited for the whole window saved nothing: in the waits only.
+  w.cost({.call = "cuGraphLaunch", .kernel = "", .wait_ns = 5, .chunks_waited = 0, .chunks_saved = 0});
+  REQUIRE(w.longest_waits().size() == 1);
+  CHECK(w.longest_waits()[0].call == "cuGraphLaunch");
+  CHECK(w.most_saved().size() == 3);
 }
 
 TEST_CASE("window account: the refusal names the suspects before the kernels trusted", "[window_account][refusal]") {
@@ -106,6 +131,7 @@ TEST_CASE("window account: the close request and reply carry the misses, suspect
   r.suspects = {{"add_kernel", 5}};
   r.longest_waits = {{.call = "kernel launch", .kernel = "k", .wait_ns = 9, .chunks_waited = 2, .chunks_saved = 1},
                      {.call = "cuMemcpyAsync", .kernel = "", .wait_ns = 3, .chunks_waited = 1, .chunks_saved = 0}};
+  r.most_saved = {{.call = "cuMemsetD8_v2", .kernel = "", .wait_ns = 0, .chunks_waited = 0, .chunks_saved = 512}};
   auto rb = agent::decode_reply(agent::encode_reply(r));
   REQUIRE(rb.ok());
   CHECK(std::get<agent::CloseCopyWindowReply>(*rb) == r);

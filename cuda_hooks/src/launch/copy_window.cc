@@ -206,6 +206,7 @@ agent::CloseCopyWindowReply CopyWindow::finish(const std::vector<agent::AddressR
   out.unmarked_calls = unmarked_;
   if (!missed_chunks.empty()) out.suspects = account_.suspects(missed_chunks).first;
   out.longest_waits = account_.longest_waits();
+  out.most_saved = account_.most_saved();
   for (DevicePool& p : pools_) unmap_pool(p);
   pools_.clear();
   table_.reset();
@@ -267,16 +268,19 @@ void CopyWindow::write(uint64_t address, uint64_t bytes, CallCost& cost) {
 }
 
 void CopyWindow::settle(const CallCost& cost, const char* call, const Kernel* kernel, bool unknown_set) {
-  if (!cost.waited && !cost.whole_window) return;
-  const uint64_t ns = monotonic_ns() - cost.since_ns;
-  waited_.fetch_add(1, std::memory_order_relaxed);
-  if (unknown_set) unknown_waits_.fetch_add(1, std::memory_order_relaxed);
-  wait_ns_.fetch_add(ns, std::memory_order_relaxed);
-  account_.waited(agent::CallWait{.call = call,
-                                  .kernel = kernel ? kernel->name : std::string(),
-                                  .wait_ns = ns,
-                                  .chunks_waited = cost.waited,
-                                  .chunks_saved = cost.saved});
+  const bool waited = cost.waited || cost.whole_window;
+  if (!waited && !cost.saved) return;
+  const uint64_t ns = waited ? monotonic_ns() - cost.since_ns : 0;
+  if (waited) {
+    waited_.fetch_add(1, std::memory_order_relaxed);
+    if (unknown_set) unknown_waits_.fetch_add(1, std::memory_order_relaxed);
+    wait_ns_.fetch_add(ns, std::memory_order_relaxed);
+  }
+  account_.cost(agent::CallWait{.call = call,
+                                .kernel = kernel ? kernel->name : std::string(),
+                                .wait_ns = ns,
+                                .chunks_waited = cost.waited,
+                                .chunks_saved = cost.saved});
 }
 
 void CopyWindow::untrusted(bool unknown_set, const char* call, const Kernel* kernel) {

@@ -9,6 +9,7 @@ void WindowAccount::clear() {
   pointed_.clear();
   dropped_ = 0;
   longest_.clear();
+  most_saved_.clear();
 }
 
 void WindowAccount::launch(const void* kernel, const std::string& name, Ranges reads, Ranges writes) {
@@ -30,12 +31,21 @@ void WindowAccount::launch(const void* kernel, const std::string& name, Ranges r
   }
 }
 
-void WindowAccount::waited(agent::CallWait w) {
+namespace {
+// Keeps the kMaxLongestWaits largest of `key`, largest first.
+template <class Key>
+void keep_top(std::vector<agent::CallWait>& top, const agent::CallWait& w, Key key) {
+  auto at = std::find_if(top.begin(), top.end(), [&](const auto& o) { return key(o) < key(w); });
+  if (at == top.end() && top.size() >= agent::kMaxLongestWaits) return;
+  top.insert(at, w);
+  if (top.size() > agent::kMaxLongestWaits) top.pop_back();
+}
+}  // namespace
+
+void WindowAccount::cost(const agent::CallWait& w) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto at = std::find_if(longest_.begin(), longest_.end(), [&](const auto& o) { return o.wait_ns < w.wait_ns; });
-  if (at == longest_.end() && longest_.size() >= agent::kMaxLongestWaits) return;
-  longest_.insert(at, std::move(w));
-  if (longest_.size() > agent::kMaxLongestWaits) longest_.pop_back();
+  if (w.wait_ns) keep_top(longest_, w, [](const agent::CallWait& c) { return c.wait_ns; });
+  if (w.chunks_saved) keep_top(most_saved_, w, [](const agent::CallWait& c) { return c.chunks_saved; });
 }
 
 std::pair<std::vector<agent::KernelLaunches>, uint64_t> WindowAccount::suspects(
@@ -65,6 +75,11 @@ std::pair<std::vector<agent::KernelLaunches>, uint64_t> WindowAccount::suspects(
 std::vector<agent::CallWait> WindowAccount::longest_waits() const {
   std::lock_guard<std::mutex> lock(mu_);
   return longest_;
+}
+
+std::vector<agent::CallWait> WindowAccount::most_saved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return most_saved_;
 }
 
 uint64_t WindowAccount::ranges_dropped() const {

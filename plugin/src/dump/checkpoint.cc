@@ -552,8 +552,9 @@ Result<void> Checkpointer::close_window(pid_t pid, Target& t, bool missed, agent
             double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)s.copy_window.calls_waited,
             (unsigned long long)s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6,
             (unsigned long long)reply.violations);
-  if (!reply.longest_waits.empty())
-    PHOS_INFO("process %d: copy-on-write: %s", pid, describe_longest_waits(reply.longest_waits).c_str());
+  if (!reply.longest_waits.empty() || !reply.most_saved.empty())
+    PHOS_INFO("process %d: copy-on-write: %s; %s", pid, describe_longest_waits(reply.longest_waits).c_str(),
+              describe_most_saved(reply.most_saved, t.manifest.chunk_size).c_str());
   if (reply_out) *reply_out = reply;
   if (reply.aborted)
     return make_error("the process gave up its copy-on-write window: " + reply.abort_reason, ECANCELED);

@@ -17,4 +17,17 @@ std::string describe_longest_waits(const std::vector<agent::CallWait>& waits) {
   return out;
 }
 
+std::string describe_most_saved(const std::vector<agent::CallWait>& saved, uint64_t chunk_size) {
+  if (saved.empty()) return "no call saved a chunk into the pool";
+  std::string out = saved.size() == 1 ? "the call that saved into the pool: " : "the calls that saved the most into the pool: ";
+  for (size_t i = 0; i < saved.size(); i++) {
+    const agent::CallWait& w = saved[i];
+    char figures[96];
+    std::snprintf(figures, sizeof(figures), " %llu chunks (%.0f MiB)", (unsigned long long)w.chunks_saved,
+                  double(w.chunks_saved * chunk_size) / (1 << 20));
+    out += (i ? "; " : "") + w.call + (w.kernel.empty() ? "" : " of " + w.kernel) + figures;
+  }
+  return out;
+}
+
 }  // namespace phos::plugin

@@ -33,8 +33,8 @@ class WindowAccount {
   // A launch of `kernel` (its identity; `name` as registered) on a trusted
   // speculated set: the buffers it reads and those it writes.
   void launch(const void* kernel, const std::string& name, Ranges reads, Ranges writes);
-  // A call that waited `wait_ns` for the engine.
-  void waited(agent::CallWait w);
+  // A call that waited for the engine, or saved chunks into the pool.
+  void cost(const agent::CallWait& w);
 
   // The kernels whose launches pointed into the buffer of one of `missed`
   // without writing it, most launched first (at most kMaxWindowKernels),
@@ -43,6 +43,8 @@ class WindowAccount {
       const std::vector<agent::AddressRange>& missed) const;
   // Longest first, at most agent::kMaxLongestWaits.
   std::vector<agent::CallWait> longest_waits() const;
+  // Most chunks saved first, at most agent::kMaxLongestWaits.
+  std::vector<agent::CallWait> most_saved() const;
   uint64_t ranges_dropped() const;
 
  private:
@@ -53,7 +55,7 @@ class WindowAccount {
   mutable std::mutex mu_;
   std::map<std::tuple<const void*, uint64_t, uint64_t>, Pointed> pointed_;  // (kernel, start, end)
   uint64_t dropped_ = 0;
-  std::vector<agent::CallWait> longest_;
+  std::vector<agent::CallWait> longest_, most_saved_;
 };
 
 }  // namespace phos::hooks

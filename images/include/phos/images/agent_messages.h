@@ -358,6 +358,8 @@ struct CloseCopyWindowReply {
   std::vector<KernelLaunches> suspects;
   // The calls that waited longest for the engine, longest first.
   std::vector<CallWait> longest_waits;
+  // The calls that saved the most chunks into the pool, most first.
+  std::vector<CallWait> most_saved;
   bool operator==(const CloseCopyWindowReply&) const = default;
 };
 
