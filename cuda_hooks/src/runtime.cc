@@ -12,6 +12,8 @@ std::atomic<Runtime*> g_runtime{nullptr};
 
 Runtime::Runtime() {
   memory_.on_unit_dropped([this](uint64_t address) { copy_window_.unit_dropped(address); });
+  memory_.on_out_of_memory(
+      [this](const char* call, uint64_t bytes) { return copy_window_.give_pool_back(call, bytes); });
   const char* cycles = std::getenv("PHOS_CALL_CYCLES");
   if (cycles && (std::strcmp(cycles, "on") == 0 || std::strcmp(cycles, "1") == 0)) call_cycles_.set_on(true);
 }

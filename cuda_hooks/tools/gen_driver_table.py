@@ -110,7 +110,7 @@ def copy_hooks(rows, seen):
             body = ['  const CopyDeps rt;', f'  GatePass pass(rt.gate(), PHOS_CALL_KIND({variant}));',
                     '  if (gpu_fault::fails()) return CUDA_ERROR_ILLEGAL_ADDRESS;']
             if form == 'unknown':
-                body.append('  rt.copy_window().before_unknown_call();')
+                body.append(f'  rt.copy_window().before_unknown_call("{variant}");')
             else:
                 body.append(f'  if (tracked(rt)) note_{form}(rt, "{variant}", {stream}, {per_thread}, {args});')
             if host:

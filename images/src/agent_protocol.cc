@@ -98,6 +98,12 @@ std::vector<std::byte> encode(const OpenCopyWindowRequest& q) {
 std::vector<std::byte> encode(const CloseCopyWindowRequest& q) {
   Phos__Agent__CloseCopyWindowRequest m = PHOS__AGENT__CLOSE_COPY_WINDOW_REQUEST__INIT;
   pb::set_present(m.has_missed, m.missed, q.missed);
+  auto chunks = pb::Repeated<Phos__Agent__AddressRange>(phos__agent__address_range__init, q.missed_chunks,
+                                                        [](const AddressRange& a, Phos__Agent__AddressRange& o) {
+                                                          o.address = a.address;
+                                                          o.bytes = a.bytes;
+                                                        });
+  chunks.set(m.n_missed_chunks, m.missed_chunks);
   return request(PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW, &Phos__Agent__Request::close_copy_window, m);
 }
 
@@ -171,7 +177,11 @@ Result<Request> decode(const Phos__Agent__Request& r) {
       return decode(*r.open_copy_window);
     case PHOS__AGENT__REQUEST__KIND_CLOSE_COPY_WINDOW: {
       const auto& q = *r.close_copy_window;
-      return Request(CloseCopyWindowRequest{.missed = pb::flag(q.has_missed, q.missed)});
+      return Request(CloseCopyWindowRequest{
+          .missed = pb::flag(q.has_missed, q.missed),
+          .missed_chunks = pb::decode_each(q.missed_chunks, q.n_missed_chunks, [](const Phos__Agent__AddressRange& a) {
+            return AddressRange{.address = a.address, .bytes = a.bytes};
+          })});
     }
     case PHOS__AGENT__REQUEST__KIND_NCCL_STOP: {
       const auto& q = *r.nccl_stop;
@@ -428,6 +438,22 @@ std::vector<std::byte> encode(const IpcCloseReply&) {
   return reply(PHOS__AGENT__REPLY__KIND_IPC_CLOSE, &Phos__Agent__Reply::ipc_close, m);
 }
 
+void fill_call_wait(const CallWait& w, Phos__Agent__CallWait& o) {
+  o.call = c_text(w.call);
+  o.kernel = pb::c_text_or_null(w.kernel);
+  o.wait_ns = w.wait_ns;
+  o.chunks_waited = w.chunks_waited;
+  o.chunks_saved = w.chunks_saved;
+}
+
+CallWait call_wait(const Phos__Agent__CallWait& w) {
+  return CallWait{.call = text(w.call),
+                  .kernel = text(w.kernel),
+                  .wait_ns = w.wait_ns,
+                  .chunks_waited = w.chunks_waited,
+                  .chunks_saved = w.chunks_saved};
+}
+
 std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
   Phos__Agent__CloseCopyWindowReply m = PHOS__AGENT__CLOSE_COPY_WINDOW_REPLY__INIT;
   auto kernels = pb::Repeated<Phos__Agent__KernelLaunches>(phos__agent__kernel_launches__init, r.speculated_kernels,
@@ -436,6 +462,16 @@ std::vector<std::byte> encode(const CloseCopyWindowReply& r) {
                                                              o.launches = k.launches;
                                                            });
   kernels.set(m.n_speculated_kernels, m.speculated_kernels);
+  auto suspects = pb::Repeated<Phos__Agent__KernelLaunches>(phos__agent__kernel_launches__init, r.suspects,
+                                                            [](const KernelLaunches& k, Phos__Agent__KernelLaunches& o) {
+                                                              o.name = c_text(k.name);
+                                                              o.launches = k.launches;
+                                                            });
+  suspects.set(m.n_suspects, m.suspects);
+  auto waits = pb::Repeated<Phos__Agent__CallWait>(phos__agent__call_wait__init, r.longest_waits, fill_call_wait);
+  waits.set(m.n_longest_waits, m.longest_waits);
+  auto saved = pb::Repeated<Phos__Agent__CallWait>(phos__agent__call_wait__init, r.most_saved, fill_call_wait);
+  saved.set(m.n_most_saved, m.most_saved);
   pb::set_present(m.has_speculated_kernel_count, m.speculated_kernel_count,
                   std::max<uint64_t>(r.speculated_kernel_count, r.speculated_kernels.size()));
   pb::set_present(m.has_unmarked_calls, m.unmarked_calls, r.unmarked_calls);
@@ -626,7 +662,13 @@ Result<Reply> decode(const Phos__Agent__Reply& r) {
                                         .speculated_kernel_count = c.has_speculated_kernel_count
                                                                        ? c.speculated_kernel_count
                                                                        : c.n_speculated_kernels,
-                                        .unmarked_calls = pb::value_or_zero(c.has_unmarked_calls, c.unmarked_calls)});
+                                        .unmarked_calls = pb::value_or_zero(c.has_unmarked_calls, c.unmarked_calls),
+        .suspects = pb::decode_each(c.suspects, c.n_suspects,
+                                    [](const Phos__Agent__KernelLaunches& k) {
+                                      return KernelLaunches{.name = text(k.name), .launches = k.launches};
+                                    }),
+        .longest_waits = pb::decode_each(c.longest_waits, c.n_longest_waits, call_wait),
+        .most_saved = pb::decode_each(c.most_saved, c.n_most_saved, call_wait)});
     }
     case PHOS__AGENT__REPLY__KIND_NCCL_STOP:
       return Reply(NcclStopReply{.armed = r.nccl_stop->armed != 0});

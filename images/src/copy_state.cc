@@ -15,7 +15,7 @@ namespace phos::copystate {
 namespace {
 
 constexpr uint64_t kMagic = 0x5453504359504850ull;  // "PHPYCPST": phos copy state
-constexpr uint32_t kVersion = 4;  // 2: the fill protocol, overwritten; 3: the program's transfers, written regions; 4: the pool's chunks
+constexpr uint32_t kVersion = 5;  // 2: the fill protocol, overwritten; 3: the program's transfers, written regions; 4: the pool's chunks; 5: the pool given back
 constexpr size_t kUrgentEntries = 256;
 constexpr uint32_t kStateBits = 4;
 constexpr uint32_t kStateMask = (1u << kStateBits) - 1;
@@ -45,7 +45,7 @@ struct Header {
   uint64_t urgent_offset;
   uint64_t total_bytes;
   std::atomic<uint32_t> window;
-  uint32_t reserved;
+  std::atomic<uint32_t> pool_back;  // PoolBack: the program asked for the pool, the engine gave it
   std::atomic<uint64_t> cursor;  // where the engine's scan goes on
   std::atomic<uint64_t> saved, waits, dirtied, overwritten;
   uint64_t written_offset;              // recopy: one bit per region, written in the window
@@ -379,6 +379,8 @@ Result<void> CopyState::set_region_slots(std::vector<SlotRange> ranges) {
 }
 
 std::optional<uint32_t> CopyState::take_slot(uint32_t region) {
+  // Asked back: no new slot (the write goes to the engine, as with a full pool).
+  if (pool_back() != PoolBack::kInUse) return std::nullopt;
   const uint32_t first = region < region_slots_.size() ? region_slots_[region].first : 0;
   const uint32_t slots = region < region_slots_.size() ? region_slots_[region].end : pool_slots();
   for (uint32_t i = first / 64; i * 64 < slots; i++) {
@@ -390,7 +392,15 @@ std::optional<uint32_t> CopyState::take_slot(uint32_t region) {
       if (i * 64 < first) free &= ~((uint64_t(1) << (first - i * 64)) - 1);
       if (!free) break;
       uint64_t bit = free & -free;
-      if (bits.compare_exchange_weak(b, b | bit, std::memory_order_acq_rel)) return i * 64 + uint32_t(__builtin_ctzll(bit));
+      if (!bits.compare_exchange_weak(b, b | bit, std::memory_order_seq_cst)) continue;
+      const uint32_t slot = i * 64 + uint32_t(__builtin_ctzll(bit));
+      // Against ask_pool_back: either the engine sees this slot taken
+      // (pool_in_use), or this sees the pool asked back and lets it go.
+      if (l_->header->pool_back.load(std::memory_order_seq_cst) != uint32_t(PoolBack::kInUse)) {
+        free_slot(slot);
+        return std::nullopt;
+      }
+      return slot;
     }
   }
   return std::nullopt;
@@ -617,6 +627,38 @@ Result<void> CopyState::wait_closed(std::chrono::milliseconds timeout) const {
                                                                   : "the dump's copy did not end in time",
                         ETIMEDOUT);
   return fill_given_up();
+}
+
+PoolBack CopyState::pool_back() const {
+  const uint32_t v = l_->header->pool_back.load(std::memory_order_seq_cst);
+  return v <= uint32_t(PoolBack::kGiven) ? PoolBack(v) : PoolBack::kGiven;  // scribbled: treated as gone
+}
+
+PoolBack CopyState::ask_pool_back() {
+  if (!pool_slots()) return PoolBack::kGiven;
+  uint32_t in_use = uint32_t(PoolBack::kInUse);
+  l_->header->pool_back.compare_exchange_strong(in_use, uint32_t(PoolBack::kAsked), std::memory_order_seq_cst);
+  return pool_back();
+}
+
+Result<void> CopyState::wait_pool_back(std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::atomic<uint32_t>& w = l_->header->pool_back;
+  for (uint32_t seen; (seen = w.load(std::memory_order_acquire)) != uint32_t(PoolBack::kGiven);)
+    if (!wait_change(w, seen, deadline))
+      return make_error("the engine did not give the copy-on-write pool back in time", ETIMEDOUT);
+  return {};
+}
+
+bool CopyState::pool_in_use() const {
+  for (uint32_t i = 0; i * 64 < pool_slots(); i++)
+    if (l_->pool[i].load(std::memory_order_seq_cst)) return true;
+  return false;
+}
+
+void CopyState::pool_given_back() {
+  l_->header->pool_back.store(uint32_t(PoolBack::kGiven), std::memory_order_seq_cst);
+  wake_all(l_->header->pool_back);
 }
 
 std::optional<Claim> CopyState::claim_urgent() {

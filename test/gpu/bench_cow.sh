@@ -17,8 +17,10 @@
 #     waited. The program must carry on intact after each.
 #  2. The pool's size: cow_random (a program that writes at random all the
 #     time) of POOL_MIB MiB dumped with copy_on_write=always, cow_trust=
-#     checksum and pools of 0, 256, 1024 and 2048 MiB (the copy after the
-#     stall, cow_start=resume): its
+#     checksum and pools of 0, 256, 1024 and 2048 MiB and auto (the
+#     default: what the GPU has free at the stall less the program's reserve,
+#     at most the program's memory; the copy after the stall,
+#     cow_start=resume): its
 #     operations per second from the dump's start to criu's exit, against
 #     before; calls that waited; bytes saved.
 #  3. With --train GIB: GPT-style training (torch_loop.py train) holding GIB
@@ -50,7 +52,7 @@
 # usage: bench_cow.sh [--sizes MIB,...] [--pools MIB,...] [--pool-mib MIB] [--reps N] [--train GIB] [--phos-step] [--train-args "ARGS"] [--server SHAPE:GIB] [--csv FILE]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sizes=32768 pools=0,256,1024,2048 pool_mib=16384 reps=3 train= phos_step= train_args= server= csv=${OUT:-/tmp}/bench_cow.csv
+sizes=32768 pools=0,256,1024,2048,auto pool_mib=16384 reps=3 train= phos_step= train_args= server= csv=${OUT:-/tmp}/bench_cow.csv
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
@@ -74,6 +76,14 @@ bench_tmpfs bench-cow $(((largest >> 10) + 8))
 export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
 source "$here/../e2e/lib.sh"
 TEST_NAME=bench_cow
+# pool_sized: the copy-on-write pool criu's log sized (each GPU's), and
+# whether the program asked for it back.
+pool_sized() {
+  { grep -o 'copy-on-write pool on GPU [0-9]*: .*' "$WORK/dump.log" | sed 's/^copy-on-write pool on //' || echo "no pool sized"; } | paste -sd';'
+  grep -o 'copy-on-write pool given back ([0-9.]* MiB)' "$WORK/dump.log" | head -n1 || true
+}
+# longest_waits LOG: the calls that waited longest on copy-on-write in LOG.
+longest_waits() { grep -o 'copy-on-write: \(the calls\? that waited\|no call waited\).*' "$1" | head -n1 || echo "none logged"; }
 # num PATTERN [N]: the Nth number in the first match of PATTERN in criu's log (digits of the pattern's own words count: "T0: 80.0 GiB in 21.4 ms" has 0, 80.0, 21.4); empty if none.
 num() { { grep -o "$1" "$WORK/dump.log" || true; } | head -n1 | { grep -o '[0-9.]*' || true; } | head -n"${2:-1}" | tail -n1; }
 
@@ -133,6 +143,7 @@ for pool in ${pools//,/ }; do
   saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited'); wait_ms=$(num 'unknown write set) [0-9.]* ms')
   row "pool,$pool_mib,$pool,$(num 'gate reopened after [0-9.]* ms'),$(dt "$t0" "$t1"),,${saved:-0},${waited:-0},${wait_ms:-0},$before,$during,,,,"
   cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.pool$pool.log" 2>/dev/null || true
+  say "pool $pool: $(pool_sized)"
   kill -9 "$WORKLOAD_PID"; wait_pid_free
 done
 
@@ -159,6 +170,7 @@ if [ -n "$train" ]; then
       fail "training, copy_on_write=$cow: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1)"
     t1=$(now)
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.train.$mode.log" 2>/dev/null || true
+    if [ "$mode" = cow ]; then say "training, copy-on-write: pool $(pool_sized); $(longest_waits "$WORK/dump.log")"; fi
     wait_counter_above $((n0 + 4)) 300 || fail "training stopped after the dump"
     [ "$mode" = warmup ] && continue
     if [ -n "$phos_step" ]; then
@@ -244,6 +256,10 @@ if [ -n "$server" ]; then
     sleep 2
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.server.$mode.log" 2>/dev/null || true
     [ "$mode" = warmup ] && continue
+    if [ "$mode" != off ]; then say "server, $mode ($outcome): pool $(pool_sized); $(longest_waits "$WORK/dump.log")"; fi
+    if [ "$outcome" = refused ]; then
+      say "server, $mode: refused: $(grep -o 'launches that pointed into[^;]*\|no launch on a trusted[^;]*' "$WORK/dump.log" | head -n1)"
+    fi
     # Replies before the dump: the median; sent or answered while it ran: the longest.
     median=$(awk -v a="$t0" '$2 < a - 0.05 {printf "%.1f\n", ($2 - $1) * 1000}' "$reqdir/latency.log" | sort -n |
       awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}')
@@ -284,7 +300,7 @@ echo
 echo "## the pool's size: cow_random of $((pool_mib / 1024)) GiB, copy_on_write=always"
 echo "| pool | stall | criu until the image is complete | saved copy-on-write | calls waited | their wait | ops/s before | ops/s during the dump |"
 echo "|---|---|---|---|---|---|---|---|"
-awk -F, '$1 == "pool" {printf "| %s MiB | %s ms | %s s | %s MiB | %s | %s ms | %s | %s |\n", $3, $4, $5, $7, $8, $9, $10, $11}' "$csv"
+awk -F, '$1 == "pool" {printf "| %s | %s ms | %s s | %s MiB | %s | %s ms | %s | %s |\n", $3 == "auto" ? "auto" : $3 " MiB", $4, $5, $7, $8, $9, $10, $11}' "$csv"
 grep -q '^pool,' "$csv" && python3 "$here/plot_cow.py" "$csv" "${csv%.csv}-pool.svg" && echo "plot: ${csv%.csv}-pool.svg"
 if [ -n "$train" ]; then
   echo

@@ -31,7 +31,7 @@ def main():
         stall, wait = float(r["stall_ms"]), float(r["wait_ms"])
         out.append(f'<rect x="{x}" y="{y(stall)}" width="{bar * 0.6}" height="{y(0) - y(stall)}" fill="#4472c4"/>')
         out.append(f'<rect x="{x}" y="{y(stall + wait)}" width="{bar * 0.6}" height="{y(stall) - y(stall + wait)}" fill="#ed7d31"/>')
-        out.append(f'<text x="{x + bar * 0.3}" y="{y(0) + 16}" text-anchor="middle">{r["mode"]} MiB</text>')
+        out.append(f'<text x="{x + bar * 0.3}" y="{y(0) + 16}" text-anchor="middle">{r["mode"]}{"" if r["mode"] == "auto" else " MiB"}</text>')
         out.append(f'<text x="{x + bar * 0.3}" y="{y(stall + wait) - 4}" text-anchor="middle">{stall + wait:.0f}</text>')
     out += [f'<rect x="{left + 10}" y="{top}" width="12" height="12" fill="#4472c4"/>',
             f'<text x="{left + 28}" y="{top + 10}">stall</text>',

@@ -9,7 +9,9 @@
 //       opened, the file GO created; MS ms later the first chunk is claimed
 //       and marked copied (one a write waits for, if any), MS ms later the
 //       others, the window closed, and its account printed: "window: checked=N waited=N unknown=N
-//       saved=N aborted=0|1 first=CHUNK written=ADDRESS transfers=N"
+//       saved=N aborted=0|1 first=CHUNK written=ADDRESS transfers=N", then
+//       "longest: CALL[/KERNEL]:MS:CHUNKS_WAITED:CHUNKS_SAVED ..." (the calls
+//       that waited longest, longest first)
 //       With PHOS_TOOL_TRUST=exact|speculated|validated|checksum the window
 //       trusts those sets (default speculated).
 //   phos-agent-tool recopy-window PID GO GO2 MS  the same for soft recopy: the
@@ -301,6 +303,12 @@ int main(int argc, char** argv) {
                 closed->counters.calls_checked, closed->counters.calls_waited, closed->counters.unknown_waits,
                 closed->chunks_saved, closed->aborted ? 1 : 0, first ? first->chunk : UINT64_MAX,
                 first ? table->regions()[first->region].address + first->offset : 0, table->statistics().transfers);
+    // The calls that waited longest: "longest: CALL[/KERNEL]:MS:WAITED:SAVED ...".
+    std::printf("longest:");
+    for (const auto& w : closed->longest_waits)
+      std::printf(" %s%s%s:%" PRIu64 ":%" PRIu64 ":%" PRIu64, w.call.c_str(), w.kernel.empty() ? "" : "/",
+                  w.kernel.c_str(), w.wait_ns / 1000000, w.chunks_waited, w.chunks_saved);
+    std::printf("\n");
     return 0;
   }
   if (!std::strcmp(argv[1], "fill-window") && argc == 5) return fill_window(*client, pid, argv[3], std::atoi(argv[4]));

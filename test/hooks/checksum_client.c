@@ -8,8 +8,11 @@
  *   4. check A[0] == n, P[0] == n - 1
  *   5. --plant: P[0] = n, a store of the program's own: a write no hook
  *      sees, as a kernel's outside its speculated set is
- *   6. saxpy(B, B) launched                   (a speculated set; the fake
- *                                             kernel writes nothing)
+ *   6. saxpy(P, B) launched                   (a speculated set: reads P, a
+ *                                             pointer to const, writes B;
+ *                                             the fake kernel writes nothing:
+ *                                             the store of 5 stands for its
+ *                                             write through x)
  *   7. check A[0] == n, P[0] == (--plant ? n : 0)
  *
  * Every call a checkpoint can freeze the program at (1, 3, 6) is followed by
@@ -69,7 +72,7 @@ int main(int argc, char **argv) {
     return 1;
   float alpha = 2.0f;
   int count = 1024;
-  void *args[] = {&b, &b, &alpha, &count};
+  void *args[] = {&p, &b, &alpha, &count};
   char line[192];
   for (uint64_t n = 1;; n++) {
     cuCtxSynchronize();

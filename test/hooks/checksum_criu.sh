@@ -10,8 +10,9 @@
 #      freeze's fingerprints; the manifest says validation=checksum; the
 #      image restores and the program's checks pass
 #   2. copy-on-write, a store after the freeze into memory copied last: the
-#      image is refused (criu fails naming the chunk, its allocation and the
-#      kernel trusted on speculation), no completion marker; the program runs
+#      image is refused (criu fails naming the chunk, its allocation, the
+#      kernel trusted on speculation, and saxpy as the likely writer: it
+#      read P without P in its write set), no completion marker; the program runs
 #      on, its agent remembers it; its next dump copies while it is stopped,
 #      completes, and restores
 #   3. the same with cow_trust=speculated (the control): the image completes,
@@ -59,6 +60,7 @@ refusal=$(grep -o "phos: Error: process [0-9]*: .*" "$WORK/dump.log" | head -n1)
 for want in "differs from its content at the freeze: a write that speculation missed reached it before its copy" \
             "(allocation #" "from the process's memory" \
             "kernels trusted on speculation in the window: saxpy(float const*, float*, float, int)" \
+            "launches that pointed into the changed chunk's buffer without it in their speculated write set (the likely writers): saxpy(float const*, float*, float, int)" \
             "the image is refused (no completion marker); the process runs on; its next dumps copy while it is stopped"; do
   grep -qF -- "$want" <<< "$refusal" || fail "the refusal does not say '$want': $refusal"
 done

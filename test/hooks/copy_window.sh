@@ -39,4 +39,9 @@ unknown=$(grep -o 'unknown=[0-9]*' <<< "$line" | cut -d= -f2)
 written=$(grep -o 'written=0x[0-9a-f]*' <<< "$line" | cut -d= -f2)
 # The memset wrote at buffer + 4096, in the buffer's first 64 KiB chunk.
 [ "$((written))" = "$((buffer))" ] || fail "the engine's first claim was $written, not the chunk written at $buffer + 4096"
+# The agent names the calls that waited longest: the memset, which waited for
+# its one chunk, and the call with an unknown set, which waited for the close.
+longest=$(grep '^longest:' "$work/tool") || fail "no longest waits"
+grep -qE ' cuMemsetD32_v2:[0-9]+:1:0( |$)' <<< "$longest" || fail "the memset's wait (1 chunk) is not named: $longest"
+grep -qE ' cuStreamBatchMemOp_v2:[0-9]+:0:0( |$)' <<< "$longest" || fail "the unknown set's wait is not named: $longest"
 echo "[copy_window] PASS: the write waited $memset_ms ms for its chunk (claimed first), the unknown set $unknown_ms ms for the close; $line"

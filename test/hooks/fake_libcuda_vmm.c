@@ -152,8 +152,39 @@ CUresult cuMemAddressFree(CUdeviceptr va, size_t size) {
 /* Real memory: the memfd is named after its GPU ("fake-gpu-N"), so that
  * wherever it is mapped, in the program or in criu, its GPU is known
  * (fake_libcuda_copy.c). */
+/* FAKE_CUDA_BUDGET_MIB (real memory): the GPU holds that much, and what
+ * this process maps of it (its own memory and a dump's copy-on-write pool,
+ * each memfd once) is what is used; a creation past it is out of memory.
+ * Only where the variable is set (a workload sets it for itself: criu's
+ * engine creates the pool unbounded). */
+static unsigned long long fake_mapped_gpu_bytes(void) {
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (!maps) return 0;
+  char line[512];
+  unsigned long long total = 0, inodes[256];
+  int n = 0;
+  while (fgets(line, sizeof(line), maps)) {
+    unsigned long long start, end, inode;
+    if (!strstr(line, "/memfd:fake-gpu-") || sscanf(line, "%llx-%llx %*s %*s %*s %llu", &start, &end, &inode) != 3)
+      continue;
+    int seen = 0;
+    for (int i = 0; i < n; i++) seen |= inodes[i] == inode;
+    if (seen) continue;
+    if (n < 256) inodes[n++] = inode;
+    total += end - start;
+  }
+  fclose(maps);
+  return total;
+}
+static int fake_over_budget(size_t size) {
+  const char *v = getenv("FAKE_CUDA_BUDGET_MIB");
+  if (!v || !*v) return 0;
+  return fake_mapped_gpu_bytes() + size > strtoull(v, NULL, 10) << 20;
+}
+
 CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *p, unsigned long long f) {
   (void)f;
+  if (fake_real_memory() && fake_over_budget(size)) return CUDA_ERROR_OUT_OF_MEMORY;
   if (fake_real_memory()) {
     char name[32];
     snprintf(name, sizeof(name), "fake-gpu-%d", p ? p->location.id : 0);

@@ -581,11 +581,13 @@ class CopyWindowBackend final : public FakeBackend {
     if (!open_error.empty()) return make_error(open_error, EINVAL);
     return agent::OpenCopyWindowReply{validating_window};
   }
-  Result<agent::CloseCopyWindowReply> close_copy_window() override {
+  Result<agent::CloseCopyWindowReply> close_copy_window(const std::vector<agent::AddressRange>& missed) override {
     close_calls++;
+    closed_with = missed;
     return close_reply;
   }
   size_t open_calls = 0, close_calls = 0;
+  std::vector<agent::AddressRange> closed_with;
   agent::OpenCopyWindowRequest opened_with;
   size_t fd_count = 0;
   std::vector<std::string> markers;  // what each fd held
@@ -759,7 +761,10 @@ TEST_CASE("agent: close copy window returns the backend's figures, gate open or 
                            .abort_reason = "chunk 7 timed out",
                            .speculated_kernels = {{"k", 9}},
                            .speculated_kernel_count = 1,
-                           .unmarked_calls = 0};
+                           .unmarked_calls = 0,
+                           .suspects = {{"k", 2}},
+                           .longest_waits = {{"kernel launch", "k", 7000000, 3, 1}},
+                           .most_saved = {{"kernel launch", "k", 7000000, 3, 1}}};
   auto c = a.client();
   // The engine closes the window while the process runs again.
   REQUIRE(a.gate.is_open());
@@ -782,8 +787,13 @@ TEST_CASE("agent: a close that says a copy missed a write is remembered in the s
   CHECK_FALSE(before->cow_missed);
   REQUIRE(c.close_copy_window().ok());
   CHECK_FALSE(c.status()->cow_missed);  // a close that found nothing changes nothing
-  REQUIRE(c.close_copy_window(/*missed=*/true).ok());
+  REQUIRE(c.close_copy_window(/*missed=*/true, {{0x7f0000400000, 4u << 20}}).ok());
   CHECK(c.status()->cow_missed);
+  // The backend gets the missed chunks, to name the launches that could
+  // have written them.
+  REQUIRE(a.backend.closed_with.size() == 1);
+  CHECK(a.backend.closed_with[0].address == 0x7f0000400000);
+  CHECK(a.backend.closed_with[0].bytes == 4u << 20);
   REQUIRE(c.close_copy_window().ok());
   CHECK(c.status()->cow_missed);  // sticky: a later clean close does not clear it
 }

@@ -172,7 +172,8 @@ TEST_CASE("agent protocol: every request round trips", "[agent_protocol]") {
       agent::OpenCopyWindowRequest{agent::CopyTrust::kExact, 1, {}},
       agent::OpenCopyWindowRequest{agent::CopyTrust::kChecksum, 60000, {{0, 1ull << 30, 512}, {1, 4ull << 20, 2}}},
       agent::CloseCopyWindowRequest{},
-      agent::CloseCopyWindowRequest{.missed = true},
+      agent::CloseCopyWindowRequest{.missed = true, .missed_chunks = {}},
+      agent::CloseCopyWindowRequest{.missed = true, .missed_chunks = {{0x7f0000400000, 4u << 20}, {0x1000, 4096}}},
       agent::IpcOpenRequest{.allocation = 3},
       agent::IpcCloseRequest{.allocation = 1ull << 40},
   };
@@ -219,7 +220,10 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
           .abort_reason = "chunk 7 was not copied in time",
           .speculated_kernels = {},
           .speculated_kernel_count = 0,
-          .unmarked_calls = 0},
+          .unmarked_calls = 0,
+          .suspects = {},
+          .longest_waits = {},
+          .most_saved = {}},
       agent::CloseCopyWindowReply{.counters = {.calls_checked = 217},
                                   .chunks_saved = 0,
                                   .violations = 0,
@@ -229,7 +233,11 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
                                   .speculated_kernels = {{"ncclDevKernel_AllReduce_Sum_f32_RING_LL", 40},
                                                          {"void at::native::vectorized_elementwise_kernel<4>", 3}},
                                   .speculated_kernel_count = 7,
-                                  .unmarked_calls = 12},
+                                  .unmarked_calls = 12,
+                                  .suspects = {{"void at::native::vectorized_elementwise_kernel<4>", 3}},
+                                  .longest_waits = {{"kernel launch", "void at::native::cat_kernel", 1712000000, 537, 0},
+                                                    {"cuMemcpyAsync", "", 20000000, 5, 2}},
+                                  .most_saved = {{"cuMemcpyDtoDAsync_v2", "", 0, 0, 537}}},
   };
   for (const auto& r : replies) {
     INFO(agent::kind_name(r));
@@ -661,7 +669,10 @@ TEST_CASE("agent protocol: a close copy window reply without its optional texts 
                    .abort_reason = "",
                    .speculated_kernels = {},
                    .speculated_kernel_count = 0,
-                   .unmarked_calls = 0});
+                   .unmarked_calls = 0,
+                   .suspects = {},
+                   .longest_waits = {},
+                   .most_saved = {}});
 }
 
 TEST_CASE("agent protocol: trust 4 (checksum) opens a window, 5 is refused as malformed", "[agent_protocol][checksum]") {

@@ -1559,3 +1559,113 @@ TEST_CASE("copy state: locate says where a chunk lies, claimed or not", "[copy_s
   CHECK(last.bytes == 100);
   CHECK(s.state(3) == ChunkState::kPending);  // not claimed by looking
 }
+
+TEST_CASE("copy state: the pool asked back takes no chunk more; given back once no slot holds one",
+          "[copy_state][pool_back]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 8 * kChunk}}, 4);
+  auto hooks = CopyState::attach(s.fd());
+  REQUIRE(hooks.ok());
+  std::vector<uint32_t> slots;
+  auto save = [&](uint64_t, uint64_t, uint32_t slot) -> Result<void> {
+    slots.push_back(slot);
+    return {};
+  };
+  REQUIRE(hooks->before_write(0x10000, 2 * kChunk, save, 1s).ok());  // chunks 0 and 1 in the pool
+  CHECK(slots.size() == 2);
+  CHECK(s.pool_back() == PoolBack::kInUse);
+  CHECK(s.pool_in_use());
+
+  // The program's allocation asks for the pool: both sides see it.
+  CHECK(hooks->ask_pool_back() == PoolBack::kAsked);
+  CHECK(s.pool_back() == PoolBack::kAsked);
+  // A write now takes no slot: its chunk goes to the engine first, the
+  // write waits for that copy.
+  std::atomic<bool> written{false};
+  std::thread writer([&] {
+    auto r = hooks->before_write(0x10000 + 5 * kChunk, 8, save, 5s);
+    CHECK(r.ok());
+    written = true;
+  });
+  // The pool still holds chunks 0 and 1: it cannot go yet.
+  std::atomic<bool> given{false};
+  std::thread waiter([&] {
+    CHECK(hooks->wait_pool_back(5s).ok());
+    given = true;
+  });
+  std::vector<Claim> pooled;
+  for (int i = 0; i < 2000 && pooled.size() < 2; i++)
+    if (auto c = s.claim_next()) {
+      if (c->pool_slot) {
+        pooled.push_back(*c);
+      } else {
+        s.unclaim(*c);
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+  REQUIRE(pooled.size() == 2);
+  std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(given.load());
+  CHECK(s.pool_in_use());  // claimed, still being copied out of their slots
+  for (auto& c : pooled) s.copied(c);
+  CHECK_FALSE(s.pool_in_use());
+  s.pool_given_back();  // the engine unmapped its pools
+  waiter.join();
+  CHECK(given.load());
+  CHECK(hooks->pool_back() == PoolBack::kGiven);
+  // The waiting write's chunk came through the urgent list, not the pool.
+  std::optional<Claim> c;
+  for (int i = 0; i < 2000 && !c; i++) {
+    c = s.claim_urgent();
+    if (!c) std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(c);
+  CHECK(c->chunk == 5);
+  CHECK_FALSE(c->pool_slot);
+  s.copied(*c);
+  writer.join();
+  CHECK(written.load());
+  CHECK(slots.size() == 2);  // no save after the ask
+}
+
+TEST_CASE("copy state: a table without a pool has none to give back; the wait ends at its deadline",
+          "[copy_state][pool_back]") {
+  CopyState none = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 0);
+  CHECK(none.ask_pool_back() == PoolBack::kGiven);
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 2 * kChunk}}, 2);
+  CHECK(s.ask_pool_back() == PoolBack::kAsked);
+  CHECK(s.ask_pool_back() == PoolBack::kAsked);  // asked twice: the same
+  auto late = s.wait_pool_back(30ms);
+  REQUIRE_FALSE(late.ok());
+  CHECK(late.error().code == ETIMEDOUT);
+  CHECK(late.error().message.find("did not give the copy-on-write pool back") != std::string::npos);
+}
+
+TEST_CASE("copy state: writers racing an ask keep no slot once the engine found the pool empty",
+          "[copy_state][pool_back]") {
+  // Dekker's pair (take_slot against ask_pool_back): no engine runs here, so
+  // a slot taken is never freed; if the engine's look after the ask found
+  // none, no writer may hold one afterwards (it would save into memory the
+  // engine let go).
+  int empty_seen = 0;
+  for (int round = 0; round < 200; round++) {
+    CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x100000, 64 * kChunk}}, 64);
+    std::atomic<bool> go{false};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 4; w++)
+      writers.emplace_back([&, w] {
+        while (!go) std::this_thread::yield();
+        auto save = [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; };
+        for (int k = 0; k < 16; k++) (void)s.before_write(0x100000 + uint64_t(w * 16 + k) * kChunk, 8, save, 0ms);
+      });
+    go = true;
+    s.ask_pool_back();
+    const bool in_use = s.pool_in_use();
+    for (auto& t : writers) t.join();
+    if (!in_use) {
+      empty_seen++;
+      CHECK_FALSE(s.pool_in_use());
+    }
+  }
+  INFO("rounds where the engine found the pool empty: " << empty_seen);
+  CHECK(empty_seen > 0);
+}

@@ -218,7 +218,7 @@ TEST_CASE("options: restore_overlap is on by default, off from the file or PHOS_
 TEST_CASE("options: copy-on-write defaults", "[options][cow]") {
   auto p = parse("");
   CHECK(p.options.copy_on_write == CopyOnWrite::kAuto);
-  CHECK(p.options.cow_pool_mib == 2048);
+  CHECK(p.options.cow_pool_mib == PluginOptions::kCowPoolAuto);
   CHECK(p.options.cow_trust == CopyTrust::kChecksum);
   CHECK(p.options.cow_timeout_ms == 60000);
 }
@@ -238,6 +238,11 @@ TEST_CASE("options: cow_pool_mib from the file, bounds included", "[options][cow
   auto top = parse("cow_pool_mib = 1048576\n");
   CHECK(top.warnings.empty());
   CHECK(top.options.cow_pool_mib == 1048576);
+  // An explicit size goes back to auto by the word.
+  auto back = parse("cow_pool_mib = 512\ncow_pool_mib = auto\n");
+  CHECK(back.warnings.empty());
+  CHECK(back.options.cow_pool_mib == PluginOptions::kCowPoolAuto);
+  CHECK(back.options.describe().find("cow_pool_mib=auto") != std::string::npos);
 }
 
 TEST_CASE("options: cow_trust from the file", "[options][cow]") {
@@ -293,7 +298,8 @@ TEST_CASE("options: copy-on-write keys the variables leave unset keep the file's
 TEST_CASE("options: bad copy-on-write values in the file warn and keep the defaults", "[options][cow]") {
   for (const char* line : {"copy_on_write = on", "copy_on_write = ALWAYS", "copy_on_write =", "copy_on_write = 1",
                            "cow_pool_mib = -1", "cow_pool_mib = 1048577", "cow_pool_mib = 2g", "cow_pool_mib = 1.5",
-                           "cow_pool_mib = 99999999999999999999", "cow_trust = none", "cow_trust = Exact",
+                           "cow_pool_mib = 99999999999999999999", "cow_pool_mib = AUTO", "cow_pool_mib = 4294967295",
+                           "cow_trust = none", "cow_trust = Exact",
                            "cow_trust = 3", "cow_trust =", "cow_timeout_ms = 0", "cow_timeout_ms = 3600001",
                            "cow_timeout_ms = -1", "cow_timeout_ms = 5s"}) {
     INFO(line);
@@ -302,7 +308,7 @@ TEST_CASE("options: bad copy-on-write values in the file warn and keep the defau
     CHECK(p.warnings[0].find("phos.conf:1: ") == 0);
     CHECK(p.warnings[0].find("ignored") != std::string::npos);
     CHECK(p.options.copy_on_write == CopyOnWrite::kAuto);
-    CHECK(p.options.cow_pool_mib == 2048);
+    CHECK(p.options.cow_pool_mib == PluginOptions::kCowPoolAuto);
     CHECK(p.options.cow_trust == CopyTrust::kChecksum);
     CHECK(p.options.cow_timeout_ms == 60000);
     CHECK(p.options.describe() == PluginOptions().describe());
@@ -325,7 +331,7 @@ TEST_CASE("options: a bad cow_trust says what it expects", "[options][cow]") {
 TEST_CASE("options: a bad cow_pool_mib names its range", "[options][cow]") {
   auto p = parse("cow_pool_mib = lots\n");
   REQUIRE(p.warnings.size() == 1);
-  CHECK(p.warnings[0].find("0..1048576") != std::string::npos);
+  CHECK(p.warnings[0] == "phos.conf:1: cow_pool_mib = lots: expected auto or a whole number in 0..1048576; ignored");
 }
 
 TEST_CASE("options: bad copy-on-write variables warn and keep the file's values", "[options][cow]") {
@@ -348,7 +354,7 @@ TEST_CASE("options: bad copy-on-write variables warn and keep the file's values"
 
 TEST_CASE("options: describe lists the copy-on-write defaults", "[options][cow]") {
   std::string d = PluginOptions().describe();
-  for (const char* key : {"copy_on_write=auto", "cow_pool_mib=2048", "cow_trust=checksum", "cow_timeout_ms=60000"}) {
+  for (const char* key : {"copy_on_write=auto", "cow_pool_mib=auto", "cow_trust=checksum", "cow_timeout_ms=60000"}) {
     INFO(key);
     CHECK(d.find(key) != std::string::npos);
   }
@@ -362,7 +368,7 @@ TEST_CASE("options: describe lists the copy-on-write settings as set", "[options
     CHECK(d.find(key) != std::string::npos);
   }
   std::string off = parse("copy_on_write = off\ncow_trust = exact\n").options.describe();
-  CHECK(off.find("copy_on_write=off cow_pool_mib=2048 cow_trust=exact cow_timeout_ms=60000") != std::string::npos);
+  CHECK(off.find("copy_on_write=off cow_pool_mib=auto cow_trust=exact cow_timeout_ms=60000") != std::string::npos);
 }
 
 TEST_CASE("options: recopy defaults to auto with the first pass bounded by criu's timer", "[options][recopy]") {

@@ -191,11 +191,13 @@ TEST_CASE("sum check: one miss and many misses read differently; all are counted
 TEST_CASE("sum check: the refusal names the kernels trusted on speculation, most launched first",
           "[sum_check][refusal]") {
   std::vector<agent::KernelLaunches> kernels{{"fused_adamw", 212}, {"my_scatter", 40}};
-  const std::string r = refusal("chunk 913 (...) differs from its content at the freeze", kernels, 2);
+  const std::string r = refusal("chunk 913 (...) differs from its content at the freeze", kernels, 2,
+                                {{"my_scatter", 40}});
   CHECK(r ==
-        "chunk 913 (...) differs from its content at the freeze; kernels trusted on speculation in the window: "
-        "fused_adamw (212 launches), my_scatter (40); the image is refused (no completion marker); the process "
-        "runs on; its next dumps copy while it is stopped");
+        "chunk 913 (...) differs from its content at the freeze; launches that pointed into the changed chunk's "
+        "buffer without it in their speculated write set (the likely writers): my_scatter (40 launches); kernels "
+        "trusted on speculation in the window: fused_adamw (212 launches), my_scatter (40); the image is refused "
+        "(no completion marker); the process runs on; its next dumps copy while it is stopped");
   CHECK(describe_kernels(kernels, 30).find("my_scatter (40) and 28 more") != std::string::npos);
   CHECK(describe_kernels({{"k", 1}}, 1) == "kernels trusted on speculation in the window: k (1 launch)");
   CHECK(describe_kernels({}, 0).find("no kernel ran on a trusted speculated set") == 0);

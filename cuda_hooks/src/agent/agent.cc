@@ -336,7 +336,7 @@ Agent::Answer Agent::answer(const agent::OpenCopyWindowRequest& q, std::vector<U
 
 Agent::Answer Agent::answer(const agent::CloseCopyWindowRequest& q) {
   if (q.missed) cow_missed_ = true;
-  auto closed = backend_.close_copy_window();
+  auto closed = backend_.close_copy_window(q.missed_chunks);
   if (!closed) return failure(closed.error().code, "close copy window: " + closed.error().message);
   return {*closed};
 }

@@ -265,9 +265,13 @@ Result<void> CudaBackend::ipc_close(uint64_t id, pid_t importer) {
   return {};
 }
 
-Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window() {
-  agent::CloseCopyWindowReply reply = rt_.copy_window().finish();
+Result<agent::CloseCopyWindowReply> CudaBackend::close_copy_window(const std::vector<agent::AddressRange>& missed) {
+  agent::CloseCopyWindowReply reply = rt_.copy_window().finish(missed);
   for (auto& k : reply.speculated_kernels) k.name = speculation::demangle(k.name.c_str());
+  for (auto& k : reply.suspects) k.name = speculation::demangle(k.name.c_str());
+  for (auto* calls : {&reply.longest_waits, &reply.most_saved})
+    for (auto& w : *calls)
+      if (!w.kernel.empty()) w.kernel = speculation::demangle(w.kernel.c_str());
   // Launches made while the window was open report their writes once they
   // have run.
   if (auto drained = rt_.memory().synchronize(); !drained)

@@ -42,7 +42,7 @@ class CudaBackend final : public AgentBackend {
   Result<bool> set_validation(bool on) override;
   Result<agent::OpenCopyWindowReply> open_copy_window(const agent::OpenCopyWindowRequest& q,
                                                       std::vector<UniqueFd> fds) override;
-  Result<agent::CloseCopyWindowReply> close_copy_window() override;
+  Result<agent::CloseCopyWindowReply> close_copy_window(const std::vector<agent::AddressRange>& missed) override;
   Result<bool> nccl_stop(uint64_t job_id, std::optional<uint64_t> at_call) override;
   Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) override;
   Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) override;

@@ -58,7 +58,7 @@ void note(CopyDeps rt, RecordKind kind, const char* call, CUstream stream, bool 
   if (rt.captures().capturing(stream, per_thread)) return;
   if (rt.launches().enabled()) rt.launches().record_call(kind, call, stream, l);
   if (rt.speculation().active()) rt.speculation().on_call(l);
-  if (rt.copy_window().open()) rt.copy_window().before_exact(l);
+  if (rt.copy_window().open()) rt.copy_window().before_exact(l, call);
 }
 
 void note_copy(CopyDeps rt, const char* call, CUstream stream, bool per_thread, CUdeviceptr dst, CUdeviceptr src,

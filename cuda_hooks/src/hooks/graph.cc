@@ -149,13 +149,13 @@ extern "C" PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   const GraphDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphLaunch));
-  rt.copy_window().before_unknown_call();
+  rt.copy_window().before_unknown_call("cuGraphLaunch");
   return launched(rt, PHOS_REAL(cuGraphLaunch)(exec, stream), exec);
 }
 
 extern "C" PHOS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   const GraphDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuGraphLaunch_ptsz));
-  rt.copy_window().before_unknown_call();
+  rt.copy_window().before_unknown_call("cuGraphLaunch_ptsz");
   return launched(rt, PHOS_REAL(cuGraphLaunch_ptsz)(exec, stream), exec);
 }

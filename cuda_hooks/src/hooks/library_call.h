@@ -42,7 +42,7 @@ auto library_call(const char* call, Describe&& describe, Real&& real) {
   if (recording) scope.emplace(rt.launches().record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
   if (!speculating) return forwarded_call(kInnermostScope, real);
   rt.speculation().on_call(c.ranges);
-  if (rt.copy_window().open()) rt.copy_window().before_library(c.ranges);
+  if (rt.copy_window().open()) rt.copy_window().before_library(c.ranges, call);
   LaunchSpeculation::ExactScope exact;
   return forwarded_call(kInnermostScope, real);
 }

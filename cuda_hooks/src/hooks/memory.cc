@@ -44,7 +44,9 @@ CUresult allocate_async(CallKind kind, CUdeviceptr* dptr, size_t size, CUstream 
   GatePass pass(rt.gate(), kind);
   if (rt.captures().capturing(stream, per_thread)) {
     rt.unsupported().note(name);
-    return real();
+    CUresult r = real();
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && rt.memory().out_of_memory(name, size)) r = real();
+    return r;
   }
   return allocate(rt, dptr, size, image::kAllocAsync);
 }

@@ -32,6 +32,8 @@ extern "C" PHOS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle
   exportable.requestedHandleTypes =
       CUmemAllocationHandleType(exportable.requestedHandleTypes | CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   CUresult r = real(handle, size, &exportable, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && rt.memory().out_of_memory("cuMemCreate", size))
+    r = real(handle, size, &exportable, flags);
   if (r == CUDA_SUCCESS) {
     rt.memory().user_created(*handle, size, prop->location.id);
     rt.counters().count(Counter::kUserVmmCreates);

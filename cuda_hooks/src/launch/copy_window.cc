@@ -169,6 +169,7 @@ void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRe
   trust_ = q.trust;
   timeout_ = std::chrono::milliseconds(q.timeout_ms);
   checked_ = waited_ = unknown_waits_ = wait_ns_ = unmarked_ = 0;
+  account_.clear();
   {
     std::lock_guard<std::mutex> kernels_lock(kernels_mu_);
     kernels_.clear();
@@ -178,7 +179,7 @@ void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRe
   open_.store(true);
 }
 
-agent::CloseCopyWindowReply CopyWindow::finish() {
+agent::CloseCopyWindowReply CopyWindow::finish(const std::vector<agent::AddressRange>& missed_chunks) {
   std::lock_guard<std::mutex> lock(mu_);
   agent::CloseCopyWindowReply out;
   if (!table_) return out;
@@ -203,6 +204,9 @@ agent::CloseCopyWindowReply CopyWindow::finish() {
   if (out.aborted && out.abort_reason.empty()) out.abort_reason = "the engine did not finish the copy";
   std::tie(out.speculated_kernels, out.speculated_kernel_count) = speculated_kernels();
   out.unmarked_calls = unmarked_;
+  if (!missed_chunks.empty()) out.suspects = account_.suspects(missed_chunks).first;
+  out.longest_waits = account_.longest_waits();
+  out.most_saved = account_.most_saved();
   for (DevicePool& p : pools_) unmap_pool(p);
   pools_.clear();
   table_.reset();
@@ -255,15 +259,31 @@ void CopyWindow::count_wait(uint64_t since_ns, bool waited, bool unknown_set) {
   wait_ns_.fetch_add(monotonic_ns() - since_ns, std::memory_order_relaxed);
 }
 
-void CopyWindow::write(uint64_t address, uint64_t bytes) {
-  uint64_t t0 = monotonic_ns();
+void CopyWindow::write(uint64_t address, uint64_t bytes, CallCost& cost) {
   auto report = table_->before_write(
       address, bytes, [this](uint64_t a, uint64_t n, uint32_t slot) { return save(a, n, slot); }, timeout_);
   if (!report) return give_up(report.error());
-  count_wait(t0, report->waited > 0, false);
+  cost.waited += report->waited;
+  cost.saved += report->saved;
 }
 
-void CopyWindow::untrusted(bool unknown_set) {
+void CopyWindow::settle(const CallCost& cost, const char* call, const Kernel* kernel, bool unknown_set) {
+  const bool waited = cost.waited || cost.whole_window;
+  if (!waited && !cost.saved) return;
+  const uint64_t ns = waited ? monotonic_ns() - cost.since_ns : 0;
+  if (waited) {
+    waited_.fetch_add(1, std::memory_order_relaxed);
+    if (unknown_set) unknown_waits_.fetch_add(1, std::memory_order_relaxed);
+    wait_ns_.fetch_add(ns, std::memory_order_relaxed);
+  }
+  account_.cost(agent::CallWait{.call = call,
+                                .kernel = kernel ? kernel->name : std::string(),
+                                .wait_ns = ns,
+                                .chunks_waited = cost.waited,
+                                .chunks_saved = cost.saved});
+}
+
+void CopyWindow::untrusted(bool unknown_set, const char* call, const Kernel* kernel) {
   // A fill given up lets no call through (wait_closed says so).
   if (table_->window() != copystate::Window::kOpen && !filling()) return;
   // Recopy never waits (the gate closing for the final pass would wait for
@@ -277,12 +297,12 @@ void CopyWindow::untrusted(bool unknown_set) {
     }
     return table_->mark_all_dirty();
   }
-  uint64_t t0 = monotonic_ns();
+  CallCost cost{.since_ns = monotonic_ns(), .whole_window = true};
   if (auto r = table_->wait_closed(timeout_); !r) give_up(r.error());
-  count_wait(t0, true, unknown_set);
+  settle(cost, call, kernel, unknown_set);
 }
 
-void CopyWindow::before_exact(const ranges::RangeList& l) {
+void CopyWindow::before_exact(const ranges::RangeList& l, const char* call) {
   Use use(*this);
   if (!use.inside()) return;
   checked_.fetch_add(1, std::memory_order_relaxed);
@@ -292,10 +312,12 @@ void CopyWindow::before_exact(const ranges::RangeList& l) {
     if (!(b.access & ranges::kWrite)) continue;
     // A written extent that is not known, or matrices behind an array of
     // pointers: any memory may change.
-    if (b.access & (ranges::kExtentUnknown | ranges::kPointerArray)) return untrusted(true);
+    if (b.access & (ranges::kExtentUnknown | ranges::kPointerArray)) return untrusted(true, call);
   }
+  CallCost cost{.since_ns = monotonic_ns()};
   for (uint8_t i = 0; i < l.count; i++)
-    if (l.items[i].access & ranges::kWrite) write(l.items[i].address, l.items[i].bytes);
+    if (l.items[i].access & ranges::kWrite) write(l.items[i].address, l.items[i].bytes, cost);
+  settle(cost, call, nullptr, false);
 }
 
 void CopyWindow::count_speculated(const Kernel* kernel) {
@@ -321,15 +343,21 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated, const 
   if (!use.inside()) return;
   if (writes.covered) return;  // inside a library call that checked its exact set
   checked_.fetch_add(1, std::memory_order_relaxed);
-  if (!writes.known) return untrusted(true);
+  constexpr const char* kLaunch = "kernel launch";
+  if (!writes.known) return untrusted(true, kLaunch, kernel);
   // On-demand restore: without read validation, only an exact set says
   // everything a kernel may read.
-  if (filling()) return writes.exact ? await_sets(writes) : untrusted(false);
+  if (filling()) return writes.exact ? await_sets(writes) : untrusted(false, kLaunch, kernel);
   const bool speculated = trust_ == agent::CopyTrust::kSpeculated || trust_ == agent::CopyTrust::kChecksum ||
                           (trust_ == agent::CopyTrust::kValidated && validated);
-  if (!writes.exact && !speculated) return untrusted(false);
+  if (!writes.exact && !speculated) return untrusted(false, kLaunch, kernel);
   if (!writes.exact) count_speculated(kernel);
-  for (const auto& [start, end] : writes.ranges) write(start, end - start);
+  // Checksum: what a refused image names (the buffers it only read).
+  if (!writes.exact && kernel && trust_ == agent::CopyTrust::kChecksum)
+    account_.launch(kernel, kernel->name, writes.reads, writes.ranges);
+  CallCost cost{.since_ns = monotonic_ns()};
+  for (const auto& [start, end] : writes.ranges) write(start, end - start, cost);
+  settle(cost, kLaunch, kernel, false);
 }
 
 std::optional<std::vector<std::pair<uint64_t, uint64_t>>> CopyWindow::before_fill_twin(const WriteRanges& sets) {
@@ -358,12 +386,12 @@ void CopyWindow::touched_unfilled(const std::string& kernel, uint64_t address, u
                          EFAULT));
 }
 
-void CopyWindow::before_library(const ranges::RangeList& l) {
-  if (!fill_.load(std::memory_order_relaxed)) return before_exact(l);
+void CopyWindow::before_library(const ranges::RangeList& l, const char* call) {
+  if (!fill_.load(std::memory_order_relaxed)) return before_exact(l, call);
   Use use(*this);
   if (!use.inside()) return;
   checked_.fetch_add(1, std::memory_order_relaxed);
-  untrusted(true);
+  untrusted(true, call);
 }
 
 void CopyWindow::await_sets(const WriteRanges& sets) {
@@ -373,7 +401,7 @@ void CopyWindow::await_sets(const WriteRanges& sets) {
 
 void CopyWindow::use_exact(const ranges::RangeList& l) {
   for (uint8_t i = 0; i < l.count; i++)
-    if (l.items[i].access & (ranges::kExtentUnknown | ranges::kPointerArray)) return untrusted(true);
+    if (l.items[i].access & (ranges::kExtentUnknown | ranges::kPointerArray)) return untrusted(true, "a library call");
   for (uint8_t i = 0; i < l.count; i++) {
     const ranges::BufferRange& b = l.items[i];
     const bool overwrite = (b.access & ranges::kWholeWrite) && !(b.access & ranges::kRead);
@@ -381,11 +409,49 @@ void CopyWindow::use_exact(const ranges::RangeList& l) {
   }
 }
 
-void CopyWindow::before_unknown() {
+void CopyWindow::before_unknown(const char* call) {
   Use use(*this);
   if (!use.inside()) return;
   checked_.fetch_add(1, std::memory_order_relaxed);
-  untrusted(true);
+  untrusted(true, call);
+}
+
+bool CopyWindow::give_pool_back(const char* call, uint64_t bytes) {
+  Use use(*this);
+  if (!use.inside() || filling() || pools_.empty()) return false;
+  uint64_t pool_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(save_mu_);
+    for (const DevicePool& p : pools_) pool_bytes += p.va ? p.bytes : 0;
+  }
+  // Given back already, maybe since this call failed: one more try.
+  if (!pool_bytes) return true;
+  const uint64_t t0 = monotonic_ns();
+  table_->ask_pool_back();
+  auto given = table_->wait_pool_back(timeout_);
+  if (!given) {
+    // A save may still be under way: this side's mapping stays.
+    std::fprintf(stderr, "phos: %s of %.1f MiB found the GPU full; the dump's copy-on-write pool (%.1f MiB): %s\n",
+                 call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), given.error().message.c_str());
+    return true;
+  }
+  {
+    // No slot holds a chunk and none is taken any more: nobody saves.
+    std::lock_guard<std::mutex> lock(save_mu_);
+    for (DevicePool& p : pools_) {
+      if (!p.va) continue;
+      PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
+      PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
+      PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
+      PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+      p.va = 0;
+    }
+  }
+  std::fprintf(stderr,
+               "phos: %s of %.1f MiB found the GPU full: the dump's copy-on-write pool (%.1f MiB) given back after "
+               "%.1f ms; the allocation is tried again\n",
+               call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), double(monotonic_ns() - t0) / 1e6);
+  return true;
 }
 
 void CopyWindow::unit_dropped(uint64_t address) {

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "phos/hooks/call_ranges.h"
+#include "phos/hooks/window_account.h"
 #include "phos/images/agent_messages.h"
 #include "phos/images/copy_state.h"
 #include "phos/images/unique_fd.h"
@@ -63,17 +64,20 @@ class CopyWindow {
   Result<void> start(const agent::OpenCopyWindowRequest& q, std::vector<UniqueFd> fds,
                      const std::vector<agent::Allocation>& allocations);
   // The agent: stops consulting the table once no call is inside, lets go
-  // of the pool; the statistics (without the validation's part).
-  agent::CloseCopyWindowReply finish();
+  // of the pool; the statistics (without the validation's part), the calls
+  // that waited longest, and the launches that could have written
+  // `missed_chunks` (window_account.h).
+  agent::CloseCopyWindowReply finish(const std::vector<agent::AddressRange>& missed_chunks = {});
 
   // Before a call with an exact set (copies, memsets, library calls):
-  // ranges that are written, or whose extent is unknown.
-  void before_exact(const ranges::RangeList& l);
+  // ranges that are written, or whose extent is unknown. `call` names it
+  // for the longest waits (a string that lives on).
+  void before_exact(const ranges::RangeList& l, const char* call = "a copy or set");
   // Before a library call (cuBLAS, NCCL) with its exact set. An on-demand
   // restore waits for the whole fill: the set names the matrices and the
   // workspace, not pointers the call may also follow (alpha and beta in
   // device memory, cublasLt's bias, scale and amax).
-  void before_library(const ranges::RangeList& l);
+  void before_library(const ranges::RangeList& l, const char* call = "a library call");
   // Before a kernel launch: `validated` when it runs validated (a twin or
   // a patched module checks its writes against `writes`); `kernel`, where
   // known, is counted when its speculated set is trusted.
@@ -91,16 +95,21 @@ class CopyWindow {
   [[noreturn]] void fill_failed(const Error& e);
   bool filling_open() const { return open() && fill_.load(std::memory_order_relaxed); }
   // Before a call whose write set is unknown (a graph launch).
-  void before_unknown();
+  void before_unknown(const char* call = "a call with an unknown write set");
   // The same where a window may be open: one load where none is.
-  void before_unknown_call() {
-    if (__builtin_expect(open(), 0)) before_unknown();
+  void before_unknown_call(const char* call) {
+    if (__builtin_expect(open(), 0)) before_unknown(call);
   }
   // The program let go of the memory at `address` (its unit, whose memory
   // lives on in the engine's mapping).
   void unit_dropped(uint64_t address);
   // The program queued (or made) a host<->device transfer of `bytes`.
   void transfer_queued(uint64_t bytes);
+  // The program's allocation of `bytes` (by `call`) found the GPU full: with
+  // a copy-on-write pool open, asks the engine for it, waits until it is
+  // given back (at most cow_timeout_ms) and unmaps this side's mapping.
+  // True when memory may have come free: the caller tries again.
+  bool give_pool_back(const char* call, uint64_t bytes);
 
  private:
   class Use;  // a call inside the window (finish() waits for none)
@@ -124,10 +133,18 @@ class CopyWindow {
   static Result<void> assign_slots(copystate::CopyState& table, const std::vector<DevicePool>& pools,
                                    const std::vector<agent::Allocation>& allocations);
   void begin(copystate::CopyState table, const agent::OpenCopyWindowRequest& q, std::vector<DevicePool> pools);
-  void write(uint64_t address, uint64_t bytes);
+  // One call's cost, summed over its written ranges, counted once it is done.
+  struct CallCost {
+    uint64_t since_ns = 0;
+    uint64_t waited = 0;  // chunks it waited for
+    uint64_t saved = 0;   // chunks it saved into the pool
+    bool whole_window = false;  // it waited for the window to close
+  };
+  void write(uint64_t address, uint64_t bytes, CallCost& cost);
+  void settle(const CallCost& cost, const char* call, const Kernel* kernel, bool unknown_set);
   // A call whose set is unknown or not trusted: copy-on-write waits until
   // the window closes; recopy marks every chunk dirty.
-  void untrusted(bool unknown_set);
+  void untrusted(bool unknown_set, const char* call, const Kernel* kernel = nullptr);
   void give_up(const Error& e);
   Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot);
   void count_wait(uint64_t since_ns, bool waited, bool unknown_set);
@@ -156,6 +173,7 @@ class CopyWindow {
   std::atomic<uint64_t> unmarked_{0};  // recopy under checksum: untrusted calls not marked
   std::mutex kernels_mu_;
   std::map<const Kernel*, agent::KernelLaunches> kernels_;  // launches on a trusted speculated set
+  WindowAccount account_;  // launches' pointed buffers (checksum), the longest waits
   std::mutex mu_;
   std::string abort_reason_;
 };

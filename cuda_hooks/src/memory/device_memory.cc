@@ -159,6 +159,8 @@ CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uin
   CUmemAllocationProp prop = unit_prop(dev);
   CUmemGenericAllocationHandle h = 0;
   r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && out_of_memory("cuMemCreate (the program's allocation)", size))
+    r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
   if (r == CUDA_SUCCESS) {
     r = map_with_access(va, size, h, access_for_locked(dev));
     if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);

@@ -52,6 +52,12 @@ class DeviceMemory {
   // once, before the memory is used (the runtime does, as it is made).
   using UnitDropped = std::function<void(uint64_t address)>;
   void on_unit_dropped(UnitDropped fn) { unit_dropped_ = std::move(fn); }
+  // Asked when creating memory fails for lack of it: true when memory may
+  // have come free (a concurrent dump's copy-on-write pool given back), and
+  // the creation is tried once more. Set once, as on_unit_dropped.
+  using OutOfMemory = std::function<bool(const char* call, uint64_t bytes)>;
+  void on_out_of_memory(OutOfMemory fn) { out_of_memory_ = std::move(fn); }
+  bool out_of_memory(const char* call, uint64_t bytes) const { return out_of_memory_ && out_of_memory_(call, bytes); }
 
   static constexpr uint64_t kSlabMaxRequest = 512u << 10;  // larger requests get their own unit
   static constexpr uint64_t kBlockAlignment = 256;         // what cudaMalloc guarantees
@@ -190,6 +196,7 @@ class DeviceMemory {
   std::multiset<std::pair<uint64_t, pid_t>> ipc_importers_;  // (unit, importer) per open served
   BufferObserver* observer_ = nullptr;  // under mu_
   UnitDropped unit_dropped_;
+  OutOfMemory out_of_memory_;
   std::atomic<bool> any_user_handles_{false};
   std::atomic<bool> mps_seen_{false};
   uint64_t next_id_ = 1;

@@ -87,8 +87,10 @@ Result<agent::OpenCopyWindowReply> AgentClient::open_copy_window(const agent::Op
   return call<agent::OpenCopyWindowReply>(q, fds);
 }
 
-Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window(bool missed) {
-  return call<agent::CloseCopyWindowReply>(agent::CloseCopyWindowRequest{.missed = missed});
+Result<agent::CloseCopyWindowReply> AgentClient::close_copy_window(bool missed,
+                                                                   std::vector<agent::AddressRange> missed_chunks) {
+  return call<agent::CloseCopyWindowReply>(
+      agent::CloseCopyWindowRequest{.missed = missed, .missed_chunks = std::move(missed_chunks)});
 }
 
 uint64_t nccl_nonce() {

@@ -106,7 +106,13 @@ constexpr Choice<agent::CopyTrust> kCowTrust[] = {{"exact", agent::CopyTrust::kE
 constexpr Choice<CowStart> kCowStart[] = {{"resume", CowStart::kResume}, {"pause", CowStart::kPause}};
 
 std::string set_copy_on_write(PluginOptions& o, std::string_view v) { return parse_choice(v, kCopyOnWrite, o.copy_on_write); }
-std::string set_cow_pool_mib(PluginOptions& o, std::string_view v) { return parse_number(v, 0, 1 << 20, o.cow_pool_mib); }
+std::string set_cow_pool_mib(PluginOptions& o, std::string_view v) {
+  if (v == "auto") {
+    o.cow_pool_mib = PluginOptions::kCowPoolAuto;
+    return "";
+  }
+  return parse_number(v, 0, 1 << 20, o.cow_pool_mib).empty() ? "" : "expected auto or a whole number in 0..1048576";
+}
 std::string set_cow_trust(PluginOptions& o, std::string_view v) { return parse_choice(v, kCowTrust, o.cow_trust); }
 std::string set_cow_timeout(PluginOptions& o, std::string_view v) {
   return parse_number(v, 1, 3600000, o.cow_timeout_ms);
@@ -278,7 +284,8 @@ std::string PluginOptions::describe() const {
          " restore_overlap=" + std::string(choice_word(kOnOff, restore_overlap)) +
          " write_behind=" + std::string(choice_word(kAutoOff, write_behind)) +
          " copy_on_write=" + std::string(choice_word(kCopyOnWrite, copy_on_write)) +
-         " cow_pool_mib=" + std::to_string(cow_pool_mib) +
+         " cow_pool_mib=" +
+         (cow_pool_mib == kCowPoolAuto ? std::string("auto") : std::to_string(cow_pool_mib)) +
          " cow_trust=" + std::string(choice_word(kCowTrust, cow_trust)) +
          " cow_timeout_ms=" + std::to_string(cow_timeout_ms) +
          " cow_start=" + std::string(choice_word(kCowStart, cow_start)) +

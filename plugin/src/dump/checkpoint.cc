@@ -24,6 +24,7 @@
 #include "phos/plugin/job_store.h"
 #include "phos/plugin/proc.h"
 #include "phos/plugin/sum_check.h"
+#include "phos/plugin/window_report.h"
 #include "phos/support/tcp_store_client.h"
 
 namespace phos::plugin {
@@ -451,7 +452,10 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
     return CopyPlan{};
   }
   if (!checksum_allows(t)) return CopyPlan{};
-  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, uint64_t(options_.cow_pool_mib) << 20);
+  const std::optional<uint64_t> pool =
+      options_.cow_pool_mib == PluginOptions::kCowPoolAuto ? std::nullopt
+                                                            : std::optional<uint64_t>(uint64_t(options_.cow_pool_mib) << 20);
+  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, pool);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
               window.error().message.c_str());
@@ -534,7 +538,7 @@ Result<bool> Checkpointer::open_window(pid_t pid, Target& t, AgentClient& c) {
 Result<void> Checkpointer::close_window(pid_t pid, Target& t, bool missed, agent::CloseCopyWindowReply* reply_out) {
   agent::CloseCopyWindowReply reply;
   auto closed = with_agent(pid, options_.agent_timeout_ms, [&](AgentClient& c) -> Result<void> {
-    auto r = c.close_copy_window(missed);
+    auto r = c.close_copy_window(missed, missed ? t.missed_chunks : std::vector<agent::AddressRange>{});
     if (!r) return r.error();
     reply = std::move(*r);
     return {};
@@ -549,6 +553,9 @@ Result<void> Checkpointer::close_window(pid_t pid, Target& t, bool missed, agent
             double(s.cow_saved_bytes) / (1 << 20), (unsigned long long)s.copy_window.calls_waited,
             (unsigned long long)s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6,
             (unsigned long long)reply.violations);
+  if (!reply.longest_waits.empty() || !reply.most_saved.empty())
+    PHOS_INFO("process %d: copy-on-write: %s; %s", pid, describe_longest_waits(reply.longest_waits).c_str(),
+              describe_most_saved(reply.most_saved, t.manifest.chunk_size).c_str());
   if (reply_out) *reply_out = reply;
   if (reply.aborted)
     return make_error("the process gave up its copy-on-write window: " + reply.abort_reason, ECANCELED);
@@ -575,6 +582,8 @@ Result<void> Checkpointer::copy_done(Target& t) {
   tree_is_paused();  // a copier waiting for it goes on (or gives up, abandoned)
   let_write(t);
   if (t.copier.joinable()) t.copier.join();
+  if (t.save && t.save->misses.count())
+    t.missed_chunks = sum_check::missed_ranges(t.save->misses, t.manifest.chunk_size);
   t.save.reset();
   return t.copied;
 }
@@ -1199,7 +1208,8 @@ Result<void> Checkpointer::complete_pending() {
       agent::CloseCopyWindowReply reply;
       auto closed = close_window(pid, t, missed, &reply);
       if (missed) {
-        r = make_error(sum_check::refusal(r.error().message, reply.speculated_kernels, reply.speculated_kernel_count),
+        r = make_error(sum_check::refusal(r.error().message, reply.speculated_kernels, reply.speculated_kernel_count,
+                                          reply.suspects),
                        EBADMSG);
       } else if (!closed && (r.ok() || r.error().code == ECANCELED)) {
         // The window's account replaces the engine's "the process gave the

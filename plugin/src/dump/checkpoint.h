@@ -130,6 +130,10 @@ class Checkpointer {
     std::vector<dead::Range> dead;
     std::thread copier;
     Result<void> copied;
+    // Copy-on-write refused by checksum: the chunks that differed (the
+    // first few), for the agent to name the launches that could have
+    // written them; kept when the copy's job goes (copy_done).
+    std::vector<agent::AddressRange> missed_chunks;
     // How the copy goes on: decided by the copier at PAUSE.
     std::future<CopyPlan> plan;
     // Write-behind: the copy from the snapshot waits for this, so that it

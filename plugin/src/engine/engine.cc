@@ -20,6 +20,7 @@
 #include "chunk_crc.h"
 #include "chunk_sum.h"
 #include "common/fault.h"
+#include "phos/plugin/cow_pool.h"
 #include "phos/plugin/log.h"
 #include "phos/images/crc32c.h"
 #include "phos/images/data_file.h"
@@ -483,6 +484,11 @@ Engine::SaveJob::~SaveJob() {
 
 void Engine::release_sources(SaveJob& job) {
   unmap_pools(job);
+  // A program allocation waiting for the pool's memory goes on.
+  if (job.window) {
+    job.window->pool_fds.clear();
+    job.window->table.pool_given_back();
+  }
   if (job.target_tasks) cu_.cuMemFreeHost(job.target_tasks);
   if (job.target_sums) cu_.cuMemFreeHost(job.target_sums);
   job.target_tasks = nullptr;
@@ -766,21 +772,23 @@ Engine::PieceWork Engine::migrate_work(SaveJob& job) {
   return work;
 }
 
-Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_bytes) {
+Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, std::optional<uint64_t> pool_bytes) {
   const uint64_t chunk = settings_.chunk_size;
   cu_.cuCtxSetCurrent(contexts_.at(device));
-  // The pool takes what the GPU has free, as the snapshot does: 5% of it,
-  // at least 1 GiB, stays with the process.
   size_t free_bytes = 0, total = 0;
   if (CUresult r = cu_.cuMemGetInfo_v2(&free_bytes, &total); r != CUDA_SUCCESS)
     return make_error(cu_.error("copy-on-write: free device memory", r), EIO);
+  PoolRequest q{.automatic = !pool_bytes, .wanted = pool_bytes.value_or(0), .free_bytes = free_bytes,
+                .total_bytes = total, .chunk = chunk};
   // Validation by checksum: a bounce chunk per slot of every worker's ring
   // comes before the pool (prepare_slot).
-  const uint64_t keep = std::max<uint64_t>(total / 20, 1ull << 30) +
-                        (settings_.checksum ? uint64_t(job.workers) * kRingDepth * chunk : 0);
-  const uint64_t room = free_bytes > keep ? free_bytes - keep : 0;
+  if (settings_.checksum) q.extra_keep = uint64_t(job.workers) * kRingDepth * chunk;
+  for (size_t i = 0; i < job.allocs.size(); i++)
+    if (job.devices[i] == device) q.process_bytes += image::align_up(job.allocs[i].size, chunk);
+  const PoolSize sized = size_pool(q);
+  PHOS_INFO("process %d: copy-on-write pool on GPU %d: %s", job.vpid, device, describe_pool_size(q, sized).c_str());
   Pool pool;
-  const uint64_t slots = std::min<uint64_t>(pool_bytes, room) / chunk;
+  const uint64_t slots = sized.slots;
   if (!slots) return pool;
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t bytes = image::align_up(slots * chunk, kGranule);
@@ -801,7 +809,7 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, uint64_t pool_b
   return pool;
 }
 
-Result<void> Engine::make_pools(SaveJob& job, const std::set<int>& devices, uint64_t pool_bytes,
+Result<void> Engine::make_pools(SaveJob& job, const std::set<int>& devices, std::optional<uint64_t> pool_bytes,
                                std::vector<UniqueFd>& fds) {
   uint32_t first = 0;
   for (int d : devices) {
@@ -836,13 +844,29 @@ void Engine::unmap_pools(SaveJob& job) {
   job.pools.clear();
 }
 
+void Engine::give_pool_back(SaveJob& job) {
+  copystate::CopyState& table = job.window->table;
+  // A slot still holds a chunk: the engine takes those first (claim_saved),
+  // so this comes soon. Only one worker lets the pools go.
+  if (table.pool_in_use() || job.pool_returned.exchange(true)) return;
+  uint64_t bytes = 0;
+  for (const SaveJob::PoolMapping& p : job.pools) bytes += p.bytes;
+  unmap_pools(job);
+  job.window->pool_fds.clear();  // an exported fd keeps the memory too
+  table.pool_given_back();
+  PHOS_INFO("process %d: copy-on-write pool given back (%.1f MiB): an allocation of the program found its GPU full; "
+            "its writes to chunks not yet copied now wait for the engine",
+            job.vpid, double(bytes) / (1 << 20));
+}
+
 CUdeviceptr Engine::pool_address(const SaveJob& job, uint32_t slot, uint64_t chunk_size) {
   for (const SaveJob::PoolMapping& p : job.pools)
     if (slot >= p.first_slot && slot - p.first_slot < p.slots) return p.va + uint64_t(slot - p.first_slot) * chunk_size;
   return 0;  // not reached: the table's slots are the pools' (copy_state checks a slot against its count)
 }
 
-Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol protocol, uint64_t pool_bytes) {
+Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol protocol,
+                                                std::optional<uint64_t> pool_bytes) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (job.window) return &*job.window;
   const bool recopy = protocol == CopyProtocol::kSoftRecopy;
@@ -964,6 +988,7 @@ Engine::Piece Engine::piece_of(const SaveJob& job, const copystate::Claim& claim
 
 Engine::Take Engine::next_claim(SaveJob& job, TrafficControl& traffic, Piece& out) {
   copystate::CopyState& table = job.window->table;
+  if (table.pool_back() == copystate::PoolBack::kAsked) give_pool_back(job);
   // A chunk a call waits for goes at once; the pause is for the others.
   auto claim = table.claim_urgent();
   if (!claim) {

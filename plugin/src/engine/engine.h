@@ -141,7 +141,8 @@ class Engine {
   // process's writes mark chunks dirty. run_first_pass copies the clean
   // chunks while the process runs; run_save, once its gate is closed again,
   // the rest and the dirty ones.
-  Result<CopyWindow*> open_window(SaveJob& job, CopyProtocol protocol, uint64_t pool_bytes);
+  // pool_bytes: empty for cow_pool_mib=auto (cow_pool.h).
+  Result<CopyWindow*> open_window(SaveJob& job, CopyProtocol protocol, std::optional<uint64_t> pool_bytes);
   struct FirstPass {
     uint64_t bytes = 0;  // copied, clean when taken
     uint64_t ns = 0;
@@ -268,11 +269,15 @@ class Engine {
     uint64_t bytes = 0;
     uint32_t slots = 0;
   };
-  Result<Pool> make_pool(SaveJob& job, int device, uint64_t pool_bytes);
+  Result<Pool> make_pool(SaveJob& job, int device, std::optional<uint64_t> pool_bytes);
   // A pool on each GPU the job has memory on with room for a chunk, mapped
   // in criu (job.pools), its fd for the process appended to `fds`.
-  Result<void> make_pools(SaveJob& job, const std::set<int>& devices, uint64_t pool_bytes, std::vector<UniqueFd>& fds);
+  Result<void> make_pools(SaveJob& job, const std::set<int>& devices, std::optional<uint64_t> pool_bytes,
+                          std::vector<UniqueFd>& fds);
   void unmap_pools(SaveJob& job);
+  // The program asked for the pool (copy_state.h, "giving the pool back"):
+  // once no slot holds a chunk, the pools go and the table says so.
+  void give_pool_back(SaveJob& job);
   // For the log: each pool's GPU, slots and size, of `gpus` GPUs.
   std::string describe_pools(const SaveJob& job, size_t gpus) const;
   // Where pool slot `slot` lies in criu's mapping of its pool.
@@ -387,6 +392,7 @@ struct Engine::SaveJob {
     uint32_t slots = 0;
   };
   std::vector<PoolMapping> pools;
+  std::atomic<bool> pool_returned{false};      // the program asked for the pool and got it (give_pool_back)
   std::vector<size_t> region_allocation;       // the allocation of each of the table's regions
   std::vector<std::vector<bool>> dead;         // per allocation, its dead chunks (set_dead)
   uint64_t dead_chunks = 0, dead_bytes = 0;

@@ -72,9 +72,28 @@ std::string describe_kernels(const std::vector<agent::KernelLaunches>& kernels, 
   return out;
 }
 
+std::string describe_suspects(const std::vector<agent::KernelLaunches>& suspects) {
+  if (suspects.empty())
+    return "no launch on a trusted speculated set pointed into the changed chunk's buffer without writing it (the "
+           "write came through a pointer phos does not see among the arguments: one held in device memory, a "
+           "library's, or another process's)";
+  std::string out = "launches that pointed into the changed chunk's buffer without it in their speculated write set "
+                    "(the likely writers): ";
+  for (size_t i = 0; i < suspects.size(); i++)
+    out += (i ? ", " : "") + suspects[i].name + " (" + std::to_string(suspects[i].launches) +
+           (suspects[i].launches == 1 ? " launch)" : " launches)");
+  return out;
+}
+
+std::vector<agent::AddressRange> missed_ranges(const Misses& misses, uint64_t chunk_size) {
+  std::vector<agent::AddressRange> out;
+  for (const ChunkPlace& p : misses.named()) out.push_back({.address = p.address + p.offset, .bytes = chunk_size});
+  return out;
+}
+
 std::string refusal(const std::string& engine_error, const std::vector<agent::KernelLaunches>& kernels,
-                    uint64_t kernel_count) {
-  return engine_error + "; " + describe_kernels(kernels, kernel_count) +
+                    uint64_t kernel_count, const std::vector<agent::KernelLaunches>& suspects) {
+  return engine_error + "; " + describe_suspects(suspects) + "; " + describe_kernels(kernels, kernel_count) +
          "; the image is refused (no completion marker); the process runs on; its next dumps copy while it is "
          "stopped";
 }

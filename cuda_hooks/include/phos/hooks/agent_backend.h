@@ -56,7 +56,10 @@ class AgentBackend {
                                                               std::vector<UniqueFd>) {
     return make_error("this process has no copy window", ENOTSUP);
   }
-  virtual Result<agent::CloseCopyWindowReply> close_copy_window() {
+  // `missed_chunks`: chunks whose copy differed from the freeze; the reply
+  // names the launches that could have written them.
+  virtual Result<agent::CloseCopyWindowReply> close_copy_window(const std::vector<agent::AddressRange>& missed_chunks) {
+    (void)missed_chunks;
     return make_error("this process has no copy window", ENOTSUP);
   }
   // A job-wide quiesce's stop on the NCCL communicators of `job_id`

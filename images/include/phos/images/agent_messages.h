@@ -295,10 +295,18 @@ struct OpenCopyWindowReply {
   bool validating = false;
   bool operator==(const OpenCopyWindowReply&) const = default;
 };
+struct AddressRange {
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  bool operator==(const AddressRange&) const = default;
+};
 struct CloseCopyWindowRequest {
   // The engine found a chunk whose copy differs from its content at the
   // freeze: the agent remembers it (StatusReply::cow_missed).
   bool missed = false;
+  // Those chunks (the first few): the reply names the launches that could
+  // have written them (CloseCopyWindowReply::suspects).
+  std::vector<AddressRange> missed_chunks;
   bool operator==(const CloseCopyWindowRequest&) const = default;
 };
 // A kernel and how often it was launched in a window with a speculated set
@@ -309,6 +317,16 @@ struct KernelLaunches {
   bool operator==(const KernelLaunches&) const = default;
 };
 inline constexpr size_t kMaxWindowKernels = 16;
+// A call of the program that waited for the engine while a window was open.
+struct CallWait {
+  std::string call;    // the CUDA or library call ("cuMemcpyDtoDAsync", "kernel launch")
+  std::string kernel;  // a launch: its kernel, demangled; else empty
+  uint64_t wait_ns = 0;
+  uint64_t chunks_waited = 0;
+  uint64_t chunks_saved = 0;
+  bool operator==(const CallWait&) const = default;
+};
+inline constexpr size_t kMaxLongestWaits = 3;
 // What a copy window cost the program, as the hooks count it: the close
 // reply carries it and a dump's manifest records it as it is
 // (image::Statistics::copy_window), so a counter is added here alone.
@@ -334,6 +352,14 @@ struct CloseCopyWindowReply {
   std::vector<KernelLaunches> speculated_kernels;
   uint64_t speculated_kernel_count = 0;
   uint64_t unmarked_calls = 0;
+  // A refused image (CloseCopyWindowRequest::missed_chunks): launches on a
+  // trusted speculated set that pointed into a missed chunk's buffer without
+  // that chunk in their write set, most launched first (kMaxWindowKernels).
+  std::vector<KernelLaunches> suspects;
+  // The calls that waited longest for the engine, longest first.
+  std::vector<CallWait> longest_waits;
+  // The calls that saved the most chunks into the pool, most first.
+  std::vector<CallWait> most_saved;
   bool operator==(const CloseCopyWindowReply&) const = default;
 };
 

@@ -48,6 +48,14 @@
 // window closes once every chunk is in; a window the engine gave up
 // (kAborted) lets no call through: the process's memory is not whole.
 //
+// Giving the pool back (copy-on-write): the pool takes GPU memory the
+// program may need. A program allocation that finds the GPU full asks for
+// it (ask_pool_back): from then on no write takes a slot (it waits for the
+// engine, as with a full pool); once no slot holds a chunk the engine
+// unmaps its pool and says so (pool_given_back), and the hooks unmap
+// theirs: the memory is free and the allocation is tried again. The engine
+// also says so when its copy ends and it lets the pool go.
+//
 // Each chunk's 32-bit word is also a futex (shared between processes): a
 // waiter sleeps on the word and whoever changes it wakes it. The layout is
 // fixed little-endian words; both sides are one phos build (the agent
@@ -80,6 +88,10 @@ enum class ChunkState : uint32_t {
 };
 
 enum class Window : uint32_t { kOpen = 0, kClosed = 1, kAborted = 2 };
+
+// The copy-on-write pool: in use, asked back by the program, given back by
+// the engine (no mapping of the engine's holds it any more).
+enum class PoolBack : uint32_t { kInUse = 0, kAsked = 1, kGiven = 2 };
 
 // One allocation of the process, as the dump copies it.
 struct Region {
@@ -193,6 +205,12 @@ class CopyState {
   // A call whose write set is unknown: waits until the window is closed.
   // For a fill, a window given up is an error: the memory is not whole.
   Result<void> wait_closed(std::chrono::milliseconds timeout) const;
+  // The program needs the pool's memory: no write takes a slot from now on.
+  // Returns where the pool stands (kGiven at once where there is none).
+  PoolBack ask_pool_back();
+  // Waits until the engine has given the pool back; ETIMEDOUT past `timeout`.
+  Result<void> wait_pool_back(std::chrono::milliseconds timeout) const;
+  PoolBack pool_back() const;
   // The program's own host<->device transfer of `bytes`, made at `now_ns`
   // (CLOCK_REALTIME), synchronous or not.
   void transfer_queued(uint64_t bytes, uint64_t now_ns);
@@ -242,6 +260,12 @@ class CopyState {
   void copied(const Claim& claim);
   // The engine could not copy it: back to where it was, for another try.
   void unclaim(const Claim& claim);
+  // Whether any pool slot holds (or is taking) a chunk: the pool asked
+  // back can go only when none does.
+  bool pool_in_use() const;
+  // The engine holds no pool any more (given back, or its copy ended):
+  // waiters in wait_pool_back wake.
+  void pool_given_back();
   // True when every chunk is copied (copy-on-write: the window can close).
   bool all_copied() const;
   // Recopy: the chunks dirty now (to be copied again).

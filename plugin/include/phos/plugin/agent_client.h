@@ -70,7 +70,10 @@ class AgentClient {
                                                       std::span<const int> fds);
   // `missed`: the engine found a copy that differs from the freeze (the
   // agent remembers it: StatusReply::cow_missed).
-  Result<agent::CloseCopyWindowReply> close_copy_window(bool missed = false);
+  // `missed_chunks`: the chunks whose copy differed from the freeze (the
+  // reply names the launches that could have written them).
+  Result<agent::CloseCopyWindowReply> close_copy_window(bool missed = false,
+                                                        std::vector<agent::AddressRange> missed_chunks = {});
   // A job-wide quiesce's stop on the communicators of `job_id`: armed at
   // `at_call` (true where armed), or disarmed without. With `lease_ms`
   // (and `at_call`), the agent lifts it itself unless it is armed again

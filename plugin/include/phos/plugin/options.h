@@ -62,7 +62,12 @@ struct PluginOptions {
   // saves it into a pool on the GPU (soft copy-on-write, copy_state.h).
   enum class CopyOnWrite { kAuto, kAlways, kOff };
   CopyOnWrite copy_on_write = CopyOnWrite::kAuto;
-  uint32_t cow_pool_mib = 2048;     // cow_pool_mib: 0..1048576 per GPU, at most what the GPU has free
+  // cow_pool_mib: auto | 0..1048576 per GPU, at most what the GPU has free.
+  // auto: what the GPU has free at the stall, less a reserve for the program
+  // (cow_pool.h); a program allocation that then finds the GPU full gets
+  // the pool back (copy_state.h, "giving the pool back").
+  static constexpr uint32_t kCowPoolAuto = UINT32_MAX;
+  uint32_t cow_pool_mib = kCowPoolAuto;
   // cow_trust: exact | speculated | validated | checksum; a write set not
   // trusted makes its call wait until the copy ends. checksum trusts
   // speculated sets and checks every chunk copied against its fingerprint

@@ -71,9 +71,15 @@ std::string describe_misses(const Misses& misses, Against against);
 // The kernels a refused image names: those trusted on speculation in the
 // window, most launched first.
 std::string describe_kernels(const std::vector<agent::KernelLaunches>& kernels, uint64_t kernel_count);
+// The launches that could have written the missed chunks: their arguments
+// pointed into a missed chunk's buffer, their speculated write set did not
+// hold it (the agent's CloseCopyWindowReply::suspects).
+std::string describe_suspects(const std::vector<agent::KernelLaunches>& suspects);
 // The whole refusal, as criu's log and the user see it.
 std::string refusal(const std::string& engine_error, const std::vector<agent::KernelLaunches>& kernels,
-                    uint64_t kernel_count);
+                    uint64_t kernel_count, const std::vector<agent::KernelLaunches>& suspects = {});
+// The address ranges of the misses named, for the agent (chunk_size bytes each).
+std::vector<agent::AddressRange> missed_ranges(const Misses& misses, uint64_t chunk_size);
 
 // Recopy's final pass, gate closed and streams drained: every chunk not
 // copied yet, and every copied chunk whose content now (T1) differs from

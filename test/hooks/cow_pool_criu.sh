@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The copy-on-write pool through real criu dumps (leave-running), criu's
+# plugin running its engine on the fake libcuda with real memory
+# (FAKE_CUDA_MEMORY=1: a 16 GiB GPU with 8 GiB free) in chunks of 1 MiB,
+# slowed (PHOS_FAULT=slow-copy) so that the window stays open a while. The
+# workload (pool_client.c) has 32 MiB of device memory on a GPU it sees as
+# 64 MiB (FAKE_CUDA_BUDGET_MIB), writes all of it every step and allocates
+# 16 MiB: that fits beside its memory, not beside a pool as large as it.
+#   1. default settings (cow_pool_mib=auto): the pool takes what is free less
+#      the program's reserve, bounded by the process's memory (logged with
+#      the figures); the program's allocation in the window finds the GPU
+#      full, the pool is given back (criu's log says so), the allocation
+#      succeeds (the program counts no failure); the log names the memset as
+#      the call that saved the most into the pool; the image restores intact
+#   2. an explicit cow_pool_mib=40: the pool is the setting, given back the
+#      same way; restores intact
+#   3. cow_pool_mib=0: no pool, nothing to give back; restores intact
+export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/pool_client
+export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PHOS_CHUNK_MIB=1 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
+unset PHOS_COW_POOL_MIB
+source "$(dirname "$0")/../e2e/lib.sh"
+failed_allocations() { state_field 4; }
+
+fresh_start() {
+  rm -rf "${IMG:?}"/*
+  [ -n "${WORKLOAD_PID:-}" ] && { kill -9 "$WORKLOAD_PID" 2>/dev/null || true; wait_pid_free; }
+  start_workload --preload 64
+  wait_counter_above 5
+  [ "$(failed_allocations)" = 0 ] || fail "the program's allocation failed before any dump: $(cat "$WORK/state")"
+}
+# dumped WHAT: the dump completed, the program's allocations in the window
+# all succeeded, and it runs on with its checks passing.
+dumped() {
+  [ -e "$IMG/phos-1-complete.img" ] || fail "$1: no completion marker"
+  local at
+  at=$(state_counter)
+  wait_counter_above $((at + 20))
+  [ "$(state_field 3)" = ok ] || fail "$1: the program found its memory wrong after the dump: $(state_field 3)"
+  [ "$(failed_allocations)" = 0 ] || fail "$1: $(failed_allocations) of the program's allocations failed in the window"
+}
+given_back() {
+  grep -q "copy-on-write pool given back ([0-9.]* MiB): an allocation of the program found its GPU full" \
+    "$WORK/dump.log" || fail "$1: the pool was not given back: $(grep -o 'phos: process [0-9]*: copy-on-write.*' \
+    "$WORK/dump.log" | head -n 4)"
+}
+
+# 1. Default settings.
+fresh_start
+PHOS_COPY_ON_WRITE=always criu_dump --leave-running || fail "auto: criu dump failed: $(criu_errors "$WORK/dump.log")"
+sized=$(grep -o "copy-on-write pool on GPU 0: cow_pool_mib=auto: .*" "$WORK/dump.log" | head -n1) ||
+  fail "auto: the pool's size is not logged: $(grep -o 'phos: process [0-9]*: .*pool.*' "$WORK/dump.log" | head -n3)"
+for want in "8.00 GiB free of 16.00 GiB, 2.0" "GiB kept for the program (5% of the GPU or 2 GiB, the larger" \
+            "the process's memory there 0.03 GiB: 3" "bounded by the process's memory"; do
+  grep -qF -- "$want" <<< "$sized" || fail "auto: the size does not say '$want': $sized"
+done
+given_back auto
+# Which call wrote the memory the pool absorbed: the program's memset.
+saved=$(grep -o "the calls\? that saved \(the most \)\?into the pool: cuMemsetD32_v2 [0-9]* chunks" "$WORK/dump.log" | head -n1) ||
+  fail "auto: the log does not name the memset as the call that saved into the pool: $(grep -o 'copy-on-write: the call.*' "$WORK/dump.log" | head -n1)"
+dumped auto
+say "1. auto: $sized; $(grep -o 'copy-on-write pool given back ([0-9.]* MiB)' "$WORK/dump.log"); the program's allocations all succeeded; $saved"
+restored_ok auto
+[ "$(failed_allocations)" = 0 ] || fail "auto: the restored program's allocations failed"
+
+# 2. An explicit size.
+fresh_start
+PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=40 criu_dump --leave-running ||
+  fail "explicit: criu dump failed: $(criu_errors "$WORK/dump.log")"
+grep -q "copy-on-write pool on GPU 0: cow_pool_mib=40: .*: 40 slots (0.04 GiB), bounded by the setting" "$WORK/dump.log" ||
+  fail "explicit: not the setting's pool: $(grep -o 'copy-on-write pool on GPU 0: .*' "$WORK/dump.log")"
+given_back explicit
+dumped explicit
+say "2. cow_pool_mib=40: 40 slots, given back when the program needed the memory"
+restored_ok explicit
+
+# 3. No pool.
+fresh_start
+PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=0 criu_dump --leave-running ||
+  fail "no pool: criu dump failed: $(criu_errors "$WORK/dump.log")"
+grep -q "copy-on-write window over .*; no pool" "$WORK/dump.log" || fail "no pool: $(grep -o 'copy-on-write window over.*' "$WORK/dump.log")"
+! grep -q "copy-on-write pool given back" "$WORK/dump.log" || fail "no pool: a pool was given back"
+dumped "no pool"
+restored_ok "no pool"
+say "3. cow_pool_mib=0: no pool, every allocation succeeded"
+say PASS
