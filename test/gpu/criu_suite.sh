@@ -589,8 +589,9 @@ case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMall
 # 0=1, puts it on another GPU); the loss of every step, those re-run after a
 # restore included, bitwise equal to an uninterrupted run's.
 supervised_torch() {  # supervised_torch [--gpu-map MAP]
-  local n=3000 script=$here/torch_train.py sup=$WORK/supervise.log ckpt n_dumps stalled prev same
+  local n=3000 script=$here/torch_train.py sup ckpt n_dumps stalled prev same
   setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
+  sup=$WORK/supervise.log  # WORK comes with setup
   export CUBLAS_WORKSPACE_CONFIG=:4096:8
   timeout 300 env LD_PRELOAD="$LIBPHOS" python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
     > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
@@ -1898,10 +1899,14 @@ case_migrate_torch_2gpu() {
 
 # (2 GPUs) A process on both GPUs, with peer access both ways, migrated
 # with its GPUs swapped (issue 31 part 2): each GPU's memory to the other.
-case_migrate_multi_gpu() {
+case_migrate_multi_gpu() { migrate_multi_gpu_case --peer; }
+# The same without peer access between its GPUs: whether the driver's
+# restore onto swapped GPUs depends on it.
+case_migrate_multi_gpu_nopeer() { migrate_multi_gpu_case; }
+migrate_multi_gpu_case() {  # migrate_multi_gpu_case [--peer]
   [ "$(gpu_count)" -ge 2 ] || skip "needs 2 GPUs (nvidia-smi sees $(gpu_count))"
   setup "$bin/gpu_counter"
-  start_workload --preload 1024 --devices 2 --peer
+  start_workload --preload 1024 --devices 2 "$@"
   wait_counter_above 5 60
   TOKEN=$(state_token)
   intact "$WORK/state" || fail "the workload's memory or peer reads are wrong before the migration: $(cat "$WORK/state")"
@@ -1924,7 +1929,7 @@ case_migrate_multi_gpu() {
   local on; on=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$pid" '$1 == p' | wc -l)
   [ "$on" = 2 ] || fail "the migrated process runs on $on GPU(s), not 2"
   carried_on "$WORK/state" "$TOKEN" 1024
-  pass "$refused; $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said); after it: $CARRIED on both GPUs, peer reads intact"
+  pass "$refused; $(sed 's/^migrated //' <<<"$MIGRATED"); $(migration_said); after it: $CARRIED on both GPUs${1:+, peer reads intact}"
 }
 
 # The target GPU fails mid-copy (PHOS_FAULT=fail-migration-copy): the dump
@@ -2224,8 +2229,10 @@ tp_start() {  # tp_start [--preload]: the job, past step 30; TP_TREE: its proces
 # owners), each rank's NCCL communicator released. TP_SAID: its figures.
 tp_image_said() {
   local images mapped
-  images=$({ ls "$IMG"/phos-*-manifest.img 2>/dev/null || true; } | wc -l)
-  [ "$images" = 2 ] || fail "$images GPU images, one per rank (2) expected"
+  # Images with device memory: the tree's other processes under libphos
+  # (torch.multiprocessing's resource tracker) get an image of 0 allocations.
+  images=$({ grep -o "wrote phos-[0-9]*-manifest.img ([1-9][0-9]* allocations" "$WORK/dump.log" || true; } | wc -l)
+  [ "$images" = 2 ] || fail "$images GPU images with device memory, one per rank (2) expected: $(phos_wrote)"
   mapped=$({ grep -o "mapped at 0x[0-9a-f]* ([0-9.]* MiB) through CUDA IPC: stored once, in its owner's image" "$WORK/dump.log" || true; } | wc -l)
   [ "$mapped" -ge 2 ] || fail "$mapped IPC mappings stored once; each rank maps the other's slot (2 at least)"
   local released
@@ -2443,7 +2450,7 @@ export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
-    migrate_torch* | migrate_llama* | migrate_multi_gpu | llama_http | torchrun_ddp*) echo 300 ;;
+    migrate_torch* | migrate_llama* | migrate_multi_gpu* | llama_http | torchrun_ddp*) echo 300 ;;
     supervise_torch*) echo 590 ;;
     torchrun_2host* | torchrun_4rank_2host*) echo 420 ;;
     tp_mlp_2proc* | anchor_tp_mlp_2proc | device_map_auto* | anchor_device_map_auto_2gpu) echo 420 ;;
@@ -2461,7 +2468,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
-  migrate_torch_2gpu migrate_llama_2gpu migrate_multi_gpu llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
+  migrate_torch_2gpu migrate_llama_2gpu migrate_multi_gpu migrate_multi_gpu_nopeer llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
   supervise_torch supervise_torch_2gpu
   tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d torchrun_4rank_2host torchrun_4rank_2host_leave_running
   tp_mlp_2proc tp_mlp_2proc_cow anchor_tp_mlp_2proc device_map_auto_2gpu anchor_device_map_auto_2gpu device_map_auto_migrate
