@@ -263,3 +263,16 @@ TEST_CASE("migration map: refused onto another model", "[gpu_map][migrate]") {
                              "same model"));
   CHECK_THAT(targets_error("1", {0}, host), Catch::Contains("GPU 1 a NVIDIA H100"));
 }
+
+TEST_CASE("gpu map: a process on two GPUs swapped (a migration's targets by UUID) gives the swap's two pairs", "[gpu_map]") {
+  // What place_kept asks for after `phosctl migrate --gpu-map 0:1,1:0`:
+  // each image device by ordinal to its target's UUID.
+  auto spec = parse_gpu_map("0=" + format_gpu_uuid(uuid_of(0xbb)) + ",1=" + format_gpu_uuid(uuid_of(0xaa)));
+  REQUIRE(spec);
+  auto p = place_gpus(*spec, {image_device(0, 0xaa), image_device(1, 0xbb)}, two_h200(), "m");
+  REQUIRE(p);
+  auto pairs = driver_gpu_pairs(*p, two_h200());
+  REQUIRE(pairs.size() == 2);
+  CHECK(pairs[0] == std::make_pair(uuid_of(0xaa), uuid_of(0xbb)));
+  CHECK(pairs[1] == std::make_pair(uuid_of(0xbb), uuid_of(0xaa)));
+}

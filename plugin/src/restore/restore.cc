@@ -363,7 +363,15 @@ Result<void> Restorer::driver_restore(pid_t pid, Loaded& l) {
   if (!on_gpu(l.image.manifest) || !has_driver_state(pid)) return {};
   // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
   auto pairs = driver_pairs(l);
-  PHOS_INFO("process %d: driver restore%s", pid, pairs.empty() ? "" : " onto the mapped GPUs");
+  // Each pair, since the driver's refusal of a set names none of them.
+  std::string said;
+  for (const auto& p : pairs) {
+    std::array<uint8_t, 16> from, to;
+    std::memcpy(from.data(), p.oldUuid.bytes, 16);
+    std::memcpy(to.data(), p.newUuid.bytes, 16);
+    said += (said.empty() ? " onto the mapped GPUs: " : ", ") + format_gpu_uuid(from) + " -> " + format_gpu_uuid(to);
+  }
+  PHOS_INFO("process %d: driver restore%s", pid, said.c_str());
   const uint64_t t = monotonic_ns();
   l.driver_from_ns = since_init_ns();
   PHOS_TRY(driver_restore_and_unlock(pid, pairs));
