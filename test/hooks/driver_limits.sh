@@ -4,14 +4,14 @@
 # closed, memory released with its handles, mapped back, gate open) lowers
 # the context's stack, printf FIFO and malloc heap limits after the release
 # and sets them back to the program's own values before the gate opens;
-# a limit the driver refuses stays untouched; without the option nothing
-# is set.
+# a limit the driver refuses stays untouched; with PHOS_SHRINK_DRIVER_STATE=0
+# nothing is set. It is on by default.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 fail() { echo "[driver_limits] FAIL: $*"; exit 1; }
 source "$(dirname "$0")/gate_open_lib.sh"
 
-round PHOS_SHRINK_DRIVER_STATE=1
+round
 expected=$(cat <<'LINES'
 limit 1 stack 4096
 mark ready
@@ -40,7 +40,7 @@ grep -q "malloc heap 8388608 kept (CUDA_ERROR_" "$work/err" || fail "the refusal
 grep -q '^after stack=4096 printf_fifo=1048576 malloc_heap=8388608$' "$work/out" || fail "limits after a refusal: $(grep after "$work/out")"
 echo "[driver_limits] a limit the driver refuses stays untouched"
 
-# Off (the default): no limit set but the program's own.
-round
-[ "$(grep -c '^limit' "$work/log")" = 1 ] || fail "limits set without PHOS_SHRINK_DRIVER_STATE: $(grep '^limit' "$work/log")"
+# Off: no limit set but the program's own.
+round PHOS_SHRINK_DRIVER_STATE=0
+[ "$(grep -c '^limit' "$work/log")" = 1 ] || fail "limits set with PHOS_SHRINK_DRIVER_STATE=0: $(grep '^limit' "$work/log")"
 echo "[driver_limits] PASS"

@@ -1,4 +1,4 @@
-// PHOS_SHRINK_DRIVER_STATE=1 (opt-in; issue 30, part 2): the driver's
+// On unless PHOS_SHRINK_DRIVER_STATE=0 (issue 30, part 2): the driver's
 // checkpoint copies each context's device state into the process, criu
 // then dumps it as CPU pages, and the driver's restore copies it back. Part
 // of that state is sized by the context's limits: the local memory (the
@@ -24,7 +24,7 @@ namespace phos::hooks {
 
 class DriverLimits {
  public:
-  // PHOS_SHRINK_DRIVER_STATE=1 (read once).
+  // Unless PHOS_SHRINK_DRIVER_STATE=0 (read once).
   static bool wanted();
 
   // Each context's limits lowered; what they were kept for restore(). A
