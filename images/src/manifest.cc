@@ -496,9 +496,11 @@ Result<void> validate_manifest(const Manifest& m, std::string_view name) {
     for (const auto& d : m.devices)
       if (!m.kept->targets.empty() && !m.kept->targets.count(d.ordinal))
         return fail("kept memory: device " + std::to_string(d.ordinal) + " has no target GPU");
-    for (const auto& [ordinal, d] : m.kept->targets)
+    for (const auto& target : m.kept->targets) {
+      const uint32_t ordinal = target.first;  // not a structured binding: clang 14 cannot capture one
       if (std::none_of(m.devices.begin(), m.devices.end(), [&](const GpuDevice& x) { return x.ordinal == ordinal; }))
         return fail("kept memory: a target for device " + std::to_string(ordinal) + ", which the image does not have");
+    }
   }
 
   std::set<uint32_t> ordinals;
