@@ -1,5 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "phos/plugin/gpu_map.h"
 
 using namespace phos;
@@ -275,4 +280,38 @@ TEST_CASE("gpu map: a process on two GPUs swapped (a migration's targets by UUID
   REQUIRE(pairs.size() == 2);
   CHECK(pairs[0] == std::make_pair(uuid_of(0xaa), uuid_of(0xbb)));
   CHECK(pairs[1] == std::make_pair(uuid_of(0xbb), uuid_of(0xaa)));
+}
+
+TEST_CASE("gpu map: GPUs hidden from criu get pairs onto themselves when a GPU moves", "[gpu_map]") {
+  // criu under CUDA_VISIBLE_DEVICES=0,1 on a host of 4: the driver wants all 4.
+  std::vector<std::array<uint8_t, 16>> hidden = {uuid_of(0xcc), uuid_of(0xdd)};
+  auto p = place_gpus(*parse_gpu_map("0=1,1=0"), {image_device(0, 0xaa), image_device(1, 0xbb)}, two_h200(), "m");
+  REQUIRE(p);
+  auto pairs = driver_gpu_pairs(*p, two_h200(), hidden);
+  REQUIRE(pairs.size() == 4);
+  CHECK(pairs[0] == std::make_pair(uuid_of(0xaa), uuid_of(0xbb)));
+  CHECK(pairs[1] == std::make_pair(uuid_of(0xbb), uuid_of(0xaa)));
+  CHECK(pairs[2] == std::make_pair(uuid_of(0xcc), uuid_of(0xcc)));
+  CHECK(pairs[3] == std::make_pair(uuid_of(0xdd), uuid_of(0xdd)));
+  // Nothing moves: still no pairs at all (the driver restores in place).
+  auto still = place_gpus({}, {image_device(0, 0xaa)}, two_h200(), "m");
+  CHECK(driver_gpu_pairs(*still, two_h200(), hidden).empty());
+}
+
+TEST_CASE("gpu map: the kernel driver's GPU list is read from its information files", "[gpu_map]") {
+  auto dir = std::filesystem::temp_directory_path() / ("phos-gpus-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "0000:18:00.0");
+  std::filesystem::create_directories(dir / "0000:2a:00.0");
+  std::filesystem::create_directories(dir / "0000:3a:00.0");  // no information file: left out
+  std::ofstream(dir / "0000:18:00.0" / "information") << "Model: \t\t NVIDIA H200\nIRQ:   \t\t 17\n"
+                                                        << "GPU UUID: \t GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb\n";
+  std::ofstream(dir / "0000:2a:00.0" / "information") << "Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa\n";
+  auto gpus = kernel_driver_gpus(dir.string());
+  std::filesystem::remove_all(dir);
+  REQUIRE(gpus.size() == 2);
+  CHECK(gpus[0] == uuid_of(0xaa));
+  CHECK(gpus[1] == uuid_of(0xbb));
+  CHECK(kernel_driver_gpus("/nonexistent/phos").empty());
+  CHECK_FALSE(parse_gpu_uuid("GPU-zzzzzzzz-aaaa-aaaa-aaaa-aaaaaaaaaaaa"));
+  CHECK_FALSE(parse_gpu_uuid("aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"));
 }

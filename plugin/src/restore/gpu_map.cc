@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -204,8 +206,48 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
   return out;
 }
 
+std::optional<std::array<uint8_t, 16>> parse_gpu_uuid(std::string_view s) {
+  s = trim(s);
+  if (!is_uuid(s)) return std::nullopt;
+  std::array<uint8_t, 16> out{};
+  size_t got = 0;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 4; i < s.size(); i++) {
+    if (s[i] == '-') continue;
+    if (i + 1 >= s.size() || got == 16) return std::nullopt;
+    int hi = nibble(s[i]), lo = nibble(s[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[got++] = uint8_t(hi << 4 | lo);
+    i++;
+  }
+  if (got != 16) return std::nullopt;
+  return out;
+}
+
+std::vector<std::array<uint8_t, 16>> kernel_driver_gpus(const std::string& dir) {
+  std::vector<std::array<uint8_t, 16>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream info(entry.path() / "information");
+    std::string line;
+    while (std::getline(info, line))
+      if (line.rfind("GPU UUID:", 0) == 0) {
+        if (auto u = parse_gpu_uuid(std::string_view(line).substr(9))) out.push_back(*u);
+        break;
+      }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_gpu_pairs(
-    const std::vector<GpuPlacement>& placement, const std::vector<GpuDevice>& host) {
+    const std::vector<GpuPlacement>& placement, const std::vector<GpuDevice>& host,
+    const std::vector<std::array<uint8_t, 16>>& hidden) {
   bool moved = false;
   for (const auto& p : placement) moved = moved || p.moved();
   if (!moved) return {};
@@ -240,6 +282,9 @@ std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_
   for (const auto& p : placement)  // image GPUs this host lacks (uuid differs)
     if (std::none_of(host.begin(), host.end(), [&](const GpuDevice& h) { return h.uuid == p.image_uuid; }))
       out.emplace_back(p.image_uuid, p.host_uuid);
+  for (const auto& u : hidden)  // stay where they are, unless named already
+    if (std::none_of(out.begin(), out.end(), [&](const auto& pair) { return pair.first == u || pair.second == u; }))
+      out.emplace_back(u, u);
   return out;
 }
 

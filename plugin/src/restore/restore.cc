@@ -305,7 +305,11 @@ void Restorer::fill_all() {
 std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l) const {
   // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h).
   std::vector<CUcheckpointGpuPair> pairs;
-  for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host)) {
+  // The GPUs CUDA_VISIBLE_DEVICES hides from criu: the driver wants them too.
+  std::vector<std::array<uint8_t, 16>> hidden;
+  for (const auto& u : kernel_driver_gpus())
+    if (std::none_of(l.host.begin(), l.host.end(), [&](const GpuDevice& h) { return h.uuid == u; })) hidden.push_back(u);
+  for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host, hidden)) {
     CUcheckpointGpuPair pair{};
     std::memcpy(pair.oldUuid.bytes, from.data(), 16);
     std::memcpy(pair.newUuid.bytes, to.data(), 16);

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -95,7 +96,20 @@ Result<std::map<int, int>> migration_targets(const std::string& migrate_to, cons
 // was refused with CUDA_ERROR_INVALID_VALUE). So the pairs cover all of
 // `host`, as a permutation: placed GPUs go where placed, the others stay,
 // or take a GPU a placement freed.
+// `hidden`: GPUs the kernel driver has that `host` (criu's CUDA, narrowed
+// by CUDA_VISIBLE_DEVICES) does not show; each gets a pair onto itself. A
+// process on 2 of a 4-GPU host's GPUs, moved with pairs for its 2 alone,
+// was refused with CUDA_ERROR_INVALID_VALUE; with every GPU visible the
+// same move passed.
 std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_gpu_pairs(
-    const std::vector<GpuPlacement>& placement, const std::vector<GpuDevice>& host);
+    const std::vector<GpuPlacement>& placement, const std::vector<GpuDevice>& host,
+    const std::vector<std::array<uint8_t, 16>>& hidden = {});
+
+// Every GPU's UUID the kernel driver lists under `dir` (one directory per
+// GPU, its `information` file's "GPU UUID:" line), whatever
+// CUDA_VISIBLE_DEVICES says; empty where there is no such directory.
+std::vector<std::array<uint8_t, 16>> kernel_driver_gpus(const std::string& dir = "/proc/driver/nvidia/gpus");
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as bytes; nullopt if it is not one.
+std::optional<std::array<uint8_t, 16>> parse_gpu_uuid(std::string_view s);
 
 }  // namespace phos::plugin
