@@ -52,6 +52,9 @@ Result<std::string> DriverLimits::lower(const std::vector<CUcontext>& contexts) 
   auto get = PHOS_REAL(cuCtxGetLimit);
   auto set = PHOS_REAL(cuCtxSetLimit);
   if (!get || !set) return make_error("the driver has no cuCtxGetLimit/cuCtxSetLimit", ENOTSUP);
+  // Lowered already and not set back: lowering again would save the lowered
+  // values as the program's.
+  if (!saved_.empty()) return std::string();
   std::string line;
   for (CUcontext ctx : contexts) {
     PHOS_TRY(in_context(ctx, [&] {
@@ -85,7 +88,11 @@ Result<std::string> DriverLimits::restore() {
     for (const Limit& l : kLimits)
       if (l.limit == s.limit) name = l.name;
     CUresult r = CUDA_SUCCESS;
-    PHOS_TRY(in_context(s.ctx, [&] { r = set(s.limit, s.value); }));
+    // One context that cannot be made current must not leave the others' limits lowered.
+    if (auto pushed = in_context(s.ctx, [&] { r = set(s.limit, s.value); }); !pushed) {
+      failed += std::string(failed.empty() ? "" : ", ") + name + " " + std::to_string(s.value) + ": " + pushed.error().message;
+      continue;
+    }
     if (r != CUDA_SUCCESS) failed += std::string(failed.empty() ? "" : ", ") + name + " " + std::to_string(s.value) + ": " + cu_name(r);
     line += std::string(line.empty() ? "" : ", ") + name + " " + std::to_string(s.value);
   }
