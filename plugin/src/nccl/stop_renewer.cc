@@ -49,9 +49,17 @@ uint64_t StopRenewer::renewals() const {
 // stop as it was (a rank held there has issued exactly that many calls).
 // A reply of "past" is no failure: a rank held inside a group stops a few
 // calls further on, with its stop in place.
+// Rank by rank: one agent that does not answer must not let every later
+// rank's lease lapse with it.
 Result<void> StopRenewer::renew(uint64_t at) {
-  auto r = arm_stops(pids_, job_id_, at, agent_timeout_ms_, lease_ms());
-  if (!r) return make_error("renewing the stops' lease: " + r.error().message, r.error().code);
+  std::string failed;
+  int code = 0;
+  for (pid_t p : pids_)
+    if (auto r = arm_stops({p}, job_id_, at, agent_timeout_ms_, lease_ms()); !r) {
+      failed += (failed.empty() ? "" : "; ") + r.error().message;
+      code = r.error().code;
+    }
+  if (!failed.empty()) return make_error("renewing the stops' lease: " + failed, code);
   renewals_++;
   return {};
 }
