@@ -11,7 +11,12 @@ if [ ! -f "$build/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 meson setup "$build" "$src" -Dfuzz=true -Dtests=disabled -Dtools=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-ninja -C "$build" test/fuzz/fuzz_image_reader test/fuzz/fuzz_fatbin test/fuzz/fuzz_agent_reply test/fuzz/make_corpus >/dev/null
+# Quiet unless the build fails: then its errors, which CI would otherwise hide.
+if ! built=$(ninja -C "$build" test/fuzz/fuzz_image_reader test/fuzz/fuzz_fatbin test/fuzz/fuzz_agent_reply test/fuzz/make_corpus 2>&1); then
+  grep -A8 -E "error|FAILED" <<<"$built" | head -n 40
+  echo "fuzz: the fuzz targets did not build (clang-14, $build)"
+  exit 1
+fi
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 mkdir "$corpus/image" "$corpus/fatbin" "$corpus/agent"
