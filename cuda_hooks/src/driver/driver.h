@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "phos/hooks/call_cycles.h"
 
@@ -103,3 +104,14 @@ class Real<R (*)(A...)> {
 #define PHOS_REAL(name) (::phos::hooks::driver::Real<decltype(&::name)>(::phos::hooks::driver::Fn::name))
 // A hook's kind for GatePass and CallScope.
 #define PHOS_CALL_KIND(name) (::phos::hooks::driver::call_kind(::phos::hooks::driver::Fn::name))
+
+namespace phos::hooks {
+// The driver's name of `r` (CUDA_ERROR_OUT_OF_MEMORY), else its number.
+inline std::string cu_name(CUresult r) {
+  const char* name = nullptr;
+  if (auto get = PHOS_REAL(cuGetErrorName)) get(r, &name);
+  return name ? name : "CUresult " + std::to_string(int(r));
+}
+// "what: CUDA_ERROR_...", as the hooks' errors say it.
+inline std::string cu_error(const char* what, CUresult r) { return std::string(what) + ": " + cu_name(r); }
+}  // namespace phos::hooks

@@ -14,15 +14,6 @@
 #include "phos/support/clock.h"
 
 namespace phos::hooks {
-namespace {
-
-std::string cu_error(const char* what, CUresult r) {
-  const char* name = nullptr;
-  if (PHOS_REAL(cuGetErrorName)) PHOS_REAL(cuGetErrorName)(r, &name);
-  return std::string(what) + ": " + (name ? name : ("CUresult " + std::to_string(int(r))).c_str());
-}
-
-}  // namespace
 
 // Counts a call in while the window is open; finish() waits for none to be
 // inside before it unmaps the pool the calls copy into.

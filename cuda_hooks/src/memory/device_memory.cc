@@ -18,11 +18,6 @@ namespace {
 constexpr uint64_t kSlabBytes = 2u << 20;
 constexpr uint64_t kArenaBytes = 256ull << 30;  // VA reserved at a time, per device
 
-std::string cu_error(const char* what, CUresult r) {
-  const char* name = nullptr;
-  if (PHOS_REAL(cuGetErrorName)) PHOS_REAL(cuGetErrorName)(r, &name);
-  return std::string(what) + ": " + (name ? name : "CUDA error " + std::to_string(int(r)));
-}
 
 CUmemAllocationProp unit_prop(CUdevice dev) {
   CUmemAllocationProp prop{};

@@ -16,11 +16,6 @@ constexpr Limit kLimits[] = {{CU_LIMIT_STACK_SIZE, "stack"},
                              {CU_LIMIT_PRINTF_FIFO_SIZE, "printf FIFO"},
                              {CU_LIMIT_MALLOC_HEAP_SIZE, "malloc heap"}};
 
-std::string cu_name(CUresult r) {
-  const char* n = nullptr;
-  if (auto name = PHOS_REAL(cuGetErrorName)) name(r, &n);
-  return n ? n : "CUresult " + std::to_string(int(r));
-}
 
 // `fn` with `ctx` current on this (the agent's) thread.
 template <class Fn>
