@@ -5,7 +5,8 @@
 // device fault (the context is lost; the program cannot recover). The file
 // is removed when it fires: one shot, so a process restored from an image
 // taken before it does not fail again (its environment still names the
-// fault). Off, each hooked launch and copy pays one relaxed load.
+// fault). Off, each hooked launch and copy pays one relaxed load; armed, the
+// file is looked for every 10 ms at most.
 #pragma once
 
 #include <atomic>
