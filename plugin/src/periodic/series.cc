@@ -12,7 +12,10 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <span>
+#include <sstream>
 
+#include "phos/images/image_dir.h"
 #include "phos/plugin/periodic.h"
 #include "phos/support/unique_fd.h"
 
@@ -33,14 +36,11 @@ bool is_seq_name(const char* name, uint64_t* seq) {
 // The marker's "parent=NAME" line, where it has one. A marker too large to
 // be ours is read as none.
 std::optional<std::string> marker_parent(int dirfd) {
-  UniqueFd fd(::openat(dirfd, kSeriesMarker, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return std::nullopt;
-  char buf[4096];
-  ssize_t n = ::read(fd.get(), buf, sizeof(buf) - 1);
-  if (n <= 0) return std::nullopt;
-  buf[n] = 0;
-  for (char* line = std::strtok(buf, "\n"); line; line = std::strtok(nullptr, "\n"))
-    if (std::strncmp(line, "parent=", 7) == 0 && line[7]) return std::string(line + 7);
+  auto bytes = image::read_small_file(dirfd, kSeriesMarker, 4096);
+  if (!bytes) return std::nullopt;
+  std::istringstream text(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  for (std::string line; std::getline(text, line);)
+    if (line.rfind("parent=", 0) == 0 && line.size() > 7) return line.substr(7);
   return std::nullopt;
 }
 
@@ -105,18 +105,10 @@ std::vector<std::string> series_to_remove(const std::vector<SeriesImage>& series
 Result<void> mark_complete(const std::string& dir, const std::vector<std::string>& lines) {
   UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dirfd.valid()) return sys_error("checkpoint " + dir);
-  const std::string tmp = std::string(kSeriesMarker) + ".tmp";
-  {
-    UniqueFd fd(::openat(dirfd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!fd.valid()) return sys_error(dir + "/" + tmp);
-    std::string text;
-    for (const auto& l : lines) text += l + "\n";
-    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd.get()) != 0)
-      return sys_error("writing " + dir + "/" + tmp);
-  }
-  if (::renameat(dirfd.get(), tmp.c_str(), dirfd.get(), kSeriesMarker) != 0)
-    return sys_error("renaming " + dir + "/" + tmp);
-  if (::fsync(dirfd.get()) != 0) return sys_error("syncing " + dir);
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  auto written = image::write_file_atomic(dirfd.get(), kSeriesMarker, std::as_bytes(std::span(text.data(), text.size())));
+  if (!written) return make_error(dir + ": " + written.error().message, written.error().code);
   return {};
 }
 

@@ -302,18 +302,17 @@ void Restorer::fill_all() {
   }
 }
 
-std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l) const {
-  // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h).
+std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l, std::string* said) const {
+  // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h), the
+  // ones CUDA_VISIBLE_DEVICES hides from criu included.
   std::vector<CUcheckpointGpuPair> pairs;
-  // The GPUs CUDA_VISIBLE_DEVICES hides from criu: the driver wants them too.
-  std::vector<std::array<uint8_t, 16>> hidden;
-  for (const auto& u : kernel_driver_gpus())
-    if (std::none_of(l.host.begin(), l.host.end(), [&](const GpuDevice& h) { return h.uuid == u; })) hidden.push_back(u);
-  for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host, hidden)) {
+  for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host, kernel_driver_gpus())) {
     CUcheckpointGpuPair pair{};
     std::memcpy(pair.oldUuid.bytes, from.data(), 16);
     std::memcpy(pair.newUuid.bytes, to.data(), 16);
     pairs.push_back(pair);
+    // Each pair, since the driver's refusal of a set names none of them.
+    if (said) *said += (said->empty() ? " onto the mapped GPUs: " : ", ") + format_gpu_uuid(from) + " -> " + format_gpu_uuid(to);
   }
   return pairs;
 }
@@ -366,15 +365,8 @@ Result<void> Restorer::driver_restore(pid_t pid, Loaded& l) {
   if (l.driver_restored) return *l.driver_restored;  // made with the other processes'
   if (!on_gpu(l.image.manifest) || !has_driver_state(pid)) return {};
   // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
-  auto pairs = driver_pairs(l);
-  // Each pair, since the driver's refusal of a set names none of them.
   std::string said;
-  for (const auto& p : pairs) {
-    std::array<uint8_t, 16> from, to;
-    std::memcpy(from.data(), p.oldUuid.bytes, 16);
-    std::memcpy(to.data(), p.newUuid.bytes, 16);
-    said += (said.empty() ? " onto the mapped GPUs: " : ", ") + format_gpu_uuid(from) + " -> " + format_gpu_uuid(to);
-  }
+  auto pairs = driver_pairs(l, &said);
   PHOS_INFO("process %d: driver restore%s", pid, said.c_str());
   const uint64_t t = monotonic_ns();
   l.driver_from_ns = since_init_ns();

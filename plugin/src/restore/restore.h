@@ -123,7 +123,8 @@ class Restorer {
   uint64_t since_init_ns() const;
   // The old -> new GPU pairs of the driver's restore of `l` (none where no
   // GPU moves).
-  std::vector<CUcheckpointGpuPair> driver_pairs(const Loaded& l) const;
+  // `said`, where given, gets each pair for the log.
+  std::vector<CUcheckpointGpuPair> driver_pairs(const Loaded& l, std::string* said = nullptr) const;
   // At the first RESUME_DEVICES_LATE: the driver's restore of every restored
   // process of the tree (criu holds them all stopped by then), at once
   // (driver_parallel); each process's own hook then finds its done.
