@@ -179,9 +179,7 @@ def status(pid=None, phosctl=None):
     """What `phosctl status PID --json` shows for this process (or `pid`):
     the agent's counters, the gate, the allocations. phosctl: its path
     (default: PHOSCTL, else `phosctl` on PATH)."""
-    phosctl = phosctl or os.environ.get("PHOSCTL") or shutil.which("phosctl")
-    if not phosctl:
-        raise FileNotFoundError("phosctl not found (set PHOSCTL or put it on PATH)")
+    phosctl = job._phosctl(phosctl)
     out = subprocess.run([phosctl, "status", str(pid or os.getpid()), "--json"], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError("phosctl status: " + (out.stderr.strip() or "exit %d" % out.returncode))
@@ -200,7 +198,7 @@ def interval(mtbf_s, overhead_s, restore_s=0.0):
         raise ValueError("mtbf_s and overhead_s must be positive")
     if restore_s < 0:
         raise ValueError("restore_s must not be negative")
-    return math.sqrt(2.0 * overhead_s * mtbf_s)
+    return young_daly(overhead_s, mtbf_s)["young_s"]
 
 
 def young_daly(cost_s, mtbf_s):
