@@ -483,12 +483,7 @@ Engine::SaveJob::~SaveJob() {
 }
 
 void Engine::release_sources(SaveJob& job) {
-  unmap_pools(job);
-  // A program allocation waiting for the pool's memory goes on.
-  if (job.window) {
-    job.window->pool_fds.clear();
-    job.window->table.pool_given_back();
-  }
+  return_pools(job);  // a program allocation waiting for the pool's memory goes on
   if (job.target_tasks) cu_.cuMemFreeHost(job.target_tasks);
   if (job.target_sums) cu_.cuMemFreeHost(job.target_sums);
   job.target_tasks = nullptr;
@@ -844,6 +839,15 @@ void Engine::unmap_pools(SaveJob& job) {
   job.pools.clear();
 }
 
+// The pools unmapped, their exported fds closed (each keeps the memory
+// too), and the table told, which wakes a program allocation waiting.
+void Engine::return_pools(SaveJob& job) {
+  unmap_pools(job);
+  if (!job.window) return;
+  job.window->pool_fds.clear();
+  job.window->table.pool_given_back();
+}
+
 void Engine::give_pool_back(SaveJob& job) {
   copystate::CopyState& table = job.window->table;
   // A slot still holds a chunk: the engine takes those first (claim_saved),
@@ -851,9 +855,7 @@ void Engine::give_pool_back(SaveJob& job) {
   if (table.pool_in_use() || job.pool_returned.exchange(true)) return;
   uint64_t bytes = 0;
   for (const SaveJob::PoolMapping& p : job.pools) bytes += p.bytes;
-  unmap_pools(job);
-  job.window->pool_fds.clear();  // an exported fd keeps the memory too
-  table.pool_given_back();
+  return_pools(job);
   PHOS_INFO("process %d: copy-on-write pool given back (%.1f MiB): an allocation of the program found its GPU full; "
             "its writes to chunks not yet copied now wait for the engine",
             job.vpid, double(bytes) / (1 << 20));

@@ -275,6 +275,8 @@ class Engine {
   Result<void> make_pools(SaveJob& job, const std::set<int>& devices, std::optional<uint64_t> pool_bytes,
                           std::vector<UniqueFd>& fds);
   void unmap_pools(SaveJob& job);
+  // unmap_pools, the exported fds closed and the table told it is given back.
+  void return_pools(SaveJob& job);
   // The program asked for the pool (copy_state.h, "giving the pool back"):
   // once no slot holds a chunk, the pools go and the table says so.
   void give_pool_back(SaveJob& job);
