@@ -47,7 +47,8 @@ class Gate {
   void wake();
   enum : uint32_t { kOpen = 0, kClosed = 1, kWatched = 2 };  // kWatched: open, other threads' calls counted
   alignas(64) std::atomic<uint32_t> state_{kOpen};
-  std::atomic<uint64_t> watched_calls_{0};
+  // Off state_'s line: while watching, every other thread's call adds here.
+  alignas(64) std::atomic<uint64_t> watched_calls_{0};
   std::atomic<int32_t> watcher_{0};  // the thread whose calls are not counted
   Stripe stripes_[kThreadStripes];
   std::mutex mu_;
