@@ -602,7 +602,10 @@ supervised_torch() {  # supervised_torch [--gpu-map MAP]
     -- env LD_PRELOAD="$LIBPHOS" PHOS_FAULT=gpu-error PHOS_FAULT_FILE="$WORK/gpu-fault" \
     "$PHOS_WORKLOAD_RUNNER" "$script" "$WORK/state" "$WORK/run.losses" $n 20 > "$sup" 2>&1 &
   local sup_pid=$!
-  AT_EXIT="kill -9 $sup_pid 2>/dev/null"
+  # The series' logs (each image's dump.log and restore.log, the last
+  # failed dump's) kept beside the case's.
+  AT_EXIT="kill -9 $sup_pid 2>/dev/null; cp \"\$WORK/ckpt/last-failed-dump.log\" \"\$log/\$CASE/\" 2>/dev/null;
+    for d in \"\$WORK\"/ckpt/0*/; do for f in \"\$d\"*.log; do cp \"\$f\" \"\$log/\$CASE/\$(basename \"\$d\")-\$(basename \"\$f\")\"; done; done 2>/dev/null; true"
   wait_line "$sup" "checkpoint 1 complete" 1 120
   kill -9 "$(workload_pids | head -n1)"
   wait_line "$sup" "restart 1 of 3: restored from" 1 120
