@@ -77,7 +77,7 @@ leave_running_then_restore() {
   [ "$(final_counter)" = "$kept" ] || fail "$label: the restored pair writes into the file under the final name ($kept -> $(final_counter))"
   final_ino=$(stat -c %i "$FINAL")
   local inos; inos=$(for p in $(workload_pids); do mapping_inodes "$p"; done | sort -u)
-  [ "$(echo "$inos" | wc -l)" = 1 ] || fail "$label: the restored processes map different inodes: $(echo $inos)"
+  [ "$(echo "$inos" | wc -l)" = 1 ] || fail "$label: the restored processes map different inodes: $(echo "$inos" | paste -sd" " -)"
   [ "$inos" != "$final_ino" ] || fail "$label: the restored mapping is the inode under the final name ($final_ino)"
   say "$label: dumped as a ghost, restored: count $first (dumped near $at; the original reached $kept), the child's mapping and fd and the parent's mapping on one copy (inode $inos, not the final name's $final_ino)"
   kill_tree
@@ -93,7 +93,7 @@ grep -q "Can't dump $FINAL\.[^ ]*: its path is gone .* exceed the ghost limit of
   fail "ghost limit: the dump log does not name the file and the limit: $(criu_errors "$WORK/dump.log")"
 at=$(state_counter)
 wait_counter_above $((at + 5))
-say "ghost limit: refused ($(grep -o "Can't dump $FINAL[^:]*" "$WORK/dump.log")), the process runs on"
+say "ghost limit: refused ($(grep -o "Can't dump ${FINAL}[^:]*" "$WORK/dump.log")), the process runs on"
 kill_tree
 
 # 4. A stopped dump keeps its link remap: the restore maps the final name's inode again.
