@@ -11,6 +11,9 @@
 # per CPU); the tests with several processes and maps04 run again with
 # --page-write-threads 4 (more writers than tasks or CPUs here), and a few
 # with --page-write-threads 1 (the old path: chunks in criu's main thread).
+# unlink_mmap03 (0004-*) maps a file whose path is gone while it is linked
+# under another name: dumped and restored with a link remap as before, and
+# with --norst (a --leave-running dump) dumped as a ghost file.
 #
 # Tests run in the host flavour (no namespaces) to fit CI's time. zdtm runs a
 # test as uid 18943 unless its .desc says "suid", and criu then needs
@@ -39,7 +42,8 @@ py=/usr/bin/python3
 command -v make >/dev/null && command -v gcc >/dev/null || skip "zdtm needs make and gcc"
 
 tests=(maps00 maps01 maps02 maps04 maps05 maps06 maps11 mprotect00 mem-touch cow00 cow01
-       grow_map02 grow_map03 pthread00 pthread01 pthread_timers seccomp_filter_threads maps-threads)
+       grow_map02 grow_map03 pthread00 pthread01 pthread_timers seccomp_filter_threads maps-threads
+       unlink_mmap03)
 threaded=(pthread00 pthread01 pthread_timers seccomp_filter_threads maps-threads)
 writers=(cow00 cow01 maps04 maps-threads)
 serial_writer=(maps00 cow01 mprotect00)
@@ -77,13 +81,16 @@ PY
 fi
 
 passed=0 failed=0
+# ZDTM_ARGS: more options of zdtm.py run, e.g. --norst.
 run() {  # run LABEL TEST [DUMP_LOG_PATTERN]: one zdtm run, environment as set by the caller
   local label=$1 t=$2 want=${3:-} out keep=() dumps=$tree/test/dump/zdtm/static/$2
+  local extra=()
+  read -ra extra <<< "${ZDTM_ARGS:-}"
   out=$log/$t.$passed.$failed.log
   # With a pattern the images (and criu's logs) are kept, to check the path the dump took.
   if [ -n "$want" ]; then keep=(--keep-img always); rm -rf "$dumps"; fi
   if (cd "$tree/test" && PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout -k 10 300 \
-        "$py" zdtm.py run -t "zdtm/static/$t" -f h --criu-bin ../criu/criu --pycriu-search-path ../lib "${keep[@]}") \
+        "$py" zdtm.py run -t "zdtm/static/$t" -f h --criu-bin ../criu/criu --pycriu-search-path ../lib "${keep[@]}" "${extra[@]}") \
         > "$out" 2>&1 && grep -q "Test zdtm/static/$t PASS" "$out"; then
     # (grep reads the logs itself: with a pipe, grep -q's early exit fails cat under pipefail)
     if [ -n "$want" ] && ! grep -qs -- "$want" "$dumps"/*/*/dump.log; then
@@ -112,5 +119,6 @@ echo "page-write-threads 1" > "$log/serial.conf"
 for t in "${serial_writer[@]}"; do
   CRIU_CONFIG_FILE=$log/serial.conf run "--page-write-threads 1" "$t" "Writing pages in the main thread (--page-write-threads 1)"
 done
+ZDTM_ARGS=--norst run "--norst: --leave-running" unlink_mmap03 "as a ghost file: its path is gone"
 echo "criu zdtm: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
