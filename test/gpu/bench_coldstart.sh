@@ -33,6 +33,10 @@
 #                 since 2026-11-27: the same as phos_eager)
 #   phos_eager_noshrink  phos_eager with PHOS_SHRINK_DRIVER_STATE=0 (the
 #                 limits left as they are: the default before)
+#   phos_eager_modeager  phos_eager with the server under
+#                 CUDA_MODULE_LOADING=EAGER: every module's kernels loaded at
+#                 its start, so none is loaded at its first launch after the
+#                 restore (is a first generate's extra time lazy loading?)
 #   phos_lazy     the same, PHOS_LAZY_RESTORE=on in criu's environment
 #   phos_lazy_pages  phos_lazy, and criu restore --lazy-pages with a
 #                 `criu lazy-pages -D DIR` daemon started before (its start
@@ -160,7 +164,7 @@ IFS=, read -r -a SHAPES <<<"$SHAPES"
 IFS=, read -r -a PATHS <<<"$PATHS"
 for s in "${SHAPES[@]}"; do [[ $s =~ ^(tiny|1b|8b|13b)$ ]] || die "--shapes: $s is not tiny, 1b, 8b or 13b"; done
 for p in "${PATHS[@]}"; do
-  [[ $p =~ ^(native|cuda_plugin|phos_eager|phos_eager_serial|phos_eager_shrink|phos_eager_noshrink|phos_lazy|phos_lazy_pages|phos_eager_criu_dev)$ ]] || die "--paths: unknown path $p"
+  [[ $p =~ ^(native|cuda_plugin|phos_eager|phos_eager_serial|phos_eager_shrink|phos_eager_noshrink|phos_eager_modeager|phos_lazy|phos_lazy_pages|phos_eager_criu_dev)$ ]] || die "--paths: unknown path $p"
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps: $REPS is not a count"
 [[ $KV_FRAC =~ ^0*(\.[0-9]+)?$|^0\.[0-9]+$ ]] || die "--kv-cache-frac: $KV_FRAC is not in [0, 1)"
@@ -584,6 +588,7 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   case $path in
     phos_eager_shrink) SERVER_ENV=(PHOS_SHRINK_DRIVER_STATE=1) ;;
     phos_eager_noshrink) SERVER_ENV=(PHOS_SHRINK_DRIVER_STATE=0) ;;
+    phos_eager_modeager) SERVER_ENV=(CUDA_MODULE_LOADING=EAGER) ;;
     cuda_plugin) preload=0 so=$CUDA_PLUGIN_SO ;;
     phos_eager_serial) renv=(PHOS_RESTORE_OVERLAP=off) ;;
     phos_lazy) renv=(PHOS_LAZY_RESTORE=on) ;;
