@@ -31,6 +31,7 @@
 #include "phos/hooks/gate.h"
 #include "phos/hooks/step_boundary.h"
 #include "phos/hooks/kernel_registry.h"
+#include "phos/hooks/library_memory.h"
 #include "phos/hooks/module_registry.h"
 #include "phos/hooks/nccl_communicators.h"
 #include "phos/hooks/thread_stripe.h"
@@ -130,6 +131,9 @@ class Runtime {
   Gate gate_;
   StepBoundary steps_;  // the program's iteration boundaries (phos_step)
   DeviceMemory memory_;
+  // cuBLAS's workspaces and its own memory: what its calls write beside
+  // their arguments (told by the cuBLAS and allocation hooks).
+  LibraryMemory library_memory_;
   ModuleRegistry modules_;
   // One entry per launched kernel, shared by the three features below (kernel_registry.h).
   KernelRegistry kernels_{modules_, describe_kernel};
@@ -181,6 +185,7 @@ class RuntimeView {
   Gate& gate() const { return r_->gate_; }
   StepBoundary& steps() const { return r_->steps_; }
   DeviceMemory& memory() const { return r_->memory_; }
+  LibraryMemory& library_memory() const { return r_->library_memory_; }
   ModuleRegistry& modules() const { return r_->modules_; }
   KernelRegistry& kernels() const { return r_->kernels_; }
   LaunchLog& launches() const { return r_->launches_; }

@@ -5,10 +5,22 @@
  *
  * A cublasLtMatrixLayout_t here is a cublasLtMatrixLayoutOpaque_t whose
  * data[i] holds attribute i (type, order, rows, cols, ld, batch count,
- * batch stride, plane offset). */
+ * batch stride, plane offset).
+ *
+ * Handles made by cublasCreate (slots of a table: a destroyed handle's value
+ * comes back, as a real one's may) own memory as cuBLAS's do: cublasCreate
+ * allocates 1 MiB (its default workspace pool), the first cublasGemmEx on a
+ * handle without a workspace 64 KiB more (a pool made at first use); both
+ * through the driver, freed by cublasDestroy. cublasGemmEx on such a handle
+ * passes the gate (a driver call, as a real GEMM's kernel launch does),
+ * then, with FAKE_CUDA_MEMORY=1, adds 1 to the first word of the memory its
+ * kernels would write beside C: the workspace cublasSetWorkspace set, else
+ * the handle's own pool; and to fake_cublas_side_door's buffer where one is
+ * set (memory the library writes without phos being told of it). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
+#include <stdint.h>
 #include <string.h>
 
 unsigned long long fake_cublas_calls;
@@ -50,12 +62,75 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
   return counted();
 }
 
+int fake_real_memory(void); /* fake_libcuda_vmm.c: FAKE_CUDA_MEMORY=1 */
+
+enum { kOwnBytes = 1 << 20, kLazyBytes = 64 << 10, kHandles = 16 };
+struct FakeHandle {
+  int used;
+  CUdeviceptr own, lazy;    /* the library's own memory */
+  void *workspace;          /* cublasSetWorkspace's */
+  size_t workspace_bytes;
+};
+static struct FakeHandle g_handles[kHandles];
+static void *g_side_door;
+
+static struct FakeHandle *made(cublasHandle_t h) {
+  struct FakeHandle *f = (struct FakeHandle *)h;
+  return f >= g_handles && f < g_handles + kHandles && f->used ? f : NULL;
+}
+
+/* For the tests: the memory a handle's library owns, and the side door. */
+unsigned long long fake_cublas_own_memory(cublasHandle_t h) { return made(h) ? made(h)->own : 0; }
+unsigned long long fake_cublas_lazy_memory(cublasHandle_t h) { return made(h) ? made(h)->lazy : 0; }
+void fake_cublas_side_door(void *p) { g_side_door = p; }
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+  for (int i = 0; i < kHandles; i++) {
+    if (g_handles[i].used) continue;
+    memset(&g_handles[i], 0, sizeof(g_handles[i]));
+    if (cuMemAlloc(&g_handles[i].own, kOwnBytes) != CUDA_SUCCESS) return CUBLAS_STATUS_ALLOC_FAILED;
+    g_handles[i].used = 1;
+    *h = (cublasHandle_t)&g_handles[i];
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  struct FakeHandle *f = made(h);
+  if (!f) return CUBLAS_STATUS_NOT_INITIALIZED;
+  cuMemFree(f->own);
+  if (f->lazy) cuMemFree(f->lazy);
+  f->used = 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *workspace, size_t bytes) {
+  struct FakeHandle *f = made(h);
+  if (!f) return CUBLAS_STATUS_NOT_INITIALIZED;
+  f->workspace = workspace;
+  f->workspace_bytes = bytes;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+static void bump(void *p) {
+  if (p && fake_real_memory()) (*(volatile unsigned *)p)++;
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void *alpha, const void *a, cudaDataType at, int lda, const void *b,
                             cudaDataType bt, int ldb, const void *beta, void *c, cudaDataType ct, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-  (void)h; (void)ta; (void)tb; (void)m; (void)n; (void)k; (void)alpha; (void)a; (void)at; (void)lda; (void)b;
+  (void)ta; (void)tb; (void)m; (void)n; (void)k; (void)alpha; (void)a; (void)at; (void)lda; (void)b;
   (void)bt; (void)ldb; (void)beta; (void)c; (void)ct; (void)ldc; (void)compute; (void)algo;
+  struct FakeHandle *f = made(h);
+  if (f) {
+    if (!f->workspace && !f->lazy && cuMemAlloc(&f->lazy, kLazyBytes) != CUDA_SUCCESS)
+      return CUBLAS_STATUS_ALLOC_FAILED;
+    cuCtxSynchronize();
+    bump(f->workspace ? f->workspace : (void *)(uintptr_t)f->own);
+    bump(g_side_door);
+  }
   return counted();
 }
 

@@ -14,11 +14,13 @@ namespace image = phos::image;
 namespace {
 
 // What the allocation hooks use: the gate, the device memory, the counters,
-// the calls that make a checkpoint impossible, the stream captures.
+// the calls that make a checkpoint impossible, the stream captures, the
+// memory cuBLAS allocates for itself.
 struct MemoryDeps : RuntimeView {
   using RuntimeView::captures;
   using RuntimeView::counters;
   using RuntimeView::gate;
+  using RuntimeView::library_memory;
   using RuntimeView::memory;
   using RuntimeView::unsupported;
 };
@@ -30,8 +32,16 @@ CUresult allocate(MemoryDeps rt, CUdeviceptr* dptr, size_t size, uint32_t flags)
   if (r == CUDA_SUCCESS) {
     rt.counters().count(Counter::kAllocations);
     if (flags & image::kAllocAsync) rt.counters().count(Counter::kAsyncAllocations);
+    // Made inside a cuBLAS call (its workspace pool): written by its calls
+    // beside their arguments (library_memory.h).
+    if (LibraryMemory::inside()) rt.library_memory().allocated(*dptr, size);
   }
   return r;
+}
+
+void freed(MemoryDeps rt, CUdeviceptr ptr) {
+  rt.counters().count(Counter::kFrees);
+  rt.library_memory().freed(ptr);
 }
 
 // Stream-ordered allocation. phos memory is valid at once, which satisfies
@@ -57,7 +67,7 @@ CUresult free_async(CallKind kind, CUdeviceptr ptr, CUstream stream, bool per_th
   GatePass pass(rt.gate(), kind);
   CUresult r = CUDA_SUCCESS;
   if (!rt.captures().capturing(stream, per_thread) && rt.memory().free_after(ptr, stream, per_thread, &r)) {
-    if (r == CUDA_SUCCESS) rt.counters().count(Counter::kFrees);
+    if (r == CUDA_SUCCESS) freed(rt, ptr);
     return r;
   }
   rt.counters().count(Counter::kForeignFrees);
@@ -90,7 +100,7 @@ extern "C" PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemFree_v2));
   CUresult r = CUDA_SUCCESS;
   if (rt.memory().free(ptr, &r)) {
-    if (r == CUDA_SUCCESS) rt.counters().count(Counter::kFrees);
+    if (r == CUDA_SUCCESS) freed(rt, ptr);
     return r;
   }
   rt.counters().count(Counter::kForeignFrees);

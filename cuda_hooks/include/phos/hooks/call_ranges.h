@@ -35,9 +35,11 @@ struct BufferRange {
   uint8_t access = 0;
 };
 
-// The ranges of one call; at most kMax (cublasLtMatmul: A, B, C, D, workspace).
+// The ranges of one call; at most kMax (cublasLtMatmul: A, B, C, D,
+// workspace; a cuBLAS call adds what the library writes beside its
+// arguments, library_memory.h, in the room left).
 struct RangeList {
-  static constexpr size_t kMax = 6;
+  static constexpr size_t kMax = 8;
   BufferRange items[kMax];
   uint8_t count = 0;
   void add(uint64_t address, uint64_t bytes, uint8_t access);
