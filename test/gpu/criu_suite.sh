@@ -79,6 +79,16 @@
 #                        0 wrong images, the process unharmed; every 10th, its
 #                        next dump copies while it is stopped and restores
 #                        equal
+#   cow_cublas_workspace gpu_steps splitk: a cuBLAS BF16 GEMM loop (m 64,
+#                        n 16, k 2^20: split-K) with a workspace set through
+#                        cublasSetWorkspace, allocated last, behind 2 GiB
+#                        (PHOS_COW_CUBLAS_MIB) copied first; dumped with
+#                        --leave-running and copy-on-write, default trust
+#                        (checksum): the image completes (the workspace is
+#                        in each GEMM's exact set, saved before the first
+#                        GEMM in the window), the program's checksums and its
+#                        image's, restored, equal an uninterrupted run's.
+#                        Fails if cuBLAS did not use the workspace
 #   torch_cow, torch_cow_async  torch_train.py (default caching allocator;
 #                        backend:cudaMallocAsync) dumped with --leave-running
 #                        and copy-on-write (default trust: checksum) while it
@@ -577,6 +587,48 @@ torch_cow_case() {
   pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}${at_once:+; $at_once}${dead:+; $dead}"
 }
 case_torch_cow() { torch_cow_case; }
+
+# cow_cublas_workspace: issue 29's inference servers in small. cuBLAS's
+# split-K GEMMs write the workspace the program set (PyTorch sets one on
+# every handle): with it out of the GEMM's exact set, its chunk differed
+# from the freeze and checksum trust refused every image.
+case_cow_cublas_workspace() {
+  local n=${PHOS_COW_CUBLAS_STEPS:-8000} mib=${PHOS_COW_CUBLAS_MIB:-2048} written
+  setup "$bin/gpu_steps"
+  unset CUBLAS_WORKSPACE_CONFIG PHOS_COW_TRUST
+  local args=(splitk --steps "$n" --ballast-mib "$mib")
+  timeout 300 env LD_PRELOAD="$LIBPHOS" "$COUNTER" "$WORK/ref.state" "${args[@]}" --pace-ms 0 --log "$WORK/ref.steps" \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?): $(cat "$WORK/ref.state.error" 2>/dev/null)"
+  written=$(cat "$WORK/ref.state.workspace" 2>/dev/null)
+  [ "$(cut -d' ' -f2 <<< "$written")" -gt 0 ] 2>/dev/null ||
+    fail "cuBLAS did not write the workspace for these shapes (${written:-no probe}): the case would test nothing"
+  start_workload --preload "${args[@]}" --pace-ms 1 --log "$WORK/run.steps"
+  reach 200 120 "before the dump"
+  TOKEN=$(state_token)
+  PHOS_COPY_ON_WRITE=always criu_dump --leave-running ||
+    fail "criu dump --leave-running failed: $(phos_error "$WORK/dump.log" | cut -c1-800)"
+  ls "$IMG"/phos-*-complete.img >/dev/null 2>&1 || fail "no completion marker"
+  local saved checked stalls
+  saved=$(grep -o '[0-9]* chunks ([0-9.]* MiB) saved' "$WORK/dump.log" | head -n1)
+  checked=$(grep -o 'checksum: [0-9]* chunks equal to the freeze' "$WORK/dump.log" | paste -sd, - || true)
+  stalls=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | paste -sd/ - || true)
+  [ -n "$saved" ] || fail "no copy-on-write window in the dump"
+  [ -n "$checked" ] || fail "the copy was not checked by checksum (the default)"
+  reach $((n - 1)) 300 "after the leave-running dump"
+  gone "$(workload_pids)"
+  [ "$(state_token)" = "$TOKEN" ] || fail "token changed"
+  cmp -s "$WORK/ref.steps" "$WORK/run.steps" || fail "the checkpointed program's checksums differ from the uninterrupted run's"
+  criu_restore || fail "criu restore failed: $(phos_error "$WORK/restore.log")"
+  restored_pid >/dev/null || fail "no restored process"
+  # The restored program appends from the step after its freeze on.
+  for _ in $(seq 2400); do [ "$(tail -n1 "$WORK/run.steps" | cut -d' ' -f1)" = "$n" ] && [ "$(wc -l < "$WORK/run.steps")" -gt "$n" ] && break; sleep 0.05; done
+  local first; first=$(sed -n "$((n + 1))p" "$WORK/run.steps" | cut -d' ' -f1)
+  [ -n "$first" ] || fail "the restored program logged no step"
+  [ "$(tail -n1 "$WORK/run.steps" | cut -d' ' -f1)" = "$n" ] || fail "the restored program stopped at step $(tail -n1 "$WORK/run.steps" | cut -d' ' -f1): $(cat "$WORK/state.error" 2>/dev/null)"
+  tail -n +$((n + 1)) "$WORK/run.steps" | cmp -s - <(tail -n +"$first" "$WORK/ref.steps") ||
+    fail "the restored image's checksums differ from the uninterrupted run's (frozen at step $((first - 1)))"
+  pass "$written bytes of the workspace written by a GEMM; image complete: $saved into the pool, $checked; stall ${stalls:-?}; the checkpointed program's $n checksums and its image's restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's"
+}
 case_torch_cow_async() { torch_cow_case PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; }
 
 # supervise_torch: torch_train.py under `phosctl supervise` (a leave-running
@@ -2464,7 +2516,7 @@ limit_of() {  # seconds a case may take
     peer_access_2gpu | anchor_peer_access_2gpu) echo 200 ;;
     pattern_8GiB | dump_criu_killed | cow_pattern_8GiB | sparse_8GiB | incremental_8GiB) echo 200 ;;
     cow_random | cow_planted | cow_planted_sass | recopy_random | recopy_random_unspeculated | recopy_planted | soak_torch | soak_pattern_32GiB) echo 590 ;;
-    recopy_pattern_8GiB | lazy_pattern_8GiB) echo 200 ;;
+    recopy_pattern_8GiB | lazy_pattern_8GiB | cow_cublas_workspace) echo 200 ;;
     *) echo 150 ;;
   esac
 }
@@ -2472,7 +2524,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   dump_disk_full dump_disk_full_leave_running dump_fails_after_snapshot dump_driver_refuses dump_criu_killed restore_corrupt_chunk restore_missing_data_file
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process multi_gpu_process_cow restore_other_gpu cuda_visible_devices
-  cow_pattern_8GiB cow_random cow_planted cow_planted_sass torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
+  cow_pattern_8GiB cow_random cow_planted cow_planted_sass cow_cublas_workspace torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu migrate_multi_gpu migrate_multi_gpu_nopeer llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow

@@ -11,6 +11,17 @@
 //   cublas: X <- tanh(alpha * A * X) + drive(step), SGEMM on 2048 x 2048
 //           (cuBLAS without atomics; run with CUBLAS_WORKSPACE_CONFIG=:4096:8
 //           so it picks the same algorithm every time);
+//   splitk: Y <- A * X by cublasGemmEx in BF16 (FP32 compute), A 64 x 2^20,
+//           X 2^20 x 16: small m and n, very large k, so cuBLAS splits k
+//           and keeps its partial sums in the workspace the program gave it
+//           with cublasSetWorkspace (32 MiB, allocated last: a dump's copy
+//           reaches it last); then X <- f(Y, step). Before each GEMM the
+//           handle is given its stream and workspace again, as PyTorch does
+//           each time it hands a handle out. --ballast-mib M: M MiB of
+//           memory allocated first and never touched (a longer copy).
+//           Before the first step one GEMM runs on a workspace set to a
+//           pattern: STATE.workspace gets "workspace WRITTEN of BYTES" (the
+//           bytes it changed; 0: cuBLAS did not use it for these shapes);
 //   graph:  one CUDA graph, instantiated once before the first step and
 //           replayed every step: memset, a kernel that advances 64 MiB from
 //           a step counter kept on the device, a device-to-device copy, a
@@ -18,9 +29,10 @@
 //           increment.
 // The step result is an integer sum over the buffer (order-independent).
 //
-// usage: gpu_steps STATE cublas|graph [--steps N] [--log FILE] [--pace-ms MS]
+// usage: gpu_steps STATE cublas|splitk|graph [--steps N] [--log FILE] [--pace-ms MS] [--ballast-mib M]
 //   --steps N: exit after N steps (default: run forever)
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <fcntl.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -105,6 +117,32 @@ __global__ void mix(uint32_t* p, size_t n) {
 
 __global__ void tick(unsigned long long* step) { (*step)++; }
 
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    p[i] = __float2bfloat16(float(x >> 8) / float(1u << 24) - 0.5f);
+  }
+}
+
+// X <- f(Y, step): every element of X moves with Y and the step, so every
+// GEMM's partial sums differ from the last one's.
+__global__ void feed_back(const __nv_bfloat16* y, size_t y_n, __nv_bfloat16* x, size_t n, uint64_t step) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    float v = 0.01f * __bfloat162float(y[i % y_n]) + 1e-3f * float((i * 131 + step) % 17) + float(i % 7) * 0.1f - 0.3f;
+    x[i] = __float2bfloat16(0.5f * tanhf(v));
+  }
+}
+
+// The 32-bit words of p[0..n) that differ from `pattern`.
+__global__ void count_changed(const uint32_t* p, size_t n, uint32_t pattern, unsigned long long* out) {
+  unsigned long long c = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    c += p[i] != pattern;
+  atomicAdd(out, c);
+}
+
 void write_file(const char* path, const char* text, bool append) {
   std::string tmp = std::string(path) + ".tmp";
   int fd = append ? open(path, O_WRONLY | O_CREAT | O_APPEND, 0644) : open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -148,6 +186,63 @@ struct Cublas : Steps {
   }
 };
 
+struct SplitK : Steps {
+  static constexpr int m = 64, n = 16, k = 1 << 20;
+  static constexpr size_t kWorkspaceBytes = 32u << 20;
+  cublasHandle_t h;
+  cudaStream_t s;
+  __nv_bfloat16 *a, *x, *y;
+  void* workspace;
+  unsigned long long* sum;
+  SplitK(const char* state, size_t ballast_mib) {
+    if (ballast_mib) {
+      void* ballast;
+      CHECK_CUDA(cudaMalloc(&ballast, ballast_mib << 20));
+      CHECK_CUDA(cudaMemset(ballast, 0x3c, ballast_mib << 20));
+    }
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUBLAS(cublasCreate(&h));
+    CHECK_CUDA(cudaMalloc(&a, sizeof(__nv_bfloat16) * size_t(m) * k));
+    CHECK_CUDA(cudaMalloc(&x, sizeof(__nv_bfloat16) * size_t(k) * n));
+    CHECK_CUDA(cudaMalloc(&y, sizeof(__nv_bfloat16) * size_t(m) * n));
+    CHECK_CUDA(cudaMalloc(&sum, 8));
+    CHECK_CUDA(cudaMalloc(&workspace, kWorkspaceBytes));  // last: the highest address
+    fill_bf16<<<256, 256, 0, s>>>(a, size_t(m) * k, 1);
+    fill_bf16<<<256, 256, 0, s>>>(x, size_t(k) * n, 2);
+    // Does cuBLAS use the workspace for these shapes? One GEMM on a pattern.
+    constexpr uint32_t kPattern = 0xa5a5a5a5u;
+    CHECK_CUDA(cudaMemsetAsync(workspace, 0xa5, kWorkspaceBytes, s));
+    gemm();
+    CHECK_CUDA(cudaMemsetAsync(sum, 0, 8, s));
+    count_changed<<<256, 256, 0, s>>>(static_cast<const uint32_t*>(workspace), kWorkspaceBytes / 4, kPattern, sum);
+    unsigned long long changed = 0;
+    CHECK_CUDA(cudaMemcpyAsync(&changed, sum, 8, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    char line[96];
+    std::snprintf(line, sizeof(line), "workspace %llu of %zu\n", changed * 4, kWorkspaceBytes);
+    write_file((std::string(state) + ".workspace").c_str(), line, false);
+  }
+  void gemm() {
+    // As PyTorch hands out a handle: its stream (which in cuBLAS 12+ puts
+    // back the default workspace), then its workspace.
+    CHECK_CUBLAS(cublasSetStream(h, s));
+    CHECK_CUBLAS(cublasSetWorkspace(h, workspace, kWorkspaceBytes));
+    const float one = 1.f, zero = 0.f;
+    CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_16BF, m, x, CUDA_R_16BF, k, &zero,
+                              y, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  uint64_t step(uint64_t counter) override {
+    gemm();
+    feed_back<<<256, 256, 0, s>>>(y, size_t(m) * n, x, size_t(k) * n, counter);
+    CHECK_CUDA(cudaMemsetAsync(sum, 0, 8, s));
+    checksum<<<8, 256, 0, s>>>(reinterpret_cast<const uint32_t*>(y), size_t(m) * n / 2, sum);
+    unsigned long long out;
+    CHECK_CUDA(cudaMemcpyAsync(&out, sum, 8, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    return out;
+  }
+};
+
 struct Graph : Steps {
   static constexpr size_t n = 16u << 20;  // 64 MiB of words
   uint32_t *a, *b;
@@ -186,23 +281,28 @@ struct Graph : Steps {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3 || (std::strcmp(argv[2], "cublas") && std::strcmp(argv[2], "graph"))) {
-    std::fprintf(stderr, "usage: %s STATE cublas|graph [--steps N] [--log FILE] [--pace-ms MS]\n", argv[0]);
+  if (argc < 3 || (std::strcmp(argv[2], "cublas") && std::strcmp(argv[2], "splitk") && std::strcmp(argv[2], "graph"))) {
+    std::fprintf(stderr, "usage: %s STATE cublas|splitk|graph [--steps N] [--log FILE] [--pace-ms MS] [--ballast-mib M]\n",
+                 argv[0]);
     return 2;
   }
   uint64_t steps = 0;
   int pace_ms = 10;
+  size_t ballast_mib = 0;
   const char* log = nullptr;
   for (int i = 3; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--log")) log = argv[i + 1];
     else if (!std::strcmp(argv[i], "--pace-ms")) pace_ms = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--ballast-mib")) ballast_mib = std::strtoull(argv[i + 1], nullptr, 10);
   }
   g_error_file = std::string(argv[1]) + ".error";
   uint64_t token;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
   CHECK_CUDA(cudaFree(nullptr));
-  Steps* work = !std::strcmp(argv[2], "cublas") ? static_cast<Steps*>(new Cublas) : new Graph;
+  Steps* work = !std::strcmp(argv[2], "cublas")   ? static_cast<Steps*>(new Cublas)
+                : !std::strcmp(argv[2], "splitk") ? static_cast<Steps*>(new SplitK(argv[1], ballast_mib))
+                                                  : new Graph;
   uint64_t running = 0xcbf29ce484222325ull;
   for (uint64_t counter = 1; steps == 0 || counter <= steps; counter++) {
     running = (running ^ work->step(counter)) * 0x100000001b3ull;

@@ -29,7 +29,11 @@ struct LibraryCall {
 };
 
 // `describe` (-> LibraryCall) runs only while recording or speculating; the
-// kernels the call issues are covered by its exact set.
+// kernels the call issues are covered by its exact set, which must hold
+// every byte they may write: besides the buffers the arguments name, the
+// library's scratch memory (a cuBLAS GEMM's: the handle's workspace and the
+// memory cuBLAS allocated for itself, library_memory.h). A write outside it
+// is seen by nothing until checksum trust refuses the image.
 template <class Describe, class Real>
 auto library_call(const char* call, Describe&& describe, Real&& real) {
   const LibraryDeps rt;
