@@ -10,8 +10,9 @@
 // pointers in device memory: the arrays are recorded, the matrices behind
 // them are not read here. Each hook is a library scope (library_memory.h):
 // cublasCreate, cublasLtCreate, cublasSetStream, cublasSetWorkspace and
-// cublasDestroy are interposed for that (and the last three to follow the
-// handle's workspace); they record nothing.
+// cublasDestroy are interposed for that, and cublasCreate,
+// cublasSetWorkspace and cublasDestroy to follow the handle's workspace
+// (kept across cublasSetStream); they record nothing.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
