@@ -12,8 +12,10 @@
 #      full, the pool is given back (criu's log says so), the allocation
 #      succeeds (the program counts no failure); the log names the memset as
 #      the call that saved the most into the pool; the image restores intact
-#   2. an explicit cow_pool_mib=40: the pool is the setting, given back the
-#      same way; restores intact
+#   2. an explicit cow_pool_mib=40, the program's allocation a pitched one
+#      (cuMemAllocPitch, its only allocation in the window): the pool is the
+#      setting, given back the same way, the pitched allocation succeeds;
+#      restores intact
 #   3. cow_pool_mib=0: no pool, nothing to give back; restores intact
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/pool_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -22,10 +24,10 @@ unset PHOS_COW_POOL_MIB
 source "$(dirname "$0")/../e2e/lib.sh"
 failed_allocations() { state_field 4; }
 
-fresh_start() {
+fresh_start() {  # fresh_start [pitch]
   rm -rf "${IMG:?}"/*
   [ -n "${WORKLOAD_PID:-}" ] && { kill -9 "$WORKLOAD_PID" 2>/dev/null || true; wait_pid_free; }
-  start_workload --preload 64
+  start_workload --preload 64 "$@"
   wait_counter_above 5
   [ "$(failed_allocations)" = 0 ] || fail "the program's allocation failed before any dump: $(cat "$WORK/state")"
 }
@@ -66,15 +68,15 @@ say "1. auto: $sized; $(grep -o 'copy-on-write pool given back ([0-9.]* MiB)' "$
 restored_ok auto
 [ "$(failed_allocations)" = 0 ] || fail "auto: the restored program's allocations failed"
 
-# 2. An explicit size.
-fresh_start
+# 2. An explicit size; the program's allocation a pitched one.
+fresh_start pitch
 PHOS_COPY_ON_WRITE=always PHOS_COW_POOL_MIB=40 criu_dump --leave-running ||
   fail "explicit: criu dump failed: $(criu_errors "$WORK/dump.log")"
 grep -q "copy-on-write pool on GPU 0: cow_pool_mib=40: .*: 40 slots (0.04 GiB), bounded by the setting" "$WORK/dump.log" ||
   fail "explicit: not the setting's pool: $(grep -o 'copy-on-write pool on GPU 0: .*' "$WORK/dump.log")"
 given_back explicit
 dumped explicit
-say "2. cow_pool_mib=40: 40 slots, given back when the program needed the memory"
+say "2. cow_pool_mib=40: 40 slots, given back when the program's pitched allocation needed the memory"
 restored_ok explicit
 
 # 3. No pool.

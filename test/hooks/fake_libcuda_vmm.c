@@ -282,6 +282,11 @@ CUresult cuMemAlloc(CUdeviceptr *p, size_t size) {
   *p = (CUdeviceptr)m + 4096;
   return CUDA_SUCCESS;
 }
+/* As cuMemAlloc: libphos.so answers a pitched allocation itself. */
+CUresult cuMemAllocPitch(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int element_size) {
+  (void)p; (void)pitch; (void)width; (void)height; (void)element_size;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 CUresult cuMemFree(CUdeviceptr p) {
   if (!fake_real_memory() || !p) return CUDA_SUCCESS;
   void *m = (void *)(p - 4096);

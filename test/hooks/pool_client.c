@@ -10,11 +10,12 @@
  *   4. cuMemAlloc(16 MiB), then cuMemFree:     fits beside A, not beside A
  *                                              and a pool as large as A:
  *                                              phos must give the pool back
+ *      (with "pitch": cuMemAllocPitch of 16 MiB instead, 4096-byte rows)
  *   5. check A's words == n
  *
  * STATE gets "TOKEN COUNTER ok|bad:WHAT FAILED_ALLOCATIONS".
  *
- * usage: pool_client STATE BUDGET_MIB */
+ * usage: pool_client STATE BUDGET_MIB [pitch] */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
   CUdeviceptr a;
   if (cuMemAlloc(&a, bytes) != CUDA_SUCCESS) return 1;
   volatile uint32_t *A = (volatile uint32_t *)(uintptr_t)a;
+  const int pitched = argc > 3 && !strcmp(argv[3], "pitch");
   uint64_t failed = 0;
   char line[192];
   for (uint64_t n = 1;; n++) {
@@ -51,10 +53,10 @@ int main(int argc, char **argv) {
     check("A[last]", A[words - 1], (uint32_t)(n - 1), n);
     cuMemsetD32(a, (unsigned)n, words);
     CUdeviceptr t;
-    if (cuMemAlloc(&t, 16u << 20) == CUDA_SUCCESS)
-      cuMemFree(t);
-    else
-      failed++;
+    size_t pitch = 0;
+    CUresult r = pitched ? cuMemAllocPitch(&t, &pitch, 4096, 4096, 4) : cuMemAlloc(&t, 16u << 20);
+    if (r == CUDA_SUCCESS) cuMemFree(t);
+    if (r != CUDA_SUCCESS || (pitched && pitch < 4096)) failed++;
     check("A[0]", A[0], (uint32_t)n, n);
     check("A[last]", A[words - 1], (uint32_t)n, n);
     snprintf(line, sizeof(line), "%016llx %llu %s %llu\n", (unsigned long long)token, (unsigned long long)n,

@@ -27,8 +27,8 @@ struct MemoryDeps : RuntimeView {
 
 constexpr size_t kPitchAlignment = 512;
 
-CUresult allocate(MemoryDeps rt, CUdeviceptr* dptr, size_t size, uint32_t flags) {
-  CUresult r = rt.memory().allocate(dptr, size, flags);
+CUresult allocate(MemoryDeps rt, CUdeviceptr* dptr, size_t size, uint32_t flags, const char* call) {
+  CUresult r = rt.memory().allocate(dptr, size, flags, call);
   if (r == CUDA_SUCCESS) {
     rt.counters().count(Counter::kAllocations);
     if (flags & image::kAllocAsync) rt.counters().count(Counter::kAsyncAllocations);
@@ -46,19 +46,18 @@ void freed(MemoryDeps rt, CUdeviceptr ptr) {
 
 // Stream-ordered allocation. phos memory is valid at once, which satisfies
 // the stream order; inside a stream capture the driver's own graph memory
-// nodes are used (and recorded: phos does not checkpoint them yet).
+// nodes are used (and recorded as `captured`: phos does not checkpoint them
+// yet).
 template <class Real>
-CUresult allocate_async(CallKind kind, CUdeviceptr* dptr, size_t size, CUstream stream, bool per_thread,
-                        const char* name, Real&& real) {
+CUresult allocate_async(CallKind kind, const char* call, CUdeviceptr* dptr, size_t size, CUstream stream,
+                        bool per_thread, const char* captured, Real&& real) {
   const MemoryDeps rt;
   GatePass pass(rt.gate(), kind);
   if (rt.captures().capturing(stream, per_thread)) {
-    rt.unsupported().note(name);
-    CUresult r = real();
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && rt.memory().out_of_memory(name, size)) r = real();
-    return r;
+    rt.unsupported().note(captured);
+    return rt.memory().create(captured, size, real);
   }
-  return allocate(rt, dptr, size, image::kAllocAsync);
+  return allocate(rt, dptr, size, image::kAllocAsync, call);
 }
 
 template <class Real>
@@ -79,18 +78,22 @@ CUresult free_async(CallKind kind, CUdeviceptr ptr, CUstream stream, bool per_th
 extern "C" PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   const MemoryDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemAlloc_v2));
-  if (bytesize == 0) return PHOS_REAL(cuMemAlloc_v2)(dptr, bytesize);
-  return allocate(rt, dptr, bytesize, 0);
+  // The driver's answer to a request phos does not serve.
+  if (bytesize == 0)
+    return rt.memory().create("cuMemAlloc_v2", 0, [&] { return PHOS_REAL(cuMemAlloc_v2)(dptr, bytesize); });
+  return allocate(rt, dptr, bytesize, 0, "cuMemAlloc_v2");
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                    unsigned int element_size) {
   const MemoryDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemAllocPitch_v2));
+  // The driver's answer to a request phos does not serve.
   if (!pitch || width == 0 || height == 0 || (element_size != 4 && element_size != 8 && element_size != 16))
-    return PHOS_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
+    return rt.memory().create("cuMemAllocPitch_v2", uint64_t(width) * height,
+                              [&] { return PHOS_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size); });
   size_t p = align_up(width, kPitchAlignment);
-  CUresult r = allocate(rt, dptr, p * height, image::kAllocPitched);
+  CUresult r = allocate(rt, dptr, p * height, image::kAllocPitched, "cuMemAllocPitch_v2");
   if (r == CUDA_SUCCESS) *pitch = p;
   return r;
 }
@@ -108,24 +111,24 @@ extern "C" PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
 }
 
 extern "C" PHOS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream stream) {
-  return allocate_async(PHOS_CALL_KIND(cuMemAllocAsync), dptr, size, stream, false,
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocAsync), "cuMemAllocAsync", dptr, size, stream, false,
                         "cuMemAllocAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocAsync)(dptr, size, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream stream) {
-  return allocate_async(PHOS_CALL_KIND(cuMemAllocAsync_ptsz), dptr, size, stream, true,
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocAsync_ptsz), "cuMemAllocAsync_ptsz", dptr, size, stream, true,
                         "cuMemAllocAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocAsync_ptsz)(dptr, size, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                         CUstream stream) {
-  return allocate_async(PHOS_CALL_KIND(cuMemAllocFromPoolAsync), dptr, size, stream, false,
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocFromPoolAsync), "cuMemAllocFromPoolAsync", dptr, size, stream, false,
                         "cuMemAllocFromPoolAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocFromPoolAsync)(dptr, size, pool, stream); });
 }
 extern "C" PHOS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                              CUstream stream) {
-  return allocate_async(PHOS_CALL_KIND(cuMemAllocFromPoolAsync_ptsz), dptr, size, stream, true,
+  return allocate_async(PHOS_CALL_KIND(cuMemAllocFromPoolAsync_ptsz), "cuMemAllocFromPoolAsync_ptsz", dptr, size, stream, true,
                         "cuMemAllocFromPoolAsync during stream capture",
                         [&] { return PHOS_REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, size, pool, stream); });
 }
@@ -150,7 +153,7 @@ extern "C" PHOS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t size
   const MemoryDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuMemAllocManaged));
   rt.unsupported().note("cuMemAllocManaged");
-  return PHOS_REAL(cuMemAllocManaged)(dptr, size, flags);
+  return rt.memory().create("cuMemAllocManaged", size, [&] { return PHOS_REAL(cuMemAllocManaged)(dptr, size, flags); });
 }
 
 namespace {

@@ -31,15 +31,13 @@ extern "C" PHOS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle
   CUmemAllocationProp exportable = *prop;
   exportable.requestedHandleTypes =
       CUmemAllocationHandleType(exportable.requestedHandleTypes | CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  CUresult r = real(handle, size, &exportable, flags);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && rt.memory().out_of_memory("cuMemCreate", size))
-    r = real(handle, size, &exportable, flags);
+  CUresult r = rt.memory().create("cuMemCreate", size, [&] { return real(handle, size, &exportable, flags); });
   if (r == CUDA_SUCCESS) {
     rt.memory().user_created(*handle, size, prop->location.id);
     rt.counters().count(Counter::kUserVmmCreates);
     return r;
   }
-  r = real(handle, size, prop, flags);
+  r = rt.memory().create("cuMemCreate", size, [&] { return real(handle, size, prop, flags); });
   if (r == CUDA_SUCCESS) rt.unsupported().note("cuMemCreate of memory that cannot be exported");
   return r;
 }

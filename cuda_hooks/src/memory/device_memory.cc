@@ -147,15 +147,14 @@ DeviceMemory::Unit& DeviceMemory::add_unit_locked(CUdevice dev, CUdeviceptr va, 
   return u;
 }
 
-CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out) {
+CUresult DeviceMemory::new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, const char* call,
+                                       Unit** out) {
   CUdeviceptr va = 0;
   CUresult r = reserve_locked(dev, d, size, &va);
   if (r != CUDA_SUCCESS) return r;
   CUmemAllocationProp prop = unit_prop(dev);
   CUmemGenericAllocationHandle h = 0;
-  r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && out_of_memory("cuMemCreate (the program's allocation)", size))
-    r = PHOS_REAL(cuMemCreate)(&h, size, &prop, 0);
+  r = create(call, size, [&] { return PHOS_REAL(cuMemCreate)(&h, size, &prop, 0); });
   if (r == CUDA_SUCCESS) {
     r = map_with_access(va, size, h, access_for_locked(dev));
     if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
@@ -177,7 +176,7 @@ void DeviceMemory::observe(BufferObserver* o) {
     if (u.user_handle) o->buffer_added(u.va, u.size, u.id);
 }
 
-CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
+CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags, const char* call) {
   if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
   reclaim_deferred();
   CUdevice dev = 0;
@@ -199,7 +198,7 @@ CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
       }
     }
     Unit* slab = nullptr;
-    r = new_unit_locked(dev, *d, align_up(kSlabBytes, d->granularity), flags | image::kAllocSlab, &slab);
+    r = new_unit_locked(dev, *d, align_up(kSlabBytes, d->granularity), flags | image::kAllocSlab, call, &slab);
     if (r != CUDA_SUCCESS) return r;
     slab->slab = std::make_unique<RangeAllocator>();
     slab->slab->add_range(slab->va, slab->size);
@@ -210,7 +209,7 @@ CUresult DeviceMemory::allocate(CUdeviceptr* out, size_t size, uint32_t flags) {
     return CUDA_SUCCESS;
   }
   Unit* unit = nullptr;
-  r = new_unit_locked(dev, *d, align_up(size, d->granularity), flags, &unit);
+  r = new_unit_locked(dev, *d, align_up(size, d->granularity), flags, call, &unit);
   if (r != CUDA_SUCCESS) return r;
   blocks_.emplace(unit->va, Block{size, unit->id, unit->size});
   if (observer_) observer_->buffer_added(unit->va, size, unit->id);

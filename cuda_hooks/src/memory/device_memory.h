@@ -57,13 +57,22 @@ class DeviceMemory {
   // the creation is tried once more. Set once, as on_unit_dropped.
   using OutOfMemory = std::function<bool(const char* call, uint64_t bytes)>;
   void on_out_of_memory(OutOfMemory fn) { out_of_memory_ = std::move(fn); }
-  bool out_of_memory(const char* call, uint64_t bytes) const { return out_of_memory_ && out_of_memory_(call, bytes); }
+  // Every creation of device memory, phos's own and each one forwarded to
+  // the driver (`call` names it in the log): `create()`, and once more where
+  // it found the GPU full and memory may have come free since.
+  template <class Create>
+  CUresult create(const char* call, uint64_t bytes, Create&& create) const {
+    CUresult r = create();
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && out_of_memory_ && out_of_memory_(call, bytes)) r = create();
+    return r;
+  }
 
   static constexpr uint64_t kSlabMaxRequest = 512u << 10;  // larger requests get their own unit
   static constexpr uint64_t kBlockAlignment = 256;         // what cudaMalloc guarantees
 
-  // On the calling thread's current context's device.
-  CUresult allocate(CUdeviceptr* out, size_t size, uint32_t flags);
+  // On the calling thread's current context's device; `call` names the
+  // program's call where the GPU is found full.
+  CUresult allocate(CUdeviceptr* out, size_t size, uint32_t flags, const char* call);
   // false: not ours (the caller forwards to the driver).
   bool free(CUdeviceptr ptr, CUresult* result);
   // Frees `ptr` once the work queued on `stream` so far is done.
@@ -181,7 +190,7 @@ class DeviceMemory {
   CUresult grow_arena_locked(CUdevice dev, Device& d, size_t at_least);
   CUresult reserve_locked(CUdevice dev, Device& d, size_t size, CUdeviceptr* va);
   Unit& add_unit_locked(CUdevice dev, CUdeviceptr va, size_t size, CUmemGenericAllocationHandle h, uint32_t flags);
-  CUresult new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, Unit** out);
+  CUresult new_unit_locked(CUdevice dev, Device& d, size_t size, uint32_t flags, const char* call, Unit** out);
   void drop_unit_locked(Unit& u);
   CUresult free_locked(std::map<CUdeviceptr, Block>::iterator it);
   Result<void> with_contexts(const std::function<Result<void>(CUdevice, Device&)>& fn);
