@@ -15,7 +15,10 @@
  *   nccl_allreduce:  ncclAllReduce (test/hooks' fake libnccl) on a
  *                    communicator of one rank: phos's translation of the
  *                    handle, its ticket and its call count
- *   nccl_group_allreduce: the same inside ncclGroupStart/End */
+ *   nccl_group_allreduce: the same inside ncclGroupStart/End
+ *
+ * With PHOS_BENCH_GO=FILE, the first launch done, it prints "ready" and
+ * measures once FILE exists (window_launch.sh opens a copy window first). */
 #include <cuda.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ALLOCATIONS 1000
 #define CALLS 2000000L
@@ -81,6 +85,12 @@ int main(void) {
   }
 
   launches(NULL);  /* warm-up: the kernel's first launch is analysed */
+  const char *go = getenv("PHOS_BENCH_GO");
+  if (go) {
+    printf("ready\n");
+    fflush(stdout);
+    while (access(go, F_OK) != 0) usleep(1000);
+  }
   double t0 = now_ns();
   launches(NULL);
   printf("bench launch %.1f\n", (now_ns() - t0) / CALLS);
