@@ -174,9 +174,10 @@ void CallCycles::leave() {
   // An outer scope still running (not in its forwarded call) runs on from here.
   b->since = t;
   if (b->depth == 0 && b->outer_ns) {
-    const uint64_t ns = monotonic_raw_ns() - b->outer_ns;
+    const uint64_t end = monotonic_raw_ns();
+    const uint64_t ns = end - b->outer_ns;
     b->outer_ns = 0;
-    traced(f.kind, ns);
+    traced(f.kind, ns, end);
   }
 }
 
@@ -199,14 +200,15 @@ void CallCycles::arm_trace(uint64_t threshold_ns, uint64_t calls, TraceSink sink
   if (!trace_.counter_was_on) set_on(true);
 }
 
-// A traced call's end, on its own thread: the index decides which call is
-// the last; a call past it (another thread's, racing) is not counted.
-void CallCycles::traced(CallKind kind, uint64_t ns) {
+// A traced call's end (at `end_raw`, the clock leave() read), on its own
+// thread: the index decides which call is the last; a call past it (another
+// thread's, racing) is not counted. Only a slow call adds to the slow sums.
+void CallCycles::traced(CallKind kind, uint64_t ns, uint64_t end_raw) {
   if (!trace_.armed.load(std::memory_order_acquire)) return;
   const uint64_t index = trace_.index.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (index > trace_.calls) return;
   const bool slow = ns >= trace_.threshold_ns;
-  const uint64_t end = monotonic_raw_ns() - trace_.armed_ns, start = end > ns ? end - ns : 0;
+  const uint64_t end = end_raw > trace_.armed_ns ? end_raw - trace_.armed_ns : 0, start = end > ns ? end - ns : 0;
   uint64_t before = trace_.last_end_ns.load(std::memory_order_relaxed);
   while (before < end && !trace_.last_end_ns.compare_exchange_weak(before, end, std::memory_order_acq_rel)) {
   }
@@ -215,8 +217,10 @@ void CallCycles::traced(CallKind kind, uint64_t ns) {
                .index = index,
                .at_ns = end,
                .inside_ns = trace_.inside_ns.fetch_add(ns, std::memory_order_acq_rel) + ns,
-               .slow_calls = trace_.slow_calls.fetch_add(slow ? 1 : 0, std::memory_order_acq_rel) + (slow ? 1 : 0),
-               .slow_ns = trace_.slow_ns.fetch_add(slow ? ns : 0, std::memory_order_acq_rel) + (slow ? ns : 0),
+               .slow_calls = slow ? trace_.slow_calls.fetch_add(1, std::memory_order_acq_rel) + 1
+                                  : trace_.slow_calls.load(std::memory_order_relaxed),
+               .slow_ns = slow ? trace_.slow_ns.fetch_add(ns, std::memory_order_acq_rel) + ns
+                               : trace_.slow_ns.load(std::memory_order_relaxed),
                .gap_ns = start > before ? start - before : 0};
   const bool last = index == trace_.calls;
   if (slow || index == 1 || last || c.gap_ns >= trace_.threshold_ns) trace_.sink(c, last, trace_.threshold_ns);

@@ -121,7 +121,7 @@ class CallCycles {
   Block* thread_block() const;  // null where the thread has not counted
   static void thread_exit(void* block);
 
-  void traced(CallKind kind, uint64_t ns);
+  void traced(CallKind kind, uint64_t ns, uint64_t end_raw);
 
   struct Trace {
     std::atomic<bool> armed{false};
