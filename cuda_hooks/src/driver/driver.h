@@ -15,6 +15,7 @@
 #include <string>
 
 #include "phos/hooks/call_cycles.h"
+#include "phos/support/result.h"
 
 // Every driver function, declared: libphos.so defines each (generated
 // wrappers and hand-written hooks); the per-thread-stream variants are not
@@ -114,4 +115,16 @@ inline std::string cu_name(CUresult r) {
 }
 // "what: CUDA_ERROR_...", as the hooks' errors say it.
 inline std::string cu_error(const char* what, CUresult r) { return std::string(what) + ": " + cu_name(r); }
+
+// `fn()` (returning Result<void>) with `ctx` current on the calling thread
+// (the agent's), the thread's own context current again after it.
+template <class Fn>
+Result<void> in_context(CUcontext ctx, Fn&& fn) {
+  if (CUresult r = PHOS_REAL(cuCtxPushCurrent_v2)(ctx); r != CUDA_SUCCESS)
+    return make_error(cu_error("cuCtxPushCurrent", r), EIO);
+  Result<void> result = fn();
+  CUcontext popped = nullptr;
+  PHOS_REAL(cuCtxPopCurrent_v2)(&popped);
+  return result;
+}
 }  // namespace phos::hooks

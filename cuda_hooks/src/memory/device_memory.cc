@@ -446,14 +446,7 @@ bool DeviceMemory::ipc_close(CUdeviceptr ptr, bool* last, agent::IpcSource* src)
 }
 
 Result<void> DeviceMemory::with_contexts(const std::function<Result<void>(CUdevice, Device&)>& fn) {
-  for (auto& [dev, d] : devices_) {
-    CUresult r = PHOS_REAL(cuCtxPushCurrent_v2)(d.ctx);
-    if (r != CUDA_SUCCESS) return make_error(cu_error("cuCtxPushCurrent", r), EIO);
-    auto result = fn(dev, d);
-    CUcontext popped = nullptr;
-    PHOS_REAL(cuCtxPopCurrent_v2)(&popped);
-    PHOS_TRY(result);
-  }
+  for (auto& [dev, d] : devices_) PHOS_TRY(in_context(d.ctx, [&] { return fn(dev, d); }));
   return {};
 }
 

@@ -16,18 +16,6 @@ constexpr Limit kLimits[] = {{CU_LIMIT_STACK_SIZE, "stack"},
                              {CU_LIMIT_PRINTF_FIFO_SIZE, "printf FIFO"},
                              {CU_LIMIT_MALLOC_HEAP_SIZE, "malloc heap"}};
 
-
-// `fn` with `ctx` current on this (the agent's) thread.
-template <class Fn>
-Result<void> in_context(CUcontext ctx, Fn&& fn) {
-  if (CUresult r = PHOS_REAL(cuCtxPushCurrent_v2)(ctx); r != CUDA_SUCCESS)
-    return make_error("cuCtxPushCurrent: " + cu_name(r), EIO);
-  fn();
-  CUcontext popped = nullptr;
-  PHOS_REAL(cuCtxPopCurrent_v2)(&popped);
-  return {};
-}
-
 }  // namespace
 
 // On by default: the stack's local memory is most of what the driver's
@@ -52,7 +40,7 @@ Result<std::string> DriverLimits::lower(const std::vector<CUcontext>& contexts) 
   if (!saved_.empty()) return std::string();
   std::string line;
   for (CUcontext ctx : contexts) {
-    PHOS_TRY(in_context(ctx, [&] {
+    PHOS_TRY(in_context(ctx, [&]() -> Result<void> {
       for (const Limit& l : kLimits) {
         size_t was = 0, now = 0;
         if (get(&was, l.limit) != CUDA_SUCCESS || was == 0) continue;
@@ -66,6 +54,7 @@ Result<std::string> DriverLimits::lower(const std::vector<CUcontext>& contexts) 
         saved_.push_back({ctx, l.limit, was});
         line += std::string(l.name) + " " + std::to_string(was) + " -> " + std::to_string(now);
       }
+      return {};
     }));
   }
   return line;
@@ -82,13 +71,15 @@ Result<std::string> DriverLimits::restore() {
     const char* name = "limit";
     for (const Limit& l : kLimits)
       if (l.limit == s.limit) name = l.name;
-    CUresult r = CUDA_SUCCESS;
     // One context that cannot be made current must not leave the others' limits lowered.
-    if (auto pushed = in_context(s.ctx, [&] { r = set(s.limit, s.value); }); !pushed) {
-      failed += std::string(failed.empty() ? "" : ", ") + name + " " + std::to_string(s.value) + ": " + pushed.error().message;
+    auto set_back = in_context(s.ctx, [&]() -> Result<void> {
+      if (CUresult r = set(s.limit, s.value); r != CUDA_SUCCESS) return make_error(cu_name(r), EIO);
+      return {};
+    });
+    if (!set_back) {
+      failed += std::string(failed.empty() ? "" : ", ") + name + " " + std::to_string(s.value) + ": " + set_back.error().message;
       continue;
     }
-    if (r != CUDA_SUCCESS) failed += std::string(failed.empty() ? "" : ", ") + name + " " + std::to_string(s.value) + ": " + cu_name(r);
     line += std::string(line.empty() ? "" : ", ") + name + " " + std::to_string(s.value);
   }
   if (!failed.empty()) return make_error("limits not set back: " + failed, EIO);
