@@ -22,7 +22,7 @@ window() {
   rm -f "$work/go" "$work/go2" "$work/out"
   LD_PRELOAD=$1 PHOS_SPECULATE=1 PHOS_BENCH_GO=$work/go "$bench" > "$work/out" &
   pid=$!
-  for _ in $(seq 200); do grep -q '^ready' "$work/out" && break; sleep 0.05; done
+  for _ in $(seq 200); do grep -qs '^ready' "$work/out" && break; sleep 0.05; done
   grep -q '^ready' "$work/out" || { echo "the benchmark did not start: $(cat "$work/out")" >&2; exit 1; }
   # Open long enough for every figure (the tool closes it after twice this).
   PHOS_TOOL_TRUST=checksum "$tool" recopy-window "$pid" "$work/go" "$work/go2" 15000 > "$work/tool" 2>&1 &
