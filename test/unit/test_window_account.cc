@@ -60,6 +60,28 @@ TEST_CASE("window account: bounded: launch ranges past the limit are counted, no
   CHECK(s[0].launches == 2);
 }
 
+TEST_CASE("window account: every launch counts its kernel; the buffers only where given (checksum)",
+          "[window_account]") {
+  WindowAccount w;
+  // Speculated or validated trust: the kernel counted, no buffer kept.
+  for (int i = 0; i < 3; i++) w.launch(&kAdd, "add_kernel", Ranges{}, Ranges{{kB, kB + (64u << 20)}});
+  for (int i = 0; i < 7; i++) w.launch(&kCat, "cat_kernel", Ranges{}, Ranges{{kA, kB}});
+  auto [kernels, count] = w.kernels();
+  REQUIRE(kernels.size() == 2);
+  CHECK(count == 2);
+  CHECK(kernels[0].name == "cat_kernel");
+  CHECK(kernels[0].launches == 7);
+  CHECK(kernels[1].name == "add_kernel");
+  CHECK(kernels[1].launches == 3);
+  CHECK(w.suspects({{.address = kA, .bytes = kChunk}}).first.empty());
+  // Checksum: the same kernel's launches keep what they read, and count once.
+  w.launch(&kAdd, "add_kernel", Ranges{{kA, kB}}, Ranges{{kB, kB + (64u << 20)}});
+  auto suspects = w.suspects({{.address = kA, .bytes = kChunk}}).first;
+  REQUIRE(suspects.size() == 1);
+  CHECK(suspects[0].launches == 1);
+  CHECK(w.kernels().first[1].launches == 4);
+}
+
 TEST_CASE("window account: the three longest waits are kept, longest first", "[window_account]") {
   WindowAccount w;
   for (uint64_t ms : {5, 1712, 40, 300, 2, 90})

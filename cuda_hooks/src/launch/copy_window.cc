@@ -161,10 +161,6 @@ void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRe
   timeout_ = std::chrono::milliseconds(q.timeout_ms);
   checked_ = waited_ = unknown_waits_ = wait_ns_ = unmarked_ = 0;
   account_.clear();
-  {
-    std::lock_guard<std::mutex> kernels_lock(kernels_mu_);
-    kernels_.clear();
-  }
   abort_reason_.clear();
   fill_.store(fill);
   open_.store(true);
@@ -193,7 +189,7 @@ agent::CloseCopyWindowReply CopyWindow::finish(const std::vector<agent::AddressR
   // Given up without a reason of the hooks: by the engine (its error is in
   // criu's log), or never closed by it (criu gone).
   if (out.aborted && out.abort_reason.empty()) out.abort_reason = "the engine did not finish the copy";
-  std::tie(out.speculated_kernels, out.speculated_kernel_count) = speculated_kernels();
+  std::tie(out.speculated_kernels, out.speculated_kernel_count) = account_.kernels();
   out.unmarked_calls = unmarked_;
   if (!missed_chunks.empty()) out.suspects = account_.suspects(missed_chunks).first;
   out.longest_waits = account_.longest_waits();
@@ -311,24 +307,6 @@ void CopyWindow::before_exact(const ranges::RangeList& l, const char* call) {
   settle(cost, call, nullptr, false);
 }
 
-void CopyWindow::count_speculated(const Kernel* kernel) {
-  if (!kernel) return;
-  std::lock_guard<std::mutex> lock(kernels_mu_);
-  auto [it, added] = kernels_.try_emplace(kernel);
-  if (added) it->second.name = kernel->name;
-  it->second.launches++;
-}
-
-std::pair<std::vector<agent::KernelLaunches>, uint64_t> CopyWindow::speculated_kernels() {
-  std::lock_guard<std::mutex> lock(kernels_mu_);
-  std::vector<agent::KernelLaunches> all;
-  for (const auto& [kernel, launches] : kernels_) all.push_back(launches);
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.launches > b.launches; });
-  const uint64_t count = all.size();
-  if (all.size() > agent::kMaxWindowKernels) all.resize(agent::kMaxWindowKernels);
-  return {std::move(all), count};
-}
-
 void CopyWindow::before_kernel(const WriteRanges& writes, bool validated, const Kernel* kernel) {
   Use use(*this);
   if (!use.inside()) return;
@@ -342,10 +320,12 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated, const 
   const bool speculated = trust_ == agent::CopyTrust::kSpeculated || trust_ == agent::CopyTrust::kChecksum ||
                           (trust_ == agent::CopyTrust::kValidated && validated);
   if (!writes.exact && !speculated) return untrusted(false, kLaunch, kernel);
-  if (!writes.exact) count_speculated(kernel);
-  // Checksum: what a refused image names (the buffers it only read).
-  if (!writes.exact && kernel && trust_ == agent::CopyTrust::kChecksum)
-    account_.launch(kernel, kernel->name, writes.reads, writes.ranges);
+  // Counted for the close's reply; with checksum, what a refused image
+  // names too (the buffers it only read).
+  if (!writes.exact && kernel)
+    account_.launch(kernel, kernel->name,
+                    trust_ == agent::CopyTrust::kChecksum ? WindowAccount::Ranges(writes.reads) : WindowAccount::Ranges(),
+                    writes.ranges);
   CallCost cost{.since_ns = monotonic_ns()};
   for (const auto& [start, end] : writes.ranges) write(start, end - start, cost);
   settle(cost, kLaunch, kernel, false);

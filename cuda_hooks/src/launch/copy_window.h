@@ -155,11 +155,6 @@ class CopyWindow {
   bool filling() const { return table_->protocol() == CopyProtocol::kOnDemandFill; }
   // On-demand restore: waits until [address, address + bytes) is filled.
   void await_filled(uint64_t address, uint64_t bytes, bool overwrite);
-  // A launch on a trusted speculated set: counted for the close's reply.
-  void count_speculated(const Kernel* kernel);
-  // The kernels counted, most launched first (their names as the driver
-  // gives them), at most agent::kMaxWindowKernels, and how many there were.
-  std::pair<std::vector<agent::KernelLaunches>, uint64_t> speculated_kernels();
 
   std::atomic<bool> open_{false};
   std::atomic<bool> fill_{false};  // the open window is an on-demand restore's
@@ -171,9 +166,9 @@ class CopyWindow {
   std::mutex save_mu_;  // one save at a time
   std::atomic<uint64_t> checked_{0}, waited_{0}, unknown_waits_{0}, wait_ns_{0};
   std::atomic<uint64_t> unmarked_{0};  // recopy under checksum: untrusted calls not marked
-  std::mutex kernels_mu_;
-  std::map<const Kernel*, agent::KernelLaunches> kernels_;  // launches on a trusted speculated set
-  WindowAccount account_;  // launches' pointed buffers (checksum), the longest waits
+  // Launches on a trusted speculated set (and the buffers they pointed
+  // into, checksum), the longest waits.
+  WindowAccount account_;
   std::mutex mu_;
   std::string abort_reason_;
 };
