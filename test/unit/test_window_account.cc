@@ -82,6 +82,21 @@ TEST_CASE("window account: every launch counts its kernel; the buffers only wher
   CHECK(w.kernels().first[1].launches == 4);
 }
 
+TEST_CASE("window account: kernels and suspects alike are cut to the most launched, with the count of all",
+          "[window_account]") {
+  WindowAccount w;
+  static const int ids[agent::kMaxWindowKernels + 4] = {};
+  for (size_t k = 0; k < std::size(ids); k++)
+    for (size_t i = 0; i <= k; i++) w.launch(&ids[k], "k" + std::to_string(k), Ranges{{kA, kB}}, Ranges{});
+  for (const auto& [list, count] : {w.kernels(), w.suspects({{.address = kA, .bytes = kChunk}})}) {
+    CHECK(count == std::size(ids));
+    REQUIRE(list.size() == agent::kMaxWindowKernels);
+    CHECK(list.front().name == "k" + std::to_string(std::size(ids) - 1));
+    CHECK(list.front().launches == std::size(ids));
+    CHECK(list.back().launches == std::size(ids) - agent::kMaxWindowKernels + 1);
+  }
+}
+
 TEST_CASE("window account: the three longest waits are kept, longest first", "[window_account]") {
   WindowAccount w;
   for (uint64_t ms : {5, 1712, 40, 300, 2, 90})

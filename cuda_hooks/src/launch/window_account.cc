@@ -5,6 +5,14 @@
 namespace phos::hooks {
 namespace {
 
+// Most launched first, cut to kMaxWindowKernels; how many there were.
+WindowAccount::Kernels most_launched(std::vector<agent::KernelLaunches> all) {
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.launches > b.launches; });
+  const uint64_t count = all.size();
+  if (all.size() > agent::kMaxWindowKernels) all.resize(agent::kMaxWindowKernels);
+  return {std::move(all), count};
+}
+
 // Keeps the kMaxLongestWaits largest of `key`, largest first.
 template <class Key>
 void keep_top(std::vector<agent::CallWait>& top, const agent::CallWait& w, Key key) {
@@ -65,10 +73,7 @@ WindowAccount::Kernels WindowAccount::kernels() const {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [kernel, k] : kernels_) all.push_back({k.name, k.launches});
   }
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.launches > b.launches; });
-  const uint64_t count = all.size();
-  if (all.size() > agent::kMaxWindowKernels) all.resize(agent::kMaxWindowKernels);
-  return {std::move(all), count};
+  return most_launched(std::move(all));
 }
 
 WindowAccount::Kernels WindowAccount::suspects(const std::vector<agent::AddressRange>& missed) const {
@@ -85,10 +90,7 @@ WindowAccount::Kernels WindowAccount::suspects(const std::vector<agent::AddressR
       if (launches) all.push_back({k.name, launches});
     }
   }
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.launches > b.launches; });
-  const uint64_t count = all.size();
-  if (all.size() > agent::kMaxWindowKernels) all.resize(agent::kMaxWindowKernels);
-  return {std::move(all), count};
+  return most_launched(std::move(all));
 }
 
 std::vector<agent::CallWait> WindowAccount::longest_waits() const {
