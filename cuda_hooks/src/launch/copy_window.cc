@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <thread>
 #include <tuple>
@@ -191,13 +192,28 @@ agent::CloseCopyWindowReply CopyWindow::finish(const std::vector<agent::AddressR
   if (out.aborted && out.abort_reason.empty()) out.abort_reason = "the engine did not finish the copy";
   std::tie(out.speculated_kernels, out.speculated_kernel_count) = account_.kernels();
   out.unmarked_calls = unmarked_;
-  if (!missed_chunks.empty()) out.suspects = account_.suspects(missed_chunks).first;
+  if (!missed_chunks.empty()) out.suspects = suspects(missed_chunks);
   out.longest_waits = account_.longest_waits();
   out.most_saved = account_.most_saved();
   for (DevicePool& p : pools_) unmap_pool(p);
   pools_.clear();
   table_.reset();
   return out;
+}
+
+// The reply names the kMaxWindowKernels most launched suspects, no count:
+// how many more there were, and the (kernel, buffer) pairs the account did
+// not keep (a writer may be among them), go to the log here.
+std::vector<agent::KernelLaunches> CopyWindow::suspects(const std::vector<agent::AddressRange>& missed) const {
+  auto [named, count] = account_.suspects(missed);
+  const uint64_t dropped = account_.ranges_dropped();
+  if (count > named.size() || dropped)
+    std::fprintf(stderr,
+                 "phos: copy window: %" PRIu64 " kernels pointed into the buffers of the %zu changed chunks, the %zu "
+                 "most launched named to criu; %" PRIu64 " (kernel, buffer) pairs past the first %zu not kept: %s\n",
+                 count, missed.size(), named.size(), dropped, WindowAccount::kMaxRanges,
+                 dropped ? "the writer may be among them" : "every launch's buffers kept");
+  return std::move(named);
 }
 
 Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot) {

@@ -153,6 +153,9 @@ class CopyWindow {
   // On-demand restore: an exact call's ranges.
   void use_exact(const ranges::RangeList& l);
   bool filling() const { return table_->protocol() == CopyProtocol::kOnDemandFill; }
+  // The kernels that could have written `missed` (a refused image), for the
+  // close's reply; what the reply cannot carry said in the process's log.
+  std::vector<agent::KernelLaunches> suspects(const std::vector<agent::AddressRange>& missed) const;
   // On-demand restore: waits until [address, address + bytes) is filled.
   void await_filled(uint64_t address, uint64_t bytes, bool overwrite);
 
