@@ -17,6 +17,13 @@
 #      setting, given back the same way, the pitched allocation succeeds;
 #      restores intact
 #   3. cow_pool_mib=0: no pool, nothing to give back; restores intact
+#   4. two processes of one dump on the GPU (the workload and a child of
+#      it, 32 MiB each), auto, criu's GPU showing 2100 MiB free
+#      (FAKE_CUDA_FREE_MIB) with two copy workers: the room past the
+#      reserve and both processes' bounce buffers is split between them
+#      (each pool bounded by its share, where alone it would take its 32
+#      MiB), both logged; both images complete, no allocation failed, the
+#      tree restores intact
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/pool_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
@@ -88,4 +95,41 @@ grep -q "copy-on-write window over .*; no pool" "$WORK/dump.log" || fail "no poo
 dumped "no pool"
 restored_ok "no pool"
 say "3. cow_pool_mib=0: no pool, every allocation succeeded"
+
+# 4. Two processes of one dump.
+rm -rf "${IMG:?}"/*
+kill -9 "$WORKLOAD_PID" 2>/dev/null || true; wait_pid_free
+rm -f "$WORK/state.2"
+start_workload --preload 64 2
+wait_counter_above 5
+for _ in $(seq 100); do [ -s "$WORK/state.2" ] && break; sleep 0.05; done
+child_counter() { cut -d' ' -f"${1:-2}" "$WORK/state.2"; }
+FAKE_CUDA_FREE_MIB=2100 PHOS_ENGINE_WORKERS=2 PHOS_COPY_ON_WRITE=always criu_dump --leave-running ||
+  fail "two processes: criu dump failed: $(criu_errors "$WORK/dump.log")"
+mapfile -t sized < <(grep -o "copy-on-write pool on GPU 0: cow_pool_mib=auto: .*" "$WORK/dump.log")
+[ "${#sized[@]}" = 2 ] || fail "two processes: ${#sized[@]} pools sized, not 2: ${sized[*]}"
+for line in "${sized[@]}"; do
+  grep -qF "shared with 1 other process of the dump there (0.06 GiB of memory in all)" <<< "$line" ||
+    fail "two processes: the pool is not sized with the other process: $line"
+  grep -q "bounded by its share of free memory$" <<< "$line" || fail "two processes: not bounded by its share: $line"
+  # 2100 MiB free, less 2 GiB and each process's bounce buffers, halved.
+  bounce=$(grep -o "bounce buffers ([0-9.]* MiB)" <<< "$line" | grep -o "[0-9.]*" || echo 0)
+  want=$(python3 -c "print(int((2100 - 2048 - 2 * float('$bounce')) // 2))")
+  grep -q ": $want slots (" <<< "$line" || fail "two processes: not $want slots each: $line"
+done
+markers=$(find "$IMG" -name 'phos-*-complete.img' | wc -l)
+[ "$markers" = 2 ] || fail "two processes: $markers completion markers, not 2: $(ls "$IMG")"
+at=$(state_counter) at2=$(child_counter)
+wait_counter_above $((at + 20))
+for _ in $(seq 100); do [ "$(child_counter)" -gt $((at2 + 20)) ] && break; sleep 0.05; done
+[ "$(child_counter)" -gt $((at2 + 20)) ] || fail "two processes: the child stopped counting after the dump"
+[ "$(state_field 3) $(child_counter 3)" = "ok ok" ] || fail "two processes: memory wrong after the dump: $(cat "$WORK/state" "$WORK/state.2")"
+[ "$(failed_allocations) $(child_counter 4)" = "0 0" ] ||
+  fail "two processes: allocations failed in the window: $(cat "$WORK/state" "$WORK/state.2")"
+restored_ok "two processes"
+at2=$(child_counter)
+for _ in $(seq 100); do [ "$(child_counter)" -gt $((at2 + 20)) ] && break; sleep 0.05; done
+[ "$(child_counter)" -gt $((at2 + 20)) ] && [ "$(child_counter 3)" = ok ] ||
+  fail "two processes: the restored child does not count on intact: $(cat "$WORK/state.2")"
+say "4. two processes: ${sized[0]##*: }, each; both images complete, no allocation failed, restored intact"
 say PASS

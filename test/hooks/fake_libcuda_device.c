@@ -1,6 +1,7 @@
 /* The fake libcuda's device as criu's plugin sees it (FAKE_CUDA_MEMORY=1,
  * fake_libcuda_vmm.c): one 16 GiB GPU (FAKE_CUDA_DEVICES of them, for a
  * process on several GPUs) with half of it free, peer access,
+ * (FAKE_CUDA_FREE_MIB: that much free instead, a fuller GPU),
  * pinned host memory as it is, and no driver checkpoint: the plugin finds
  * no CUDA state of the driver's in the process and skips its lock,
  * checkpoint and restore, as for a process that never used the GPU. */
@@ -20,7 +21,8 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 }
 CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { (void)d; *bytes = 16ull << 30; return CUDA_SUCCESS; }
 CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
-  *free_bytes = 8ull << 30;
+  const char *v = getenv("FAKE_CUDA_FREE_MIB");
+  *free_bytes = v && atoll(v) > 0 ? (size_t)atoll(v) << 20 : 8ull << 30;
   *total = 16ull << 30;
   return CUDA_SUCCESS;
 }

@@ -14,8 +14,10 @@
  *   5. check A's words == n
  *
  * STATE gets "TOKEN COUNTER ok|bad:WHAT FAILED_ALLOCATIONS".
+ * With PROCESSES 2, a child forked first does the same, its state in
+ * STATE.2 (two processes of one dump on the GPU).
  *
- * usage: pool_client STATE BUDGET_MIB [pitch] */
+ * usage: pool_client STATE BUDGET_MIB [pitch | PROCESSES] */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +38,17 @@ static void check(const char *what, uint32_t got, uint32_t want, uint64_t n) {
 int main(int argc, char **argv) {
   if (argc < 3) return 2;
   setenv("FAKE_CUDA_BUDGET_MIB", argv[2], 1);
+  char child_state[1024];
+  const char *state = argv[1];
+  if (argc > 3 && atoi(argv[3]) == 2) {
+    pid_t child = fork();
+    if (child < 0) return 2;
+    if (child == 0) {
+      if (strlen(argv[1]) + 3 > sizeof(child_state)) return 2;
+      snprintf(child_state, sizeof(child_state), "%s.2", argv[1]);
+      state = child_state;
+    }
+  }
   uint64_t token;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
   cuInit(0);
@@ -61,7 +74,7 @@ int main(int argc, char **argv) {
     check("A[last]", A[words - 1], (uint32_t)n, n);
     snprintf(line, sizeof(line), "%016llx %llu %s %llu\n", (unsigned long long)token, (unsigned long long)n,
              bad[0] ? bad : "ok", (unsigned long long)failed);
-    write_state_line(argv[1], line);
+    write_state_line(state, line);
     usleep(10000);
   }
 }

@@ -74,3 +74,58 @@ TEST_CASE("cow pool: an explicit size is as it was: the setting, within free les
   q.wanted = 0;
   CHECK(size_pool(q).slots == 0);
 }
+
+TEST_CASE("cow pool: auto splits free memory among the dump's processes on the GPU by their memory there",
+          "[cow_pool]") {
+  // Two processes of one dump on an H200 (140 GiB): 60 and 20 GiB, 59 GiB
+  // free. Alone, the first would take 52 GiB and leave the second nothing
+  // past the reserve; split, the 52 GiB of room go 3:1.
+  PoolRequest a{.automatic = true, .free_bytes = 59 * kGiB, .total_bytes = 140 * kGiB, .process_bytes = 60 * kGiB,
+                .chunk = kChunk, .dump_bytes = 80 * kGiB, .processes = 2};
+  PoolSize sa = size_pool(a);
+  CHECK(sa.reserve == 7 * kGiB);
+  CHECK(sa.slots == 39 * kGiB / kChunk);
+  CHECK(std::string(sa.limit) == "its share of free memory");
+  // The second is sized after the first's pool was made: the split is of
+  // the same measurement, within what is free now.
+  PoolRequest b = a;
+  b.process_bytes = 20 * kGiB;
+  b.free_now = 59 * kGiB - 39 * kGiB;
+  PoolSize sb = size_pool(b);
+  CHECK(sb.slots == 13 * kGiB / kChunk);
+  CHECK(std::string(sb.limit) == "its share of free memory");
+  CHECK(sa.slots * kChunk + sb.slots * kChunk + sa.reserve <= a.free_bytes);  // the reserve is left for both
+  const std::string line = describe_pool_size(b, sb);
+  INFO(line);
+  CHECK(line.find("59.00 GiB free (20.00 GiB now) of 140.00 GiB") != std::string::npos);
+  CHECK(line.find("shared with 1 other process of the dump there (80.00 GiB of memory in all)") != std::string::npos);
+  CHECK(line.find("bounded by its share of free memory") != std::string::npos);
+}
+
+TEST_CASE("cow pool: a split share is bounded by the process's memory, each process's bounce buffers kept, and "
+          "what is free now",
+          "[cow_pool]") {
+  PoolRequest q{.automatic = true, .free_bytes = 100 * kGiB, .total_bytes = 140 * kGiB, .extra_keep = 96 * kMiB,
+                .process_bytes = 2 * kGiB, .chunk = kChunk, .dump_bytes = 4 * kGiB, .processes = 3};
+  PoolSize s = size_pool(q);
+  CHECK(s.reserve == 7 * kGiB + 3 * 96 * kMiB);
+  CHECK(s.slots == 2 * kGiB / kChunk);
+  CHECK(std::string(s.limit) == "the process's memory");
+  // Something outside the dump took memory since the first measurement.
+  q.free_now = 8 * kGiB;
+  s = size_pool(q);
+  CHECK(s.slots == (8 * kGiB - 7 * kGiB - 96 * kMiB) / kChunk);
+  CHECK(std::string(s.limit) == "free memory now");
+  q.free_now = 7 * kGiB;
+  CHECK(size_pool(q).slots == 0);
+  // An explicit setting is not split.
+  q = PoolRequest{.automatic = false, .wanted = 2048 * kMiB, .free_bytes = 59 * kGiB, .total_bytes = 140 * kGiB,
+                  .process_bytes = 80 * kGiB, .chunk = kChunk, .dump_bytes = 800 * kGiB, .processes = 2};
+  CHECK(size_pool(q).slots == 512);
+}
+
+TEST_CASE("cow pool: a split of two large GPUs' memory does not overflow", "[cow_pool]") {
+  PoolRequest q{.automatic = true, .free_bytes = 900 * kGiB, .total_bytes = 1000 * kGiB, .process_bytes = 600 * kGiB,
+                .chunk = kChunk, .dump_bytes = 1200 * kGiB, .processes = 2};
+  CHECK(size_pool(q).slots == 425 * kGiB / kChunk);  // (900 - 50) / 2
+}

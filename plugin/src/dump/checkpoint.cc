@@ -211,6 +211,8 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       PHOS_TRY(use_parent(t));
     }
     engine_->set_dead(*t.save, t.dead);
+    for (int d : std::set<int>(t.save->devices.begin(), t.save->devices.end()))
+      t.pool_need[d] = engine_->pool_need(*t.save, d);
     std::promise<CopyPlan> decided;
     t.plan = decided.get_future();
     std::future<void> go = t.write_go.get_future();
@@ -228,7 +230,12 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
         }
       }
       const CopyPlan plan = want ? choose_copy(t) : CopyPlan{};
+      if (plan.protocol != CopyProtocol::kSoftCopyOnWrite) t.no_pool = true;  // before the plan is seen
       decided.set_value(plan);
+      if (t.abandoned) {  // choose_copy waited for the tree, and the dump failed meanwhile
+        t.copied = make_error("the dump failed; its image is not written", ECANCELED);
+        return;
+      }
       // A copy-on-write copy waits for the process to run again too, unless
       // cow_start=pause (it then competes with criu and the driver during
       // the stall).
@@ -455,7 +462,20 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   const std::optional<uint64_t> pool =
       options_.cow_pool_mib == PluginOptions::kCowPoolAuto ? std::nullopt
                                                             : std::optional<uint64_t>(uint64_t(options_.cow_pool_mib) << 20);
-  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, pool);
+  std::map<int, PoolPeers> peers;
+  if (!pool) {
+    // The other processes of the dump on its GPUs are known once criu has
+    // paused them all (the first CHECKPOINT_DEVICES, while the driver
+    // checkpoints): their pools share the free memory with this one's.
+    std::shared_future<void> paused = tree_paused_;  // a copy per thread
+    paused.wait();
+    if (t.abandoned) {
+      PHOS_INFO("process %d: the dump failed before its copy-on-write pool was made", t.vpid);
+      return CopyPlan{};
+    }
+    peers = pool_peers(t);
+  }
+  auto window = engine_->open_window(*t.save, CopyProtocol::kSoftCopyOnWrite, pool, peers);
   if (!window) {
     PHOS_WARN("process %d: no copy-on-write (%s): the image is written while the process is stopped", t.vpid,
               window.error().message.c_str());
@@ -464,6 +484,22 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   t.manifest.statistics.cow_pool_bytes = (*window)->pool_bytes;
   if (!take_freeze_sums(t)) return CopyPlan{};
   return CopyPlan{.protocol = CopyProtocol::kSoftCopyOnWrite, .snapshot = false};
+}
+
+std::map<int, PoolPeers> Checkpointer::pool_peers(const Target& t) const {
+  std::map<int, PoolPeers> peers;
+  // targets_ stays as it is once the tree is paused; another copier's
+  // no_pool is set before its plan is, and never cleared.
+  for (const auto& [pid, other] : targets_) {
+    if (&other != &t && other.no_pool) continue;
+    for (const auto& [device, _] : t.pool_need) {
+      auto need = other.pool_need.find(device);
+      if (need == other.pool_need.end() || !need->second) continue;
+      peers[device].bytes += need->second;
+      peers[device].processes++;
+    }
+  }
+  return peers;
 }
 
 bool Checkpointer::checksum_allows(const Target& t) {

@@ -25,7 +25,9 @@
 //
 // Soft copy-on-write (copy_on_write=auto where the snapshot does not fit,
 // or always): at PAUSE the engine opens a copy table over the memory and a
-// pool on the GPU (Engine::open_window) and starts copying at once. The
+// pool on the GPU (Engine::open_window; with cow_pool_mib=auto once criu
+// has paused every process, whose pools on a GPU share its free memory)
+// and starts copying at once. The
 // process gets its memory back at exit(DUMP) like write-behind, with its
 // copy window opened before its gate (the hooks save a chunk into the pool
 // before any call writes it, copy_window.h); complete_pending() waits for
@@ -142,6 +144,12 @@ class Checkpointer {
     std::promise<void> write_go;
     bool write_go_given = false;
     std::atomic<bool> abandoned{false};  // the dump failed: a snapshot is not written
+    // Copy-on-write's auto pool, split among the dump's processes on a GPU
+    // (cow_pool.h): its memory on each GPU (criu's numbering) as a pool
+    // counts it, set at PAUSE; and whether it may still take a pool (its
+    // copier has not chosen a snapshot or a stopped copy).
+    std::map<int, uint64_t> pool_need;
+    std::atomic<bool> no_pool{false};
     bool write_behind = false;           // the copy outlives the freeze (snapshotted, or copy-on-write)
     bool agent_window = false;      // the agent has a copy window open: closed at criu's exit
     bool validated = false;         // the copies were checked by checksum (the manifest records it)
@@ -212,6 +220,9 @@ class Checkpointer {
   Result<void> use_parent(Target& t);
   // Snapshot, copy-on-write or neither (the copier, at PAUSE).
   CopyPlan choose_copy(Target& t);
+  // cow_pool_mib=auto: the dump's processes that may take a pool on each of
+  // `t`'s GPUs, `t` included; once the tree is paused (every process known).
+  std::map<int, PoolPeers> pool_peers(const Target& t) const;
   // CUDA IPC between the dumped processes (ipc_sharing.h), checked once all
   // of them are paused: the first CHECKPOINT_DEVICES does it.
   Result<void> check_ipc();

@@ -767,7 +767,15 @@ Engine::PieceWork Engine::migrate_work(SaveJob& job) {
   return work;
 }
 
-Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, std::optional<uint64_t> pool_bytes) {
+uint64_t Engine::pool_need(const SaveJob& job, int device) const {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < job.allocs.size(); i++)
+    if (job.devices[i] == device) bytes += image::align_up(job.allocs[i].size, settings_.chunk_size);
+  return bytes;
+}
+
+Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, std::optional<uint64_t> pool_bytes,
+                                       const PoolPeers* peers) {
   const uint64_t chunk = settings_.chunk_size;
   cu_.cuCtxSetCurrent(contexts_.at(device));
   size_t free_bytes = 0, total = 0;
@@ -778,8 +786,17 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, std::optional<u
   // Validation by checksum: a bounce chunk per slot of every worker's ring
   // comes before the pool (prepare_slot).
   if (settings_.checksum) q.extra_keep = uint64_t(job.workers) * kRingDepth * chunk;
-  for (size_t i = 0; i < job.allocs.size(); i++)
-    if (job.devices[i] == device) q.process_bytes += image::align_up(job.allocs[i].size, chunk);
+  q.process_bytes = pool_need(job, device);
+  if (q.automatic && peers && peers->processes > 1) {
+    // The split is of the free memory before the first of the dump's pools
+    // there: a later process would otherwise split what the earlier ones
+    // left (run_mu_ orders the pools).
+    auto [first, fresh] = split_free_.try_emplace(device, free_bytes);
+    q.free_bytes = first->second;
+    if (!fresh) q.free_now = free_bytes;
+    q.dump_bytes = std::max(peers->bytes, q.process_bytes);
+    q.processes = peers->processes;
+  }
   const PoolSize sized = size_pool(q);
   PHOS_INFO("process %d: copy-on-write pool on GPU %d: %s", job.vpid, device, describe_pool_size(q, sized).c_str());
   Pool pool;
@@ -805,10 +822,11 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, std::optional<u
 }
 
 Result<void> Engine::make_pools(SaveJob& job, const std::set<int>& devices, std::optional<uint64_t> pool_bytes,
-                               std::vector<UniqueFd>& fds) {
+                               const std::map<int, PoolPeers>& peers, std::vector<UniqueFd>& fds) {
   uint32_t first = 0;
   for (int d : devices) {
-    auto made = make_pool(job, d, pool_bytes);
+    auto p = peers.find(d);
+    auto made = make_pool(job, d, pool_bytes, p == peers.end() ? nullptr : &p->second);
     if (!made) {
       unmap_pools(job);
       fds.clear();
@@ -868,7 +886,8 @@ CUdeviceptr Engine::pool_address(const SaveJob& job, uint32_t slot, uint64_t chu
 }
 
 Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol protocol,
-                                                std::optional<uint64_t> pool_bytes) {
+                                                std::optional<uint64_t> pool_bytes,
+                                                const std::map<int, PoolPeers>& peers) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (job.window) return &*job.window;
   const bool recopy = protocol == CopyProtocol::kSoftRecopy;
@@ -883,7 +902,7 @@ Result<Engine::CopyWindow*> Engine::open_window(SaveJob& job, CopyProtocol proto
   // device on its own GPU. Recopy has no pool: each of its chunks is read
   // from the process's memory, on whichever GPU.
   std::vector<UniqueFd> fds;
-  if (!recopy) PHOS_TRY(make_pools(job, devices, pool_bytes, fds));
+  if (!recopy) PHOS_TRY(make_pools(job, devices, pool_bytes, peers, fds));
   uint64_t slots = 0;
   for (const auto& p : job.pools) slots += p.slots;
   const uint64_t chunk = settings_.chunk_size;

@@ -42,6 +42,7 @@
 #include "phos/images/parent_index.h"
 #include "phos/images/unique_fd.h"
 #include "phos/plugin/agent_client.h"
+#include "phos/plugin/cow_pool.h"
 #include "phos/plugin/gpu_map.h"
 #include "phos/plugin/options.h"
 #include "phos/plugin/sum_check.h"
@@ -141,8 +142,14 @@ class Engine {
   // process's writes mark chunks dirty. run_first_pass copies the clean
   // chunks while the process runs; run_save, once its gate is closed again,
   // the rest and the dirty ones.
-  // pool_bytes: empty for cow_pool_mib=auto (cow_pool.h).
-  Result<CopyWindow*> open_window(SaveJob& job, CopyProtocol protocol, std::optional<uint64_t> pool_bytes);
+  // pool_bytes: empty for cow_pool_mib=auto (cow_pool.h). `peers`: auto,
+  // for each GPU (criu's numbering) the memory of the dump's processes
+  // there that may take a pool, this one's included: the GPU's free memory,
+  // measured once for them all, is split among them (cow_pool.h).
+  Result<CopyWindow*> open_window(SaveJob& job, CopyProtocol protocol, std::optional<uint64_t> pool_bytes,
+                                  const std::map<int, PoolPeers>& peers = {});
+  // The job's memory on `device` as a pool counts it (whole chunks).
+  uint64_t pool_need(const SaveJob& job, int device) const;
   struct FirstPass {
     uint64_t bytes = 0;  // copied, clean when taken
     uint64_t ns = 0;
@@ -269,11 +276,11 @@ class Engine {
     uint64_t bytes = 0;
     uint32_t slots = 0;
   };
-  Result<Pool> make_pool(SaveJob& job, int device, std::optional<uint64_t> pool_bytes);
+  Result<Pool> make_pool(SaveJob& job, int device, std::optional<uint64_t> pool_bytes, const PoolPeers* peers);
   // A pool on each GPU the job has memory on with room for a chunk, mapped
   // in criu (job.pools), its fd for the process appended to `fds`.
   Result<void> make_pools(SaveJob& job, const std::set<int>& devices, std::optional<uint64_t> pool_bytes,
-                          std::vector<UniqueFd>& fds);
+                          const std::map<int, PoolPeers>& peers, std::vector<UniqueFd>& fds);
   void unmap_pools(SaveJob& job);
   // unmap_pools, the exported fds closed and the table told it is given back.
   void return_pools(SaveJob& job);
@@ -372,6 +379,9 @@ class Engine {
   std::string sum_unavailable_;
   std::atomic<bool> bounce_warned_{false};  // once per engine: a slot the GPU had no bounce for
   std::mutex run_mu_;  // one copy at a time (the workers share the engine's contexts)
+  // Auto pools split among several processes: each GPU's free memory when
+  // the first of them was sized (under run_mu_).
+  std::map<int, uint64_t> split_free_;
   std::mutex host_gpus_mu_;
   std::optional<std::vector<GpuDevice>> host_gpus_;  // once described
 };
