@@ -4,7 +4,8 @@
 // and restores it from its last complete image each time it dies.
 //
 // One loop serves both: it polls (every 20 ms) for its children's ends
-// (the job's, criu's), so a job that dies during a dump is seen at once.
+// (the job's, criu's) and for a GPU image still being finished after criu
+// exited, so a job that dies during a dump is seen at once.
 // It is a child subreaper: a job criu restored with -d becomes its child
 // once criu exits, and its end is seen like the first job's.
 #include "phosctl_supervise.h"
@@ -59,7 +60,9 @@ constexpr const char* kUsage =
     "  --criu CRIU        criu's path (default: criu on PATH)\n"
     "  --criu-arg ARG     an argument for every criu dump and restore (repeat for more)\n"
     "  --dump-env N=V     set in criu's environment for dumps (phos's options: PHOS_*)\n"
-    "  --gpu-map MAP      restores put the job on these GPUs (PHOS_GPU_MAP, e.g. 0=1)\n";
+    "  --gpu-map MAP      restores put the job on these GPUs (PHOS_GPU_MAP, e.g. 0=1)\n"
+    "  --stop-grace D     asked to stop (SIGTERM, SIGINT), the job gets SIGTERM, then SIGKILL after D\n"
+    "                     (default 10s)\n";
 
 int usage(const std::string& why) {
   std::fprintf(stderr, "phosctl: %s\n%s", why.c_str(), kUsage);
@@ -73,6 +76,7 @@ struct Options {
   std::string root, lib, criu = "criu", gpu_map;
   std::vector<std::string> criu_args, dump_env;
   std::optional<double> interval_s, mtbf_s, first_s;
+  double stop_grace_s = 10;
   size_t keep = 3;
   bool incremental = false;
   unsigned full_every = 4;
@@ -127,6 +131,11 @@ std::string parse(const std::vector<std::string>& args, Options& o) {
     else if (a == "--interval") err = duration(o.interval_s);
     else if (a == "--mtbf") err = duration(o.mtbf_s);
     else if (a == "--first") err = duration(o.first_s);
+    else if (a == "--stop-grace") {
+      std::optional<double> g;
+      err = duration(g);
+      if (g) o.stop_grace_s = *g;
+    }
     else if (a == "--keep" && parse_count(v, &n) && n >= 1) o.keep = n;
     else if (a == "--full-every" && parse_count(v, &n) && n >= 1 && n < 1000) o.full_every = unsigned(n);
     else if (a == "--max-restarts" && parse_count(v, &n) && n < 100000) o.max_restarts = unsigned(n);
@@ -183,32 +192,30 @@ phos::Result<pid_t> start_job(const std::vector<std::string>& command) {
   return child;
 }
 
-// The longest stall phos's manifests in DIR report (a leave-running dump's
-// cost to the job); 0 where none says (a process without GPU state).
-double phos_stall_s(const std::string& dir) {
+// The GPU images in DIR, each opened once (with its parents): whether all
+// are complete (the reason where one is not) and the longest stall their
+// manifests report (a leave-running dump's cost to the job; 0 where none
+// says, a process without GPU state).
+struct GpuImages {
+  std::optional<std::string> incomplete;
+  double stall_s = 0;
+};
+GpuImages gpu_images(const std::string& dir) {
+  GpuImages out;
   phos::UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dirfd.valid()) return 0;
+  if (!dirfd.valid()) return out.incomplete = dir + ": " + std::strerror(errno), out;
   auto pids = phos::image::list_process_images(dirfd.get());
-  if (!pids) return 0;
+  if (!pids) return out.incomplete = pids.error().message, out;
   uint64_t stall = 0;
-  for (int32_t vpid : *pids)
-    if (auto img = phos::image::open_process_image(dirfd.get(), vpid, false))
-      stall = std::max(stall, img->manifest.statistics.stall_ns);
-  return double(stall) / 1e9;
-}
-
-// Whether every GPU image in DIR is complete; its reason where one is not.
-std::optional<std::string> incomplete_gpu_image(const std::string& dir) {
-  phos::UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dirfd.valid()) return dir + ": " + std::strerror(errno);
-  auto pids = phos::image::list_process_images(dirfd.get());
-  if (!pids) return pids.error().message;
   for (int32_t vpid : *pids) {
     auto img = phos::image::open_process_image(dirfd.get(), vpid, false);
-    if (!img) return img.error().message;
-    if (!img->complete) return "process " + std::to_string(vpid) + "'s GPU image: " + img->incomplete_reason;
+    if (!img) return out.incomplete = img.error().message, out;
+    if (!img->complete)
+      return out.incomplete = "process " + std::to_string(vpid) + "'s GPU image: " + img->incomplete_reason, out;
+    stall = std::max(stall, img->manifest.statistics.stall_ns);
   }
-  return std::nullopt;
+  out.stall_s = double(stall) / 1e9;
+  return out;
 }
 
 class Supervisor {
@@ -222,6 +229,17 @@ class Supervisor {
   std::optional<std::string> parent_for_next();
   void start_dump();
   void dump_ended(int status);
+  // criu exited 0 but a GPU image is still being finished (a helper): the
+  // loop polls it (finish_dump), 10 minutes at most.
+  void poll_image();
+  void finish_dump(const GpuImages& images);
+  void dump_failed(std::string why);
+  bool dump_in_flight() const { return criu_ || image_since_ > 0; }
+  // The job died during a dump: criu (3 s, then killed) and the image being
+  // finished (3 s, then failed) are settled first.
+  void settle_dump();
+  // Asked to stop: SIGTERM to the job and criu, SIGKILL after the grace.
+  void stop(double& stop_at);
   void schedule(double after_s) { next_dump_at_ = now_s() + after_s; }
   // ---- the job
   int job_died(int status, bool status_known);
@@ -237,7 +255,8 @@ class Supervisor {
   pid_t criu_ = 0;
   uint64_t dump_seq_ = 0;
   std::optional<std::string> dump_parent_;
-  double dump_started_ = 0, job_died_at_ = 0;
+  double dump_started_ = 0, dump_took_ = 0, job_died_at_ = 0;
+  double image_since_ = 0, image_checked_ = 0;  // the GPU image polled since (0: not waiting)
   int job_status_ = 0;
   unsigned restarts_ = 0;
 };
@@ -301,32 +320,49 @@ void Supervisor::start_dump() {
 
 void Supervisor::dump_ended(int status) {
   criu_ = 0;
-  const double took = now_s() - dump_started_;
-  const std::string name = phos::plugin::series_name(dump_seq_), dir = o_.root + "/" + name;
-  std::optional<std::string> why;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    why = "criu " + death_text(status);
+  dump_took_ = now_s() - dump_started_;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return dump_failed("criu " + death_text(status));
   // A write-behind image is finished at criu's exit; one that a helper
-  // finishes is waited for (10 minutes at most).
-  for (int i = 0; !why && i < 12000; i++) {
-    auto incomplete = incomplete_gpu_image(dir);
-    if (!incomplete) break;
-    if (i == 11999) why = "its GPU image is not complete after 10 minutes: " + *incomplete;
-    ::usleep(50000);
+  // finishes is polled by the loop, which watches the job meanwhile.
+  const std::string dir = o_.root + "/" + phos::plugin::series_name(dump_seq_);
+  GpuImages images = gpu_images(dir);
+  if (!images.incomplete) return finish_dump(images);
+  image_since_ = image_checked_ = now_s();
+  std::printf("periodic: checkpoint %" PRIu64 ": criu exited; its GPU image is not complete yet (%s): waiting for "
+              "it\n", dump_seq_, images.incomplete->c_str());
+}
+
+void Supervisor::poll_image() {
+  if (!image_since_ || now_s() - image_checked_ < 0.1) return;
+  image_checked_ = now_s();
+  GpuImages images = gpu_images(o_.root + "/" + phos::plugin::series_name(dump_seq_));
+  if (!images.incomplete) {
+    image_since_ = 0;
+    return finish_dump(images);
   }
-  if (why) {
-    // Its directory goes (prune); its log stays, as ROOT/last-failed-dump.log.
-    const std::string kept_log = o_.root + "/last-failed-dump.log";
-    if (::rename((dir + "/dump.log").c_str(), kept_log.c_str()) == 0) *why += ", kept as " + kept_log;
-    std::printf("periodic: checkpoint %" PRIu64 " failed after %.2f s: %s%s; the last complete image stays\n",
-                dump_seq_, took, why->c_str(),
-                job_died_at_ > 0 || !phos::plugin::process_alive(job_) ? " (the job died during it)" : "");
-    prune();  // the failed one goes; the complete ones stay
-    if (interval_s_ > 0) schedule(interval_s_);
-    else schedule(o_.first_s.value_or(10));
-    return;
-  }
-  const double stall = phos_stall_s(dir), cost = stall > 0 ? stall : took;
+  if (now_s() - image_since_ < 600) return;
+  image_since_ = 0;
+  dump_failed("its GPU image is not complete after 10 minutes: " + *images.incomplete);
+}
+
+void Supervisor::dump_failed(std::string why) {
+  const double took = dump_took_;
+  const std::string dir = o_.root + "/" + phos::plugin::series_name(dump_seq_);
+  // Its directory goes (prune); its log stays, as ROOT/last-failed-dump.log.
+  const std::string kept_log = o_.root + "/last-failed-dump.log";
+  if (::rename((dir + "/dump.log").c_str(), kept_log.c_str()) == 0) why += ", kept as " + kept_log;
+  std::printf("periodic: checkpoint %" PRIu64 " failed after %.2f s: %s%s; the last complete image stays\n",
+              dump_seq_, took, why.c_str(),
+              job_died_at_ > 0 || !phos::plugin::process_alive(job_) ? " (the job died during it)" : "");
+  prune();  // the failed one goes; the complete ones stay
+  if (interval_s_ > 0) schedule(interval_s_);
+  else schedule(o_.first_s.value_or(10));
+}
+
+void Supervisor::finish_dump(const GpuImages& images) {
+  const double took = dump_took_;
+  const std::string name = phos::plugin::series_name(dump_seq_), dir = o_.root + "/" + name;
+  const double stall = images.stall_s, cost = stall > 0 ? stall : took;
   std::vector<std::string> lines = {"seq=" + std::to_string(dump_seq_), "dump_s=" + std::to_string(took),
                                     "stall_s=" + std::to_string(stall)};
   if (dump_parent_) lines.push_back("parent=" + *dump_parent_);
@@ -445,6 +481,51 @@ int Supervisor::job_died(int status, bool known) {
   return -1;
 }
 
+void Supervisor::settle_dump() {
+  int status = 0;
+  job_died_at_ = now_s();
+  // A dump in flight fails without its process; criu may be held (a
+  // stalled plugin): 3 s, then it is ended.
+  for (int i = 0; i < 150 && criu_; i++) {
+    if (::waitpid(criu_, &status, WNOHANG) == criu_) dump_ended(status);
+    else ::usleep(20000);
+  }
+  if (criu_) {
+    std::printf("periodic: checkpoint %" PRIu64 ": criu still runs 3 s after its process died: killed\n", dump_seq_);
+    ::kill(criu_, SIGKILL);
+    ::waitpid(criu_, &status, 0);
+    dump_ended(status);
+  }
+  // An image finished by a helper does not need the job; 3 s for it, then
+  // the job comes back from the image before.
+  for (int i = 0; i < 30 && image_since_; i++) {
+    image_checked_ = 0;
+    poll_image();
+    if (image_since_) ::usleep(100000);
+  }
+  if (image_since_) {
+    image_since_ = 0;
+    dump_failed("its GPU image was not complete 3 s after the job died");
+  }
+  job_died_at_ = 0;
+}
+
+void Supervisor::stop(double& stop_at) {
+  if (!stop_at) {
+    stop_at = now_s();
+    std::printf("supervise: asked to stop: SIGTERM to process %d, no more restarts (SIGKILL after %.1f s)\n",
+                int(job_), o_.stop_grace_s);
+    if (criu_) ::kill(criu_, SIGTERM);
+    ::kill(job_, SIGTERM);
+    return;
+  }
+  if (stop_at < 0 || now_s() - stop_at < o_.stop_grace_s) return;
+  stop_at = -1;  // once
+  std::printf("supervise: process %d still runs %.1f s after SIGTERM: SIGKILL\n", int(job_), o_.stop_grace_s);
+  if (criu_) ::kill(criu_, SIGKILL);
+  ::kill(job_, SIGKILL);
+}
+
 int Supervisor::run() {
   ::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (::mkdir(o_.root.c_str(), 0700) != 0 && errno != EEXIST)
@@ -473,7 +554,7 @@ int Supervisor::run() {
   }
   if (o_.interval_s) interval_s_ = *o_.interval_s;
   schedule(o_.first_s.value_or(o_.interval_s.value_or(10)));
-  bool stopping = false;
+  double stop_at = 0;  // asked to stop, SIGTERM sent then
   while (true) {
     int status = 0;
     pid_t p;
@@ -486,23 +567,7 @@ int Supervisor::run() {
     // first: seen through /proc, reaped once criu lets it go.
     died = reaped || !phos::plugin::process_alive(job_);
     if (died) {
-      if (criu_) {
-        // A dump in flight fails without its process; criu may be held
-        // (a stalled plugin): 3 s, then it is ended.
-        job_died_at_ = now_s();
-        for (int i = 0; i < 150 && criu_; i++) {
-          if (::waitpid(criu_, &status, WNOHANG) == criu_) dump_ended(status);
-          else ::usleep(20000);
-        }
-        if (criu_) {
-          std::printf("periodic: checkpoint %" PRIu64 ": criu still runs 3 s after its process died: killed\n",
-                      dump_seq_);
-          ::kill(criu_, SIGKILL);
-          ::waitpid(criu_, &status, 0);
-          dump_ended(status);
-        }
-        job_died_at_ = 0;
-      }
+      if (dump_in_flight()) settle_dump();
       if (!reaped && job_is_child_) {
         // Ours: its status comes once no tracer holds it (10 s at most).
         for (int i = 0; i < 500 && !reaped; i++) {
@@ -515,18 +580,14 @@ int Supervisor::run() {
       if (rc >= 0) return rc;
       continue;
     }
-    if (g_stop && !stopping) {
-      stopping = true;
-      std::printf("supervise: asked to stop: SIGTERM to process %d, no more restarts\n", int(job_));
-      if (criu_) ::kill(criu_, SIGTERM);
-      ::kill(job_, SIGTERM);
-    }
-    if (o_.count && complete_ >= o_.count && !criu_) {
+    if (g_stop) stop(stop_at);
+    poll_image();
+    if (o_.count && complete_ >= o_.count && !dump_in_flight()) {
       std::printf("periodic: %" PRIu64 " checkpoints complete (--count); process %d runs on\n", complete_,
                   int(job_));
       return 0;
     }
-    if (!stopping && !criu_ && now_s() >= next_dump_at_) start_dump();
+    if (!stop_at && !dump_in_flight() && now_s() >= next_dump_at_) start_dump();
     ::usleep(20000);
   }
 }

@@ -23,6 +23,12 @@
 #      killed before any image is complete: it gives up saying so
 #   6. the newest image does not restore: the job comes back from the one
 #      before it
+#   7. a GPU image finished after criu exits (its completion marker held
+#      back 30 s by a criu wrapper, as a helper would finish it): the job
+#      killed meanwhile is seen at once, not once the image is done; the
+#      unfinished image fails, the job comes back from the one before
+#   8. asked to stop, with a job that ignores SIGTERM: SIGKILL after
+#      --stop-grace, the supervisor exits 1
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/supervised_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
@@ -167,4 +173,48 @@ at=$(state_counter)
 wait_counter_above $((at + 10))
 kill -9 "$SUP_PID"; SUP_PID=
 say "6. the newest image refused by criu: restored from the one before, counting on"
+
+# 7. The image finished late. The wrapper runs criu, then, while
+# $WORK/late exists, moves a dump's completion markers aside for 30 s.
+cat >"$WORK/criu-late" <<EOF
+#!/usr/bin/env bash
+"$CRIU" "\$@" || exit \$?
+[ "\$1" = dump ] && [ -e "$WORK/late" ] || exit 0
+dir=; prev=; for a in "\$@"; do [ "\$prev" = -D ] && dir=\$a; prev=\$a; done
+for m in "\$dir"/phos-*-complete.img; do mv "\$m" "\$m.late"; done
+( sleep 30; for m in "\$dir"/*.late; do mv "\$m" "\${m%.late}"; done ) </dev/null >/dev/null 2>&1 &
+EOF
+chmod +x "$WORK/criu-late"
+sup s5 --criu "$WORK/criu-late" --interval 0.5s --first 0.3s --keep 3
+seen "checkpoint 1 complete"
+touch "$WORK/late"
+seen "its GPU image is not complete yet (.*): waiting for it"
+rm -f "$WORK/late"
+late=$(grep -o "checkpoint [0-9]*: criu exited; its GPU image is not complete yet" "$LOG" | head -n1 | grep -o "[0-9]*")
+before=$(grep -o "checkpoint [0-9]* complete in $WORK/s5/[0-9]*" "$LOG" | tail -n1 | grep -o "$WORK/s5/[0-9]*$")
+t0=$(date +%s%N)
+kill -9 "$(job_pid)"
+seen "checkpoint $late failed after .*: its GPU image was not complete 3 s after the job died.*(the job died during it)" 1 10
+seen "restart 1 of 3: restored from $before " 1 10
+took_ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$took_ms" -lt 15000 ] || fail "the job's death was handled $took_ms ms after it, while its image was unfinished"
+kill -9 "$SUP_PID"; SUP_PID=
+say "7. an image finished late: the job's death seen while waiting for it, restored from $(basename "$before") after $took_ms ms"
+
+# 8. Stopped, the job ignoring SIGTERM (inherited through exec).
+rm -f "$WORK/state" "$WORK/run.out"
+unshare --pid --fork --kill-child --mount-proc "$PHOSCTL" supervise --dir "$WORK/s6" --lib "$PLUGIN_DIR" \
+  --criu "$CRIU" --interval 60s --stop-grace 1s -- bash -c 'trap "" TERM; exec "$@"' job env LD_PRELOAD="$LIBPHOS" \
+  "$COUNTER" "$WORK/state" "$WORK/run.out" 100000 20 >"$WORK/s6.log" 2>&1 &
+SUP_PID=$!
+LOG=$WORK/s6.log
+seen "started process"
+wait_counter_above 3
+kill -TERM "$(pgrep -f "^$PHOSCTL supervise --dir $WORK/s6 ")"
+seen "asked to stop: SIGTERM to process [0-9]*, no more restarts (SIGKILL after 1.0 s)"
+seen "still runs 1.0 s after SIGTERM: SIGKILL"
+seen "killed by signal 9 (.*) after the supervisor was asked to stop"
+rc=0; wait "$SUP_PID" || rc=$?; SUP_PID=
+[ "$rc" = 1 ] || fail "the stopped supervisor exited with $rc"
+say "8. stopped with a job that ignores SIGTERM: SIGKILL after the 1 s grace, exit status 1"
 say "PASS"
