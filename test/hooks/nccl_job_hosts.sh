@@ -30,7 +30,11 @@
 #      communicator, as in an uninterrupted run;
 #   7. a leave-running dump (through the SDK) whose host 1 takes 4 s in
 #      CHECKPOINT_DEVICES under a 1.5 s lease: criu's quiesce took each stop
-#      over, no agent lifted one, the job committed and went on.
+#      over, no agent lifted one, the job committed and went on;
+#   8. the same whose host 1 takes 3 s in PAUSE_DEVICES, before its quiesce,
+#      under a 1 s lease (criu's pauses of a large job outlasting a lease):
+#      the steps' last renewal leased the stops for the job's timeout, so
+#      none ran out before criu's quiesce took it over; the job committed.
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/nccl_host_client
 source "$(dirname "$0")/../e2e/lib.sh"
 TCPSTORE=$BUILD/test/tools/phos-tcpstore
@@ -321,27 +325,46 @@ going_on
 [ "$(ids)" = "$first_id $first_id" ] || fail "after the lease the ranks are on $(ids), not on their first id $first_id"
 say "host 1's step killed after its ranks were held, before go: phos.job.dump said '${outcome#error }'; host 0 lifted at once, host 1's rank held until its lease ran out ($went ms after the kill), then both went on with their first communicator, as uninterrupted"
 
+# leased_dump N LEASE_MS FAULT: a leave-running dump through the SDK under a
+# lease of LEASE_MS, host 1's criu with FAULT; its outcome in $outcome. Each
+# step says its renewals ended before criu ran, the last one leased for the
+# job's timeout.
+leased_dump() {
+  HOST_OUT=1 new_job
+  first_id=$(host_field 0 4)
+  mkdir -p "$WORK/img0" "$WORK/img1"
+  PHOS_JOB_LEASE_MS=$2 FAULT_HOST=1 FAULT=$3 sdk_job_dump "$WORK/sdk$1" leave_running=true ||
+    fail "phos.job.dump failed: $(cat "$WORK/sdk$1" 2>/dev/null) $(tail -n 8 "$WORK/driver.log")"
+  read -r outcome < "$WORK/sdk$1"
+  for i in 0 1; do
+    grep -q "host $i: its ranks' stops renewed [0-9]* time(s); no more renewals, the last one leased for 60000 ms (the job's timeout)" "$WORK/driver.log" ||
+      fail "host $i's step does not say its renewals ended before criu ran, the last for the job's timeout: $(grep 'renewed' "$WORK/driver.log")"
+  done
+}
+# stops_taken_over: the job went on, each rank's stop taken over by criu's
+# quiesce and none lifted by its agent, both ranks made again on one new id.
+stops_taken_over() {
+  going_on
+  for i in 0 1; do
+    grep -q "taken over by a quiesce" "$WORK/h$i/out" || fail "host $i's agent does not say a quiesce took its stop over"
+    if grep -q "not renewed" "$WORK/h$i/out"; then fail "host $i's agent lifted its stop mid-dump: $(grep 'not renewed' "$WORK/h$i/out")"; fi
+  done
+  [ "$(made)" = "2 2" ] || fail "after the dump the ranks made $(made) communicators, not 2 each"
+  one_new_id "$first_id" || fail "after the dump the ranks did not meet on one new id: $(ids)"
+}
+
 # 7. A dump that outlasts the stops' lease.
-HOST_OUT=1 new_job
-first_id=$(host_field 0 4)
-mkdir -p "$WORK/img0" "$WORK/img1"
-PHOS_JOB_LEASE_MS=1500 FAULT_HOST=1 FAULT=slow-checkpoint-devices sdk_job_dump "$WORK/sdk7" leave_running=true ||
-  fail "phos.job.dump failed: $(cat "$WORK/sdk7" 2>/dev/null) $(tail -n 8 "$WORK/driver.log")"
-read -r outcome < "$WORK/sdk7"
+leased_dump 7 1500 slow-checkpoint-devices
 grep -q "host 1: its ranks held before call [0-9]*, their release pending; their stops leased for 1500 ms" "$WORK/driver.log" ||
   fail "the steps did not lease the stops for 1500 ms: $(grep 'held before' "$WORK/driver.log")"
-for i in 0 1; do
-  grep -q "host $i: its ranks' stops renewed [0-9]* time(s); no more renewals" "$WORK/driver.log" ||
-    fail "host $i's step does not say its renewals ended before criu ran"
-done
 criu1=$(awk '{print $NF}' <<< "$outcome")
 [ "${criu1%.*}" -ge 4000 ] || fail "host 1's criu took $criu1 ms, not longer than twice the lease"
-going_on
-for i in 0 1; do
-  grep -q "taken over by a quiesce" "$WORK/h$i/out" || fail "host $i's agent does not say a quiesce took its stop over"
-  if grep -q "not renewed" "$WORK/h$i/out"; then fail "host $i's agent lifted its stop mid-dump: $(grep 'not renewed' "$WORK/h$i/out")"; fi
-done
-[ "$(made)" = "2 2" ] || fail "after the dump the ranks made $(made) communicators, not 2 each"
-one_new_id "$first_id" || fail "after the dump the ranks did not meet on one new id: $(ids)"
+stops_taken_over
 say "a leave-running dump outlasting a 1.5 s lease (host 1's criu $criu1 ms; phos.job.dump: $outcome): each stop taken over by criu's quiesce, none lifted, the job committed and went on"
+
+# 8. criu's pause comes after the lease.
+leased_dump 8 1000 slow-pause-devices
+grep -q "PAUSE_DEVICES of [0-9]* holds for 3 s" "$WORK/img1/dump.log" || fail "host 1's pause did not hold"
+stops_taken_over
+say "a leave-running dump whose host 1 paused its rank 3 s after the last renewal, under a 1 s lease (phos.job.dump: $outcome): the last renewal leased for the job's timeout, no stop lifted, the job committed and went on"
 say "PASS"

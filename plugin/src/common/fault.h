@@ -7,6 +7,9 @@
 //   slow-checkpoint-devices CHECKPOINT_DEVICES holds for 4 s once the
 //                           process's GPU state is taken (a job's dump that
 //                           outlasts its stops' lease)
+//   slow-pause-devices      PAUSE_DEVICES of a process with an agent
+//                           holds for 3 s before its quiesce (criu's pauses
+//                           of a large job's ranks outlasting a lease)
 //   stall-step-before-ready a `phosctl job` dump step, its ranks held and
 //                           their release pending, holds for 60 s before it
 //                           says so (a test kills it there, before `go`)

@@ -68,6 +68,10 @@ Result<bool> Checkpointer::pause(pid_t pid) {
     }
     return make_error("process " + std::to_string(pid) + ": " + client.error().message, client.error().code);
   }
+  if (fault("slow-pause-devices")) {
+    PHOS_WARN("fault injection (PHOS_FAULT): PAUSE_DEVICES of %d holds for 3 s", pid);
+    ::sleep(3);
+  }
   auto vpid = ns_pid(pid);
   if (!vpid) return vpid.error();
   auto status = client->status();

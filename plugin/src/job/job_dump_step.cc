@@ -2,6 +2,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
@@ -254,11 +256,14 @@ Result<void> DumpStep::run() {
     }
   }
   // The renewals end here: criu freezes the ranks once it has paused them,
-  // and its pause's quiesce takes each stop over within this last lease.
-  auto renewed = renewer_->finish();
+  // and its pause's quiesce takes each stop over within this last lease,
+  // the job's timeout (stop_renewer.h).
+  const auto last_lease = std::max<std::chrono::milliseconds>(o_.timeout, o_.lease);
+  auto renewed = renewer_->finish(last_lease);
   if (renewed)
-    say("its ranks' stops renewed %" PRIu64 " time(s); no more renewals, criu's pause takes them over",
-        renewer_->renewals());
+    say("its ranks' stops renewed %" PRIu64 " time(s); no more renewals, the last one leased for %lld ms (the "
+        "job's timeout): criu's pause takes them over",
+        renewer_->renewals(), static_cast<long long>(last_lease.count()));
   auto status = renewed ? dump() : Result<int>(renewed.error());
   if (!status) {
     (void)propose_outcome(*store_, keys_, "abort: host " + std::to_string(o_.job.host) + ": " + status.error().message);

@@ -1,6 +1,7 @@
 #include "phos/plugin/stop_renewer.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "phos/plugin/nccl_job.h"
 
@@ -33,11 +34,13 @@ void StopRenewer::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Result<void> StopRenewer::finish() {
+Result<void> StopRenewer::finish(std::chrono::milliseconds last_lease) {
   stop();
   std::lock_guard<std::mutex> lock(mu_);
   if (!at_) return {};
-  return renew(*at_);
+  // lease_ms is 32 bits of milliseconds: 49 days.
+  const auto ms = std::clamp<int64_t>(std::max(last_lease, lease_).count(), 1, UINT32_MAX);
+  return renew(*at_, uint32_t(ms));
 }
 
 uint64_t StopRenewer::renewals() const {
@@ -51,11 +54,11 @@ uint64_t StopRenewer::renewals() const {
 // calls further on, with its stop in place.
 // Rank by rank: one agent that does not answer must not let every later
 // rank's lease lapse with it.
-Result<void> StopRenewer::renew(uint64_t at) {
+Result<void> StopRenewer::renew(uint64_t at, uint32_t lease_ms) {
   std::string failed;
   int code = 0;
   for (pid_t p : pids_)
-    if (auto r = arm_stops({p}, job_id_, at, agent_timeout_ms_, lease_ms()); !r) {
+    if (auto r = arm_stops({p}, job_id_, at, agent_timeout_ms_, lease_ms); !r) {
       failed += (failed.empty() ? "" : "; ") + r.error().message;
       code = r.error().code;
     }
@@ -70,7 +73,7 @@ void StopRenewer::run() {
     if (cv_.wait_for(lock, interval(lease_), [&] { return stopping_; })) return;
     if (!at_) continue;
     // Said once per cause: a rank gone fails every renewal alike.
-    auto r = renew(*at_);
+    auto r = renew(*at_, lease_ms());
     std::string failure = r ? std::string() : r.error().message;
     if (!failure.empty() && failure != last_failure_) say_(failure);
     last_failure_ = failure;

@@ -6,7 +6,15 @@
 // end before criu runs: criu freezes the ranks after pausing them, and an
 // agent of a frozen process must never be called (a connection left in its
 // socket's queue fails criu's dump); the quiesce of criu's pause takes each
-// stop over instead, within the lease that the last renewal started.
+// stop over instead, within the lease that the last renewal started. That
+// last lease is the job's timeout, not job_lease_ms: criu pauses the ranks
+// one after another, and a large job's pauses can outlast one lease.
+// Renewing each rank until its pause arrives was not taken: a renewal
+// queued behind criu's session with the last rank could be left in the
+// socket of an agent criu has just frozen (the dump then fails), and only
+// criu knows when it freezes. A holder killed after the last renewal
+// leaves a rank criu never paused held until the job's timeout (the bound
+// every other wait of the dump has); one that lives lifts it itself.
 #pragma once
 
 #include <sys/types.h>
@@ -40,10 +48,10 @@ class StopRenewer {
   void renew_at(std::optional<uint64_t> at);
   // No more renewals: the thread ended (a renewal under way finished).
   void stop();
-  // stop(), then one last renewal on the caller's thread, so that what
-  // follows (criu's pause of every rank) has a whole lease; an error where
-  // a rank's agent did not answer.
-  Result<void> finish();
+  // stop(), then one last renewal on the caller's thread with `last_lease`
+  // (at least the lease), so that what follows (criu's pause of every rank)
+  // has all of it; an error where a rank's agent did not answer.
+  Result<void> finish(std::chrono::milliseconds last_lease);
   std::chrono::milliseconds lease() const { return lease_; }
   uint32_t lease_ms() const { return uint32_t(lease_.count()); }
   // How often the thread renews: a quarter of the lease, at least 10 ms.
@@ -52,7 +60,7 @@ class StopRenewer {
 
  private:
   void run();
-  Result<void> renew(uint64_t at);
+  Result<void> renew(uint64_t at, uint32_t lease_ms);
 
   const std::vector<pid_t> pids_;
   const uint64_t job_id_;
