@@ -221,7 +221,7 @@ std::string ImageReader::file_name(const Chunk& chunk) const {
   if (chunk.compression == Compression::kParent) return "parent chunk";
   if (chunk.file_index >= manifest_.data_files.size()) return "?";
   const DataFile& f = manifest_.data_files[chunk.file_index];
-  const auto* at = parent_file(chunk.file_index);
+  const auto* at = image::parent_file(manifest_, chunk.file_index);
   return at ? "parent image " + at->dir + ": " + f.name : f.name;
 }
 
@@ -234,7 +234,7 @@ Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> ou
                       " is stored in the parent image, which was not opened");
   if (chunk.file_index >= files_.size()) return make_error("chunk refers to a data file the manifest lacks");
   const DataFile& file = manifest_.data_files[chunk.file_index];
-  const auto* at = parent_file(chunk.file_index);
+  const auto* at = image::parent_file(manifest_, chunk.file_index);
   const std::string shown = file_name(chunk);
   UniqueFd& fd = files_[chunk.file_index];
   if (!fd.valid()) {
@@ -243,11 +243,6 @@ Result<void> ImageReader::read_chunk(const Chunk& chunk, std::span<std::byte> ou
     if (!fd.valid()) return open_error(shown);
   }
   return image::read_chunk(fd.get(), shown, chunk, out, scratch_, &times_, check);
-}
-
-const ParentFile* ImageReader::parent_file(uint32_t index) const {
-  if (index >= manifest_.parent_files.size() || !manifest_.parent_files[index]) return nullptr;
-  return &*manifest_.parent_files[index];
 }
 
 Result<void> ImageReader::check_fingerprint(uint64_t allocation, const Chunk& chunk,

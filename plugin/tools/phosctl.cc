@@ -110,11 +110,6 @@ struct ImageSize {
   uint64_t dead_bytes = 0;
 };
 
-// A resolved incremental image lists its parents' data files after its own.
-bool is_parent_file(const Manifest& m, size_t index) {
-  return index < m.parent_files.size() && m.parent_files[index].has_value();
-}
-
 ImageSize size_of(const Manifest& m) {
   ImageSize size;
   for (const auto& a : m.allocations) {
@@ -130,7 +125,7 @@ ImageSize size_of(const Manifest& m) {
     }
   }
   for (size_t i = 0; i < m.data_files.size(); i++)
-    if (!is_parent_file(m, i)) size.stored_bytes += m.data_files[i].size;  // this image's own
+    if (!phos::image::parent_file(m, i)) size.stored_bytes += m.data_files[i].size;  // this image's own
   return size;
 }
 
@@ -176,7 +171,7 @@ json image_json(const phos::image::ProcessImage& img) {
                                 {"dead_chunks", dead}, {"stored_bytes", stored}});
   }
   for (size_t i = 0; i < m.data_files.size(); i++)
-    if (!is_parent_file(m, i)) j["data_files"].push_back({{"name", m.data_files[i].name}, {"size", m.data_files[i].size}});
+    if (!phos::image::parent_file(m, i)) j["data_files"].push_back({{"name", m.data_files[i].name}, {"size", m.data_files[i].size}});
   // An incremental image: each image of its chain, this one first.
   j["chain"] = json::array();
   for (const auto& l : img.chain)
@@ -232,7 +227,7 @@ void print_image_text(const phos::image::ProcessImage& img) {
               std::string(phos::copy_protocol_name(m.protocol)).c_str(), m.format_version, m.writer_version.c_str());
   std::printf("  complete: %s\n", img.complete ? "yes" : ("no (" + img.incomplete_reason + ")").c_str());
   size_t own_files = 0;
-  for (size_t i = 0; i < m.data_files.size(); i++) own_files += !is_parent_file(m, i);
+  for (size_t i = 0; i < m.data_files.size(); i++) own_files += !phos::image::parent_file(m, i);
   std::printf("  devices: %zu, allocations: %zu (%s), data files: %zu, chunk size %s\n", m.devices.size(),
               m.allocations.size(), bytes_text(size.logical_bytes).c_str(), own_files,
               bytes_text(m.chunk_size).c_str());
@@ -876,13 +871,8 @@ int cmd_migrate(const std::vector<std::string>& args) {
   // (without a pid namespace, its parent has to reap it first). How long
   // it took to exit, and to be reaped, goes in the summary.
   // A zombie has exited; its pid is held until it is reaped.
-  const std::string proc_dir = "/proc/" + std::to_string(pid);
-  int exit_ms = -1, free_ms = 0;
-  for (; free_ms < 10000 && ::access(proc_dir.c_str(), F_OK) == 0; free_ms += 2) {
-    if (exit_ms < 0 && !phos::plugin::process_alive(pid)) exit_ms = free_ms;
-    ::usleep(2000);
-  }
-  if (exit_ms < 0) exit_ms = free_ms;
+  int exit_ms = 0;
+  const int free_ms = phos::plugin::wait_pid_free(pid, 10000, &exit_ms);
   if (free_ms >= 10000)
     std::fprintf(stderr, "phosctl: pid %d is still taken 10 s after the dump (its parent has not reaped it); the "
                  "restore may fail\n", int(pid));
@@ -913,10 +903,10 @@ int cmd_migrate(const std::vector<std::string>& args) {
         in_place = in_place && m.kept && m.kept->in_place;
       }
   std::string restored = "?";
-  if (auto text = phos::image::read_small_file(dirfd.get(), "migrate-restored.pid", 64)) {
-    restored.assign(reinterpret_cast<const char*>(text->data()), text->size());
-    while (!restored.empty() && (restored.back() == '\n' || restored.back() == ' ')) restored.pop_back();
-  }
+  if (auto p = phos::plugin::read_pid_file(dir, "migrate-restored.pid"))
+    restored = std::to_string(*p);
+  else
+    std::fprintf(stderr, "phosctl: the restored process's pid: %s\n", p.error().message.c_str());
   std::printf("migrated process %d to %s %s: now process %s; dump %.1f ms, the source's pid free after %d ms "
               "(a zombie from %d ms), restore %.1f ms; %s %s; "
               "downtime (its gate closed on the source -> restored and running) %.1f ms\n",

@@ -1,6 +1,7 @@
 // phosctl job: checkpoints and restores of a job whose ranks run on
 // several hosts (job_driver.h, job_step.h).
 #include "phosctl_job.h"
+#include "phosctl_args.h"
 #include "phos/support/text.h"
 
 #include <cstdio>
@@ -20,6 +21,8 @@ namespace {
 
 using phos::plugin::DriverOptions;
 using phos::plugin::StepOptions;
+using phosctl::Args;
+using phosctl::number;
 
 constexpr const char* kJobUsage =
     "usage: phosctl job dump --hosts N --via TEMPLATE --pid I:PID... --dir DIR --lib LIBDIR --listen HOST[:PORT]\n"
@@ -43,48 +46,6 @@ int usage(const std::string& why) {
   return 2;
 }
 
-// Options of the form --name VALUE (or --flag), then `--` and criu's.
-struct Args {
-  std::multimap<std::string, std::string> values;
-  std::vector<std::string> criu;
-  bool flag(const std::string& name) const { return values.count(name) > 0; }
-  std::string one(const std::string& name) const {
-    auto it = values.find(name);
-    return it == values.end() ? std::string() : it->second;
-  }
-};
-
-std::optional<Args> parse(const std::vector<std::string>& args, const std::vector<std::string>& flags,
-                          std::string& error) {
-  Args out;
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      out.criu.assign(args.begin() + long(i) + 1, args.end());
-      break;
-    }
-    if (a.rfind("--", 0) != 0) {
-      error = "unexpected argument " + a;
-      return std::nullopt;
-    }
-    if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
-      out.values.emplace(a, "");
-    } else if (i + 1 < args.size()) {
-      out.values.emplace(a, args[++i]);
-    } else {
-      error = a + " needs a value";
-      return std::nullopt;
-    }
-  }
-  return out;
-}
-
-bool number(const std::string& text, long min, long max, long& out) {
-  char* end = nullptr;
-  out = std::strtol(text.c_str(), &end, 10);
-  return !text.empty() && !*end && out >= min && out <= max;
-}
-
 // The names every command needs, said at once where missing.
 std::string missing(const Args& a, std::initializer_list<const char*> names) {
   std::string out;
@@ -106,7 +67,7 @@ std::optional<phos::net::HostPort> listen_address(const std::string& text, std::
 
 int driver(const std::string& kind, const std::vector<std::string>& args) {
   std::string error;
-  auto a = parse(args, {"--leave-running"}, error);
+  auto a = phosctl::parse_args(args, {"--leave-running"}, 0, error);
   if (!a) return usage(error);
   const bool dump = kind == "dump";
   if (auto m = missing(*a, {"--hosts", "--via", "--dir", "--lib", "--listen"}); !m.empty()) return usage("needs " + m);
@@ -128,7 +89,7 @@ int driver(const std::string& kind, const std::vector<std::string>& args) {
     if (!number(a->one("--timeout"), 1, 86400, n)) return usage("--timeout " + a->one("--timeout") + " is not 1..86400 s");
     o.timeout = std::chrono::seconds(n);
   }
-  o.criu_args = a->criu;
+  o.criu_args = a->rest;
   if (dump) {
     auto [from, to] = a->values.equal_range("--pid");
     for (auto it = from; it != to; ++it) {
@@ -148,7 +109,7 @@ int driver(const std::string& kind, const std::vector<std::string>& args) {
 
 int step(const std::string& kind, const std::vector<std::string>& args) {
   std::string error;
-  auto a = parse(args, {"--leave-running"}, error);
+  auto a = phosctl::parse_args(args, {"--leave-running"}, 0, error);
   if (!a) return usage(error);
   const bool dump = kind == "host-dump";
   if (auto m = missing(*a, {"--run", "--host", "--hosts", "--coordinator", "--dir", "--lib"}); !m.empty())
@@ -171,7 +132,7 @@ int step(const std::string& kind, const std::vector<std::string>& args) {
     if (!number(a->one("--timeout"), 1, 86400, n)) return usage("--timeout " + a->one("--timeout") + " is not 1..86400 s");
     o.timeout = std::chrono::seconds(n);
   }
-  o.criu_args = a->criu;
+  o.criu_args = a->rest;
   // This host's settings (its phos.conf, then PHOS_* variables): the lease
   // on its ranks' stops.
   o.lease = std::chrono::milliseconds(phos::plugin::PluginOptions::load().job_lease_ms);

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,7 @@
 #include "phos/plugin/proc.h"
 #include "phos/support/clock.h"
 #include "phos/support/unique_fd.h"
+#include "phosctl_args.h"
 
 namespace {
 
@@ -84,65 +86,44 @@ struct Options {
   uint64_t count = 0;  // 0: no end
 };
 
-bool parse_count(const std::string& text, uint64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || *end || errno || text[0] == '-') return false;
-  *out = v;
-  return true;
-}
-
 // The options; an error message, empty where they are right.
 std::string parse(const std::vector<std::string>& args, Options& o) {
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      o.command.assign(args.begin() + long(i) + 1, args.end());
-      break;
-    }
-    if (a == "--incremental") {
-      o.incremental = true;
-      continue;
-    }
-    if (a.rfind("--", 0) != 0) {
-      if (o.supervise || o.pid) return "unexpected argument " + a;
-      uint64_t p = 0;
-      if (!parse_count(a, &p) || p == 0 || p > INT32_MAX) return "'" + a + "' is not a pid";
-      o.pid = pid_t(p);
-      continue;
-    }
-    if (i + 1 >= args.size()) return a + " needs a value";
-    const std::string& v = args[++i];
-    uint64_t n = 0;
+  std::string err;
+  auto a = phosctl::parse_args(args, {"--incremental"}, o.supervise ? 0 : 1, err);
+  if (!a) return err;
+  o.command = a->rest;
+  long n = 0;
+  if (!a->positional.empty()) {
+    if (!phosctl::number(a->positional[0], 1, INT32_MAX, n)) return "'" + a->positional[0] + "' is not a pid";
+    o.pid = pid_t(n);
+  }
+  for (const auto& [name, v] : a->values) {
     auto duration = [&](std::optional<double>& out) -> std::string {
       auto d = phos::plugin::parse_duration(v);
-      if (!d) return a + ": " + d.error().message;
+      if (!d) return name + ": " + d.error().message;
       out = *d;
       return {};
     };
-    std::string err;
-    if (a == "--dir") o.root = v;
-    else if (a == "--lib") o.lib = v;
-    else if (a == "--criu") o.criu = v;
-    else if (a == "--criu-arg") o.criu_args.push_back(v);
-    else if (a == "--dump-env" && v.find('=') != std::string::npos) o.dump_env.push_back(v);
-    else if (a == "--gpu-map") o.gpu_map = v;
-    else if (a == "--interval") err = duration(o.interval_s);
-    else if (a == "--mtbf") err = duration(o.mtbf_s);
-    else if (a == "--first") err = duration(o.first_s);
-    else if (a == "--stop-grace") {
-      std::optional<double> g;
-      err = duration(g);
-      if (g) o.stop_grace_s = *g;
-    }
-    else if (a == "--keep" && parse_count(v, &n) && n >= 1) o.keep = n;
-    else if (a == "--full-every" && parse_count(v, &n) && n >= 1 && n < 1000) o.full_every = unsigned(n);
-    else if (a == "--max-restarts" && parse_count(v, &n) && n < 100000) o.max_restarts = unsigned(n);
-    else if (a == "--count" && parse_count(v, &n)) o.count = n;
-    else if (a == "--pid" && o.supervise && parse_count(v, &n) && n > 0 && n <= INT32_MAX) o.pid = pid_t(n);
-    else return "bad option " + a + " " + v;
+    std::optional<double> grace;
+    if (name == "--incremental") o.incremental = true;
+    else if (name == "--dir") o.root = v;
+    else if (name == "--lib") o.lib = v;
+    else if (name == "--criu") o.criu = v;
+    else if (name == "--criu-arg") o.criu_args.push_back(v);
+    else if (name == "--dump-env" && v.find('=') != std::string::npos) o.dump_env.push_back(v);
+    else if (name == "--gpu-map") o.gpu_map = v;
+    else if (name == "--interval") err = duration(o.interval_s);
+    else if (name == "--mtbf") err = duration(o.mtbf_s);
+    else if (name == "--first") err = duration(o.first_s);
+    else if (name == "--stop-grace") err = duration(grace);
+    else if (name == "--keep" && phosctl::number(v, 1, LONG_MAX, n)) o.keep = size_t(n);
+    else if (name == "--full-every" && phosctl::number(v, 1, 999, n)) o.full_every = unsigned(n);
+    else if (name == "--max-restarts" && phosctl::number(v, 0, 99999, n)) o.max_restarts = unsigned(n);
+    else if (name == "--count" && phosctl::number(v, 0, LONG_MAX, n)) o.count = uint64_t(n);
+    else if (name == "--pid" && o.supervise && phosctl::number(v, 1, INT32_MAX, n)) o.pid = pid_t(n);
+    else return "bad option " + name + " " + v;
     if (!err.empty()) return err;
+    if (grace) o.stop_grace_s = *grace;
   }
   if (o.root.empty() || o.lib.empty()) return "--dir and --lib are needed";
   if (o.interval_s.has_value() == o.mtbf_s.has_value()) return "one of --interval and --mtbf is needed";
@@ -402,8 +383,7 @@ bool Supervisor::restore(const SeriesImage& img) {
   const std::string dir = o_.root + "/" + img.name;
   // The job's pid must be free (criu restores it): ours are reaped at once;
   // an adopted job's parent reaps it.
-  const std::string proc = "/proc/" + std::to_string(job_);
-  for (int i = 0; i < 500 && ::access(proc.c_str(), F_OK) == 0; i++) ::usleep(20000);
+  (void)phos::plugin::wait_pid_free(job_, 10000);
   ::unlink((dir + "/restored.pid").c_str());
   std::vector<std::string> argv = {o_.criu, "restore", "-D", dir, "--lib", o_.lib, "-d",
                                    "-o", "restore.log", "-v4", "--pidfile", "restored.pid"};
@@ -419,19 +399,16 @@ bool Supervisor::restore(const SeriesImage& img) {
                 dir.c_str());
     return false;
   }
-  FILE* f = std::fopen((dir + "/restored.pid").c_str(), "r");
-  int pid = 0;
-  if (!f || std::fscanf(f, "%d", &pid) != 1 || pid <= 0) {
-    if (f) std::fclose(f);
-    std::printf("supervise: criu restored from %s but wrote no pid\n", dir.c_str());
+  auto pid = phos::plugin::read_pid_file(dir, "restored.pid");
+  if (!pid) {
+    std::printf("supervise: criu restored from %s but wrote no pid: %s\n", dir.c_str(), pid.error().message.c_str());
     return false;
   }
-  std::fclose(f);
-  job_ = pid;
+  job_ = *pid;
   job_is_child_ = true;  // criu -d exited: the restored job is ours (subreaper)
   std::printf("supervise: restart %u of %u: restored from %s in %.3f s%s%s, now process %d\n", restarts_,
               o_.max_restarts, dir.c_str(), took, o_.gpu_map.empty() ? "" : ", GPU map ",
-              o_.gpu_map.c_str(), pid);
+              o_.gpu_map.c_str(), int(*pid));
   return true;
 }
 

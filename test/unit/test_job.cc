@@ -199,3 +199,29 @@ TEST_CASE("job command: a command's exit status comes back; one that cannot star
   REQUIRE_FALSE(none.ok());
   CHECK(none.error().message.find("cannot run /nonexistent/phos-nothing") != std::string::npos);
 }
+
+TEST_CASE("job command: criu's pid file read back; one that names no process is an error saying so", "[job]") {
+  char pattern[] = "/tmp/phos-pidfile-XXXXXX";
+  REQUIRE(::mkdtemp(pattern) != nullptr);
+  const std::string dir = pattern;
+  auto write = [&](const std::string& name, const std::string& text) {
+    phos::UniqueFd fd(::open((dir + "/" + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    REQUIRE(fd.valid());
+    REQUIRE(::write(fd.get(), text.data(), text.size()) == ssize_t(text.size()));
+  };
+  write("good.pid", "4242\n");
+  write("bad.pid", "42x\n");
+  write("zero.pid", "0");
+  auto good = read_pid_file(dir, "good.pid");
+  REQUIRE(good.ok());
+  CHECK(*good == 4242);
+  auto bad = read_pid_file(dir, "bad.pid");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("bad.pid names no process") != std::string::npos);
+  CHECK_FALSE(read_pid_file(dir, "zero.pid").ok());
+  auto missing = read_pid_file(dir, "none.pid");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message.find("none.pid") != std::string::npos);
+  for (const char* f : {"good.pid", "bad.pid", "zero.pid"}) ::unlink((dir + "/" + f).c_str());
+  ::rmdir(dir.c_str());
+}

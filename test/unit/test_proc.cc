@@ -205,3 +205,28 @@ TEST_CASE("criu argv: --prev-images-dir of a dump, as criu takes it", "[proc][pa
   CHECK_FALSE(argv_prev_images_dir(V{"criu", "restore", "-D", "img", "--prev-images-dir", "../p"}));
   CHECK_FALSE(argv_prev_images_dir(V{"criu", "dump", "--prev-images-dir"}));  // no argument: criu refuses it
 }
+
+TEST_CASE("proc: wait_pid_free waits for the exit and the reaping, and says when each came", "[proc]") {
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::usleep(150000);
+    _exit(0);
+  }
+  std::thread reaper([child] {
+    ::usleep(400000);
+    ::waitpid(child, nullptr, 0);
+  });
+  int exited_ms = -1;
+  const int free_ms = wait_pid_free(child, 5000, &exited_ms);
+  reaper.join();
+  CHECK(exited_ms >= 100);
+  CHECK(exited_ms < free_ms);
+  CHECK(free_ms >= 300);
+  CHECK(free_ms < 5000);
+}
+
+TEST_CASE("proc: wait_pid_free gives up at its limit while the pid is taken", "[proc]") {
+  int exited_ms = -1;
+  CHECK(wait_pid_free(::getpid(), 60, &exited_ms) >= 60);
+  CHECK(exited_ms >= 60);  // never seen exited
+}

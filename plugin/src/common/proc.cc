@@ -130,6 +130,18 @@ bool kill_pending(pid_t pid) {
   return false;
 }
 
+int wait_pid_free(pid_t pid, int limit_ms, int* exited_ms) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  constexpr int kStepMs = 2;
+  int waited = 0, exited = -1;
+  for (; waited < limit_ms && ::access(dir.c_str(), F_OK) == 0; waited += kStepMs) {
+    if (exited < 0 && !process_alive(pid)) exited = waited;
+    ::usleep(kStepMs * 1000);
+  }
+  if (exited_ms) *exited_ms = exited < 0 ? waited : exited;
+  return waited;
+}
+
 bool process_alive(pid_t pid) {
   auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return false;

@@ -1,12 +1,17 @@
 #include "phos/plugin/job_command.h"
+#include "phos/images/image_dir.h"
+#include "phos/images/unique_fd.h"
 #include "phos/support/text.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 extern char** environ;
@@ -83,6 +88,21 @@ std::string own_path() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return {};
   return std::string(buf, size_t(n));
+}
+
+Result<pid_t> read_pid_file(const std::string& dir, const std::string& name) {
+  UniqueFd dirfd(::open(dir.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!dirfd.valid()) return errno_error("open " + dir);
+  auto text = image::read_small_file(dirfd.get(), name, 64);
+  if (!text) return make_error(dir + "/" + name + ": " + text.error().message, text.error().code);
+  const std::string s(reinterpret_cast<const char*>(text->data()), text->size());
+  char* end = nullptr;
+  errno = 0;
+  const long pid = std::strtol(s.c_str(), &end, 10);
+  const bool trailing = s.find_first_not_of(" \n", size_t(end - s.c_str())) != std::string::npos;
+  if (errno || end == s.c_str() || pid <= 0 || pid > INT32_MAX || trailing)
+    return make_error(dir + "/" + name + " names no process ('" + s + "')", EINVAL);
+  return pid_t(pid);
 }
 
 std::string beside_self(const std::string& name) {

@@ -79,13 +79,9 @@ Result<pid_t> RestoreStep::restore() {
   if (*rc != 0)
     return make_error("criu restore exited with status " + std::to_string(*rc) + " (" + o_.dir + "/restore.log)",
                       EIO);
-  UniqueFd dirfd(::open(o_.dir.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
-  auto text = dirfd.valid() ? image::read_small_file(dirfd.get(), kPidFile, 64)
-                            : Result<std::vector<std::byte>>(errno_error("open " + o_.dir));
-  if (!text) return make_error("the restored root's pid: " + text.error().message, text.error().code);
-  const pid_t root = pid_t(std::strtol(reinterpret_cast<const char*>(text->data()), nullptr, 10));
-  if (root <= 0) return make_error(std::string(kPidFile) + " names no process", EINVAL);
-  return root;
+  auto root = read_pid_file(o_.dir, kPidFile);
+  if (!root) return make_error("the restored root's pid: " + root.error().message, root.error().code);
+  return *root;
 }
 
 // Another host's restore failed: this host's ranks would wait out their

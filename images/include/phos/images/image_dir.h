@@ -109,7 +109,6 @@ class ImageReader {
   const ChunkTimes& times() const { return times_; }
 
  private:
-  const ParentFile* parent_file(uint32_t index) const;  // null: the image's own
   int dirfd_;
   const Manifest& manifest_;
   std::vector<UniqueFd> files_;

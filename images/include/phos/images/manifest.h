@@ -198,6 +198,12 @@ struct Manifest {
   bool operator==(const Manifest&) const = default;
 };
 
+// A resolved image's data file `index` where it is a parent's (with that
+// image's directory); null for the image's own.
+inline const ParentFile* parent_file(const Manifest& m, size_t index) {
+  return index < m.parent_files.size() && m.parent_files[index] ? &*m.parent_files[index] : nullptr;
+}
+
 struct CompletionMarker {
   uint32_t format_version = kMarkerFormatVersion;
   uint64_t manifest_size = 0;

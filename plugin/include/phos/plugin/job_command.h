@@ -25,6 +25,10 @@ int wait_command(pid_t pid);
 // Both: the exit status, or -1 where it could not start (logged by the caller).
 Result<int> run_command(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env);
 
+// The pid `criu restore --pidfile NAME -D DIR` wrote; an error naming what
+// is wrong with it.
+Result<pid_t> read_pid_file(const std::string& dir, const std::string& name);
+
 // This program's own path (/proc/self/exe), and a program beside it.
 std::string own_path();
 std::string beside_self(const std::string& name);

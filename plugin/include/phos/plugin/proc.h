@@ -29,6 +29,11 @@ bool maps_library(pid_t pid, const std::string& name);
 
 // True while `pid` exists and is not a zombie.
 bool process_alive(pid_t pid);
+// Waits, `limit_ms` at most, until `pid` is free (/proc/PID gone: exited and
+// reaped, so that criu can restore a process with that pid); how long it
+// took in ms (limit_ms: still taken). `exited_ms`: when it was first seen
+// exited (a zombie), limit_ms where it never was.
+int wait_pid_free(pid_t pid, int limit_ms, int* exited_ms = nullptr);
 // The children of every thread of `pid` (/proc/PID/task/TID/children); none
 // where it is gone.
 std::vector<pid_t> children_of(pid_t pid);
