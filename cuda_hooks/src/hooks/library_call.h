@@ -46,8 +46,15 @@ auto library_call(const char* call, Describe&& describe, Real&& real) {
   if (recording) scope.emplace(rt.launches().record_call(RecordKind::kLibrary, call, c.stream, c.ranges));
   if (!speculating) return forwarded_call(kInnermostScope, real);
   rt.speculation().on_call(c.ranges);
-  if (rt.copy_window().open()) rt.copy_window().before_library(c.ranges, call);
-  LaunchSpeculation::ExactScope exact;
+  // The window's number read first: one that opens in between is checked
+  // again at the call's first kernel (CopyWindow::before_kernel), never missed.
+  const uint64_t window = rt.copy_window().sequence();
+  uint64_t checked = 0;
+  if (rt.copy_window().open()) {
+    rt.copy_window().before_library(c.ranges, call);
+    checked = window;
+  }
+  LaunchSpeculation::ExactScope exact(&c.ranges, call, checked);
   return forwarded_call(kInnermostScope, real);
 }
 

@@ -164,6 +164,7 @@ void CopyWindow::begin(copystate::CopyState table, const agent::OpenCopyWindowRe
   account_.clear();
   abort_reason_.clear();
   fill_.store(fill);
+  sequence_.fetch_add(1, std::memory_order_acq_rel);
   open_.store(true);
 }
 
@@ -326,7 +327,18 @@ void CopyWindow::before_exact(const ranges::RangeList& l, const char* call) {
 void CopyWindow::before_kernel(const WriteRanges& writes, bool validated, const Kernel* kernel) {
   Use use(*this);
   if (!use.inside()) return;
-  if (writes.covered) return;  // inside a library call that checked its exact set
+  if (writes.covered) {  // inside a library call, covered by its exact set
+    // A call that began before this window opened has not checked its set
+    // against it: its kernels were held at the gate through the stop, and
+    // would otherwise write the set's memory unsaved. Checked now, once.
+    LaunchSpeculation::ExactScope* scope = LaunchSpeculation::ExactScope::current();
+    const uint64_t window = sequence();
+    if (scope && scope->set && scope->checked_window != window) {
+      scope->checked_window = window;
+      before_library(*scope->set, scope->call ? scope->call : "a library call");
+    }
+    return;
+  }
   checked_.fetch_add(1, std::memory_order_relaxed);
   constexpr const char* kLaunch = "kernel launch";
   if (!writes.known) return untrusted(true, kLaunch, kernel);

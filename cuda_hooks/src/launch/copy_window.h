@@ -55,6 +55,8 @@ class Kernel;
 class CopyWindow {
  public:
   bool open() const { return open_.load(std::memory_order_relaxed); }
+  // The number of windows opened so far: the open one's, while one is.
+  uint64_t sequence() const { return sequence_.load(std::memory_order_acquire); }
   agent::CopyTrust trust() const { return trust_; }
 
   // The agent: `fds` holds the table's memfd, then one fd per pool of
@@ -160,6 +162,7 @@ class CopyWindow {
   void await_filled(uint64_t address, uint64_t bytes, bool overwrite);
 
   std::atomic<bool> open_{false};
+  std::atomic<uint64_t> sequence_{0};
   std::atomic<bool> fill_{false};  // the open window is an on-demand restore's
   std::atomic<int64_t> users_{0};
   agent::CopyTrust trust_ = agent::CopyTrust::kValidated;

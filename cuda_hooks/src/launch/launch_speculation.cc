@@ -18,6 +18,8 @@ namespace spec = phos::speculation;
 // Depth of known library calls under way on this thread (initial-exec TLS:
 // libphos.so is preloaded).
 __attribute__((tls_model("initial-exec"))) thread_local int t_exact_depth = 0;
+// The innermost of them (LaunchSpeculation::ExactScope::current()).
+__attribute__((tls_model("initial-exec"))) thread_local LaunchSpeculation::ExactScope* t_exact_scope = nullptr;
 
 spec::CallRange to_call_range(const ranges::BufferRange& r) {
   spec::CallRange c;
@@ -46,8 +48,16 @@ spec::LaunchArgs launch_args(void** params, void** extra) {
 
 }  // namespace
 
-LaunchSpeculation::ExactScope::ExactScope() { t_exact_depth++; }
-LaunchSpeculation::ExactScope::~ExactScope() { t_exact_depth--; }
+LaunchSpeculation::ExactScope::ExactScope(const ranges::RangeList* set, const char* call, uint64_t checked_window)
+    : set(set), call(call), checked_window(checked_window), outer_(t_exact_scope) {
+  t_exact_depth++;
+  t_exact_scope = this;
+}
+LaunchSpeculation::ExactScope::~ExactScope() {
+  t_exact_depth--;
+  t_exact_scope = outer_;
+}
+LaunchSpeculation::ExactScope* LaunchSpeculation::ExactScope::current() { return t_exact_scope; }
 
 void LaunchSpeculation::set_active(bool on) {
   // Serialised: an "off" clearing the index after a concurrent "on" refilled

@@ -96,13 +96,26 @@ class LaunchSpeculation final : public BufferObserver {
   // inside and between its buffers (statistics for the GPU suite).
   double measure_lookup_rate(size_t n);
 
-  // Kernels issued inside a known library call are covered by its exact set.
+  // Kernels issued inside a known library call are covered by its exact
+  // set. The scope keeps that set and the copy window (CopyWindow::
+  // sequence(), 0 for none) it was checked against: a call that began
+  // before a window opened (its kernels held at the gate while the process
+  // was stopped) has its set checked at its first kernel inside the window.
   class ExactScope {
    public:
-    ExactScope();
+    ExactScope(const ranges::RangeList* set = nullptr, const char* call = nullptr, uint64_t checked_window = 0);
     ~ExactScope();
     ExactScope(const ExactScope&) = delete;
     ExactScope& operator=(const ExactScope&) = delete;
+    // This thread's innermost scope, or null.
+    static ExactScope* current();
+
+    const ranges::RangeList* const set;
+    const char* const call;
+    uint64_t checked_window;
+
+   private:
+    ExactScope* const outer_;
   };
 
  private:
