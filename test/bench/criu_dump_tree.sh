@@ -7,7 +7,11 @@
 # times (default 3) alternating three criu runs:
 #   unpatched      criu 4.2.1 as released
 #   serial         the patched criu with --page-write-threads 1 (its old path)
-#   patched        the patched criu with its defaults (writer threads)
+#   written        the patched criu with --leave-running-copy-limit 0: writer
+#                  threads, the tasks frozen until every page is written
+#                  (0002-*); only where the criu has the option (0005-*)
+#   patched        the patched criu with its defaults (writer threads; the
+#                  tasks resume once their pages are copied, 0005-*)
 # After every dump each child checks every page of its memory (the dump must
 # leave it as it was) before the tree is killed.
 #
@@ -96,6 +100,7 @@ one_run() {
   case $kind in
     unpatched) criu=$CRIU_UNPATCHED ;;
     serial) criu=$CRIU; args=(--page-write-threads 1) ;;
+    written) criu=$CRIU; args=(--leave-running-copy-limit 0) ;;
     # shellcheck disable=SC2206
     patched) criu=$CRIU; args=(${PATCHED_ARGS:-}) ;;
   esac
@@ -112,15 +117,17 @@ one_run() {
   local bytes freezing frozen
   bytes=$(du -bc "$d"/img/pages-*.img | tail -n1 | cut -f1)
   freezing=$(us "$d/stats" "Freezing time") frozen=$(us "$d/stats" "Frozen time")
-  grep -h "Writing pages\|Wrote .* bytes of pages" "$d/img/dump.log" | sed "s/^/  $kind: /" | head -n2 >&2 || true
+  grep -h "Writing pages\|Wrote .* bytes of pages\|Copied .* bytes of pages of" "$d/img/dump.log" | sed "s/^/  $kind: /" | head -n3 >&2 || true
   echo "$kind $(( freezing + frozen )) $(criu_bench_stamp "$d/img/dump.log" 'Dumping finished successfully') $bytes $(awk '{print $1 + $2}' "$d/cpu")" >> "$out"
   rm -rf "$d"
 }
 
+kinds=(unpatched serial patched)
+"$CRIU" --help 2>&1 | grep -q -- --leave-running-copy-limit && kinds=(unpatched serial written patched)
 results=$work/results
 : > "$results"
 for _ in $(seq "$runs"); do
-  for kind in unpatched serial patched; do one_run "$kind" "$results"; done
+  for kind in "${kinds[@]}"; do one_run "$kind" "$results"; done
 done
 
 python3 - "$results" "$procs" <<'PY'
@@ -135,7 +142,7 @@ print()
 print(f"| criu ({sys.argv[2]} children) | GB of pages | stall s [min-max] | dump s [min-max] | GB/s (of the stall) | criu CPU s |")
 print("| --- | ---: | ---: | ---: | ---: | ---: |")
 med = {}
-for kind in ("unpatched", "serial", "patched"):
+for kind in ("unpatched", "serial", "written", "patched"):
     v = rows.get(kind)
     if not v:
         continue

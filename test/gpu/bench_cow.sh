@@ -236,7 +236,7 @@ if [ -n "$server" ]; then
   say "server $shape: $used_gib GiB of device memory in use"
   ( "$python" "$here/request_loop.py" "$reqdir" "$reqdir/latency.log" </dev/null >"$reqdir/client.out" 2>&1 & )
   sleep 5
-  echo "mode,stall_ms,reply_median_ms,reply_max_ms,criu_s,sum_pass_ms,saved_mib,calls_waited,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,replies_wrong,image" > "$server_csv"
+  echo "mode,stall_ms,reply_median_ms,reply_max_ms,criu_s,sum_pass_ms,saved_mib,calls_waited,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,replies_wrong,image,criu_pages" > "$server_csv"
   for mode in warmup $(for _ in $(seq "$reps"); do echo off auto speculated; done); do
     rm -rf "$IMG" && mkdir -p "$IMG"
     sleep 2
@@ -269,7 +269,7 @@ if [ -n "$server" ]; then
       END { printf "%.1f %d\n", m, w }' "$reqdir/latency.log")
     [ "$wrong" = 0 ] || fail "server, $mode: $wrong replies' tokens differ from the first reply's"
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited')
-    echo "$mode,$(awk -v m="$median" -v l="$longest" 'BEGIN {printf "%.0f", l - m}'),$median,$longest,$(dt "$t0" "$t1"),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 3),${saved:-0},${waited:-0},$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$wrong,$outcome" >> "$server_csv"
+    echo "$mode,$(awk -v m="$median" -v l="$longest" 'BEGIN {printf "%.0f", l - m}'),$median,$longest,$(dt "$t0" "$t1"),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 3),${saved:-0},${waited:-0},$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$wrong,$outcome,$(criu_pages "$WORK/dump.log")" >> "$server_csv"
   done
   touch "$reqdir/client.stop" "$reqdir/stop"; sleep 1
   replies=$(wc -l < "$reqdir/latency.log")
@@ -314,8 +314,8 @@ if [ -n "$server" ]; then
   echo
   echo "## $shape server, its KV cache bringing the GPU to $used_gib GiB (all written), answering one-token requests back to back, dumped with --leave-running"
   echo "$replies replies, every one's tokens equal to the first's; stall = the longest reply while the dump ran, less the median reply before it"
-  echo "| mode | stall (client) | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back | image |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-  awk -F, 'NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s |\n", $1 == "auto" ? "auto, cow_trust=checksum (default)" : $1 == "off" ? "off (stopped copy)" : "auto, cow_trust=speculated", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14}' "$server_csv"
+  echo "| mode | stall (client) | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back | image | criu's pages |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  awk -F, 'NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", $1 == "auto" ? "auto, cow_trust=checksum (default)" : $1 == "off" ? "off (stopped copy)" : "auto, cow_trust=speculated", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
 fi
 exit 0

@@ -579,12 +579,14 @@ torch_cow_case() {
   tail -n +$((n + 1)) "$WORK/run.losses" > "$WORK/restored.losses"
   tail -n +"$first" "$WORK/ref.losses" | cmp -s - "$WORK/restored.losses" ||
     fail "the restored image's loss curve differs from the uninterrupted run's (frozen at step $((first - 1)))"
-  local stalls at_once dead=
+  local stalls at_once dead= pages
   stalls=$(grep -o 'gate reopened after [0-9.]* ms' "$WORK/dump.log" | grep -o '[0-9.]* ms' | paste -sd/ - || true)
   at_once=$(driver_batches)
+  # criu's CPU pages: copied before the resume (contrib/criu/0005) or written.
+  pages=$(criu_pages "$WORK/dump.log")
   job_breakdown
   [ -n "${PHOS_TEST_SCRATCH_MIB:-}" ] && dead=$(dead_memory_seen)
-  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}${at_once:+; $at_once}${dead:+; $dead}"
+  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}$(grep -o ", criu's CPU dump [0-9.]* ms" "$WORK/dump.log" | head -n1)${pages:+; criu's pages: $pages}${at_once:+; $at_once}${dead:+; $dead}"
 }
 case_torch_cow() { torch_cow_case; }
 

@@ -35,6 +35,9 @@ GIVE_BACK = re.compile(
     NUM + r" ms, the agent's remap " + NUM + r" ms")
 CORE = re.compile(r"Dumping core \(pid: (\d+)\)")
 OVERLAP = re.compile(r"phos: process (\d+): restore breakdown .*; overlap=(on|off): .*; the gate waited last for (.*)$", re.M)
+# criu's private pages of the tree (contrib/criu/0002, 0005): copied before
+# the tasks resumed and written after, or written while they were frozen.
+CRIU_PAGES = re.compile(r"(Copied [0-9]+ bytes of pages of [0-9]+ tasks in .*|Wrote [0-9]+ bytes of pages of [0-9]+ tasks .*)$", re.M)
 DRIVER_ALL = re.compile(r"phos: driver (checkpoint|restore) of (\d+) processes ([a-z ]+): " + NUM + r" ms")
 RESTORE = re.compile(
     r"phos: process (\d+): restore breakdown \(ms after the plugin's init\): GPU memory created " + NUM +
@@ -115,6 +118,9 @@ def main(argv):
         print(f"| {pid} | " + " | ".join(rows[pid].get(k, "-") for k, _ in cols) + " |")
     for m in DRIVER_ALL.finditer(dump + restore):
         print(f"\ndriver {m.group(1)} of {m.group(2)} processes {m.group(3)}: {m.group(4)} ms")
+    pages = CRIU_PAGES.findall(dump)
+    if pages:
+        print(f"\ncriu's pages: {pages[-1]}")
     print("\n(ms; the restore's columns in ms after the plugin's init)")
     return 0
 
