@@ -34,6 +34,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "state_file.h"
+
 #define PAGE 4096ul
 #define WORDS (PAGE / 8)
 
@@ -64,16 +66,6 @@ static uint64_t check_pages(const uint64_t *mem, uint64_t first, uint64_t n, uin
 static volatile sig_atomic_t check_requested;
 static void on_usr1(int sig) { (void)sig; check_requested = 1; }
 
-static void put_result(const char *path, const char *text) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) exit(2);
-  if (write(fd, text, strlen(text)) < 0) exit(2);
-  close(fd);
-  if (rename(tmp, path) != 0) exit(2);
-}
-
 static int run(size_t mib, const char *result) {
   size_t bytes = mib << 20;
   uint64_t pages = bytes / PAGE;
@@ -87,7 +79,7 @@ static int run(size_t mib, const char *result) {
   signal(SIGUSR1, on_usr1);
   char msg[256];
   snprintf(msg, sizeof msg, "ready %lx %zx %lx\n", (unsigned long)mem, bytes, (unsigned long)cursor);
-  put_result(result, msg);
+  write_state_line(result, msg);
   for (;;) {
     uint64_t pass = state / pages, k = state % pages;
     if (check_requested) {
@@ -97,7 +89,7 @@ static int run(size_t mib, const char *result) {
         snprintf(msg, sizeof msg, "%s\n", why);
       else
         snprintf(msg, sizeof msg, "ok %" PRIu64 " %" PRIu64 "\n", pass, k);
-      put_result(result, msg);
+      write_state_line(result, msg);
     }
     uint64_t *w = mem + k * WORDS;
     for (uint64_t i = 0; i < WORDS; i++) w[i] = word(pass, k, i);
