@@ -237,15 +237,21 @@ if [ -n "$server" ]; then
   ( "$python" "$here/request_loop.py" "$reqdir" "$reqdir/latency.log" </dev/null >"$reqdir/client.out" 2>&1 & )
   sleep 5
   echo "mode,stall_ms,reply_median_ms,reply_max_ms,criu_s,sum_pass_ms,saved_mib,calls_waited,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,replies_wrong,image,criu_pages" > "$server_csv"
-  for mode in warmup $(for _ in $(seq "$reps"); do echo off auto speculated; done); do
+  # BENCH_SERVER_MODES: the modes' order (default "off auto speculated");
+  # MODE_nocopy: MODE with criu's copies of the pages before the resume
+  # turned off (CRIU patch 0005: --leave-running-copy-limit 0), the pages
+  # written while the server is stopped, as before it.
+  echo "leave-running-copy-limit 0" > "$WORK/nocopy.conf"
+  for mode in warmup $(for _ in $(seq "$reps"); do echo ${BENCH_SERVER_MODES:-off auto speculated}; done); do
     rm -rf "$IMG" && mkdir -p "$IMG"
     sleep 2
     t0=$(date +%s.%N)
-    cow=auto trust=checksum
-    [ "$mode" = off ] && cow=off
-    [ "$mode" = speculated ] && trust=speculated
+    cow=auto trust=checksum conf=/dev/null
+    [ "${mode%_nocopy}" = off ] && cow=off
+    [ "${mode%_nocopy}" = speculated ] && trust=speculated
+    [ "$mode" != "${mode%_nocopy}" ] && conf=$WORK/nocopy.conf
     outcome=complete
-    if ! PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running; then
+    if ! CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running; then
       # Checksum validation refusing the image (a write speculation missed)
       # is the default's answer, not the bench's failure: the server runs on.
       grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||
