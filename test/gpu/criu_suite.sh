@@ -586,7 +586,7 @@ torch_cow_case() {
   pages=$(criu_pages "$WORK/dump.log")
   job_breakdown
   [ -n "${PHOS_TEST_SCRATCH_MIB:-}" ] && dead=$(dead_memory_seen)
-  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}$(grep -o ", criu's CPU dump [0-9.]* ms" "$WORK/dump.log" | head -n1)${pages:+; criu's pages: $pages}${at_once:+; $at_once}${dead:+; $dead}"
+  pass "loss curves of the checkpointed program and of its image restored (frozen at step $((first - 1))) bitwise equal to an uninterrupted run's; $saved into the pool, $waited; ${checked:-no copy checked by checksum}${refused:+; the first dump refused ($refused), the next copied while stopped}; stall ${stalls:-?}$(grep -o ", criu's CPU dump [0-9.]* ms" "$WORK/dump.log" | head -n1)${pages:+; criu pages: $pages}${at_once:+; $at_once}${dead:+; $dead}"
 }
 case_torch_cow() { torch_cow_case; }
 
