@@ -28,7 +28,14 @@
  * Every call a dump can freeze it at is followed by a check of what memory
  * held before it: a restored image holding a write made after its freeze
  * fails the next check. STATE gets "TOKEN COUNTER ok", or "TOKEN COUNTER
- * bad:WHAT" once a check failed. */
+ * bad:WHAT" once a check failed.
+ *
+ * cublas_client --window GO: a GEMM that begins before a copy window opens
+ * (cublas_window.sh): allocates A, B, C and W (1 MiB, the workspace of a
+ * handle h), prints "ready PID 0xC 0xW", then makes one cublasGemmEx on h,
+ * which the fake holds until the file GO exists (printing "fake_cublas:
+ * waiting for GO" first) and which then launches a kernel through the
+ * driver; prints "gemm RC" and sleeps (the test ends it). */
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <stdint.h>
@@ -42,6 +49,7 @@
 unsigned long long fake_cublas_own_memory(cublasHandle_t h);
 unsigned long long fake_cublas_lazy_memory(cublasHandle_t h);
 void fake_cublas_side_door(void *p);
+void fake_cublas_launch_after(const char *file, CUfunction f);
 
 static CUdeviceptr alloc(const char *name, size_t bytes) {
   CUdeviceptr p = 0;
@@ -161,9 +169,36 @@ static int loop(const char *state, const char *mode) {
   }
 }
 
+static int window(const char *go) {
+  cuInit(0);
+  cuCtxSetCurrent((CUcontext)1);
+  g_a = alloc("A", 4096);
+  g_b = alloc("B", 4096);
+  g_c = alloc("C", 4096);
+  CUdeviceptr w = alloc("W", 1u << 20);
+  cublasHandle_t h = create();
+  if (cublasSetWorkspace(h, (void *)(uintptr_t)w, 1u << 20) != CUBLAS_STATUS_SUCCESS) return 1;
+  /* Any image does for the fake driver: the GEMM's kernel. */
+  static const char image[] = ".version 8.0\n.target sm_90\n";
+  CUmodule m;
+  CUfunction f;
+  if (cuModuleLoadData(&m, image) != CUDA_SUCCESS || cuModuleGetFunction(&f, m, "fake_gemm_kernel") != CUDA_SUCCESS) {
+    fprintf(stderr, "loading the GEMM's kernel failed\n");
+    return 1;
+  }
+  fake_cublas_launch_after(go, f);
+  printf("ready %d 0x%llx 0x%llx\n", (int)getpid(), (unsigned long long)g_c, (unsigned long long)w);
+  fflush(stdout);
+  printf("gemm %d\n", gemm(h));
+  fflush(stdout);
+  sleep(60);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "--record")) return record();
+  if (argc == 3 && !strcmp(argv[1], "--window")) return window(argv[2]);
   if (argc == 3) return loop(argv[1], argv[2]);
-  fprintf(stderr, "usage: cublas_client --record | STATE workspace|own|side-door\n");
+  fprintf(stderr, "usage: cublas_client --record | --window GO | STATE workspace|own|side-door\n");
   return 2;
 }

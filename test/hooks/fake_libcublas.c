@@ -16,12 +16,20 @@
  * then, with FAKE_CUDA_MEMORY=1, adds 1 to the first word of the memory its
  * kernels would write beside C: the workspace cublasSetWorkspace set, else
  * the handle's own pool; and to fake_cublas_side_door's buffer where one is
- * set (memory the library writes without phos being told of it). */
+ * set (memory the library writes without phos being told of it).
+ *
+ * After fake_cublas_launch_after(FILE, F), cublasGemmEx on such a handle
+ * first says "fake_cublas: waiting for FILE" on stdout, waits until FILE
+ * exists, then launches F through the driver (a real GEMM's kernel): a call
+ * that began, and passed libphos.so's hook, before a dump's copy window
+ * opened, and whose kernel runs inside it. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 unsigned long long fake_cublas_calls;
 static cudaStream_t g_stream;
@@ -73,6 +81,8 @@ struct FakeHandle {
 };
 static struct FakeHandle g_handles[kHandles];
 static void *g_side_door;
+static const char *g_wait_file;
+static CUfunction g_kernel_after_wait;
 
 static struct FakeHandle *made(cublasHandle_t h) {
   struct FakeHandle *f = (struct FakeHandle *)h;
@@ -83,6 +93,18 @@ static struct FakeHandle *made(cublasHandle_t h) {
 unsigned long long fake_cublas_own_memory(cublasHandle_t h) { return made(h) ? made(h)->own : 0; }
 unsigned long long fake_cublas_lazy_memory(cublasHandle_t h) { return made(h) ? made(h)->lazy : 0; }
 void fake_cublas_side_door(void *p) { g_side_door = p; }
+void fake_cublas_launch_after(const char *file, CUfunction f) {
+  g_wait_file = file;
+  g_kernel_after_wait = f;
+}
+
+static void wait_then_launch(void) {
+  if (!g_wait_file) return;
+  printf("fake_cublas: waiting for %s\n", g_wait_file);
+  fflush(stdout);
+  while (access(g_wait_file, F_OK) != 0) usleep(5000);
+  cuLaunchKernel(g_kernel_after_wait, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+}
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
   for (int i = 0; i < kHandles; i++) {
@@ -125,6 +147,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
   (void)bt; (void)ldb; (void)beta; (void)c; (void)ct; (void)ldc; (void)compute; (void)algo;
   struct FakeHandle *f = made(h);
   if (f) {
+    wait_then_launch();
     if (!f->workspace && !f->lazy && cuMemAlloc(&f->lazy, kLazyBytes) != CUDA_SUCCESS)
       return CUBLAS_STATUS_ALLOC_FAILED;
     cuCtxSynchronize();
