@@ -420,9 +420,9 @@ void CopyState::urgent(uint64_t chunk) {
   // A full list: the engine reaches the chunk in its order anyway.
 }
 
-Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
+Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunks& save,
                                     std::chrono::steady_clock::time_point deadline, WriteReport& report,
-                                    bool may_wait) {
+                                    bool may_wait, std::vector<std::pair<uint64_t, uint32_t>>* batch) {
   std::atomic<uint32_t>& w = word(chunk);
   bool counted_wait = false;
   auto wait = [&](uint32_t seen) -> Result<void> {
@@ -467,7 +467,8 @@ Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
       continue;
     }
     Claim c = claim_of(chunk, slot);
-    auto saved = save(regions()[c.region].address + c.offset, c.bytes, *slot);
+    auto saved = save.enqueue(regions()[c.region].address + c.offset, c.bytes, *slot);
+    if (saved && !batch) saved = save.complete();
     if (!saved) {
       free_slot(*slot);
       w.store(encode(ChunkState::kPending), std::memory_order_release);
@@ -475,13 +476,44 @@ Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunk& save,
       return make_error("copy-on-write: save chunk " + std::to_string(chunk) + ": " + saved.error().message,
                         saved.error().code);
     }
-    w.store(encode(ChunkState::kSaved, slot), std::memory_order_release);
-    note_in_pool(*slot, chunk);
-    wake_all(w);
-    report.saved++;
-    l_->header->saved.fetch_add(1, std::memory_order_relaxed);
+    if (batch) {
+      batch->emplace_back(chunk, *slot);
+      return true;
+    }
+    mark_saved(chunk, *slot, report);
     return true;
   }
+}
+
+void CopyState::mark_saved(uint64_t chunk, uint32_t slot, WriteReport& report) {
+  std::atomic<uint32_t>& w = word(chunk);
+  w.store(encode(ChunkState::kSaved, slot), std::memory_order_release);
+  note_in_pool(slot, chunk);
+  wake_all(w);
+  report.saved++;
+  l_->header->saved.fetch_add(1, std::memory_order_relaxed);
+}
+
+Result<void> CopyState::complete_saves(std::vector<std::pair<uint64_t, uint32_t>>& batch, const SaveChunks& save,
+                                       WriteReport& report) {
+  if (batch.empty()) return {};
+  auto done = save.complete();
+  for (auto [chunk, slot] : batch) {
+    if (done) {
+      mark_saved(chunk, slot, report);
+      continue;
+    }
+    free_slot(slot);
+    std::atomic<uint32_t>& w = word(chunk);
+    w.store(encode(ChunkState::kPending), std::memory_order_release);
+    wake_all(w);
+  }
+  const size_t n = batch.size();
+  batch.clear();
+  if (!done)
+    return make_error("copy-on-write: save " + std::to_string(n) + " chunks: " + done.error().message,
+                      done.error().code);
+  return {};
 }
 
 void CopyState::note_in_pool(uint32_t slot, uint64_t chunk) {
@@ -557,7 +589,7 @@ Result<WriteReport> CopyState::before_use(uint64_t address, uint64_t bytes, bool
       if (state(c) == ChunkState::kPending)
         for (uint64_t k = c + 1, asked = 0; k <= last && asked < kUrgentEntries / 2; k++)
           if (state(k) == ChunkState::kPending && !(overwrite && chunk_within(k, address, end))) urgent(k), asked++;
-      PHOS_TRY(write_chunk(c, SaveChunk(), deadline, report, true));
+      PHOS_TRY(write_chunk(c, SaveChunks{}, deadline, report, true, nullptr));
     }
   }
   return report;
@@ -565,14 +597,21 @@ Result<WriteReport> CopyState::before_use(uint64_t address, uint64_t bytes, bool
 
 Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
                                             std::chrono::milliseconds timeout) {
+  return before_write(address, bytes, SaveChunks{save, [] { return Result<void>{}; }}, timeout);
+}
+
+Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, const SaveChunks& save,
+                                            std::chrono::milliseconds timeout) {
   WriteReport report;
   if (window() != Window::kOpen) return report;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   chunks_of(address, bytes, spans);
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  // Copy-on-write: every chunk saved or asked for first, then the waits
-  // (they overlap: the engine copies what is asked for while this waits).
+  // Copy-on-write: every chunk saved (in one batch) or asked for first,
+  // then the waits (they overlap: the engine copies what is asked for while
+  // this waits). The batch completes before any wait.
   std::vector<uint64_t> deferred;
+  std::vector<std::pair<uint64_t, uint32_t>> batch;
   for (auto [first, last] : spans) {
     if (protocol() == CopyProtocol::kSoftRecopy) mark_written(first);
     for (uint64_t c = first; c <= last; c++) {
@@ -584,16 +623,21 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
         }
         continue;
       }
-      auto r = write_chunk(c, save, deadline, report, false);
+      auto r = write_chunk(c, save, deadline, report, false, &batch);
       if (!r) {
+        (void)complete_saves(batch, save, report);
         close(Window::kAborted);
         return r.error();
       }
       if (!*r) deferred.push_back(c);
     }
   }
+  if (auto done = complete_saves(batch, save, report); !done) {
+    close(Window::kAborted);
+    return done.error();
+  }
   for (uint64_t c : deferred) {
-    if (auto r = write_chunk(c, save, deadline, report, true); !r) {
+    if (auto r = write_chunk(c, save, deadline, report, true, nullptr); !r) {
       close(Window::kAborted);
       return r.error();
     }

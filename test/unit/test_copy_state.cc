@@ -152,6 +152,56 @@ TEST_CASE("copy state: attach maps the same table; refuses what is not one", "[c
   }
 }
 
+TEST_CASE("copy state: a call's saves start together and complete with one wait; the engine passes them over until then",
+          "[copy_state]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 4);
+  std::vector<uint64_t> started;
+  int completes = 0;
+  bool engine_found_one = false;
+  SaveChunks saves{
+      .enqueue = [&](uint64_t a, uint64_t, uint32_t) -> Result<void> {
+        started.push_back(a);
+        return {};
+      },
+      .complete = [&]() -> Result<void> {
+        completes++;
+        // Started, not yet complete: saving, which the engine's scan passes
+        // over (a claim now would copy a chunk the program may already write).
+        CHECK(s.state(0) == ChunkState::kSaving);
+        CHECK(s.state(2) == ChunkState::kSaving);
+        if (auto c = s.claim_next()) {
+          engine_found_one = c->chunk < 3;
+          s.unclaim(*c);
+        }
+        return {};
+      },
+  };
+  auto r = s.before_write(0x10000, 3 * kChunk, saves, 1s);
+  REQUIRE(r.ok());
+  CHECK(r->saved == 3);
+  CHECK(started.size() == 3);
+  CHECK(completes == 1);
+  CHECK_FALSE(engine_found_one);
+  for (uint64_t c = 0; c < 3; c++) CHECK(s.state(c) == ChunkState::kSaved);
+  CHECK(s.statistics().saved == 3);
+}
+
+TEST_CASE("copy state: a batch of saves that fails to complete puts its chunks back pending, frees their slots and "
+          "aborts the window", "[copy_state]") {
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 2);
+  SaveChunks failing{
+      .enqueue = [](uint64_t, uint64_t, uint32_t) -> Result<void> { return {}; },
+      .complete = []() -> Result<void> { return make_error("the pool's stream failed", EIO); },
+  };
+  auto r = s.before_write(0x10000, 2 * kChunk, failing, 1s);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == EIO);
+  CHECK(r.error().message.find("save 2 chunks") != std::string::npos);
+  CHECK(s.state(0) == ChunkState::kPending);
+  CHECK(s.state(1) == ChunkState::kPending);
+  CHECK(s.window() == Window::kAborted);
+}
+
 TEST_CASE("copy state: copy-on-write saves a pending chunk once, the engine takes it from its slot",
           "[copy_state]") {
   CopyState s = make(CopyProtocol::kSoftCopyOnWrite, {{1, 0x10000, 4 * kChunk}}, 2);

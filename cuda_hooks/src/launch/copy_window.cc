@@ -217,7 +217,7 @@ std::vector<agent::KernelLaunches> CopyWindow::suspects(const std::vector<agent:
   return std::move(named);
 }
 
-Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot) {
+Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used) {
   // The table hands a region only slots of its GPU's pool (assign_slots):
   // the copy stays on that GPU.
   auto pool = std::find_if(pools_.begin(), pools_.end(),
@@ -227,10 +227,23 @@ Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot) {
   PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
   CUresult r = PHOS_REAL(cuMemcpyDtoDAsync_v2)(pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size(),
                                                address, bytes, pool->stream);
-  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuStreamSynchronize)(pool->stream);
   PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
   if (r != CUDA_SUCCESS)
     return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);
+  if (std::find(used.begin(), used.end(), &*pool) == used.end()) used.push_back(&*pool);
+  return {};
+}
+
+Result<void> CopyWindow::complete_saves(const std::vector<const DevicePool*>& used) {
+  // The stream's other copies (another thread's saves) are waited for too:
+  // a little longer, never too short.
+  for (const DevicePool* pool : used) {
+    PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
+    CUresult r = PHOS_REAL(cuStreamSynchronize)(pool->stream);
+    PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+    if (r != CUDA_SUCCESS)
+      return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);
+  }
   return {};
 }
 
@@ -264,8 +277,17 @@ void CopyWindow::count_wait(uint64_t since_ns, bool waited, bool unknown_set) {
 }
 
 void CopyWindow::write(uint64_t address, uint64_t bytes, CallCost& cost) {
-  auto report = table_->before_write(
-      address, bytes, [this](uint64_t a, uint64_t n, uint32_t slot) { return save(a, n, slot); }, timeout_);
+  std::vector<const DevicePool*> used;
+  copystate::SaveChunks saves{
+      .enqueue = [this, &used](uint64_t a, uint64_t n, uint32_t slot) { return save(a, n, slot, used); },
+      .complete =
+          [this, &used] {
+            auto r = complete_saves(used);
+            used.clear();
+            return r;
+          },
+  };
+  auto report = table_->before_write(address, bytes, saves, timeout_);
   if (!report) return give_up(report.error());
   cost.waited += report->waited;
   cost.saved += report->saved;

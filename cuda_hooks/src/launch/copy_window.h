@@ -148,7 +148,11 @@ class CopyWindow {
   // the window closes; recopy marks every chunk dirty.
   void untrusted(bool unknown_set, const char* call, const Kernel* kernel = nullptr);
   void give_up(const Error& e);
-  Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot);
+  // Starts the copy of a chunk into pool slot `slot` on its pool's stream
+  // (`used` gets the pool, for complete_saves).
+  Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used);
+  // Returns once the copies save() started into the pools of `used` are done.
+  Result<void> complete_saves(const std::vector<const DevicePool*>& used);
   void count_wait(uint64_t since_ns, bool waited, bool unknown_set);
   // On-demand restore: a kernel's read and write sets filled.
   void await_sets(const WriteRanges& sets);

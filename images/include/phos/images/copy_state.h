@@ -128,6 +128,17 @@ struct SlotRange {
 // returns once the copy is complete (the hooks' side of copy-on-write).
 using SaveChunk = std::function<Result<void>(uint64_t address, uint64_t bytes, uint32_t slot)>;
 
+// The same in batches: `enqueue` starts the copy of `bytes` at `address`
+// into pool slot `slot`, `complete` returns once every copy started is
+// complete. A call that saves many chunks waits once, not once a chunk:
+// each wait may queue behind the engine's copies on the GPU's copy engines
+// (about 1.2 ms a chunk on an H200 while the engine copied: 2 s for one
+// kernel launch that saved 1735 chunks of an 8B server's KV cache).
+struct SaveChunks {
+  std::function<Result<void>(uint64_t address, uint64_t bytes, uint32_t slot)> enqueue;
+  std::function<Result<void>()> complete;
+};
+
 struct Statistics {
   uint64_t saved = 0;    // chunks saved by copy-on-write
   uint64_t waits = 0;    // chunks writes waited for
@@ -182,6 +193,10 @@ class CopyState {
   // error (a failed save, a wait past `timeout`) aborts the window: the
   // image is then incomplete, and the call may go on.
   Result<WriteReport> before_write(uint64_t address, uint64_t bytes, const SaveChunk& save,
+                                   std::chrono::milliseconds timeout);
+  // The same, the chunks that can be saved at once saved in one batch (its
+  // chunks stay kSaving, which the engine passes over, until `complete`).
+  Result<WriteReport> before_write(uint64_t address, uint64_t bytes, const SaveChunks& save,
                                    std::chrono::milliseconds timeout);
   // Copy-on-write over several GPUs: the pool slots [first, end) each
   // region's chunks may take, one range per region in regions() order
@@ -291,8 +306,15 @@ class CopyState {
   // Makes `chunk` safe to write: saved into a free slot, or found copied
   // or saved. Where it would wait (being copied or saved, or no free slot:
   // then asked for first), `may_wait` false returns false at once instead.
-  Result<bool> write_chunk(uint64_t chunk, const SaveChunk& save, std::chrono::steady_clock::time_point deadline,
-                           WriteReport& report, bool may_wait);
+  // With `batch`, a save is only started and its chunk added to `batch`
+  // (complete_saves finishes them).
+  Result<bool> write_chunk(uint64_t chunk, const SaveChunks& save, std::chrono::steady_clock::time_point deadline,
+                           WriteReport& report, bool may_wait, std::vector<std::pair<uint64_t, uint32_t>>* batch);
+  // Waits for the saves of `batch` (chunk, slot) and marks them saved; where
+  // they failed, puts them back pending. Empties `batch`.
+  Result<void> complete_saves(std::vector<std::pair<uint64_t, uint32_t>>& batch, const SaveChunks& save,
+                              WriteReport& report);
+  void mark_saved(uint64_t chunk, uint32_t slot, WriteReport& report);
   // A free slot of those `region` may take (set_region_slots).
   std::optional<uint32_t> take_slot(uint32_t region);
   void free_slot(uint32_t slot);
