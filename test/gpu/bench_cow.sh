@@ -322,6 +322,11 @@ if [ -n "$server" ]; then
   echo "$replies replies, every one's tokens equal to the first's; stall = the longest reply while the dump ran, less the median reply before it"
   echo "| mode | stall (client) | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back | image | criu's pages |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-  awk -F, 'NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", $1 == "auto" ? "auto, cow_trust=checksum (default)" : $1 == "off" ? "off (stopped copy)" : "auto, cow_trust=speculated", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
+  awk -F, 'function label(m,  l) {
+      l = m; sub(/_nocopy$/, "", l)
+      l = l == "auto" ? "auto, cow_trust=checksum (default)" : l == "off" ? "off (stopped copy)" : "auto, cow_trust=" l
+      return l (m ~ /_nocopy$/ ? ", criu copies off" : "")
+    }
+    NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", label($1), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
 fi
 exit 0
