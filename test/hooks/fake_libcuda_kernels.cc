@@ -71,6 +71,14 @@ void chunk_copy_sum(void** params) {
   tail->done = phos::plugin::kChunkCrcDone;
 }
 
+// libphos's save into the copy-on-write pool (cuda_hooks/gpu/chunk_save.cu).
+void chunk_save(void** params) {
+  const auto* src = param<const unsigned char*>(params, 0);
+  auto* dst = param<unsigned char*>(params, 1);
+  const auto words = param<unsigned long long>(params, 2);
+  std::memmove(dst, src, words * 16);
+}
+
 }  // namespace
 
 extern "C" int fake_real_memory(void);
@@ -81,6 +89,7 @@ extern "C" int fake_phos_kernel(const char* name, unsigned blocks, void** params
   if (!std::strcmp(name, "phos_chunk_crc32c")) chunk_crc(params);
   else if (!std::strcmp(name, "phos_chunk_sum")) chunk_sum(blocks, params);
   else if (!std::strcmp(name, "phos_chunk_copy_sum")) chunk_copy_sum(params);
+  else if (!std::strcmp(name, "phos_chunk_save")) chunk_save(params);
   else return 0;
   return 1;
 }

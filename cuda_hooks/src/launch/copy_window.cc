@@ -16,6 +16,9 @@
 
 namespace phos::hooks {
 
+extern const unsigned char kChunkSaveImage[];
+extern const size_t kChunkSaveImageSize;
+
 // Counts a call in while the window is open; finish() waits for none to be
 // inside before it unmaps the pool the calls copy into.
 class CopyWindow::Use {
@@ -74,14 +77,31 @@ Result<void> CopyWindow::map_pool(const agent::CopyPool& q, int fd, DevicePool& 
     out.stream = nullptr;
     return fail("stream", r);
   }
+  load_save_kernel(out, gpu);
   PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
   return {};
+}
+
+// Through the driver itself: the program's module registry and launch log
+// never see phos's own kernel. Where it does not load, the saves go through
+// the copy engines, slower while the engine copies, as correct.
+void CopyWindow::load_save_kernel(DevicePool& pool, const std::string& gpu) {
+  if (kChunkSaveImageSize == 0) return;
+  CUresult r = PHOS_REAL(cuModuleLoadData)(&pool.save_module, kChunkSaveImage);
+  if (r == CUDA_SUCCESS) r = PHOS_REAL(cuModuleGetFunction)(&pool.save_kernel, pool.save_module, "phos_chunk_save");
+  if (r == CUDA_SUCCESS) return;
+  std::fprintf(stderr, "phos: copy window: %s\n",
+               cu_error((gpu + ": load the pool's save kernel (saves go through the copy engines)").c_str(), r).c_str());
+  if (pool.save_module) PHOS_REAL(cuModuleUnload)(pool.save_module);
+  pool.save_module = nullptr;
+  pool.save_kernel = nullptr;
 }
 
 void CopyWindow::unmap_pool(DevicePool& p) {
   if (!p.ctx) return;
   PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
   if (p.stream) PHOS_REAL(cuStreamDestroy_v2)(p.stream);
+  if (p.save_module) PHOS_REAL(cuModuleUnload)(p.save_module);
   if (p.va) {
     PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
     PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
@@ -223,10 +243,20 @@ Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, s
   auto pool = std::find_if(pools_.begin(), pools_.end(),
                            [&](const DevicePool& p) { return slot >= p.first_slot && slot - p.first_slot < p.slots; });
   if (pool == pools_.end()) return make_error("copy into the pool: slot " + std::to_string(slot) + " is in no pool", EINVAL);
+  CUdeviceptr dst = pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size();
   std::lock_guard<std::mutex> lock(save_mu_);
   PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
-  CUresult r = PHOS_REAL(cuMemcpyDtoDAsync_v2)(pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size(),
-                                               address, bytes, pool->stream);
+  CUresult r;
+  if (pool->save_kernel && ((address | dst | bytes) % 16) == 0) {
+    // One 16-byte word a thread, in blocks of 256, at most 4096 blocks.
+    unsigned long long words = bytes / 16;
+    const unsigned blocks = unsigned(std::min<unsigned long long>((words + 255) / 256, 4096));
+    void* args[] = {&address, &dst, &words};
+    r = PHOS_REAL(cuLaunchKernel)(pool->save_kernel, blocks ? blocks : 1, 1, 1, 256, 1, 1, 0, pool->stream, args,
+                                  nullptr);
+  } else {
+    r = PHOS_REAL(cuMemcpyDtoDAsync_v2)(dst, address, bytes, pool->stream);
+  }
   PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
   if (r != CUDA_SUCCESS)
     return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);

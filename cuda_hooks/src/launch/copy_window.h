@@ -127,6 +127,10 @@ class CopyWindow {
     uint32_t first_slot = 0;
     uint32_t slots = 0;
     CUstream stream = nullptr;
+    // The save kernel (gpu/chunk_save.cu) loaded in ctx; null: saves go
+    // through cuMemcpyDtoDAsync.
+    CUmodule save_module = nullptr;
+    CUfunction save_kernel = nullptr;
   };
   // Maps q.pools[i] from `fd` into `out` (its context retained).
   static Result<void> map_pool(const agent::CopyPool& pool, int fd, DevicePool& out);
@@ -153,6 +157,7 @@ class CopyWindow {
   Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used);
   // Returns once the copies save() started into the pools of `used` are done.
   Result<void> complete_saves(const std::vector<const DevicePool*>& used);
+  static void load_save_kernel(DevicePool& pool, const std::string& gpu);
   void count_wait(uint64_t since_ns, bool waited, bool unknown_set);
   // On-demand restore: a kernel's read and write sets filled.
   void await_sets(const WriteRanges& sets);
