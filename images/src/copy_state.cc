@@ -636,7 +636,16 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
     close(Window::kAborted);
     return done.error();
   }
-  for (uint64_t c : deferred) {
+  for (size_t i = 0; i < deferred.size(); i++) {
+    // The engine is asked for the next deferred chunks again as its urgent
+    // list drains: past the list's first kUrgentEntries, a chunk was reached
+    // only after every chunk waiting in the pool (on the 8B server, one
+    // launch whose set outgrew the pool waited 2.1 s, its last chunks
+    // behind 57 GB of saved ones), not by all the engine's workers at once.
+    if (i % (kUrgentEntries / 4) == 0)
+      for (size_t k = i; k < deferred.size() && k < i + kUrgentEntries / 2; k++)
+        if (state(deferred[k]) == ChunkState::kPending) urgent(deferred[k]);
+    const uint64_t c = deferred[i];
     if (auto r = write_chunk(c, save, deadline, report, true, nullptr); !r) {
       close(Window::kAborted);
       return r.error();
