@@ -41,8 +41,16 @@ void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, Acces
 void scan_words(const LaunchArgs& args, const ParamLayout& p, size_t index, const BufferIndex& buffers,
                 AccessSet* out) {
   uint32_t first = (8 - p.offset % 8) % 8;
-  for (uint32_t off = first; off + 8 <= p.size; off += 8)
-    try_pointer(read_word(args, p, index, off), kRead | kWrite, buffers, out);
+  for (uint32_t off = first; off + 8 <= p.size; off += 8) {
+    const uint64_t value = read_word(args, p, index, off);
+    const uint32_t before = out->count;
+    try_pointer(value, kRead | kWrite, buffers, out);
+    if (out->count == before) continue;  // no new buffer (or one already in)
+    const BufferAccess& b = out->items[out->count - 1];
+    GuessedWord& w = out->widest_guess;
+    if (b.end - b.start > w.buffer_end - w.buffer_start)
+      w = GuessedWord{uint32_t(index), off, value, b.start, b.end};
+  }
 }
 
 // The packed buffer alone, no layout: every aligned word.

@@ -105,6 +105,35 @@ TEST_CASE("speculate: an aggregate without known fields has every aligned word t
   CHECK(access_of(set, 3) == (kRead | kWrite));
 }
 
+TEST_CASE("speculate: the widest buffer a struct's word was read as a pointer into is named, with the word") {
+  BufferIndex index = three_buffers();
+  REQUIRE(index.insert(0x7f1000000000, uint64_t(64) << 30, 4));  // a 64 GiB pool
+  // k(Op op): two pairs of 32-bit integers; the second reads as an address
+  // inside the pool (its high half is the pool's), the first inside buffer 2.
+  KernelLayout l = layout_of({P(0, 4, K::kScalar), P(8, 24, K::kAggregate)});
+  int n = 5;
+  struct {
+    uint64_t a, b, c;
+  } op{0x7f0000100040, 0x00007f1012345678, 42};
+  void* params[] = {&n, &op};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.count == 2);
+  const GuessedWord& w = set.widest_guess;
+  CHECK(w.param == 1);
+  CHECK(w.offset == 8);
+  CHECK(w.value == 0x00007f1012345678);
+  CHECK(w.buffer_start == 0x7f1000000000);
+  CHECK(w.buffer_end - w.buffer_start == uint64_t(64) << 30);
+  // A typed pointer parameter is no guess.
+  AccessSet typed;
+  uint64_t into_pool = 0x7f1000000100;
+  void* typed_params[] = {&into_pool};
+  speculate_kernel(layout_of({P(0, 8, K::kPointer)}), LaunchArgs{typed_params}, index, &typed);
+  CHECK(typed.count == 1);
+  CHECK(typed.widest_guess.buffer_end == 0);
+}
+
 TEST_CASE("speculate: an aggregate with known fields looks only at them, with their const-ness") {
   BufferIndex index = three_buffers();
   ParamLayout p{0, 24, K::kAggregate, true, {{8, true}, {16, false}}};

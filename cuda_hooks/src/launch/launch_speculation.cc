@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 #include <random>
 #include <sstream>
 
@@ -58,6 +60,21 @@ LaunchSpeculation::ExactScope::~ExactScope() {
   t_exact_scope = outer_;
 }
 LaunchSpeculation::ExactScope* LaunchSpeculation::ExactScope::current() { return t_exact_scope; }
+
+// A word of a struct read as a pointer into a buffer of 1 GiB or more puts
+// all of it in the kernel's set: under copy-on-write, the launch saves or
+// waits for all of it. Said once a kernel, so that a set that only looks
+// wide (two integers that read as an address) can be found.
+void LaunchSpeculation::say_wide_guess(KernelEntry& e, const Kernel& k, const spec::GuessedWord& w) {
+  constexpr uint64_t kWide = uint64_t(1) << 30;
+  if (e.wide_guess_said || w.buffer_end - w.buffer_start < kWide) return;
+  e.wide_guess_said = true;
+  std::fprintf(stderr,
+               "phos: speculation: %s: the word at +%u of parameter %u (0x%" PRIx64 ") read as a pointer into a "
+               "buffer of %.1f MiB at 0x%" PRIx64 ": all of it in the launch's set (its fields are not known)\n",
+               k.name.c_str(), w.offset, w.param, w.value, double(w.buffer_end - w.buffer_start) / (1 << 20),
+               w.buffer_start);
+}
 
 void LaunchSpeculation::set_active(bool on) {
   // Serialised: an "off" clearing the index after a concurrent "on" refilled
@@ -233,6 +250,7 @@ void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, Launc
   spec::AccessSet set;
   spec::speculate_kernel(*e->layout, args, index_, &set);
   totals_.lookups += set.lookups;
+  say_wide_guess(*e, k, set.widest_guess);
   if (out) {
     out->present = true;
     out->kind = uint8_t(set.kind);

@@ -123,6 +123,7 @@ class LaunchSpeculation final : public BufferObserver {
   struct KernelEntry final : KernelState {
     std::shared_ptr<const speculation::KernelLayout> layout;
     uint64_t launches = 0, exact = 0, speculated = 0, unknown = 0, buffers = 0, reads = 0, writes = 0;
+    bool wide_guess_said = false;  // the log line of GuessedWord, once a kernel
   };
   struct ModuleMetadata {
     bool read = false;
@@ -130,6 +131,7 @@ class LaunchSpeculation final : public BufferObserver {
   };
   void speculate(Kernel& k, const speculation::LaunchArgs& args, LaunchSet* out, WriteRanges* writes);
   KernelEntry& entry(Kernel& k, std::unique_lock<std::mutex>& lock);
+  static void say_wide_guess(KernelEntry& e, const Kernel& k, const speculation::GuessedWord& w);
   // A module's cubin records into `m`; an unreadable cubin is counted (a
   // module with no cubin for this GPU, PTX only, is not).
   void read_metadata(ModuleMetadata& m, const void* image, uint32_t arch, bool* unreadable);

@@ -38,17 +38,30 @@ struct BufferAccess {
   uint8_t access;  // Access bits
 };
 
+// A word of a parameter whose fields are not known, read as a pointer
+// because its value fell inside a buffer: the widest such buffer of a launch
+// (a word that only looks like an address, such as two 32-bit integers,
+// makes the whole buffer part of the set).
+struct GuessedWord {
+  uint32_t param = 0;   // the parameter's index
+  uint32_t offset = 0;  // the word's offset in it
+  uint64_t value = 0;
+  uint64_t buffer_start = 0, buffer_end = 0;  // 0, 0: none
+};
+
 struct AccessSet {
   static constexpr size_t kMax = 64;
   SetKind kind = SetKind::kUnknown;
   uint32_t count = 0;
   uint32_t lookups = 0;  // index lookups made (statistics)
   BufferAccess items[kMax];
+  GuessedWord widest_guess;
 
   void reset(SetKind k) {
     kind = k;
     count = 0;
     lookups = 0;
+    widest_guess = {};
   }
   // Adds (or widens) `b`'s entry; past kMax the whole set becomes unknown.
   void add(const Buffer& b, uint8_t access);
