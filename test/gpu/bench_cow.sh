@@ -278,6 +278,7 @@ if [ -n "$server" ]; then
     echo "$mode,$(awk -v m="$median" -v l="$longest" 'BEGIN {printf "%.0f", l - m}'),$median,$longest,$(dt "$t0" "$t1"),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 3),${saved:-0},${waited:-0},$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$wrong,$outcome,$(criu_pages "$WORK/dump.log")" >> "$server_csv"
   done
   touch "$reqdir/client.stop" "$reqdir/stop"; sleep 1
+  cp "$reqdir/server.out" "${OUT:-/tmp}/bench_cow.server.out" 2>/dev/null || true  # libphos's own lines
   replies=$(wc -l < "$reqdir/latency.log")
   kill -9 "$WORKLOAD_PID" 2>/dev/null; wait_pid_free
 fi
