@@ -27,12 +27,30 @@ uint64_t read_word(const LaunchArgs& args, const ParamLayout& param, size_t inde
   return value;
 }
 
-void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, AccessSet* out) {
+// A word of a struct whose fields are not known that reads as two 32-bit
+// integers, the low one small (under 64 Ki), deep inside a buffer (64 KiB or
+// more past its start): where device memory sits low in the address space
+// (0x6cc000000 on an H200 with driver 580), pairs such as (7, 1) or (8, 8),
+// common in offset calculators and configurations, fall inside a large
+// allocation. On the 8B server, 11 kernels took a 64 GiB KV-cache pool into
+// their sets this way, and copy-on-write saved or waited for all of it. A
+// real pointer this filter drops (1 in 65536 of those deep inside a buffer)
+// leaves a write out of the set: checksum validation refuses the image.
+bool two_small_integers(uint64_t value, const Buffer& b) {
+  return (value & 0xffffffffu) < 0x10000 && value - b.start >= 0x10000;
+}
+
+void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, AccessSet* out, bool guess = false) {
   // Small integers and null are common and never device addresses.
   if (value < 4096) return;
   out->lookups++;
   Buffer b;
-  if (index.find(value, &b)) out->add(b, access);
+  if (!index.find(value, &b)) return;
+  if (guess && two_small_integers(value, b)) {
+    out->integer_words++;
+    return;
+  }
+  out->add(b, access);
 }
 
 // Every aligned 8-byte word of the parameter (alignment in the argument
@@ -44,7 +62,7 @@ void scan_words(const LaunchArgs& args, const ParamLayout& p, size_t index, cons
   for (uint32_t off = first; off + 8 <= p.size; off += 8) {
     const uint64_t value = read_word(args, p, index, off);
     const uint32_t before = out->count;
-    try_pointer(value, kRead | kWrite, buffers, out);
+    try_pointer(value, kRead | kWrite, buffers, out, true);
     if (out->count == before) continue;  // no new buffer (or one already in)
     const BufferAccess& b = out->items[out->count - 1];
     GuessedWord& w = out->widest_guess;
@@ -58,7 +76,7 @@ void scan_packed(const LaunchArgs& args, const BufferIndex& buffers, AccessSet* 
   for (size_t off = 0; off + 8 <= args.packed_size; off += 8) {
     uint64_t v;
     std::memcpy(&v, args.packed + off, 8);
-    try_pointer(v, kRead | kWrite, buffers, out);
+    try_pointer(v, kRead | kWrite, buffers, out, true);
   }
 }
 

@@ -134,6 +134,45 @@ TEST_CASE("speculate: the widest buffer a struct's word was read as a pointer in
   CHECK(typed.widest_guess.buffer_end == 0);
 }
 
+TEST_CASE("speculate: a struct's word that reads as two integers, the low one small, deep inside a buffer, is no pointer") {
+  // Device memory low in the address space, as on an H200 with driver 580:
+  // a 64 GiB pool from 0x6cc000000, and a buffer starting at a 4 GiB boundary.
+  BufferIndex index;
+  REQUIRE(index.insert(0x6cc000000, uint64_t(64) << 30, 1));
+  REQUIRE(index.insert(0x2000000000, 1 << 20, 2));
+  REQUIRE(index.insert(0x2100000000, 1 << 20, 3));
+  KernelLayout l = layout_of({P(0, 32, K::kAggregate)});
+  struct {
+    uint64_t pair, at_start, near_start, interior;
+  } op{0x0000000700000001,  // (1, 7): inside the pool, 832 MiB past its start
+       0x2000000000,        // buffer 2's first byte
+       0x2100000100,        // 256 bytes into buffer 3
+       0x6cc001234};        // an interior pointer of the pool, low half not small
+  void* params[] = {&op};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(set.integer_words == 1);
+  CHECK(set.count == 3);
+  CHECK(access_of(set, 1) == (kRead | kWrite));  // through the interior pointer, not the pair
+  CHECK(access_of(set, 2) == (kRead | kWrite));
+  CHECK(access_of(set, 3) == (kRead | kWrite));
+
+  // Without the interior pointer the pool is not in the set.
+  op.interior = 0;
+  AccessSet without;
+  speculate_kernel(l, LaunchArgs{params}, index, &without);
+  CHECK(access_of(without, 1) == 0);
+  CHECK(without.integer_words == 1);
+
+  // A typed pointer parameter is taken as it is, whatever its value.
+  uint64_t typed = 0x0000000700000001;
+  void* typed_params[] = {&typed};
+  AccessSet t;
+  speculate_kernel(layout_of({P(0, 8, K::kPointer)}), LaunchArgs{typed_params}, index, &t);
+  CHECK(access_of(t, 1) == (kRead | kWrite));
+  CHECK(t.integer_words == 0);
+}
+
 TEST_CASE("speculate: an aggregate with known fields looks only at them, with their const-ness") {
   BufferIndex index = three_buffers();
   ParamLayout p{0, 24, K::kAggregate, true, {{8, true}, {16, false}}};

@@ -56,12 +56,14 @@ struct AccessSet {
   uint32_t lookups = 0;  // index lookups made (statistics)
   BufferAccess items[kMax];
   GuessedWord widest_guess;
+  uint32_t integer_words = 0;  // guessed words taken for two integers, not pointers
 
   void reset(SetKind k) {
     kind = k;
     count = 0;
     lookups = 0;
     widest_guess = {};
+    integer_words = 0;
   }
   // Adds (or widens) `b`'s entry; past kMax the whole set becomes unknown.
   void add(const Buffer& b, uint8_t access);
