@@ -34,10 +34,17 @@ uint64_t read_word(const LaunchArgs& args, const ParamLayout& param, size_t inde
 // common in offset calculators and configurations, fall inside a large
 // allocation. On the 8B server, 11 kernels took a 64 GiB KV-cache pool into
 // their sets this way, and copy-on-write saved or waited for all of it. A
-// real pointer this filter drops (1 in 65536 of those deep inside a buffer)
-// leaves a write out of the set: checksum validation refuses the image.
+// real pointer this filter drops (within 64 KiB past a 4 GiB boundary, deep
+// in a buffer: rare, though tensors aligned in a pool meet such boundaries
+// more often than spread addresses would) leaves a write out of the set:
+// checksum validation refuses the image; cow_trust=speculated, which checks
+// nothing, would not. Only words of structs whose fields are not known are
+// filtered: typed pointer parameters and a packed buffer without a layout
+// are taken as they are.
+// A low half of 0 (an address at a 4 GiB boundary) is kept.
 bool two_small_integers(uint64_t value, const Buffer& b) {
-  return (value & 0xffffffffu) < 0x10000 && value - b.start >= 0x10000;
+  const uint64_t low = value & 0xffffffffu;
+  return low != 0 && low < 0x10000 && value - b.start >= 0x10000;
 }
 
 void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, AccessSet* out, bool guess = false) {
@@ -76,7 +83,7 @@ void scan_packed(const LaunchArgs& args, const BufferIndex& buffers, AccessSet* 
   for (size_t off = 0; off + 8 <= args.packed_size; off += 8) {
     uint64_t v;
     std::memcpy(&v, args.packed + off, 8);
-    try_pointer(v, kRead | kWrite, buffers, out, true);
+    try_pointer(v, kRead | kWrite, buffers, out);  // typed pointers among them: no integer filter
   }
 }
 

@@ -39,6 +39,11 @@ static void *handle_in(const char *name, void *module) {
   return h;
 }
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { *f = handle_in(name, m); return CUDA_SUCCESS; }
+CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
+  (void)f;
+  *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
+  return CUDA_SUCCESS;
+}
 CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) { *k = handle_in(name, l); return CUDA_SUCCESS; }
 CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) {
   *f = handle_in(((struct fake_handle *)k)->name, ((struct fake_handle *)k)->module);

@@ -301,6 +301,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) { (void)flags; *s = (CUstream)0x5; return CUDA_SUCCESS; }
 CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; } /* the work ran at its call */
 
 /* Shareable handles: an fd that names the handle (a memfd holding its
  * value), so that memory can leave the process and come back, as the plugin

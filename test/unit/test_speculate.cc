@@ -171,6 +171,20 @@ TEST_CASE("speculate: a struct's word that reads as two integers, the low one sm
   speculate_kernel(layout_of({P(0, 8, K::kPointer)}), LaunchArgs{typed_params}, index, &t);
   CHECK(access_of(t, 1) == (kRead | kWrite));
   CHECK(t.integer_words == 0);
+
+  // A low half of 0 (an address at a 4 GiB boundary, inside the pool) is a pointer.
+  op = {0x0000000700000000, 0, 0, 0};
+  AccessSet boundary;
+  speculate_kernel(l, LaunchArgs{params}, index, &boundary);
+  CHECK(access_of(boundary, 1) == (kRead | kWrite));
+  CHECK(boundary.integer_words == 0);
+
+  // Without a layout a packed buffer is scanned unfiltered: its words may be typed pointers.
+  uint64_t packed[] = {0x0000000700000001};
+  AccessSet unfiltered;
+  speculate_kernel(KernelLayout{}, LaunchArgs{nullptr, reinterpret_cast<const std::byte*>(packed), sizeof(packed)},
+                   index, &unfiltered);
+  CHECK(access_of(unfiltered, 1) == (kRead | kWrite));
 }
 
 TEST_CASE("speculate: an aggregate with known fields looks only at them, with their const-ness") {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <chrono>
 #include <thread>
 #include <tuple>
 
@@ -89,6 +90,14 @@ void CopyWindow::load_save_kernel(DevicePool& pool, const std::string& gpu) {
   if (kChunkSaveImageSize == 0) return;
   CUresult r = PHOS_REAL(cuModuleLoadData)(&pool.save_module, kChunkSaveImage);
   if (r == CUDA_SUCCESS) r = PHOS_REAL(cuModuleGetFunction)(&pool.save_kernel, pool.save_module, "phos_chunk_save");
+  // Under lazy loading a function loads at its first launch, which may wait
+  // for the whole context: an attribute query loads it here instead.
+  int threads = 0;
+  auto attribute = PHOS_REAL(cuFuncGetAttribute);
+  if (r == CUDA_SUCCESS)
+    r = attribute ? attribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, pool.save_kernel)
+                  : CUDA_ERROR_NOT_SUPPORTED;
+  if (r == CUDA_SUCCESS && threads < 256) r = CUDA_ERROR_INVALID_VALUE;  // launched in blocks of 256
   if (r == CUDA_SUCCESS) return;
   std::fprintf(stderr, "phos: copy window: %s\n",
                cu_error((gpu + ": load the pool's save kernel (saves go through the copy engines)").c_str(), r).c_str());
@@ -100,6 +109,7 @@ void CopyWindow::load_save_kernel(DevicePool& pool, const std::string& gpu) {
 void CopyWindow::unmap_pool(DevicePool& p) {
   if (!p.ctx) return;
   PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
+  if (p.stream) PHOS_REAL(cuStreamSynchronize)(p.stream);  // saves still running
   if (p.stream) PHOS_REAL(cuStreamDestroy_v2)(p.stream);
   if (p.save_module) PHOS_REAL(cuModuleUnload)(p.save_module);
   if (p.va) {
@@ -245,6 +255,7 @@ Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, s
   if (pool == pools_.end()) return make_error("copy into the pool: slot " + std::to_string(slot) + " is in no pool", EINVAL);
   CUdeviceptr dst = pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size();
   std::lock_guard<std::mutex> lock(save_mu_);
+  if (!pool->va) return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: given back", ENOMEM);
   PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
   CUresult r;
   if (pool->save_kernel && ((address | dst | bytes) % 16) == 0) {
@@ -266,11 +277,26 @@ Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, s
 
 Result<void> CopyWindow::complete_saves(const std::vector<const DevicePool*>& used) {
   // The stream's other copies (another thread's saves) are waited for too:
-  // a little longer, never too short.
+  // a little longer, never too short. Bounded by the window's timeout: the
+  // save kernel needs free SMs, which a program kernel spinning on this
+  // very thread (a peer held at the gate) could keep; the window is then
+  // given up (its image refused) and this call goes on.
+  const uint64_t deadline = monotonic_ns() + uint64_t(timeout_.count()) * 1000000;
   for (const DevicePool* pool : used) {
     PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
-    CUresult r = PHOS_REAL(cuStreamSynchronize)(pool->stream);
+    CUresult r;
+    auto query = PHOS_REAL(cuStreamQuery);
+    for (unsigned spins = 0; (r = query ? query(pool->stream) : PHOS_REAL(cuStreamSynchronize)(pool->stream)) ==
+                             CUDA_ERROR_NOT_READY;
+         spins++) {
+      if (monotonic_ns() > deadline) break;
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
+    if (r == CUDA_ERROR_NOT_READY)
+      return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: not done after " +
+                            std::to_string(timeout_.count()) + " ms",
+                        ETIMEDOUT);
     if (r != CUDA_SUCCESS)
       return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);
   }
@@ -492,6 +518,9 @@ bool CopyWindow::give_pool_back(const char* call, uint64_t bytes) {
     for (DevicePool& p : pools_) {
       if (!p.va) continue;
       PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
+      // Another thread's saves may still run (they complete outside
+      // save_mu_), its chunks saving: they finish before the unmap.
+      if (p.stream) PHOS_REAL(cuStreamSynchronize)(p.stream);
       PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
       PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
       PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
