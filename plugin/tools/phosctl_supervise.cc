@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -326,12 +327,39 @@ void Supervisor::poll_image() {
   dump_failed("its GPU image is not complete after 10 minutes: " + *images.incomplete);
 }
 
+// The error criu failed on, from LOG, cut to 300 bytes: phos's own
+// ("phos: Error: ...") where there is one, else criu's first "Error
+// (file:line): ..." line but its closing "Dumping FAILED." and a refused
+// RLIMIT_NOFILE (logged as an error, which criu carries on past). Empty
+// where there is none (criu killed before it said why).
+std::string criu_error(const std::string& log) {
+  auto cut = [](std::string line) { return line.size() > 300 ? line.substr(0, 300) + "..." : line; };
+  std::ifstream in(log);
+  std::string first, last_resort;
+  for (std::string line; std::getline(in, line);) {
+    if (size_t at = line.find("phos: Error: "); at != std::string::npos) return cut(line.substr(at));
+    const size_t at = line.find("Error (");
+    if (at == std::string::npos || line.find("RLIMIT_NOFILE") != std::string::npos) continue;
+    if (line.find("Dumping FAILED") != std::string::npos) {
+      last_resort = cut(line.substr(at));
+      continue;
+    }
+    if (first.empty()) first = cut(line.substr(at));
+  }
+  return first.empty() ? last_resort : first;
+}
+
 void Supervisor::dump_failed(std::string why) {
   const double took = dump_took_;
   const std::string dir = o_.root + "/" + phos::plugin::series_name(dump_seq_);
   // Its directory goes (prune); its log stays, as ROOT/last-failed-dump.log.
   const std::string kept_log = o_.root + "/last-failed-dump.log";
-  if (::rename((dir + "/dump.log").c_str(), kept_log.c_str()) == 0) why += ", kept as " + kept_log;
+  if (::rename((dir + "/dump.log").c_str(), kept_log.c_str()) == 0) {
+    // Said here: a series that fails the same way again and again should
+    // show why without its log (the GPU suite's lost one).
+    if (std::string error = criu_error(kept_log); !error.empty()) why += " (" + error + ")";
+    why += ", kept as " + kept_log;
+  }
   std::printf("periodic: checkpoint %" PRIu64 " failed after %.2f s: %s%s; the last complete image stays\n",
               dump_seq_, took, why.c_str(),
               job_died_at_ > 0 || !phos::plugin::process_alive(job_) ? " (the job died during it)" : "");

@@ -217,4 +217,11 @@ seen "killed by signal 9 (.*) after the supervisor was asked to stop"
 rc=0; wait "$SUP_PID" || rc=$?; SUP_PID=
 [ "$rc" = 1 ] || fail "the stopped supervisor exited with $rc"
 say "8. stopped with a job that ignores SIGTERM: SIGKILL after the 1 s grace, exit status 1"
+
+# 9. A dump criu fails: the line says criu's first error, not only its log's
+# name (a series failing the same way each time shows why without its log).
+sup s7 --interval 0.3s --first 0.2s --dump-env PHOS_FAULT=fail-checkpoint-devices
+seen "checkpoint 1 failed after .*: criu exited with status 1 (phos: Error: .*fault injection.*), kept as $WORK/s7/last-failed-dump.log"
+kill -9 "$SUP_PID"; SUP_PID=
+say "9. a dump criu failed: phos's error said: $(grep -o 'checkpoint 1 failed after [^(]*(phos: Error: .\{0,80\}' "$LOG" | head -n1)"
 say "PASS"
