@@ -138,14 +138,15 @@ void write_speculation(PreloadDeps rt, FILE* f) {
   std::fprintf(f,
                "speculation kernels=%llu launches=%llu exact=%llu speculated=%llu unknown=%llu calls=%llu "
                "calls_exact=%llu calls_unknown=%llu buffers=%llu lookups=%llu indexed=%llu lookup_rate=%.0f "
-               "cubin_checked=%llu cubin_unreadable=%llu index_refused=%llu analysis_ms=%.3f analysis_max_ms=%.3f "
+               "cubin_checked=%llu cubin_unreadable=%llu index_refused=%llu integer_words=%llu analysis_ms=%.3f "
+               "analysis_max_ms=%.3f "
                "analysis_max_parts=lock:%.3f,metadata:%.3f,layout:%.3f\n",
                (unsigned long long)t.kernels, (unsigned long long)t.launches, (unsigned long long)t.exact,
                (unsigned long long)t.speculated, (unsigned long long)t.unknown, (unsigned long long)t.calls,
                (unsigned long long)t.calls_exact, (unsigned long long)t.calls_unknown, (unsigned long long)t.buffers,
                (unsigned long long)t.lookups, (unsigned long long)t.indexed, rate, (unsigned long long)t.cubin_checked,
                (unsigned long long)t.cubin_unreadable, (unsigned long long)t.index_refused,
-               t.analysis_ns / 1e6, t.analysis_max_ns / 1e6, t.worst_lock_ns / 1e6, t.worst_metadata_ns / 1e6,
+               (unsigned long long)t.integer_words, t.analysis_ns / 1e6, t.analysis_max_ns / 1e6, t.worst_lock_ns / 1e6, t.worst_metadata_ns / 1e6,
                t.worst_layout_ns / 1e6);
   for (const auto& k : rt.speculation().kernels())
     std::fprintf(f, "speculated %s launches=%llu exact=%llu speculated=%llu unknown=%llu buffers=%llu reads=%llu "

@@ -422,7 +422,7 @@ void CopyState::urgent(uint64_t chunk) {
 
 Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunks& save,
                                     std::chrono::steady_clock::time_point deadline, WriteReport& report,
-                                    bool may_wait, std::vector<std::pair<uint64_t, uint32_t>>* batch) {
+                                    bool may_wait, std::vector<std::pair<uint64_t, uint32_t>>& batch) {
   std::atomic<uint32_t>& w = word(chunk);
   bool counted_wait = false;
   auto wait = [&](uint32_t seen) -> Result<void> {
@@ -468,21 +468,21 @@ Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunks& save,
     }
     Claim c = claim_of(chunk, slot);
     auto saved = save.enqueue(regions()[c.region].address + c.offset, c.bytes, *slot);
-    if (saved && !batch) saved = save.complete();
     if (!saved) {
-      free_slot(*slot);
-      w.store(encode(ChunkState::kPending), std::memory_order_release);
-      wake_all(w);
+      unsave(chunk, *slot);
       return make_error("copy-on-write: save chunk " + std::to_string(chunk) + ": " + saved.error().message,
                         saved.error().code);
     }
-    if (batch) {
-      batch->emplace_back(chunk, *slot);
-      return true;
-    }
-    mark_saved(chunk, *slot, report);
+    batch.emplace_back(chunk, *slot);
     return true;
   }
+}
+
+void CopyState::unsave(uint64_t chunk, uint32_t slot) {
+  free_slot(slot);
+  std::atomic<uint32_t>& w = word(chunk);
+  w.store(encode(ChunkState::kPending), std::memory_order_release);
+  wake_all(w);
 }
 
 void CopyState::mark_saved(uint64_t chunk, uint32_t slot, WriteReport& report) {
@@ -499,14 +499,8 @@ Result<void> CopyState::complete_saves(std::vector<std::pair<uint64_t, uint32_t>
   if (batch.empty()) return {};
   auto done = save.complete();
   for (auto [chunk, slot] : batch) {
-    if (done) {
-      mark_saved(chunk, slot, report);
-      continue;
-    }
-    free_slot(slot);
-    std::atomic<uint32_t>& w = word(chunk);
-    w.store(encode(ChunkState::kPending), std::memory_order_release);
-    wake_all(w);
+    if (done) mark_saved(chunk, slot, report);
+    else unsave(chunk, slot);
   }
   const size_t n = batch.size();
   batch.clear();
@@ -589,7 +583,8 @@ Result<WriteReport> CopyState::before_use(uint64_t address, uint64_t bytes, bool
       if (state(c) == ChunkState::kPending)
         for (uint64_t k = c + 1, asked = 0; k <= last && asked < kUrgentEntries / 2; k++)
           if (state(k) == ChunkState::kPending && !(overwrite && chunk_within(k, address, end))) urgent(k), asked++;
-      PHOS_TRY(write_chunk(c, SaveChunks{}, deadline, report, true, nullptr));
+      std::vector<std::pair<uint64_t, uint32_t>> none;  // a fill has no pool: nothing is saved
+      PHOS_TRY(write_chunk(c, SaveChunks{}, deadline, report, true, none));
     }
   }
   return report;
@@ -623,7 +618,7 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
         }
         continue;
       }
-      auto r = write_chunk(c, save, deadline, report, false, &batch);
+      auto r = write_chunk(c, save, deadline, report, false, batch);
       if (!r) {
         (void)complete_saves(batch, save, report);
         close(Window::kAborted);
@@ -645,8 +640,9 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
     if (i % (kUrgentEntries / 4) == 0)
       for (size_t k = i; k < deferred.size() && k < i + kUrgentEntries / 2; k++)
         if (state(deferred[k]) == ChunkState::kPending) urgent(deferred[k]);
-    const uint64_t c = deferred[i];
-    if (auto r = write_chunk(c, save, deadline, report, true, nullptr); !r) {
+    auto r = write_chunk(deferred[i], save, deadline, report, true, batch);
+    if (auto done = complete_saves(batch, save, report); r && !done) r = done.error();
+    if (!r) {
       close(Window::kAborted);
       return r.error();
     }

@@ -37,7 +37,10 @@ extern "C" PHOS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle
     rt.counters().count(Counter::kUserVmmCreates);
     return r;
   }
-  r = rt.memory().create("cuMemCreate", size, [&] { return real(handle, size, prop, flags); });
+  // Out of memory (the pool asked back already): the same without export
+  // would not fit either.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return r;
+  r = real(handle, size, prop, flags);
   if (r == CUDA_SUCCESS) rt.unsupported().note("cuMemCreate of memory that cannot be exported");
   return r;
 }

@@ -93,10 +93,8 @@ void CopyWindow::load_save_kernel(DevicePool& pool, const std::string& gpu) {
   // Under lazy loading a function loads at its first launch, which may wait
   // for the whole context: an attribute query loads it here instead.
   int threads = 0;
-  auto attribute = PHOS_REAL(cuFuncGetAttribute);
   if (r == CUDA_SUCCESS)
-    r = attribute ? attribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, pool.save_kernel)
-                  : CUDA_ERROR_NOT_SUPPORTED;
+    r = PHOS_REAL(cuFuncGetAttribute)(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, pool.save_kernel);
   if (r == CUDA_SUCCESS && threads < 256) r = CUDA_ERROR_INVALID_VALUE;  // launched in blocks of 256
   if (r == CUDA_SUCCESS) return;
   std::fprintf(stderr, "phos: copy window: %s\n",
@@ -106,16 +104,22 @@ void CopyWindow::load_save_kernel(DevicePool& pool, const std::string& gpu) {
   pool.save_kernel = nullptr;
 }
 
+// The pool's mapping, once the saves still running on its stream (they
+// complete outside save_mu_) are done; its context current.
+void CopyWindow::unmap_va(DevicePool& p) {
+  if (!p.va) return;
+  if (p.stream) PHOS_REAL(cuStreamSynchronize)(p.stream);
+  PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
+  PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
+  p.va = 0;
+}
+
 void CopyWindow::unmap_pool(DevicePool& p) {
   if (!p.ctx) return;
   PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
-  if (p.stream) PHOS_REAL(cuStreamSynchronize)(p.stream);  // saves still running
+  unmap_va(p);
   if (p.stream) PHOS_REAL(cuStreamDestroy_v2)(p.stream);
   if (p.save_module) PHOS_REAL(cuModuleUnload)(p.save_module);
-  if (p.va) {
-    PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
-    PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
-  }
   PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
   PHOS_REAL(cuDevicePrimaryCtxRelease_v2)(p.device);
   p = DevicePool{};
@@ -283,22 +287,19 @@ Result<void> CopyWindow::complete_saves(const std::vector<const DevicePool*>& us
   // given up (its image refused) and this call goes on.
   const uint64_t deadline = monotonic_ns() + uint64_t(timeout_.count()) * 1000000;
   for (const DevicePool* pool : used) {
-    PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
-    CUresult r;
-    auto query = PHOS_REAL(cuStreamQuery);
-    for (unsigned spins = 0; (r = query ? query(pool->stream) : PHOS_REAL(cuStreamSynchronize)(pool->stream)) ==
-                             CUDA_ERROR_NOT_READY;
-         spins++) {
-      if (monotonic_ns() > deadline) break;
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-    if (r == CUDA_ERROR_NOT_READY)
-      return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: not done after " +
-                            std::to_string(timeout_.count()) + " ms",
-                        ETIMEDOUT);
-    if (r != CUDA_SUCCESS)
-      return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);
+    PHOS_TRY(in_context(pool->ctx, [&]() -> Result<void> {
+      CUresult r;
+      for (unsigned spins = 0; (r = PHOS_REAL(cuStreamQuery)(pool->stream)) == CUDA_ERROR_NOT_READY; spins++) {
+        if (monotonic_ns() > deadline)
+          return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: not done after " +
+                                std::to_string(timeout_.count()) + " ms",
+                            ETIMEDOUT);
+        if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      if (r != CUDA_SUCCESS)
+        return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);
+      return {};
+    }));
   }
   return {};
 }
@@ -411,9 +412,9 @@ void CopyWindow::before_kernel(const WriteRanges& writes, bool validated, const 
     // would otherwise write the set's memory unsaved. Checked now, once.
     LaunchSpeculation::ExactScope* scope = LaunchSpeculation::ExactScope::current();
     const uint64_t window = sequence();
-    if (scope && scope->set && scope->checked_window != window) {
+    if (scope && scope->checked_window != window) {
       scope->checked_window = window;
-      before_library(*scope->set, scope->call ? scope->call : "a library call");
+      before_library(*scope->set, scope->call);
     }
     return;
   }
@@ -518,13 +519,8 @@ bool CopyWindow::give_pool_back(const char* call, uint64_t bytes) {
     for (DevicePool& p : pools_) {
       if (!p.va) continue;
       PHOS_REAL(cuCtxPushCurrent_v2)(p.ctx);
-      // Another thread's saves may still run (they complete outside
-      // save_mu_), its chunks saving: they finish before the unmap.
-      if (p.stream) PHOS_REAL(cuStreamSynchronize)(p.stream);
-      PHOS_REAL(cuMemUnmap)(p.va, p.bytes);
-      PHOS_REAL(cuMemAddressFree)(p.va, p.bytes);
+      unmap_va(p);
       PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-      p.va = 0;
     }
   }
   std::fprintf(stderr,

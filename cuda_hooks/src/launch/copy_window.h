@@ -158,6 +158,7 @@ class CopyWindow {
   // Returns once the copies save() started into the pools of `used` are done.
   Result<void> complete_saves(const std::vector<const DevicePool*>& used);
   static void load_save_kernel(DevicePool& pool, const std::string& gpu);
+  static void unmap_va(DevicePool& p);
   void count_wait(uint64_t since_ns, bool waited, bool unknown_set);
   // On-demand restore: a kernel's read and write sets filled.
   void await_sets(const WriteRanges& sets);

@@ -17,10 +17,8 @@ namespace {
 
 namespace spec = phos::speculation;
 
-// Depth of known library calls under way on this thread (initial-exec TLS:
-// libphos.so is preloaded).
-__attribute__((tls_model("initial-exec"))) thread_local int t_exact_depth = 0;
-// The innermost of them (LaunchSpeculation::ExactScope::current()).
+// The innermost known library call under way on this thread, null where
+// none is (initial-exec TLS: libphos.so is preloaded).
 __attribute__((tls_model("initial-exec"))) thread_local LaunchSpeculation::ExactScope* t_exact_scope = nullptr;
 
 spec::CallRange to_call_range(const ranges::BufferRange& r) {
@@ -52,13 +50,9 @@ spec::LaunchArgs launch_args(void** params, void** extra) {
 
 LaunchSpeculation::ExactScope::ExactScope(const ranges::RangeList* set, const char* call, uint64_t checked_window)
     : set(set), call(call), checked_window(checked_window), outer_(t_exact_scope) {
-  t_exact_depth++;
   t_exact_scope = this;
 }
-LaunchSpeculation::ExactScope::~ExactScope() {
-  t_exact_depth--;
-  t_exact_scope = outer_;
-}
+LaunchSpeculation::ExactScope::~ExactScope() { t_exact_scope = outer_; }
 LaunchSpeculation::ExactScope* LaunchSpeculation::ExactScope::current() { return t_exact_scope; }
 
 // A word of a struct read as a pointer into a buffer of 1 GiB or more puts
@@ -234,7 +228,7 @@ void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, Launc
   KernelEntry* e = &entry(k, lock);
   e->launches++;
   totals_.launches++;
-  if (t_exact_depth > 0) {
+  if (t_exact_scope) {
     e->exact++;
     totals_.exact++;
     if (out) {
@@ -250,6 +244,7 @@ void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, Launc
   spec::AccessSet set;
   spec::speculate_kernel(*e->layout, args, index_, &set);
   totals_.lookups += set.lookups;
+  totals_.integer_words += set.integer_words;
   say_wide_guess(*e, k, set.widest_guess);
   if (out) {
     out->present = true;

@@ -83,6 +83,7 @@ class LaunchSpeculation final : public BufferObserver {
     uint64_t cubin_checked = 0;             // kernels whose driver layout was compared with the cubin's
     uint64_t cubin_unreadable = 0;          // modules whose cubin could not be read (not: PTX only)
     uint64_t index_refused = 0;             // buffers the index refused (overlapping one it holds)
+    uint64_t integer_words = 0;             // struct words not taken for pointers (AccessSet::integer_words)
     uint64_t analysis_ns = 0, analysis_max_ns = 0;  // time analysing kernels at their first launch
     // The slowest analysis's parts (where a first launch's time went):
     // waiting for the speculation's lock, reading the module's cubin
@@ -103,7 +104,7 @@ class LaunchSpeculation final : public BufferObserver {
   // was stopped) has its set checked at its first kernel inside the window.
   class ExactScope {
    public:
-    ExactScope(const ranges::RangeList* set = nullptr, const char* call = nullptr, uint64_t checked_window = 0);
+    ExactScope(const ranges::RangeList* set, const char* call, uint64_t checked_window);
     ~ExactScope();
     ExactScope(const ExactScope&) = delete;
     ExactScope& operator=(const ExactScope&) = delete;

@@ -51,6 +51,10 @@ size_t LibraryMemory::written(const void* handle, Range* out, size_t max) const 
     std::lock_guard<std::mutex> lock(mu_);
     if (handle)
       if (auto it = workspaces_.find(handle); it != workspaces_.end()) out[n++] = it->second;
+    if (owned_.size() <= max - n) {  // the usual case: no copy, nothing merged
+      for (const auto& [address, bytes] : owned_) out[n++] = Range{address, bytes};
+      return n;
+    }
     owned.reserve(owned_.size());
     for (const auto& [address, bytes] : owned_) owned.push_back(Range{address, bytes});
   }

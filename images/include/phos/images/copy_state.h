@@ -306,15 +306,17 @@ class CopyState {
   // Makes `chunk` safe to write: saved into a free slot, or found copied
   // or saved. Where it would wait (being copied or saved, or no free slot:
   // then asked for first), `may_wait` false returns false at once instead.
-  // With `batch`, a save is only started and its chunk added to `batch`
-  // (complete_saves finishes them).
+  // A save is only started, its chunk added to `batch` (complete_saves
+  // finishes them).
   Result<bool> write_chunk(uint64_t chunk, const SaveChunks& save, std::chrono::steady_clock::time_point deadline,
-                           WriteReport& report, bool may_wait, std::vector<std::pair<uint64_t, uint32_t>>* batch);
+                           WriteReport& report, bool may_wait, std::vector<std::pair<uint64_t, uint32_t>>& batch);
   // Waits for the saves of `batch` (chunk, slot) and marks them saved; where
   // they failed, puts them back pending. Empties `batch`.
   Result<void> complete_saves(std::vector<std::pair<uint64_t, uint32_t>>& batch, const SaveChunks& save,
                               WriteReport& report);
   void mark_saved(uint64_t chunk, uint32_t slot, WriteReport& report);
+  // A chunk whose save failed: pending again, its slot free.
+  void unsave(uint64_t chunk, uint32_t slot);
   // A free slot of those `region` may take (set_region_slots).
   std::optional<uint32_t> take_slot(uint32_t region);
   void free_slot(uint32_t slot);
