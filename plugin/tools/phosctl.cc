@@ -37,6 +37,7 @@
 #include "phos/plugin/job_command.h"
 #include "phos/plugin/proc.h"
 #include "phos/speculation/demangle.h"
+#include "phosctl_args.h"
 #include "phosctl_job.h"
 #include "phosctl_supervise.h"
 #include "phos/support/clock.h"
@@ -789,39 +790,23 @@ int run_or_say(const std::vector<std::string>& argv, const std::vector<std::stri
 // phosctl migrate: a dump with migrate_to (the plugin moves the GPU data and
 // phos-keeper holds it), then a restore from the same directory.
 int cmd_migrate(const std::vector<std::string>& args) {
-  std::string pid_text, gpu, gpu_map, dir, lib, criu = "criu";
-  std::vector<std::string> criu_args;
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) return false;
-      out = args[++i];
-      return true;
-    };
-    bool ok = true;
-    if (a == "--") {
-      criu_args.assign(args.begin() + long(i) + 1, args.end());
-      break;
-    } else if (a == "--to") {
-      ok = value(gpu);
-    } else if (a == "--gpu-map") {
-      ok = value(gpu_map);
-    } else if (a == "--dir") {
-      ok = value(dir);
-    } else if (a == "--lib") {
-      ok = value(lib);
-    } else if (a == "--criu") {
-      ok = value(criu);
-    } else if (a.rfind("-", 0) == 0 || !pid_text.empty()) {
-      ok = false;
-    } else {
-      pid_text = a;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "phosctl migrate: bad argument %s\n%s", a.c_str(), kUsage);
-      return 2;
-    }
+  std::string error;
+  auto a = phosctl::parse_args(args, {}, 1, error);
+  if (a)
+    for (const auto& [name, value] : a->values)
+      if (name != "--to" && name != "--gpu-map" && name != "--dir" && name != "--lib" && name != "--criu") {
+        error = "bad option " + name;
+        break;
+      }
+  if (a && !error.empty()) a.reset();
+  if (!a) {
+    std::fprintf(stderr, "phosctl migrate: %s\n%s", error.c_str(), kUsage);
+    return 2;
   }
+  const std::string pid_text = a->positional.empty() ? "" : a->positional[0], gpu_map = a->one("--gpu-map"),
+                    dir = a->one("--dir"), lib = a->one("--lib"), criu = a->flag("--criu") ? a->one("--criu") : "criu";
+  std::string gpu = a->one("--to");  // or the map, said as the plugin takes it
+  const std::vector<std::string>& criu_args = a->rest;
   if (pid_text.empty() || gpu.empty() == gpu_map.empty() || dir.empty() || lib.empty()) {
     std::fprintf(stderr, "phosctl migrate: PID, --to or --gpu-map (one of them), --dir and --lib are needed\n%s",
                  kUsage);

@@ -223,6 +223,9 @@ class Supervisor {
   // Asked to stop: SIGTERM to the job and criu, SIGKILL after the grace.
   void stop(double& stop_at);
   void schedule(double after_s) { next_dump_at_ = now_s() + after_s; }
+  // The next checkpoint after the interval; before one is chosen (--mtbf
+  // measures it on the first), after --first or 10 s.
+  void schedule_next() { schedule(interval_s_ > 0 ? interval_s_ : o_.first_s.value_or(10)); }
   // ---- the job
   int job_died(int status, bool status_known);
   bool restore(const SeriesImage& img);
@@ -364,8 +367,7 @@ void Supervisor::dump_failed(std::string why) {
               dump_seq_, took, why.c_str(),
               job_died_at_ > 0 || !phos::plugin::process_alive(job_) ? " (the job died during it)" : "");
   prune();  // the failed one goes; the complete ones stay
-  if (interval_s_ > 0) schedule(interval_s_);
-  else schedule(o_.first_s.value_or(10));
+  schedule_next();
 }
 
 void Supervisor::finish_dump(const GpuImages& images) {
@@ -378,7 +380,7 @@ void Supervisor::finish_dump(const GpuImages& images) {
   if (auto m = phos::plugin::mark_complete(dir, lines); !m) {
     std::fprintf(stderr, "phosctl: checkpoint %" PRIu64 ": %s\n", dump_seq_, m.error().message.c_str());
     prune();
-    schedule(interval_s_ > 0 ? interval_s_ : 10);
+    schedule_next();
     return;
   }
   complete_++;
@@ -482,8 +484,17 @@ int Supervisor::job_died(int status, bool known) {
                 "why)\n", tried, o_.root.c_str());
     return 1;
   }
-  schedule(interval_s_ > 0 ? interval_s_ : o_.first_s.value_or(10));
+  schedule_next();
   return -1;
+}
+
+// Whether `pid` (a child) ended within `ms`, polled every 20 ms; its status in *status.
+bool reap_within(pid_t pid, int ms, int* status) {
+  for (int waited = 0; waited < ms; waited += 20) {
+    if (::waitpid(pid, status, WNOHANG) == pid) return true;
+    ::usleep(20000);
+  }
+  return false;
 }
 
 void Supervisor::settle_dump() {
@@ -491,10 +502,7 @@ void Supervisor::settle_dump() {
   job_died_at_ = now_s();
   // A dump in flight fails without its process; criu may be held (a
   // stalled plugin): 3 s, then it is ended.
-  for (int i = 0; i < 150 && criu_; i++) {
-    if (::waitpid(criu_, &status, WNOHANG) == criu_) dump_ended(status);
-    else ::usleep(20000);
-  }
+  if (criu_ && reap_within(criu_, 3000, &status)) dump_ended(status);
   if (criu_) {
     std::printf("periodic: checkpoint %" PRIu64 ": criu still runs 3 s after its process died: killed\n", dump_seq_);
     ::kill(criu_, SIGKILL);
@@ -563,7 +571,7 @@ int Supervisor::run() {
   while (true) {
     int status = 0;
     pid_t p;
-    bool died = false, known = true, reaped = false;
+    bool died = false, reaped = false;
     while ((p = ::waitpid(-1, &status, WNOHANG)) > 0) {
       if (p == criu_) dump_ended(status);
       else if (p == job_ && job_is_child_) reaped = true, job_status_ = status;
@@ -575,13 +583,9 @@ int Supervisor::run() {
       if (dump_in_flight()) settle_dump();
       if (!reaped && job_is_child_) {
         // Ours: its status comes once no tracer holds it (10 s at most).
-        for (int i = 0; i < 500 && !reaped; i++) {
-          if (::waitpid(job_, &job_status_, WNOHANG) == job_) reaped = true;
-          else ::usleep(20000);
-        }
+        reaped = reap_within(job_, 10000, &job_status_);
       }
-      known = reaped;
-      int rc = job_died(job_status_, known);
+      int rc = job_died(job_status_, reaped);
       if (rc >= 0) return rc;
       continue;
     }

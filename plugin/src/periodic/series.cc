@@ -22,7 +22,6 @@
 namespace phos::plugin {
 namespace {
 
-Error sys_error(const std::string& what) { return make_error(what + ": " + std::strerror(errno), errno); }
 
 bool is_seq_name(const char* name, uint64_t* seq) {
   size_t n = std::strlen(name);
@@ -54,9 +53,9 @@ std::string series_name(uint64_t seq) {
 
 Result<std::vector<SeriesImage>> list_series(const std::string& root) {
   UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!rootfd.valid()) return sys_error("checkpoint series " + root);
+  if (!rootfd.valid()) return errno_error("checkpoint series " + root);
   DIR* d = ::fdopendir(::dup(rootfd.get()));
-  if (!d) return sys_error("checkpoint series " + root);
+  if (!d) return errno_error("checkpoint series " + root);
   std::vector<SeriesImage> out;
   while (dirent* e = ::readdir(d)) {
     SeriesImage img;
@@ -104,7 +103,7 @@ std::vector<std::string> series_to_remove(const std::vector<SeriesImage>& series
 
 Result<void> mark_complete(const std::string& dir, const std::vector<std::string>& lines) {
   UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dirfd.valid()) return sys_error("checkpoint " + dir);
+  if (!dirfd.valid()) return errno_error("checkpoint " + dir);
   std::string text;
   for (const auto& l : lines) text += l + "\n";
   auto written = image::write_file_atomic(dirfd.get(), kSeriesMarker, std::as_bytes(std::span(text.data(), text.size())));
@@ -133,10 +132,10 @@ std::string unlink_entries(int dirfd, const std::string& path) {
 
 Result<void> remove_series_dir(const std::string& root, const std::string& name) {
   UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!rootfd.valid()) return sys_error("checkpoint series " + root);
+  if (!rootfd.valid()) return errno_error("checkpoint series " + root);
   const std::string path = root + "/" + name;
   UniqueFd dirfd(::openat(rootfd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dirfd.valid()) return sys_error(path);
+  if (!dirfd.valid()) return errno_error(path);
   // The marker first: a directory half removed is never taken for complete.
   ::unlinkat(dirfd.get(), kSeriesMarker, 0);
   // A failed dump's helpers (phos-keeper, on criu's death) may still write
@@ -145,7 +144,7 @@ Result<void> remove_series_dir(const std::string& root, const std::string& name)
     std::string failed = unlink_entries(dirfd.get(), path);
     if (!failed.empty()) return make_error("removing " + failed, EIO);
     if (::unlinkat(rootfd.get(), name.c_str(), AT_REMOVEDIR) == 0) return {};
-    if (errno != ENOTEMPTY || attempt == 4) return sys_error("removing " + path);
+    if (errno != ENOTEMPTY || attempt == 4) return errno_error("removing " + path);
     ::usleep(100000);
   }
 }
