@@ -3,7 +3,8 @@
 # issue 32); images on a tmpfs of huge pages (bench_lib.sh).
 #
 # For each workload (--workloads, in turn, one process each):
-#   server  llama_server.py --shape 1b (2.3 GiB of bf16 weights) with a KV
+#   server  llama_server.py --shape S (--server-shape: 1b, 2.3 GiB of bf16
+#           weights, by default; 8b, 15 GiB, the issue's inference row) with a KV
 #           pool of --kv-gib GiB, all written, and --kv-keep: each request's
 #           KV cache is kept in the pool (a ring), as a paged KV cache keeps
 #           it; between two checkpoints it answers --requests requests
@@ -39,12 +40,14 @@
 #
 # usage: bench_incremental.sh [--workloads server,lora,train] [--dumps N]
 #          [--chain N] [--kv-gib G] [--lora-gib G] [--train-gib G]
-#          [--requests N] [--steps N] [--csv FILE] [--protocol-only]
+#          [--requests N] [--steps N] [--server-shape 1b|8b] [--csv FILE]
+#          [--protocol-only]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 workloads=server,lora,train dumps=20 chain=10 kv_gib=2 lora_gib=3 train_gib=2 requests=3 steps=5 protocol_only=
+server_shape=1b
 csv=${OUT:-/tmp}/bench_incremental.csv
-usage="usage: bench_incremental.sh [--workloads server,lora,train] [--dumps N] [--chain N] [--kv-gib G] [--lora-gib G] [--train-gib G] [--requests N] [--steps N] [--csv FILE] [--protocol-only]"
+usage="usage: bench_incremental.sh [--workloads server,lora,train] [--dumps N] [--chain N] [--kv-gib G] [--lora-gib G] [--train-gib G] [--requests N] [--steps N] [--server-shape 1b|8b] [--csv FILE] [--protocol-only]"
 while [ $# -gt 0 ]; do
   case $1 in
     --workloads) workloads=$2; shift 2 ;;
@@ -55,12 +58,19 @@ while [ $# -gt 0 ]; do
     --train-gib) train_gib=$2; shift 2 ;;
     --requests) requests=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --server-shape) server_shape=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     --protocol-only) protocol_only=--protocol-only workloads=server; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 if [ "$chain" -lt 1 ] || [ "$chain" -gt "$dumps" ]; then echo "bench_incremental.sh: --chain must be in 1..--dumps" >&2; exit 2; fi
+# The server's weights in GiB (bf16), for the tmpfs.
+case $server_shape in
+  1b) weights_gib=3 ;;
+  8b) weights_gib=16 ;;
+  *) echo "bench_incremental.sh: --server-shape must be 1b or 8b" >&2; exit 2 ;;
+esac
 for w in ${workloads//,/ }; do
   case $w in server|lora|train) ;; *) echo "bench_incremental.sh: unknown workload $w" >&2; exit 2 ;; esac
 done
@@ -70,8 +80,8 @@ export PHOS_NO_PIDNS=1 PHOS_WORKLOAD=$here/torch_loop.py PHOS_WORKLOAD_RUNNER=$p
 # The tmpfs holds one workload's images at a time: at worst every image of
 # full training stores all of it (its GPU data ~1.1 x --train-gib), plus
 # the criu files kept and the full image.
-need=$(awk -v d="$dumps" -v t="$train_gib" -v k="$kv_gib" -v l="$lora_gib" \
-  'BEGIN {m = (d + 1) * t * 1.1; s = 2 * (k + 3) + 4; if (s > m) m = s; if (2 * l + 4 > m) m = 2 * l + 4; printf "%d", m + 6}')
+need=$(awk -v d="$dumps" -v t="$train_gib" -v k="$kv_gib" -v l="$lora_gib" -v w="$weights_gib" \
+  'BEGIN {m = (d + 1) * t * 1.1; s = 2 * (k + w) + 4; if (s > m) m = s; if (2 * l + 4 > m) m = 2 * l + 4; printf "%d", m + 6}')
 source "$here/bench_lib.sh"
 if [ -z "$protocol_only" ]; then bench_tmpfs bench-incremental "$need"; fi
 export PHOS_CRIU_TIMEOUT=300 CUBLAS_WORKSPACE_CONFIG=:4096:8
@@ -135,7 +145,7 @@ ask() {
 server_start() {
   reqdir=$WORK/server && rm -rf "$reqdir" && mkdir -p "$reqdir"
   # No file stays open (criu checks the size of an open file at the restore).
-  (setsid env LD_PRELOAD="$LIBPHOS" "$python" "$here/llama_server.py" --reqdir "$reqdir" --shape 1b \
+  (setsid env LD_PRELOAD="$LIBPHOS" "$python" "$here/llama_server.py" --reqdir "$reqdir" --shape "$server_shape" \
      --kv-cache-gib "$kv_gib" --kv-written-mib -1 --kv-keep $protocol_only </dev/null >/dev/null 2>&1 &)
   for _ in $(seq 1800); do { [ -s "$reqdir/ready" ] || [ -e "$reqdir/error" ]; } && break; sleep 0.1; done
   [ -s "$reqdir/ready" ] || fail "server: did not start: $(tail -n 3 "$reqdir/error" "$reqdir/server.log" 2>/dev/null | tr '\n' ' ')"

@@ -1227,17 +1227,32 @@ TEST_CASE("agent steps: another thread's CUDA call before the gate closes drops 
           "[agent][steps][dead]") {
   StepBoundary steps;
   RunningAgent a(0, with_steps(steps, 2000));
-  FreeingProgram program(steps, a.gate);
   // A second thread of the program that keeps making calls: it could take a
   // free block from the allocator and write it before the gate closes.
   std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0};
   std::thread other([&] {
     while (!stop) {
       { GatePass pass(a.gate); }
+      calls++;
       std::this_thread::yield();
     }
   });
-  while (program.iterations < 3) std::this_thread::sleep_for(1ms);
+  // The program asks pending(), then hands its free blocks only once the
+  // other thread has made a call in between (not left to the scheduler: on
+  // a loaded machine that thread may not run in so short a gap).
+  std::atomic<uint64_t> iterations{0};
+  Looping program([&] {
+    if (steps.pending(a.gate)) {
+      const uint64_t seen = calls;
+      while (calls == seen && !stop) std::this_thread::sleep_for(100us);
+      steps.step(a.gate, kFree);
+    } else {
+      steps.step(a.gate);
+    }
+    iterations++;
+  });
+  while (iterations < 3) std::this_thread::sleep_for(1ms);
   auto c = a.client();
   auto q = c.quiesce(1000);
   REQUIRE(q.ok());

@@ -48,11 +48,21 @@ spec::LaunchArgs launch_args(void** params, void** extra) {
 
 }  // namespace
 
+// The last library call this thread made, and its launches speculated since:
+// a wide guess says them (a kernel a library launched outside the calls phos
+// interposes shows as a library's kernel right after one of them).
+__attribute__((tls_model("initial-exec"))) thread_local const char* t_last_exact_call = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t t_speculated_since_exact = 0;
+
 LaunchSpeculation::ExactScope::ExactScope(const ranges::RangeList* set, const char* call, uint64_t checked_window)
     : set(set), call(call), checked_window(checked_window), outer_(t_exact_scope) {
   t_exact_scope = this;
 }
-LaunchSpeculation::ExactScope::~ExactScope() { t_exact_scope = outer_; }
+LaunchSpeculation::ExactScope::~ExactScope() {
+  t_exact_scope = outer_;
+  t_last_exact_call = call;
+  t_speculated_since_exact = 0;
+}
 LaunchSpeculation::ExactScope* LaunchSpeculation::ExactScope::current() { return t_exact_scope; }
 
 // A word of a struct read as a pointer into a buffer of 1 GiB or more puts
@@ -65,9 +75,10 @@ void LaunchSpeculation::say_wide_guess(KernelEntry& e, const Kernel& k, const sp
   e.wide_guess_said = true;
   std::fprintf(stderr,
                "phos: speculation: %s: the word at +%u of parameter %u (0x%" PRIx64 ") read as a pointer into a "
-               "buffer of %.1f MiB at 0x%" PRIx64 ": all of it in the launch's set (its fields are not known)\n",
+               "buffer of %.1f MiB at 0x%" PRIx64 ": all of it in the launch's set (its fields are not known); "
+               "outside any library call (this thread's last: %s, %" PRIu64 " launches before this one)\n",
                k.name.c_str(), w.offset, w.param, w.value, double(w.buffer_end - w.buffer_start) / (1 << 20),
-               w.buffer_start);
+               w.buffer_start, t_last_exact_call ? t_last_exact_call : "none", t_speculated_since_exact);
 }
 
 void LaunchSpeculation::set_active(bool on) {
@@ -246,6 +257,7 @@ void LaunchSpeculation::speculate(Kernel& k, const spec::LaunchArgs& args, Launc
   totals_.lookups += set.lookups;
   totals_.integer_words += set.integer_words;
   say_wide_guess(*e, k, set.widest_guess);
+  t_speculated_since_exact++;
   if (out) {
     out->present = true;
     out->kind = uint8_t(set.kind);
