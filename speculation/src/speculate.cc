@@ -41,10 +41,14 @@ uint64_t read_word(const LaunchArgs& args, const ParamLayout& param, size_t inde
 // nothing, would not. Only words of structs whose fields are not known are
 // filtered: typed pointer parameters and a packed buffer without a layout
 // are taken as they are.
-// A low half of 0 (an address at a 4 GiB boundary) is kept.
+// A low half of 0 (an address at a 4 GiB boundary) is kept. A small
+// negative low half (-1 .. -64 Ki, e.g. (11, -1) = 0xbffffffff, a max
+// reduction's word on the same server) is as unlikely in a real pointer
+// (within 64 KiB below a 4 GiB boundary) and filtered the same way.
 bool two_small_integers(uint64_t value, const Buffer& b) {
   const uint64_t low = value & 0xffffffffu;
-  return low != 0 && low < 0x10000 && value - b.start >= 0x10000;
+  const bool small = (low != 0 && low < 0x10000) || low >= 0xffff0000u;
+  return small && value - b.start >= 0x10000;
 }
 
 void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, AccessSet* out, bool guess = false) {

@@ -172,6 +172,19 @@ TEST_CASE("speculate: a struct's word that reads as two integers, the low one sm
   CHECK(access_of(t, 1) == (kRead | kWrite));
   CHECK(t.integer_words == 0);
 
+  // A small negative low half: (11, -1), a max reduction's word on the 8B server.
+  op = {0x0000000bffffffff, 0, 0, 0};
+  AccessSet negative;
+  speculate_kernel(l, LaunchArgs{params}, index, &negative);
+  CHECK(access_of(negative, 1) == 0);
+  CHECK(negative.integer_words == 1);
+  // ... but a low half just under -64 Ki reads as an address.
+  op = {0x0000000bfffeffff, 0, 0, 0};
+  AccessSet not_small;
+  speculate_kernel(l, LaunchArgs{params}, index, &not_small);
+  CHECK(access_of(not_small, 1) == (kRead | kWrite));
+  CHECK(not_small.integer_words == 0);
+
   // A low half of 0 (an address at a 4 GiB boundary, inside the pool) is a pointer.
   op = {0x0000000700000000, 0, 0, 0};
   AccessSet boundary;
