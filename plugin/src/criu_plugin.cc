@@ -105,6 +105,9 @@ void complete_at_exit() {
 // were killed): criu has no way to learn it from a plugin, so its exit
 // status is set here.
 void restore_failed_at_exit() { _exit(1); }
+// A job's leave-running dump, aborted by the job after criu dumped here:
+// criu knows nothing of the job and would exit 0 (job_step.h).
+void job_aborted_at_exit() { _exit(1); }
 
 void phos_exit(int stage, int ret) {
   bool pending = false;
@@ -115,7 +118,13 @@ void phos_exit(int stage, int ret) {
       PHOS_ERR("the restore failed: a process's GPU state could not be restored (see above); it was killed");
       std::atexit(restore_failed_at_exit);
     }
-    if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer) pending = g_checkpointer->finish(ret == 0);
+    if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer) {
+      pending = g_checkpointer->finish(ret == 0);
+      if (g_checkpointer->job_aborted_here()) {
+        PHOS_ERR("the job's dump was aborted: this host's images are not the job's; criu exits with status 1");
+        std::atexit(job_aborted_at_exit);
+      }
+    }
     return 0;
   });
   if (pending) {

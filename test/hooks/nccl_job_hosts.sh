@@ -20,6 +20,8 @@
 #   4. host 1's CHECKPOINT_DEVICES failing in a stopped dump: both hosts'
 #      dumps fail, neither image is marked whole, both ranks go on (made
 #      again under the dump run);
+#   4b. the same in a leave-running dump (voted in the plugin's fini, no
+#      action script): host 0's criu fails at its exit;
 #   5. a refusal on host 1 (a buffer registration), a rank without an
 #      agent, and host 1's step exiting at once: the dump given up before
 #      any release, both ranks go on;
@@ -175,7 +177,12 @@ job_dump --leave-running || fail "phosctl job dump --leave-running failed: $(tai
 held=$(grep -o "all 2 ranks of NCCL communicator [0-9a-f]* held before call [0-9]* on 2 hosts in [0-9.]* ms" "$WORK/driver.log") ||
   fail "the driver does not say every rank was held: $(cat "$WORK/driver.log")"
 driver_says "the job's dump committed: 2 hosts, 2 ranks held"
+# A leave-running dump votes in the plugin's fini (no action script: criu
+# resumes the tree once its pages are copied).
 for i in 0 1; do
+  grep -q "host $i dumped (its vote given here: a leave-running dump runs no action script)" "$WORK/img$i/dump.log" ||
+    fail "host $i's plugin did not vote: $(criu_errors "$WORK/img$i/dump.log")"
+  if grep -q "Post dump script passed" "$WORK/img$i/dump.log"; then fail "host $i's criu ran the vote as an action script"; fi
   grep -q "every host dumped; the job's dump commits" "$WORK/img$i/dump.log" || fail "host $i's criu did not hear the job committed"
   grep -q "1 NCCL communicator(s) released in" "$WORK/img$i/dump.log" || fail "host $i's rank did not release its communicator"
   [ -s "$WORK/img$i/phos-job" ] || fail "host $i's image has no phos-job record"
@@ -248,6 +255,26 @@ going_on
 [ "$(made)" = "2 2" ] || fail "after the aborted dump the ranks made $(made) communicators, not 2 each"
 one_new_id "$first_id" || fail "after the aborted dump the ranks did not meet on one new id: $(ids)"
 say "host 1's CHECKPOINT_DEVICES failing (a stopped dump): both hosts' criu failed (host 0's $how), its tree left running, no image marked whole, both ranks made again from one new id and went on"
+
+# 4b. The same in a leave-running dump, which votes in the plugin (no
+# action script): host 0's criu dumped, then heard the abort, and exits 1.
+new_job
+first_id=$(host_field 0 4)
+if FAULT_HOST=1 FAULT=fail-checkpoint-devices job_dump --leave-running; then
+  fail "the job's leave-running dump went through with host 1's failing"
+fi
+driver_says "the job's dump is aborted on every host: host 1: criu's dump failed"
+grep -q "Dumping FAILED\|the job's dump was aborted: this host's images are not the job's; criu exits with status 1" \
+  "$WORK/img0/dump.log" || fail "host 0's criu did not fail: $(criu_errors "$WORK/img0/dump.log")"
+grep -q "host 0: criu exited with status [1-9]" "$WORK/driver.log" ||
+  fail "host 0's criu exited 0 in an aborted job: $(grep "host 0" "$WORK/driver.log" | tail -n 3)"
+how=$(grep -q "criu exits with status 1" "$WORK/img0/dump.log" && echo "after its plugin heard the abort" ||
+  echo "before its vote: $(criu_errors "$WORK/img0/dump.log" | cut -c1-120)")
+for i in 0 1; do [ ! -e "$WORK/img$i/phos-job" ] || fail "host $i's image is marked whole after the abort"; done
+going_on
+[ "$(made)" = "2 2" ] || fail "after the aborted leave-running dump the ranks made $(made) communicators, not 2 each"
+one_new_id "$first_id" || fail "after the aborted leave-running dump the ranks did not meet on one new id: $(ids)"
+say "host 1's CHECKPOINT_DEVICES failing (a leave-running dump, voted in the plugin): host 0's criu failed ($how), no image marked whole, both ranks made again from one new id and went on"
 
 # 5. Refusals before any release.
 new_job --register

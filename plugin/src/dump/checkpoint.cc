@@ -1141,6 +1141,15 @@ bool Checkpointer::job_verdict(bool dump_succeeded) {
     return false;
   }
   const JobKeys keys(job_->run);
+  if (dump_succeeded && criu_leaves_running()) {
+    if (auto voted = put_text(*store, keys.dumped(job_->host), "ok"); !voted) {
+      PHOS_ERR("job run %s: %s: its vote: %s; this host's dump is abandoned, its processes run on",
+               run_hex(job_->run).c_str(), host.c_str(), voted.error().message.c_str());
+      return false;
+    }
+    PHOS_INFO("job run %s: %s dumped (its vote given here: a leave-running dump runs no action script)",
+              run_hex(job_->run).c_str(), host.c_str());
+  }
   auto out = dump_succeeded ? wait_outcome(*store, keys, net::deadline_in(job_timeout()))
                             : propose_outcome(*store, keys, "abort: " + host + ": criu's dump failed (its log says why)");
   if (!out) {
@@ -1161,7 +1170,11 @@ bool Checkpointer::finish(bool dump_succeeded) {
   if (!dump_succeeded)
     for (auto& [pid, t] : targets_) t.abandoned = true;
   tree_is_paused();
-  if (job_) dump_succeeded = job_verdict(dump_succeeded);
+  if (job_) {
+    const bool dumped = dump_succeeded;
+    dump_succeeded = job_verdict(dump_succeeded);
+    job_aborted_here_ = dumped && !dump_succeeded && criu_leaves_running();
+  }
   if (!dump_succeeded)
     for (const auto& job : nccl_jobs_) abandon_nccl_job(job);
   nccl_jobs_.clear();

@@ -112,6 +112,9 @@ class Checkpointer {
   // Waits for the write-behind copies, then writes their manifests and
   // completion markers; the first failure (an incomplete image).
   Result<void> complete_pending();
+  // A leave-running dump of one host's part of a job that the job aborted:
+  // criu runs no vote there (job_step.h), so it must fail at its exit.
+  bool job_aborted_here() const { return job_aborted_here_; }
 
  private:
   struct Target {
@@ -278,7 +281,9 @@ class Checkpointer {
   Result<void> check_job_rank(pid_t pid, const agent::NcclCommunicatorStatus& c) const;
   // Under PHOS_JOB, at criu's end: whether the job's dump committed. An
   // abort is proposed where this criu failed; an outcome that cannot be
-  // learnt is an abort (the processes run on).
+  // learnt is an abort (the processes run on). A leave-running dump votes
+  // here (criu runs no action script for it: its tree runs on either way,
+  // and without one criu resumes it once its pages are copied).
   bool job_verdict(bool dump_succeeded);
 
   // criu's image directory, duplicated: criu closes its own before a
@@ -296,6 +301,7 @@ class Checkpointer {
   bool write_behind_ = false;  // write_behind=auto and criu leaves the processes running
   std::string migration_id_;    // a migration: the name phos-keeper serves its memory under
   std::optional<JobRun> job_;   // PHOS_JOB: one host's part of a job across hosts
+  bool job_aborted_here_ = false;
 };
 
 }  // namespace phos::plugin

@@ -161,8 +161,15 @@ Result<void> DumpStep::held() {
 
 Result<int> DumpStep::dump() {
   std::vector<std::string> argv = {o_.criu, "dump", "-t", std::to_string(o_.root), "-D", o_.dir, "--lib", o_.lib,
-                                   "-o", "dump.log", "-v4", "--action-script", o_.vote};
-  if (o_.leave_running) argv.push_back("--leave-running");
+                                   "-o", "dump.log", "-v4"};
+  // A stopped dump votes at criu's post-dump, before criu kills the tree. A
+  // leave-running one votes in the plugin's fini (its tree runs on either
+  // way): with no action script, criu resumes the tree once its pages are
+  // copied (contrib/criu 0005) instead of once they are written.
+  if (o_.leave_running)
+    argv.push_back("--leave-running");
+  else
+    argv.insert(argv.end(), {"--action-script", o_.vote});
   argv.insert(argv.end(), o_.criu_args.begin(), o_.criu_args.end());
   say("running %s", shell_line(argv).c_str());
   const uint64_t t0 = monotonic_ns();

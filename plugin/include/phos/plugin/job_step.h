@@ -8,7 +8,8 @@
 // call the driver plans, round by round, with every other host's (every
 // rank's stop armed at one call K before any release); makes their release
 // pending; and once every host is ready, runs criu with PHOS_JOB and the
-// vote (phos-job-vote, criu's action script). The job's dump commits only
+// vote (phos-job-vote, criu's action script; a leave-running dump's vote is
+// the plugin's, in its fini: Checkpointer::job_verdict). The job's dump commits only
 // once every host's criu has dumped; a host whose dump fails aborts it on
 // every host, every rank carrying on (given back, or released and made
 // again under the dump run, so that all meet). A restore step: publishes
@@ -33,7 +34,7 @@ struct StepOptions {
   std::string dir;          // this host's image directory
   std::string lib;          // criu --lib
   std::string criu = "criu";
-  std::string vote;         // a dump: criu's action script (phos-job-vote)
+  std::string vote;         // a stopped dump: criu's action script (phos-job-vote)
   bool leave_running = false;
   std::vector<std::string> criu_args;
   std::chrono::seconds timeout{120};  // the longest wait on the other hosts, at each step
