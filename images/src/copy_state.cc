@@ -825,6 +825,16 @@ uint64_t CopyState::chunk_at(uint32_t region, uint64_t offset) const {
 
 Claim CopyState::locate(uint64_t chunk) const { return claim_of(chunk, std::nullopt); }
 
+std::vector<uint64_t> CopyState::region_chunks(const std::set<uint64_t>& ids) const {
+  std::vector<uint64_t> out;
+  for (size_t r = 0; r < l_->regions.size(); r++) {
+    if (!ids.count(l_->regions[r].id)) continue;
+    const uint64_t first = l_->first_chunks[r], end = first + chunks_in(l_->regions[r].size, chunk_size());
+    for (uint64_t c = first; c < end; c++) out.push_back(c);
+  }
+  return out;
+}
+
 std::optional<Claim> CopyState::claim_again(uint64_t chunk) {
   if (chunk >= chunk_count()) return std::nullopt;
   uint32_t copied = encode(ChunkState::kCopied);

@@ -114,6 +114,7 @@ void encode_statistics(const Statistics& s, Phos__Image__Statistics& o) {
   nonzero(o.has_sum_checked_chunks, o.sum_checked_chunks, s.sum_checked_chunks);
   nonzero(o.has_sum_missed_chunks, o.sum_missed_chunks, s.sum_missed_chunks);
   nonzero(o.has_sum_unchanged_dirty_chunks, o.sum_unchanged_dirty_chunks, s.sum_unchanged_dirty_chunks);
+  nonzero(o.has_ipc_stopped_bytes, o.ipc_stopped_bytes, s.ipc_stopped_bytes);
 }
 
 // Absent where an older phos did not write it: 0.
@@ -152,7 +153,8 @@ Statistics decode_statistics(const Phos__Image__Statistics& s) {
                     .sum_pass_ns = s.sum_pass_ns,
                     .sum_checked_chunks = s.sum_checked_chunks,
                     .sum_missed_chunks = s.sum_missed_chunks,
-                    .sum_unchanged_dirty_chunks = s.sum_unchanged_dirty_chunks};
+                    .sum_unchanged_dirty_chunks = s.sum_unchanged_dirty_chunks,
+                    .ipc_stopped_bytes = s.ipc_stopped_bytes};
 }
 
 // Owns the protobuf-c structs of one manifest while it is packed: they point

@@ -217,7 +217,7 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"final_pass_ns", s.final_pass_ns}, {"program_transfers", s.program_transfers},
                      {"program_transfer_bytes", s.program_transfer_bytes}, {"traffic_pauses", s.traffic_pauses},
                      {"traffic_paused_ns", s.traffic_paused_ns}, {"recopy_wasted_bytes", s.recopy_wasted_bytes},
-                     {"gate_closed_unix_ns", s.gate_closed_unix_ns}};
+                     {"gate_closed_unix_ns", s.gate_closed_unix_ns}, {"ipc_stopped_bytes", s.ipc_stopped_bytes}};
   return j;
 }
 
@@ -287,6 +287,9 @@ void print_image_text(const phos::image::ProcessImage& img) {
                 std::string(phos::image::copy_trust_name(m.copy_trust)).c_str(), bytes_text(s.cow_pool_bytes).c_str(),
                 bytes_text(s.cow_saved_bytes).c_str(), s.copy_window.calls_checked, s.copy_window.calls_waited,
                 s.copy_window.unknown_waits, double(s.copy_window.wait_ns) / 1e6, double(s.cow_window_ns) / 1e6);
+  if (s.ipc_stopped_bytes)
+    std::printf("  of it, %s that other processes map through CUDA IPC copied while they were all stopped\n",
+                bytes_text(s.ipc_stopped_bytes).c_str());
   if (m.protocol == phos::CopyProtocol::kSoftRecopy)
     std::printf("  soft recopy: trusted %s write sets; %s copied in %.3f ms while the process ran, %s written "
                 "meanwhile copied again; the final pass took %.3f ms\n",

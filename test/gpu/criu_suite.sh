@@ -222,7 +222,9 @@
 #                        stored once, NCCL released; both ranks' curves
 #                        bitwise equal to an uninterrupted run's
 #   tp_mlp_2proc_cow     the same left running with copy_on_write=always:
-#                        copy-on-write refused for both (they share memory),
+#                        copy-on-write for both ranks, the slots they share
+#                        copied while both are stopped (each rank's protocol,
+#                        shared bytes, saves and the stall on its line),
 #                        curves equal; the image restored carries on equal
 #   device_map_auto_2gpu (2 GPUs) llama_split.py: a Llama-shaped model (8
 #                        layers, random weights) over both GPUs of one
@@ -2317,19 +2319,39 @@ case_tp_mlp_2proc() {
   tp_curves
   pass "both ranks' curves of $TP_STEPS steps bitwise equal to an uninterrupted run's; $lr; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s ($TP_SAID; $again IPC mappings mapped again); $(driver_batches)"
 }
-# Left running with copy_on_write=always: processes that share memory get
-# the snapshot or the stopped copy, never copy-on-write (the plugin says
-# so); the job runs on to the same curves, and its image restored (the pair
-# killed first) carries on to the uninterrupted run's curves.
+# Left running with copy_on_write=always: both ranks get copy-on-write, the
+# slots each shares through CUDA IPC copied while both are stopped (by
+# their owners, checked against the freeze) and left out of the windows;
+# the job runs on to the same curves, and its image restored (the pair
+# killed first) carries on to the uninterrupted run's curves. The line
+# gives each rank's protocol, its memory copied stopped, its window's saves
+# and the stall.
 case_tp_mlp_2proc_cow() {
   tp_setup
   tp_start --preload
   TOKEN=$(state_token)
   PHOS_COPY_ON_WRITE=always criu_dump --leave-running || fail "leave-running dump failed: $(phos_error "$WORK/dump.log")"
   tp_image_said
-  local why; why=$({ grep -o "no copy-on-write: it shares device memory with other processes through CUDA IPC" "$WORK/dump.log" || true; } | wc -l)
-  [ "$why" -ge 2 ] || fail "copy-on-write was not refused for both ranks ($why said why): $(grep -o 'copy-on-write window over.*' "$WORK/dump.log" | head -n1)"
-  local stalls ghosts; stalls=$(dump_stalls)
+  ! grep -q "no copy-on-write" "$WORK/dump.log" ||
+    fail "copy-on-write refused: $(grep -o 'no copy-on-write.*' "$WORK/dump.log" | head -n1)"
+  local ranks stalls ghosts
+  # Each rank's image with device memory: "pid protocol, S MiB shared copied stopped, W MiB saved, window T ms".
+  ranks=$("$PHOSCTL" show --json "$IMG" | python3 -c '
+import json, sys
+out, bad = [], []
+for i in json.load(sys.stdin)["images"]:
+    if not i["allocations"]:
+        continue  # torch.multiprocessing'"'"'s resource tracker
+    s = i["statistics"]
+    out.append("rank pid %d: %s, %.1f MiB shared through IPC copied stopped, %.1f MiB saved, window %.0f ms"
+               % (i["pid"], i["protocol"], s.get("ipc_stopped_bytes", 0) / 2**20, s.get("cow_saved_bytes", 0) / 2**20,
+                  s.get("cow_window_ns", 0) / 1e6))
+    if i["protocol"] != "soft-copy-on-write" or not s.get("ipc_stopped_bytes"):
+        bad.append(out[-1])
+print("; ".join(out))
+sys.exit(1 if bad or len(out) != 2 else 0)') ||
+    fail "copy-on-write not used for both ranks, or no shared slot copied stopped: $ranks"
+  stalls=$(dump_stalls)
   # torch.multiprocessing's semaphores (their /dev/shm path gone): ghosts in
   # a leave-running image (CRIU patch 0004), since a link remap is removed
   # as such a dump ends.
@@ -2343,7 +2365,7 @@ case_tp_mlp_2proc_cow() {
   restored_tail_same losses $TP_STEPS
   restored_tail_same losses.r1 $TP_STEPS
   [ "$(state_token)" = "$TOKEN" ] || fail "the restored job's token is not the dumped job's"
-  pass "copy-on-write refused for both ranks (they share memory through CUDA IPC), stall $stalls ms; both ranks' curves bitwise equal to an uninterrupted run's; their image restored (frozen at step $FROZEN) carried on to the same curves; $ghosts semaphore file(s) dumped as ghosts; $TP_SAID"
+  pass "copy-on-write for both ranks ($ranks), stall $stalls ms; both ranks' curves bitwise equal to an uninterrupted run's; their image restored (frozen at step $FROZEN) carried on to the same curves; $ghosts semaphore file(s) dumped as ghosts; $TP_SAID"
 }
 case_anchor_tp_mlp_2proc() {
   tp_setup native

@@ -248,6 +248,42 @@ TEST_CASE("copy state: copy-on-write saves a pending chunk once, the engine take
   CHECK(again->saved == 0);  // copied already
 }
 
+TEST_CASE("copy state: the chunks of chosen regions; copied before the window, a write to them saves nothing",
+          "[copy_state][cow][ipc]") {
+  // Regions in address order: #3 (1 chunk), #7 (4: the last short), #5 (2).
+  CopyState s = make(CopyProtocol::kSoftCopyOnWrite,
+                     {{7, 0x200000, 3 * kChunk + 1}, {3, 0x100000, kChunk}, {5, 0x300000, 2 * kChunk}}, 4);
+  CHECK(s.region_chunks({7}) == std::vector<uint64_t>{1, 2, 3, 4});
+  CHECK(s.region_chunks({5, 3}) == std::vector<uint64_t>{0, 5, 6});
+  CHECK(s.region_chunks({42}).empty());
+  CHECK(s.region_chunks({}).empty());
+  // Memory other processes map (CUDA IPC): the engine copies its chunks
+  // while they are stopped, before the window opens.
+  for (uint64_t c : s.region_chunks({7})) {
+    auto claim = s.claim(c);
+    REQUIRE(claim);
+    CHECK_FALSE(claim->pool_slot);
+    s.copied(*claim);
+  }
+  // In the window: a write there needs no save, one to the rest does.
+  auto shared = s.before_write(0x200000, 3 * kChunk + 1, no_save, 1s);
+  REQUIRE(shared.ok());
+  CHECK(shared->saved == 0);
+  CHECK(shared->waited == 0);
+  int saves = 0;
+  auto save = [&](uint64_t, uint64_t, uint32_t) -> Result<void> {
+    saves++;
+    return {};
+  };
+  auto own = s.before_write(0x300000, 2 * kChunk, save, 1s);
+  REQUIRE(own.ok());
+  CHECK(own->saved == 2);
+  CHECK(saves == 2);
+  // The engine's window copy takes the rest only: 3 chunks, 2 from the pool.
+  CHECK(drain(s) == 3);
+  CHECK(s.all_copied());
+}
+
 TEST_CASE("copy state: over two GPUs, each region's chunks take slots of its GPU's pool only",
           "[copy_state][multi_gpu]") {
   // Region at 0x10000 on GPU 0 (pool slots 0..69), at 0x900000 on GPU 1

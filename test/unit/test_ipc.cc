@@ -3,6 +3,7 @@
 // the dump's check of who shares what (plugin/ipc_sharing.h).
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <set>
 
 #include "fixtures.h"
 #include "phos/images/agent_protocol.h"
@@ -149,6 +150,21 @@ TEST_CASE("ipc sharing: own allocations leave the IPC mappings out", "[ipc][plug
   CHECK(mappings[0].id == 2);
   CHECK(plugin::shares_ipc(agent::StatusReply{}, all));
   CHECK_FALSE(plugin::shares_ipc(agent::StatusReply{}, own));
+}
+
+TEST_CASE("ipc sharing: the shared allocations are the owner's own that importers map", "[ipc][plugin][cow]") {
+  agent::StatusReply status;
+  // #1 open in two processes, #9 no longer the process's, #4 its mapping of
+  // another's memory (never its to copy).
+  status.ipc_exports = {{.allocation = 1, .importer_pid = 2},
+                        {.allocation = 1, .importer_pid = 3},
+                        {.allocation = 9, .importer_pid = 2},
+                        {.allocation = 4, .importer_pid = 2}};
+  std::vector<agent::Allocation> all = {owned(1, 0x1000000), owned(3, 0x3000000), imported(4, 0x5000000, 7, 1)};
+  CHECK(plugin::shared_allocations(status, all) == std::set<uint64_t>{1});
+  CHECK(plugin::shared_allocations(agent::StatusReply{}, all).empty());  // an importer only
+  status.ipc_exports.push_back({.allocation = 3, .importer_pid = 0});   // one outside its pid namespace
+  CHECK(plugin::shared_allocations(status, all) == std::set<uint64_t>{1, 3});
 }
 
 TEST_CASE("ipc sharing: who shares with whom must be in the dumped tree", "[ipc][plugin]") {

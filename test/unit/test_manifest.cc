@@ -317,7 +317,8 @@ TEST_CASE("manifest: copy-on-write statistics round trip one at a time", "[manif
       &Statistics::cow_window_ns,  &Statistics::recopy_first_pass_bytes, &Statistics::recopy_first_pass_ns,
       &Statistics::recopied_bytes, &Statistics::final_pass_ns,           &Statistics::zero_chunks,
       &Statistics::zero_bytes,     &Statistics::program_transfers,       &Statistics::program_transfer_bytes,
-      &Statistics::traffic_pauses, &Statistics::traffic_paused_ns,       &Statistics::recopy_wasted_bytes};
+      &Statistics::traffic_pauses, &Statistics::traffic_paused_ns,       &Statistics::recopy_wasted_bytes,
+      &Statistics::ipc_stopped_bytes};
   for (size_t i = 0; i < std::size(fields); i++) {
     INFO("field " << i);
     Manifest m = full_manifest();

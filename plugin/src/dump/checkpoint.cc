@@ -236,6 +236,10 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       const CopyPlan plan = want ? choose_copy(t) : CopyPlan{};
       if (plan.protocol != CopyProtocol::kSoftCopyOnWrite) t.no_pool = true;  // before the plan is seen
       decided.set_value(plan);
+      if (plan.error) {  // the dump fails with it (CHECKPOINT_DEVICES waits for the copy)
+        t.copied = *plan.error;
+        return;
+      }
       if (t.abandoned) {  // choose_copy waited for the tree, and the dump failed meanwhile
         t.copied = make_error("the dump failed; its image is not written", ECANCELED);
         return;
@@ -445,12 +449,6 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
     if (!snap) PHOS_WARN("process %d: snapshot: %s", t.vpid, snap.error().message.c_str());
     if (snap && *snap) return CopyPlan{.protocol = CopyProtocol::kStopTheWorld, .snapshot = true};
   }
-  // The other processes' writes to shared memory pass no hook of this one.
-  if (shares_ipc(t.status, t.allocations)) {
-    PHOS_INFO("process %d: no copy-on-write: it shares device memory with other processes through CUDA IPC; the "
-              "image is written while it is stopped", t.vpid);
-    return CopyPlan{};
-  }
   if (options_.copy_on_write == Cow::kOff) {
     PHOS_INFO("process %d: copy_on_write=off: the image is written while the process is stopped", t.vpid);
     return CopyPlan{};
@@ -487,7 +485,25 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   }
   t.manifest.statistics.cow_pool_bytes = (*window)->pool_bytes;
   if (!take_freeze_sums(t)) return CopyPlan{};
+  if (auto shared = copy_shared_now(t); !shared) return CopyPlan{.error = shared.error()};
   return CopyPlan{.protocol = CopyProtocol::kSoftCopyOnWrite, .snapshot = false};
+}
+
+Result<void> Checkpointer::copy_shared_now(Target& t) {
+  // Other processes' writes to the memory they map pass no hook of this
+  // one: it is copied now, while every process that shares it is stopped
+  // (the copier waited for the tree: it has importers), and the window
+  // leaves it alone. Its importers' windows do not hold it (their images
+  // only name it).
+  const std::set<uint64_t> shared = shared_allocations(t.status, t.own_allocations);
+  if (shared.empty()) return {};
+  auto pass = engine_->copy_stopped(*t.save, shared, t.abandoned);
+  if (!pass)
+    return make_error("process " + std::to_string(t.vpid) + " (pid in its namespace): the copy of its memory shared " +
+                          "through CUDA IPC, before it runs again: " + pass.error().message,
+                      pass.error().code);
+  t.manifest.statistics.ipc_stopped_bytes = pass->bytes;
+  return {};
 }
 
 std::map<int, PoolPeers> Checkpointer::pool_peers(const Target& t) const {
@@ -1178,6 +1194,12 @@ bool Checkpointer::finish(bool dump_succeeded) {
   if (!dump_succeeded)
     for (const auto& job : nccl_jobs_) abandon_nccl_job(job);
   nccl_jobs_.clear();
+  // No process runs again before every copier has decided: a copy-on-write
+  // copier first copies the memory other processes map through CUDA IPC,
+  // and they must not write it meanwhile (CHECKPOINT_DEVICES waited for
+  // each plan already where the dump got that far).
+  for (auto& [pid, t] : targets_)
+    if (t.plan.valid()) t.plan.wait();
   if (dump_succeeded) {
     std::vector<pid_t> given_back_now;  // as the loop below decides
     for (auto& [pid, t] : targets_)
@@ -1201,7 +1223,6 @@ bool Checkpointer::finish(bool dump_succeeded) {
     // process does not wait for a useless image.
     if (!dump_succeeded) {
       t.abandoned = true;
-      if (t.plan.valid()) t.plan.wait();
       if (t.save && t.save->window) t.save->window->table.close(copystate::Window::kAborted);
     }
     if (dump_succeeded && !t.manifest_file.empty()) {

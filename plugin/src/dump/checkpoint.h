@@ -39,6 +39,11 @@
 // speculation missed) refuses the image, naming the chunk and the kernels
 // trusted on speculation in the window; the process runs on, and its
 // agent remembers it, so that its next dumps copy while it is stopped.
+// Memory that other processes map through CUDA IPC is taken out of the
+// window: their writes pass no hook of this one. The owner's copier copies
+// it (checked against the freeze) before its plan is decided, while every
+// process of the tree is still stopped; no process is given back before
+// every plan is (finish()).
 //
 // Soft recopy (recopy=auto, a dump that stops the process): PAUSE_DEVICES
 // closes the gate, maps the memory into criu and opens a recopy window in
@@ -94,6 +99,9 @@ class Checkpointer {
   struct CopyPlan {
     CopyProtocol protocol = CopyProtocol::kStopTheWorld;
     bool snapshot = false;
+    // The copy failed before the process could run again (a stopped
+    // stop-the-world plan): the dump fails with it.
+    std::optional<Error> error = std::nullopt;
     // The copy goes on once the process runs again.
     bool behind() const { return snapshot || protocol == CopyProtocol::kSoftCopyOnWrite; }
   };
@@ -223,6 +231,9 @@ class Checkpointer {
   Result<void> use_parent(Target& t);
   // Snapshot, copy-on-write or neither (the copier, at PAUSE).
   CopyPlan choose_copy(Target& t);
+  // Copy-on-write: the process's memory that other processes map through
+  // CUDA IPC copied before any of them runs again (ipc_sharing.h).
+  Result<void> copy_shared_now(Target& t);
   // cow_pool_mib=auto: the dump's processes that may take a pool on each of
   // `t`'s GPUs, `t` included; once the tree is paused (every process known).
   std::map<int, PoolPeers> pool_peers(const Target& t) const;

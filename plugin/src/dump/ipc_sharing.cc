@@ -41,6 +41,14 @@ std::vector<agent::Allocation> ipc_mappings(const std::vector<agent::Allocation>
   return out;
 }
 
+std::set<uint64_t> shared_allocations(const agent::StatusReply& status, const std::vector<agent::Allocation>& own) {
+  std::set<uint64_t> exported, out;
+  for (const auto& e : status.ipc_exports) exported.insert(e.allocation);
+  for (const auto& a : own)
+    if (!is_ipc_mapping(a) && exported.count(a.id)) out.insert(a.id);
+  return out;
+}
+
 Result<void> check_ipc_tree(const std::vector<IpcParty>& parties) {
   std::map<int32_t, const IpcParty*> by_vpid;
   for (const auto& p : parties) by_vpid[p.vpid] = &p;

@@ -1152,6 +1152,41 @@ Result<Engine::FirstPass> Engine::run_first_pass(SaveJob& job, uint64_t deadline
   return pass;
 }
 
+Result<Engine::StoppedPass> Engine::copy_stopped(SaveJob& job, const std::set<uint64_t>& ids,
+                                                 const std::atomic<bool>& stop) {
+  if (!job.window || job.window->table.protocol() != CopyProtocol::kSoftCopyOnWrite)
+    return make_error("copy-on-write: the job has no copy-on-write window", EINVAL);
+  std::lock_guard<std::mutex> lock(run_mu_);
+  copystate::CopyState& table = job.window->table;
+  const std::vector<uint64_t> chunks = table.region_chunks(ids);
+  std::atomic<size_t> cursor{0};
+  std::atomic<uint64_t> taken{0}, bytes{0};
+  // A chunk not pending (dead, taken as copied) is left as it is.
+  NextPiece next = [&](Piece& p) {
+    for (size_t i; !stop && (i = cursor.fetch_add(1)) < chunks.size();)
+      if (auto claim = table.claim(chunks[i])) {
+        p = piece_of(job, *claim);
+        taken++;
+        bytes += claim->bytes;
+        return Take::kTaken;
+      }
+    return Take::kDone;
+  };
+  const uint64_t t0 = monotonic_ns();
+  std::vector<uint64_t> dma_wait_ns;
+  // A copy that differs from the freeze names its chunks, as run_save's do.
+  auto copied = run_workers(job.workers, next, staging_size(job), save_work(job), dma_wait_ns);
+  if (!copied && job.misses.count()) return misses_error(job);
+  PHOS_TRY(copied);
+  if (stop) return make_error("copy-on-write: the dump failed before its stopped copy was done", ECANCELED);
+  StoppedPass pass{taken.load(), bytes.load(), monotonic_ns() - t0};
+  PHOS_INFO("process %d: %llu chunks (%.1f MiB) of %zu allocation(s) other processes map through CUDA IPC copied "
+            "while they are stopped, in %.1f ms (%.2f GB/s); its copy-on-write window leaves them alone",
+            job.vpid, (unsigned long long)pass.chunks, double(pass.bytes) / (1 << 20), ids.size(),
+            double(pass.ns) / 1e6, double(pass.bytes) / double(pass.ns ? pass.ns : 1));
+  return pass;
+}
+
 void Engine::discard_save(int dirfd, std::unique_ptr<SaveJob> job) {
   if (!job) return;
   std::vector<std::string> names;

@@ -169,6 +169,17 @@ class Engine {
   // against it, and one that differs fails run_save (EBADMSG) naming the
   // chunk. An error: the window cannot be validated (drop_window).
   Result<void> take_freeze_sums(SaveJob& job);
+  // Copy-on-write, before the process runs again: the chunks of the
+  // allocations `ids` copied into the image now and taken as copied in the
+  // window, so that a write to them there saves nothing. For memory other
+  // processes map through CUDA IPC (ipc_sharing.h), whose writes pass no
+  // hook of this one: copied while every process that shares it is
+  // stopped. Checked against the freeze like the window's other copies
+  // (after take_freeze_sums). `stop` set: the rest is not copied (ECANCELED).
+  struct StoppedPass {
+    uint64_t chunks = 0, bytes = 0, ns = 0;
+  };
+  Result<StoppedPass> copy_stopped(SaveJob& job, const std::set<uint64_t>& ids, const std::atomic<bool>& stop);
   // Dead memory (dead_ranges.h): the program's free device memory at the
   // gate closing the image stands for. Its chunks are not copied (dropped
   // from the stopped copy, taken as copied in a copy window, open or

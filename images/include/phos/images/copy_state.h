@@ -70,6 +70,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -260,6 +261,9 @@ class CopyState {
   uint64_t chunk_at(uint32_t region, uint64_t offset) const;
   // Where `chunk` lies (its region, offset and bytes), claimed or not.
   Claim locate(uint64_t chunk) const;
+  // The chunks of the regions whose id is in `ids`, in table order (ids of
+  // no region name none).
+  std::vector<uint64_t> region_chunks(const std::set<uint64_t>& ids) const;
   // Recopy, after the gate closed and the streams drained: the next dirty
   // chunk, claimed (its dirty mark cleared).
   std::optional<Claim> claim_dirty();

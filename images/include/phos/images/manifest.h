@@ -124,6 +124,9 @@ struct Statistics {
   uint64_t sum_checked_chunks = 0;
   uint64_t sum_missed_chunks = 0;
   uint64_t sum_unchanged_dirty_chunks = 0;
+  // Copy-on-write: memory other processes map through CUDA IPC, copied
+  // while they were all stopped, before the window opened.
+  uint64_t ipc_stopped_bytes = 0;
   bool operator==(const Statistics&) const = default;
 };
 

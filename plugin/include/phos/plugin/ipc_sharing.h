@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <set>
 #include <vector>
 
 #include "phos/images/agent_messages.h"
@@ -31,6 +32,11 @@ bool shares_ipc(const agent::StatusReply& status, const std::vector<agent::Alloc
 Result<void> own_allocations(const std::vector<agent::Allocation>& all, const std::vector<UniqueFd>& fds,
                              std::vector<agent::Allocation>* own, std::vector<UniqueFd>* own_fds);
 std::vector<agent::Allocation> ipc_mappings(const std::vector<agent::Allocation>& all);
+// The ids of the process's own allocations that other processes map
+// (status.ipc_exports): their writes pass no hook of this one, so a
+// copy-on-write dump copies these while every process that shares them is
+// stopped, and the window leaves them alone.
+std::set<uint64_t> shared_allocations(const agent::StatusReply& status, const std::vector<agent::Allocation>& own);
 // Every importer of every party's memory is a party, and every IPC mapping's
 // owner is a party that has that allocation; the error names the process
 // and the allocation otherwise.

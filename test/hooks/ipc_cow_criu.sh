@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Copy-on-write of two processes that share device memory through phos's
+# CUDA IPC, through real criu dumps of their tree, on the fake libcuda with
+# real memory (FAKE_CUDA_MEMORY=1). The workload (ipc_cow_client.c): the
+# owner shares S (8 MiB) with its child, the importer; each writes its own
+# memory (A, B: 2 MiB) and its half of S every step (memsets, and a kernel
+# whose speculated set is its half of S), and checks after every call a
+# dump can freeze it at that the memory holds what it held before, so a
+# restored image holding a write made after its freeze fails.
+#   1. a leave-running dump with copy_on_write=always: both processes get
+#      copy-on-write (no 'no copy-on-write'); S is copied while both are
+#      stopped, by its owner, checked against the freeze, and left out of
+#      the window; both processes write S and their own memory while their
+#      windows are open: their own memory is saved into the pools, S never;
+#      the image completes, S stored once (in the owner's image, the
+#      importer's names its mapping)
+#   2. the image restores: S mapped into both, both processes' checks pass
+#      (the freeze's content of S and of their own memory) and they run on
+export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/ipc_cow_client
+export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
+source "$(dirname "$0")/../e2e/lib.sh"
+
+importer_field() { cut -d' ' -f"$1" "$WORK/state.importer" 2>/dev/null || echo 0; }
+# both_ok WHAT: both processes count on, and their checks pass.
+both_ok() {
+  local at imp
+  at=$(state_counter)
+  imp=$(importer_field 1)
+  wait_counter_above $((at + 20)) 10
+  [ "$(state_field 3)" = ok ] || fail "$1: the owner found its memory wrong: $(state_field 3)"
+  for _ in $(seq 100); do [ "$(importer_field 1)" -gt $((imp + 20)) ] && break; sleep 0.05; done
+  [ "$(importer_field 1)" -gt $((imp + 20)) ] || fail "$1: the importer does not count on (at $(importer_field 1))"
+  [ "$(importer_field 2)" = ok ] || fail "$1: the importer found its memory wrong: $(importer_field 2)"
+}
+
+start_workload --preload
+wait_counter_above 5 10
+for _ in $(seq 100); do [ -s "$WORK/state.importer" ] && break; sleep 0.05; done
+both_ok "before the dump"
+OWNER_PID=$WORKLOAD_PID
+
+# 1. Copy-on-write for both.
+PHOS_COPY_ON_WRITE=always criu_dump --leave-running ||
+  fail "copy-on-write: criu dump failed: $(criu_errors "$WORK/dump.log")"
+! grep -q "no copy-on-write" "$WORK/dump.log" ||
+  fail "copy-on-write refused: $(grep -o 'no copy-on-write.*' "$WORK/dump.log" | head -n1)"
+opened=$(grep -o "process [0-9]*: copy window opened" "$WORK/dump.log" | sort -u | wc -l)
+[ "$opened" = 2 ] || fail "copy-on-write: $opened processes opened a copy window (2 expected): $(grep -o 'phos: process [0-9]*: .*\(window\|copy-on-write\).*' "$WORK/dump.log" | head -n4)"
+stopped=$(grep -o "8 chunks (8.0 MiB) of 1 allocation(s) other processes map through CUDA IPC copied while they are stopped" "$WORK/dump.log") ||
+  fail "the owner did not copy S while the processes were stopped: $(grep -o 'phos: process [0-9]*: .*CUDA IPC.*' "$WORK/dump.log" | head -n3)"
+markers=$(find "$IMG" -name 'phos-*-complete.img' | wc -l)
+[ "$markers" = 2 ] || fail "copy-on-write: $markers completion markers (2 expected, one per process)"
+equal=$(grep -o "checksum: [0-9]* chunks equal to the freeze" "$WORK/dump.log" | paste -sd, -)
+# The owner's S (8 chunks, copied while stopped) and A (2); the importer's B (2).
+grep -q "checksum: 10 chunks equal to the freeze" "$WORK/dump.log" && grep -q "checksum: 2 chunks equal to the freeze" "$WORK/dump.log" ||
+  fail "copy-on-write: the copies were not all checked against the freeze: $equal"
+"$PHOSCTL" show --json "$IMG" > "$WORK/show.json" || fail "phosctl show failed"
+python3 - "$WORK/show.json" <<'PY' || fail "the image is not what copy-on-write of both should give (phosctl show --json above)"
+import json, sys
+images = json.load(open(sys.argv[1]))["images"]
+mib = 1 << 20
+owner = [i for i in images if i["pid"] == 1][0]
+importer = [i for i in images if i["pid"] != 1][0]
+for who, i in (("owner", owner), ("importer", importer)):
+    assert i["protocol"] == "soft-copy-on-write", (who, i["protocol"])
+assert sorted(a["size"] for a in owner["allocations"]) == [2 * mib, 8 * mib], owner["allocations"]   # A and S
+assert [a["size"] for a in importer["allocations"]] == [2 * mib], importer["allocations"]          # B only
+m = importer["ipc_mappings"]
+assert len(m) == 1 and m[0]["owner_pid"] == 1 and m[0]["size"] == 8 * mib, m
+so, si = owner["statistics"], importer["statistics"]
+assert so["ipc_stopped_bytes"] == 8 * mib and si["ipc_stopped_bytes"] == 0, (so["ipc_stopped_bytes"], si["ipc_stopped_bytes"])
+# Both wrote their own memory while their windows were open (saved into
+# their pools) and S, which nothing saved: at most their own 2 chunks each.
+for who, s in (("owner", so), ("importer", si)):
+    assert 1 * mib <= s["cow_saved_bytes"] <= 2 * mib, (who, "saved", s["cow_saved_bytes"])
+print(f"[ipc_cow_criu] owner: S {so['ipc_stopped_bytes'] // mib} MiB copied stopped, {so['cow_saved_bytes'] // mib} MiB "
+      f"of A saved; importer: {si['cow_saved_bytes'] // mib} MiB of B saved, S mapped from #{m[0]['owner_allocation']}")
+PY
+both_ok "after the leave-running dump"
+say "1. copy-on-write of both: $stopped; $equal"
+
+# 2. Restored: S mapped into both, the freeze's content.
+kill -9 "$OWNER_PID" 2>/dev/null || true
+for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+wait_pid_free
+rm -f "$WORK/state.importer"  # the restored importer's lines only
+criu_restore || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "no restored process"
+grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || fail "the restore does not say it mapped S into the importer"
+both_ok "after the restore"
+say "2. restored: S mapped into both, both processes' checks of S and of their own memory pass"
+say "PASS"
