@@ -217,7 +217,10 @@ json image_json(const phos::image::ProcessImage& img) {
                      {"final_pass_ns", s.final_pass_ns}, {"program_transfers", s.program_transfers},
                      {"program_transfer_bytes", s.program_transfer_bytes}, {"traffic_pauses", s.traffic_pauses},
                      {"traffic_paused_ns", s.traffic_paused_ns}, {"recopy_wasted_bytes", s.recopy_wasted_bytes},
-                     {"gate_closed_unix_ns", s.gate_closed_unix_ns}, {"ipc_stopped_bytes", s.ipc_stopped_bytes}};
+                     {"gate_closed_unix_ns", s.gate_closed_unix_ns}, {"sum_pass_ns", s.sum_pass_ns},
+                     {"sum_checked_chunks", s.sum_checked_chunks}, {"sum_missed_chunks", s.sum_missed_chunks},
+                     {"sum_unchanged_dirty_chunks", s.sum_unchanged_dirty_chunks},
+                     {"ipc_stopped_bytes", s.ipc_stopped_bytes}};
   return j;
 }
 

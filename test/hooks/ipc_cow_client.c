@@ -14,8 +14,11 @@
  *   2. cuMemsetD32(OWN, n)                 (an exact set)
  *   3. check OWN[end] == n, HALF[0] == n - 1
  *   4. cuMemsetD32(HALF, n)                (an exact set, in S)
- *   5. saxpy(OWN, HALF) launched           (a speculated set that writes S;
+ *   5. the importer: saxpy(B, HALF)        (a speculated set that writes S;
  *                                           the fake kernel writes nothing)
+ *      the owner: saxpy(HALF, A)           (reads S, writes A: the owner's
+ *                                           hooks see no write to the
+ *                                           importer's half of S)
  *   6. check HALF[0] == HALF[end] == OWN[0] == n
  *
  * Every call a checkpoint can freeze a process at is followed by a check of
@@ -74,8 +77,10 @@ static void check(const char *what, uint32_t got, uint32_t want, uint64_t n) {
 }
 
 /* The steps of one process over its own memory and its half of S, forever;
- * `line` writes its state. */
-__attribute__((noreturn)) static void run(CUdeviceptr own, CUdeviceptr half, void (*line)(uint64_t n)) {
+ * `line` writes its state. `kernel_writes_s`: its kernel writes its half of
+ * S (else it reads it and writes its own memory). */
+__attribute__((noreturn)) static void run(CUdeviceptr own, CUdeviceptr half, int kernel_writes_s,
+                                          void (*line)(uint64_t n)) {
   static unsigned char header[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
   CUmodule module;
   CUfunction saxpy;
@@ -84,7 +89,7 @@ __attribute__((noreturn)) static void run(CUdeviceptr own, CUdeviceptr half, voi
     exit(1);
   float alpha = 2.0f;
   int count = 1024;
-  void *args[] = {&own, &half, &alpha, &count};
+  void *args[] = {kernel_writes_s ? &own : &half, kernel_writes_s ? &half : &own, &alpha, &count};
   for (uint64_t n = 1;; n++) {
     const uint32_t was = (uint32_t)(n - 1), now = (uint32_t)n;
     check("own", get(own, OWN_BYTES, 0), was, n);
@@ -133,7 +138,7 @@ __attribute__((noreturn)) static void importer(void) {
     fprintf(stderr, "cuIpcOpenMemHandle failed: %d\n", (int)r);
     exit(1);
   }
-  run(b, s + HALF_BYTES, importer_line);
+  run(b, s + HALF_BYTES, 1, importer_line);
 }
 
 int main(int argc, char **argv) {
@@ -162,5 +167,5 @@ int main(int argc, char **argv) {
   if (write(fds[1], &h, sizeof(h)) != (ssize_t)sizeof(h)) return 1;
   close(fds[1]);
   g_peer = (int)child;
-  run(a, s, owner_line);
+  run(a, s, 0, owner_line);
 }

@@ -3,8 +3,8 @@
 # CUDA IPC, through real criu dumps of their tree, on the fake libcuda with
 # real memory (FAKE_CUDA_MEMORY=1). The workload (ipc_cow_client.c): the
 # owner shares S (8 MiB) with its child, the importer; each writes its own
-# memory (A, B: 2 MiB) and its half of S every step (memsets, and a kernel
-# whose speculated set is its half of S), and checks after every call a
+# memory (A, B: 2 MiB) and its half of S every step (memsets; the
+# importer's kernel's speculated set is its half of S), and checks after every call a
 # dump can freeze it at that the memory holds what it held before, so a
 # restored image holding a write made after its freeze fails.
 #   1. a leave-running dump with copy_on_write=always: both processes get
@@ -16,6 +16,12 @@
 #      importer's names its mapping)
 #   2. the image restores: S mapped into both, both processes' checks pass
 #      (the freeze's content of S and of their own memory) and they run on
+#   3. a dump that stops the restored pair: soft recopy for both, each of
+#      its own memory; the owner's final pass, by checksum once both are
+#      stopped, copies again what the importer wrote in S after its first
+#      pass (no hook of the owner marked it); restored, the checks pass
+#   4. the same with cow_trust=speculated: the owner's recopy refused by
+#      name (its memory copied stopped), the importer's goes on; restored
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/ipc_cow_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
@@ -90,4 +96,48 @@ WORKLOAD_PID=$(restored_pid) || fail "no restored process"
 grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || fail "the restore does not say it mapped S into the importer"
 both_ok "after the restore"
 say "2. restored: S mapped into both, both processes' checks of S and of their own memory pass"
+
+# 3. A dump that stops them: soft recopy for both, the owner's by checksum.
+rm -rf "${IMG:?}"/*
+criu_dump || fail "recopy: criu dump failed: $(criu_errors "$WORK/dump.log")"
+! grep -q "no soft recopy" "$WORK/dump.log" || fail "recopy refused: $(grep -o 'no soft recopy.*' "$WORK/dump.log" | head -n1)"
+recopied=$(grep -o "process [0-9]*: soft recopy: gate reopened" "$WORK/dump.log" | sort -u | wc -l)
+[ "$recopied" = 2 ] || fail "recopy: $recopied processes had a first pass (2 expected): $(grep -o 'phos: process [0-9]*: .*recopy.*' "$WORK/dump.log" | head -n4)"
+final=$(grep -o "process 1: checksum: the final pass copies [0-9]* of [0-9]* chunks: [0-9]* not copied yet, [0-9]* changed since their copy ([0-9]* of them without a dirty mark" "$WORK/dump.log") ||
+  fail "recopy: the owner's final pass did not go by checksum: $(grep -o 'phos: process 1: .*final pass.*' "$WORK/dump.log" | head -n2)"
+"$PHOSCTL" show --json "$IMG" > "$WORK/show.json" || fail "phosctl show failed"
+python3 - "$WORK/show.json" <<'PY' || fail "the image is not what recopy of both should give (phosctl show --json above)"
+import json, sys
+images = json.load(open(sys.argv[1]))["images"]
+owner = [i for i in images if i["pid"] == 1][0]
+importer = [i for i in images if i["pid"] != 1][0]
+for who, i in (("owner", owner), ("importer", importer)):
+    assert i["protocol"] == "soft-recopy", (who, i["protocol"])
+assert len(owner["allocations"]) == 2 and len(importer["allocations"]) == 1, "S stored once"
+# The importer wrote its half of S after the owner's first pass copied it:
+# no hook of the owner marked it, its fingerprint found it.
+assert owner["statistics"]["sum_missed_chunks"] >= 1, owner["statistics"]["sum_missed_chunks"]
+PY
+wait_pid_free
+rm -f "$WORK/state.importer"
+criu_restore || fail "recopy: criu restore failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "recopy: no restored process"
+both_ok "after the recopy dump's restore"
+say "3. soft recopy of both (the restored pair), the owner's $final); restored, both processes' checks pass"
+
+# 4. The same with cow_trust=speculated: the owner's memory that the importer
+# writes would change behind its marks: the owner is copied stopped, the
+# importer (its own memory only) still gets recopy.
+rm -rf "${IMG:?}"/*
+PHOS_COW_TRUST=speculated criu_dump || fail "speculated: criu dump failed: $(criu_errors "$WORK/dump.log")"
+why=$(grep -o "process [0-9]*: no soft recopy (other processes map its device memory through CUDA IPC and their writes mark no chunk dirty: only cow_trust=checksum finds them, by fingerprint)" "$WORK/dump.log") ||
+  fail "speculated: the owner's recopy was not refused by name: $(grep -o 'phos: process [0-9]*: .*recopy.*' "$WORK/dump.log" | head -n3)"
+recopied=$(grep -o "process [0-9]*: soft recopy: gate reopened" "$WORK/dump.log" | sort -u | wc -l)
+[ "$recopied" = 1 ] || fail "speculated: $recopied processes had a first pass (the importer's alone expected)"
+wait_pid_free
+rm -f "$WORK/state.importer"
+criu_restore || fail "speculated: criu restore failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "speculated: no restored process"
+both_ok "after the speculated dump's restore"
+say "4. cow_trust=speculated: $why; the importer recopied; restored, both processes' checks pass"
 say "PASS"

@@ -190,7 +190,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
   if (t.recopy()) PHOS_TRY(end_first_window(pid, client, t));
   PHOS_TRY(list_allocations(pid, client, t));
   if (t.migrate) PHOS_TRY(check_migration(pid, t));
-  if (t.recopy() && t.save->allocs != t.allocations) {
+  if (t.recopy() && t.save->allocs != t.own_allocations) {
     PHOS_WARN("process %d: its allocations changed while soft recopy's first pass ran; its memory is copied while "
               "it is stopped", pid);
     discard_first_pass(t);
@@ -335,17 +335,19 @@ Result<void> Checkpointer::first_pass(pid_t pid, AgentClient& c, Target& t) {
   bool window = false;
   auto run = [&]() -> Result<void> {
     PHOS_TRY(list_allocations(pid, c, t));
-    if (t.allocations.empty()) return make_error("no device memory", ENODATA);
-    // Other processes write the shared memory behind this one's window.
-    if (shares_ipc(t.status, t.allocations))
-      return make_error("it shares device memory with other processes through CUDA IPC", ENOTSUP);
+    // Its IPC mappings of other processes' memory are their owners' to copy.
+    if (t.own_allocations.empty()) return make_error("no device memory of its own", ENODATA);
+    PHOS_TRY(recopy_allows_sharing(t));
     PHOS_TRY(start_engine());
     if (t.migrate) PHOS_TRY(check_migration(pid, t));
-    auto job = engine_->prepare_save(dirfd_, t.vpid, t.allocations, t.fds, t.host_ordinal, t.manifest, sink(t));
+    auto job =
+        engine_->prepare_save(dirfd_, t.vpid, t.own_allocations, t.own_fds, t.host_ordinal, t.manifest, sink(t));
     if (!job) return job.error();
     t.save = std::move(*job);
     PHOS_TRY(use_parent(t));
-    t.fds.clear();  // criu's mapping holds the memory; the final listing gives fds again
+    // criu's mapping holds the memory; the final listing gives fds again.
+    t.fds.clear();
+    t.own_fds.clear();
     // By checksum the hooks mark no chunk for a call they cannot read: the
     // final pass must be able to fingerprint the memory.
     if (options_.cow_trust == agent::CopyTrust::kChecksum)
@@ -425,6 +427,25 @@ Result<void> Checkpointer::end_first_window(pid_t pid, AgentClient& c, Target& t
                            " calls with a set not trusted left unmarked (the final pass goes by checksum)")
                               .c_str()
                         : "");
+  return {};
+}
+
+Result<void> Checkpointer::recopy_allows_sharing(const Target& t) const {
+  if (!shares_ipc(t.status, t.allocations)) return {};
+  if (t.migrate)
+    return make_error("it shares device memory with other processes through CUDA IPC (no migration of such "
+                      "processes)",
+                      ENOTSUP);
+  // Other processes' writes to its memory that they map mark no chunk
+  // dirty. By checksum the final pass copies again every chunk that changed
+  // since its copy, marked or not, and it fingerprints once every process
+  // of the tree is paused (its copier waits for them): their writes are
+  // found there (counted among the changes without a dirty mark).
+  if (!shared_allocations(t.status, t.own_allocations).empty() &&
+      options_.cow_trust != agent::CopyTrust::kChecksum)
+    return make_error("other processes map its device memory through CUDA IPC and their writes mark no chunk dirty: "
+                      "only cow_trust=checksum finds them, by fingerprint",
+                      ENOTSUP);
   return {};
 }
 

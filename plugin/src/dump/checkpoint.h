@@ -52,7 +52,9 @@
 // the copy in the background takes the chunks left and the dirty ones (with
 // cow_trust=checksum: every chunk whose fingerprint changed since its copy,
 // whatever the marks say). The image is the state at that last gate
-// closing, as a stopped dump's.
+// closing, as a stopped dump's. Memory other processes map through CUDA
+// IPC: their writes mark nothing, so it gets recopy only by checksum, whose
+// final pass waits until every process of the tree is paused.
 //
 // Migration (migrate_to, a dump that stops the process): the copy goes to
 // device memory on the target GPU instead of data files (soft recopy's
@@ -212,6 +214,10 @@ class Checkpointer {
   // error the gate is open and the window closed (discard_first_pass()
   // drops the rest).
   Result<void> first_pass(pid_t pid, AgentClient& c, Target& t);
+  // Soft recopy of a process that shares memory through CUDA IPC: its own
+  // memory only; memory others map only where the final pass goes by
+  // checksum. Why not otherwise.
+  Result<void> recopy_allows_sharing(const Target& t) const;
   // Gate closed for good: the window's account; a violation or a window the
   // process gave up makes every chunk dirty.
   Result<void> end_first_window(pid_t pid, AgentClient& c, Target& t);
