@@ -40,11 +40,23 @@ both_ok() {
   [ "$(importer_field 2)" = ok ] || fail "$1: the importer found its memory wrong: $(importer_field 2)"
 }
 
+# restore_both WHAT: the pair killed (if still there), the image restored,
+# S mapped into the importer again, both count on with their checks passing.
+restore_both() {
+  for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+  wait_pid_free
+  rm -f "$WORK/state.importer"  # the restored importer's lines only
+  criu_restore || fail "$1: criu restore failed: $(criu_errors "$WORK/restore.log")"
+  WORKLOAD_PID=$(restored_pid) || fail "$1: no restored process"
+  grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" ||
+    fail "$1: the restore does not say it mapped S into the importer"
+  both_ok "$1"
+}
+
 start_workload --preload
 wait_counter_above 5 10
 for _ in $(seq 100); do [ -s "$WORK/state.importer" ] && break; sleep 0.05; done
 both_ok "before the dump"
-OWNER_PID=$WORKLOAD_PID
 
 # 1. Copy-on-write for both.
 PHOS_COPY_ON_WRITE=always criu_dump --leave-running ||
@@ -87,14 +99,7 @@ both_ok "after the leave-running dump"
 say "1. copy-on-write of both: $stopped; $equal"
 
 # 2. Restored: S mapped into both, the freeze's content.
-kill -9 "$OWNER_PID" 2>/dev/null || true
-for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
-wait_pid_free
-rm -f "$WORK/state.importer"  # the restored importer's lines only
-criu_restore || fail "criu restore failed: $(criu_errors "$WORK/restore.log")"
-WORKLOAD_PID=$(restored_pid) || fail "no restored process"
-grep -q "mapped again at 0x[0-9a-f]* through CUDA IPC" "$WORK/restore.log" || fail "the restore does not say it mapped S into the importer"
-both_ok "after the restore"
+restore_both "after the copy-on-write dump's restore"
 say "2. restored: S mapped into both, both processes' checks of S and of their own memory pass"
 
 # 3. A dump that stops them: soft recopy for both, the owner's by checksum.
@@ -118,11 +123,7 @@ assert len(owner["allocations"]) == 2 and len(importer["allocations"]) == 1, "S 
 # no hook of the owner marked it, its fingerprint found it.
 assert owner["statistics"]["sum_missed_chunks"] >= 1, owner["statistics"]["sum_missed_chunks"]
 PY
-wait_pid_free
-rm -f "$WORK/state.importer"
-criu_restore || fail "recopy: criu restore failed: $(criu_errors "$WORK/restore.log")"
-WORKLOAD_PID=$(restored_pid) || fail "recopy: no restored process"
-both_ok "after the recopy dump's restore"
+restore_both "after the recopy dump's restore"
 say "3. soft recopy of both (the restored pair), the owner's $final); restored, both processes' checks pass"
 
 # 4. The same with cow_trust=speculated: the owner's memory that the importer
@@ -134,10 +135,6 @@ why=$(grep -o "process [0-9]*: no soft recopy (other processes map its device me
   fail "speculated: the owner's recopy was not refused by name: $(grep -o 'phos: process [0-9]*: .*recopy.*' "$WORK/dump.log" | head -n3)"
 recopied=$(grep -o "process [0-9]*: soft recopy: gate reopened" "$WORK/dump.log" | sort -u | wc -l)
 [ "$recopied" = 1 ] || fail "speculated: $recopied processes had a first pass (the importer's alone expected)"
-wait_pid_free
-rm -f "$WORK/state.importer"
-criu_restore || fail "speculated: criu restore failed: $(criu_errors "$WORK/restore.log")"
-WORKLOAD_PID=$(restored_pid) || fail "speculated: no restored process"
-both_ok "after the speculated dump's restore"
+restore_both "after the speculated dump's restore"
 say "4. cow_trust=speculated: $why; the importer recopied; restored, both processes' checks pass"
 say "PASS"
