@@ -29,6 +29,7 @@
 #include "memory/device_memory.h"
 #include "phos/hooks/call_cycles.h"
 #include "phos/hooks/gate.h"
+#include "phos/hooks/interprocess_events.h"
 #include "phos/hooks/step_boundary.h"
 #include "phos/hooks/kernel_registry.h"
 #include "phos/hooks/library_memory.h"
@@ -153,6 +154,8 @@ class Runtime {
   CallCycles call_cycles_{kCallKinds};
   UnsupportedCalls unsupported_;
   Captures captures_;
+  // Events another process may record or wait on (hooks/ipc.cc).
+  InterprocessEvents interprocess_events_;
   std::atomic<bool> cuda_used_{false};
 };
 
@@ -197,6 +200,7 @@ class RuntimeView {
   CallCycles& call_cycles() const { return r_->call_cycles_; }
   UnsupportedCalls& unsupported() const { return r_->unsupported_; }
   Captures& captures() const { return r_->captures_; }
+  InterprocessEvents& interprocess_events() const { return r_->interprocess_events_; }
   // Whether the program called the driver (cuInit).
   std::atomic<bool>& cuda_used() const { return r_->cuda_used_; }
 

@@ -12,6 +12,10 @@
  *   gated_call:      cuCtxSetCurrent, a driver function that passes the gate
  *   query_call:      cuDriverGetVersion, a query (query_functions.txt)
  *   memcpy_dtod:     cuMemcpyDtoD between two of the allocations
+ *   event_record:    cuEventRecord (through cuGetProcAddress) of a plain event,
+ *                    the process having no interprocess event
+ *   event_record_ipc_live: the same while the process has one (phos's
+ *                    lookup of the interprocess events, hooks/ipc.cc)
  *   nccl_allreduce:  ncclAllReduce (test/hooks' fake libnccl) on a
  *                    communicator of one rank: phos's translation of the
  *                    handle, its ticket and its call count
@@ -117,6 +121,17 @@ int main(void) {
   t0 = now_ns();
   for (long i = 0; i < CALLS / 4; i++) dtod(args[4], args[0], 256);
   printf("bench memcpy_dtod %.1f\n", (now_ns() - t0) / (CALLS / 4));
+
+  CUresult (*record)(CUevent, CUstream) = (CUresult(*)(CUevent, CUstream))resolve(gpa, "cuEventRecord");
+  CUevent plain, shared;
+  if (cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return 2;
+  t0 = now_ns();
+  for (long i = 0; i < CALLS / 4; i++) record(plain, NULL);
+  printf("bench event_record %.1f\n", (now_ns() - t0) / (CALLS / 4));
+  if (cuEventCreate(&shared, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return 2;
+  t0 = now_ns();
+  for (long i = 0; i < CALLS / 4; i++) record(plain, NULL);
+  printf("bench event_record_ipc_live %.1f\n", (now_ns() - t0) / (CALLS / 4));
 
   ncclUniqueId id;
   ncclComm_t comm;

@@ -32,6 +32,13 @@
 #                        curve bitwise equal to an uninterrupted run's
 #   gpu_ipc              the same with the runtime's cudaIpc* (gpu_ipc.cu):
 #                        outputs bitwise equal to an uninterrupted run's
+#   gpu_ipc_event        gpu_ipc_event.cu: an interprocess event recorded
+#                        again and again, each way, after a kernel that
+#                        spins 200 ms, the other process told by a pipe
+#                        after the record returned and reading what the
+#                        kernel wrote once it waited on its opened event:
+#                        every read right natively and under libphos, whose
+#                        records of it return only once the kernel is done
 #   dump_disk_full       images on a 256 MiB tmpfs: the dump fails saying so,
 #                        the process carries on intact
 #   dump_disk_full_leave_running  the same with --leave-running: the image
@@ -1261,6 +1268,29 @@ case_gpu_ipc() {
   cmp -s "$WORK/ref.out" "$WORK/run.out" ||
     fail "the outputs differ from the uninterrupted run's from step $(diff "$WORK/ref.out" "$WORK/run.out" | grep -m1 -o '^[<>] [0-9]*' | cut -c3-) on (dumped at step $DUMPED)"
   pass "outputs of $n steps bitwise equal to an uninterrupted run's (leave-running dump $(dt "$t0" "$t1") s, images $lr_wrote; dumped at step $DUMPED, dump $DUMP_S s, restore $RESTORE_S s, images $(phos_wrote)); $(driver_batches)"
+}
+
+# An interprocess event recorded again and again for the other process to
+# wait on each time (gpu_ipc_event.cu), not once per handle as
+# torch.multiprocessing does: natively (the driver's event IPC), then under
+# libphos, which serves it by completing every record of an interprocess
+# event before the record returns. No dump: what is shown is that the reads
+# are right on a real driver and that phos's records waited for the kernel.
+case_gpu_ipc_event() {
+  local rounds=5 spin=200
+  setup "$bin/gpu_ipc_event"
+  timeout 60 "$bin/gpu_ipc_event" $rounds $spin > "$WORK/native.log" 2>&1 ||
+    fail "natively (rc $?): $(grep -m1 'bad\|failed\|error' "$WORK/native.log")"
+  timeout 60 env LD_PRELOAD="$LIBPHOS" "$bin/gpu_ipc_event" $rounds $spin > "$WORK/phos.log" 2>&1 ||
+    fail "under libphos (rc $?): $(grep -m1 'bad\|failed\|error' "$WORK/phos.log")"
+  local n
+  n=$(grep -c '^round .* ok$' "$WORK/phos.log" || true)
+  [ "$n" = $((2 * rounds)) ] || fail "under libphos $n of $((2 * rounds)) reads right: $(cat "$WORK/phos.log")"
+  local early
+  early=$(awk -v min=$((spin * 8 / 10)) '$3 ~ /_record_ms$/ && $4 < min' "$WORK/phos.log" | head -n1)
+  [ -z "$early" ] || fail "under libphos a record returned before the kernel before it was done: $early"
+  ms() { awk '$3 ~ /_record_ms$/ {print $4}' "$1" | paste -sd' '; }
+  pass "$((2 * rounds)) reads right each way, natively and under libphos; record ms natively [$(ms "$WORK/native.log")], under libphos [$(ms "$WORK/phos.log")] (the ${spin} ms kernel before each)"
 }
 
 case_torch_many_allocations() {
@@ -2549,7 +2579,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   restore_incomplete_image restore_other_gpu_model restore_too_little_memory not_preloaded
   restore_next_to_gpu_process multi_gpu_process multi_gpu_process_cow restore_other_gpu cuda_visible_devices
   cow_pattern_8GiB cow_random cow_planted cow_planted_sass cow_cublas_workspace torch_cow torch_cow_async recopy_pattern_8GiB recopy_random recopy_random_unspeculated recopy_planted lazy_pattern_8GiB lazy_torch_mlp lazy_read_honest lazy_read_planted lazy_restore_criu_killed lazy_two_processes sdk_torch_step torch_dead_memory torch_cow_dead_memory pre_dump_refused rpc_gpu dump_next_to_restore
-  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc soak_torch soak_pattern_32GiB
+  two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc gpu_ipc_event soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu migrate_multi_gpu migrate_multi_gpu_nopeer llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
   supervise_torch supervise_torch_2gpu

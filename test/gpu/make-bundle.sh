@@ -27,7 +27,7 @@ rm -rf "$out" && mkdir -p "$out/build" "$out/bin" "$out/lib-all" "$out/criu" "$o
    test/bench/phos-criu-pages-hog "$out/build/")
 # The suite's CUDA programs, for Hopper (sm_90), with the toolkit here.
 mkdir -p "$out/gpu"
-for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read gpu_ipc; do
+for p in cuda_basic cuda_graph cublas_gemm multi_gpu bench_hooks gpu_counter gpu_steps gpu_hog planted cow_random lazy_read gpu_ipc gpu_ipc_event; do
   "$cuda/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -o "$out/gpu/$p" "$src/test/gpu/$p.cu" -lcupti -lcublas
 done
 # The driver API directly too (cuCtxGetFlags, cuMemGetAccess): peer_access.

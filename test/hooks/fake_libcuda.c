@@ -51,6 +51,7 @@ CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsi
                         void **, void **);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
+CUresult cuEventRecord(void *, CUstream);
 /* CUDA IPC, as the driver would serve it: logged ("driver ipc NAME") and
  * refused, so a test sees that phos answered every IPC call itself. */
 void fake_log_driver_ipc(const char *name); /* fake_libcuda_vmm.c */
@@ -93,6 +94,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
   else if (!strcmp(symbol, "cuLaunchKernel")) *pfn = (void *)cuLaunchKernel;
   else if (!strcmp(symbol, "cuCtxSetCurrent")) *pfn = (void *)cuCtxSetCurrent;
   else if (!strcmp(symbol, "cuMemcpyDtoD")) *pfn = (void *)cuMemcpyDtoD_v2;
+  else if (!strcmp(symbol, "cuEventRecord")) *pfn = (void *)cuEventRecord;
   else if (!strcmp(symbol, "cuIpcGetMemHandle")) *pfn = (void *)cuIpcGetMemHandle;
   else if (!strcmp(symbol, "cuIpcOpenMemHandle")) *pfn = (void *)cuIpcOpenMemHandle_v2;
   else if (!strcmp(symbol, "cuIpcCloseMemHandle")) *pfn = (void *)cuIpcCloseMemHandle;

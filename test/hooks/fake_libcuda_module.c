@@ -145,8 +145,8 @@ __attribute__((visibility("protected"))) CUresult cuLaunchKernel(CUfunction f, u
   return CUDA_SUCCESS;
 }
 
-/* Pinned host memory the "device" addresses as it is, and events that are
- * always complete: enough for libphos.so's validation tables. */
+/* Pinned host memory the "device" addresses as it is: enough for
+ * libphos.so's validation tables (events: fake_libcuda_events.c). */
 CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
   (void)flags;
   *p = calloc(1, bytes);
@@ -158,14 +158,4 @@ CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned int flags) 
   return CUDA_SUCCESS;
 }
 CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
-void fake_log_driver_ipc(const char *name); /* fake_libcuda_vmm.c */
-CUresult cuEventCreate(CUevent *e, unsigned int flags) {
-  if (flags & CU_EVENT_INTERPROCESS) fake_log_driver_ipc("cuEventCreate(CU_EVENT_INTERPROCESS)");
-  *e = handle("event");
-  return CUDA_SUCCESS;
-}
-CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
-CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
-CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
-CUresult cuEventDestroy_v2(CUevent e) { (void)e; return CUDA_SUCCESS; }
 CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_ERROR_FAKE"; return CUDA_SUCCESS; }

@@ -77,7 +77,9 @@ CUresult cuCtxPopCurrent(CUcontext *c) {
   t_depth--;
   return CUDA_SUCCESS;
 }
-CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+void fake_wait_streams(void); /* fake_libcuda_events.c: the host functions queued */
+int fake_streams_busy(void);
+CUresult cuCtxSynchronize(void) { fake_wait_streams(); return CUDA_SUCCESS; }
 
 /* The limits that size a context's device state (stack, printf FIFO, malloc
  * heap), per context, from the driver's defaults; every set is logged
@@ -300,8 +302,9 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)(u
 CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) { (void)flags; *s = (CUstream)0x5; return CUDA_SUCCESS; }
 CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
-CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
-CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; } /* the work ran at its call */
+CUresult cuStreamSynchronize(CUstream s) { (void)s; fake_wait_streams(); return CUDA_SUCCESS; }
+/* Other work ran at its call; host functions may still be queued. */
+CUresult cuStreamQuery(CUstream s) { (void)s; return fake_streams_busy() ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS; }
 
 /* Shareable handles: an fd that names the handle (a memfd holding its
  * value), so that memory can leave the process and come back, as the plugin

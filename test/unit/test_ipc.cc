@@ -1,11 +1,13 @@
 // CUDA IPC served by phos: the handle's encoding (images/ipc_handle.h), the
-// agent requests and fields that carry it, the manifest's IPC mappings, and
-// the dump's check of who shares what (plugin/ipc_sharing.h).
+// agent requests and fields that carry it, the manifest's IPC mappings, the
+// dump's check of who shares what (plugin/ipc_sharing.h), and the hooks'
+// set of interprocess events (hooks/interprocess_events.h).
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <set>
 
 #include "fixtures.h"
+#include "phos/hooks/interprocess_events.h"
 #include "phos/images/agent_protocol.h"
 #include "phos/images/format.h"
 #include "phos/images/ipc_handle.h"
@@ -212,4 +214,27 @@ TEST_CASE("ipc event handle: phos's completed-event handle, told apart from the 
   // A memory handle is no event handle, and the reverse.
   CHECK_FALSE(agent::decode_ipc_event_handle(agent::encode_ipc_handle(sample_handle()).data()));
   CHECK_FALSE(agent::decode_ipc_handle(bytes.data()));
+}
+
+TEST_CASE("interprocess events: known from add to forget, counted once", "[ipc]") {
+  phos::hooks::InterprocessEvents events;
+  int a = 0, b = 0;
+  CHECK_FALSE(events.contains(&a));
+  events.forget(&a);  // a plain event's destroy: nothing to forget
+  CHECK(events.size() == 0);
+  events.add(&a);
+  events.add(&a);  // its IPC handle taken after an interprocess create
+  events.add(&b);
+  CHECK(events.size() == 2);
+  CHECK(events.contains(&a));
+  CHECK(events.contains(&b));
+  events.forget(&a);
+  CHECK_FALSE(events.contains(&a));  // the driver may hand its handle out again, for a plain event
+  CHECK(events.contains(&b));
+  CHECK(events.size() == 1);
+  events.forget(&a);
+  CHECK(events.size() == 1);
+  events.forget(&b);
+  CHECK(events.size() == 0);
+  CHECK_FALSE(events.contains(&b));
 }

@@ -145,25 +145,111 @@ extern "C" PHOS_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 
-// Events: torch.multiprocessing sends one with every CUDA tensor it
-// shares, recorded after the producer's writes, for the consumer to wait on
-// once. phos waits for the event here, so the handle stands for a completed
-// event, and an opener gets a completed event of its own: no interprocess
-// event is left for the driver's checkpoint. A program that records the
-// same interprocess event again and again for the other process to see
-// each time is not served so (the opener's event never waits again).
-// An interprocess event is one the driver would have to carry across a
-// checkpoint, and phos serves its IPC itself: the driver gets a plain one.
-extern "C" PHOS_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
-  const IpcDeps rt;
-  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventCreate));
-  return PHOS_REAL(cuEventCreate)(event, flags & ~unsigned(CU_EVENT_INTERPROCESS));
+// Events. CUDA lets either process record an interprocess event and the
+// other wait on it (cuStreamWaitEvent, cuEventSynchronize, cuEventQuery), a
+// wait standing for the event's latest record at the time of the wait. The
+// driver never holds an interprocess event here (its checkpoint could not
+// take one): cuEventCreate drops CU_EVENT_INTERPROCESS, and phos serves
+// event IPC by making every record of an interprocess event (the exporter's,
+// or the opener's stand-in) complete before it returns: the real record,
+// then cuEventSynchronize. That is exact: another process can only know
+// that a record happened through something the recorder does after its
+// record call returned (a message, a write), and by then the work before
+// the record is done; so a wait on its own event in the other process (the
+// exporter's, or the stand-in, complete from the start) waits for all that
+// CUDA would make it wait for. The same holds for an event shared once
+// (torch.multiprocessing sends one with each CUDA tensor) and for one
+// recorded again and again for the other process to wait on each time.
+// Cost: a host wait per record of an interprocess event, none for other
+// events (one load of a count while the process has none). Not served: a
+// record whose earlier work waits for the other process to act after it
+// hears of that record (it would wait forever), and a record into a stream
+// capture, which a graph launch makes later: noted, a dump refuses it.
+namespace {
+
+// What the event hooks use.
+struct EventDeps : RuntimeView {
+  using RuntimeView::captures;
+  using RuntimeView::gate;
+  using RuntimeView::interprocess_events;
+  using RuntimeView::unsupported;
+};
+
+// After the real record `r` of `event` on `stream`: an interprocess event's
+// record completes here.
+CUresult complete_record(const EventDeps& rt, CUresult r, CUevent event, CUstream stream, bool per_thread,
+                         const char* call) {
+  if (r != CUDA_SUCCESS || !rt.interprocess_events().contains(event)) return r;
+  if (rt.captures().capturing(stream, per_thread)) {
+    rt.unsupported().note("cuEventRecord of an interprocess event into a stream capture");
+    return r;
+  }
+  r = PHOS_REAL(cuEventSynchronize)(event);
+  if (r != CUDA_SUCCESS) say(std::string(call) + ": waiting for the record of an interprocess event: " + cu_name(r));
+  return r;
 }
 
+}  // namespace
+
+extern "C" PHOS_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
+  const EventDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventCreate));
+  const bool interprocess = flags & CU_EVENT_INTERPROCESS;
+  // As the driver: an interprocess event keeps no timing.
+  if (interprocess && !(flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = PHOS_REAL(cuEventCreate)(event, flags & ~unsigned(CU_EVENT_INTERPROCESS));
+  if (r == CUDA_SUCCESS && interprocess) rt.interprocess_events().add(*event);
+  return r;
+}
+
+extern "C" PHOS_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
+  const EventDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecord));
+  auto real = PHOS_REAL(cuEventRecord);
+  return complete_record(rt, real ? real(event, stream) : CUDA_ERROR_NOT_FOUND, event, stream, false, "cuEventRecord");
+}
+
+extern "C" PHOS_EXPORT CUresult cuEventRecord_ptsz(CUevent event, CUstream stream) {
+  const EventDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecord_ptsz));
+  auto real = PHOS_REAL(cuEventRecord_ptsz);
+  return complete_record(rt, real ? real(event, stream) : CUDA_ERROR_NOT_FOUND, event, stream, true,
+                         "cuEventRecord_ptsz");
+}
+
+extern "C" PHOS_EXPORT CUresult cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
+  const EventDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecordWithFlags));
+  auto real = PHOS_REAL(cuEventRecordWithFlags);
+  return complete_record(rt, real ? real(event, stream, flags) : CUDA_ERROR_NOT_FOUND, event, stream, false,
+                         "cuEventRecordWithFlags");
+}
+
+extern "C" PHOS_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream, unsigned int flags) {
+  const EventDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecordWithFlags_ptsz));
+  auto real = PHOS_REAL(cuEventRecordWithFlags_ptsz);
+  return complete_record(rt, real ? real(event, stream, flags) : CUDA_ERROR_NOT_FOUND, event, stream, true,
+                         "cuEventRecordWithFlags_ptsz");
+}
+
+extern "C" PHOS_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
+  const EventDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventDestroy_v2));
+  // Forgotten first: once the driver destroyed it, another thread may get
+  // the same handle for an event of its own.
+  rt.interprocess_events().forget(event);
+  return PHOS_REAL(cuEventDestroy_v2)(event);
+}
+
+// The handle names no driver event (the opener makes a stand-in of its own).
+// An event phos did not see created interprocess is one from now on; its
+// last record may still be under way, so it is waited for here.
 extern "C" PHOS_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
-  const IpcDeps rt;
+  const EventDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcGetEventHandle));
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  rt.interprocess_events().add(event);
   CUresult r = PHOS_REAL(cuEventSynchronize)(event);
   if (r != CUDA_SUCCESS) return r;
   const auto bytes = agent::encode_ipc_event_handle(::getpid());
@@ -172,8 +258,10 @@ extern "C" PHOS_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CU
   return CUDA_SUCCESS;
 }
 
+// The opener's stand-in: an event never recorded, which stands for no work
+// (complete for any wait), until the opener records it itself.
 extern "C" PHOS_EXPORT CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
-  const IpcDeps rt;
+  const EventDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuIpcOpenEventHandle));
   if (!agent::decode_ipc_event_handle(reinterpret_cast<const uint8_t*>(handle.reserved))) {
     rt.unsupported().note("cuIpcOpenEventHandle (an event handle phos did not make)");
@@ -181,10 +269,6 @@ extern "C" PHOS_EXPORT CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventH
   }
   if (!event) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = PHOS_REAL(cuEventCreate)(event, CU_EVENT_DISABLE_TIMING);
-  if (r != CUDA_SUCCESS) return r;
-  // Recorded on an empty moment of the legacy stream: complete at once for
-  // any stream that waits on it.
-  r = PHOS_REAL(cuEventRecord)(*event, nullptr);
-  if (r != CUDA_SUCCESS) PHOS_REAL(cuEventDestroy_v2)(*event);
+  if (r == CUDA_SUCCESS) rt.interprocess_events().add(*event);
   return r;
 }

@@ -33,10 +33,11 @@ std::array<uint8_t, kIpcHandleBytes> encode_ipc_handle(const IpcHandle& h);
 // Nothing for bytes that are no phos handle (the driver's, or damaged).
 std::optional<IpcHandle> decode_ipc_handle(const uint8_t* bytes);
 
-// An event's IPC handle that phos served (cuIpcGetEventHandle): the event
-// had completed when it was made ("PHOSEVT1", the exporter's pid, a CRC of
-// the 12 bytes before it, zeros), so an opener gets an event of its own,
-// already complete. Nothing for the driver's handles.
+// An event's IPC handle that phos served (cuIpcGetEventHandle): it names
+// no driver event ("PHOSEVT1", the exporter's pid, a CRC of the 12 bytes
+// before it, zeros): an opener gets an event of its own, complete, since
+// phos completes every record of an interprocess event before the record
+// returns (cuda_hooks' hooks/ipc.cc). Nothing for the driver's handles.
 std::array<uint8_t, kIpcHandleBytes> encode_ipc_event_handle(int32_t pid);
 std::optional<int32_t> decode_ipc_event_handle(const uint8_t* bytes);
 
