@@ -202,36 +202,19 @@ extern "C" PHOS_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags
   return r;
 }
 
-extern "C" PHOS_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
-  const EventDeps rt;
-  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecord));
-  auto real = PHOS_REAL(cuEventRecord);
-  return complete_record(rt, real ? real(event, stream) : CUDA_ERROR_NOT_FOUND, event, stream, false, "cuEventRecord");
-}
-
-extern "C" PHOS_EXPORT CUresult cuEventRecord_ptsz(CUevent event, CUstream stream) {
-  const EventDeps rt;
-  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecord_ptsz));
-  auto real = PHOS_REAL(cuEventRecord_ptsz);
-  return complete_record(rt, real ? real(event, stream) : CUDA_ERROR_NOT_FOUND, event, stream, true,
-                         "cuEventRecord_ptsz");
-}
-
-extern "C" PHOS_EXPORT CUresult cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
-  const EventDeps rt;
-  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecordWithFlags));
-  auto real = PHOS_REAL(cuEventRecordWithFlags);
-  return complete_record(rt, real ? real(event, stream, flags) : CUDA_ERROR_NOT_FOUND, event, stream, false,
-                         "cuEventRecordWithFlags");
-}
-
-extern "C" PHOS_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream, unsigned int flags) {
-  const EventDeps rt;
-  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventRecordWithFlags_ptsz));
-  auto real = PHOS_REAL(cuEventRecordWithFlags_ptsz);
-  return complete_record(rt, real ? real(event, stream, flags) : CUDA_ERROR_NOT_FOUND, event, stream, true,
-                         "cuEventRecordWithFlags_ptsz");
-}
+#define PHOS_EVENT_RECORD_HOOK(name, per_thread, params, args)                                            \
+  extern "C" PHOS_EXPORT CUresult name params {                                                            \
+    const EventDeps rt;                                                                                    \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                                                        \
+    auto real = PHOS_REAL(name);                                                                           \
+    return complete_record(rt, real ? real args : CUDA_ERROR_NOT_FOUND, event, stream, per_thread, #name); \
+  }
+PHOS_EVENT_RECORD_HOOK(cuEventRecord, false, (CUevent event, CUstream stream), (event, stream))
+PHOS_EVENT_RECORD_HOOK(cuEventRecord_ptsz, true, (CUevent event, CUstream stream), (event, stream))
+PHOS_EVENT_RECORD_HOOK(cuEventRecordWithFlags, false, (CUevent event, CUstream stream, unsigned int flags),
+                       (event, stream, flags))
+PHOS_EVENT_RECORD_HOOK(cuEventRecordWithFlags_ptsz, true, (CUevent event, CUstream stream, unsigned int flags),
+                       (event, stream, flags))
 
 extern "C" PHOS_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   const EventDeps rt;
