@@ -302,6 +302,25 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)(u
 CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) { (void)flags; *s = (CUstream)0x5; return CUDA_SUCCESS; }
 CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
+/* Stream capture of one stream at a time: what a test of a record into a
+ * capture needs (phos asks whether the stream is capturing). */
+static CUstream g_captured;
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  (void)mode;
+  if (!s || g_captured) return CUDA_ERROR_ILLEGAL_STATE;
+  g_captured = s;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status) {
+  *status = s && s == g_captured ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(CUstream s, CUgraph *graph) {
+  if (!s || s != g_captured) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  g_captured = NULL;
+  *graph = (CUgraph)0x6;
+  return CUDA_SUCCESS;
+}
 CUresult cuStreamSynchronize(CUstream s) { (void)s; fake_wait_streams(); return CUDA_SUCCESS; }
 /* Other work ran at its call; host functions may still be queued. */
 CUresult cuStreamQuery(CUstream s) { (void)s; return fake_streams_busy() ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS; }

@@ -9,9 +9,11 @@
 #      event and reads what that work wrote
 #   2. the other way: the opener's records of its event (cuEventRecordWithFlags)
 #      wait the same, and the exporter reads what the opener's work wrote
-#   3. destroyed, the event is forgotten: a plain event that gets its
+#   3. records a graph would make when it runs (into a stream capture, an
+#      event record node) are refused at the call
+#   4. destroyed, the event is forgotten: a plain event that gets its
 #      handle again is recorded without a wait
-#   4. the driver saw no interprocess event nor IPC call
+#   5. the driver saw no interprocess event nor IPC call
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 dir=$BUILD/test/hooks
@@ -32,6 +34,7 @@ exporter round 1 record-waited yes read 1 ok
 opener round 1 record-waited yes read 101 ok
 exporter round 2 record-waited yes read 2 ok
 opener round 2 record-waited yes read 102 ok
+graph records refused capture 900 node 801 ok
 plain record-waited no ok
 LINES
 )

@@ -16,7 +16,10 @@
  *      waits on E and reads S[1].
  * Each side prints "ROLE round K record-waited yes|no read V ok|bad:WHAT":
  * whether the work was done when its record returned, what the other side
- * read once it had waited. After the rounds the exporter destroys E,
+ * read once it had waited. Then the exporter has E recorded by a graph,
+ * which records only when it runs: into a stream capture, and as an event
+ * record node; phos refuses both at the call ("graph records refused").
+ * Last it destroys E,
  * creates a plain event (the fake hands out E's handle again) and records
  * it after work: "plain record-waited yes|no" (no: phos forgot E at its
  * destroy). Exit status 0 when every line says ok.
@@ -179,6 +182,19 @@ int main(int argc, char **argv) {
     printf("opener bad:its exit status %d\n", status);
     failed = 1;
   }
+  /* Recorded by a graph later, no call could complete: refused. */
+  CUstream captured;
+  CUgraph graph;
+  CUgraphNode node;
+  must(cuStreamCreate(&captured, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  must(cuStreamBeginCapture(captured, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  CUresult into_capture = cuEventRecord(ev, captured);
+  must(cuStreamEndCapture(captured, &graph), "cuStreamEndCapture");
+  CUresult as_node = cuGraphAddEventRecordNode(&node, graph, NULL, 0, ev);
+  int refused = into_capture == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && as_node == CUDA_ERROR_NOT_SUPPORTED;
+  printf("graph records refused capture %d node %d %s\n", (int)into_capture, (int)as_node,
+         refused ? "ok" : "bad:not refused");
+  failed |= !refused;
   /* Destroyed, E's handle comes back for a plain event: its record must not wait. */
   CUevent plain;
   must(cuEventDestroy(ev), "cuEventDestroy");

@@ -163,8 +163,10 @@ extern "C" PHOS_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
 // Cost: a host wait per record of an interprocess event, none for other
 // events (one load of a count while the process has none). Not served: a
 // record whose earlier work waits for the other process to act after it
-// hears of that record (it would wait forever), and a record into a stream
-// capture, which a graph launch makes later: noted, a dump refuses it.
+// hears of that record (it would wait forever); and records no call could
+// complete, made later by a graph's launch (a stream capture's, an event
+// record node's): refused at the call, saying why, rather than left to
+// give the other process a wait that waits for nothing.
 namespace {
 
 // What the event hooks use.
@@ -175,18 +177,29 @@ struct EventDeps : RuntimeView {
   using RuntimeView::unsupported;
 };
 
-// After the real record `r` of `event` on `stream`: an interprocess event's
-// record completes here.
-CUresult complete_record(const EventDeps& rt, CUresult r, CUevent event, CUstream stream, bool per_thread,
-                         const char* call) {
-  if (r != CUDA_SUCCESS || !rt.interprocess_events().contains(event)) return r;
-  if (rt.captures().capturing(stream, per_thread)) {
-    rt.unsupported().note("cuEventRecord of an interprocess event into a stream capture");
-    return r;
-  }
+CUresult refuse_graph_record(const char* call, CUresult r) {
+  say(std::string(call) + ": an interprocess event recorded by a CUDA graph is not supported (phos serves event "
+      "IPC by completing each record at its call; a graph records when it runs)");
+  return r;
+}
+
+// A record of interprocess `event` on `stream` (`record()`, the real one),
+// complete when it returns.
+template <class Record>
+CUresult record_interprocess(const EventDeps& rt, CUevent event, CUstream stream, bool per_thread, const char* call,
+                             Record&& record) {
+  if (rt.captures().capturing(stream, per_thread))
+    return refuse_graph_record(call, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUresult r = record();
+  if (r != CUDA_SUCCESS) return r;
   r = PHOS_REAL(cuEventSynchronize)(event);
   if (r != CUDA_SUCCESS) say(std::string(call) + ": waiting for the record of an interprocess event: " + cu_name(r));
   return r;
+}
+
+// The event a generic graph node's parameters record, if any.
+CUevent recorded_by(const CUgraphNodeParams* p) {
+  return p && p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? p->eventRecord.event : nullptr;
 }
 
 }  // namespace
@@ -202,12 +215,14 @@ extern "C" PHOS_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags
   return r;
 }
 
-#define PHOS_EVENT_RECORD_HOOK(name, per_thread, params, args)                                            \
-  extern "C" PHOS_EXPORT CUresult name params {                                                            \
-    const EventDeps rt;                                                                                    \
-    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                                                        \
-    auto real = PHOS_REAL(name);                                                                           \
-    return complete_record(rt, real ? real args : CUDA_ERROR_NOT_FOUND, event, stream, per_thread, #name); \
+#define PHOS_EVENT_RECORD_HOOK(name, per_thread, params, args)                                        \
+  extern "C" PHOS_EXPORT CUresult name params {                                                        \
+    const EventDeps rt;                                                                                \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                                                    \
+    auto real = PHOS_REAL(name);                                                                       \
+    if (!real) return CUDA_ERROR_NOT_FOUND;                                                            \
+    if (!rt.interprocess_events().contains(event)) return real args;                                   \
+    return record_interprocess(rt, event, stream, per_thread, #name, [&] { return real args; });       \
   }
 PHOS_EVENT_RECORD_HOOK(cuEventRecord, false, (CUevent event, CUstream stream), (event, stream))
 PHOS_EVENT_RECORD_HOOK(cuEventRecord_ptsz, true, (CUevent event, CUstream stream), (event, stream))
@@ -215,6 +230,30 @@ PHOS_EVENT_RECORD_HOOK(cuEventRecordWithFlags, false, (CUevent event, CUstream s
                        (event, stream, flags))
 PHOS_EVENT_RECORD_HOOK(cuEventRecordWithFlags_ptsz, true, (CUevent event, CUstream stream, unsigned int flags),
                        (event, stream, flags))
+
+// A graph's event record nodes: refused for an interprocess event.
+#define PHOS_GRAPH_RECORD_HOOK(name, params, args, event)                                        \
+  extern "C" PHOS_EXPORT CUresult name params {                                                  \
+    const EventDeps rt;                                                                          \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));                                              \
+    if (rt.interprocess_events().contains(event))                                                \
+      return refuse_graph_record(#name, CUDA_ERROR_NOT_SUPPORTED);                               \
+    auto real = PHOS_REAL(name);                                                                 \
+    return real ? real args : CUDA_ERROR_NOT_FOUND;                                              \
+  }
+PHOS_GRAPH_RECORD_HOOK(cuGraphAddEventRecordNode,
+                       (CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n, CUevent event),
+                       (node, graph, deps, n, event), event)
+PHOS_GRAPH_RECORD_HOOK(cuGraphEventRecordNodeSetEvent, (CUgraphNode node, CUevent event), (node, event), event)
+PHOS_GRAPH_RECORD_HOOK(cuGraphExecEventRecordNodeSetEvent, (CUgraphExec exec, CUgraphNode node, CUevent event),
+                       (exec, node, event), event)
+PHOS_GRAPH_RECORD_HOOK(cuGraphAddNode_v2,
+                       (CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* data,
+                        size_t n, CUgraphNodeParams* p),
+                       (node, graph, deps, data, n, p), recorded_by(p))
+PHOS_GRAPH_RECORD_HOOK(cuGraphNodeSetParams, (CUgraphNode node, CUgraphNodeParams* p), (node, p), recorded_by(p))
+PHOS_GRAPH_RECORD_HOOK(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p),
+                       (exec, node, p), recorded_by(p))
 
 extern "C" PHOS_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   const EventDeps rt;
