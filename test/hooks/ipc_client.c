@@ -32,24 +32,10 @@
 #include <unistd.h>
 
 #include "../e2e/state_file.h"
+#include "ipc_calls.h"
 
 #define SHARED_BYTES (4u << 20)
 #define PATTERN_AT 16 /* words: S[0..15] are the counters */
-
-typedef CUresult (*GetHandle)(CUipcMemHandle *, CUdeviceptr);
-typedef CUresult (*OpenHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
-typedef CUresult (*CloseHandle)(CUdeviceptr);
-typedef CUresult (*GetEventHandle)(CUipcEventHandle *, CUevent);
-typedef CUresult (*OpenEventHandle)(CUevent *, CUipcEventHandle);
-
-static void *proc(const char *name) {
-  void *p = NULL;
-  if (cuGetProcAddress(name, &p, 12000, 0, NULL) != CUDA_SUCCESS || !p) {
-    fprintf(stderr, "cuGetProcAddress(%s) failed\n", name);
-    exit(1);
-  }
-  return p;
-}
 
 static CUdeviceptr alloc(size_t bytes) {
   CUdeviceptr p = 0;

@@ -37,24 +37,13 @@
 #include <unistd.h>
 
 #include "../e2e/state_file.h"
+#include "ipc_calls.h"
 
 #define SHARED_BYTES (8u << 20)
 #define HALF_BYTES (SHARED_BYTES / 2)
 #define OWN_BYTES (2u << 20)
 
-typedef CUresult (*GetHandle)(CUipcMemHandle *, CUdeviceptr);
-typedef CUresult (*OpenHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
-
 static char bad[96];
-
-static void *proc(const char *name) {
-  void *p = NULL;
-  if (cuGetProcAddress(name, &p, 12000, 0, NULL) != CUDA_SUCCESS || !p) {
-    fprintf(stderr, "cuGetProcAddress(%s) failed\n", name);
-    exit(1);
-  }
-  return p;
-}
 
 static CUdeviceptr alloc(size_t bytes) {
   CUdeviceptr p = 0;

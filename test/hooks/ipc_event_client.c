@@ -33,23 +33,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc_calls.h"
+
 #define ROUNDS 2
 #define WORK_MS 400
 #define SHARED_BYTES (2u << 20)
-
-typedef CUresult (*GetHandle)(CUipcMemHandle *, CUdeviceptr);
-typedef CUresult (*OpenHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
-typedef CUresult (*GetEventHandle)(CUipcEventHandle *, CUevent);
-typedef CUresult (*OpenEventHandle)(CUevent *, CUipcEventHandle);
-
-static void *proc(const char *name) {
-  void *p = NULL;
-  if (cuGetProcAddress(name, &p, 12000, 0, NULL) != CUDA_SUCCESS || !p) {
-    fprintf(stderr, "cuGetProcAddress(%s) failed\n", name);
-    exit(1);
-  }
-  return p;
-}
 
 static void must(CUresult r, const char *what) {
   if (r == CUDA_SUCCESS) return;
