@@ -1168,7 +1168,10 @@ struct Looping {
 };
 
 // A quiesce that closes at a step, and the free blocks it came with.
-std::vector<dead::Range> quiesced_free_blocks(RunningAgent& a) {
+std::vector<dead::Range> quiesced_free_blocks(RunningAgent& a, const StepBoundary& steps) {
+  // A program that has not stepped yet has no boundary to close at (on a
+  // loaded machine its thread may not have run by now).
+  while (!steps.used()) std::this_thread::sleep_for(1ms);
   auto c = a.client();
   auto q = c.quiesce(1000);
   REQUIRE(q.ok());
@@ -1211,7 +1214,7 @@ TEST_CASE("agent steps: free blocks handed without a pending checkpoint are not 
   // Handed at a step no checkpoint waited for, then plain steps.
   steps.step(a.gate, kFree);
   Looping program([&] { steps.step(a.gate); });
-  CHECK(quiesced_free_blocks(a).empty());
+  CHECK(quiesced_free_blocks(a, steps).empty());
 }
 
 TEST_CASE("agent steps: free blocks taken before the pending check are dropped", "[agent][steps][dead]") {
@@ -1220,7 +1223,7 @@ TEST_CASE("agent steps: free blocks taken before the pending check are dropped",
   StepBoundary steps;
   RunningAgent a(0, with_steps(steps, 2000));
   Looping program([&] { steps.step(a.gate, kFree); });
-  CHECK(quiesced_free_blocks(a).empty());
+  CHECK(quiesced_free_blocks(a, steps).empty());
 }
 
 TEST_CASE("agent steps: another thread's CUDA call before the gate closes drops the free blocks",
