@@ -257,7 +257,7 @@ estimate_s() {  # estimate_s SHAPE PATH
 }
 
 # ------------------------------------------------------------- the CSV
-COLS=run,shape,path,rep,status,first_reply_s,criu_s,seen_s,gen_ms,gpu_in_s,init_s,cpu_restore_s,driver_start_s,created_ms,filled_ms,fill_mib,fill_gbps,resume_ms,fill_wait_ms,driver_ms,remap_ms,gate_ms,all_in_ms,lazy_calls_waited,lazy_wait_ms,lazy_pages_done_s,tokens_check,warmup_check,second_s,second_gen_ms,second_check,first_call_gap_ms,slow_calls,slow_calls_ms,slow_gaps,slow_gaps_ms,image_criu_gib,image_phos_gib,image_phos_apparent_gib,phos_size,dump_s,driver_ckpt_ms,driver_state_mib,gpu_used_gib,rss_gib,srv_imported_s,srv_model_s,srv_ready_s,request,tokens,warmup_tokens,note
+COLS=run,shape,path,rep,status,first_reply_s,criu_s,seen_s,gen_ms,gpu_in_s,init_s,cpu_restore_s,driver_start_s,created_ms,filled_ms,fill_mib,fill_gbps,resume_ms,fill_wait_ms,driver_ms,remap_ms,gate_ms,all_in_ms,lazy_calls_waited,lazy_wait_ms,lazy_pages_done_s,tokens_check,warmup_check,second_s,second_gen_ms,second_check,faults_first,faults_second,first_call_gap_ms,slow_calls,slow_calls_ms,slow_gaps,slow_gaps_ms,image_criu_gib,image_phos_gib,image_phos_apparent_gib,phos_size,dump_s,driver_ckpt_ms,driver_state_mib,gpu_used_gib,rss_gib,srv_imported_s,srv_model_s,srv_ready_s,request,tokens,warmup_tokens,note
 IFS=, read -r -a COL_NAMES <<<"$COLS"
 csv_init() {
   mkdir -p "$(dirname "$CSV")" || die "cannot create the directory of $CSV"
@@ -346,6 +346,15 @@ wait_file() {
   return 1
 }
 write_request() { printf '%s\n' "$REQUEST" > "$REQ/request.tmp" && mv -f "$REQ/request.tmp" "$REQ/request"; }
+# proc_faults PID: its minor and major page faults so far ("MIN MAJ"; the
+# fields after the command's closing parenthesis, which may hold spaces).
+proc_faults() {
+  local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo "0 0"; return; }
+  set -- ${stat##*) }
+  echo "${8:-0} ${10:-0}"
+}
+# faults_between "MIN MAJ" "MIN MAJ": the second less the first, "MIN/MAJ".
+faults_between() { awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%d/%d", y[1] - x[1], y[2] - x[2]}'; }
 
 # The reply into R: first_reply_s, seen_s, gen_ms, tokens, tokens_check; 1
 # when the server answered with an error.
@@ -577,6 +586,7 @@ case_native() {  # case_native SHAPE
   R[status]=ok
   say "    native: first reply ${R[first_reply_s]} s (imports ${R[srv_imported_s]} s, model ${R[srv_model_s]} s, ready ${R[srv_ready_s]} s, generate ${R[gen_ms]} ms); GPU ${R[gpu_used_gib]} GiB; tokens ${R[tokens_check]} (warm-up's ${R[warmup_check]})"
   say "    second request: reply ${R[second_s]} s after it was written (generate ${R[second_gen_ms]} ms; tokens ${R[second_check]} against the first reply's)"
+  say "    the server's page faults (minor/major): from criu's return to the first reply ${R[faults_first]}, in the second request ${R[faults_second]}"
   : > "$REQ/stop"
   wait_gone "$SERVER_PID" 5
   return 0
@@ -654,11 +664,17 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   t1=$(now)
   R[criu_s]=$(dt "$t0" "$t1")
   [ $rc -eq 0 ] || { fail "criu restore failed (exit $rc): $(criu_error restore)"; return 1; }
+  # The restored server's page faults (is the first generate's extra time
+  # the CPU's first touch of pages criu did not map, its libraries' code?).
+  local f0 f1 f2; f0=$(proc_faults "$SERVER_PID")
   wait_file reply $((120 + ${R[gpu_used_gib]%.*})); rc=$?
   [ $rc -eq 0 ] || { fail "no reply from the restored server ($([ $rc -eq 2 ] && echo "it died: $(server_said)" || echo "timed out"))"; return 1; }
+  f1=$(proc_faults "$SERVER_PID")
   take_reply "$t0" "$shape" || { fail "${R[note]}"; return 1; }
   SECOND_T0=''
   second_request
+  f2=$(proc_faults "$SERVER_PID")
+  R[faults_first]=$(faults_between "$f0" "$f1") R[faults_second]=$(faults_between "$f1" "$f2")
   [ "$preload" = 1 ] && slow_calls_report "$t0" "$(kv "$W/reply" time)"
   restore_breakdown "$W/restore.log" "$([ "$path" = cuda_plugin ] && echo cuda_plugin || echo phos)"
   if [ -n "$lazy_pages" ]; then
@@ -673,6 +689,7 @@ case_checkpoint() {  # case_checkpoint SHAPE PATH
   R[status]=ok
   say "    restore: criu returned ${R[criu_s]} s, program saw the request ${R[seen_s]} s, first reply ${R[first_reply_s]} s (generate ${R[gen_ms]} ms); tokens ${R[tokens_check]} (warm-up's ${R[warmup_check]})"
   say "    second request: reply ${R[second_s]} s after it was written (generate ${R[second_gen_ms]} ms; tokens ${R[second_check]} against the first reply's)"
+  say "    the server's page faults (minor/major): from criu's return to the first reply ${R[faults_first]}, in the second request ${R[faults_second]}"
   print_slow_calls
   server_line 'context limits set back'
   say "    criu log: plugin init ${R[init_s]} s, resume hook ${R[cpu_restore_s]} s, GPU data in ${R[gpu_in_s]} s"
