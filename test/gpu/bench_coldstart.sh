@@ -117,6 +117,11 @@
 #   --kill-stale  kill servers an earlier run left behind (by pid, after
 #               naming them); without it they are only named
 #   --new-tokens, --prompt-len  the request's generate (default 16, 32)
+#   --warmup-tokens  the server's warm-up generate before any checkpoint
+#               (default 4; --new-tokens makes the dumped server one that
+#               has answered a request of the request's shape, as a server
+#               in service has: its first reply after the restore is then
+#               not also its first generate of that shape)
 #   --trace-slow-ms  the slow-call trace's threshold in ms (0: off)
 #   --protocol-only  the server without torch (tokens: a hash of the
 #               prompt): the plumbing, on a host without a GPU
@@ -138,7 +143,7 @@ unset LD_PRELOAD   # never criu under libphos.so: only the server gets it
 
 SHAPES=1b,8b PATHS=native,cuda_plugin,phos_eager,phos_lazy,phos_lazy_pages,phos_eager_criu_dev REPS=1 KV_FRAC=0
 RESULTS=${PHOS_BENCH_RESULTS:-/var/tmp/phos-bench-results}
-CSV='' LOGDIR='' BUDGET=540 NEW_TOKENS=16 PROMPT_LEN=32 RESUME='' KILL_STALE='' PROTOCOL_ONLY='' TRACE_MS=5
+CSV='' LOGDIR='' BUDGET=540 NEW_TOKENS=16 PROMPT_LEN=32 WARMUP_TOKENS=4 RESUME='' KILL_STALE='' PROTOCOL_ONLY='' TRACE_MS=5
 SEED=1234 REQ_SEED=4242   # the weights' seed; the request's prompt seed
 die() { echo "bench_coldstart: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -152,6 +157,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=${2:?}; shift 2 ;;
     --new-tokens) NEW_TOKENS=${2:?}; shift 2 ;;
     --prompt-len) PROMPT_LEN=${2:?}; shift 2 ;;
+    --warmup-tokens) WARMUP_TOKENS=${2:?}; shift 2 ;;
     --resume) RESUME=1; shift ;;
     --kill-stale) KILL_STALE=1; shift ;;
     --protocol-only) PROTOCOL_ONLY=1; shift ;;
@@ -317,7 +323,7 @@ start_server() {
   envs+=("${SERVER_ENV[@]}")
   # Armed only when the gate opens after a checkpoint: the start is untouched.
   [ "$preload" = 1 ] && [ "$TRACE_MS" != 0 ] && envs+=("PHOS_TRACE_SLOW_CALLS_MS=$TRACE_MS")
-  local args=(--reqdir "$REQ" --shape "$shape" --seed "$SEED" --kv-cache-frac "$KV_FRAC" --warmup-prompt-len "$PROMPT_LEN")
+  local args=(--reqdir "$REQ" --shape "$shape" --seed "$SEED" --kv-cache-frac "$KV_FRAC" --warmup-prompt-len "$PROMPT_LEN" --warmup-tokens "$WARMUP_TOKENS")
   [ -n "$PROTOCOL_ONLY" ] && args+=(--protocol-only)
   rm -f "$REQ/pid"
   # bash writes its pid, then execs env, which execs python: one pid. Its
