@@ -21,7 +21,8 @@
 #      dumps fail, neither image is marked whole, both ranks go on (made
 #      again under the dump run);
 #   4b. the same in a leave-running dump (voted in the plugin's fini, no
-#      action script): host 0's criu fails at its exit;
+#      action script): host 0's criu fails at its exit, and the job record
+#      an earlier dump left in its directory is gone;
 #   5. a refusal on host 1 (a buffer registration), a rank without an
 #      agent, and host 1's step exiting at once: the dump given up before
 #      any release, both ranks go on;
@@ -260,6 +261,8 @@ say "host 1's CHECKPOINT_DEVICES failing (a stopped dump): both hosts' criu fail
 # action script): host 0's criu dumped, then heard the abort, and exits 1.
 new_job
 first_id=$(host_field 0 4)
+# A record an earlier dump left in host 0's directory must not stay.
+mkdir -p "$WORK/img0" && cp "$WORK/saved0/phos-job" "$WORK/img0/phos-job"
 if FAULT_HOST=1 FAULT=fail-checkpoint-devices job_dump --leave-running; then
   fail "the job's leave-running dump went through with host 1's failing"
 fi

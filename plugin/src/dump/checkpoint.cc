@@ -1189,6 +1189,11 @@ bool Checkpointer::job_verdict(bool dump_succeeded) {
   }
   auto out = dump_succeeded ? wait_outcome(*store, keys, net::deadline_in(job_timeout()))
                             : propose_outcome(*store, keys, "abort: " + host + ": criu's dump failed (its log says why)");
+  // As phos-job-vote does: no outcome in time is this host's abort, unless
+  // one was decided meanwhile (the first proposal wins).
+  if (!out && dump_succeeded)
+    out = propose_outcome(*store, keys, "abort: " + host + ": no outcome from the coordinator in " +
+                                            std::to_string(job_timeout().count()) + " s");
   if (!out) {
     PHOS_ERR("job run %s: no outcome from the coordinator (%s); this host's dump is abandoned, its processes run on",
              run_hex(job_->run).c_str(), out.error().message.c_str());

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdarg>
@@ -160,6 +161,11 @@ Result<void> DumpStep::held() {
 }
 
 Result<int> DumpStep::dump() {
+  // A record an earlier dump left in this directory must not stand for
+  // this one if this one fails after the job committed (its pages written
+  // behind, after a leave-running vote): only commit() writes it again.
+  if (::unlink((o_.dir + "/" + kJobRecordName).c_str()) != 0 && errno != ENOENT)
+    return errno_error("remove the earlier " + std::string(kJobRecordName) + " in " + o_.dir);
   std::vector<std::string> argv = {o_.criu, "dump", "-t", std::to_string(o_.root), "-D", o_.dir, "--lib", o_.lib,
                                    "-o", "dump.log", "-v4"};
   // A stopped dump votes at criu's post-dump, before criu kills the tree. A
