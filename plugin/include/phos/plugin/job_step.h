@@ -9,7 +9,10 @@
 // rank's stop armed at one call K before any release); makes their release
 // pending; and once every host is ready, runs criu with PHOS_JOB and the
 // vote (phos-job-vote, criu's action script; a leave-running dump's vote is
-// the plugin's, in its fini: Checkpointer::job_verdict). The job's dump commits only
+// the plugin's, in its fini: Checkpointer::job_verdict, where criu's pages
+// are copied but may not be written yet: a host whose writes then fail
+// reports its part incomplete and writes no job record, and the job's
+// restore refuses the set). The job's dump commits only
 // once every host's criu has dumped; a host whose dump fails aborts it on
 // every host, every rank carrying on (given back, or released and made
 // again under the dump run, so that all meet). A restore step: publishes
