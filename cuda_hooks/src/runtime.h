@@ -95,6 +95,8 @@ class Captures {
   bool capturing(CUstream stream, bool per_thread_stream) const {
     return active_.load(std::memory_order_relaxed) != 0 && driver_capturing(stream, per_thread_stream);
   }
+  // Whether any stream of the process may be capturing.
+  bool any() const { return active_.load(std::memory_order_relaxed) != 0; }
 
  private:
   static bool driver_capturing(CUstream stream, bool per_thread_stream);

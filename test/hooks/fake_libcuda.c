@@ -50,6 +50,7 @@ typedef struct CUstream_st *CUstream;
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                         void **, void **);
 CUresult cuCtxSetCurrent(CUcontext);
+FAKE_OWN CUresult fake_cuEventDestroy_v1(void *) __asm__("cuEventDestroy"); /* fake_libcuda_events.c */
 CUresult cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, size_t);
 CUresult cuEventRecord(void *, CUstream);
 /* CUDA IPC, as the driver would serve it: logged ("driver ipc NAME") and
@@ -85,7 +86,7 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_
   return cuGetProcAddress_v2(symbol, pfn, version, flags, 0);
 }
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status) {
-  (void)version; (void)flags;
+  (void)flags;
   if (status) *status = 0;
   if (!strcmp(symbol, "cuMemcpyHtoD")) *pfn = (void *)cuMemcpyHtoD_v2;
   else if (!strcmp(symbol, "cuGetProcAddress")) *pfn = (void *)cuGetProcAddress_v2;
@@ -95,6 +96,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
   else if (!strcmp(symbol, "cuCtxSetCurrent")) *pfn = (void *)cuCtxSetCurrent;
   else if (!strcmp(symbol, "cuMemcpyDtoD")) *pfn = (void *)cuMemcpyDtoD_v2;
   else if (!strcmp(symbol, "cuEventRecord")) *pfn = (void *)cuEventRecord;
+  else if (!strcmp(symbol, "cuEventDestroy") && version < 4000) *pfn = (void *)fake_cuEventDestroy_v1;
   else if (!strcmp(symbol, "cuIpcGetMemHandle")) *pfn = (void *)cuIpcGetMemHandle;
   else if (!strcmp(symbol, "cuIpcOpenMemHandle")) *pfn = (void *)cuIpcOpenMemHandle_v2;
   else if (!strcmp(symbol, "cuIpcCloseMemHandle")) *pfn = (void *)cuIpcCloseMemHandle;

@@ -17,7 +17,12 @@
 struct fake_event {
   unsigned long long ticket; /* host functions queued before its last record */
   struct fake_event *next_free;
+  int live;
 };
+/* Every event made, for a context's destroy (which destroys its events). */
+#define MAX_EVENTS 64
+static struct fake_event *all_events[MAX_EVENTS];
+static int event_count;
 
 struct host_call {
   CUhostFn fn;
@@ -105,9 +110,15 @@ CUresult cuEventCreate(CUevent *e, unsigned int flags) {
   struct fake_event *ev = free_events;
   if (ev) free_events = ev->next_free;
   pthread_mutex_unlock(&mu);
-  if (!ev && !(ev = malloc(sizeof(*ev)))) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!ev) {
+    if (event_count == MAX_EVENTS || !(ev = malloc(sizeof(*ev)))) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mu);
+    all_events[event_count++] = ev;
+    pthread_mutex_unlock(&mu);
+  }
   ev->ticket = 0; /* never recorded: no work, complete */
   ev->next_free = NULL;
+  ev->live = 1;
   *e = (CUevent)ev;
   return CUDA_SUCCESS;
 }
@@ -129,22 +140,51 @@ CUresult cuEventQuery(CUevent e) {
   pthread_mutex_unlock(&mu);
   return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
+int fake_capture_forbids_unsafe(void); /* fake_libcuda_vmm.c */
 CUresult cuEventSynchronize(CUevent e) {
+  if (fake_capture_forbids_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   wait_ran(((struct fake_event *)e)->ticket);
   return CUDA_SUCCESS;
 }
-CUresult cuEventDestroy_v2(CUevent e) {
+static void free_event_locked(struct fake_event *ev) {
+  ev->live = 0;
+  ev->next_free = free_events;
+  free_events = ev;
+}
+static CUresult destroy_event(CUevent e) {
   struct fake_event *ev = (struct fake_event *)e;
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&mu);
-  ev->next_free = free_events;
-  free_events = ev;
+  free_event_locked(ev);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
+CUresult cuEventDestroy_v2(CUevent e) { return destroy_event(e); }
+/* The unversioned export of CUDA < 4.0 (cuda.h names _v2 cuEventDestroy);
+ * protected: the fake cuGetProcAddress hands out its own. */
+__attribute__((visibility("protected"))) CUresult fake_cuEventDestroy_v1(CUevent e) __asm__("cuEventDestroy");
+/* Not through cuEventDestroy_v2, which a preloaded library would answer. */
+CUresult fake_cuEventDestroy_v1(CUevent e) { return destroy_event(e); }
+/* One context: its destroy or reset destroys every event. */
+static CUresult destroy_all_events(void) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < event_count; i++)
+    if (all_events[i]->live) free_event_locked(all_events[i]);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxDestroy_v2(CUcontext c) {
+  (void)c;
+  return destroy_all_events();
+}
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+  (void)d;
+  return destroy_all_events();
+}
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   (void)s; (void)flags;
-  return cuEventSynchronize(e);
+  wait_ran(((struct fake_event *)e)->ticket);
+  return CUDA_SUCCESS;
 }
 /* An event record node: accepted (the fake runs no graph). */
 CUresult cuGraphAddEventRecordNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n, CUevent e) {

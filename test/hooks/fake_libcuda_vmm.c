@@ -305,11 +305,31 @@ CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
 /* Stream capture of one stream at a time: what a test of a record into a
  * capture needs (phos asks whether the stream is capturing). */
 static CUstream g_captured;
+static CUstreamCaptureMode g_capture_mode;
+static int g_capture_invalidated;
+static __thread CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
-  (void)mode;
   if (!s || g_captured) return CUDA_ERROR_ILLEGAL_STATE;
   g_captured = s;
+  g_capture_mode = mode;
+  g_capture_invalidated = 0;
   return CUDA_SUCCESS;
+}
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  CUstreamCaptureMode was = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = was;
+  return CUDA_SUCCESS;
+}
+/* As the driver: an unsafe call (a synchronize) on a thread that is not in
+ * relaxed mode while a capture in global mode runs fails, and invalidates
+ * that capture. */
+int fake_capture_forbids_unsafe(void) {
+  if (!g_captured || g_capture_mode != CU_STREAM_CAPTURE_MODE_GLOBAL ||
+      t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+    return 0;
+  g_capture_invalidated = 1;
+  return 1;
 }
 CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status) {
   *status = s && s == g_captured ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
@@ -318,6 +338,7 @@ CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status) {
 CUresult cuStreamEndCapture(CUstream s, CUgraph *graph) {
   if (!s || s != g_captured) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   g_captured = NULL;
+  if (g_capture_invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   *graph = (CUgraph)0x6;
   return CUDA_SUCCESS;
 }

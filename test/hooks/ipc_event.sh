@@ -11,9 +11,14 @@
 #      wait the same, and the exporter reads what the opener's work wrote
 #   3. records a graph would make when it runs (into a stream capture, an
 #      event record node) are refused at the call
-#   4. destroyed, the event is forgotten: a plain event that gets its
-#      handle again is recorded without a wait
-#   5. the driver saw no interprocess event nor IPC call
+#   4. a record beside another thread's capture in global mode (its stream
+#      not capturing) waits in relaxed mode: it succeeds and the capture
+#      stays valid
+#   5. destroyed, the event is forgotten: a plain event that gets its
+#      handle again is recorded without a wait; so too after the
+#      unversioned cuEventDestroy (cuGetProcAddress below 4000) and after
+#      its context's destroy
+#   6. the driver saw no interprocess event nor IPC call
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 dir=$BUILD/test/hooks
@@ -35,7 +40,10 @@ opener round 1 record-waited yes read 101 ok
 exporter round 2 record-waited yes read 2 ok
 opener round 2 record-waited yes read 102 ok
 graph records refused capture 900 node 801 ok
+record beside a global capture 0 end 0 ok
 plain record-waited no ok
+plain after an unversioned destroy record-waited no ok
+plain after its context's destroy record-waited no ok
 LINES
 )
 diff <(echo "$expected") "$work/out" || fail "the client's lines differ from the expected ones (above)"

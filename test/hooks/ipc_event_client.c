@@ -19,13 +19,21 @@
  * read once it had waited. Then the exporter has E recorded by a graph,
  * which records only when it runs: into a stream capture, and as an event
  * record node; phos refuses both at the call ("graph records refused").
+ * Then a thread of its own begins a capture in global mode (torch's
+ * default) while the exporter records E on the legacy stream, which is not
+ * capturing: "record beside a global capture R end E" (the record's wait
+ * is made in relaxed mode: it succeeds and the capture stays valid).
  * Last it destroys E,
  * creates a plain event (the fake hands out E's handle again) and records
  * it after work: "plain record-waited yes|no" (no: phos forgot E at its
- * destroy). Exit status 0 when every line says ok.
+ * destroy); the same for an interprocess event destroyed through the
+ * unversioned cuEventDestroy (cuGetProcAddress below 4000), and for one
+ * destroyed with its context (cuCtxDestroy). Exit status 0 when every line
+ * says ok.
  *
  * usage: ipc_event_client | ipc_event_client --open MEMHEX EVENTHEX RFD WFD */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +111,86 @@ static int report(const char *role, uint32_t k, int waited, uint32_t read, uint3
          bad ? bad : "");
   fflush(stdout);
   return bad ? 1 : 0;
+}
+
+/* A capture in global mode on a thread of its own, begun and held until
+ * told to end (another thread of the program recording meanwhile). */
+struct capture {
+  CUstream stream;
+  int begun, end;
+  CUresult began, ended;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+static void *capture_thread(void *arg) {
+  struct capture *c = arg;
+  CUgraph graph;
+  cuCtxSetCurrent((CUcontext)1);
+  c->began = cuStreamBeginCapture(c->stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  pthread_mutex_lock(&c->mu);
+  c->begun = 1;
+  pthread_cond_broadcast(&c->cv);
+  while (!c->end) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  c->ended = cuStreamEndCapture(c->stream, &graph);
+  return NULL;
+}
+static int record_beside_capture(CUevent ev) {
+  struct capture c = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  pthread_t t;
+  must(cuStreamCreate(&c.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  if (pthread_create(&t, NULL, capture_thread, &c) != 0) exit(2);
+  pthread_mutex_lock(&c.mu);
+  while (!c.begun) pthread_cond_wait(&c.cv, &c.mu);
+  pthread_mutex_unlock(&c.mu);
+  CUresult recorded = cuEventRecord(ev, NULL);
+  pthread_mutex_lock(&c.mu);
+  c.end = 1;
+  pthread_cond_broadcast(&c.cv);
+  pthread_mutex_unlock(&c.mu);
+  pthread_join(t, NULL);
+  const char *bad = c.began != CUDA_SUCCESS        ? "the capture did not begin"
+                    : recorded != CUDA_SUCCESS     ? "the record failed"
+                    : c.ended != CUDA_SUCCESS      ? "the capture was invalidated"
+                                                   : NULL;
+  printf("record beside a global capture %d end %d %s%s\n", (int)recorded, (int)c.ended, bad ? "bad:" : "ok",
+         bad ? bad : "");
+  return bad ? 1 : 0;
+}
+
+/* `ev`, interprocess, is destroyed by `destroy` (WHAT names it); a plain
+ * event made next gets its handle again: its record must not wait. */
+static int plain_after(const char *what, CUevent ev, CUdeviceptr s, int word, void (*destroy)(CUevent)) {
+  CUevent plain;
+  destroy(ev);
+  must(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  struct work w;
+  queue_work(&w, s + 4 * word, 1);
+  must(cuEventRecord(plain, NULL), "cuEventRecord");
+  int waited = done(&w);
+  const char *bad = plain != ev ? "the fake driver did not hand out the destroyed event's handle again"
+                    : waited    ? "a plain event's record waited (the interprocess event was not forgotten)"
+                                : NULL;
+  printf("plain%s record-waited %s %s%s\n", what, waited ? "yes" : "no", bad ? "bad:" : "ok", bad ? bad : "");
+  must(cuEventSynchronize(plain), "cuEventSynchronize");
+  must(cuEventDestroy(plain), "cuEventDestroy");
+  return bad ? 1 : 0;
+}
+static void destroy_v2(CUevent ev) { must(cuEventDestroy(ev), "cuEventDestroy"); }
+static void destroy_v1(CUevent ev) {
+  CUresult (*v1)(CUevent) = NULL;
+  must(cuGetProcAddress("cuEventDestroy", (void **)&v1, 3020, 0, NULL), "cuGetProcAddress(cuEventDestroy, 3020)");
+  must(v1(ev), "cuEventDestroy (unversioned)");
+}
+static void destroy_context(CUevent ev) {
+  (void)ev;
+  must(cuCtxDestroy((CUcontext)1), "cuCtxDestroy");
+  cuCtxSetCurrent((CUcontext)1);
+}
+static CUevent interprocess_event(void) {
+  CUevent ev;
+  must(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  return ev;
 }
 
 static int opener(const char *mem_hex, const char *event_hex, int rfd, int wfd) {
@@ -183,18 +271,10 @@ int main(int argc, char **argv) {
   printf("graph records refused capture %d node %d %s\n", (int)into_capture, (int)as_node,
          refused ? "ok" : "bad:not refused");
   failed |= !refused;
+  failed |= record_beside_capture(ev);
   /* Destroyed, E's handle comes back for a plain event: its record must not wait. */
-  CUevent plain;
-  must(cuEventDestroy(ev), "cuEventDestroy");
-  must(cuEventCreate(&plain, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-  struct work w;
-  queue_work(&w, s + 8, 1);
-  must(cuEventRecord(plain, NULL), "cuEventRecord");
-  int waited = done(&w);
-  const char *bad = plain != ev ? "the fake driver did not hand out the destroyed event's handle again"
-                    : waited    ? "a plain event's record waited (the interprocess event was not forgotten)"
-                                : NULL;
-  printf("plain record-waited %s %s%s\n", waited ? "yes" : "no", bad ? "bad:" : "ok", bad ? bad : "");
-  must(cuEventSynchronize(plain), "cuEventSynchronize");
-  return failed || bad ? 1 : 0;
+  failed |= plain_after("", ev, s, 2, destroy_v2);
+  failed |= plain_after(" after an unversioned destroy", interprocess_event(), s, 3, destroy_v1);
+  failed |= plain_after(" after its context's destroy", interprocess_event(), s, 4, destroy_context);
+  return failed ? 1 : 0;
 }

@@ -238,3 +238,17 @@ TEST_CASE("interprocess events: known from add to forget, counted once", "[ipc]"
   CHECK(events.size() == 0);
   CHECK_FALSE(events.contains(&b));
 }
+
+TEST_CASE("interprocess events: all forgotten at a context's end", "[ipc]") {
+  phos::hooks::InterprocessEvents events;
+  int a = 0, b = 0;
+  events.add(&a);
+  events.add(&b);
+  events.clear();  // cuCtxDestroy, cuDevicePrimaryCtxReset: the context's events are gone
+  CHECK(events.size() == 0);
+  CHECK_FALSE(events.contains(&a));
+  CHECK_FALSE(events.contains(&b));
+  events.add(&a);  // counted again from nothing
+  CHECK(events.size() == 1);
+  CHECK(events.contains(&a));
+}

@@ -51,6 +51,7 @@ struct Resolved {
   std::array<void*, kFunctionCount> real{};
   std::unordered_map<void*, void*> wrapper_of;  // real pointer -> our wrapper
   void* real_gpa_v1 = nullptr;
+  void* real_event_destroy_v1 = nullptr;
 };
 
 Resolved* g_resolved = nullptr;
@@ -67,6 +68,11 @@ void resolve() {
     }
     r->real_gpa_v1 = glibc_dlsym()(lib, "cuGetProcAddress");
     if (r->real_gpa_v1) r->wrapper_of.emplace(r->real_gpa_v1, reinterpret_cast<void*>(&::cuGetProcAddress));
+    // Not in cuda.h's table (it names _v2), but a program may reach it
+    // (cuGetProcAddress below 4000, dlsym): it destroys events too.
+    r->real_event_destroy_v1 = glibc_dlsym()(lib, "cuEventDestroy");
+    if (r->real_event_destroy_v1)
+      r->wrapper_of.emplace(r->real_event_destroy_v1, reinterpret_cast<void*>(&::phos_cuEventDestroy_v1));
   }
   __atomic_store_n(&g_resolved, r, __ATOMIC_RELEASE);
 }
@@ -94,6 +100,7 @@ void* substitute(void* p) {
 }
 
 void* real_gpa_v1() { return resolved().real_gpa_v1; }
+void* real_event_destroy_v1() { return resolved().real_event_destroy_v1; }
 
 }  // namespace phos::hooks::driver
 

@@ -30,6 +30,9 @@ extern "C" {
 #undef PHOS_DRIVER_QUERY
 // The 4-argument cuGetProcAddress of CUDA 11.3-12.x, still exported.
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+// The unversioned cuEventDestroy of CUDA < 4.0, still exported (and handed
+// out by cuGetProcAddress for such versions); cuda.h names _v2 so.
+CUresult phos_cuEventDestroy_v1(CUevent event) __asm__("cuEventDestroy");
 }
 
 namespace phos::hooks::driver {
@@ -70,6 +73,8 @@ void* real_dlsym(void* handle, const char* name);
 void* (*glibc_dlsym_pointer())(void*, const char*);
 // libcuda's own 4-argument cuGetProcAddress.
 void* real_gpa_v1();
+// libcuda's own unversioned cuEventDestroy.
+void* real_event_destroy_v1();
 
 }  // namespace phos::hooks::driver
 

@@ -183,6 +183,26 @@ CUresult refuse_graph_record(const char* call, CUresult r) {
   return r;
 }
 
+// cuEventSynchronize is unsafe while a stream is captured: where another
+// thread captures in global mode (torch's default) it would fail and
+// invalidate that capture. This thread's mode is relaxed for the wait (the
+// record's stream is not capturing: the wait is for work already queued).
+CUresult synchronize_beside_captures(const EventDeps& rt, CUevent event) {
+  auto exchange = PHOS_REAL(cuThreadExchangeStreamCaptureMode);
+  if (!rt.captures().any() || !exchange) return PHOS_REAL(cuEventSynchronize)(event);
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  CUresult r = exchange(&mode);
+  if (r != CUDA_SUCCESS) {
+    say(std::string("cuThreadExchangeStreamCaptureMode (to relaxed, for the wait of an interprocess event's record): ") +
+        cu_name(r));
+    return r;
+  }
+  r = PHOS_REAL(cuEventSynchronize)(event);
+  if (CUresult back = exchange(&mode); back != CUDA_SUCCESS)
+    say(std::string("cuThreadExchangeStreamCaptureMode (back to the thread's own mode): ") + cu_name(back));
+  return r;
+}
+
 // A record of interprocess `event` on `stream` (`record()`, the real one),
 // complete when it returns.
 template <class Record>
@@ -192,7 +212,7 @@ CUresult record_interprocess(const EventDeps& rt, CUevent event, CUstream stream
     return refuse_graph_record(call, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   CUresult r = record();
   if (r != CUDA_SUCCESS) return r;
-  r = PHOS_REAL(cuEventSynchronize)(event);
+  r = synchronize_beside_captures(rt, event);
   if (r != CUDA_SUCCESS) say(std::string(call) + ": waiting for the record of an interprocess event: " + cu_name(r));
   return r;
 }
@@ -263,6 +283,31 @@ extern "C" PHOS_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   rt.interprocess_events().forget(event);
   return PHOS_REAL(cuEventDestroy_v2)(event);
 }
+
+// The same, reached through cuGetProcAddress below CUDA 4.0 (or dlsym).
+extern "C" PHOS_EXPORT CUresult phos_cuEventDestroy_v1(CUevent event) {
+  const EventDeps rt;
+  GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventDestroy_v2));
+  auto real = reinterpret_cast<CUresult (*)(CUevent)>(driver::real_event_destroy_v1());
+  if (!real) return CUDA_ERROR_NOT_FOUND;
+  rt.interprocess_events().forget(event);
+  return real(event);
+}
+
+// A context destroyed or reset destroys its events: which of the set were
+// its is not known here, so the whole set is forgotten.
+#define PHOS_CONTEXT_END_HOOK(name, params, args)  \
+  extern "C" PHOS_EXPORT CUresult name params {     \
+    const EventDeps rt;                             \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name)); \
+    auto real = PHOS_REAL(name);                    \
+    if (!real) return CUDA_ERROR_NOT_FOUND;         \
+    CUresult r = real args;                         \
+    if (r == CUDA_SUCCESS) rt.interprocess_events().clear(); \
+    return r;                                       \
+  }
+PHOS_CONTEXT_END_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx))
+PHOS_CONTEXT_END_HOOK(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev))
 
 // The handle names no driver event (the opener makes a stand-in of its own).
 // An event phos did not see created interprocess is one from now on; its

@@ -4,7 +4,9 @@
 // (the opener's). phos serves event IPC itself (hooks/ipc.cc): a record of
 // one of these completes before it returns, so these are the events whose
 // records wait. Forgotten at cuEventDestroy, before the driver may hand the
-// handle out again.
+// handle out again; all of them at a context's destroy or reset (which
+// destroys its events: a needless wait later is harmless, a plain event
+// taken for an interprocess one, refused in a capture, is not).
 //
 // contains() is on the path of every cuEventRecord of every program: while
 // the process has no interprocess event (most programs, always), it is one
@@ -29,6 +31,11 @@ class InterprocessEvents {
     if (count_.load(std::memory_order_acquire) == 0) return;
     std::unique_lock lock(mu_);
     if (events_.erase(event)) count_.fetch_sub(1, std::memory_order_release);
+  }
+  void clear() {
+    std::unique_lock lock(mu_);
+    events_.clear();
+    count_.store(0, std::memory_order_release);
   }
   bool contains(const void* event) const {
     if (__builtin_expect(count_.load(std::memory_order_acquire) == 0, 1)) return false;
