@@ -27,6 +27,9 @@
  * owner writes "TOKEN n ok|bad:WHAT PEER" to STATE (PEER: the importer's
  * pid), the importer "m ok|bad:WHAT" to STATE.importer.
  *
+ * With IPC_COW_OPEN_AFTER=PATH, the importer opens S only once PATH exists
+ * (a handle made and sent before a dump, opened after its give-back).
+ *
  * usage: ipc_cow_client STATE | ipc_cow_client STATE --import (handle on fd 3) */
 #include <cuda.h>
 #include <stdint.h>
@@ -122,6 +125,8 @@ __attribute__((noreturn)) static void importer(void) {
   }
   close(3);
   CUdeviceptr b = alloc(OWN_BYTES), s = 0;
+  const char *after = getenv("IPC_COW_OPEN_AFTER");
+  while (after && access(after, F_OK) != 0) usleep(2000);
   CUresult r = ((OpenHandle)proc("cuIpcOpenMemHandle"))(&s, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "cuIpcOpenMemHandle failed: %d\n", (int)r);

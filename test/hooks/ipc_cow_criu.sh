@@ -22,6 +22,12 @@
 #      pass (no hook of the owner marked it); restored, the checks pass
 #   4. the same with cow_trust=speculated: the owner's recopy refused by
 #      name (its memory copied stopped), the importer's goes on; restored
+#   5. a new pair whose importer has S's handle before the dump but opens it
+#      only after the give-back, while the owner's window is still open (one
+#      engine worker, slow copies): no hook of the owner sees the
+#      importer's writes, so the open itself pushes S through the owner's
+#      window (saved into its pool); the image is not refused, and restored,
+#      the importer finds its half of S as the freeze left it (unwritten)
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/ipc_cow_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
@@ -137,4 +143,38 @@ recopied=$(grep -o "process [0-9]*: soft recopy: gate reopened" "$WORK/dump.log"
 [ "$recopied" = 1 ] || fail "speculated: $recopied processes had a first pass (the importer's alone expected)"
 restore_both "after the speculated dump's restore"
 say "4. cow_trust=speculated: $why; the importer recopied; restored, both processes' checks pass"
+
+# 5. S's handle sent before the dump, opened and written only after its
+# give-back, while the owner's window is open.
+for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+wait_pid_free
+rm -rf "${IMG:?}"/* "$WORK/state.importer" "$WORK/open"
+export IPC_COW_OPEN_AFTER=$WORK/open
+start_workload --preload
+wait_counter_above 5 10
+[ ! -s "$WORK/state.importer" ] || fail "late open: the importer opened S before it was told to"
+PHOS_COPY_ON_WRITE=always PHOS_ENGINE_WORKERS=1 criu_dump --leave-running &
+dump=$!
+for _ in $(seq 200); do
+  [ "$(grep -o "process [0-9]*: copy window opened" "$WORK/dump.log" 2>/dev/null | sort -u | wc -l)" = 2 ] && break
+  sleep 0.05
+done
+touch "$WORK/open"  # seen by the importer once it runs again
+wait "$dump" || fail "late open: criu dump failed: $(criu_errors "$WORK/dump.log")"
+! grep -q "no copy-on-write" "$WORK/dump.log" ||
+  fail "late open: copy-on-write refused: $(grep -o 'no copy-on-write.*' "$WORK/dump.log" | head -n1)"
+pushed=$(grep -o "a CUDA IPC open by another process [^;]*" "$WORK/dump.log" | head -n1)
+[ -n "$pushed" ] ||
+  fail "late open: the importer's open did not go through the owner's open window: $(grep -o 'phos: process 1: copy-on-write.*' "$WORK/dump.log" | head -n2)"
+for _ in $(seq 100); do [ -s "$WORK/state.importer" ] && break; sleep 0.05; done
+both_ok "late open: after the leave-running dump"
+for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
+wait_pid_free
+rm -f "$WORK/state.importer"
+criu_restore || fail "late open: criu restore failed: $(criu_errors "$WORK/restore.log")"
+WORKLOAD_PID=$(restored_pid) || fail "late open: no restored process"
+for _ in $(seq 100); do [ -s "$WORK/state.importer" ] && break; sleep 0.05; done
+both_ok "late open: restored (the importer opens S again, its half as the freeze left it)"
+unset IPC_COW_OPEN_AFTER
+say "5. S opened after the give-back, in the owner's window: $pushed; restored, both processes' checks pass"
 say "PASS"

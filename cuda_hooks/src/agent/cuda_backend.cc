@@ -257,7 +257,24 @@ Result<uint32_t> CudaBackend::nccl_rebuild(std::optional<uint64_t> nonce) { retu
 Result<bool> CudaBackend::nccl_pend_release(bool pend) { return phos::hooks::nccl_pend_release(pend); }
 
 Result<agent::IpcOpenReply> CudaBackend::ipc_open(uint64_t id, pid_t importer, UniqueFd* fd) {
-  return rt_.memory().ipc_export(id, importer, fd);
+  CUdeviceptr va = 0;
+  auto opened = rt_.memory().ipc_export(id, importer, fd, &va);
+  if (!opened) return opened;
+  // A dump's window is open: the dump's shared set (memory copied while the
+  // whole tree is stopped) was taken at its pause, before this importer.
+  // Its writes will pass no hook of this process, so the whole allocation
+  // goes through the window now, before the importer has the fd, as a call
+  // that reads and writes all of it: copy-on-write saves what is not
+  // copied yet into the pool (or waits for its copy), recopy marks it
+  // dirty, an on-demand restore waits until it is filled. Refusing or
+  // delaying the open until the window closes would fail or stall the
+  // importer's program for the whole copy; this costs one save.
+  if (rt_.copy_window().open()) {
+    ranges::RangeList whole;
+    whole.add(va, opened->size, ranges::kRead | ranges::kWrite);
+    rt_.copy_window().before_exact(whole, "a CUDA IPC open by another process");
+  }
+  return opened;
 }
 
 Result<void> CudaBackend::ipc_close(uint64_t id, pid_t importer) {

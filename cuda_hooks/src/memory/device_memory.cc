@@ -351,7 +351,7 @@ std::optional<DeviceMemory::IpcBlock> DeviceMemory::ipc_block(CUdeviceptr ptr) c
   return IpcBlock{.unit = u->first, .offset = it->first - u->second.va, .size = it->second.size};
 }
 
-Result<agent::IpcOpenReply> DeviceMemory::ipc_export(uint64_t id, pid_t importer, UniqueFd* fd) {
+Result<agent::IpcOpenReply> DeviceMemory::ipc_export(uint64_t id, pid_t importer, UniqueFd* fd, CUdeviceptr* va) {
   auto exported = export_unit(id);
   if (!exported) return exported.error();
   std::lock_guard<std::mutex> lock(mu_);
@@ -361,6 +361,7 @@ Result<agent::IpcOpenReply> DeviceMemory::ipc_export(uint64_t id, pid_t importer
     return make_error("allocation " + std::to_string(id) + " is itself another process's (opened through IPC)",
                       EINVAL);
   *fd = std::move(*exported);
+  *va = it->second.va;
   ipc_importers_.emplace(id, importer);
   return agent::IpcOpenReply{.size = it->second.size, .device = uint32_t(it->second.device)};
 }

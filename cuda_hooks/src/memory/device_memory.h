@@ -106,8 +106,8 @@ class DeviceMemory {
   };
   std::optional<IpcBlock> ipc_block(CUdeviceptr ptr) const;
   // An fd of unit `id` for process `importer`, which is recorded as holding
-  // it until ipc_closed (or its end).
-  Result<agent::IpcOpenReply> ipc_export(uint64_t id, pid_t importer, UniqueFd* fd);
+  // it until ipc_closed (or its end); *va = the unit's start.
+  Result<agent::IpcOpenReply> ipc_export(uint64_t id, pid_t importer, UniqueFd* fd, CUdeviceptr* va);
   void ipc_closed(uint64_t id, pid_t importer);
   // The units live importers hold.
   std::vector<agent::IpcExport> ipc_exports() const;
