@@ -151,6 +151,9 @@ class Checkpointer {
     std::vector<agent::AddressRange> missed_chunks;
     // How the copy goes on: decided by the copier at PAUSE.
     std::future<CopyPlan> plan;
+    // Ready once the plan is decided (or the copier gave up before): for an
+    // owner of memory other processes map, its stopped copy is then done.
+    std::shared_future<void> plan_decided;
     // Write-behind: the copy from the snapshot waits for this, so that it
     // does not compete with the driver checkpoint and criu for PCIe and
     // memory bandwidth while the process is stopped.
@@ -240,6 +243,9 @@ class Checkpointer {
   // Copy-on-write: the process's memory that other processes map through
   // CUDA IPC copied before any of them runs again (ipc_sharing.h).
   Result<void> copy_shared_now(Target& t);
+  // cow_start=pause: before t's copy, until every owner of memory other
+  // processes map has decided its plan (and so made its stopped copy).
+  void wait_stopped_copies(const Target& t, std::shared_future<void>& tree_paused);
   // cow_pool_mib=auto: the dump's processes that may take a pool on each of
   // `t`'s GPUs, `t` included; once the tree is paused (every process known).
   std::map<int, PoolPeers> pool_peers(const Target& t) const;
