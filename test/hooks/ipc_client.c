@@ -37,15 +37,6 @@
 #define SHARED_BYTES (4u << 20)
 #define PATTERN_AT 16 /* words: S[0..15] are the counters */
 
-static CUdeviceptr alloc(size_t bytes) {
-  CUdeviceptr p = 0;
-  if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) {
-    fprintf(stderr, "cuMemAlloc of %zu bytes failed\n", bytes);
-    exit(1);
-  }
-  return p;
-}
-
 static uint32_t pattern(size_t i) { return (uint32_t)(i * 2654435761u) ^ 0x5eed; }
 
 static uint32_t get(CUdeviceptr s, size_t word) {

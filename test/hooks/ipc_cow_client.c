@@ -48,15 +48,6 @@
 
 static char bad[96];
 
-static CUdeviceptr alloc(size_t bytes) {
-  CUdeviceptr p = 0;
-  if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) {
-    fprintf(stderr, "cuMemAlloc of %zu bytes failed\n", bytes);
-    exit(1);
-  }
-  return p;
-}
-
 static uint32_t get(CUdeviceptr p, size_t bytes, int last) {
   uint32_t v = 0;
   if (cuMemcpyDtoH(&v, p + (last ? bytes - 4 : 0), 4) != CUDA_SUCCESS) exit(1);
