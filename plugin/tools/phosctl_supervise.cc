@@ -268,12 +268,7 @@ std::optional<std::string> Supervisor::parent_for_next() {
   if (!series) return std::nullopt;
   auto latest = phos::plugin::latest_complete(*series);
   if (!latest) return std::nullopt;
-  unsigned chain = 1;
-  for (auto p = latest->parent; p && chain < o_.full_every; chain++) {
-    auto it = std::find_if(series->begin(), series->end(), [&](const SeriesImage& s) { return s.name == *p; });
-    p = it == series->end() ? std::nullopt : it->parent;
-  }
-  if (chain >= o_.full_every) return std::nullopt;
+  if (phos::plugin::series_chain(*series, *latest).size() >= o_.full_every) return std::nullopt;
   return latest->name;
 }
 

@@ -64,6 +64,18 @@ SeriesImage img(uint64_t seq, bool complete, const char* parent = nullptr) {
 }
 }  // namespace
 
+TEST_CASE("series_chain: an image and its parents, newest first, as far as the series holds them") {
+  std::vector<SeriesImage> s = {img(1, true), img(2, true, "000001"), img(3, true, "000002"), img(4, true)};
+  CHECK(series_chain(s, s[2]) == std::vector<std::string>{"000003", "000002", "000001"});
+  CHECK(series_chain(s, s[3]) == std::vector<std::string>{"000004"});
+  // A parent the series lacks (removed by hand) ends the chain.
+  std::vector<SeriesImage> gap = {img(2, true, "000001"), img(3, true, "000002")};
+  CHECK(series_chain(gap, gap[1]) == std::vector<std::string>{"000003", "000002"});
+  // A loop (markers edited by hand) ends where a name comes again.
+  std::vector<SeriesImage> loop = {img(1, true, "000002"), img(2, true, "000001")};
+  CHECK(series_chain(loop, loop[1]) == std::vector<std::string>{"000002", "000001"});
+}
+
 TEST_CASE("series_to_remove: the last N complete kept, with their parents; failed dumps go") {
   // Full images: 1..5 complete, keep 2 -> 1, 2, 3 go.
   std::vector<SeriesImage> full = {img(1, true), img(2, true), img(3, true), img(4, true), img(5, true)};

@@ -79,9 +79,20 @@ std::optional<SeriesImage> latest_complete(const std::vector<SeriesImage>& serie
   return std::nullopt;
 }
 
-std::vector<std::string> series_to_remove(const std::vector<SeriesImage>& series, size_t keep) {
+std::vector<std::string> series_chain(const std::vector<SeriesImage>& series, const SeriesImage& from) {
   std::map<std::string, const SeriesImage*> by_name;
   for (const auto& s : series) by_name[s.name] = &s;
+  std::vector<std::string> chain;
+  std::set<std::string> seen;
+  for (const SeriesImage* s = &from; s && seen.insert(s->name).second;) {
+    chain.push_back(s->name);
+    auto p = s->parent ? by_name.find(*s->parent) : by_name.end();
+    s = p == by_name.end() ? nullptr : p->second;
+  }
+  return chain;
+}
+
+std::vector<std::string> series_to_remove(const std::vector<SeriesImage>& series, size_t keep) {
   // The newest `keep` complete ones (at least one: the one a restore needs),
   // and every parent their chains reach.
   std::set<std::string> kept;
@@ -89,11 +100,7 @@ std::vector<std::string> series_to_remove(const std::vector<SeriesImage>& series
   for (auto it = series.rbegin(); it != series.rend() && complete_kept < std::max<size_t>(keep, 1); ++it) {
     if (!it->complete) continue;
     complete_kept++;
-    const SeriesImage* s = &*it;
-    while (s && kept.insert(s->name).second) {
-      auto p = s->parent ? by_name.find(*s->parent) : by_name.end();
-      s = p == by_name.end() ? nullptr : p->second;
-    }
+    for (auto& name : series_chain(series, *it)) kept.insert(std::move(name));
   }
   std::vector<std::string> out;
   for (const auto& s : series)

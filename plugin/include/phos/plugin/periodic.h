@@ -58,6 +58,9 @@ std::string series_name(uint64_t seq);
 Result<std::vector<SeriesImage>> list_series(const std::string& root);
 // The newest complete checkpoint; none: no complete one.
 std::optional<SeriesImage> latest_complete(const std::vector<SeriesImage>& series);
+// `from`'s name, then its parent's, and so on, as far as the series holds
+// them (a missing parent ends the chain; a name seen twice, a loop, too).
+std::vector<std::string> series_chain(const std::vector<SeriesImage>& series, const SeriesImage& from);
 
 // Which directories go, once no dump is running: every incomplete one (a
 // dump that failed or was killed), and complete ones older than the newest
