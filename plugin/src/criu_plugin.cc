@@ -101,13 +101,11 @@ void complete_at_exit() {
   if (!complete_images()) _exit(1);
 }
 
-// A restore whose GPU state failed after criu created the processes (they
-// were killed): criu has no way to learn it from a plugin, so its exit
-// status is set here.
-void restore_failed_at_exit() { _exit(1); }
-// A job's leave-running dump, aborted by the job after criu dumped here:
-// criu knows nothing of the job and would exit 0 (job_step.h).
-void job_aborted_at_exit() { _exit(1); }
+// A failure criu cannot learn from a plugin, so would exit 0 for: a restore
+// whose GPU state failed after criu created the processes (they were
+// killed), or a job's leave-running dump the job aborted after criu dumped
+// here (criu knows nothing of the job, job_step.h).
+void fail_at_exit() { _exit(1); }
 
 void phos_exit(int stage, int ret) {
   bool pending = false;
@@ -116,13 +114,13 @@ void phos_exit(int stage, int ret) {
     if (stage == CR_PLUGIN_STAGE__RESTORE && g_restorer) g_restorer->finish();
     if (stage == CR_PLUGIN_STAGE__RESTORE && g_restorer && g_restorer->failed() && ret == 0) {
       PHOS_ERR("the restore failed: a process's GPU state could not be restored (see above); it was killed");
-      std::atexit(restore_failed_at_exit);
+      std::atexit(fail_at_exit);
     }
     if (stage == CR_PLUGIN_STAGE__DUMP && g_checkpointer) {
       pending = g_checkpointer->finish(ret == 0);
       if (g_checkpointer->job_aborted_here()) {
         PHOS_ERR("the job's dump was aborted: this host's images are not the job's; criu exits with status 1");
-        std::atexit(job_aborted_at_exit);
+        std::atexit(fail_at_exit);
       }
     }
     return 0;
