@@ -218,25 +218,13 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     for (int d : std::set<int>(t.save->devices.begin(), t.save->devices.end()))
       t.pool_need[d] = engine_->pool_need(*t.save, d);
     std::promise<CopyPlan> decided;
-    t.plan = decided.get_future();
-    auto decided_any = std::make_shared<std::promise<void>>();
-    t.plan_decided = decided_any->get_future().share();
+    t.plan = decided.get_future().share();
     std::future<void> go = t.write_go.get_future();
     // Memory other processes map (CUDA IPC) is copied once every process
     // of the tree is paused: until then they may still write it.
     const bool wait_tree = !t.status.ipc_exports.empty();
     t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go),
-                            wait_tree, tree_paused = tree_paused_, decided_any]() mutable {
-      // Set on every way out, the plan's too (a waiter must never hang).
-      struct Signal {
-        std::shared_ptr<std::promise<void>> p;
-        bool given = false;
-        void give() {
-          if (!given) p->set_value();
-          given = true;
-        }
-        ~Signal() { give(); }
-      } signal{decided_any};
+                            wait_tree, tree_paused = tree_paused_]() mutable {
       if (wait_tree) {
         tree_paused.wait();
         if (t.abandoned) {
@@ -248,7 +236,6 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       const CopyPlan plan = want ? choose_copy(t) : CopyPlan{};
       if (plan.protocol != CopyProtocol::kSoftCopyOnWrite) t.no_pool = true;  // before the plan is seen
       decided.set_value(plan);
-      signal.give();
       if (plan.error) {  // the dump fails with it (CHECKPOINT_DEVICES waits for the copy)
         t.copied = *plan.error;
         return;
@@ -531,8 +518,8 @@ void Checkpointer::wait_stopped_copies(const Target& t, std::shared_future<void>
   // whole tree's stall would wait for this copy. The owners go first.
   tree_paused.wait();  // targets_ stays as it is from then on
   for (const auto& [pid, other] : targets_)
-    if (&other != &t && !other.status.ipc_exports.empty() && other.plan_decided.valid()) {
-      std::shared_future<void> decided = other.plan_decided;  // a copy per thread
+    if (&other != &t && !other.status.ipc_exports.empty() && other.plan.valid()) {
+      std::shared_future<CopyPlan> decided = other.plan;  // a copy per thread
       decided.wait();
     }
 }

@@ -149,11 +149,11 @@ class Checkpointer {
     // first few), for the agent to name the launches that could have
     // written them; kept when the copy's job goes (copy_done).
     std::vector<agent::AddressRange> missed_chunks;
-    // How the copy goes on: decided by the copier at PAUSE.
-    std::future<CopyPlan> plan;
-    // Ready once the plan is decided (or the copier gave up before): for an
-    // owner of memory other processes map, its stopped copy is then done.
-    std::shared_future<void> plan_decided;
+    // How the copy goes on: decided by the copier at PAUSE. Shared: other
+    // copiers wait for it too (an owner of memory other processes map has
+    // made its stopped copy once its plan is set). Ready on every way out
+    // of the copier: set, or its promise dropped with the copier's thread.
+    std::shared_future<CopyPlan> plan;
     // Write-behind: the copy from the snapshot waits for this, so that it
     // does not compete with the driver checkpoint and criu for PCIe and
     // memory bandwidth while the process is stopped.
