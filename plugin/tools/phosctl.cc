@@ -798,14 +798,8 @@ int run_or_say(const std::vector<std::string>& argv, const std::vector<std::stri
 int cmd_migrate(const std::vector<std::string>& args) {
   std::string error;
   auto a = phosctl::parse_args(args, {}, 1, error);
-  if (a)
-    for (const auto& [name, value] : a->values)
-      if (name != "--to" && name != "--gpu-map" && name != "--dir" && name != "--lib" && name != "--criu") {
-        error = "bad option " + name;
-        break;
-      }
-  if (a && !error.empty()) a.reset();
-  if (!a) {
+  if (a) error = a->unknown({"--to", "--gpu-map", "--dir", "--lib", "--criu"});
+  if (!a || !error.empty()) {
     std::fprintf(stderr, "phosctl migrate: %s\n%s", error.c_str(), kUsage);
     return 2;
   }

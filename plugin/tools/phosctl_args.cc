@@ -12,6 +12,12 @@ std::string Args::one(const std::string& name) const {
   return from == to ? std::string() : std::prev(to)->second;
 }
 
+std::string Args::unknown(const std::vector<std::string>& known) const {
+  for (const auto& [name, value] : values)
+    if (std::find(known.begin(), known.end(), name) == known.end()) return "bad option " + name;
+  return {};
+}
+
 std::optional<Args> parse_args(const std::vector<std::string>& args, const std::vector<std::string>& flags,
                                size_t max_positional, std::string& error) {
   Args out;

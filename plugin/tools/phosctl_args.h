@@ -17,6 +17,8 @@ struct Args {
   bool flag(const std::string& name) const { return values.count(name) > 0; }
   // The option's last value; empty where it is not given.
   std::string one(const std::string& name) const;
+  // "bad option NAME" for the first option not in `known`; empty if none.
+  std::string unknown(const std::vector<std::string>& known) const;
 };
 
 // `flags` take no value; at most `max_positional` arguments without `--`.

@@ -43,3 +43,11 @@ TEST_CASE("phosctl args: numbers whole and in range", "[phosctl]") {
   CHECK_FALSE(phosctl::number("", 1, 100, n));
   CHECK_FALSE(phosctl::number("99999999999999999999", 1, LONG_MAX, n));  // out of long's range
 }
+
+TEST_CASE("phosctl args: the first option not known is named", "[phosctl]") {
+  std::string error;
+  auto a = parse_args({"--dir", "d", "--to", "1", "--bogus", "x"}, {}, 0, error);
+  REQUIRE(a);
+  CHECK(a->unknown({"--dir", "--to", "--bogus"}).empty());
+  CHECK(a->unknown({"--dir", "--to"}) == "bad option --bogus");
+}
