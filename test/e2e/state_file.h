@@ -1,6 +1,8 @@
 /* The end-to-end workloads' state file (lib.sh's contract): LINE written to
  * PATH atomically (PATH.tmp, then renamed), no file kept open, so CRIU has
- * no open file to carry. Exits 2 where it cannot. */
+ * no open file to carry, but for the moment between the open and the
+ * rename: a leave-running dump that freezes it there is made again
+ * (lib.sh's criu_dump). Exits 2 where it cannot. */
 #pragma once
 #include <fcntl.h>
 #include <stdio.h>
