@@ -114,11 +114,13 @@ criu_dump() {
       2>"$WORK/dump.err"
     rc=$?
     # A leave-running dump whose freeze caught the workload between opening
-    # its state file's .tmp and renaming it holds that path open; the
+    # a state file's .tmp and renaming it holds that path open; the
     # original renames it right after, and a later restore of the image
     # cannot open it (the workloads keep no other file open). Dumped again.
+    # Every state file: a tree's other processes write their own beside it
+    # (state.importer, ipc_cow_criu).
     [ $rc -eq 0 ] && [[ " $* " == *" --leave-running "* ]] &&
-      grep -q "Dumping path for [0-9]* fd via self [0-9]* \[$WORK/state.tmp\]" "$WORK/dump.log" || return $rc
+      grep -q "Dumping path for [0-9]* fd via self [0-9]* \[$WORK/state[^]/]*\.tmp\]" "$WORK/dump.log" || return $rc
     say "the leave-running dump caught the state file open (try $try): dumped again"
   done
   return $rc
