@@ -2,7 +2,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -270,8 +269,8 @@ Result<void> DumpStep::run() {
   }
   // The renewals end here: criu freezes the ranks once it has paused them,
   // and its pause's quiesce takes each stop over within this last lease,
-  // the job's timeout (stop_renewer.h).
-  const auto last_lease = std::max<std::chrono::milliseconds>(o_.timeout, o_.lease);
+  // the job's timeout (stop_renewer.h; the lease where that is longer).
+  const std::chrono::milliseconds last_lease = o_.timeout;
   auto renewed = renewer_->finish(last_lease);
   if (renewed)
     say("its ranks' stops renewed %" PRIu64 " time(s); no more renewals, the last one leased for %lld ms (the "
