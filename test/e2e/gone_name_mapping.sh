@@ -39,8 +39,7 @@ fresh() {  # a new workload (with the child): the file made anew
   rm -rf "${IMG:?}"/* && rm -f "$FINAL" "$FINAL".*
   start_workload "$FINAL" $BYTES --child
   wait_counter_above 5
-  for _ in $(seq 100); do [ "$(peer_counter)" -gt 5 ] && break; sleep 0.05; done
-  [ "$(peer_counter)" -gt 5 ] || fail "the child does not count in the shared file"
+  wait_field_above "$WORK/state" 3 5 || fail "the child does not count in the shared file"
 }
 
 # leave_running_then_restore LABEL [DUMP OPTIONS]

@@ -95,13 +95,19 @@ state_counter() { cut -d' ' -f2 "$WORK/state"; }
 state_child_counter() { cut -d' ' -f3 "$WORK/state"; }
 state_field() { cut -d' ' -f"$1" "$WORK/state"; }
 
-# wait_counter_above N [SECONDS]: the workload counts past N in time (5 s).
-wait_counter_above() {
-  for _ in $(seq $((${2:-5} * 20))); do
-    [ "$(state_counter 2>/dev/null || echo 0)" -gt "$1" ] && return 0
+# wait_field_above FILE FIELD N [SECONDS]: the counter in FILE's FIELD (a
+# state file: the workload's, or another process's of its tree) passes N in
+# time (5 s); status 1 where it does not.
+wait_field_above() {
+  for _ in $(seq $((${4:-5} * 20))); do
+    [ "$(cut -d' ' -f"$2" "$1" 2>/dev/null || echo 0)" -gt "$3" ] 2>/dev/null && return 0
     sleep 0.05
   done
-  fail "counter stuck at $(state_counter 2>/dev/null) (wanted > $1)"
+  return 1
+}
+# wait_counter_above N [SECONDS]: the workload counts past N in time (5 s).
+wait_counter_above() {
+  wait_field_above "$WORK/state" 2 "$1" "${2:-5}" || fail "counter stuck at $(state_counter 2>/dev/null) (wanted > $1)"
 }
 
 # CRIU_NET_ARGS: options every dump and restore of this test takes, for

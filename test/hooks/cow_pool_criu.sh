@@ -121,15 +121,13 @@ markers=$(find "$IMG" -name 'phos-*-complete.img' | wc -l)
 [ "$markers" = 2 ] || fail "two processes: $markers completion markers, not 2: $(ls "$IMG")"
 at=$(state_counter) at2=$(child_counter)
 wait_counter_above $((at + 20))
-for _ in $(seq 100); do [ "$(child_counter)" -gt $((at2 + 20)) ] && break; sleep 0.05; done
-[ "$(child_counter)" -gt $((at2 + 20)) ] || fail "two processes: the child stopped counting after the dump"
+wait_field_above "$WORK/state.2" 2 $((at2 + 20)) || fail "two processes: the child stopped counting after the dump"
 [ "$(state_field 3) $(child_counter 3)" = "ok ok" ] || fail "two processes: memory wrong after the dump: $(cat "$WORK/state" "$WORK/state.2")"
 [ "$(failed_allocations) $(child_counter 4)" = "0 0" ] ||
   fail "two processes: allocations failed in the window: $(cat "$WORK/state" "$WORK/state.2")"
 restored_ok "two processes"
 at2=$(child_counter)
-for _ in $(seq 100); do [ "$(child_counter)" -gt $((at2 + 20)) ] && break; sleep 0.05; done
-[ "$(child_counter)" -gt $((at2 + 20)) ] && [ "$(child_counter 3)" = ok ] ||
+wait_field_above "$WORK/state.2" 2 $((at2 + 20)) && [ "$(child_counter 3)" = ok ] ||
   fail "two processes: the restored child does not count on intact: $(cat "$WORK/state.2")"
 say "4. two processes: ${sized[0]##*: }, each; both images complete, no allocation failed, restored intact"
 say PASS

@@ -46,8 +46,7 @@ both_ok() {
   imp=$(importer_field 1)
   wait_counter_above $((at + 20)) 10
   [ "$(state_field 3)" = ok ] || fail "$1: the owner found its memory wrong: $(state_field 3)"
-  for _ in $(seq 100); do [ "$(importer_field 1)" -gt $((imp + 20)) ] && break; sleep 0.05; done
-  [ "$(importer_field 1)" -gt $((imp + 20)) ] || fail "$1: the importer does not count on (at $(importer_field 1))"
+  wait_field_above "$WORK/state.importer" 1 $((imp + 20)) || fail "$1: the importer does not count on (at $(importer_field 1))"
   [ "$(importer_field 2)" = ok ] || fail "$1: the importer found its memory wrong: $(importer_field 2)"
 }
 
