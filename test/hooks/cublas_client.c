@@ -75,6 +75,16 @@ static void addr(const char *name, unsigned long long p, unsigned long long byte
 
 static CUdeviceptr g_a, g_b, g_c;
 
+/* The driver started on the fake's context, and the GEMM's A, B and C
+ * (`bytes` each) allocated. */
+static void gemm_buffers(size_t bytes) {
+  cuInit(0);
+  cuCtxSetCurrent((CUcontext)1);
+  g_a = alloc("A", bytes);
+  g_b = alloc("B", bytes);
+  g_c = alloc("C", bytes);
+}
+
 static int gemm(cublasHandle_t h) {
   const float one = 1.0f;
   return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, (void *)(uintptr_t)g_a, CUDA_R_16F, 8,
@@ -84,11 +94,7 @@ static int gemm(cublasHandle_t h) {
 
 static int record(void) {
   int bad = 0;
-  cuInit(0);
-  cuCtxSetCurrent((CUcontext)1);
-  g_a = alloc("A", 128);
-  g_b = alloc("B", 128);
-  g_c = alloc("C", 128);
+  gemm_buffers(128);
   CUdeviceptr w = alloc("W", 4u << 20);
   addr("A", g_a, 128);
   addr("B", g_b, 128);
@@ -170,11 +176,7 @@ static int loop(const char *state, const char *mode) {
 }
 
 static int window(const char *go) {
-  cuInit(0);
-  cuCtxSetCurrent((CUcontext)1);
-  g_a = alloc("A", 4096);
-  g_b = alloc("B", 4096);
-  g_c = alloc("C", 4096);
+  gemm_buffers(4096);
   CUdeviceptr w = alloc("W", 1u << 20);
   cublasHandle_t h = create();
   if (cublasSetWorkspace(h, (void *)(uintptr_t)w, 1u << 20) != CUBLAS_STATUS_SUCCESS) return 1;
