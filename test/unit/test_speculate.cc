@@ -172,25 +172,23 @@ TEST_CASE("speculate: a struct's word that reads as two integers, the low one sm
   CHECK(access_of(t, 1) == (kRead | kWrite));
   CHECK(t.integer_words == 0);
 
-  // A small negative low half: (11, -1), a max reduction's word on the 8B server.
-  op = {0x0000000bffffffff, 0, 0, 0};
-  AccessSet negative;
-  speculate_kernel(l, LaunchArgs{params}, index, &negative);
-  CHECK(access_of(negative, 1) == 0);
-  CHECK(negative.integer_words == 1);
-  // ... but a low half just under -64 Ki reads as an address.
-  op = {0x0000000bfffeffff, 0, 0, 0};
-  AccessSet not_small;
-  speculate_kernel(l, LaunchArgs{params}, index, &not_small);
-  CHECK(access_of(not_small, 1) == (kRead | kWrite));
-  CHECK(not_small.integer_words == 0);
-
-  // A low half of 0 (an address at a 4 GiB boundary, inside the pool) is a pointer.
-  op = {0x0000000700000000, 0, 0, 0};
-  AccessSet boundary;
-  speculate_kernel(l, LaunchArgs{params}, index, &boundary);
-  CHECK(access_of(boundary, 1) == (kRead | kWrite));
-  CHECK(boundary.integer_words == 0);
+  // The struct's one word inside the pool, alone: two integers or a pointer.
+  const struct {
+    uint64_t word;
+    bool pointer;
+  } alone[] = {
+      {0x0000000bffffffff, false},  // a small negative low half: (11, -1), a max reduction's word on the 8B server
+      {0x0000000bfffeffff, true},   // ... but a low half just under -64 Ki reads as an address
+      {0x0000000700000000, true},   // a low half of 0: an address at a 4 GiB boundary, inside the pool
+  };
+  for (const auto& [word, pointer] : alone) {
+    CAPTURE(word);
+    op = {word, 0, 0, 0};
+    AccessSet one;
+    speculate_kernel(l, LaunchArgs{params}, index, &one);
+    CHECK(access_of(one, 1) == (pointer ? (kRead | kWrite) : 0));
+    CHECK(one.integer_words == (pointer ? 0u : 1u));
+  }
 
   // Without a layout a packed buffer is scanned unfiltered: its words may be typed pointers.
   uint64_t packed[] = {0x0000000700000001};
