@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "../e2e/state_file.h"
+#include "fake_saxpy.h"
 
 static char bad[96];
 
@@ -64,12 +65,7 @@ int main(int argc, char **argv) {
   if (!p) p = alloc(2u << 20);
   /* The fake's device memory is the process's: zero from the start. */
   volatile uint32_t *A = (volatile uint32_t *)(uintptr_t)a, *P = (volatile uint32_t *)(uintptr_t)p;
-  static unsigned char header[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};
-  CUmodule module;
-  CUfunction saxpy;
-  if (cuModuleLoadData(&module, header) != CUDA_SUCCESS ||
-      cuModuleGetFunction(&saxpy, module, "_Z5saxpyPKfPffi") != CUDA_SUCCESS)
-    return 1;
+  CUfunction saxpy = fake_saxpy();
   float alpha = 2.0f;
   int count = 1024;
   void *args[] = {&p, &b, &alpha, &count};
