@@ -257,9 +257,10 @@ Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, s
   auto pool = std::find_if(pools_.begin(), pools_.end(),
                            [&](const DevicePool& p) { return slot >= p.first_slot && slot - p.first_slot < p.slots; });
   if (pool == pools_.end()) return make_error("copy into the pool: slot " + std::to_string(slot) + " is in no pool", EINVAL);
-  CUdeviceptr dst = pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size();
+  // The mapping is read under save_mu_: give_pool_back unmaps it there.
   std::lock_guard<std::mutex> lock(save_mu_);
   if (!pool->va) return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: given back", ENOMEM);
+  CUdeviceptr dst = pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size();
   PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
   CUresult r;
   if (pool->save_kernel && ((address | dst | bytes) % 16) == 0) {
