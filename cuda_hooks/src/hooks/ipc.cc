@@ -277,26 +277,27 @@ PHOS_GRAPH_RECORD_HOOK(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode 
 
 namespace {
 // `event` destroyed by `real`, the driver's cuEventDestroy_v2 or its
-// unversioned one (both counted as cuEventDestroy_v2).
-template <class Real>
-CUresult destroy_event(Real real, CUevent event) {
+// unversioned one: both counted as cuEventDestroy_v2, the driver's time
+// outside phos's (forwarded_call), as PHOS_REAL's calls are.
+using EventDestroyFn = CUresult (*)(CUevent);
+CUresult destroy_event(EventDestroyFn real, CUevent event) {
   const EventDeps rt;
   GatePass pass(rt.gate(), PHOS_CALL_KIND(cuEventDestroy_v2));
   if (!real) return CUDA_ERROR_NOT_FOUND;
   // Forgotten first: once the driver destroyed it, another thread may get
   // the same handle for an event of its own.
   rt.interprocess_events().forget(event);
-  return real(event);
+  return forwarded_call(PHOS_CALL_KIND(cuEventDestroy_v2), [&] { return real(event); });
 }
 }  // namespace
 
 extern "C" PHOS_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
-  return destroy_event(PHOS_REAL(cuEventDestroy_v2), event);
+  return destroy_event(driver::real_as<EventDestroyFn>(driver::Fn::cuEventDestroy_v2), event);
 }
 
 // The same, reached through cuGetProcAddress below CUDA 4.0 (or dlsym).
 extern "C" PHOS_EXPORT CUresult phos_cuEventDestroy_v1(CUevent event) {
-  return destroy_event(reinterpret_cast<CUresult (*)(CUevent)>(driver::real_event_destroy_v1()), event);
+  return destroy_event(reinterpret_cast<EventDestroyFn>(driver::real_event_destroy_v1()), event);
 }
 
 // A context destroyed or reset destroys its events: which of the set were
