@@ -24,10 +24,16 @@
  * P is allocated first or last (--plant first|last): recopy's cold-first
  * order and copy-on-write's address order then copy it first or last.
  *
+ * With CHECKSUM_ZERO_PLANT_AFTER=PATH, once PATH exists, a store of the
+ * program's own into P's second MiB (all zero until then; checked to be
+ * zero at every step before it): a write no hook sees into memory all zero
+ * at a freeze before it, which the image must hold as zero.
+ *
  * usage: checksum_client STATE [--plant first|last] */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -62,6 +68,11 @@ int main(int argc, char **argv) {
   if (plant && !strcmp(plant, "first")) p = alloc(2u << 20);
   a = alloc(4u << 20);
   b = alloc(4u << 20);
+  /* Zero-plant mode: 32 MiB of zeros copied before P (the table's order is
+   * the allocations'), for the control that copies every chunk (sparse=off,
+   * at PHOS_FAULT=slow-copy's 20 ms a chunk) to reach P's second MiB well
+   * after the store. */
+  if (!p && getenv("CHECKSUM_ZERO_PLANT_AFTER")) (void)alloc(32u << 20);
   if (!p) p = alloc(2u << 20);
   /* The fake's device memory is the process's: zero from the start. */
   volatile uint32_t *A = (volatile uint32_t *)(uintptr_t)a, *P = (volatile uint32_t *)(uintptr_t)p;
@@ -70,10 +81,20 @@ int main(int argc, char **argv) {
   int count = 1024;
   void *args[] = {&p, &b, &alpha, &count};
   char line[192];
+  const char *zero_plant_after = getenv("CHECKSUM_ZERO_PLANT_AFTER");
+  volatile uint32_t *Z = P + (1u << 20) / 4;
+  static int zero_planted; /* in the image: a restored process frozen before the store checks Z again */
   for (uint64_t n = 1;; n++) {
     cuCtxSynchronize();
     check("A", A[0], (uint32_t)(n - 1), n);
     check("P", P[0], plant ? (uint32_t)(n - 1) : 0, n);
+    if (zero_plant_after && !zero_planted) {
+      check("Z", Z[0], 0, n);
+      if (access(zero_plant_after, F_OK) == 0) {
+        Z[0] = 0xdeadu;
+        zero_planted = 1;
+      }
+    }
     cuMemsetD32(a, (unsigned)n, 16384);
     check("A", A[0], (uint32_t)n, n);
     check("P", P[0], plant ? (uint32_t)(n - 1) : 0, n);

@@ -9,6 +9,9 @@
 #   1. copy-on-write (leave-running), nothing planted: the copies equal the
 #      freeze's fingerprints; the manifest says validation=checksum; the
 #      image restores and the program's checks pass
+#   1b. copy-on-write, a store no hook sees after the freeze into a chunk
+#      all zero at the freeze: settled as zero at the freeze (no copy), the
+#      image completes and restores with zero there
 #   2. copy-on-write, a store after the freeze into memory copied last: the
 #      image is refused (criu fails naming the chunk, its allocation, the
 #      kernel trusted on speculation, and saxpy as the likely writer: it
@@ -47,6 +50,42 @@ equal=$(grep -o "checksum: [0-9]* chunks equal to the freeze" "$WORK/dump.log") 
 "$PHOSCTL" show --json "$IMG" | grep -q '"validation": "checksum"' || fail "the manifest does not record validation=checksum"
 restored_ok "clean copy-on-write"
 say "1. copy-on-write: $equal; validation=checksum in the manifest; restored, its checks pass"
+
+# 1b. A store no hook sees, after the freeze, into a chunk all zero at the
+# freeze: that chunk is in the image as a hole from the start (settled, no
+# copy), so the image completes and holds zero there. Copied as any other
+# chunk, the store would reach it first and the image would be refused.
+rm -rf "${IMG:?}"/* "$WORK/plant" "$WORK/dump.log" && kill -9 "$WORKLOAD_PID" && wait_pid_free
+CHECKSUM_ZERO_PLANT_AFTER=$WORK/plant start_workload --preload
+wait_counter_above 5
+PHOS_COPY_ON_WRITE=always criu_dump --leave-running &
+dump=$!
+for _ in $(seq 200); do grep -q "copy window opened" "$WORK/dump.log" 2>/dev/null && break; sleep 0.05; done
+touch "$WORK/plant"
+wait "$dump" || fail "zero at the freeze: criu dump failed: $(criu_errors "$WORK/dump.log")"
+settled=$(grep -o "[0-9]* chunks ([0-9.]* MiB) all zero at the freeze" "$WORK/dump.log") ||
+  fail "zero at the freeze: no chunks settled as zero: $(grep -o 'phos: process 1: .*' "$WORK/dump.log" | head -n 8)"
+[ -e "$IMG/phos-1-complete.img" ] || fail "zero at the freeze: no completion marker"
+at=$(state_counter)
+wait_counter_above $((at + 5))
+[ "$(verdict)" = ok ] || fail "zero at the freeze: the program was harmed: $(cat "$WORK/state")"
+restored_ok "zero at the freeze (the store after it not in the image)"
+say "1b. a store no hook sees into memory all zero at the freeze: $settled; the image complete, restored, its checks pass"
+# The control: with cow_zero=copy nothing is settled, and the same store is
+# refused (the case above went through the window, not around it).
+rm -rf "${IMG:?}"/* "$WORK/plant" "$WORK/dump.log" && kill -9 "$WORKLOAD_PID" && wait_pid_free
+CHECKSUM_ZERO_PLANT_AFTER=$WORK/plant start_workload --preload
+wait_counter_above 5
+PHOS_COW_ZERO=copy PHOS_COPY_ON_WRITE=always criu_dump --leave-running &
+dump=$!
+for _ in $(seq 200); do grep -q "copy window opened" "$WORK/dump.log" 2>/dev/null && break; sleep 0.05; done
+touch "$WORK/plant"
+rc=0
+wait "$dump" || rc=$?
+[ "$rc" -ne 0 ] && grep -q "differs from its content at the freeze" "$WORK/dump.log" ||
+  fail "zero at the freeze, control (cow_zero=copy): the store after the freeze was not refused (criu exit $rc)"
+! grep -q "all zero at the freeze" "$WORK/dump.log" || fail "zero at the freeze, control: chunks settled with cow_zero=copy"
+say "1b. control, cow_zero=copy: nothing settled, the same store refused"
 
 # 2. A store after the freeze into P, copied last.
 rm -rf "${IMG:?}"/* && kill -9 "$WORKLOAD_PID" && wait_pid_free

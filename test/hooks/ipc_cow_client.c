@@ -130,6 +130,14 @@ int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[2], "--import")) importer();
   if (getrandom(&g_token, sizeof(g_token), 0) != sizeof(g_token)) return 2;
   CUdeviceptr s = alloc(SHARED_BYTES), a = alloc(OWN_BYTES);
+  /* A late open: the importer's half must hold data at the freeze, for the
+   * open to have something to push through the window (a chunk all zero
+   * then is in the image as a hole already, settle_zero_chunks). Between
+   * the words the importer checks, which its first memset overwrites. */
+  if (getenv("IPC_COW_OPEN_AFTER") && cuMemsetD32(s + HALF_BYTES + HALF_BYTES / 2, 0x5eed, 1024) != CUDA_SUCCESS) {
+    fprintf(stderr, "ipc_cow_client: the marker in the importer's half failed\n");
+    return 1;
+  }
   CUipcMemHandle h;
   if (((GetHandle)proc("cuIpcGetMemHandle"))(&h, s) != CUDA_SUCCESS) {
     fprintf(stderr, "cuIpcGetMemHandle failed\n");

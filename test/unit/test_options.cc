@@ -203,6 +203,18 @@ TEST_CASE("options: write_behind is auto by default, off from the file or PHOS_W
 using phos::agent::CopyTrust;
 using CopyOnWrite = PluginOptions::CopyOnWrite;
 
+TEST_CASE("options: cow_zero settles by default, copies from the file or PHOS_COW_ZERO", "[options]") {
+  CHECK(parse("").options.cow_zero_settle);
+  CHECK_FALSE(parse("cow_zero = copy\n").options.cow_zero_settle);
+  CHECK_FALSE(parse("", {{"PHOS_COW_ZERO", "copy"}}).options.cow_zero_settle);
+  CHECK(parse("cow_zero = copy\n", {{"PHOS_COW_ZERO", "settle"}}).options.cow_zero_settle);
+  auto bad = parse("cow_zero = on\n");
+  CHECK(bad.options.cow_zero_settle);
+  REQUIRE(bad.warnings.size() == 1);
+  CHECK(bad.warnings[0] == "phos.conf:1: cow_zero = on: expected settle or copy; ignored");
+  CHECK(parse("cow_zero = copy\n").options.describe().find("cow_zero=copy") != std::string::npos);
+}
+
 TEST_CASE("options: restore_overlap is on by default, off from the file or PHOS_RESTORE_OVERLAP", "[options]") {
   CHECK(parse("").options.restore_overlap);
   CHECK_FALSE(parse("restore_overlap = off\n").options.restore_overlap);

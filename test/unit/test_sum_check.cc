@@ -44,6 +44,22 @@ ChunkSums unchanged(uint64_t chunks) {
 
 }  // namespace
 
+TEST_CASE("chunk sums: a zero flag only where the chunk's fingerprint was taken all zero", "[sum_check]") {
+  ChunkSums sums(4);
+  sums.set(0, 11, true);
+  sums.set(1, 12);
+  sums.set(2, 13, false);
+  CHECK(sums.zero(0));
+  CHECK_FALSE(sums.zero(1));
+  CHECK_FALSE(sums.zero(2));
+  CHECK_FALSE(sums.zero(3));  // never taken
+  CHECK_FALSE(sums.zero(9));  // outside the table
+  CHECK(sums.get(0) == std::optional<uint64_t>(11));  // a zero chunk's fingerprint is kept
+  sums.set(0, 21);  // taken again with data: no longer zero
+  CHECK_FALSE(sums.zero(0));
+  CHECK(sums.get(0) == std::optional<uint64_t>(21));
+}
+
 TEST_CASE("sum check: a copy matches only the fingerprint of its own chunk", "[sum_check]") {
   ChunkSums t0(4);
   t0.set(0, 11);

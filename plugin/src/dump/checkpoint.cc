@@ -509,6 +509,8 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   t.manifest.statistics.cow_pool_bytes = (*window)->pool_bytes;
   if (!take_freeze_sums(t)) return CopyPlan{};
   if (auto shared = copy_shared_now(t); !shared) return CopyPlan{.error = shared.error()};
+  // After the shared memory's copy, which takes its chunks whatever they hold.
+  if (options_.cow_zero_settle) (void)engine_->settle_zero_chunks(*t.save);
   return CopyPlan{.protocol = CopyProtocol::kSoftCopyOnWrite, .snapshot = false};
 }
 

@@ -180,6 +180,17 @@ class Engine {
     uint64_t chunks = 0, bytes = 0, ns = 0;
   };
   Result<StoppedPass> copy_stopped(SaveJob& job, const std::set<uint64_t>& ids, const std::atomic<bool>& stop);
+  // Copy-on-write, after take_freeze_sums (and copy_stopped), before the
+  // process runs again: each chunk still pending that was all 0 bytes at the
+  // freeze goes into the image as a zero chunk (a hole, sparse=auto) and is
+  // taken as copied, so no write of the process saves it into the pool or
+  // waits for it, and the engine copies nothing of it. A program's memory
+  // it has not written yet (a preallocated KV cache) is most of a large
+  // window's: a kernel whose speculated set reaches into it then waits for
+  // none of it. Nothing where the freeze took no zero flags, for a
+  // migration (its data goes to device memory, not to holes) or with
+  // sparse=off. Returns the chunks and bytes so settled.
+  StoppedPass settle_zero_chunks(SaveJob& job);
   // Dead memory (dead_ranges.h): the program's free device memory at the
   // gate closing the image stands for. Its chunks are not copied (dropped
   // from the stopped copy, taken as copied in a copy window, open or
@@ -436,6 +447,7 @@ struct Engine::SaveJob {
   std::atomic<uint64_t> sum_checked{0};
   uint64_t sum_missed = 0;           // recopy: changed without a dirty mark
   uint64_t sum_unchanged_dirty = 0;  // recopy: dirty, unchanged, not copied again
+  uint64_t zero_settled_chunks = 0, zero_settled_bytes = 0;  // settle_zero_chunks
   // A migration's copies fingerprinted on their target: one pinned slot per
   // table chunk.
   ChunkSumTask* target_tasks = nullptr;

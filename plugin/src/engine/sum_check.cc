@@ -15,10 +15,10 @@ std::string size_text(uint64_t bytes) {
 
 }  // namespace
 
-void ChunkSums::set(uint64_t chunk, uint64_t fingerprint) {
+void ChunkSums::set(uint64_t chunk, uint64_t fingerprint, bool zero) {
   if (chunk >= value_.size()) return;
   value_[chunk] = fingerprint;
-  known_[chunk] = 1;
+  known_[chunk] = zero ? kKnownZero : kKnown;
 }
 
 std::optional<uint64_t> ChunkSums::get(uint64_t chunk) const {

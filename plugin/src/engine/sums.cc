@@ -6,11 +6,14 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "chunk_crc.h"
 #include "chunk_sum.h"
 #include "engine/engine.h"
+#include "phos/images/crc32c.h"
 #include "phos/images/fingerprint.h"
+#include "phos/images/zero_chunk.h"
 #include "phos/plugin/log.h"
 #include "phos/support/clock.h"
 
@@ -112,6 +115,45 @@ Result<void> Engine::take_freeze_sums(SaveJob& job) {
   return {};
 }
 
+Engine::StoppedPass Engine::settle_zero_chunks(SaveJob& job) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  StoppedPass settled;
+  if (!job.window || job.migration || settings_.sparse != image::Sparse::kAuto || job.reference.empty() ||
+      job.window->table.protocol() != CopyProtocol::kSoftCopyOnWrite)
+    return settled;
+  const uint64_t t0 = monotonic_ns();
+  copystate::CopyState& table = job.window->table;
+  std::map<uint64_t, uint32_t> zero_crc;  // by chunk size: whole chunks, and allocations' last ones
+  for (uint64_t c = 0; c < table.chunk_count(); c++) {
+    if (!job.reference.zero(c) || window_chunk_dead(job, c)) continue;
+    auto claim = table.claim(c);  // not pending: copied stopped (IPC), or dead
+    if (!claim) continue;
+    const Piece p = piece_of(job, *claim);
+    auto crc = zero_crc.find(p.size);
+    if (crc == zero_crc.end()) {
+      const std::vector<std::byte> zeros(p.size);
+      crc = zero_crc.emplace(p.size, phos::crc32c(zeros)).first;
+    }
+    job.chunks[p.allocation][p.chunk] = image::Chunk{.alloc_offset = p.offset,
+                                                     .raw_size = uint32_t(p.size),
+                                                     .crc32c = crc->second,
+                                                     .compression = image::Compression::kZero,
+                                                     .fingerprint = *job.reference.get(c)};
+    table.copied(*claim);
+    settled.chunks++;
+    settled.bytes += p.size;
+  }
+  settled.ns = monotonic_ns() - t0;
+  job.zero_settled_chunks = settled.chunks;
+  job.zero_settled_bytes = settled.bytes;
+  if (settled.chunks)
+    PHOS_INFO("process %d: %llu chunks (%.1f MiB) all zero at the freeze: in the image as holes, copied by nobody, "
+              "and no write of the process waits for them (%.1f ms)",
+              job.vpid, (unsigned long long)settled.chunks, double(settled.bytes) / (1 << 20),
+              double(settled.ns) / 1e6);
+  return settled;
+}
+
 void Engine::drop_window(SaveJob& job) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (!job.window) return;
@@ -193,7 +235,7 @@ Result<void> Engine::sum_chunks_on_gpu(SaveJob& job, sum_check::ChunkSums& out) 
                             EIO);
         break;
       }
-      out.set((*l.chunks)[i], l.sums[i].fingerprint);
+      out.set((*l.chunks)[i], l.sums[i].fingerprint, l.sums[i].zero != 0);
     }
     if (l.tasks) cu_.cuMemFreeHost(l.tasks);
     if (l.sums) cu_.cuMemFreeHost(l.sums);
@@ -214,7 +256,7 @@ Result<void> Engine::sum_chunks_on_host(SaveJob& job, sum_check::ChunkSums& out)
     return {};
   };
   work.done = [&](const Piece& p, void* buffer, unsigned) -> Result<void> {
-    out.set(p.claim->chunk, phos::fingerprint::of(buffer, p.size));
+    out.set(p.claim->chunk, phos::fingerprint::of(buffer, p.size), zero_chunk::all_zero(buffer, p.size));
     return {};
   };
   std::vector<uint64_t> dma_wait_ns;

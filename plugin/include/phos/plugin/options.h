@@ -84,6 +84,11 @@ struct PluginOptions {
   // docs/benchmarks/copy-on-write.md).
   enum class CowStart { kResume, kPause };
   CowStart cow_start = CowStart::kResume;
+  // cow_zero: settle | copy. settle: a chunk all zero at the freeze (its
+  // fingerprint pass says so, cow_trust=checksum) is in the image as a hole
+  // before the process runs again, and no write waits for it; copy: copied
+  // like any other (the order before; kept to measure against).
+  bool cow_zero_settle = true;
   // recopy: auto | off. auto: a dump that stops the process (no
   // --leave-running) copies its device memory while it still runs, then
   // closes the gate and copies again only what it wrote meanwhile (soft

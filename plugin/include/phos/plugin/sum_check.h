@@ -25,12 +25,17 @@ class ChunkSums {
   explicit ChunkSums(size_t chunks) : value_(chunks, 0), known_(chunks, 0) {}
   size_t size() const { return value_.size(); }
   bool empty() const { return value_.empty(); }
-  void set(uint64_t chunk, uint64_t fingerprint);
+  // `zero`: every byte of the chunk was 0 (zero_chunk.h), as the pass that
+  // took the fingerprint saw it.
+  void set(uint64_t chunk, uint64_t fingerprint, bool zero = false);
   std::optional<uint64_t> get(uint64_t chunk) const;
+  // Whether the chunk's fingerprint was taken and it was all 0 bytes then.
+  bool zero(uint64_t chunk) const { return chunk < known_.size() && known_[chunk] == kKnownZero; }
 
  private:
+  static constexpr uint8_t kKnown = 1, kKnownZero = 2;
   std::vector<uint64_t> value_;
-  std::vector<uint8_t> known_;
+  std::vector<uint8_t> known_;  // 0, kKnown or kKnownZero
 };
 
 // What a copy was checked against: the freeze (copy-on-write's T0) or the
