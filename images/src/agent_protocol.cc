@@ -444,6 +444,8 @@ void fill_call_wait(const CallWait& w, Phos__Agent__CallWait& o) {
   o.wait_ns = w.wait_ns;
   o.chunks_waited = w.chunks_waited;
   o.chunks_saved = w.chunks_saved;
+  pb::set_present(o.has_save_ns, o.save_ns, w.save_ns);
+  pb::set_present(o.has_engine_wait_ns, o.engine_wait_ns, w.engine_wait_ns);
 }
 
 CallWait call_wait(const Phos__Agent__CallWait& w) {
@@ -451,7 +453,9 @@ CallWait call_wait(const Phos__Agent__CallWait& w) {
                   .kernel = text(w.kernel),
                   .wait_ns = w.wait_ns,
                   .chunks_waited = w.chunks_waited,
-                  .chunks_saved = w.chunks_saved};
+                  .chunks_saved = w.chunks_saved,
+                  .save_ns = w.has_save_ns ? w.save_ns : 0,
+                  .engine_wait_ns = w.has_engine_wait_ns ? w.engine_wait_ns : 0};
 }
 
 std::vector<std::byte> encode(const CloseCopyWindowReply& r) {

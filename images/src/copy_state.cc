@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "phos/support/clock.h"
+
 namespace phos::copystate {
 namespace {
 
@@ -607,6 +609,7 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
   // this waits). The batch completes before any wait.
   std::vector<uint64_t> deferred;
   std::vector<std::pair<uint64_t, uint32_t>> batch;
+  const uint64_t t0 = protocol() == CopyProtocol::kSoftCopyOnWrite ? monotonic_ns() : 0;
   for (auto [first, last] : spans) {
     if (protocol() == CopyProtocol::kSoftRecopy) mark_written(first);
     for (uint64_t c = first; c <= last; c++) {
@@ -631,6 +634,8 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
     close(Window::kAborted);
     return done.error();
   }
+  if (t0) report.save_ns = monotonic_ns() - t0;
+  const uint64_t t1 = deferred.empty() ? 0 : monotonic_ns();
   for (size_t i = 0; i < deferred.size(); i++) {
     // The engine is asked for the next deferred chunks again as its urgent
     // list drains: past the list's first kUrgentEntries, a chunk was reached
@@ -647,6 +652,7 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
       return r.error();
     }
   }
+  if (t1) report.wait_ns = monotonic_ns() - t1;
   return report;
 }
 

@@ -45,6 +45,10 @@
 #     (the longest reply while the dump ran, less the median reply before
 #     it), criu's time, the T0 fingerprint pass, and every reply's tokens
 #     equal to the first's (CSV: FILE-server.csv).
+#     BENCH_SERVER_KV_WRITTEN_MIB=M: only the pool's first M MiB written
+#     (a server that just started: the rest all zero); BENCH_SERVER_MODES
+#     may then name MODE_zerocopy: MODE with cow_zero=copy (chunks all zero
+#     at the freeze copied like any other, as before cow_zero=settle).
 # One CSV row per dump (--csv); the tables go to stdout.
 # Each size is dumped once first, unmeasured (a fresh host's first dumps are
 # slower: its memory grows on first use), then the modes take turns, --reps
@@ -228,7 +232,7 @@ if [ -n "$server" ]; then
   kv_gib=$((server_gib - ${weights_gib[$shape]}))
   [ "$kv_gib" -gt 0 ] || fail "--server $server: GIB must exceed the model's ${weights_gib[$shape]} GiB"
   (setsid env LD_PRELOAD="$LIBPHOS" "$python" "$here/llama_server.py" --reqdir "$reqdir" --shape "$shape" \
-     --kv-cache-gib "$kv_gib" --kv-written-mib -1 </dev/null >"$reqdir/server.out" 2>&1 &)
+     --kv-cache-gib "$kv_gib" --kv-written-mib "${BENCH_SERVER_KV_WRITTEN_MIB:--1}" </dev/null >"$reqdir/server.out" 2>&1 &)
   for _ in $(seq 1200); do [ -s "$reqdir/ready" ] || [ -e "$reqdir/error" ] && break; sleep 0.1; done
   [ -s "$reqdir/ready" ] || fail "the server did not start: $(tail -n 3 "$reqdir/error" "$reqdir/server.out" 2>/dev/null | tr '\n' ' ')"
   WORKLOAD_PID=$(awk '$1 == "pid" {print $2}' "$reqdir/ready")
@@ -246,16 +250,18 @@ if [ -n "$server" ]; then
     rm -rf "$IMG" && mkdir -p "$IMG"
     sleep 2
     t0=$(date +%s.%N)
-    cow=auto trust=checksum conf=/dev/null
-    [ "${mode%_nocopy}" = off ] && cow=off
-    [ "${mode%_nocopy}" = speculated ] && trust=speculated
+    cow=auto trust=checksum conf=/dev/null zero=settle base=${mode%_nocopy}
+    base=${base%_zerocopy}
+    [ "$base" = off ] && cow=off
+    [ "$base" = speculated ] && trust=speculated
     [ "$mode" != "${mode%_nocopy}" ] && conf=$WORK/nocopy.conf
+    [ "$mode" != "${mode%_zerocopy}" ] && zero=copy
     outcome=complete
-    if ! CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust criu_dump --leave-running; then
+    if ! CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero criu_dump --leave-running; then
       # Checksum validation refusing the image (a write speculation missed)
       # is the default's answer, not the bench's failure: the server runs on.
       grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||
-        fail "server, copy_on_write=$cow cow_trust=$trust: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1 | cut -c1-300)"
+        fail "server, copy_on_write=$cow cow_trust=$trust cow_zero=$zero: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1 | cut -c1-300)"
       outcome=refused
     fi
     t1=$(date +%s.%N)
@@ -319,14 +325,14 @@ if [ -n "$train" ]; then
 fi
 if [ -n "$server" ]; then
   echo
-  echo "## $shape server, its KV cache bringing the GPU to $used_gib GiB (all written), answering one-token requests back to back, dumped with --leave-running"
+  echo "## $shape server, its KV cache bringing the GPU to $used_gib GiB ($( [ "${BENCH_SERVER_KV_WRITTEN_MIB:--1}" = -1 ] && echo "all written" || echo "its first ${BENCH_SERVER_KV_WRITTEN_MIB} MiB written, the rest zero")), answering one-token requests back to back, dumped with --leave-running"
   echo "$replies replies, every one's tokens equal to the first's; stall = the longest reply while the dump ran, less the median reply before it"
   echo "| mode | stall (client) | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back | image | criu's pages |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F, 'function label(m,  l) {
-      l = m; sub(/_nocopy$/, "", l)
+      l = m; sub(/_nocopy$/, "", l); sub(/_zerocopy$/, "", l)
       l = l == "auto" ? "auto, cow_trust=checksum (default)" : l == "off" ? "off (stopped copy)" : "auto, cow_trust=" l
-      return l (m ~ /_nocopy$/ ? ", criu copies off" : "")
+      return l (m ~ /_nocopy$/ ? ", criu copies off" : "") (m ~ /_zerocopy$/ ? ", cow_zero=copy" : "")
     }
     NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", label($1), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
 fi

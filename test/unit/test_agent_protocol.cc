@@ -236,7 +236,7 @@ TEST_CASE("agent protocol: every reply round trips", "[agent_protocol]") {
                                   .unmarked_calls = 12,
                                   .suspects = {{"void at::native::vectorized_elementwise_kernel<4>", 3}},
                                   .longest_waits = {{"kernel launch", "void at::native::cat_kernel", 1712000000, 537, 0},
-                                                    {"cuMemcpyAsync", "", 20000000, 5, 2}},
+                                                    {"cuMemcpyAsync", "", 20000000, 5, 2, 1500000, 18000000}},
                                   .most_saved = {{"cuMemcpyDtoDAsync_v2", "", 0, 0, 537}}},
   };
   for (const auto& r : replies) {

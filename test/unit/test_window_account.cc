@@ -114,6 +114,16 @@ TEST_CASE("window account: the three longest waits are kept, longest first", "[w
   CHECK(plugin::describe_longest_waits({{.call = "cuMemsetD8_v2", .kernel = "", .wait_ns = 1500000, .chunks_waited = 3, .chunks_saved = 0}}) ==
         "the call that waited: cuMemsetD8_v2 1.5 ms (3 chunks waited for, 0 saved into the pool)");
   CHECK(plugin::describe_longest_waits({}) == "no call waited for the engine");
+  // Where a call's time went, where the hooks said.
+  CHECK(plugin::describe_longest_waits({{.call = "kernel launch",
+                                         .kernel = "cat",
+                                         .wait_ns = 521300000,
+                                         .chunks_waited = 174,
+                                         .chunks_saved = 13464,
+                                         .save_ns = 140200000,
+                                         .engine_wait_ns = 381100000}}) ==
+        "the call that waited: kernel launch of cat 521.3 ms (174 chunks waited for, 13464 saved into the pool; "
+        "saving 140.2 ms, waiting for the engine 381.1 ms)");
 }
 
 TEST_CASE("window account: the calls that saved the most into the pool are kept apart from the waits",

@@ -349,12 +349,16 @@ void CopyWindow::write(uint64_t address, uint64_t bytes, CallCost& cost) {
   if (!report) return give_up(report.error());
   cost.waited += report->waited;
   cost.saved += report->saved;
+  cost.save_ns += report->save_ns;
+  cost.engine_wait_ns += report->wait_ns;
 }
 
 void CopyWindow::settle(const CallCost& cost, const char* call, const Kernel* kernel, bool unknown_set) {
   const bool waited = cost.waited || cost.whole_window;
   if (!waited && !cost.saved) return;
-  const uint64_t ns = waited ? monotonic_ns() - cost.since_ns : 0;
+  // The call's time in the window's work, saves included (the program
+  // waits for them too); the window's counters count calls that waited.
+  const uint64_t ns = monotonic_ns() - cost.since_ns;
   if (waited) {
     waited_.fetch_add(1, std::memory_order_relaxed);
     if (unknown_set) unknown_waits_.fetch_add(1, std::memory_order_relaxed);
@@ -364,7 +368,9 @@ void CopyWindow::settle(const CallCost& cost, const char* call, const Kernel* ke
                                 .kernel = kernel ? kernel->name : std::string(),
                                 .wait_ns = ns,
                                 .chunks_waited = cost.waited,
-                                .chunks_saved = cost.saved});
+                                .chunks_saved = cost.saved,
+                                .save_ns = cost.save_ns,
+                                .engine_wait_ns = cost.engine_wait_ns});
 }
 
 void CopyWindow::untrusted(bool unknown_set, const char* call, const Kernel* kernel) {

@@ -144,6 +144,8 @@ class CopyWindow {
     uint64_t since_ns = 0;
     uint64_t waited = 0;  // chunks it waited for
     uint64_t saved = 0;   // chunks it saved into the pool
+    uint64_t save_ns = 0;         // of its wait: launching its saves and waiting for them
+    uint64_t engine_wait_ns = 0;  // of its wait: chunks the engine copies waited for
     bool whole_window = false;  // it waited for the window to close
   };
   void write(uint64_t address, uint64_t bytes, CallCost& cost);

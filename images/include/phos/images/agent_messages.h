@@ -324,6 +324,8 @@ struct CallWait {
   uint64_t wait_ns = 0;
   uint64_t chunks_waited = 0;
   uint64_t chunks_saved = 0;
+  uint64_t save_ns = 0;         // of wait_ns: its saves launched and waited for
+  uint64_t engine_wait_ns = 0;  // of wait_ns: chunks the engine copies waited for
   bool operator==(const CallWait&) const = default;
 };
 inline constexpr size_t kMaxLongestWaits = 3;

@@ -116,6 +116,8 @@ struct WriteReport {
   uint32_t waited = 0;   // chunks waited for (being copied, or no free slot)
   uint32_t dirtied = 0;  // recopy: chunks marked dirty
   uint32_t overwritten = 0;  // fill: chunks taken as filled, wholly overwritten
+  uint64_t save_ns = 0;      // copy-on-write: launching the saves and waiting for them
+  uint64_t wait_ns = 0;      // copy-on-write: waiting for chunks the engine copies
 };
 
 // Pool slots [first, end).
