@@ -47,6 +47,9 @@ grep -q "checksum: the freeze's fingerprints (T0) of 10 chunks" "$WORK/dump.log"
   fail "no freeze fingerprints in the log: $(grep -o 'phos: process [0-9]*: .*checksum.*' "$WORK/dump.log" | head -n2)"
 equal=$(grep -o "checksum: [0-9]* chunks equal to the freeze" "$WORK/dump.log") || fail "no checked copies in the log"
 [ -e "$IMG/phos-1-complete.img" ] || fail "clean copy-on-write: no completion marker"
+# Its staging made while criu dumped, not as the copy started.
+grep -q "the copy's staging made ahead, while criu dumps: [0-9]* rings" "$WORK/dump.log" ||
+  fail "clean copy-on-write: the staging was not made ahead: $(grep -o "phos: .*staging.*" "$WORK/dump.log" | head -n1)"
 "$PHOSCTL" show --json "$IMG" | grep -q '"validation": "checksum"' || fail "the manifest does not record validation=checksum"
 restored_ok "clean copy-on-write"
 say "1. copy-on-write: $equal; validation=checksum in the manifest; restored, its checks pass"

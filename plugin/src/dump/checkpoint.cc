@@ -740,6 +740,9 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
     // refuse the image rather than ignore the process.
     t.write_behind = true;
     t.protocol = plan.protocol;
+    // The copy starts once the process runs again: its staging is made
+    // now, while criu dumps the CPU side.
+    if (plan.protocol == CopyProtocol::kSoftCopyOnWrite) engine_->prepare_rings(*t.save);
     PHOS_TRY(write_manifest(pid, t));
     PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
               !has_memory ? "no device memory"

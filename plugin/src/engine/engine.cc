@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <future>
 #include <thread>
 #include <utility>
 
@@ -131,7 +132,6 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineSettings& settings) {
   return std::unique_ptr<Engine>(new Engine(**cu, s));
 }
 
-Engine::~Engine() = default;
 
 CUcontext Engine::context(int ordinal, Result<void>& err) {
   auto it = contexts_.find(ordinal);
@@ -289,11 +289,28 @@ Result<GpuDevice> Engine::describe(int ordinal) {
 // and the piece whose DMA is in flight in it.
 struct Engine::Slot {
   void* buffer = nullptr;
+  size_t size = 0;    // of `buffer`
   size_t mapped = 0;  // bytes mmapped for `buffer` (registered huge pages); 0: cuMemHostAlloc
+  size_t bounce_size = 0;  // of each bounce
   std::map<int, CUstream> streams;
   std::map<int, CUdeviceptr> bounce;  // per device, where the work asks for one (0: the GPU had no room)
   std::optional<Piece> piece;
 };
+
+Engine::Engine(const CudaApi& cu, const EngineSettings& settings)
+    : cu_(cu), settings_(settings), owner_pid_(::getpid()) {}
+
+Engine::~Engine() {
+  if (::getpid() != owner_pid_) {
+    // A child criu forked (a namespace's dumper) that exits through exit():
+    // it has neither the ring makers' threads, which a future's destructor
+    // would wait for forever, nor the CUDA state the rings hold. Left as is.
+    new std::vector<std::future<void>>(std::move(rings_made_));
+    return;
+  }
+  wait_rings();
+  for (auto& ring : spare_rings_) release_ring(ring);
+}
 
 // Whether one of the workers failed.
 struct Engine::Queue {
@@ -331,16 +348,20 @@ Result<void> Engine::run_workers(unsigned n, const NextPiece& next, size_t buffe
     if (!queue.failed.exchange(true)) first_error = e;
   };
   dma_wait_ns.assign(n, 0);
+  wait_rings();
   std::vector<std::thread> threads;
   for (unsigned w = 0; w < n; w++) {
     threads.emplace_back([&, w] {
-      std::vector<Slot> ring(kRingDepth);
+      std::vector<Slot> ring = take_ring();
+      bool whole = false;
       try {
-        if (auto r = run_worker(w, ring, buffer_size, next, queue, work, dma_wait_ns[w]); !r) fail(r.error());
+        auto r = run_worker(w, ring, buffer_size, next, queue, work, dma_wait_ns[w]);
+        if (!r) fail(r.error());
+        whole = r.ok();
       } catch (const std::exception& e) {  // bad_alloc: must not end criu
         fail(make_error(std::string("engine worker: ") + e.what(), ENOMEM));
       }
-      release_ring(ring);
+      give_ring(std::move(ring), whole);
     });
   }
   for (auto& t : threads) t.join();
@@ -373,7 +394,7 @@ Result<void> Engine::run_worker(unsigned worker, std::vector<Slot>& ring, size_t
     }
     Slot& slot = ring[k++ % ring.size()];
     if (slot.piece) PHOS_TRY(finish_slot(slot, worker, work, dma_wait_ns));
-    PHOS_TRY(prepare_slot(slot, p.device, buffer_size, work.bounce));
+    PHOS_TRY(prepare_slot(slot, p.device, contexts_.at(p.device), buffer_size, work.bounce));
     auto bounce = slot.bounce.find(p.device);
     PHOS_TRY(work.start(p, slot.buffer, slot.streams.at(p.device), worker,
                         bounce == slot.bounce.end() ? CUdeviceptr(0) : bounce->second));
@@ -410,12 +431,22 @@ std::optional<std::pair<void*, size_t>> Engine::huge_staging(size_t size) const 
   return std::make_pair(p, length);
 }
 
-Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size, bool bounce) {
-  PHOS_CU(cu_, cu_.cuCtxSetCurrent(contexts_.at(device)), "engine worker: use device context");
+Result<void> Engine::prepare_slot(Slot& slot, int device, CUcontext ctx, size_t buffer_size, bool bounce) {
+  PHOS_CU(cu_, cu_.cuCtxSetCurrent(ctx), "engine worker: use device context");
   // Page-aligned, as O_DIRECT writes from it need; the GPU checksum of the
   // chunk in it lands in the tail (ChunkCrcTail), which the device writes.
+  const size_t size = buffer_size + sizeof(StagingTail);
+  if (slot.buffer && buffer_size && slot.size < size) {  // a kept ring's, too small for these chunks
+    if (slot.mapped) {
+      cu_.cuMemHostUnregister(slot.buffer);
+      ::munmap(slot.buffer, slot.mapped);
+    } else {
+      cu_.cuMemFreeHost(slot.buffer);
+    }
+    slot.buffer = nullptr;
+    slot.mapped = 0;
+  }
   if (!slot.buffer && buffer_size) {  // none for device-to-device copies (a migration's)
-    const size_t size = buffer_size + sizeof(StagingTail);
     // Huge pages: copies both ways went faster with them than with
     // cuMemHostAlloc's pages (docs/benchmarks/architecture-figures.md).
     if (auto mapped = huge_staging(size)) {
@@ -425,6 +456,11 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size, bo
     if (!slot.buffer)
       PHOS_CU(cu_, cu_.cuMemHostAlloc(&slot.buffer, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
               "engine worker: allocate pinned staging buffer");
+    slot.size = size;
+  }
+  if (slot.bounce.count(device) && bounce && buffer_size && slot.bounce_size < buffer_size) {
+    if (slot.bounce[device]) cu_.cuMemFree_v2(slot.bounce[device]);
+    slot.bounce.erase(device);
   }
   if (!slot.streams.count(device)) {
     CUstream stream = nullptr;
@@ -442,8 +478,73 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, size_t buffer_size, bo
                   cu_.error(("device " + std::to_string(device) + ": allocate a bounce buffer").c_str(), r).c_str());
     }
     slot.bounce[device] = b;
+    slot.bounce_size = buffer_size;
   }
   return {};
+}
+
+std::vector<Engine::Slot> Engine::take_ring() {
+  std::lock_guard<std::mutex> lock(rings_mu_);
+  if (spare_rings_.empty()) return std::vector<Slot>(kRingDepth);
+  std::vector<Slot> ring = std::move(spare_rings_.back());
+  spare_rings_.pop_back();
+  return ring;
+}
+
+void Engine::give_ring(std::vector<Slot>&& ring, bool whole) {
+  // After a failure a DMA may still be queued on a slot: released (it waits).
+  if (!whole) return release_ring(ring);
+  std::lock_guard<std::mutex> lock(rings_mu_);
+  spare_rings_.push_back(std::move(ring));
+}
+
+void Engine::wait_rings() {
+  std::vector<std::future<void>> made;
+  {
+    std::lock_guard<std::mutex> lock(rings_mu_);
+    made.swap(rings_made_);
+  }
+  for (auto& f : made) f.wait();
+}
+
+void Engine::prepare_rings(const SaveJob& job) {
+  if (job.migration || !job.workers || job.devices.empty()) return;
+  // The contexts on this thread: the maker only reads what it is given.
+  std::map<int, CUcontext> contexts;
+  for (int d : std::set<int>(job.devices.begin(), job.devices.end())) {
+    Result<void> err;
+    CUcontext ctx = context(d, err);
+    if (!ctx) return;  // the copy says so when it needs the context
+    contexts[d] = ctx;
+  }
+  std::lock_guard<std::mutex> lock(rings_mu_);
+  if (!rings_made_.empty() || spare_rings_.size() >= job.workers) return;
+  const size_t want = job.workers - spare_rings_.size(), buffer_size = staging_size(job);
+  const bool bounce = job.validated;
+  const int32_t vpid = job.vpid;
+  rings_made_.push_back(std::async(std::launch::async, [this, contexts, want, buffer_size, bounce, vpid] {
+    const uint64_t t0 = monotonic_ns();
+    std::vector<std::vector<Slot>> made;
+    Result<void> r;
+    for (size_t w = 0; w < want && r; w++) {
+      made.emplace_back(kRingDepth);
+      for (Slot& slot : made.back())
+        for (const auto& [device, ctx] : contexts)
+          if (r) r = prepare_slot(slot, device, ctx, buffer_size, bounce);
+    }
+    if (!r) {  // the workers make what is missing as they start, and say what fails
+      PHOS_WARN("process %d: the copy's staging made ahead: %s; its workers make their own", vpid,
+                r.error().message.c_str());
+      for (auto& ring : made) release_ring(ring);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> held(rings_mu_);
+      for (auto& ring : made) spare_rings_.push_back(std::move(ring));
+    }
+    PHOS_INFO("process %d: the copy's staging made ahead, while criu dumps: %zu rings of %zu slots in %.1f ms", vpid,
+              want, kRingDepth, double(monotonic_ns() - t0) / 1e6);
+  }));
 }
 
 Result<void> Engine::finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns) {

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -180,6 +181,15 @@ class Engine {
     uint64_t chunks = 0, bytes = 0, ns = 0;
   };
   Result<StoppedPass> copy_stopped(SaveJob& job, const std::set<uint64_t>& ids, const std::atomic<bool>& stop);
+  // The staging rings of the job's workers (pinned staging buffers, their
+  // streams, the checksum's bounce chunks) made now, on a thread of their
+  // own, for its copy to take when it starts; the rings are kept by the
+  // engine for its next copies until it ends. Made as a copy-on-write copy
+  // started, after the process ran again, the 48 slots of 16 workers held
+  // the copy back for about 0.4 s on an H200 (the driver does their
+  // allocations one at a time), while the program's first writes waited
+  // for it. Nothing for a migration, or where rings wait already.
+  void prepare_rings(const SaveJob& job);
   // Copy-on-write, after take_freeze_sums (and copy_stopped), before the
   // process runs again: each chunk still pending that was all 0 bytes at the
   // freeze goes into the image as a zero chunk (a hole, sparse=auto) and is
@@ -235,7 +245,7 @@ class Engine {
   Result<void> open_fill(LoadJob& job, const std::vector<uint64_t>& first);
 
  private:
-  Engine(const CudaApi& cu, const EngineSettings& settings) : cu_(cu), settings_(settings) {}
+  Engine(const CudaApi& cu, const EngineSettings& settings);  // in engine.cc, where Slot is complete
   CUcontext context(int ordinal, Result<void>& err);
   Result<CUdeviceptr> map(CUmemGenericAllocationHandle h, size_t size, int device);
   void unmap(CUdeviceptr va, size_t size);
@@ -341,7 +351,13 @@ class Engine {
   // `stream`, the worker's: it is done when the worker syncs that stream.
   Result<void> queue_zero_chunk(const LoadJob& job, const Piece& p, CUstream stream);
   void close_window(SaveJob& job, bool copied);
-  Result<void> prepare_slot(Slot& slot, int device, size_t buffer_size, bool bounce);
+  Result<void> prepare_slot(Slot& slot, int device, CUcontext ctx, size_t buffer_size, bool bounce);
+  // A worker's ring: one prepare_rings made, or a new one; given back
+  // (kept) after a copy that went through, else released.
+  std::vector<Slot> take_ring();
+  void give_ring(std::vector<Slot>&& ring, bool whole);
+  // Waits for the rings being made (prepare_rings).
+  void wait_rings();
   // Validation by checksum: the fingerprints of every chunk of the job's
   // window now, on its GPUs (one block per chunk) or, with gpu_checksums
   // off, on the CPU through the staging ring.
@@ -406,6 +422,10 @@ class Engine {
   std::map<int, uint64_t> split_free_;
   std::mutex host_gpus_mu_;
   std::optional<std::vector<GpuDevice>> host_gpus_;  // once described
+  std::mutex rings_mu_;
+  std::vector<std::vector<Slot>> spare_rings_;  // made ahead, or left by a copy (prepare_rings)
+  std::vector<std::future<void>> rings_made_;   // prepare_rings' threads
+  pid_t owner_pid_;                             // criu's: its forked children release nothing
 };
 
 struct Engine::SaveJob {
