@@ -251,32 +251,59 @@ std::vector<agent::KernelLaunches> CopyWindow::suspects(const std::vector<agent:
   return std::move(named);
 }
 
-Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used) {
+Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used,
+                              SaveRun& run) {
   // The table hands a region only slots of its GPU's pool (assign_slots):
   // the copy stays on that GPU.
   auto pool = std::find_if(pools_.begin(), pools_.end(),
                            [&](const DevicePool& p) { return slot >= p.first_slot && slot - p.first_slot < p.slots; });
   if (pool == pools_.end()) return make_error("copy into the pool: slot " + std::to_string(slot) + " is in no pool", EINVAL);
-  // The mapping is read under save_mu_: give_pool_back unmaps it there.
+  CUdeviceptr va;
+  {
+    // The mapping is read under save_mu_: give_pool_back unmaps it there.
+    std::lock_guard<std::mutex> lock(save_mu_);
+    va = pool->va;
+  }
+  if (!va) return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: given back", ENOMEM);
+  const uint64_t dst = va + uint64_t(slot - pool->first_slot) * table_->chunk_size();
+  if (std::find(used.begin(), used.end(), &*pool) == used.end()) used.push_back(&*pool);
+  const bool follows = run.pool == &*pool && run.pool_va == va && run.src + run.bytes == address &&
+                       run.dst + run.bytes == dst && ((address | dst | bytes) % 16) == 0;
+  if (follows) {
+    run.bytes += bytes;
+    return {};
+  }
+  PHOS_TRY(launch_run(run));
+  run = SaveRun{.pool = &*pool, .pool_va = va, .src = address, .dst = dst, .bytes = bytes};
+  return {};
+}
+
+Result<void> CopyWindow::launch_run(SaveRun& run) {
+  if (!run.pool || !run.bytes) return {};
+  const DevicePool& pool = *run.pool;
+  SaveRun r = run;
+  run = SaveRun{};
+  // Launched under save_mu_, on the mapping the run was made on.
   std::lock_guard<std::mutex> lock(save_mu_);
-  if (!pool->va) return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: given back", ENOMEM);
-  CUdeviceptr dst = pool->va + uint64_t(slot - pool->first_slot) * table_->chunk_size();
-  PHOS_REAL(cuCtxPushCurrent_v2)(pool->ctx);
-  CUresult r;
-  if (pool->save_kernel && ((address | dst | bytes) % 16) == 0) {
-    // One 16-byte word a thread, in blocks of 256, at most 4096 blocks.
-    unsigned long long words = bytes / 16;
+  if (pool.va != r.pool_va)
+    return make_error("copy into GPU " + std::to_string(pool.device) + "'s pool: given back", ENOMEM);
+  PHOS_REAL(cuCtxPushCurrent_v2)(pool.ctx);
+  CUresult res;
+  unsigned long long src = r.src, dst = r.dst;
+  if (pool.save_kernel && ((src | dst | r.bytes) % 16) == 0) {
+    // One 16-byte word a thread in blocks of 256, at most 4096 blocks, which
+    // loop over a longer run.
+    unsigned long long words = r.bytes / 16;
     const unsigned blocks = unsigned(std::min<unsigned long long>((words + 255) / 256, 4096));
-    void* args[] = {&address, &dst, &words};
-    r = PHOS_REAL(cuLaunchKernel)(pool->save_kernel, blocks ? blocks : 1, 1, 1, 256, 1, 1, 0, pool->stream, args,
-                                  nullptr);
+    void* args[] = {&src, &dst, &words};
+    res = PHOS_REAL(cuLaunchKernel)(pool.save_kernel, blocks ? blocks : 1, 1, 1, 256, 1, 1, 0, pool.stream, args,
+                                    nullptr);
   } else {
-    r = PHOS_REAL(cuMemcpyDtoDAsync_v2)(dst, address, bytes, pool->stream);
+    res = PHOS_REAL(cuMemcpyDtoDAsync_v2)(dst, src, r.bytes, pool.stream);
   }
   PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
-  if (r != CUDA_SUCCESS)
-    return make_error(cu_error(("copy into GPU " + std::to_string(pool->device) + "'s pool").c_str(), r), EIO);
-  if (std::find(used.begin(), used.end(), &*pool) == used.end()) used.push_back(&*pool);
+  if (res != CUDA_SUCCESS)
+    return make_error(cu_error(("copy into GPU " + std::to_string(pool.device) + "'s pool").c_str(), res), EIO);
   return {};
 }
 
@@ -336,13 +363,17 @@ void CopyWindow::count_wait(uint64_t since_ns, bool waited, bool unknown_set) {
 
 void CopyWindow::write(uint64_t address, uint64_t bytes, CallCost& cost) {
   std::vector<const DevicePool*> used;
+  SaveRun run;
   copystate::SaveChunks saves{
-      .enqueue = [this, &used](uint64_t a, uint64_t n, uint32_t slot) { return save(a, n, slot, used); },
+      .enqueue = [this, &used, &run](uint64_t a, uint64_t n, uint32_t slot) { return save(a, n, slot, used, run); },
       .complete =
-          [this, &used] {
-            auto r = complete_saves(used);
+          [this, &used, &run] {
+            auto r = launch_run(run);
+            // The copies launched before are waited for even so: their
+            // chunks are taken back only once nothing writes their slots.
+            auto done = complete_saves(used);
             used.clear();
-            return r;
+            return r ? done : r;
           },
   };
   auto report = table_->before_write(address, bytes, saves, timeout_);

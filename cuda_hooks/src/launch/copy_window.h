@@ -154,9 +154,21 @@ class CopyWindow {
   // the window closes; recopy marks every chunk dirty.
   void untrusted(bool unknown_set, const char* call, const Kernel* kernel = nullptr);
   void give_up(const Error& e);
-  // Starts the copy of a chunk into pool slot `slot` on its pool's stream
-  // (`used` gets the pool, for complete_saves).
-  Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used);
+  // One call's saves not launched yet: chunks that follow each other in
+  // memory and in their pool go in one launch (a launch whose set spans a
+  // 64 GiB buffer saved 13464 chunks, 16.7 us each one at a time).
+  struct SaveRun {
+    const DevicePool* pool = nullptr;
+    CUdeviceptr pool_va = 0;  // the pool's mapping then: given back since, the run is not launched
+    uint64_t src = 0, dst = 0, bytes = 0;
+  };
+  // Adds the copy of a chunk into pool slot `slot` to `run`, launching the
+  // run before where the chunk does not follow it (`used` gets the pool, for
+  // complete_saves).
+  Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used,
+                    SaveRun& run);
+  // Launches `run` on its pool's stream, and empties it.
+  Result<void> launch_run(SaveRun& run);
   // Returns once the copies save() started into the pools of `used` are done.
   Result<void> complete_saves(const std::vector<const DevicePool*>& used);
   static void load_save_kernel(DevicePool& pool, const std::string& gpu);
