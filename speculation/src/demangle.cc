@@ -94,12 +94,12 @@ ParamKind classify_type(std::string_view type) {
   return ParamKind::kAggregate;
 }
 
-std::optional<std::vector<ParamKind>> param_kinds_from_signature(std::string_view demangled) {
+std::optional<std::vector<std::string>> param_types_from_signature(std::string_view demangled) {
   std::optional<std::string_view> list = parameter_list(demangled);
   if (!list) return std::nullopt;
-  std::vector<ParamKind> kinds;
+  std::vector<std::string> types;
   std::string_view rest = trim(*list);
-  if (rest.empty() || rest == "void") return kinds;
+  if (rest.empty() || rest == "void") return types;
   int depth = 0;
   size_t begin = 0;
   for (size_t i = 0; i <= rest.size(); i++) {
@@ -107,19 +107,41 @@ std::optional<std::vector<ParamKind>> param_kinds_from_signature(std::string_vie
     if (c == '(' || c == '<' || c == '[' || c == '{') depth++;
     if (c == ')' || c == '>' || c == ']' || c == '}') depth--;
     if (c == ',' && depth == 0) {
-      kinds.push_back(classify_type(rest.substr(begin, i - begin)));
+      types.emplace_back(trim(rest.substr(begin, i - begin)));
       begin = i + 1;
     }
   }
+  return types;
+}
+
+std::optional<std::vector<ParamKind>> param_kinds_from_signature(std::string_view demangled) {
+  auto types = param_types_from_signature(demangled);
+  if (!types) return std::nullopt;
+  std::vector<ParamKind> kinds;
+  for (const std::string& t : *types) kinds.push_back(classify_type(t));
   return kinds;
 }
 
-std::optional<std::vector<ParamKind>> param_kinds_from_name(const char* mangled) {
+namespace {
+std::optional<std::string> demangled_name(const char* mangled) {
   if (!mangled || mangled[0] != '_' || mangled[1] != 'Z') return std::nullopt;
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   if (status != 0 || !out) return std::nullopt;
-  return param_kinds_from_signature(out.get());
+  return std::string(out.get());
+}
+}  // namespace
+
+std::optional<std::vector<ParamKind>> param_kinds_from_name(const char* mangled) {
+  auto d = demangled_name(mangled);
+  if (!d) return std::nullopt;
+  return param_kinds_from_signature(*d);
+}
+
+std::optional<std::vector<std::string>> param_types_from_name(const char* mangled) {
+  auto d = demangled_name(mangled);
+  if (!d) return std::nullopt;
+  return param_types_from_signature(*d);
 }
 
 }  // namespace phos::speculation

@@ -1,5 +1,7 @@
 #include "phos/speculation/kernel_layout.h"
 
+#include "phos/speculation/known_structs.h"
+
 namespace phos::speculation {
 namespace {
 
@@ -116,7 +118,18 @@ KernelLayout build_layout(const LayoutSources& sources) {
   for (const ParamSlot& s : slots) layout.params.push_back(ParamLayout{s.offset, s.size, ParamKind::kUnknown, false, {}});
 
   if (sources.signature && apply_signature(layout, *sources.signature)) return layout;
-  if (sources.name_kinds && layout.slots_known && apply_name_kinds(layout, *sources.name_kinds)) return layout;
+  if (sources.name_kinds && layout.slots_known && apply_name_kinds(layout, *sources.name_kinds)) {
+    if (sources.name_types && sources.name_types->size() == layout.params.size())
+      for (size_t i = 0; i < layout.params.size(); i++) {
+        ParamLayout& p = layout.params[i];
+        if (p.kind != ParamKind::kAggregate || p.fields_known) continue;
+        if (auto fields = known_struct_fields((*sources.name_types)[i], p.size)) {
+          p.fields_known = true;
+          p.pointer_fields = std::move(*fields);
+        }
+      }
+    return layout;
+  }
   if (sources.cubin && layout.slots_known) apply_cubin_pointers(layout, *sources.cubin);
   return layout;
 }

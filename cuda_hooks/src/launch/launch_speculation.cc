@@ -179,6 +179,7 @@ std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(const Kerne
   spec::LayoutSources sources;
   sources.driver = k.params;
   sources.name_kinds = spec::param_kinds_from_name(name.c_str());
+  sources.name_types = spec::param_types_from_name(name.c_str());
   uint64_t t0 = monotonic_ns();
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t t1 = monotonic_ns();

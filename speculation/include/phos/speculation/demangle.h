@@ -29,4 +29,9 @@ std::optional<std::vector<ParamKind>> param_kinds_from_signature(std::string_vie
 // One parameter type as the demangler spells it ("float const*").
 ParamKind classify_type(std::string_view type);
 
+// Each parameter's type as the demangler spells it, in order; nullopt as
+// for param_kinds_from_name (the structs' names, for known_structs.h).
+std::optional<std::vector<std::string>> param_types_from_name(const char* mangled);
+std::optional<std::vector<std::string>> param_types_from_signature(std::string_view demangled);
+
 }  // namespace phos::speculation

@@ -42,6 +42,9 @@ struct LayoutSources {
   const CubinKernel* cubin = nullptr;              // .nv.info
   const KernelSignature* signature = nullptr;      // phos-sigdb
   std::optional<std::vector<ParamKind>> name_kinds;  // demangled name
+  // The same name's parameter types: structs known_structs.h knows get
+  // their pointer fields.
+  std::optional<std::vector<std::string>> name_types;
 };
 
 KernelLayout build_layout(const LayoutSources& sources);

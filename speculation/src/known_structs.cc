@@ -1,0 +1,108 @@
+#include "phos/speculation/known_structs.h"
+
+#include <charconv>
+#include <string>
+
+namespace phos::speculation {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+// "ns::Name<A, B<C, D>, 4>" -> "ns::Name" and {"A", "B<C, D>", "4"}; nullopt
+// where it is not a template-id.
+struct TemplateId {
+  std::string_view name;
+  std::vector<std::string_view> args;
+};
+std::optional<TemplateId> template_id(std::string_view t) {
+  t = trim(t);
+  if (t.empty() || t.back() != '>') return std::nullopt;
+  const size_t open = t.find('<');
+  if (open == std::string_view::npos) return std::nullopt;
+  TemplateId id{t.substr(0, open), {}};
+  std::string_view inner = t.substr(open + 1, t.size() - open - 2);
+  int depth = 0;
+  size_t begin = 0;
+  for (size_t i = 0; i <= inner.size(); i++) {
+    const char c = i < inner.size() ? inner[i] : ',';
+    if (c == '<' || c == '(' || c == '[') depth++;
+    if (c == '>' || c == ')' || c == ']') depth--;
+    if (c == ',' && depth == 0) {
+      id.args.push_back(trim(inner.substr(begin, i - begin)));
+      begin = i + 1;
+    }
+  }
+  return id;
+}
+
+// The last component of a qualified name: "at::native::(anonymous
+// namespace)::Meta" -> "Meta".
+std::string_view unqualified(std::string_view name) {
+  const size_t at = name.rfind("::");
+  return at == std::string_view::npos ? name : name.substr(at + 2);
+}
+
+// An integer template argument ("128", "128u").
+std::optional<uint64_t> integer(std::string_view a) {
+  while (!a.empty() && (a.back() == 'u' || a.back() == 'l' || a.back() == 'U' || a.back() == 'L')) a.remove_suffix(1);
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(a.data(), a.data() + a.size(), v);
+  if (ec != std::errc() || end != a.data() + a.size()) return std::nullopt;
+  return v;
+}
+
+// The size of an integer type as the demangler spells it (x86-64, LP64).
+std::optional<uint32_t> integer_size(std::string_view t) {
+  if (t == "int" || t == "unsigned int") return 4;
+  if (t == "long" || t == "unsigned long" || t == "long long" || t == "unsigned long long") return 8;
+  return std::nullopt;
+}
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// PyTorch's cat (aten/src/ATen/native/cuda/Shape.cu, 2.x; the same in its
+// SYCL port), passed by value to CatArrayBatchedCopy and its _contig,
+// _aligned16_contig and _alignedK_contig variants:
+//   template <typename T, typename IndexType, int n, int stride_size>
+//   struct CatArrInputTensorMetadata {
+//     const T* input[n];       // `T* input[n]` before 2.3: read all the same
+//     IndexType offset[n];
+//     IndexType dimSize[n];
+//     IndexType nElements[n];
+//     bool isContiguous[n];
+//     TensorSizeStride<IndexType, CAT_ARRAY_MAX_INPUT_DIMS (4)> tensorStride[stride_size];
+//   };
+//   struct TensorSizeStride { IndexType tensorSize[4]; IndexType tensorStride[4]; };
+// The kernels only read through input[] (they write through their first
+// parameter, `T* output`); the slots past the call's inputs hold whatever
+// the host's stack held.
+std::optional<std::vector<PointerField>> cat_metadata(const TemplateId& id, uint32_t size) {
+  if (id.args.size() != 4) return std::nullopt;
+  const auto index_size = integer_size(id.args[1]);
+  const auto n = integer(id.args[2]), stride_size = integer(id.args[3]);
+  if (!index_size || !n || !stride_size || *n == 0 || *n > 4096 || *stride_size > 4096) return std::nullopt;
+  uint64_t end = 8 * *n;               // input
+  end += 3 * *n * *index_size;         // offset, dimSize, nElements
+  end += *n;                           // isContiguous
+  end = align_up(end, *index_size);    // tensorStride
+  end += *stride_size * 8 * *index_size;
+  if (align_up(end, 8) != size) return std::nullopt;  // another layout
+  std::vector<PointerField> fields;
+  for (uint64_t i = 0; i < *n; i++) fields.push_back(PointerField{uint32_t(8 * i), true});
+  return fields;
+}
+
+}  // namespace
+
+std::optional<std::vector<PointerField>> known_struct_fields(std::string_view type, uint32_t size) {
+  const auto id = template_id(type);
+  if (!id) return std::nullopt;
+  if (unqualified(id->name) == "CatArrInputTensorMetadata") return cat_metadata(*id, size);
+  return std::nullopt;
+}
+
+}  // namespace phos::speculation
