@@ -35,6 +35,10 @@ static void die_cuda(const char *what, CUresult r, unsigned long n) {
   snprintf(line, sizeof(line), "%s failed with CUDA error %d at step %lu\n", what, (int)r, n);
   write_state_line(path, line);
   fputs(line, stderr);
+  /* SUPERVISED_LINGER=1: alive after the error, as a program is while it
+   * unwinds, for a dump to be tried on it. */
+  if (getenv("SUPERVISED_LINGER"))
+    for (;;) pause();
   exit(3);
 }
 

@@ -1,5 +1,6 @@
 #include "agent/cuda_backend.h"
 #include "agent/slow_calls.h"
+#include "fault/gpu_fault.h"
 #include "process/io_uring.h"
 
 #include <algorithm>
@@ -139,7 +140,17 @@ Result<UniqueFd> CudaBackend::export_allocation(uint64_t id) { return rt_.memory
 
 // cuCtxSynchronize has no timeout: a kernel that never ends makes the
 // checkpoint wait (the plugin's agent timeout then fails the dump).
-Result<void> CudaBackend::drain(std::chrono::milliseconds) { return rt_.memory().synchronize(); }
+Result<void> CudaBackend::drain(std::chrono::milliseconds) {
+  // A program whose GPU work failed for good is not checkpointed: its image
+  // would restore a failed program (a supervisor restoring it would see it
+  // fail again, every restart). A lost device fails the synchronize below;
+  // the injected fault leaves the context whole, so it is asked here.
+  if (gpu_fault::g_state.load(std::memory_order_relaxed) == gpu_fault::kFired)
+    return make_error("the program's GPU work failed (PHOS_FAULT=gpu-error, as on a lost device): an image of it "
+                      "would restore a failed program",
+                      EIO);
+  return rt_.memory().synchronize();
+}
 
 // Handles dropped: the driver's checkpoint comes next.
 Result<uint64_t> CudaBackend::release_mappings(bool drop_handles) {
