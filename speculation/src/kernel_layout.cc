@@ -115,7 +115,7 @@ KernelLayout build_layout(const LayoutSources& sources) {
   } else if (sources.signature) {
     for (const ParamLayout& p : sources.signature->params) slots.push_back({p.offset, p.size});
   }
-  for (const ParamSlot& s : slots) layout.params.push_back(ParamLayout{s.offset, s.size, ParamKind::kUnknown, false, {}});
+  for (const ParamSlot& s : slots) layout.params.push_back(ParamLayout{s.offset, s.size, ParamKind::kUnknown, false, {}, {}});
 
   if (sources.signature && apply_signature(layout, *sources.signature)) return layout;
   if (sources.name_kinds && layout.slots_known && apply_name_kinds(layout, *sources.name_kinds)) {
@@ -123,9 +123,10 @@ KernelLayout build_layout(const LayoutSources& sources) {
       for (size_t i = 0; i < layout.params.size(); i++) {
         ParamLayout& p = layout.params[i];
         if (p.kind != ParamKind::kAggregate || p.fields_known) continue;
-        if (auto fields = known_struct_fields((*sources.name_types)[i], p.size)) {
+        if (auto known = known_struct((*sources.name_types)[i], p.size)) {
           p.fields_known = true;
-          p.pointer_fields = std::move(*fields);
+          p.pointer_fields = std::move(known->fields);
+          p.checks = std::move(known->checks);
         }
       }
     return layout;

@@ -80,7 +80,7 @@ uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // The kernels only read through input[] (they write through their first
 // parameter, `T* output`); the slots past the call's inputs hold whatever
 // the host's stack held.
-std::optional<std::vector<PointerField>> cat_metadata(const TemplateId& id, uint32_t size) {
+std::optional<KnownStruct> cat_metadata(const TemplateId& id, uint32_t size) {
   if (id.args.size() != 4) return std::nullopt;
   const auto index_size = integer_size(id.args[1]);
   const auto n = integer(id.args[2]), stride_size = integer(id.args[3]);
@@ -91,17 +91,52 @@ std::optional<std::vector<PointerField>> cat_metadata(const TemplateId& id, uint
   end = align_up(end, *index_size);    // tensorStride
   end += *stride_size * 8 * *index_size;
   if (align_up(end, 8) != size) return std::nullopt;  // another layout
-  std::vector<PointerField> fields;
-  for (uint64_t i = 0; i < *n; i++) fields.push_back(PointerField{uint32_t(8 * i), true});
-  return fields;
+  KnownStruct s;
+  for (uint64_t i = 0; i < *n; i++) s.fields.push_back(PointerField{uint32_t(8 * i), true});
+  return s;
+}
+
+// PyTorch's reductions (aten/src/ATen/native/cuda/Reduce.cuh, 2.x), passed
+// by value to reduce_kernel:
+//   template <typename scalar_t, typename ops_t, typename index_t,
+//             typename out_scalar_t = scalar_t, int vt0 = 4, int input_vec_size = vt0>
+//   struct ReduceOp {
+//     ops_t ops; arg_t ident; ReduceConfig config;
+//     OffsetCalculator<1, index_t> input_calc; OffsetCalculator<2, index_t> output_calc;
+//     const void* src;
+//     const char* dst[2];  // written: the kernel casts the const away
+//     void* acc_buf; void* cta_buf; int* semaphores;
+//     int64_t base_idx; bool accumulate; bool final_output; int noutputs;
+//   };
+// The fields before src hold no pointer (ops and ident are values, the
+// config and calculators integers), but their sizes depend on ops_t and
+// arg_t: the pointers are found from the end, 64 bytes of fixed fields.
+// The offset calculators' IntDivider (divisor, m1, shift) words read as
+// addresses: on the 8B server argmax's (m1, shift) = (0x059eea08, 17) fell
+// inside a 64 GiB KV pool. A 16-byte aligned arg_t (c10::complex<double>)
+// may pad the end: not taken; each launch checks that the end holds two
+// bools and a noutputs of 1 or 2, else the struct is scanned.
+std::optional<KnownStruct> reduce_op(std::string_view type, const TemplateId& id, uint32_t size) {
+  if (id.args.size() != 6 || type.find("complex<double>") != std::string_view::npos) return std::nullopt;
+  // Two offset calculators of 25 dimensions (4 + 25 x 12 + 25 x 4 x NARGS
+  // bytes with 4-byte indices) come before the tail at least.
+  constexpr uint32_t kTail = 64, kAtLeast = kTail + 404 + 504;
+  if (size % 8 != 0 || size < kAtLeast) return std::nullopt;
+  const uint32_t src = size - kTail;
+  KnownStruct s;
+  s.fields = {{src, true}, {src + 8, false}, {src + 16, false}, {src + 24, false}, {src + 32, false}, {src + 40, false}};
+  s.checks = {{size - 8, 1, 0, 1}, {size - 7, 1, 0, 1}, {size - 4, 4, 1, 2}};
+  return s;
 }
 
 }  // namespace
 
-std::optional<std::vector<PointerField>> known_struct_fields(std::string_view type, uint32_t size) {
+std::optional<KnownStruct> known_struct(std::string_view type, uint32_t size) {
   const auto id = template_id(type);
   if (!id) return std::nullopt;
-  if (unqualified(id->name) == "CatArrInputTensorMetadata") return cat_metadata(*id, size);
+  const std::string_view name = unqualified(id->name);
+  if (name == "CatArrInputTensorMetadata") return cat_metadata(*id, size);
+  if (name == "ReduceOp") return reduce_op(type, *id, size);
   return std::nullopt;
 }
 

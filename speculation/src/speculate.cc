@@ -82,6 +82,17 @@ void scan_words(const LaunchArgs& args, const ParamLayout& p, size_t index, cons
   }
 }
 
+// A layout rule's checks on this launch's bytes (FieldCheck).
+bool checks_pass(const LaunchArgs& args, const ParamLayout& p, size_t index) {
+  for (const FieldCheck& c : p.checks) {
+    if (c.offset + c.size > p.size || c.size == 0 || c.size > 8) return false;
+    uint64_t v = read_word(args, p, index, c.offset);
+    if (c.size < 8) v &= (uint64_t(1) << (8 * c.size)) - 1;
+    if (v < c.min || v > c.max) return false;
+  }
+  return true;
+}
+
 // The packed buffer alone, no layout: every aligned word.
 void scan_packed(const LaunchArgs& args, const BufferIndex& buffers, AccessSet* out) {
   for (size_t off = 0; off + 8 <= args.packed_size; off += 8) {
@@ -155,7 +166,7 @@ void speculate_kernel(const KernelLayout& layout, const LaunchArgs& args, const 
       case ParamKind::kPointer: try_pointer(read_word(args, p, i, 0), kRead | kWrite, index, out); break;
       case ParamKind::kConstPointer: try_pointer(read_word(args, p, i, 0), kRead, index, out); break;
       case ParamKind::kAggregate:
-        if (p.fields_known) {
+        if (p.fields_known && checks_pass(args, p, i)) {
           for (const PointerField& f : p.pointer_fields)
             try_pointer(read_word(args, p, i, f.offset), f.const_pointee ? kRead : kRead | kWrite, index, out);
           break;

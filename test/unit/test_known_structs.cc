@@ -30,36 +30,38 @@ constexpr uint32_t kCatMetaSize = 1024 + 1536 + 128 + 32;
 }  // namespace
 
 TEST_CASE("known structs: PyTorch's cat metadata has its input pointers as its only pointers, read", "[known_structs]") {
-  auto fields = known_struct_fields(kCatMeta, kCatMetaSize);
-  REQUIRE(fields);
-  REQUIRE(fields->size() == 128);
+  auto known = known_struct(kCatMeta, kCatMetaSize);
+  REQUIRE(known);
+  const auto& fields = known->fields;
+  REQUIRE(fields.size() == 128);
   for (uint32_t i = 0; i < 128; i++) {
-    CHECK((*fields)[i].offset == 8 * i);
-    CHECK((*fields)[i].const_pointee);
+    CHECK(fields[i].offset == 8 * i);
+    CHECK(fields[i].const_pointee);
   }
+  CHECK(known->checks.empty());
 }
 
 TEST_CASE("known structs: a size that is not the rule's means another layout: not used", "[known_structs]") {
-  CHECK_FALSE(known_struct_fields(kCatMeta, kCatMetaSize + 16));
-  CHECK_FALSE(known_struct_fields(kCatMeta, kCatMetaSize - 8));
+  CHECK_FALSE(known_struct(kCatMeta, kCatMetaSize + 16));
+  CHECK_FALSE(known_struct(kCatMeta, kCatMetaSize - 8));
 }
 
 TEST_CASE("known structs: the cat metadata's layout follows its index type, count and strides", "[known_structs]") {
   // unsigned long indices, 64 inputs, 4 strides: 512 + 3 x 512 + 64, then 4 x 64.
-  auto wide = known_struct_fields("CatArrInputTensorMetadata<c10::Half, unsigned long, 64, 4>", 512 + 1536 + 64 + 256);
+  auto wide = known_struct("CatArrInputTensorMetadata<c10::Half, unsigned long, 64, 4>", 512 + 1536 + 64 + 256);
   REQUIRE(wide);
-  CHECK(wide->size() == 64);
+  CHECK(wide->fields.size() == 64);
   // A bool count that leaves the strides to align: 3 inputs of int index.
   // 24 + 36 + 3 = 63 -> 64, + 32 = 96.
-  CHECK(known_struct_fields("ns::CatArrInputTensorMetadata<float, int, 3, 1>", 96));
-  CHECK_FALSE(known_struct_fields("ns::CatArrInputTensorMetadata<float, short, 3, 1>", 96));  // an index type it does not size
+  CHECK(known_struct("ns::CatArrInputTensorMetadata<float, int, 3, 1>", 96));
+  CHECK_FALSE(known_struct("ns::CatArrInputTensorMetadata<float, short, 3, 1>", 96));  // an index type it does not size
 }
 
 TEST_CASE("known structs: other structs and other names are not known", "[known_structs]") {
-  CHECK_FALSE(known_struct_fields("at::native::ReduceOp<float, at::native::MaxOps<float>, unsigned int, float, 4, 4>", 512));
-  CHECK_FALSE(known_struct_fields("CatArrInputTensorMetadata", kCatMetaSize));
-  CHECK_FALSE(known_struct_fields("MyCatArrInputTensorMetadataLike<float, int, 3, 1>", 96));
-  CHECK_FALSE(known_struct_fields("CatArrInputTensorMetadata<float, int, 3>", 96));  // not its arguments
+  CHECK_FALSE(known_struct("at::native::ReduceOp<float, at::native::MaxOps<float>, unsigned int, float, 4, 4>", 512));  // too small for one
+  CHECK_FALSE(known_struct("CatArrInputTensorMetadata", kCatMetaSize));
+  CHECK_FALSE(known_struct("MyCatArrInputTensorMetadataLike<float, int, 3, 1>", 96));
+  CHECK_FALSE(known_struct("CatArrInputTensorMetadata<float, int, 3>", 96));  // not its arguments
 }
 
 TEST_CASE("known structs: the cat kernel's layout from its name, and a stale word in nElements no pointer",
@@ -111,4 +113,83 @@ TEST_CASE("known structs: the cat kernel's layout from its name, and a stale wor
   speculate_kernel(build_layout(sources), LaunchArgs{params}, index, &scanned);
   REQUIRE(scanned.find(3));
   CHECK((scanned.find(3)->access & kWrite));
+}
+
+namespace {
+// As argmax's launch on the 8B server names it (PyTorch 2.11).
+constexpr const char* kArgMax = "at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4, 4>";
+constexpr uint32_t kReduceSize = 1024;  // any size past the calculators, a multiple of 8
+
+// A ReduceOp's bytes: `stale` at +96 (an IntDivider's (m1, shift)), the
+// six pointers from 64 bytes before the end, then base_idx, the two bools,
+// noutputs.
+std::vector<unsigned char> reduce_bytes(uint64_t stale, uint64_t src, uint64_t dst0, uint8_t accumulate,
+                                        uint32_t noutputs) {
+  std::vector<unsigned char> b(kReduceSize, 0);
+  std::memcpy(&b[96], &stale, 8);
+  std::memcpy(&b[kReduceSize - 64], &src, 8);
+  std::memcpy(&b[kReduceSize - 56], &dst0, 8);
+  b[kReduceSize - 8] = accumulate;
+  b[kReduceSize - 7] = 1;  // final_output
+  std::memcpy(&b[kReduceSize - 4], &noutputs, 4);
+  return b;
+}
+}  // namespace
+
+TEST_CASE("known structs: PyTorch's ReduceOp has its six pointers 64 bytes before its end", "[known_structs]") {
+  auto known = known_struct(kArgMax, kReduceSize);
+  REQUIRE(known);
+  REQUIRE(known->fields.size() == 6);
+  CHECK(known->fields[0] == PointerField{kReduceSize - 64, true});   // src
+  CHECK(known->fields[1] == PointerField{kReduceSize - 56, false});  // dst[0], written
+  CHECK(known->fields[5] == PointerField{kReduceSize - 24, false});  // semaphores
+  CHECK(known->checks.size() == 3);
+  CHECK_FALSE(known_struct(kArgMax, kReduceSize + 4));  // not a multiple of 8
+  CHECK_FALSE(known_struct("at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long>", kReduceSize));  // an older one
+  CHECK_FALSE(known_struct("at::native::ReduceOp<c10::complex<double>, at::native::func_wrapper_t<c10::complex<double>, "
+                           "F>, unsigned int, c10::complex<double>, 4, 4>",
+                           kReduceSize));  // may pad its end
+}
+
+TEST_CASE("known structs: argmax's IntDivider word is no pointer; the bytes its end must hold are checked each launch",
+          "[known_structs]") {
+  KernelLayout layout;
+  layout.slots_known = true;
+  ParamLayout p;
+  p.offset = 0;
+  p.size = kReduceSize;
+  p.kind = ParamKind::kAggregate;
+  auto known = known_struct(kArgMax, kReduceSize);
+  REQUIRE(known);
+  p.fields_known = true;
+  p.pointer_fields = known->fields;
+  p.checks = known->checks;
+  layout.params = {p};
+  BufferIndex index;
+  REQUIRE(index.insert(0x7f0000000000, 1 << 20, 1));    // the input
+  REQUIRE(index.insert(0x7f0000100000, 1 << 20, 2));    // the output
+  REQUIRE(index.insert(0x1000000000, 64ull << 30, 3));  // the KV pool
+  const uint64_t divider = (uint64_t(17) << 32) | 0x059eea08;  // inside the pool
+  auto bytes = reduce_bytes(divider, 0x7f0000000000, 0x7f0000100000, 0, 1);
+  void* params[] = {bytes.data()};
+  AccessSet set;
+  speculate_kernel(layout, LaunchArgs{params}, index, &set);
+  REQUIRE(set.find(1));
+  CHECK(set.find(1)->access == kRead);
+  REQUIRE(set.find(2));
+  CHECK((set.find(2)->access & kWrite));
+  CHECK_FALSE(set.find(3));
+
+  // An end that does not hold what the rule says (another layout, or
+  // padding): scanned word by word, the divider's word taken as before.
+  auto odd = reduce_bytes(divider, 0x7f0000000000, 0x7f0000100000, 0, 7);
+  void* odd_params[] = {odd.data()};
+  AccessSet scanned;
+  speculate_kernel(layout, LaunchArgs{odd_params}, index, &scanned);
+  CHECK(scanned.find(3));
+  auto bad_bool = reduce_bytes(divider, 0x7f0000000000, 0x7f0000100000, 5, 1);
+  void* bad_params[] = {bad_bool.data()};
+  AccessSet scanned2;
+  speculate_kernel(layout, LaunchArgs{bad_params}, index, &scanned2);
+  CHECK(scanned2.find(3));
 }

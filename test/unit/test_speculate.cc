@@ -200,7 +200,7 @@ TEST_CASE("speculate: a struct's word that reads as two integers, the low one sm
 
 TEST_CASE("speculate: an aggregate with known fields looks only at them, with their const-ness") {
   BufferIndex index = three_buffers();
-  ParamLayout p{0, 24, K::kAggregate, true, {{8, true}, {16, false}}};
+  ParamLayout p{0, 24, K::kAggregate, true, {{8, true}, {16, false}}, {}};
   KernelLayout l = layout_of({p}, TypeSource::kSignatureDb);
   struct {
     uint64_t not_a_pointer, in, out;
@@ -301,7 +301,7 @@ TEST_CASE("layout: the signature database wins over the name, and brings struct 
   s.driver = std::vector<ParamSlot>{{0, 24}};
   s.name_kinds = std::vector<K>{K::kAggregate};
   KernelSignature sig;
-  sig.params = {ParamLayout{0, 24, K::kAggregate, true, {{0, false}, {8, true}}}};
+  sig.params = {ParamLayout{0, 24, K::kAggregate, true, {{0, false}, {8, true}}, {}}};
   s.signature = &sig;
   KernelLayout l = build_layout(s);
   CHECK(l.types == TypeSource::kSignatureDb);

@@ -23,9 +23,16 @@
 
 namespace phos::speculation {
 
-// The pointer fields of a by-value parameter of type `type` (as the
-// demangler spells it) and `size` bytes, where a rule knows the struct and
-// its size agrees; nullopt otherwise.
-std::optional<std::vector<PointerField>> known_struct_fields(std::string_view type, uint32_t size);
+// What a rule knows of a struct: its pointer fields, and the checks a
+// launch's bytes must pass for them to be believed.
+struct KnownStruct {
+  std::vector<PointerField> fields;
+  std::vector<FieldCheck> checks;
+};
+
+// The layout of a by-value parameter of type `type` (as the demangler
+// spells it) and `size` bytes, where a rule knows the struct and its size
+// agrees; nullopt otherwise.
+std::optional<KnownStruct> known_struct(std::string_view type, uint32_t size);
 
 }  // namespace phos::speculation

@@ -32,6 +32,19 @@ struct PointerField {
   bool operator==(const PointerField&) const = default;
 };
 
+// A check of a launch's argument bytes before a layout rule's fields are
+// believed (known_structs.h): the little-endian unsigned value of `size`
+// (1, 2, 4 or 8) bytes at `offset` from the parameter's start must lie in
+// [min, max]; where one fails, the struct is scanned as one of unknown
+// fields (a layout of another version, or tail padding where the rule
+// assumed none).
+struct FieldCheck {
+  uint32_t offset = 0;
+  uint8_t size = 4;
+  uint64_t min = 0, max = 0;
+  bool operator==(const FieldCheck&) const = default;
+};
+
 struct ParamLayout {
   uint32_t offset = 0;  // in the argument buffer
   uint32_t size = 0;
@@ -41,6 +54,7 @@ struct ParamLayout {
   // it may be a pointer to a written buffer (PyTorch's closures).
   bool fields_known = false;
   std::vector<PointerField> pointer_fields;
+  std::vector<FieldCheck> checks;  // a layout rule's, on each launch
   bool operator==(const ParamLayout&) const = default;
 };
 
