@@ -268,22 +268,31 @@ Result<void> CopyWindow::save(uint64_t address, uint64_t bytes, uint32_t slot, s
   if (!va) return make_error("copy into GPU " + std::to_string(pool->device) + "'s pool: given back", ENOMEM);
   const uint64_t dst = va + uint64_t(slot - pool->first_slot) * table_->chunk_size();
   if (std::find(used.begin(), used.end(), &*pool) == used.end()) used.push_back(&*pool);
-  const bool follows = run.pool == &*pool && run.pool_va == va && run.src + run.bytes == address &&
+  // Runs only for the save kernel, which reads any mapped addresses: a run
+  // may span allocations next to each other, which one cuMemcpyDtoDAsync
+  // (the fallback) must not.
+  const bool follows = pool->save_kernel && run.pool == &*pool && run.pool_va == va && run.src + run.bytes == address &&
                        run.dst + run.bytes == dst && ((address | dst | bytes) % 16) == 0;
   if (follows) {
     run.bytes += bytes;
     return {};
   }
   PHOS_TRY(launch_run(run));
-  run = SaveRun{.pool = &*pool, .pool_va = va, .src = address, .dst = dst, .bytes = bytes};
+  run = SaveRun{.pool = &*pool, .pool_va = va, .src = address, .dst = dst, .bytes = bytes, .failed = std::nullopt};
   return {};
 }
 
 Result<void> CopyWindow::launch_run(SaveRun& run) {
+  if (run.failed) return *run.failed;
   if (!run.pool || !run.bytes) return {};
-  const DevicePool& pool = *run.pool;
-  SaveRun r = run;
+  auto launched = launch_now(run);
   run = SaveRun{};
+  if (!launched) run.failed = launched.error();
+  return launched;
+}
+
+Result<void> CopyWindow::launch_now(const SaveRun& r) {
+  const DevicePool& pool = *r.pool;
   // Launched under save_mu_, on the mapping the run was made on.
   std::lock_guard<std::mutex> lock(save_mu_);
   if (pool.va != r.pool_va)
@@ -402,7 +411,8 @@ void CopyWindow::settle(const CallCost& cost, const char* call, const Kernel* ke
   const bool waited = cost.waited || cost.whole_window;
   if (!waited && !cost.saved) return;
   // The call's time in the window's work, saves included (the program
-  // waits for them too); the window's counters count calls that waited.
+  // waits for them too); wait_ns and the window's counters only for calls
+  // that waited (the longest waits), save_ns for every one.
   const uint64_t ns = monotonic_ns() - cost.since_ns;
   if (waited) {
     waited_.fetch_add(1, std::memory_order_relaxed);
@@ -411,7 +421,7 @@ void CopyWindow::settle(const CallCost& cost, const char* call, const Kernel* ke
   }
   account_.cost(agent::CallWait{.call = call,
                                 .kernel = kernel ? kernel->name : std::string(),
-                                .wait_ns = ns,
+                                .wait_ns = waited ? ns : 0,
                                 .chunks_waited = cost.waited,
                                 .chunks_saved = cost.saved,
                                 .save_ns = cost.save_ns,

@@ -161,14 +161,18 @@ class CopyWindow {
     const DevicePool* pool = nullptr;
     CUdeviceptr pool_va = 0;  // the pool's mapping then: given back since, the run is not launched
     uint64_t src = 0, dst = 0, bytes = 0;
+    // A run that failed to launch: its chunks were never copied, so the
+    // call's completion fails too (none of its batch is taken as saved).
+    std::optional<Error> failed;
   };
   // Adds the copy of a chunk into pool slot `slot` to `run`, launching the
   // run before where the chunk does not follow it (`used` gets the pool, for
   // complete_saves).
   Result<void> save(uint64_t address, uint64_t bytes, uint32_t slot, std::vector<const DevicePool*>& used,
                     SaveRun& run);
-  // Launches `run` on its pool's stream, and empties it.
+  // Launches `run` on its pool's stream, and empties it (keeping a failure).
   Result<void> launch_run(SaveRun& run);
+  Result<void> launch_now(const SaveRun& run);
   // Returns once the copies save() started into the pools of `used` are done.
   Result<void> complete_saves(const std::vector<const DevicePool*>& used);
   static void load_save_kernel(DevicePool& pool, const std::string& gpu);

@@ -742,7 +742,9 @@ Result<bool> Checkpointer::checkpoint(pid_t pid) {
     t.protocol = plan.protocol;
     // The copy starts once the process runs again: its staging is made
     // now, while criu dumps the CPU side.
-    if (plan.protocol == CopyProtocol::kSoftCopyOnWrite) engine_->prepare_rings(*t.save);
+    // (cow_start=pause: the copy may have started already.)
+    if (plan.protocol == CopyProtocol::kSoftCopyOnWrite && options_.cow_start == PluginOptions::CowStart::kResume)
+      engine_->prepare_rings(*t.save);
     PHOS_TRY(write_manifest(pid, t));
     PHOS_INFO("process %d: %s; the image is finished after the process runs again", pid,
               !has_memory ? "no device memory"

@@ -291,7 +291,7 @@ struct Engine::Slot {
   void* buffer = nullptr;
   size_t size = 0;    // of `buffer`
   size_t mapped = 0;  // bytes mmapped for `buffer` (registered huge pages); 0: cuMemHostAlloc
-  size_t bounce_size = 0;  // of each bounce
+  std::map<int, size_t> bounce_size;  // of each device's bounce
   std::map<int, CUstream> streams;
   std::map<int, CUdeviceptr> bounce;  // per device, where the work asks for one (0: the GPU had no room)
   std::optional<Piece> piece;
@@ -357,7 +357,9 @@ Result<void> Engine::run_workers(unsigned n, const NextPiece& next, size_t buffe
       try {
         auto r = run_worker(w, ring, buffer_size, next, queue, work, dma_wait_ns[w]);
         if (!r) fail(r.error());
-        whole = r.ok();
+        // Another worker's failure ends this one's loop with pieces still
+        // in flight (run_worker does not finish them then): released.
+        whole = r.ok() && !queue.failed;
       } catch (const std::exception& e) {  // bad_alloc: must not end criu
         fail(make_error(std::string("engine worker: ") + e.what(), ENOMEM));
       }
@@ -458,7 +460,7 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, CUcontext ctx, size_t 
               "engine worker: allocate pinned staging buffer");
     slot.size = size;
   }
-  if (slot.bounce.count(device) && bounce && buffer_size && slot.bounce_size < buffer_size) {
+  if (slot.bounce.count(device) && bounce && buffer_size && slot.bounce_size[device] < buffer_size) {
     if (slot.bounce[device]) cu_.cuMemFree_v2(slot.bounce[device]);
     slot.bounce.erase(device);
   }
@@ -478,7 +480,7 @@ Result<void> Engine::prepare_slot(Slot& slot, int device, CUcontext ctx, size_t 
                   cu_.error(("device " + std::to_string(device) + ": allocate a bounce buffer").c_str(), r).c_str());
     }
     slot.bounce[device] = b;
-    slot.bounce_size = buffer_size;
+    slot.bounce_size[device] = buffer_size;
   }
   return {};
 }
@@ -492,8 +494,10 @@ std::vector<Engine::Slot> Engine::take_ring() {
 }
 
 void Engine::give_ring(std::vector<Slot>&& ring, bool whole) {
-  // After a failure a DMA may still be queued on a slot: released (it waits).
-  if (!whole) return release_ring(ring);
+  // After a failure a DMA may still be queued on a slot: released (it
+  // waits). A slot with a piece would hand it to the next copy's work.
+  if (!whole || std::any_of(ring.begin(), ring.end(), [](const Slot& s) { return s.piece.has_value(); }))
+    return release_ring(ring);
   std::lock_guard<std::mutex> lock(rings_mu_);
   spare_rings_.push_back(std::move(ring));
 }
@@ -509,13 +513,14 @@ void Engine::wait_rings() {
 
 void Engine::prepare_rings(const SaveJob& job) {
   if (job.migration || !job.workers || job.devices.empty()) return;
-  // The contexts on this thread: the maker only reads what it is given.
+  // The contexts, made at prepare_save, looked up (never made: other
+  // targets' threads read the map) on this thread; the maker only reads
+  // what it is given.
   std::map<int, CUcontext> contexts;
   for (int d : std::set<int>(job.devices.begin(), job.devices.end())) {
-    Result<void> err;
-    CUcontext ctx = context(d, err);
-    if (!ctx) return;  // the copy says so when it needs the context
-    contexts[d] = ctx;
+    auto it = contexts_.find(d);
+    if (it == contexts_.end()) return;  // the copy makes its own staging
+    contexts[d] = it->second;
   }
   std::lock_guard<std::mutex> lock(rings_mu_);
   if (!rings_made_.empty() || spare_rings_.size() >= job.workers) return;
@@ -535,7 +540,7 @@ void Engine::prepare_rings(const SaveJob& job) {
     if (!r) {  // the workers make what is missing as they start, and say what fails
       PHOS_WARN("process %d: the copy's staging made ahead: %s; its workers make their own", vpid,
                 r.error().message.c_str());
-      for (auto& ring : made) release_ring(ring);
+      for (auto& ring : made) release_ring(ring, contexts);
       return;
     }
     {
@@ -561,10 +566,12 @@ Result<void> Engine::finish_slot(Slot& slot, unsigned worker, const PieceWork& w
   return work.done ? work.done(p, slot.buffer, worker) : Result<void>{};
 }
 
-void Engine::release_ring(std::vector<Slot>& ring) {
+void Engine::release_ring(std::vector<Slot>& ring) { release_ring(ring, contexts_); }
+
+void Engine::release_ring(std::vector<Slot>& ring, const std::map<int, CUcontext>& contexts) {
   for (Slot& slot : ring) {
     for (auto& [device, stream] : slot.streams) {
-      cu_.cuCtxSetCurrent(contexts_.at(device));
+      cu_.cuCtxSetCurrent(contexts.at(device));
       cu_.cuStreamSynchronize(stream);  // after an error a DMA may still use the buffer
       cu_.cuStreamDestroy_v2(stream);
       if (auto b = slot.bounce.find(device); b != slot.bounce.end() && b->second) cu_.cuMemFree_v2(b->second);

@@ -381,6 +381,8 @@ class Engine {
   std::optional<std::pair<void*, size_t>> huge_staging(size_t size) const;
   Result<void> finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns);
   void release_ring(std::vector<Slot>& ring);
+  // The same with `contexts` (a thread that must not read the engine's map).
+  void release_ring(std::vector<Slot>& ring, const std::map<int, CUcontext>& contexts);
   // After the copy: data files, allocations and statistics into the manifest.
   Result<void> finish_save(SaveJob& job, uint64_t elapsed_ns, const std::vector<uint64_t>& dma_wait_ns);
 
