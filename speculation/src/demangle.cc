@@ -6,14 +6,12 @@
 #include <cstdlib>
 #include <memory>
 
+#include "type_text.h"
+
 namespace phos::speculation {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
-}
+using type_text::trim;
 
 bool ends_with_word(std::string_view s, std::string_view word) {
   if (s.size() < word.size() || s.substr(s.size() - word.size()) != word) return false;

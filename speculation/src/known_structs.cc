@@ -1,16 +1,15 @@
 #include "phos/speculation/known_structs.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
+
+#include "type_text.h"
 
 namespace phos::speculation {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
-}
+using type_text::trim;
 
 // "ns::Name<A, B<C, D>, 4>" -> "ns::Name" and {"A", "B<C, D>", "4"}; nullopt
 // where it is not a template-id.
@@ -129,6 +128,43 @@ std::optional<KnownStruct> reduce_op(std::string_view type, const TemplateId& id
   return s;
 }
 
+// PyTorch's offset calculators (aten/src/ATen/cuda/detail/OffsetCalculator.cuh),
+// passed by value to elementwise and reduction kernels: integers only.
+//   template <int NARGS, typename index_t = uint32_t, bool signed_strides = false>
+//   struct OffsetCalculator {
+//     int dims;
+//     IntDivider<index_t> sizes_[MAX_DIMS];   // {divisor, m1, shift} for 32-bit, {divisor} else
+//     stride_t strides_[MAX_DIMS][std::max<int>(NARGS, 1)];  // index_t, or its signed type
+//   };
+// MAX_DIMS is 25 (16 before PyTorch 1.10). Its (m1, shift) words read as
+// addresses: (0x059eea08, 17) fell inside the 8B server's KV pool.
+std::optional<KnownStruct> offset_calculator(const TemplateId& id, uint32_t size) {
+  if (id.args.empty() || id.args.size() > 3) return std::nullopt;
+  const auto nargs = integer(id.args[0]);
+  const auto index_size = id.args.size() > 1 ? integer_size(id.args[1]) : std::optional<uint32_t>(4);
+  if (!nargs || *nargs > 64 || !index_size) return std::nullopt;
+  const uint64_t divider = *index_size == 4 ? 12 : *index_size;
+  const uint64_t columns = std::max<uint64_t>(*nargs, 1);
+  for (uint64_t max_dims : {25, 16}) {
+    uint64_t end = align_up(4, *index_size);  // dims
+    end += max_dims * divider;
+    end = align_up(end, *index_size);
+    end += max_dims * columns * *index_size;
+    if (align_up(end, *index_size) == size) return KnownStruct{};
+  }
+  return std::nullopt;
+}
+
+// cat's output sizes and strides (Shape.cu): TensorSizeStride<IndexType,
+// MaxDims> {IndexType tensorSize[MaxDims]; IndexType tensorStride[MaxDims];}.
+std::optional<KnownStruct> tensor_size_stride(const TemplateId& id, uint32_t size) {
+  if (id.args.size() != 2) return std::nullopt;
+  const auto index_size = integer_size(id.args[0]);
+  const auto dims = integer(id.args[1]);
+  if (!index_size || !dims || *dims > 64 || 2 * *dims * *index_size != size) return std::nullopt;
+  return KnownStruct{};
+}
+
 }  // namespace
 
 std::optional<KnownStruct> known_struct(std::string_view type, uint32_t size) {
@@ -137,6 +173,8 @@ std::optional<KnownStruct> known_struct(std::string_view type, uint32_t size) {
   const std::string_view name = unqualified(id->name);
   if (name == "CatArrInputTensorMetadata") return cat_metadata(*id, size);
   if (name == "ReduceOp") return reduce_op(type, *id, size);
+  if (name == "OffsetCalculator") return offset_calculator(*id, size);
+  if (name == "TensorSizeStride") return tensor_size_stride(*id, size);
   return std::nullopt;
 }
 

@@ -83,7 +83,8 @@ TEST_CASE("known structs: the cat kernel's layout from its name, and a stale wor
   CHECK(layout.params[1].fields_known);
   CHECK(layout.params[1].pointer_fields.size() == 128);
   CHECK(layout.params[2].kind == ParamKind::kAggregate);
-  CHECK_FALSE(layout.params[2].fields_known);  // TensorSizeStride: no rule; scanned, holds no pointer
+  CHECK(layout.params[2].fields_known);  // TensorSizeStride<unsigned int, 4u>: integers only
+  CHECK(layout.params[2].pointer_fields.empty());
 
   BufferIndex index;
   REQUIRE(index.insert(0x7f0000000000, 1 << 20, 1));  // the output
@@ -192,4 +193,51 @@ TEST_CASE("known structs: argmax's IntDivider word is no pointer; the bytes its 
   AccessSet scanned2;
   speculate_kernel(layout, LaunchArgs{bad_params}, index, &scanned2);
   CHECK(scanned2.find(3));
+}
+
+TEST_CASE("known structs: PyTorch's offset calculators and cat's sizes hold no pointer, where the size agrees",
+          "[known_structs]") {
+  // int dims; IntDivider<unsigned int> sizes_[25] (12 bytes each); unsigned strides_[25][NARGS].
+  auto one = known_struct("at::native::OffsetCalculator<1, unsigned int, false>", 4 + 300 + 100);
+  REQUIRE(one);
+  CHECK(one->fields.empty());
+  CHECK(known_struct("OffsetCalculator<2, unsigned int, false>", 4 + 300 + 200));
+  CHECK(known_struct("OffsetCalculator<3, unsigned int, true>", 4 + 300 + 300));
+  CHECK(known_struct("OffsetCalculator<0, unsigned int, false>", 4 + 300 + 100));  // one column at least
+  // 64-bit indices: IntDivider holds the divisor alone; dims padded to 8.
+  CHECK(known_struct("OffsetCalculator<2, unsigned long, false>", 8 + 200 + 400));
+  // PyTorch before 1.10: 16 dimensions.
+  CHECK(known_struct("OffsetCalculator<1, unsigned int, false>", 4 + 192 + 64));
+  CHECK_FALSE(known_struct("OffsetCalculator<1, unsigned int, false>", 404 + 8));
+  CHECK_FALSE(known_struct("OffsetCalculator<x, unsigned int, false>", 404));
+  // cat's output sizes and strides.
+  CHECK(known_struct("at::native::(anonymous namespace)::TensorSizeStride<unsigned int, 4u>", 32));
+  CHECK(known_struct("TensorSizeStride<unsigned long, 4u>", 64));
+  CHECK_FALSE(known_struct("TensorSizeStride<unsigned int, 4u>", 40));
+}
+
+TEST_CASE("known structs: an offset calculator's IntDivider word takes no buffer into the set", "[known_structs]") {
+  KernelLayout layout;
+  layout.slots_known = true;
+  ParamLayout p;
+  p.offset = 0;
+  p.size = 404;
+  p.kind = ParamKind::kAggregate;
+  auto known = known_struct("OffsetCalculator<1, unsigned int, false>", 404);
+  REQUIRE(known);
+  p.fields_known = true;
+  layout.params = {p};
+  BufferIndex index;
+  REQUIRE(index.insert(0x1000000000, 64ull << 30, 3));
+  std::vector<unsigned char> calc(404, 0);
+  const uint64_t divider = (uint64_t(17) << 32) | 0x059eea08;
+  std::memcpy(&calc[8], &divider, 8);  // sizes_[0]'s (m1, shift)
+  void* params[] = {calc.data()};
+  AccessSet set;
+  speculate_kernel(layout, LaunchArgs{params}, index, &set);
+  CHECK(set.count == 0);
+  layout.params[0].fields_known = false;  // the control: scanned, the word is taken
+  AccessSet scanned;
+  speculate_kernel(layout, LaunchArgs{params}, index, &scanned);
+  CHECK(scanned.find(3));
 }
