@@ -469,7 +469,6 @@ struct Engine::SaveJob {
   std::atomic<uint64_t> sum_checked{0};
   uint64_t sum_missed = 0;           // recopy: changed without a dirty mark
   uint64_t sum_unchanged_dirty = 0;  // recopy: dirty, unchanged, not copied again
-  uint64_t zero_settled_chunks = 0, zero_settled_bytes = 0;  // settle_zero_chunks
   // A migration's copies fingerprinted on their target: one pinned slot per
   // table chunk.
   ChunkSumTask* target_tasks = nullptr;

@@ -144,8 +144,6 @@ Engine::StoppedPass Engine::settle_zero_chunks(SaveJob& job) {
     settled.bytes += p.size;
   }
   settled.ns = monotonic_ns() - t0;
-  job.zero_settled_chunks = settled.chunks;
-  job.zero_settled_bytes = settled.bytes;
   if (settled.chunks)
     PHOS_INFO("process %d: %llu chunks (%.1f MiB) all zero at the freeze: in the image as holes, copied by nobody, "
               "and no write of the process waits for them (%.1f ms)",
