@@ -93,7 +93,7 @@ class Captures {
   }
   // Whether work queued on `stream` now goes into a graph being captured.
   bool capturing(CUstream stream, bool per_thread_stream) const {
-    return active_.load(std::memory_order_relaxed) != 0 && driver_capturing(stream, per_thread_stream);
+    return any() && driver_capturing(stream, per_thread_stream);
   }
   // Whether any stream of the process may be capturing.
   bool any() const { return active_.load(std::memory_order_relaxed) != 0; }

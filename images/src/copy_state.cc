@@ -433,7 +433,6 @@ Result<bool> CopyState::write_chunk(uint64_t chunk, const SaveChunks& save,
       report.waited++;
       l_->header->waits.fetch_add(1, std::memory_order_relaxed);
     }
-    report.sleeps++;
     if (!wait_change(w, seen, deadline))
       return make_error(protocol() == CopyProtocol::kOnDemandFill
                             ? "on-demand restore: chunk " + std::to_string(chunk) + " was not filled in time"
@@ -637,11 +636,7 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
   }
   if (t0) report.save_ns = monotonic_ns() - t0;
   const uint64_t t1 = deferred.empty() ? 0 : monotonic_ns();
-  report.deferred = uint32_t(deferred.size());
   for (size_t i = 0; i < deferred.size(); i++) {
-    const uint64_t c0 = monotonic_ns();
-    const uint32_t saved_before = report.saved;
-    const bool was_copied = state(deferred[i]) == ChunkState::kCopied;
     // The engine is asked for the next deferred chunks again as its urgent
     // list drains: past the list's first kUrgentEntries, a chunk was reached
     // only after every chunk waiting in the pool (on the 8B server, one
@@ -656,9 +651,6 @@ Result<WriteReport> CopyState::before_write(uint64_t address, uint64_t bytes, co
       close(Window::kAborted);
       return r.error();
     }
-    report.deferred_copied += was_copied;
-    report.deferred_saved += report.saved != saved_before;
-    report.longest_chunk_ns = std::max(report.longest_chunk_ns, monotonic_ns() - c0);
   }
   if (t1) report.wait_ns = monotonic_ns() - t1;
   return report;

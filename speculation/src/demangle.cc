@@ -98,26 +98,20 @@ std::optional<std::vector<std::string>> param_types_from_signature(std::string_v
   std::vector<std::string> types;
   std::string_view rest = trim(*list);
   if (rest.empty() || rest == "void") return types;
-  int depth = 0;
-  size_t begin = 0;
-  for (size_t i = 0; i <= rest.size(); i++) {
-    char c = i < rest.size() ? rest[i] : ',';
-    if (c == '(' || c == '<' || c == '[' || c == '{') depth++;
-    if (c == ')' || c == '>' || c == ']' || c == '}') depth--;
-    if (c == ',' && depth == 0) {
-      types.emplace_back(trim(rest.substr(begin, i - begin)));
-      begin = i + 1;
-    }
-  }
+  for (std::string_view t : type_text::split_top_level(rest)) types.emplace_back(t);
   return types;
+}
+
+std::vector<ParamKind> param_kinds_of(const std::vector<std::string>& types) {
+  std::vector<ParamKind> kinds;
+  for (const std::string& t : types) kinds.push_back(classify_type(t));
+  return kinds;
 }
 
 std::optional<std::vector<ParamKind>> param_kinds_from_signature(std::string_view demangled) {
   auto types = param_types_from_signature(demangled);
   if (!types) return std::nullopt;
-  std::vector<ParamKind> kinds;
-  for (const std::string& t : *types) kinds.push_back(classify_type(t));
-  return kinds;
+  return param_kinds_of(*types);
 }
 
 namespace {

@@ -78,6 +78,20 @@ bool apply_name_kinds(KernelLayout& layout, const std::vector<ParamKind>& kinds)
   return true;
 }
 
+// The aggregates whose type a rule of known_structs.h knows get its fields.
+void apply_known_structs(KernelLayout& layout, const std::vector<std::string>& types) {
+  if (types.size() != layout.params.size()) return;
+  for (size_t i = 0; i < types.size(); i++) {
+    ParamLayout& p = layout.params[i];
+    if (p.kind != ParamKind::kAggregate || p.fields_known) continue;
+    if (auto known = known_struct(types[i], p.size)) {
+      p.fields_known = true;
+      p.pointer_fields = std::move(known->fields);
+      p.checks = std::move(known->checks);
+    }
+  }
+}
+
 void apply_cubin_pointers(KernelLayout& layout, const CubinKernel& k) {
   if (k.params.size() != layout.params.size()) return;
   for (const CubinParam& p : k.params)
@@ -119,16 +133,7 @@ KernelLayout build_layout(const LayoutSources& sources) {
 
   if (sources.signature && apply_signature(layout, *sources.signature)) return layout;
   if (sources.name_kinds && layout.slots_known && apply_name_kinds(layout, *sources.name_kinds)) {
-    if (sources.name_types && sources.name_types->size() == layout.params.size())
-      for (size_t i = 0; i < layout.params.size(); i++) {
-        ParamLayout& p = layout.params[i];
-        if (p.kind != ParamKind::kAggregate || p.fields_known) continue;
-        if (auto known = known_struct((*sources.name_types)[i], p.size)) {
-          p.fields_known = true;
-          p.pointer_fields = std::move(known->fields);
-          p.checks = std::move(known->checks);
-        }
-      }
+    if (sources.name_types) apply_known_structs(layout, *sources.name_types);
     return layout;
   }
   if (sources.cubin && layout.slots_known) apply_cubin_pointers(layout, *sources.cubin);

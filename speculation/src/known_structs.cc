@@ -22,20 +22,7 @@ std::optional<TemplateId> template_id(std::string_view t) {
   if (t.empty() || t.back() != '>') return std::nullopt;
   const size_t open = t.find('<');
   if (open == std::string_view::npos) return std::nullopt;
-  TemplateId id{t.substr(0, open), {}};
-  std::string_view inner = t.substr(open + 1, t.size() - open - 2);
-  int depth = 0;
-  size_t begin = 0;
-  for (size_t i = 0; i <= inner.size(); i++) {
-    const char c = i < inner.size() ? inner[i] : ',';
-    if (c == '<' || c == '(' || c == '[') depth++;
-    if (c == '>' || c == ')' || c == ']') depth--;
-    if (c == ',' && depth == 0) {
-      id.args.push_back(trim(inner.substr(begin, i - begin)));
-      begin = i + 1;
-    }
-  }
-  return id;
+  return TemplateId{t.substr(0, open), type_text::split_top_level(t.substr(open + 1, t.size() - open - 2))};
 }
 
 // The last component of a qualified name: "at::native::(anonymous

@@ -49,9 +49,7 @@ ln -s "$BUILD/plugin/phos_plugin.so" "$PLUGIN_DIR/phos_plugin.so"
 cleanup() {
   local p
   for p in $(workload_pids); do kill -9 "$p" 2>/dev/null || true; done
-  # Once more after a moment: a process killed just now may still have
-  # been writing a file into it.
-  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK" 2>/dev/null || { sleep 0.5; rm -rf "$WORK"; }
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 

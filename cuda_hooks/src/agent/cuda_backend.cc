@@ -145,7 +145,7 @@ Result<void> CudaBackend::drain(std::chrono::milliseconds) {
   // would restore a failed program (a supervisor restoring it would see it
   // fail again, every restart). A lost device fails the synchronize below;
   // the injected fault leaves the context whole, so it is asked here.
-  if (gpu_fault::g_state.load(std::memory_order_relaxed) == gpu_fault::kFired)
+  if (gpu_fault::fired())
     return make_error("the program's GPU work failed (PHOS_FAULT=gpu-error, as on a lost device): an image of it "
                       "would restore a failed program",
                       EIO);

@@ -21,6 +21,9 @@ void arm_from_environment();
 // Whether the trigger file has appeared (it is then removed, said on stderr).
 bool trigger_now();
 
+// Whether it has fired (the program's GPU work failed for good).
+inline bool fired() { return g_state.load(std::memory_order_relaxed) == kFired; }
+
 // Whether this call must fail as on a lost device.
 inline bool fails() {
   int s = g_state.load(std::memory_order_relaxed);

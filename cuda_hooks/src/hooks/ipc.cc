@@ -302,15 +302,15 @@ extern "C" PHOS_EXPORT CUresult phos_cuEventDestroy_v1(CUevent event) {
 
 // A context destroyed or reset destroys its events: which of the set were
 // its is not known here, so the whole set is forgotten.
-#define PHOS_CONTEXT_END_HOOK(name, params, args)  \
-  extern "C" PHOS_EXPORT CUresult name params {     \
-    const EventDeps rt;                             \
-    GatePass pass(rt.gate(), PHOS_CALL_KIND(name)); \
-    auto real = PHOS_REAL(name);                    \
-    if (!real) return CUDA_ERROR_NOT_FOUND;         \
-    CUresult r = real args;                         \
-    if (r == CUDA_SUCCESS) rt.interprocess_events().clear(); \
-    return r;                                       \
+#define PHOS_CONTEXT_END_HOOK(name, params, args)             \
+  extern "C" PHOS_EXPORT CUresult name params {                \
+    const EventDeps rt;                                        \
+    GatePass pass(rt.gate(), PHOS_CALL_KIND(name));            \
+    auto real = PHOS_REAL(name);                               \
+    if (!real) return CUDA_ERROR_NOT_FOUND;                    \
+    CUresult r = real args;                                    \
+    if (r == CUDA_SUCCESS) rt.interprocess_events().clear();   \
+    return r;                                                  \
   }
 PHOS_CONTEXT_END_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx))
 PHOS_CONTEXT_END_HOOK(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev))

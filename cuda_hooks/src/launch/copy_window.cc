@@ -11,7 +11,6 @@
 #include <tuple>
 
 #include "driver/driver.h"
-#include "agent/slow_calls.h"
 #include "launch/launch_speculation.h"
 #include "phos/hooks/kernel_registry.h"
 #include "phos/support/clock.h"
@@ -388,19 +387,6 @@ void CopyWindow::write(uint64_t address, uint64_t bytes, CallCost& cost) {
   };
   auto report = table_->before_write(address, bytes, saves, timeout_);
   if (!report) return give_up(report.error());
-  // With the slow-call trace on: how a long wait for the engine went.
-  static const uint64_t trace_ns = [] {
-    auto t = slow_call_trace();
-    return t ? t->threshold_ns : 0;
-  }();
-  if (trace_ns && report->wait_ns >= trace_ns)
-    std::fprintf(stderr,
-                 "phos: copy-on-write wait: %.1f ms for %u chunks it came back to (%u copied meanwhile, %u saved once "
-                 "a slot was free, the rest waited for the engine; %u sleeps, longest chunk %.1f ms), after %u saved "
-                 "in %.1f ms\n",
-                 double(report->wait_ns) / 1e6, report->deferred, report->deferred_copied, report->deferred_saved,
-                 report->sleeps, double(report->longest_chunk_ns) / 1e6, report->saved - report->deferred_saved,
-                 double(report->save_ns) / 1e6);
   cost.waited += report->waited;
   cost.saved += report->saved;
   cost.save_ns += report->save_ns;

@@ -178,8 +178,9 @@ std::shared_ptr<const spec::KernelLayout> LaunchSpeculation::analyse(const Kerne
   const ModuleRef& module = k.module;
   spec::LayoutSources sources;
   sources.driver = k.params;
-  sources.name_kinds = spec::param_kinds_from_name(name.c_str());
+  // One demangling: the types, and their kinds from them.
   sources.name_types = spec::param_types_from_name(name.c_str());
+  if (sources.name_types) sources.name_kinds = spec::param_kinds_of(*sources.name_types);
   uint64_t t0 = monotonic_ns();
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t t1 = monotonic_ns();

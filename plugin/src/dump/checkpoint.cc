@@ -510,7 +510,7 @@ Checkpointer::CopyPlan Checkpointer::choose_copy(Target& t) {
   if (!take_freeze_sums(t)) return CopyPlan{};
   if (auto shared = copy_shared_now(t); !shared) return CopyPlan{.error = shared.error()};
   // After the shared memory's copy, which takes its chunks whatever they hold.
-  if (options_.cow_zero_settle) (void)engine_->settle_zero_chunks(*t.save);
+  if (options_.cow_zero_settle) engine_->settle_zero_chunks(*t.save);
   return CopyPlan{.protocol = CopyProtocol::kSoftCopyOnWrite, .snapshot = false};
 }
 

@@ -199,8 +199,8 @@ class Engine {
   // window's: a kernel whose speculated set reaches into it then waits for
   // none of it. Nothing where the freeze took no zero flags, for a
   // migration (its data goes to device memory, not to holes) or with
-  // sparse=off. Returns the chunks and bytes so settled.
-  StoppedPass settle_zero_chunks(SaveJob& job);
+  // sparse=off. Its log line says how many.
+  void settle_zero_chunks(SaveJob& job);
   // Dead memory (dead_ranges.h): the program's free device memory at the
   // gate closing the image stands for. Its chunks are not copied (dropped
   // from the stopped copy, taken as copied in a copy window, open or

@@ -115,12 +115,12 @@ Result<void> Engine::take_freeze_sums(SaveJob& job) {
   return {};
 }
 
-Engine::StoppedPass Engine::settle_zero_chunks(SaveJob& job) {
+void Engine::settle_zero_chunks(SaveJob& job) {
   std::lock_guard<std::mutex> lock(run_mu_);
-  StoppedPass settled;
   if (!job.window || job.migration || settings_.sparse != image::Sparse::kAuto || job.reference.empty() ||
       job.window->table.protocol() != CopyProtocol::kSoftCopyOnWrite)
-    return settled;
+    return;
+  uint64_t chunks = 0, bytes = 0;
   const uint64_t t0 = monotonic_ns();
   copystate::CopyState& table = job.window->table;
   std::map<uint64_t, uint32_t> zero_crc;  // by chunk size: whole chunks, and allocations' last ones
@@ -140,16 +140,13 @@ Engine::StoppedPass Engine::settle_zero_chunks(SaveJob& job) {
                                                      .compression = image::Compression::kZero,
                                                      .fingerprint = *job.reference.get(c)};
     table.copied(*claim);
-    settled.chunks++;
-    settled.bytes += p.size;
+    chunks++;
+    bytes += p.size;
   }
-  settled.ns = monotonic_ns() - t0;
-  if (settled.chunks)
+  if (chunks)
     PHOS_INFO("process %d: %llu chunks (%.1f MiB) all zero at the freeze: in the image as holes, copied by nobody, "
               "and no write of the process waits for them (%.1f ms)",
-              job.vpid, (unsigned long long)settled.chunks, double(settled.bytes) / (1 << 20),
-              double(settled.ns) / 1e6);
-  return settled;
+              job.vpid, (unsigned long long)chunks, double(bytes) / (1 << 20), double(monotonic_ns() - t0) / 1e6);
 }
 
 void Engine::drop_window(SaveJob& job) {

@@ -118,11 +118,6 @@ struct WriteReport {
   uint32_t overwritten = 0;  // fill: chunks taken as filled, wholly overwritten
   uint64_t save_ns = 0;      // copy-on-write: launching the saves and waiting for them
   uint64_t wait_ns = 0;      // copy-on-write: waiting for chunks the engine copies
-  // Copy-on-write, the chunks it came back to (no slot, or being copied
-  // when it first looked): how each ended, and its futex waits.
-  uint32_t deferred = 0, deferred_saved = 0, deferred_copied = 0;
-  uint32_t sleeps = 0;            // waits for a chunk's word to change
-  uint64_t longest_chunk_ns = 0;  // the longest of one deferred chunk
 };
 
 // Pool slots [first, end).

@@ -33,5 +33,7 @@ ParamKind classify_type(std::string_view type);
 // for param_kinds_from_name (the structs' names, for known_structs.h).
 std::optional<std::vector<std::string>> param_types_from_name(const char* mangled);
 std::optional<std::vector<std::string>> param_types_from_signature(std::string_view demangled);
+// The kinds of those types (classify_type, each).
+std::vector<ParamKind> param_kinds_of(const std::vector<std::string>& types);
 
 }  // namespace phos::speculation
