@@ -17,8 +17,8 @@
 // --plant: every 32nd operation also writes where its arguments do not say:
 // through a pointer kept in device memory, and through a __device__
 // variable, into another buffer (planted mis-speculation; with validation
-// on, a copy-on-write dump must refuse its image). --plant-last: into the
-// buffer allocated last (copied last by copy-on-write) instead; built
+// on, a copy-on-write dump must refuse its image). --plant-last: every 4th
+// operation, into the buffer allocated last (copied last by copy-on-write); built
 // without PTX (test/gpu/make-bundle.sh: cow_random_sass) no validator sees
 // the plants, and validation by checksum must refuse the image.
 //
@@ -148,9 +148,13 @@ void run_op(uint64_t seed, uint64_t i, Buffers& b, cudaStream_t s, cublasHandle_
       break;
     }
   }
-  if (plant != Plant::kNone && i % 32 == 31) {
+  // Into the last buffer every 4th operation: the engine copies 1 GiB in
+  // ~50 ms, and 32 operations whose writes wait for it once took longer,
+  // so every plant landed after its chunk's copy (issue 29's run 6).
+  const uint64_t every = plant == Plant::kLast ? 4 : 32;
+  if (plant != Plant::kNone && i % every == every - 1) {
     uint32_t* victim = (plant == Plant::kLast ? b.p[kBuffers - 1] : b.p[other]) + at % (b.words - 256);
-    if (i % 64 == 63) {
+    if ((i / every) % 2 == 1) {
       CHECK_CUDA(cudaMemcpyAsync(b.holder, &victim, sizeof(victim), cudaMemcpyHostToDevice, s));
       plant_indirect<<<1, 256, 0, s>>>(b.holder, v);
     } else {
