@@ -51,13 +51,35 @@ bool two_small_integers(uint64_t value, const Buffer& b) {
   return small && value - b.start >= 0x10000;
 }
 
-void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, AccessSet* out, bool guess = false) {
+// A word whose halves are the (m1, shift) of a PyTorch IntDivider<uint32_t>
+// ({divisor, m1, shift}, OffsetCalculator's per-dimension divisors), the
+// 32 bits before it being the divisor: IntDivider's constructor makes shift
+// the least s with 2^s >= divisor and m1 = 2^32 (2^s - divisor) / divisor + 1
+// (truncated to 32 bits), so a word that satisfies both is one, but for a
+// chance of about 2^-32 per word. On the 8B server, the divider of the
+// vocabulary (128256: shift 17, m1 0x059eea08) read as 0x11059eea08, inside
+// the 64 GiB KV pool, in the closure of an elementwise mul whose operands
+// are not contiguous: that launch saved the whole pool (13464 chunks). A
+// kernel's closure holds the calculator by value, so no layout rule sees it.
+bool int_divider_tail(uint32_t divisor, uint64_t value) {
+  const uint64_t shift = value >> 32;
+  // IntDivider<uint32_t> takes divisors 1 .. INT32_MAX: shift <= 31.
+  if (divisor == 0 || divisor > 0x7fffffffu || shift > 31) return false;
+  const uint64_t least = divisor == 1 ? 0 : 64 - __builtin_clzll(uint64_t(divisor) - 1);
+  if (shift != least) return false;
+  const uint64_t magic = ((uint64_t(1) << 32) * ((uint64_t(1) << shift) - divisor)) / divisor + 1;
+  return uint32_t(magic) == uint32_t(value);
+}
+
+// `before`: the 32 bits in front of a struct's word (for int_divider_tail).
+void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, AccessSet* out, bool guess = false,
+                 uint32_t before = 0) {
   // Small integers and null are common and never device addresses.
   if (value < 4096) return;
   out->lookups++;
   Buffer b;
   if (!index.find(value, &b)) return;
-  if (guess && two_small_integers(value, b)) {
+  if (guess && (two_small_integers(value, b) || int_divider_tail(before, value))) {
     out->integer_words++;
     return;
   }
@@ -70,11 +92,14 @@ void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, Acces
 void scan_words(const LaunchArgs& args, const ParamLayout& p, size_t index, const BufferIndex& buffers,
                 AccessSet* out) {
   uint32_t first = (8 - p.offset % 8) % 8;
+  // The 32 bits in front of each word: the last word's high half after the first.
+  uint32_t before = first >= 4 ? uint32_t(read_word(args, p, index, first - 4)) : 0;
   for (uint32_t off = first; off + 8 <= p.size; off += 8) {
     const uint64_t value = read_word(args, p, index, off);
-    const uint32_t before = out->count;
-    try_pointer(value, kRead | kWrite, buffers, out, true);
-    if (out->count == before) continue;  // no new buffer (or one already in)
+    const uint32_t count = out->count;
+    try_pointer(value, kRead | kWrite, buffers, out, true, before);
+    before = uint32_t(value >> 32);
+    if (out->count == count) continue;  // no new buffer (or one already in)
     const BufferAccess& b = out->items[out->count - 1];
     GuessedWord& w = out->widest_guess;
     if (b.end - b.start > w.buffer_end - w.buffer_start)

@@ -364,3 +364,49 @@ TEST_CASE("layout: the signature database alone does not make kernelParams reada
   speculate_kernel(l, LaunchArgs{params}, index, &set);
   CHECK(set.kind == SetKind::kUnknown);
 }
+
+TEST_CASE("speculate: an IntDivider's (m1, shift) in a closure, its divisor before it, is no pointer") {
+  // The 8B server: a 64 GiB KV pool from 0x6cc000000; an elementwise mul's
+  // closure holds an OffsetCalculator whose divider of the vocabulary
+  // (128256: m1 0x059eea08, shift 17) reads as 0x11059eea08, in the pool.
+  BufferIndex index;
+  REQUIRE(index.insert(0x6cc000000, uint64_t(64) << 30, 1));
+  REQUIRE(index.insert(0x2000000000, 1 << 20, 2));
+  // {int dims; IntDivider<uint32_t> sizes_[2] ({divisor, m1, shift});
+  //  uint32_t pad; char* data[1]}, packed as the closure lays it out.
+  struct __attribute__((packed)) Closure {
+    int32_t dims;
+    uint32_t d0, m0, s0;
+    uint32_t d1, m1, s1;
+    uint32_t pad;
+    uint64_t data;
+  };
+  static_assert(sizeof(Closure) == 40);
+  KernelLayout l = layout_of({P(0, sizeof(Closure), K::kUnknown)});
+  Closure c{2, 128256, 0x059eea08, 17, 7, 0x24924925, 3, 0, 0x2000000040};
+  void* params[] = {&c};
+  AccessSet set;
+  speculate_kernel(l, LaunchArgs{params}, index, &set);
+  CHECK(access_of(set, 1) == 0);  // the pool is not in the set
+  CHECK(access_of(set, 2) == (kRead | kWrite));
+  CHECK(set.integer_words == 1);
+
+  // Control: the same word without its divisor before it reads as an address.
+  const uint32_t divisors[] = {128255, 128257, 0};
+  for (uint32_t d : divisors) {
+    CAPTURE(d);
+    c.d0 = d;
+    AccessSet other;
+    speculate_kernel(l, LaunchArgs{params}, index, &other);
+    CHECK(access_of(other, 1) == (kRead | kWrite));
+    CHECK(other.integer_words == 0);
+  }
+
+  // A divisor of 1 (shift 0, m1 1) and a power of two (8: shift 3, m1 1):
+  // words (1, 0) and (1, 3) are below 4 GiB or small-integer pairs anyway;
+  // the check itself accepts them.
+  c = Closure{2, 8, 1, 3, 1, 1, 0, 0, 0};
+  AccessSet small;
+  speculate_kernel(l, LaunchArgs{params}, index, &small);
+  CHECK(small.count == 0);
+}
