@@ -86,16 +86,70 @@ void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, Acces
   out->add(b, access);
 }
 
+// Whether the 12 bytes at `at` are an IntDivider<uint32_t> made by its
+// constructor ({divisor, m1, shift}, see int_divider_tail).
+bool int_divider_at(const LaunchArgs& args, const ParamLayout& p, size_t index, uint32_t at) {
+  const uint32_t divisor = uint32_t(read_word(args, p, index, at));
+  return int_divider_tail(divisor, read_word(args, p, index, at + 4));
+}
+
+// PyTorch's OffsetCalculator<N, uint32_t> (OffsetCalculator.cuh, 2.x):
+// {int dims; IntDivider sizes_[25]; uint32_t strides_[25][N]}, which the
+// elementwise kernels' closures hold by value beside their N data pointers.
+// Its constructor fills only the first `dims` entries: the rest are stale
+// stack memory, and one such word (0xa00000000, +264 of a mul's closure)
+// took the 8B server's 64 GiB KV pool into a launch's set. None of it is a
+// pointer. No layout rule can name it (the closure's type is a lambda), so
+// it is recognized here by its content: `dims` in 1..25 followed by that
+// many IntDividers as the constructor makes them, one at least with a
+// divisor over 1 (a chance of about 2^-32 each of being anything else). It
+// sits first in the closure (the lambda uses it first), or after the N
+// pointers. Returns the bytes [begin, end) to leave out; end covers the
+// strides where N is known (from where it sits, or the closure's size:
+// the pointers follow it, 8-aligned, then the functor, 16 bytes at most).
+struct Span {
+  uint32_t begin = 0, end = 0;
+};
+constexpr uint32_t kCalcMaxDims = 25, kCalcSizesEnd = 4 + 12 * kCalcMaxDims;
+
+Span offset_calculator(const LaunchArgs& args, const ParamLayout& p, size_t index) {
+  for (uint32_t at = 0; at <= 32 && at + kCalcSizesEnd <= p.size; at += 8) {
+    const uint32_t dims = uint32_t(read_word(args, p, index, at));
+    if (dims == 0 || dims > kCalcMaxDims) continue;
+    bool whole = true, strong = false;
+    for (uint32_t k = 0; k < dims && whole; k++) {
+      whole = int_divider_at(args, p, index, at + 4 + 12 * k);
+      strong = strong || uint32_t(read_word(args, p, index, at + 4 + 12 * k)) > 1;
+    }
+    if (!whole || !strong) continue;
+    uint32_t n = at / 8;
+    for (uint32_t tensors = 1; n == 0 && tensors <= 8; tensors++) {
+      const uint32_t data = (kCalcSizesEnd + 100 * tensors + 7) / 8 * 8 + 8 * tensors;
+      if (data <= p.size && p.size - data <= 16) n = tensors;
+    }
+    const uint32_t end = at + kCalcSizesEnd + 100 * n;
+    return Span{at, end <= p.size ? end : at + kCalcSizesEnd};
+  }
+  return {};
+}
+
 // Every aligned 8-byte word of the parameter (alignment in the argument
 // buffer: a pointer inside a struct sits at a multiple of 8 from the
-// buffer's start, the struct being at least 8-aligned).
+// buffer's start, the struct being at least 8-aligned), but an offset
+// calculator's.
 void scan_words(const LaunchArgs& args, const ParamLayout& p, size_t index, const BufferIndex& buffers,
                 AccessSet* out) {
+  const Span calculator = p.size >= kCalcSizesEnd + 100 ? offset_calculator(args, p, index) : Span{};
   uint32_t first = (8 - p.offset % 8) % 8;
   // The 32 bits in front of each word: the last word's high half after the first.
   uint32_t before = first >= 4 ? uint32_t(read_word(args, p, index, first - 4)) : 0;
   for (uint32_t off = first; off + 8 <= p.size; off += 8) {
     const uint64_t value = read_word(args, p, index, off);
+    if (off < calculator.end && off + 8 > calculator.begin) {
+      out->calculator_words++;
+      before = uint32_t(value >> 32);
+      continue;
+    }
     const uint32_t count = out->count;
     try_pointer(value, kRead | kWrite, buffers, out, true, before);
     before = uint32_t(value >> 32);

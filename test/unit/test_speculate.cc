@@ -410,3 +410,65 @@ TEST_CASE("speculate: an IntDivider's (m1, shift) in a closure, its divisor befo
   speculate_kernel(l, LaunchArgs{params}, index, &small);
   CHECK(small.count == 0);
 }
+
+namespace {
+// An elementwise kernel's closure: PyTorch's OffsetCalculator<3>
+// ({int dims; IntDivider sizes_[25]; uint32_t strides_[25][3]}, 604 bytes)
+// and 3 data pointers, at `calc` and `data`; the rest stale stack words,
+// two of them reading as addresses in the 64 GiB pool at 0x6cc000000.
+std::vector<std::byte> elementwise_closure(uint32_t calc, uint32_t data, uint32_t size, int32_t dims) {
+  std::vector<std::byte> c(size);
+  auto put32 = [&](uint32_t at, uint32_t v) { std::memcpy(c.data() + at, &v, 4); };
+  auto put64 = [&](uint32_t at, uint64_t v) { std::memcpy(c.data() + at, &v, 8); };
+  for (uint32_t at = 0; at + 8 <= size; at += 8) put64(at, 0x0000000600000042 + at);  // stale, outside buffers
+  put32(calc, uint32_t(dims));
+  const uint32_t dividers[][3] = {{128, 1, 7}, {128256, 0x059eea08, 17}};  // (divisor, m1, shift)
+  for (uint32_t k = 0; k < 2; k++)
+    for (uint32_t f = 0; f < 3; f++) put32(calc + 4 + 12 * k + 4 * f, dividers[k][f]);
+  for (uint32_t k = 0; k < 2; k++)
+    for (uint32_t a = 0; a < 3; a++) put32(calc + 304 + 12 * k + 4 * a, 2 * (a + 1));
+  put64(calc + 264, 0x0000000a00000000);  // sizes_[21..22], stale: in the pool
+  put64(calc + 400, 0x00000007cc001000);  // strides_[8], stale: in the pool
+  for (uint32_t t = 0; t < 3; t++) put64(data + 8 * t, 0x2000000000 + 0x1000 * t);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("speculate: an offset calculator in a closure, its stale entries too, holds no pointer") {
+  BufferIndex index;
+  REQUIRE(index.insert(0x6cc000000, uint64_t(64) << 30, 1));
+  REQUIRE(index.insert(0x2000000000, 1 << 20, 2));
+  const struct {
+    const char* layout;
+    uint32_t calc, data, size;
+  } cases[] = {
+      {"the calculator first (the lambda uses it first), then the pointers, then a 1-byte functor", 0, 608, 640},
+      {"the pointers first", 24, 632, 640},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.layout);
+    KernelLayout l = layout_of({P(0, 4, K::kScalar), P(8, k.size, K::kUnknown)});
+    int n = 1 << 20;
+    std::vector<std::byte> closure = elementwise_closure(k.calc, k.calc ? 0 : k.data, k.size, 2);
+    void* params[] = {&n, closure.data()};
+    AccessSet set;
+    speculate_kernel(l, LaunchArgs{params}, index, &set);
+    CHECK(access_of(set, 1) == 0);  // neither stale word takes the pool in
+    CHECK(access_of(set, 2) == (kRead | kWrite));
+    CHECK(set.calculator_words >= 604 / 8);
+
+    // Controls: no dims, or a divider the constructor would not make, and
+    // the stale words are scanned as before.
+    for (auto spoil : {0, 1}) {
+      CAPTURE(spoil);
+      std::vector<std::byte> other = closure;
+      if (spoil == 0) std::memset(other.data() + k.calc, 0, 4);                   // dims 0
+      if (spoil == 1) std::memset(other.data() + k.calc + 4 + 12 + 4, 0x55, 4);  // sizes_[1].m1 wrong
+      void* other_params[] = {&n, other.data()};
+      AccessSet scanned;
+      speculate_kernel(l, LaunchArgs{other_params}, index, &scanned);
+      CHECK(access_of(scanned, 1) == (kRead | kWrite));
+      CHECK(scanned.calculator_words == 0);
+    }
+  }
+}

@@ -57,6 +57,7 @@ struct AccessSet {
   BufferAccess items[kMax];
   GuessedWord widest_guess;
   uint32_t integer_words = 0;  // guessed words taken for two integers, not pointers
+  uint32_t calculator_words = 0;  // words of an offset calculator (its stale entries too), not scanned
 
   void reset(SetKind k) {
     kind = k;
@@ -64,6 +65,7 @@ struct AccessSet {
     lookups = 0;
     widest_guess = {};
     integer_words = 0;
+    calculator_words = 0;
   }
   // Adds (or widens) `b`'s entry; past kMax the whole set becomes unknown.
   void add(const Buffer& b, uint8_t access);
