@@ -25,7 +25,7 @@ NUM = r"([0-9.]+)"
 
 STALL = re.compile(
     r"phos: process (\d+): gate reopened after " + NUM + r" ms stopped: quiesce " + NUM + r" ms"
-    r"(?: \(NCCL release " + NUM + r" ms\))?, allocations, release and the driver's lock " + NUM + r" ms, "
+    r"(?: \(NCCL release " + NUM + r" ms\))?, allocations, release and the driver's lock " + NUM + r" ms(?: \([^)]*\))?, "
     r"criu's freeze " + NUM + r" ms, driver checkpoint " + NUM + r" ms, the rest of the copy " + NUM + r" ms, "
     r"criu's CPU dump " + NUM + r" ms, give-back \([^)]*\) " + NUM + r" ms")
 RELEASE = re.compile(r"phos: process (\d+): \d+ NCCL communicator\(s\) released in " + NUM + r" ms")

@@ -189,6 +189,7 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
 Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& t) {
   if (t.recopy()) PHOS_TRY(end_first_window(pid, client, t));
   PHOS_TRY(list_allocations(pid, client, t));
+  t.listed_at_ns = clock_ns(CLOCK_MONOTONIC);
   if (t.migrate) PHOS_TRY(check_migration(pid, t));
   if (t.recopy() && t.save->allocs != t.own_allocations) {
     PHOS_WARN("process %d: its allocations changed while soft recopy's first pass ran; its memory is copied while "
@@ -200,6 +201,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
       PHOS_WARN("phos-keeper: %s; going on without it", held.error().message.c_str());
       keeper_.reset();
     }
+    t.kept_at_ns = clock_ns(CLOCK_MONOTONIC);
   }
   if (!t.own_allocations.empty()) {
     PHOS_TRY(start_engine());
@@ -217,6 +219,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     engine_->set_dead(*t.save, t.dead);
     for (int d : std::set<int>(t.save->devices.begin(), t.save->devices.end()))
       t.pool_need[d] = engine_->pool_need(*t.save, d);
+    t.mapped_at_ns = clock_ns(CLOCK_MONOTONIC);
     std::promise<CopyPlan> decided;
     t.plan = decided.get_future().share();
     std::future<void> go = t.write_go.get_future();
@@ -271,6 +274,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     taking(pid, t, kMappingsReleased);
     auto released = client.release_mappings(true);
     if (!released) return released.error();
+    t.released_at_ns = clock_ns(CLOCK_MONOTONIC);
   }
   PHOS_TRY(client.goodbye());
   if (t.status.cuda_initialized) {
@@ -934,12 +938,24 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   char nccl[64] = "";
   if (t.nccl_release_ns)
     std::snprintf(nccl, sizeof(nccl), " (NCCL release %.1f ms)", double(t.nccl_release_ns) / 1e6);
-  PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms%s, allocations, release and the driver's lock %.1f ms, "
+  // PAUSE's steps after the quiesce, each from the last one taken.
+  std::string steps;
+  uint64_t from = quiesced;
+  for (auto [at, what] : {std::pair{t.listed_at_ns, "listed with their fds"}, {t.kept_at_ns, "handed to phos-keeper"},
+                          {t.mapped_at_ns, "mapped into criu"}, {t.released_at_ns, "released by the process"},
+                          {t.paused_done_ns, "the driver's lock"}}) {
+    if (!at) continue;
+    char part[64];
+    std::snprintf(part, sizeof(part), "%s%s %.1f", steps.empty() ? "" : ", ", what, ms(from, at));
+    steps += part;
+    from = at;
+  }
+  PHOS_INFO("process %d: gate reopened after %.1f ms stopped: quiesce %.1f ms%s, allocations, release and the driver's lock %.1f ms (%s), "
             "criu's freeze %.1f ms, driver checkpoint %.1f ms, the rest of the copy %.1f ms, criu's CPU dump %.1f ms, "
             "give-back (driver restore, remap%s) %.1f ms: driver restore and unlock %.1f ms, the agent's remap %.1f "
             "ms, %sgate %.1f ms",
             pid, ms(t.paused_at_ns, t.resumed_at_ns), double(t.manifest.statistics.quiesce_ns) / 1e6, nccl,
-            ms(quiesced, t.paused_done_ns),
+            ms(quiesced, t.paused_done_ns), steps.c_str(),
             std::max(0.0, ms(t.paused_done_ns, t.checkpointed_at_ns) - double(t.driver_checkpoint_ns + t.copy_wait_ns) / 1e6),
             double(t.driver_checkpoint_ns) / 1e6, double(t.copy_wait_ns) / 1e6, ms(t.checkpointed_at_ns, t0),
             t.copy_on_write() ? ", copy window" : "", ms(t0, t.resumed_at_ns), double(parts.driver_ns) / 1e6,

@@ -180,6 +180,10 @@ class Checkpointer {
     // checkpoint, CHECKPOINT_DEVICES done, the gate reopened.
     uint64_t paused_done_ns = 0, driver_checkpoint_ns = 0, checkpointed_at_ns = 0, resumed_at_ns = 0;
     uint64_t copy_wait_ns = 0;  // CHECKPOINT_DEVICES waiting for a stopped copy to end
+    // PAUSE's steps after the quiesce (0 where a step was not taken):
+    // allocations listed with their fds, handed to phos-keeper, mapped into
+    // criu (the copy's job), released by the process.
+    uint64_t listed_at_ns = 0, kept_at_ns = 0, mapped_at_ns = 0, released_at_ns = 0;
     uint64_t paused_at_ns = 0;
     uint64_t nccl_release_ns = 0;  // the quiesce's part that released NCCL communicators
     // The driver's checkpoint, made for every process at the first
