@@ -22,11 +22,15 @@ behind=$(line_of "phos: process $WORKLOAD_PID: image written behind the running 
 [ -e "$IMG/phos-1-complete.img" ] || fail "no completion marker after criu returned"
 "$PHOSCTL" verify "$IMG" > "$WORK/verify.txt" 2>&1 || fail "phosctl verify: $(cat "$WORK/verify.txt")"
 say "written behind: $(grep -o "phos: process $WORKLOAD_PID: image written behind.*" "$WORK/dump.log")"
+# criu's threads yield the CPUs to the running process (behind_nice=10).
+grep -qE "phos: criu's [1-9][0-9]* threads at nice 10 while they finish behind the running processes" "$WORK/dump.log" ||
+  fail "criu's threads were not lowered to behind_nice=10 once the process ran again"
 
 # 2. write_behind=off: finished inside the freeze, as without -R.
 rm -rf "${IMG:?}"/*
-PHOS_WRITE_BEHIND=off criu_dump --leave-running || fail "criu dump --leave-running (write_behind=off) failed"
+PHOS_WRITE_BEHIND=off PHOS_BEHIND_NICE=0 criu_dump --leave-running || fail "criu dump --leave-running (write_behind=off) failed"
 ! grep -q "written behind\|criu leaves the processes running" "$WORK/dump.log" || fail "write_behind=off wrote behind"
+! grep -q "threads at nice" "$WORK/dump.log" || fail "behind_nice=0 lowered criu's threads"
 grep -q "write_behind=off" "$WORK/dump.log" || fail "the settings line does not show write_behind=off"
 [ -e "$IMG/phos-1-complete.img" ] || fail "no completion marker with write_behind=off"
 

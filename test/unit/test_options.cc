@@ -545,3 +545,16 @@ TEST_CASE("options: a bad migrate_to is warned about and ignored", "[options][mi
   CHECK(k.options.migrate_keep_s == 600);
   CHECK(k.warnings.size() == 1);
 }
+
+TEST_CASE("options: behind_nice is 10 by default, 0..19 from the file or PHOS_BEHIND_NICE", "[options]") {
+  CHECK(parse("").options.behind_nice == 10);
+  CHECK(parse("behind_nice = 0\n").options.behind_nice == 0);
+  CHECK(parse("", {{"PHOS_BEHIND_NICE", "19"}}).options.behind_nice == 19);
+  for (const char* bad : {"behind_nice = 20\n", "behind_nice = -1\n", "behind_nice = low\n"}) {
+    CAPTURE(bad);
+    auto p = parse(bad);
+    CHECK(p.options.behind_nice == 10);
+    CHECK(p.warnings.size() == 1);
+  }
+  CHECK(parse("behind_nice = 5\n").options.describe().find("behind_nice=5") != std::string::npos);
+}

@@ -1,5 +1,6 @@
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
@@ -229,4 +230,42 @@ TEST_CASE("proc: wait_pid_free gives up at its limit while the pid is taken", "[
   int exited_ms = -1;
   CHECK(wait_pid_free(::getpid(), 60, &exited_ms) >= 60);
   CHECK(exited_ms >= 60);  // never seen exited
+}
+
+// In a child: the nice values are the process's own for good.
+TEST_CASE("proc: lower_own_priority lowers every thread, keeps a lower one, and new threads inherit it", "[proc]") {
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 0;
+    std::atomic<pid_t> low{0}, plain{0};
+    std::atomic<bool> stop{false};
+    std::thread lowest([&] {
+      ::setpriority(PRIO_PROCESS, 0, 15);
+      low = ::gettid();
+      while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    std::thread other([&] {
+      plain = ::gettid();
+      while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    while (!low || !plain) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto changed = lower_own_priority(7);
+    if (!changed || *changed != 2) code |= 1;                 // this thread and `other`
+    if (::getpriority(PRIO_PROCESS, 0) != 7) code |= 2;       // this thread
+    if (::getpriority(PRIO_PROCESS, plain) != 7) code |= 4;
+    if (::getpriority(PRIO_PROCESS, low) != 15) code |= 8;    // already lower: kept
+    int inherited = -100;
+    std::thread later([&] { inherited = ::getpriority(PRIO_PROCESS, 0); });
+    later.join();
+    if (inherited != 7) code |= 16;
+    stop = true;
+    lowest.join();
+    other.join();
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -84,6 +84,7 @@ std::string set_driver_parallel(PluginOptions& o, std::string_view v) { return p
 std::string set_restore_overlap(PluginOptions& o, std::string_view v) { return parse_choice(v, kOnOff, o.restore_overlap); }
 constexpr Choice<bool> kCowZero[] = {{"settle", true}, {"copy", false}};
 std::string set_cow_zero(PluginOptions& o, std::string_view v) { return parse_choice(v, kCowZero, o.cow_zero_settle); }
+std::string set_behind_nice(PluginOptions& o, std::string_view v) { return parse_number(v, 0, 19, o.behind_nice); }
 
 constexpr Choice<bool> kAutoOff[] = {{"auto", true}, {"off", false}};
 std::string set_write_behind(PluginOptions& o, std::string_view v) { return parse_choice(v, kAutoOff, o.write_behind); }
@@ -181,6 +182,7 @@ constexpr Key kKeys[] = {
     {"cow_timeout_ms", "PHOS_COW_TIMEOUT_MS", set_cow_timeout},
     {"cow_start", "PHOS_COW_START", set_cow_start},
     {"cow_zero", "PHOS_COW_ZERO", set_cow_zero},
+    {"behind_nice", "PHOS_BEHIND_NICE", set_behind_nice},
     {"recopy", "PHOS_RECOPY", set_recopy},
     {"recopy_pass_ms", "PHOS_RECOPY_PASS_MS", set_recopy_pass_ms},
     {"traffic", "PHOS_TRAFFIC", set_traffic},
@@ -293,6 +295,7 @@ std::string PluginOptions::describe() const {
          " cow_timeout_ms=" + std::to_string(cow_timeout_ms) +
          " cow_start=" + std::string(choice_word(kCowStart, cow_start)) +
          " cow_zero=" + std::string(choice_word(kCowZero, cow_zero_settle)) +
+         " behind_nice=" + std::to_string(behind_nice) +
          " recopy=" + std::string(choice_word(kAutoOff, recopy)) + " recopy_pass_ms=" + std::to_string(recopy_pass_ms) +
          " traffic=" + std::string(choice_word(kTraffic, traffic)) + " traffic_gbps=" + std::to_string(traffic_gbps) +
          " sparse=" + std::string(choice_word(kSparse, sparse)) +

@@ -2,9 +2,11 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +62,26 @@ std::vector<pid_t> thread_ids(pid_t pid) {
   if (!tids) return out;
   for (const std::string& tid : *tids) out.push_back(pid_t(std::stol(tid)));
   return out;
+}
+
+Result<size_t> lower_own_priority(int nice) {
+  auto tids = list_dir("/proc/self/task");
+  if (!tids) return tids.error();
+  size_t changed = 0;
+  for (const std::string& name : *tids) {
+    const id_t tid = id_t(std::stol(name));
+    errno = 0;
+    const int now = ::getpriority(PRIO_PROCESS, tid);
+    if (now == -1 && errno == ESRCH) continue;  // ended meanwhile
+    if (now == -1 && errno) return errno_error("getpriority of thread " + name);
+    if (now >= nice) continue;
+    if (::setpriority(PRIO_PROCESS, tid, nice) != 0) {
+      if (errno == ESRCH) continue;
+      return errno_error("setpriority of thread " + name + " to nice " + std::to_string(nice));
+    }
+    changed++;
+  }
+  return changed;
 }
 
 std::vector<pid_t> children_of(pid_t pid) {

@@ -1319,6 +1319,7 @@ bool Checkpointer::finish(bool dump_succeeded) {
       (void)copy_done(t);
     }
   }
+  if (dump_succeeded && criu_leaves_running()) yield_cpus_to_processes();
   // Only the write-behind targets stay (complete_pending), without fds.
   std::erase_if(targets_, [](const auto& entry) { return !entry.second.write_behind || !entry.second.fds.empty(); });
   if (!pending) targets_.clear();
@@ -1329,6 +1330,20 @@ bool Checkpointer::finish(bool dump_succeeded) {
   }
   keeper_.reset();
   return pending;
+}
+
+// The processes run again; what criu still does for them (the copies
+// behind them, its pages written after the resume) yields them the CPUs.
+void Checkpointer::yield_cpus_to_processes() {
+  if (options_.behind_nice <= 0) return;
+  auto lowered = lower_own_priority(options_.behind_nice);
+  if (!lowered) {
+    PHOS_WARN("behind_nice=%d: %s; criu's threads compete with the processes at their priority", options_.behind_nice,
+              lowered.error().message.c_str());
+    return;
+  }
+  PHOS_INFO("criu's %zu threads at nice %d while they finish behind the running processes (behind_nice)", *lowered,
+            options_.behind_nice);
 }
 
 Result<void> Checkpointer::complete_pending() {

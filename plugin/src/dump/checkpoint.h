@@ -200,6 +200,8 @@ class Checkpointer {
     std::vector<std::byte> manifest_file;  // once written
   };
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
+  // behind_nice: criu's threads give the CPUs to the processes that run again.
+  void yield_cpus_to_processes();
   // The process's allocations and their fds (gate closed), its devices named.
   Result<void> list_allocations(pid_t pid, AgentClient& client, Target& t);
 

@@ -20,6 +20,11 @@ Result<pid_t> find_thread(pid_t pid, const std::string& name);
 // The threads of `pid` (/proc/PID/task); none where it is gone.
 std::vector<pid_t> thread_ids(pid_t pid);
 
+// Every thread of this process (criu's) takes at least nice `nice` (one
+// whose nice is higher already keeps it); threads made later inherit it
+// from their maker. How many were changed.
+Result<size_t> lower_own_priority(int nice);
+
 // The ptrace tracer of thread `tid` of process `pid` (0: none).
 Result<pid_t> tracer_of(pid_t pid, pid_t tid);
 
