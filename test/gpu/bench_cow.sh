@@ -48,7 +48,10 @@
 #     BENCH_SERVER_KV_WRITTEN_MIB=M: only the pool's first M MiB written
 #     (a server that just started: the rest all zero); BENCH_SERVER_MODES
 #     may then name MODE_zerocopy: MODE with cow_zero=copy (chunks all zero
-#     at the freeze copied like any other, as before cow_zero=settle).
+#     at the freeze copied like any other, as before cow_zero=settle);
+#     MODE_nice0: MODE with behind_nice=0 (criu's threads keep their
+#     priority once the server runs again). The excess column sums what
+#     every reply while criu ran took over the median.
 # One CSV row per dump (--csv); the tables go to stdout.
 # Each size is dumped once first, unmeasured (a fresh host's first dumps are
 # slower: its memory grows on first use), then the modes take turns, --reps
@@ -240,7 +243,7 @@ if [ -n "$server" ]; then
   say "server $shape: $used_gib GiB of device memory in use"
   ( "$python" "$here/request_loop.py" "$reqdir" "$reqdir/latency.log" </dev/null >"$reqdir/client.out" 2>&1 & )
   sleep 5
-  echo "mode,stall_ms,reply_median_ms,reply_max_ms,criu_s,sum_pass_ms,saved_mib,calls_waited,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,replies_wrong,image,criu_pages" > "$server_csv"
+  echo "mode,stall_ms,reply_median_ms,reply_max_ms,criu_s,sum_pass_ms,saved_mib,calls_waited,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,replies_wrong,image,criu_pages,excess_ms" > "$server_csv"
   # BENCH_SERVER_MODES: the modes' order (default "off auto speculated");
   # MODE_nocopy: MODE with criu's copies of the pages before the resume
   # turned off (CRIU patch 0005: --leave-running-copy-limit 0), the pages
@@ -250,14 +253,15 @@ if [ -n "$server" ]; then
     rm -rf "$IMG" && mkdir -p "$IMG"
     sleep 2
     t0=$(date +%s.%N)
-    cow=auto trust=checksum conf=/dev/null zero=settle base=${mode%_nocopy}
-    base=${base%_zerocopy}
+    cow=auto trust=checksum conf=/dev/null zero=settle nice=10 base=${mode%_nocopy}
+    base=${base%_zerocopy} && base=${base%_nice0}
     [ "$base" = off ] && cow=off
     [ "$base" = speculated ] && trust=speculated
     [ "$mode" != "${mode%_nocopy}" ] && conf=$WORK/nocopy.conf
     [ "$mode" != "${mode%_zerocopy}" ] && zero=copy
+    [ "$mode" != "${mode%_nice0}" ] && nice=0
     outcome=complete
-    if ! CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero criu_dump --leave-running; then
+    if ! CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero PHOS_BEHIND_NICE=$nice criu_dump --leave-running; then
       # Checksum validation refusing the image (a write speculation missed)
       # is the default's answer, not the bench's failure: the server runs on.
       grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||
@@ -275,13 +279,15 @@ if [ -n "$server" ]; then
     # Replies before the dump: the median; sent or answered while it ran: the longest.
     median=$(awk -v a="$t0" '$2 < a - 0.05 {printf "%.1f\n", ($2 - $1) * 1000}' "$reqdir/latency.log" | sort -n |
       awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}')
-    read -r longest wrong < <(awk -v a="$t0" -v b="$t1" '
-      $2 >= a && $1 <= b { l = ($2 - $1) * 1000; if (l > m) m = l }
+    # excess: what every reply of the dump's time took over the median,
+    # the longest's included (the copies behind the server slow it too).
+    read -r longest wrong excess < <(awk -v a="$t0" -v b="$t1" -v med="$median" '
+      $2 >= a && $1 <= b { l = ($2 - $1) * 1000; if (l > m) m = l; if (l > med) x += l - med }
       $3 == 0 { w++ }
-      END { printf "%.1f %d\n", m, w }' "$reqdir/latency.log")
+      END { printf "%.1f %d %.0f\n", m, w, x }' "$reqdir/latency.log")
     [ "$wrong" = 0 ] || fail "server, $mode: $wrong replies' tokens differ from the first reply's"
     saved=$(num '[0-9]* chunks ([0-9.]* MiB) saved' 2); waited=$(num '[0-9]* calls waited')
-    echo "$mode,$(awk -v m="$median" -v l="$longest" 'BEGIN {printf "%.0f", l - m}'),$median,$longest,$(dt "$t0" "$t1"),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 3),${saved:-0},${waited:-0},$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$wrong,$outcome,$(criu_pages "$WORK/dump.log")" >> "$server_csv"
+    echo "$mode,$(awk -v m="$median" -v l="$longest" 'BEGIN {printf "%.0f", l - m}'),$median,$longest,$(dt "$t0" "$t1"),$(num 'T0: [0-9.]* GiB in [0-9.]* ms' 3),${saved:-0},${waited:-0},$(num 'quiesce [0-9.]* ms'),$(num 'driver checkpoint [0-9.]* ms'),$(num "criu's CPU dump [0-9.]* ms"),$(num 'give-back ([^)]*) [0-9.]* ms'),$wrong,$outcome,$(criu_pages "$WORK/dump.log"),$excess" >> "$server_csv"
   done
   touch "$reqdir/client.stop" "$reqdir/stop"; sleep 1
   cp "$reqdir/server.out" "${OUT:-/tmp}/bench_cow.server.out" 2>/dev/null || true  # libphos's own lines
@@ -327,13 +333,14 @@ if [ -n "$server" ]; then
   echo
   echo "## $shape server, its KV cache bringing the GPU to $used_gib GiB ($( [ "${BENCH_SERVER_KV_WRITTEN_MIB:--1}" = -1 ] && echo "all written" || echo "its first ${BENCH_SERVER_KV_WRITTEN_MIB} MiB written, the rest zero")), answering one-token requests back to back, dumped with --leave-running"
   echo "$replies replies, every one's tokens equal to the first's; stall = the longest reply while the dump ran, less the median reply before it"
-  echo "| mode | stall (client) | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back | image | criu's pages |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "excess = what all replies while criu ran took over the median reply, the longest one's included"
+  echo "| mode | stall (client) | excess | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back | image | criu's pages |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F, 'function label(m,  l) {
-      l = m; sub(/_nocopy$/, "", l); sub(/_zerocopy$/, "", l)
+      l = m; sub(/_nocopy$/, "", l); sub(/_zerocopy$/, "", l); sub(/_nice0$/, "", l)
       l = l == "auto" ? "auto, cow_trust=checksum (default)" : l == "off" ? "off (stopped copy)" : "auto, cow_trust=" l
-      return l (m ~ /_nocopy$/ ? ", criu copies off" : "") (m ~ /_zerocopy$/ ? ", cow_zero=copy" : "")
+      return l (m ~ /_nocopy$/ ? ", criu copies off" : "") (m ~ /_zerocopy$/ ? ", cow_zero=copy" : "") (m ~ /_nice0$/ ? ", behind_nice=0" : "")
     }
-    NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", label($1), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
+    NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", label($1), $2, $16, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
 fi
 exit 0
