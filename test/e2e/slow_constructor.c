@@ -8,6 +8,7 @@
  * libphos's gate: a checkpoint's closed gate holds it there, inside dlopen. */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,10 @@ __attribute__((constructor)) static void slow_constructor(void) {
     int fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) close(fd);
   }
+  /* PHOS_TEST_CONSTRUCTOR_STDERR=1: it holds stderr's lock meanwhile, as a
+   * constructor frozen in the middle of an fprintf(stderr) does. */
+  const char *hold_stderr = getenv("PHOS_TEST_CONSTRUCTOR_STDERR");
+  if (hold_stderr && *hold_stderr == '1') flockfile(stderr);
   typedef int (*CuInit)(unsigned);
   const char *cuinit = getenv("PHOS_TEST_CONSTRUCTOR_CUINIT");
   CuInit init = cuinit && *cuinit == '1' ? (CuInit)dlsym(RTLD_DEFAULT, "cuInit") : NULL;
@@ -31,5 +36,6 @@ __attribute__((constructor)) static void slow_constructor(void) {
     if (init) init(0);
     nanosleep(&step, NULL);
   }
+  if (hold_stderr && *hold_stderr == '1') funlockfile(stderr);
   slow_constructor_tls++;
 }

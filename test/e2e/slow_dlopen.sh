@@ -14,10 +14,15 @@
 #      rebuild of the communicator call NCCL on the agent's thread;
 #   3. in a constructor, the same program;
 #   4. the same, its constructor calling cuInit every 10 ms (held at the
-#      gate the dump closed).
-# Without phos resolving those NCCL functions ahead of time, 2 and 3 wait
+#      gate the dump closed);
+#   5. the same, its constructor holding stdio's lock on stderr (as one
+#      frozen inside an fprintf(stderr) does): the agent's messages (context
+#      limits lowered and set back around the driver's checkpoint) must not
+#      wait for it.
+# Without phos resolving those NCCL functions ahead of time, 2 to 5 wait
 # in dlsym for the loader lock: the quiesce until the dlopen ends (criu's
-# freeze timer runs out first), a give-back for good.
+# freeze timer runs out first), a give-back for good; with the agent's
+# messages written through stdio, 5 waits for the stderr lock so.
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/e2e/phos-test-slow-dlopen
 export LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKE_CUDA_MEMORY=1 FAKE_NCCL_STRICT=1
 source "$(dirname "$0")/lib.sh"
@@ -84,4 +89,6 @@ one_case "2. relocation, device memory and NCCL" relocation --cuda --nccl
 one_case "3. constructor, device memory and NCCL" constructor --cuda --nccl
 # 4. The constructor calls cuInit every 10 ms: the closed gate holds it there.
 PHOS_TEST_CONSTRUCTOR_CUINIT=1 one_case "4. constructor at the closed gate, device memory and NCCL" constructor --cuda --nccl
+PHOS_TEST_CONSTRUCTOR_STDERR=1 one_case "5. constructor holding stderr's lock, device memory and NCCL" constructor \
+  --cuda --nccl
 say "PASS"

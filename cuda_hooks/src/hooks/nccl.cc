@@ -14,6 +14,7 @@
 //   runs at ncclGroupEnd, which a group's ticket covers.
 // - the release before a checkpoint and the rebuild after it (nccl.h).
 #include "hooks/nccl.h"
+#include "phos/hooks/stderr_line.h"
 #include "nccl/proxy_wake.h"
 
 #include <nccl.h>
@@ -150,7 +151,7 @@ ncclComm_t real_comm(ncclComm_t handle) {
   if (!real && handle) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
-      std::fprintf(stderr, "phos: an NCCL communicator was not made again after a checkpoint; its calls fail\n");
+      stderr_line("phos: an NCCL communicator was not made again after a checkpoint; its calls fail\n");
   }
   return comm_of(real);
 }
@@ -792,8 +793,8 @@ Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, NcclRendezvous& me
 void make_all_with_peers(const std::vector<NcclCommunicator>& spanning, uint64_t nonce) {
   auto fail_all = [&](const Error& e) {
     for (const auto& c : spanning)
-      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
-                   c.nranks, e.message.c_str());
+      stderr_line("phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
+                  c.nranks, e.message.c_str());
   };
   auto choice = choose_rendezvous([](const char* name) { return std::getenv(name); });
   if (!choice) return fail_all(choice.error());
@@ -806,8 +807,8 @@ void make_all_with_peers(const std::vector<NcclCommunicator>& spanning, uint64_t
     if (real)
       registry().set_real(c.handle, id_of(*real));
     else
-      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint at %s: %s\n",
-                   c.rank, c.nranks, (*meet)->where().c_str(), real.error().message.c_str());
+      stderr_line("phos: NCCL communicator (rank %d of %d) not made again after a checkpoint at %s: %s\n",
+                  c.rank, c.nranks, (*meet)->where().c_str(), real.error().message.c_str());
   }
 }
 
@@ -872,8 +873,8 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
                               : PHOS_NCCL_AGENT_FORWARD(ncclCommDestroy, (comm_of(it->real)))();
     // Gone or not, it is made again from its recipe.
     if (r != ncclSuccess)
-      std::fprintf(stderr, "phos: releasing NCCL communicator (rank %d of %d): %s\n", it->rank, it->nranks,
-                   nccl_error(spanning ? "ncclCommAbort" : "ncclCommDestroy", r).c_str());
+      stderr_line("phos: releasing NCCL communicator (rank %d of %d): %s\n", it->rank, it->nranks,
+                  nccl_error(spanning ? "ncclCommAbort" : "ncclCommDestroy", r).c_str());
     registry().set_real(it->handle, 0);
     out.communicators++;
   }
@@ -920,8 +921,8 @@ Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
   }
   if (waiting) {
     if (!nonce)
-      std::fprintf(stderr, "phos: NCCL communicators with ranks in other processes wait to be made again "
-                           "(their calls wait too): no criu run resumed them\n");
+      stderr_line("phos: NCCL communicators with ranks in other processes wait to be made again "
+                  "(their calls wait too): no criu run resumed them\n");
   } else if (spanning.empty()) {
     if (made || first_error) registry().note_rebuild(monotonic_ns() - t0);
     registry().end_release();
