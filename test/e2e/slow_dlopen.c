@@ -63,12 +63,6 @@ static const char *checked(uint64_t token, uint64_t counter) {
   return device[i] == (token ^ i) ? "ok" : "bad";
 }
 
-static void write_state(const char *path, uint64_t token, uint64_t counter, const char *what) {
-  char line[128];
-  snprintf(line, sizeof(line), "%016llx %llu %s\n", (unsigned long long)token, (unsigned long long)counter, what);
-  write_state_line(path, line);
-}
-
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s STATE LIBRARY\n", argv[0]);
@@ -80,7 +74,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--cuda") == 0 && !allocate(token)) return 2;
     if (strcmp(argv[i], "--nccl") == 0 && !communicator()) return 2;
   }
-  write_state(argv[1], token, 0, "loading");
+  write_state_word(argv[1], token, 0, "loading");
   if (!dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL)) {
     fprintf(stderr, "dlopen %s: %s\n", argv[2], dlerror());
     return 2;
@@ -88,7 +82,7 @@ int main(int argc, char **argv) {
   struct timespec tick = {0, 10 * 1000 * 1000};
   for (uint64_t counter = 1;; counter++) {
     const char *what = checked(token, counter);
-    write_state(argv[1], token, counter, what);
+    write_state_word(argv[1], token, counter, what);
     if (strcmp(what, "bad") == 0) return 3;
     nanosleep(&tick, NULL);
   }
