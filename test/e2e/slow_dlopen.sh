@@ -19,6 +19,13 @@
 #      frozen inside an fprintf(stderr) does): the agent's messages (context
 #      limits lowered and set back around the driver's checkpoint) must not
 #      wait for it.
+#   6. in a relocation (the TLS lock held), with device memory and an NCCL
+#      communicator whose creation starts a thread, as NCCL's does: the
+#      give-back's rebuild of it waits in pthread_create for the TLS lock.
+#      The dump fails within QUICK_S naming the wait (not 10 s later), its
+#      image is not completed (a restore would wait the same), and the
+#      program is given back (phos-keeper, once criu lets it run): it
+#      finishes its dlopen, its gate open, its memory intact.
 # Without phos resolving those NCCL functions ahead of time, 2 to 5 wait
 # in dlsym for the loader lock: the quiesce until the dlopen ends (criu's
 # freeze timer runs out first), a give-back for good; with the agent's
@@ -91,4 +98,23 @@ one_case "3. constructor, device memory and NCCL" constructor --cuda --nccl
 PHOS_TEST_CONSTRUCTOR_CUINIT=1 one_case "4. constructor at the closed gate, device memory and NCCL" constructor --cuda --nccl
 PHOS_TEST_CONSTRUCTOR_STDERR=1 one_case "5. constructor holding stderr's lock, device memory and NCCL" constructor \
   --cuda --nccl
+# 6.
+label="6. relocation, a communicator whose creation starts a thread"
+rm -f "$MARK" && rm -rf "${IMG:?}"/*
+FAKE_NCCL_INIT_THREAD=1 start_workload --preload "$BUILD/test/e2e/libphos-test-slow-relocation.so" --cuda --nccl
+for _ in $(seq 100); do [ -e "$MARK" ] && break; sleep 0.05; done
+[ "$(state_field 3)" = loading ] || fail "$label: the program is not inside its dlopen: $(cat "$WORK/state")"
+t0=$(date +%s.%N)
+rc=0
+criu_dump --leave-running || rc=$?
+took=$(since "$t0")
+[ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "$label: criu dump exited $rc, not failing on its own"
+quick "$took" || fail "$label: the failed dump took $took s (over $QUICK_S s)"
+grep -q "no answer to resume can come: the agent's thread ([0-9]*) has waited [0-9]* ms in futex" "$WORK/dump.log" ||
+  fail "$label: the log does not name the agent's wait: $(criu_errors "$WORK/dump.log")"
+! ls "$IMG"/phos-*-complete.img >/dev/null 2>&1 || fail "$label: the image was completed"
+wait_counter_above 10 15
+[ "$(state_field 3)" = ok ] || fail "$label: the program found its device memory wrong: $(state_field 3)"
+gate_opens "$WORKLOAD_PID" || fail "$label: the gate is not open after the failed dump"
+say "$label: the dump failed in $took s naming the wait; no complete image; the program runs on, gate open"
 say "PASS"
