@@ -39,6 +39,7 @@
 #include <string_view>
 
 #include "agent/cuda_backend.h"
+#include "phos/hooks/stderr_line.h"
 #include "driver/driver.h"
 #include "fault/gpu_fault.h"
 #include "phos/hooks/agent.h"
@@ -77,7 +78,7 @@ struct Preload {
 Preload* g_preload = nullptr;
 
 void report(const char* what, const Result<void>& r) {
-  if (!r.ok()) std::fprintf(stderr, "phos: %s: %s; running without checkpoint support\n", what, r.error().message.c_str());
+  if (!r.ok()) stderr_line("phos: %s: %s; running without checkpoint support\n", what, r.error().message.c_str());
 }
 
 void before_fork() { PreloadDeps().validation().before_fork(); }
@@ -259,7 +260,7 @@ __attribute__((constructor)) static void phos_preload_init() {
   if (record && *record && *record != '0') rt.launches().enable(true);
   if (const char* sigdb = std::getenv("PHOS_SIGDB"); sigdb && *sigdb)
     if (auto loaded = rt.speculation().load_signatures(sigdb); !loaded.ok())
-      std::fprintf(stderr, "phos: %s; speculating without it\n", loaded.error().message.c_str());
+      stderr_line("phos: %s; speculating without it\n", loaded.error().message.c_str());
   const char* speculate = std::getenv("PHOS_SPECULATE");
   const char* validate = std::getenv("PHOS_VALIDATE");
   bool validating = validate && *validate && *validate != '0';
@@ -273,7 +274,7 @@ __attribute__((constructor)) static void phos_preload_init() {
     // Now, before the program's first CUDA call (sass_validation.h).
     if (validators != V::kPtx)
       if (auto attached = rt.validation().attach_sass(); !attached.ok())
-        std::fprintf(stderr, "phos: SASS-level validation unavailable: %s\n", attached.error().message.c_str());
+        stderr_line("phos: SASS-level validation unavailable: %s\n", attached.error().message.c_str());
     // Twins built as modules load, off the launch path (PHOS_TWIN_BUILD=launch:
     // at each module's first launch, as before).
     const char* build = std::getenv("PHOS_TWIN_BUILD");

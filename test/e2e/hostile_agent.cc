@@ -16,6 +16,9 @@
 //   huge          an allocation count of 2^40
 //   silent        no reply at all
 //   endless       a reply whose frame never ends
+//   stuck-resume  a resume that waits for a lock the main thread holds for
+//                 good, as an agent's would for a program thread criu keeps
+//                 stopped (no allocations listed)
 // The status says no allocations, so that the plugin needs no CUDA (CI has
 // none) before it asks for the list.
 //
@@ -30,6 +33,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <variant>
@@ -46,6 +50,7 @@ namespace {
 using namespace phos;
 
 std::string g_mode;
+std::mutex g_held;  // stuck-resume: the main thread's, for good
 
 agent::Allocation alloc(uint64_t id, uint64_t address, uint64_t size) { return {id, 0, address, size, 0}; }
 
@@ -59,6 +64,7 @@ class HostileBackend : public hooks::AgentBackend {
   std::vector<agent::Allocation> allocations() override {
     if (g_mode == "overlap") return {alloc(1, 0x7f0000000000, 4 << 20), alloc(2, 0x7f0000200000, 2 << 20)};
     if (g_mode == "unaligned") return {alloc(1, 0x7f0000000010, 2 << 20)};
+    if (g_mode == "stuck-resume") return {};
     return {alloc(1, 0x7f0000000000, 2 << 20)};
   }
   Result<UniqueFd> export_allocation(uint64_t) override {
@@ -76,6 +82,9 @@ class HostileBackend : public hooks::AgentBackend {
   Result<uint64_t> remap(std::span<const uint64_t>, std::vector<UniqueFd>) override { return uint64_t(0); }
   Result<void> set_speculation(bool) override { return {}; }
   Result<bool> set_validation(bool) override { return false; }
+  void gate_opening() override {
+    if (g_mode == "stuck-resume") std::lock_guard<std::mutex> wait(g_held);
+  }
 };
 
 // The raw modes: answers hello, status and quiesce as an agent would, then
@@ -169,6 +178,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hostile agent: %s\n", started.error().message.c_str());
     return 2;
   }
+  if (g_mode == "stuck-resume") g_held.lock();
   uint64_t token = 0;
   if (::getrandom(&token, sizeof(token), 0) != sizeof(token)) return 2;
   for (uint64_t counter = 0;; counter++) {

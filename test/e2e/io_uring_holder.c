@@ -20,12 +20,6 @@
 
 #include "state_file.h"
 
-static void write_state(const char *path, uint64_t token, uint64_t counter, const char *ring) {
-  char line[160];
-  snprintf(line, sizeof(line), "%016llx %llu %s\n", (unsigned long long)token, (unsigned long long)counter, ring);
-  write_state_line(path, line);
-}
-
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s STATE\n", argv[0]);
@@ -50,7 +44,7 @@ int main(int argc, char **argv) {
     }
   }
   for (uint64_t counter = 0;; counter++) {
-    write_state(argv[1], token, counter, ring);
+    write_state_word(argv[1], token, counter, ring);
     usleep(10000);
   }
 }

@@ -5,6 +5,7 @@
  * (lib.sh's criu_dump). Exits 2 where it cannot. */
 #pragma once
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,4 +19,12 @@ static inline void write_state_line(const char *path, const char *line) {
   if (fd < 0 || write(fd, line, n) != (ssize_t)n) exit(2);
   close(fd);
   if (rename(tmp, path) != 0) exit(2);
+}
+
+/* "TOKEN COUNTER WORD": the line of workloads whose third field is a word
+ * of their own (a check's verdict, a ring's state). */
+static inline void write_state_word(const char *path, uint64_t token, uint64_t counter, const char *word) {
+  char line[160];
+  snprintf(line, sizeof(line), "%016llx %llu %s\n", (unsigned long long)token, (unsigned long long)counter, word);
+  write_state_line(path, line);
 }

@@ -205,6 +205,13 @@
 #                        its last complete image each time (onto GPU 1 in
 #                        the second); the loss of every step bitwise equal
 #                        to an uninterrupted run's
+#   torch_import_dump    leave-running dumps of torch_train.py while Python
+#                        imports torch (0.3 to 2 s after its start, its main
+#                        thread in the dlopen of CUDA's and torch's
+#                        libraries, as a supervisor's first checkpoint
+#                        lands): each done within 5 s with the process given
+#                        back; the last image restores within 5 s and the
+#                        restored program trains to its last step
 #   tcpstore_interop     phos's TCPStore client against torch's server (libuv
 #                        and legacy), torch's client against phos's server
 #   torchrun_2host, torchrun_2host_leave_running, torchrun_2host_host_fails,
@@ -696,6 +703,47 @@ supervised_torch() {  # supervised_torch [--gpu-map MAP]
   pass "killed 3 times (SIGKILL; injected GPU error, exit 1; SIGKILL during the dump into $(basename "$stalled")), restored 3 times (the last from $(basename "$prev")) in $(grep -o 'restored from [^ ]* in [0-9.]* s' "$sup" | awk '{print $(NF-1)}' | paste -sd/) s${1:+ with $*}; loss curve of $n steps bitwise equal to an uninterrupted run's ($same); checkpoints: $(grep -c 'complete in' "$sup"), stall $(grep -o 'the job stopped [0-9.]*' "$sup" | head -n1 | awk '{print $4}') s"
 }
 case_supervise_torch() { supervised_torch; }
+
+# torch_import_dump: see the list of cases. A dump whose give-back cannot
+# happen (the agent waiting for a lock a stopped thread holds) fails within
+# a second saying where each thread was (addr2line the LIBRARY+0xOFFSET
+# places in dump.log).
+case_torch_import_dump() {
+  local n=60 script=$here/torch_train.py at t0 took early=0 pid
+  setup "$script" "$(python3 -c 'import sys; print(sys.executable)')"
+  export CUBLAS_WORKSPACE_CONFIG=:4096:8 CRIU_TIMEOUT=60
+  timeout 180 env LD_PRELOAD="$LIBPHOS" python3 "$script" "$WORK/ref.state" "$WORK/ref.losses" $n 0 \
+    > "$WORK/reference.log" 2>&1 || fail "the reference run failed (rc $?)"
+  for at in 0.3 0.6 1.0 2.0; do
+    [ -z "$(workload_pids)" ] || { kill -9 $(workload_pids); gone $(workload_pids); }
+    rm -f "$WORK/state" "$WORK/run.losses" && rm -rf "${IMG:?}"/*
+    (setsid env LD_PRELOAD="$LIBPHOS" "$PHOS_WORKLOAD_RUNNER" "$script" "$WORK/state" "$WORK/run.losses" $n 20 \
+       </dev/null >"$WORK/run.log" 2>&1 &)
+    sleep "$at"
+    WORKLOAD_PID=$(pgrep -o -f "$MATCH") || fail "at $at s: the program is not running: $(tail -n 3 "$WORK/run.log")"
+    [ -s "$WORK/state" ] || early=$((early + 1))  # no step yet: importing, or making its model
+    t0=$(date +%s%N)
+    criu_dump --leave-running || fail "at $at s: criu dump --leave-running failed: $(criu_errors "$WORK/dump.log")"
+    took=$((($(date +%s%N) - t0) / 1000000))
+    cp "$WORK/dump.log" "$log/$CASE/dump-at-$at.log"
+    ! grep -q "could not give back" "$WORK/dump.log" ||
+      fail "at $at s: the process was not given back: $(grep -o 'could not give back.*' "$WORK/dump.log" | head -n1)"
+    [ "$took" -lt 5000 ] || fail "at $at s: the leave-running dump took $took ms"
+    reach 3 120 "at $at s, after the dump"
+    echo "dump at $at s after the start: $took ms, given back"
+  done
+  [ "$early" -ge 1 ] || fail "no dump landed before the program's first step (its import was faster than 0.3 s)"
+  # The last image (taken before or at the first steps): restored, the
+  # program trains to the end; its losses from the restored run only.
+  kill -9 "$WORKLOAD_PID" && gone "$WORKLOAD_PID"
+  rm -f "$WORK/run.losses" "$WORK/state"
+  t0=$(date +%s%N)
+  criu_restore || fail "restore of the image taken at $at s failed: $(criu_errors "$WORK/restore.log")"
+  took=$((($(date +%s%N) - t0) / 1000000))
+  [ "$took" -lt 5000 ] || fail "the restore took $took ms"
+  reach $((n - 1)) 180 "after the restore"
+  pass "4 leave-running dumps 0.3-2 s after the start ($early before the first step), each given back within 5 s; the last restored in $took ms and trained to step $n"
+}
 case_supervise_torch_2gpu() {  # (2 GPUs) each restore onto GPU 1
   [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || skip "needs 2 GPUs"
   supervised_torch --gpu-map 0=1
@@ -2564,7 +2612,7 @@ export PHOS_CRIU_TIMEOUT=${PHOS_CRIU_TIMEOUT:-240}
 limit_of() {  # seconds a case may take
   case $1 in
     pattern_32GiB | torch_mlp* | torch_ipc | lazy_torch_mlp | sdk_torch_step | torch_*dead_memory | torch_cow* | torch_many_allocations) echo 420 ;;
-    migrate_torch* | migrate_llama* | migrate_multi_gpu* | llama_http | torchrun_ddp*) echo 300 ;;
+    migrate_torch* | migrate_llama* | migrate_multi_gpu* | llama_http | torchrun_ddp* | torch_import_dump) echo 300 ;;
     supervise_torch*) echo 590 ;;
     torchrun_2host* | torchrun_4rank_2host*) echo 420 ;;
     tp_mlp_2proc* | anchor_tp_mlp_2proc | device_map_auto* | anchor_device_map_auto_2gpu) echo 420 ;;
@@ -2583,7 +2631,7 @@ all="pattern_1GiB pattern_8GiB pattern_32GiB sparse_8GiB incremental_8GiB cublas
   two_dumps_at_once restore_criu_killed restore_criu_killed_early torch_many_allocations torch_ipc gpu_ipc gpu_ipc_event soak_torch soak_pattern_32GiB
   migrate_torch migrate_torch_copy migrate_torch_ddp_one_rank migrate_fails_mid_copy migrate_spilled migrate_spilled_copy migrate_restore_killed migrate_llama migrate_llama_copy
   migrate_torch_2gpu migrate_llama_2gpu migrate_multi_gpu migrate_multi_gpu_nopeer llama_http torchrun_ddp_2gpu torchrun_ddp_2gpu_cow
-  supervise_torch supervise_torch_2gpu
+  supervise_torch supervise_torch_2gpu torch_import_dump
   tcpstore_interop torchrun_2host torchrun_2host_leave_running torchrun_2host_host_fails torchrun_2host_c10d torchrun_4rank_2host torchrun_4rank_2host_leave_running
   tp_mlp_2proc tp_mlp_2proc_cow anchor_tp_mlp_2proc device_map_auto_2gpu anchor_device_map_auto_2gpu device_map_auto_migrate
   device_map_auto_migrate_swap peer_access_2gpu anchor_peer_access_2gpu"

@@ -147,12 +147,17 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   return ncclSuccess;
 }
 /* FAKE_NCCL_INIT_MS: each creation from a unique id takes that long (a
- * test sees a rebuild in progress). */
+ * test sees a rebuild in progress). FAKE_NCCL_INIT_THREAD=1: it starts a
+ * thread and waits for it, as NCCL's starts its proxy threads. */
 #include <unistd.h>
+static void *init_thread(void *arg) { return arg; }
 static void note_id(const ncclUniqueId *id) {
   memcpy(&fake_nccl_last_id, id, sizeof(fake_nccl_last_id));
   const char *ms = getenv("FAKE_NCCL_INIT_MS");
   if (ms) usleep((useconds_t)atoi(ms) * 1000);
+  const char *thread = getenv("FAKE_NCCL_INIT_THREAD");
+  pthread_t t;
+  if (thread && *thread == '1' && pthread_create(&t, NULL, init_thread, NULL) == 0) pthread_join(t, NULL);
 }
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
   note_id(&id); *comm = fake_comm(rank, nranks); return ncclSuccess;

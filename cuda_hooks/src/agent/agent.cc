@@ -1,4 +1,5 @@
 #include "phos/hooks/agent.h"
+#include "phos/hooks/stderr_line.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -266,9 +267,9 @@ Agent::Answer Agent::answer(const agent::QuiesceRequest& q) {
   // The checkpoint holds the stop from here on: the process may stay
   // frozen well past the lease, and is given back (or ended) by it.
   if (auto job = lease_.take_over())
-    std::fprintf(stderr, "phos: the lease on the stop of NCCL communicator %016llx is taken over by a quiesce "
-                         "(a checkpoint holds it now)\n",
-                 static_cast<unsigned long long>(*job));
+    stderr_line("phos: the lease on the stop of NCCL communicator %016llx is taken over by a quiesce "
+                "(a checkpoint holds it now)\n",
+                static_cast<unsigned long long>(*job));
   agent::QuiesceReply reply{.drained_ns = monotonic_ns() - t0,
                             .at_step = at_step,
                             .touch_order = backend_.touch_order(),
@@ -372,18 +373,18 @@ void Agent::lift_lapsed_stop() {
   auto job = lease_.expired(StopLease::Clock::now());
   if (!job) return;
   const auto id = static_cast<unsigned long long>(*job);
-  std::fprintf(stderr, "phos: the stop of NCCL communicator %016llx was not renewed in %lld ms (its holder is gone): "
-                       "lifted, the program's NCCL calls go on\n",
-               id, static_cast<long long>(length.count()));
+  stderr_line("phos: the stop of NCCL communicator %016llx was not renewed in %lld ms (its holder is gone): "
+              "lifted, the program's NCCL calls go on\n",
+              id, static_cast<long long>(length.count()));
   // A release pending that released nothing is lifted; one that released
   // communicators stays (they are made again by a resume).
   if (auto pending = backend_.nccl_pend_release(false); !pending)
-    std::fprintf(stderr, "phos: lifting the pending release of NCCL communicator %016llx: %s\n", id,
-                 pending.error().message.c_str());
+    stderr_line("phos: lifting the pending release of NCCL communicator %016llx: %s\n", id,
+                pending.error().message.c_str());
   else if (!*pending)
-    std::fprintf(stderr, "phos: NCCL communicator %016llx was released already: its calls wait for a resume\n", id);
+    stderr_line("phos: NCCL communicator %016llx was released already: its calls wait for a resume\n", id);
   if (auto lifted = backend_.nccl_stop(*job, std::nullopt); !lifted)
-    std::fprintf(stderr, "phos: lifting the stop of NCCL communicator %016llx: %s\n", id, lifted.error().message.c_str());
+    stderr_line("phos: lifting the stop of NCCL communicator %016llx: %s\n", id, lifted.error().message.c_str());
 }
 
 // CUDA IPC: another libphos process opens (or closes) one of this

@@ -1,4 +1,5 @@
 #include "agent/cuda_backend.h"
+#include "phos/hooks/stderr_line.h"
 #include "agent/slow_calls.h"
 #include "fault/gpu_fault.h"
 #include "process/io_uring.h"
@@ -180,22 +181,22 @@ void CudaBackend::shrink_driver_state() {
   const uint64_t t0 = monotonic_ns();
   auto lowered = limits_.lower(rt_.memory().contexts());
   if (!lowered)
-    std::fprintf(stderr, "phos: PHOS_SHRINK_DRIVER_STATE: %s; the driver's checkpoint takes the state as it is\n",
-                 lowered.error().message.c_str());
+    stderr_line("phos: PHOS_SHRINK_DRIVER_STATE: %s; the driver's checkpoint takes the state as it is\n",
+                lowered.error().message.c_str());
   else if (!lowered->empty())
-    std::fprintf(stderr, "phos: before the driver's checkpoint, context limits lowered: %s (%.1f ms)\n",
-                 lowered->c_str(), double(monotonic_ns() - t0) / 1e6);
+    stderr_line("phos: before the driver's checkpoint, context limits lowered: %s (%.1f ms)\n",
+                lowered->c_str(), double(monotonic_ns() - t0) / 1e6);
 }
 
 void CudaBackend::restore_driver_state() {
   const uint64_t t0 = monotonic_ns();
   auto restored = limits_.restore();
   if (!restored)
-    std::fprintf(stderr, "phos: PHOS_SHRINK_DRIVER_STATE: %s (the program runs with the lowered limits)\n",
-                 restored.error().message.c_str());
+    stderr_line("phos: PHOS_SHRINK_DRIVER_STATE: %s (the program runs with the lowered limits)\n",
+                restored.error().message.c_str());
   else if (!restored->empty())
-    std::fprintf(stderr, "phos: context limits set back: %s (%.1f ms)\n", restored->c_str(),
-                 double(monotonic_ns() - t0) / 1e6);
+    stderr_line("phos: context limits set back: %s (%.1f ms)\n", restored->c_str(),
+                double(monotonic_ns() - t0) / 1e6);
 }
 
 // Each record's buffers (a kernel's speculated set, where speculation was

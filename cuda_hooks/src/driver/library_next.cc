@@ -1,4 +1,5 @@
 #include "driver/library_next.h"
+#include "phos/hooks/stderr_line.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -42,7 +43,7 @@ void* library_next(const char* name, const char* library, std::atomic<void*>& ca
       dlclose(handle);  // NOLOAD took a reference; the program holds its own
     }
   }
-  if (!p) std::fprintf(stderr, "phos: %s: no loaded %s defines it\n", name, library);
+  if (!p) stderr_line("phos: %s: no loaded %s defines it\n", name, library);
   cache.store(p, std::memory_order_release);
   return p;
 }

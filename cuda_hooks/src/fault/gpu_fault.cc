@@ -1,4 +1,5 @@
 #include "fault/gpu_fault.h"
+#include "phos/hooks/stderr_line.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -26,12 +27,12 @@ void arm_from_environment() {
   if (!fault || std::strcmp(fault, "gpu-error") != 0) return;
   const char* file = std::getenv("PHOS_FAULT_FILE");
   if (!file || !*file) {
-    std::fprintf(stderr, "phos: PHOS_FAULT=gpu-error needs PHOS_FAULT_FILE (the file whose appearance fires it); "
-                         "no fault armed\n");
+    stderr_line("phos: PHOS_FAULT=gpu-error needs PHOS_FAULT_FILE (the file whose appearance fires it); "
+                "no fault armed\n");
     return;
   }
   if (std::strlen(file) >= sizeof(g_trigger)) {
-    std::fprintf(stderr, "phos: PHOS_FAULT_FILE is longer than %zu bytes; no fault armed\n", sizeof(g_trigger) - 1);
+    stderr_line("phos: PHOS_FAULT_FILE is longer than %zu bytes; no fault armed\n", sizeof(g_trigger) - 1);
     return;
   }
   std::strcpy(g_trigger, file);
@@ -52,10 +53,10 @@ bool trigger_now() {
   if (::access(g_trigger, F_OK) != 0) return false;
   // One shot: gone before the program can be checkpointed again.
   if (::unlink(g_trigger) != 0)
-    std::fprintf(stderr, "phos: fault injection: cannot remove %s: %s\n", g_trigger, std::strerror(errno));
+    stderr_line("phos: fault injection: cannot remove %s: %s\n", g_trigger, std::strerror(errno));
   g_state.store(kFired, std::memory_order_relaxed);
-  std::fprintf(stderr, "phos: fault injection (PHOS_FAULT=gpu-error): %s appeared; every kernel launch and copy "
-                       "fails from now on with CUDA_ERROR_ILLEGAL_ADDRESS\n", g_trigger);
+  stderr_line("phos: fault injection (PHOS_FAULT=gpu-error): %s appeared; every kernel launch and copy "
+              "fails from now on with CUDA_ERROR_ILLEGAL_ADDRESS\n", g_trigger);
   return true;
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "driver/driver.h"
+#include "phos/hooks/stderr_line.h"
 #include "phos/hooks/agent.h"
 #include "phos/images/agent_protocol.h"
 #include "phos/images/agent_wire.h"
@@ -73,7 +74,7 @@ agent::IpcSource source_of(const agent::IpcHandle& h) {
                           .owner_agent = agent::agent_socket_name(h.pid, h.nonce)};
 }
 
-void say(const std::string& what) { std::fprintf(stderr, "phos: %s\n", what.c_str()); }
+void say(const std::string& what) { stderr_line("phos: %s\n", what.c_str()); }
 
 }  // namespace
 

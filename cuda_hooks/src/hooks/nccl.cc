@@ -14,6 +14,7 @@
 //   runs at ncclGroupEnd, which a group's ticket covers.
 // - the release before a checkpoint and the rebuild after it (nccl.h).
 #include "hooks/nccl.h"
+#include "phos/hooks/stderr_line.h"
 #include "nccl/proxy_wake.h"
 
 #include <nccl.h>
@@ -23,6 +24,8 @@
 #define PHOS_HAVE_NCCL_DEVICE_API 1
 #endif
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -57,6 +60,41 @@ constexpr std::chrono::minutes kRendezvousBound{5};
     auto next_ = PHOS_NEXT(name, kNccl);               \
     return next_ ? next_ args : ncclSystemError;       \
   }
+
+// The NCCL functions the agent's thread calls (a checkpoint's release and
+// rebuild of the communicators), one cache per function, filled by
+// warm_agent_nccl() on the program's thread as its first communicator is
+// made. Looked up on the agent's thread instead, dlsym would wait for
+// glibc's loader lock, which a program thread frozen inside dlopen() (a
+// Python program importing torch) holds for as long as the checkpoint keeps
+// it stopped: the give-back would wait for good.
+template <size_t N>
+struct FunctionName {
+  char text[N];
+  constexpr FunctionName(const char (&s)[N]) { std::copy_n(s, N, text); }
+};
+template <FunctionName name>
+std::atomic<void*>& agent_cache() {
+  static std::atomic<void*> cache{nullptr};
+  return cache;
+}
+#define PHOS_NCCL_AGENT_NEXT(name) \
+  ::phos::hooks::library_next_as<decltype(&::name)>(#name, kNccl, agent_cache<FunctionName(#name)>())
+#define PHOS_NCCL_AGENT_FORWARD(name, args)             \
+  [&] {                                                 \
+    auto next_ = PHOS_NCCL_AGENT_NEXT(name);            \
+    return next_ ? next_ args : ncclSystemError;        \
+  }
+
+void warm_agent_nccl() {
+  (void)PHOS_NCCL_AGENT_NEXT(ncclCommDestroy);
+  (void)PHOS_NCCL_AGENT_NEXT(ncclCommAbort);
+  (void)PHOS_NCCL_AGENT_NEXT(ncclCommGetAsyncError);
+  (void)PHOS_NCCL_AGENT_NEXT(ncclGetErrorString);
+  (void)PHOS_NCCL_AGENT_NEXT(ncclGetUniqueId);
+  (void)PHOS_NCCL_AGENT_NEXT(ncclCommInitRankConfig);
+  (void)PHOS_NCCL_AGENT_NEXT(ncclCommInitAll);
+}
 
 // What the NCCL hooks use besides a library call's (library_call.h): the
 // program's communicators, and the device memory (a release waits for the
@@ -113,7 +151,7 @@ ncclComm_t real_comm(ncclComm_t handle) {
   if (!real && handle) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
-      std::fprintf(stderr, "phos: an NCCL communicator was not made again after a checkpoint; its calls fail\n");
+      stderr_line("phos: an NCCL communicator was not made again after a checkpoint; its calls fail\n");
   }
   return comm_of(real);
 }
@@ -233,6 +271,7 @@ void keep_config(const ncclConfig_t* config, NcclCommunicator& c) {
 void adopt(ncclComm_t* out, NcclCommunicator c) {
   if (!*out) return;  // a split that left this rank out (NCCL_SPLIT_NOCOLOR)
   c.real = id_of(*out);
+  warm_agent_nccl();  // before the first checkpoint can release it
   uint64_t handle = registry().new_handle();
   c.handle = handle ? handle : c.real;
   if (c.device < 0) c.device = current_device();
@@ -626,7 +665,7 @@ std::string join_lines(const std::vector<std::string>& v) {
 }
 
 std::string nccl_error(const char* call, ncclResult_t r) {
-  auto text = PHOS_NEXT(ncclGetErrorString, kNccl);
+  auto text = PHOS_NCCL_AGENT_NEXT(ncclGetErrorString);
   return std::string(call) + ": " + (text ? text(r) : "error " + std::to_string(int(r)));
 }
 
@@ -676,7 +715,7 @@ ncclConfig_t* config_again(const NcclCommunicator& c, std::vector<uint8_t>& byte
 
 // A non-blocking communicator is made in the background: waited for.
 ncclResult_t ready(ncclComm_t real, ncclResult_t r) {
-  auto error = PHOS_NEXT(ncclCommGetAsyncError, kNccl);
+  auto error = PHOS_NCCL_AGENT_NEXT(ncclCommGetAsyncError);
   for (int i = 0; r == ncclInProgress && error && i < 600000; i++) {
     if (error(real, &r) != ncclSuccess) break;
     if (r == ncclInProgress) usleep(100);
@@ -686,7 +725,7 @@ ncclResult_t ready(ncclComm_t real, ncclResult_t r) {
 
 Result<ncclUniqueId> new_unique_id() {
   ncclUniqueId id;
-  ncclResult_t r = PHOS_NCCL_FORWARD(ncclGetUniqueId, (&id))();
+  ncclResult_t r = PHOS_NCCL_AGENT_FORWARD(ncclGetUniqueId, (&id))();
   if (r != ncclSuccess) return make_error(nccl_error("ncclGetUniqueId", r), EIO);
   return id;
 }
@@ -697,7 +736,7 @@ Result<ncclComm_t> init_rank(const NcclCommunicator& c, const ncclUniqueId& id) 
   std::vector<uint8_t> bytes;
   ncclConfig_t* config = config_again(c, bytes);
   ncclComm_t real = nullptr;
-  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (&real, c.nranks, id, c.rank, config))();
+  ncclResult_t r = PHOS_NCCL_AGENT_FORWARD(ncclCommInitRankConfig, (&real, c.nranks, id, c.rank, config))();
   if (r == ncclInProgress) r = ready(real, r);
   if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitRankConfig", r), EIO);
   return real;
@@ -714,7 +753,7 @@ Result<ncclComm_t> make_alone(const NcclCommunicator& c) {
 // An ncclCommInitAll set, all its members at once.
 Result<void> make_set(const std::vector<NcclCommunicator>& live, const NcclCommunicator& first, uint32_t& made) {
   std::vector<ncclComm_t> reals(first.devices.size());
-  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitAll, (reals.data(), int(reals.size()), first.devices.data()))();
+  ncclResult_t r = PHOS_NCCL_AGENT_FORWARD(ncclCommInitAll, (reals.data(), int(reals.size()), first.devices.data()))();
   if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitAll", r), EIO);
   for (const auto& m : live)
     if (m.released() && (m.handle == first.handle || m.init_all_first == first.handle) && m.rank >= 0 &&
@@ -754,8 +793,8 @@ Result<ncclComm_t> make_with_peers(const NcclCommunicator& c, NcclRendezvous& me
 void make_all_with_peers(const std::vector<NcclCommunicator>& spanning, uint64_t nonce) {
   auto fail_all = [&](const Error& e) {
     for (const auto& c : spanning)
-      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
-                   c.nranks, e.message.c_str());
+      stderr_line("phos: NCCL communicator (rank %d of %d) not made again after a checkpoint: %s\n", c.rank,
+                  c.nranks, e.message.c_str());
   };
   auto choice = choose_rendezvous([](const char* name) { return std::getenv(name); });
   if (!choice) return fail_all(choice.error());
@@ -768,8 +807,8 @@ void make_all_with_peers(const std::vector<NcclCommunicator>& spanning, uint64_t
     if (real)
       registry().set_real(c.handle, id_of(*real));
     else
-      std::fprintf(stderr, "phos: NCCL communicator (rank %d of %d) not made again after a checkpoint at %s: %s\n",
-                   c.rank, c.nranks, (*meet)->where().c_str(), real.error().message.c_str());
+      stderr_line("phos: NCCL communicator (rank %d of %d) not made again after a checkpoint at %s: %s\n",
+                  c.rank, c.nranks, (*meet)->where().c_str(), real.error().message.c_str());
   }
 }
 
@@ -830,12 +869,12 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
     // One with ranks in other processes is aborted: a destroy may wait for
     // the peers, which release theirs in their own time.
     const bool spanning = it->nranks > 1 && !it->single_process;
-    ncclResult_t r = spanning ? PHOS_NCCL_FORWARD(ncclCommAbort, (comm_of(it->real)))()
-                              : PHOS_NCCL_FORWARD(ncclCommDestroy, (comm_of(it->real)))();
+    ncclResult_t r = spanning ? PHOS_NCCL_AGENT_FORWARD(ncclCommAbort, (comm_of(it->real)))()
+                              : PHOS_NCCL_AGENT_FORWARD(ncclCommDestroy, (comm_of(it->real)))();
     // Gone or not, it is made again from its recipe.
     if (r != ncclSuccess)
-      std::fprintf(stderr, "phos: releasing NCCL communicator (rank %d of %d): %s\n", it->rank, it->nranks,
-                   nccl_error(spanning ? "ncclCommAbort" : "ncclCommDestroy", r).c_str());
+      stderr_line("phos: releasing NCCL communicator (rank %d of %d): %s\n", it->rank, it->nranks,
+                  nccl_error(spanning ? "ncclCommAbort" : "ncclCommDestroy", r).c_str());
     registry().set_real(it->handle, 0);
     out.communicators++;
   }
@@ -882,8 +921,8 @@ Result<uint32_t> nccl_rebuild(std::optional<uint64_t> nonce) {
   }
   if (waiting) {
     if (!nonce)
-      std::fprintf(stderr, "phos: NCCL communicators with ranks in other processes wait to be made again "
-                           "(their calls wait too): no criu run resumed them\n");
+      stderr_line("phos: NCCL communicators with ranks in other processes wait to be made again "
+                  "(their calls wait too): no criu run resumed them\n");
   } else if (spanning.empty()) {
     if (made || first_error) registry().note_rebuild(monotonic_ns() - t0);
     registry().end_release();

@@ -1,4 +1,5 @@
 #include "launch/copy_window.h"
+#include "phos/hooks/stderr_line.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -97,8 +98,8 @@ void CopyWindow::load_save_kernel(DevicePool& pool, const std::string& gpu) {
     r = PHOS_REAL(cuFuncGetAttribute)(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, pool.save_kernel);
   if (r == CUDA_SUCCESS && threads < 256) r = CUDA_ERROR_INVALID_VALUE;  // launched in blocks of 256
   if (r == CUDA_SUCCESS) return;
-  std::fprintf(stderr, "phos: copy window: %s\n",
-               cu_error((gpu + ": load the pool's save kernel (saves go through the copy engines)").c_str(), r).c_str());
+  stderr_line("phos: copy window: %s\n",
+              cu_error((gpu + ": load the pool's save kernel (saves go through the copy engines)").c_str(), r).c_str());
   if (pool.save_module) PHOS_REAL(cuModuleUnload)(pool.save_module);
   pool.save_module = nullptr;
   pool.save_kernel = nullptr;
@@ -243,11 +244,11 @@ std::vector<agent::KernelLaunches> CopyWindow::suspects(const std::vector<agent:
   auto [named, count] = account_.suspects(missed);
   const uint64_t dropped = account_.ranges_dropped();
   if (count > named.size() || dropped)
-    std::fprintf(stderr,
-                 "phos: copy window: %" PRIu64 " kernels pointed into the buffers of the %zu changed chunks, the %zu "
-                 "most launched named to criu; %" PRIu64 " (kernel, buffer) pairs past the first %zu not kept: %s\n",
-                 count, missed.size(), named.size(), dropped, WindowAccount::kMaxRanges,
-                 dropped ? "the writer may be among them" : "every launch's buffers kept");
+    stderr_line(
+        "phos: copy window: %" PRIu64 " kernels pointed into the buffers of the %zu changed chunks, the %zu "
+        "most launched named to criu; %" PRIu64 " (kernel, buffer) pairs past the first %zu not kept: %s\n",
+        count, missed.size(), named.size(), dropped, WindowAccount::kMaxRanges,
+        dropped ? "the writer may be among them" : "every launch's buffers kept");
   return std::move(named);
 }
 
@@ -342,8 +343,8 @@ Result<void> CopyWindow::complete_saves(const std::vector<const DevicePool*>& us
 }
 
 void CopyWindow::fill_failed(const Error& e) {
-  std::fprintf(stderr, "phos: on-demand restore: %s; the process cannot go on without its device memory\n",
-               e.message.c_str());
+  stderr_line("phos: on-demand restore: %s; the process cannot go on without its device memory\n",
+              e.message.c_str());
   std::fflush(stderr);
   ::kill(::getpid(), SIGKILL);
   ::_exit(1);  // not reached
@@ -557,8 +558,8 @@ bool CopyWindow::give_pool_back(const char* call, uint64_t bytes) {
   auto given = table_->wait_pool_back(timeout_);
   if (!given) {
     // A save may still be under way: this side's mapping stays.
-    std::fprintf(stderr, "phos: %s of %.1f MiB found the GPU full; the dump's copy-on-write pool (%.1f MiB): %s\n",
-                 call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), given.error().message.c_str());
+    stderr_line("phos: %s of %.1f MiB found the GPU full; the dump's copy-on-write pool (%.1f MiB): %s\n",
+                call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), given.error().message.c_str());
     return true;
   }
   {
@@ -571,10 +572,10 @@ bool CopyWindow::give_pool_back(const char* call, uint64_t bytes) {
       PHOS_REAL(cuCtxPopCurrent_v2)(nullptr);
     }
   }
-  std::fprintf(stderr,
-               "phos: %s of %.1f MiB found the GPU full: the dump's copy-on-write pool (%.1f MiB) given back after "
-               "%.1f ms; the allocation is tried again\n",
-               call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), double(monotonic_ns() - t0) / 1e6);
+  stderr_line(
+      "phos: %s of %.1f MiB found the GPU full: the dump's copy-on-write pool (%.1f MiB) given back after "
+      "%.1f ms; the allocation is tried again\n",
+      call, double(bytes) / (1 << 20), double(pool_bytes) / (1 << 20), double(monotonic_ns() - t0) / 1e6);
   return true;
 }
 

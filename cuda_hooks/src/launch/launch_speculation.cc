@@ -1,4 +1,5 @@
 #include "launch/launch_speculation.h"
+#include "phos/hooks/stderr_line.h"
 
 #include <algorithm>
 #include <chrono>
@@ -73,12 +74,12 @@ void LaunchSpeculation::say_wide_guess(KernelEntry& e, const Kernel& k, const sp
   constexpr uint64_t kWide = uint64_t(1) << 30;
   if (e.wide_guess_said || w.buffer_end - w.buffer_start < kWide) return;
   e.wide_guess_said = true;
-  std::fprintf(stderr,
-               "phos: speculation: %s: the word at +%u of parameter %u (0x%" PRIx64 ") read as a pointer into a "
-               "buffer of %.1f MiB at 0x%" PRIx64 ": all of it in the launch's set (its fields are not known); "
-               "outside any library call (this thread's last: %s, %" PRIu64 " launches before this one)\n",
-               k.name.c_str(), w.offset, w.param, w.value, double(w.buffer_end - w.buffer_start) / (1 << 20),
-               w.buffer_start, t_last_exact_call ? t_last_exact_call : "none", t_speculated_since_exact);
+  stderr_line(
+      "phos: speculation: %s: the word at +%u of parameter %u (0x%" PRIx64 ") read as a pointer into a "
+      "buffer of %.1f MiB at 0x%" PRIx64 ": all of it in the launch's set (its fields are not known); "
+      "outside any library call (this thread's last: %s, %" PRIu64 " launches before this one)\n",
+      k.name.c_str(), w.offset, w.param, w.value, double(w.buffer_end - w.buffer_start) / (1 << 20),
+      w.buffer_start, t_last_exact_call ? t_last_exact_call : "none", t_speculated_since_exact);
 }
 
 void LaunchSpeculation::set_active(bool on) {

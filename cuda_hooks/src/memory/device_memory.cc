@@ -1,4 +1,5 @@
 #include "memory/device_memory.h"
+#include "phos/hooks/stderr_line.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -91,9 +92,9 @@ CUresult DeviceMemory::set_peer_access_locked(CUdevice owner, CUdevice accessor,
     if (!u.mapped) continue;  // released for a checkpoint: remap applies u.access
     CUresult r = PHOS_REAL(cuMemSetAccess)(u.va, u.size, &desc, 1);
     if (r != CUDA_SUCCESS) {
-      std::fprintf(stderr, "phos: %s\n",
-                   cu_error(("access of device " + std::to_string(accessor) + " to allocation " + std::to_string(id)).c_str(), r)
-                       .c_str());
+      stderr_line("phos: %s\n",
+                  cu_error(("access of device " + std::to_string(accessor) + " to allocation " + std::to_string(id)).c_str(), r)
+                      .c_str());
       return r;
     }
   }
@@ -415,9 +416,9 @@ CUresult DeviceMemory::ipc_import(const agent::IpcSource& src, int fd, size_t si
     if (r != CUDA_SUCCESS) PHOS_REAL(cuMemRelease)(h);
   }
   if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "phos: %s\n",
-                 cu_error(("map allocation " + std::to_string(src.owner_allocation) + " of process " +
-                           std::to_string(src.owner_pid) + " (CUDA IPC)").c_str(), r).c_str());
+    stderr_line("phos: %s\n",
+                cu_error(("map allocation " + std::to_string(src.owner_allocation) + " of process " +
+                  std::to_string(src.owner_pid) + " (CUDA IPC)").c_str(), r).c_str());
     d->va.free(va, size);
     return r;
   }

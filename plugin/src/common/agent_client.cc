@@ -2,6 +2,7 @@
 #include "phos/plugin/job_env.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -52,13 +53,13 @@ Result<UniqueFd> connect_in_netns(pid_t pid, const std::string& name) {
 
 }  // namespace
 
-Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms) {
+Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms, Watch watch) {
   auto name = find_listening_socket(pid, agent::kSocketPrefix);
   if (!name) return name.error();
   if (!name->has_value()) return make_error("process " + std::to_string(pid) + " has no phos agent", ENOENT);
   auto sock = connect_in_netns(pid, **name);
   if (!sock) return sock.error();
-  AgentClient client(std::move(*sock), timeout_ms);
+  AgentClient client(std::move(*sock), timeout_ms, std::move(watch));
   auto hello = client.call<agent::HelloReply>(
       agent::Hello{.protocol_version = agent::kProtocolVersion, .client_version = PHOS_VERSION});
   if (!hello) return hello.error();
@@ -66,12 +67,28 @@ Result<AgentClient> AgentClient::connect(pid_t pid, int timeout_ms) {
   return client;
 }
 
+Result<void> AgentClient::wait_readable(const agent::Request& request, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += kWatchStepMs) {
+    struct pollfd p {sock_.get(), POLLIN, 0};
+    int r = ::poll(&p, 1, kWatchStepMs);
+    if (r < 0 && errno != EINTR) return errno_error("poll the agent's socket");
+    if (r > 0) return {};
+    if (auto why = watch_(kWatchStepMs))
+      return make_error("agent: no answer to " + std::string(agent::kind_name(request)) + " can come: " + *why,
+                        EDEADLK);
+  }
+  return {};  // recv_reply says it timed out
+}
+
 template <class R>
 Result<R> AgentClient::call(const agent::Request& request, std::span<const int> fds,
                             std::vector<UniqueFd>* reply_fds, int longer_ms) {
   PHOS_TRY(agent::send_request(sock_.get(), request, fds));
+  if (watch_) PHOS_TRY(wait_readable(request, timeout_ms_ + longer_ms));
   auto received = agent::recv_reply(sock_.get(), timeout_ms_ + longer_ms);
-  if (!received) return received.error();
+  if (!received)
+    return make_error("agent: " + std::string(agent::kind_name(request)) + ": " + received.error().message,
+                      received.error().code);
   if (const auto* e = std::get_if<Error>(&received->reply)) return make_error("agent: " + e->message, e->code);
   R* reply = std::get_if<R>(&received->reply);
   if (!reply)
@@ -292,11 +309,19 @@ Result<void> AgentClient::goodbye() {
 
 #include <unistd.h>
 
+#include <memory>
 #include <optional>
 
 #include "common/stopped_thread.h"
+#include "common/stuck_thread.h"
 
 namespace phos::plugin {
+
+namespace {
+// How long the agent's thread may wait in a futex while the others are
+// stopped: its own work on those paths takes no lock for longer than this.
+constexpr int kStuckMs = 1000;
+}  // namespace
 
 Result<void> with_agent(pid_t pid, int timeout_ms, const std::function<Result<void>(AgentClient&)>& fn) {
   auto tid = find_thread(pid, agent::kThreadName);
@@ -304,12 +329,17 @@ Result<void> with_agent(pid_t pid, int timeout_ms, const std::function<Result<vo
   auto tracer = tracer_of(pid, *tid);
   if (!tracer) return tracer.error();
   std::optional<StoppedThreadRun> run;
+  AgentClient::Watch watch;
   if (*tracer == ::getpid()) {
     auto started = StoppedThreadRun::start(*tid);
     if (!started) return started.error();
     run.emplace(std::move(*started));
+    // The agent's thread alone runs: a wait of its in a futex is for a
+    // stopped thread, and ends the exchange at once rather than at the
+    // timeout, saying where each thread is.
+    watch = [stuck = std::make_shared<StuckWatch>(pid, *tid, kStuckMs)](int step_ms) { return stuck->check(step_ms); };
   }
-  auto client = AgentClient::connect(pid, timeout_ms);
+  auto client = AgentClient::connect(pid, timeout_ms, std::move(watch));
   if (!client) return client.error();
   PHOS_TRY(fn(*client));
   PHOS_TRY(client->goodbye());

@@ -928,6 +928,7 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   t.manifest.statistics.stall_ns = t.resumed_at_ns - t.paused_at_ns;
   if (!r) {
     PHOS_ERR("process %d: could not give back its GPU state: %s", pid, r.error().message.c_str());
+    t.not_given_back = r.error().message;
     return;
   }
   t.taken = 0;
@@ -1244,6 +1245,21 @@ bool Checkpointer::job_verdict(bool dump_succeeded) {
   return out->commit;
 }
 
+// A process whose give-back failed (its agent could not answer while the
+// rest of the process was stopped) is in the image as it was then: restored,
+// its agent would wait for the same thing, and the restore with it. Such an
+// image is not completed (a restore refuses it); the process itself is
+// given back by phos-keeper once criu lets it run.
+std::string Checkpointer::not_given_back_text(const Target& t) {
+  return "its GPU state was not given back (" + t.not_given_back +
+         "); the image holds it in the same state, so a restore would wait for the same thing: not completed";
+}
+
+void Checkpointer::refuse_image(pid_t pid, const Target& t) {
+  PHOS_ERR("process %d: %s", pid, not_given_back_text(t).c_str());
+  if (auto r = image::remove_completion_marker(dirfd_, t.vpid); !r) PHOS_ERR("process %d: %s", pid, r.error().message.c_str());
+}
+
 bool Checkpointer::finish(bool dump_succeeded) {
   bool pending = false, handed_over = false;
   if (!dump_succeeded)
@@ -1274,6 +1290,7 @@ bool Checkpointer::finish(bool dump_succeeded) {
       // Its memory is in the snapshot: the process may run while the image
       // is written; the marker comes with the manifest (complete_pending).
       if (process_alive(pid)) give_back(pid, t, /*wait_copy=*/false);
+      if (!t.not_given_back.empty() && keeper_ && process_alive(pid)) handed_over = true;
       // The process holds its memory again: criu's fds must not keep what
       // it frees from now on.
       t.fds.clear();
@@ -1315,9 +1332,13 @@ bool Checkpointer::finish(bool dump_succeeded) {
                 "(phos-keeper)", pid);
     } else if (process_alive(pid)) {
       give_back(pid, t);
+      if (!t.not_given_back.empty() && dump_succeeded) refuse_image(pid, t);
     } else {
       (void)copy_done(t);
     }
+    // The process runs on with what the dump took: phos-keeper gives it back
+    // once criu has let the process go (and the thread it waited for with it).
+    if (!t.not_given_back.empty() && keeper_ && process_alive(pid)) handed_over = true;
   }
   if (dump_succeeded && criu_leaves_running()) yield_cpus_to_processes();
   // Only the write-behind targets stay (complete_pending), without fds.
@@ -1374,6 +1395,7 @@ Result<void> Checkpointer::complete_pending() {
         PHOS_WARN("process %d: %s", pid, closed.error().message.c_str());
     }
     if (r && fault("fail-write-behind")) r = make_error("fault injection (PHOS_FAULT): the write-behind fails", EIO);
+    if (r && !t.not_given_back.empty()) r = make_error(not_given_back_text(t), EDEADLK);
     if (r) r = write_manifest(pid, t);
     if (r) r = image::write_completion_marker(dirfd_, t.vpid, t.manifest_file);
     if (!r && r.error().code == EBADMSG) {

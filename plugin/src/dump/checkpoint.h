@@ -133,6 +133,10 @@ class Checkpointer {
     agent::StatusReply status;
     std::vector<agent::Allocation> allocations;
     std::vector<UniqueFd> fds;  // the device memory, while the process has let go of it
+    // Why the give-back failed, where it did: the image holds the process
+    // waiting for the same thing and is not completed; phos-keeper tries
+    // again once criu has let the process go.
+    std::string not_given_back;
     // What the engine copies: the allocations without the CUDA IPC mappings
     // of other processes' memory (their owners' images hold it), with
     // duplicates of their fds.
@@ -239,6 +243,8 @@ class Checkpointer {
   static void let_write(Target& t);
   // wait_copy: the engine may still map the process's memory (no snapshot).
   void give_back(pid_t pid, Target& t, bool wait_copy = true);
+  static std::string not_given_back_text(const Target& t);
+  void refuse_image(pid_t pid, const Target& t);
   // The manifest's own fields, then the manifest written.
   Result<void> write_manifest(pid_t pid, Target& t);
   // An incremental dump (criu --prev-images-dir): the parent image of the

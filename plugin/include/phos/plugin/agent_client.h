@@ -1,6 +1,9 @@
 // The plugin's (and phosctl's) side of the agent protocol.
 #pragma once
 
+#include <functional>
+#include <optional>
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -37,9 +40,14 @@ uint64_t nccl_nonce();
 
 class AgentClient {
  public:
+  // Called every kWatchStepMs while a reply is waited for, with that step:
+  // a text ends the wait with it as the error (why no answer can come).
+  using Watch = std::function<std::optional<std::string>(int step_ms)>;
+  static constexpr int kWatchStepMs = 50;
+
   // Finds the agent of `pid`, connects (in the target's network namespace,
   // where its abstract socket lives) and says hello. ENOENT: no agent.
-  static Result<AgentClient> connect(pid_t pid, int timeout_ms);
+  static Result<AgentClient> connect(pid_t pid, int timeout_ms, Watch watch = {});
 
   const agent::HelloReply& hello() const { return hello_; }
   Result<agent::StatusReply> status();
@@ -88,7 +96,11 @@ class AgentClient {
   Result<void> goodbye();
 
  private:
-  AgentClient(UniqueFd sock, int timeout_ms) : sock_(std::move(sock)), timeout_ms_(timeout_ms) {}
+  AgentClient(UniqueFd sock, int timeout_ms, Watch watch)
+      : sock_(std::move(sock)), timeout_ms_(timeout_ms), watch_(std::move(watch)) {}
+  // Waits until a reply can be read, `timeout_ms` at most, asking watch_
+  // meanwhile; its answer is the error.
+  Result<void> wait_readable(const agent::Request& request, int timeout_ms);
   // Sends `request` (with `fds`) and returns its reply, which must be a
   // `R`; an Error reply is the error. The fds that came with the reply go
   // to `reply_fds`. The reply is waited for the client's timeout plus
@@ -100,6 +112,7 @@ class AgentClient {
 
   UniqueFd sock_;
   int timeout_ms_;
+  Watch watch_;
   agent::HelloReply hello_;
 };
 
