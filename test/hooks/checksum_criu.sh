@@ -50,6 +50,9 @@ equal=$(grep -o "checksum: [0-9]* chunks equal to the freeze" "$WORK/dump.log") 
 # Its staging made while criu dumped, not as the copy started.
 grep -q "the copy's staging made ahead, while criu dumps: [0-9]* rings" "$WORK/dump.log" ||
   fail "clean copy-on-write: the staging was not made ahead: $(grep -o "phos: .*staging.*" "$WORK/dump.log" | head -n1)"
+# Its allocations' fds were exported while it ran, not at the closed gate.
+grep -q "allocations, release and the driver's lock [0-9.]* ms (listed (their fds exported ahead) " "$WORK/dump.log" ||
+  fail "clean copy-on-write: the fds were not exported ahead: $(grep -o "allocations, release and the driver's lock [^)]*)" "$WORK/dump.log" | head -n1)"
 "$PHOSCTL" show --json "$IMG" | grep -q '"validation": "checksum"' || fail "the manifest does not record validation=checksum"
 restored_ok "clean copy-on-write"
 say "1. copy-on-write: $equal; validation=checksum in the manifest; restored, its checks pass"

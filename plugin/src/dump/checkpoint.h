@@ -133,6 +133,11 @@ class Checkpointer {
     agent::StatusReply status;
     std::vector<agent::Allocation> allocations;
     std::vector<UniqueFd> fds;  // the device memory, while the process has let go of it
+    // The allocations and their fds listed while the process still ran
+    // (list_ahead): taken at the closed gate if it lists the same.
+    std::vector<agent::Allocation> ahead;
+    std::vector<UniqueFd> ahead_fds;
+    bool listed_ahead = false;  // the fds at the gate are those exported ahead
     // Why the give-back failed, where it did: the image holds the process
     // waiting for the same thing and is not completed; phos-keeper tries
     // again once criu has let the process go.
@@ -208,6 +213,8 @@ class Checkpointer {
   void yield_cpus_to_processes();
   // The process's allocations and their fds (gate closed), its devices named.
   Result<void> list_allocations(pid_t pid, AgentClient& client, Target& t);
+  // The same while the process runs (gate open), kept in t.ahead.
+  void list_ahead(pid_t pid, AgentClient& client, Target& t);
 
   // migrate_to: the target GPU of each of the process's GPUs; refused
   // where criu leaves it running, or the map does not fit its GPUs
