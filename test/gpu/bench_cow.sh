@@ -341,6 +341,6 @@ if [ -n "$server" ]; then
       l = l == "auto" ? "auto, cow_trust=checksum (default)" : l == "off" ? "off (stopped copy)" : "auto, cow_trust=" l
       return l (m ~ /_nocopy$/ ? ", criu copies off" : "") (m ~ /_zerocopy$/ ? ", cow_zero=copy" : "") (m ~ /_nice0$/ ? ", behind_nice=0" : "")
     }
-    NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", label($1), $2, $16, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
+    NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", label($1), $2, $NF, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
 fi
 exit 0
