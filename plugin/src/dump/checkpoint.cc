@@ -123,6 +123,9 @@ Result<bool> Checkpointer::pause(pid_t pid) {
     }
   }
   if (!t.recopy() && status->allocation_count > 0) list_ahead(pid, *client, t);
+  // phos-keeper's start (a process) is off the stall too; it holds nothing
+  // until the gate is closed.
+  start_keeper();
   PHOS_INFO("process %d: closing its gate%s", pid, t.recopy() ? " for soft recopy's final pass" : "");
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto drained = client->quiesce(options_.quiesce_timeout_ms);
