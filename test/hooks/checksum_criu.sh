@@ -9,6 +9,8 @@
 #   1. copy-on-write (leave-running), nothing planted: the copies equal the
 #      freeze's fingerprints; the manifest says validation=checksum; the
 #      image restores and the program's checks pass
+#   1a. the same, its allocations changed after the listing ahead of the
+#      gate (injected): listed and mapped again at the gate; restores
 #   1b. copy-on-write, a store no hook sees after the freeze into a chunk
 #      all zero at the freeze: settled as zero at the freeze (no copy), the
 #      image completes and restores with zero there
@@ -50,12 +52,26 @@ equal=$(grep -o "checksum: [0-9]* chunks equal to the freeze" "$WORK/dump.log") 
 # Its staging made while criu dumped, not as the copy started.
 grep -q "the copy's staging made ahead, while criu dumps: [0-9]* rings" "$WORK/dump.log" ||
   fail "clean copy-on-write: the staging was not made ahead: $(grep -o "phos: .*staging.*" "$WORK/dump.log" | head -n1)"
-# Its allocations' fds were exported while it ran, not at the closed gate.
-grep -q "allocations, release and the driver's lock [0-9.]* ms (listed (their fds exported ahead) " "$WORK/dump.log" ||
-  fail "clean copy-on-write: the fds were not exported ahead: $(grep -o "allocations, release and the driver's lock [^)]*)" "$WORK/dump.log" | head -n1)"
+# Its allocations' fds were exported, and mapped into criu, while it ran,
+# not at the closed gate.
+grep -q "allocations, release and the driver's lock [0-9.]* ms (listed (their fds exported ahead) [0-9.]*, handed to phos-keeper [0-9.]*, the copy's job (mapped ahead) " "$WORK/dump.log" ||
+  fail "clean copy-on-write: the fds were not exported and mapped ahead: $(grep -o "allocations, release and the driver's lock .*criu's freeze" "$WORK/dump.log" | head -n1)"
 "$PHOSCTL" show --json "$IMG" | grep -q '"validation": "checksum"' || fail "the manifest does not record validation=checksum"
 restored_ok "clean copy-on-write"
 say "1. copy-on-write: $equal; validation=checksum in the manifest; restored, its checks pass"
+
+# 1a. The allocations changed between the listing ahead and the gate
+# (injected): listed and mapped again at the gate, the image as good.
+rm -rf "${IMG:?}"/* "$WORK/dump.log"
+PHOS_FAULT=stale-ahead PHOS_COPY_ON_WRITE=always criu_dump --leave-running ||
+  fail "changed after the listing ahead: criu dump failed: $(criu_errors "$WORK/dump.log")"
+grep -q "its allocations changed after they were listed ahead ([0-9]* then, [0-9]* at the gate): listed again with their fds" "$WORK/dump.log" ||
+  fail "changed after the listing ahead: not listed again at the gate: $(grep -o "allocations, release and the driver's lock .*criu's freeze" "$WORK/dump.log" | head -n1)"
+grep -q "allocations, release and the driver's lock [0-9.]* ms (listed with their fds [0-9.]*, handed to phos-keeper [0-9.]*, mapped into criu " "$WORK/dump.log" ||
+  fail "changed after the listing ahead: the fds or the mapping of before were taken: $(grep -o "allocations, release and the driver's lock .*criu's freeze" "$WORK/dump.log" | head -n1)"
+[ -e "$IMG/phos-1-complete.img" ] || fail "changed after the listing ahead: no completion marker"
+restored_ok "changed after the listing ahead"
+say "1a. allocations changed after the listing ahead: listed and mapped again at the gate; restored, its checks pass"
 
 # 1b. A store no hook sees, after the freeze, into a chunk all zero at the
 # freeze: that chunk is in the image as a hole from the start (settled, no

@@ -28,6 +28,9 @@
 //   fail-migration-copy     a migration's copy to its target GPU fails at
 //                           its second chunk, as a target GPU that fails
 //                           mid-copy would (the source must run on)
+//   stale-ahead             PAUSE_DEVICES's listing ahead of the gate
+//                           drops the process's last allocation, as if it
+//                           allocated one after (the gate's listing differs)
 //   slow-copy               the copies made while the process runs
 //                           (copy-on-write, recopy's first pass) take one
 //                           chunk per 20 ms per worker, except those a call

@@ -168,13 +168,30 @@ Result<bool> Checkpointer::pause(pid_t pid) {
 // ms for the 8B server's 203): done while the process runs, it is off the
 // stall wherever the process allocates or frees nothing before its gate
 // closes. A listing that fails here is only done again at the gate.
-void Checkpointer::list_ahead(pid_t, AgentClient& client, Target& t) {
+void Checkpointer::list_ahead(pid_t pid, AgentClient& client, Target& t) {
   auto allocs = client.list_allocations(true, &t.ahead_fds);
   if (!allocs) {
     t.ahead_fds.clear();
     return;
   }
   t.ahead = std::move(*allocs);
+  if (fault("stale-ahead") && !t.ahead.empty()) {
+    PHOS_WARN("fault injection (PHOS_FAULT): the listing ahead of process %d's gate drops its last allocation", pid);
+    t.ahead.pop_back();
+    t.ahead_fds.pop_back();
+  }
+  // The same for mapping them into criu (a migration maps elsewhere).
+  if (t.migrate || !engine_) return;
+  std::vector<agent::Allocation> own;
+  std::vector<UniqueFd> own_fds;
+  if (!own_allocations(t.ahead, t.ahead_fds, &own, &own_fds)) return;
+  auto mapped = engine_->map_ahead(own, own_fds, t.host_ordinal);
+  if (!mapped) {
+    PHOS_INFO("process %d: its allocations not mapped into criu ahead (%s): mapped at the gate", pid,
+              mapped.error().message.c_str());
+    return;
+  }
+  t.mapped_ahead = std::move(*mapped);
 }
 
 Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Target& t) {
@@ -191,6 +208,7 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
       PHOS_INFO("process %d: its allocations changed after they were listed ahead (%zu then, %zu at the gate): listed "
                 "again with their fds", pid, t.ahead.size(), allocs->size());
       allocs = make_error("changed", ENODATA);
+      t.mapped_ahead.release();
     }
     t.ahead.clear();
     t.ahead_fds.clear();
@@ -243,8 +261,11 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     // so the process lets go of its own at once. Soft recopy mapped it
     // before its first pass: the same job goes on.
     if (!t.recopy()) {
-      auto job =
-          engine_->prepare_save(dirfd_, t.vpid, t.own_allocations, t.own_fds, t.host_ordinal, t.manifest, sink(t));
+      const bool had_ahead = !t.mapped_ahead.empty();
+      auto job = engine_->prepare_save(dirfd_, t.vpid, t.own_allocations, t.own_fds, t.host_ordinal, t.manifest,
+                                       sink(t), &t.mapped_ahead);
+      t.mapped_at_gate = !had_ahead || !t.mapped_ahead.empty();
+      t.mapped_ahead.release();  // not taken: not what was saved
       if (!job) return job.error();
       t.save = std::move(*job);
       PHOS_TRY(use_parent(t));
@@ -977,7 +998,7 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   uint64_t from = quiesced;
   for (auto [at, what] : {std::pair{t.listed_at_ns, t.listed_ahead ? "listed (their fds exported ahead)" : "listed with their fds"},
                           {t.kept_at_ns, "handed to phos-keeper"},
-                          {t.mapped_at_ns, "mapped into criu"}, {t.released_at_ns, "released by the process"},
+                          {t.mapped_at_ns, t.mapped_at_gate ? "mapped into criu" : "the copy's job (mapped ahead)"}, {t.released_at_ns, "released by the process"},
                           {t.paused_done_ns, "the driver's lock"}}) {
     if (!at) continue;
     char part[64];

@@ -138,6 +138,10 @@ class Checkpointer {
     std::vector<agent::Allocation> ahead;
     std::vector<UniqueFd> ahead_fds;
     bool listed_ahead = false;  // the fds at the gate are those exported ahead
+    // Its own allocations of t.ahead mapped into criu ahead too: the save's
+    // job takes them if they are what it saves (else released).
+    Engine::MappedAhead mapped_ahead;
+    bool mapped_at_gate = true;  // prepare_save mapped them (none ahead, or not these)
     // Why the give-back failed, where it did: the image holds the process
     // waiting for the same thing and is not completed; phos-keeper tries
     // again once criu has let the process go.

@@ -696,11 +696,74 @@ Result<bool> Engine::snapshot(SaveJob& job) {
   return true;
 }
 
+Engine::MappedAhead& Engine::MappedAhead::operator=(MappedAhead&& o) noexcept {
+  if (this != &o) {
+    release();
+    engine_ = std::exchange(o.engine_, nullptr);
+    allocs_ = std::move(o.allocs_);
+    vas_ = std::move(o.vas_);
+    o.allocs_.clear();
+    o.vas_.clear();
+  }
+  return *this;
+}
+
+void Engine::MappedAhead::release() {
+  if (engine_) {
+    std::lock_guard<std::mutex> lock(engine_->run_mu_);
+    for (size_t i = 0; i < vas_.size(); i++)
+      if (vas_[i]) engine_->unmap(vas_[i], allocs_[i].size);
+  }
+  engine_ = nullptr;
+  allocs_.clear();
+  vas_.clear();
+}
+
+// Import an allocation's fd into criu and map it on its device.
+Result<CUdeviceptr> Engine::import_and_map(const agent::Allocation& a, const UniqueFd& fd, int device) {
+  Result<void> err;
+  CUcontext ctx = context(device, err);
+  if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+    return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
+  CUmemGenericAllocationHandle h = 0;
+  PHOS_CU(cu_, cu_.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(intptr_t(fd.get())),
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+          ("import allocation " + std::to_string(a.id)).c_str());
+  auto va = map(h, a.size, device);
+  cu_.cuMemRelease(h);  // the mapping keeps the memory
+  return va;
+}
+
+Result<Engine::MappedAhead> Engine::map_ahead(const std::vector<agent::Allocation>& allocs,
+                                              const std::vector<UniqueFd>& fds,
+                                              const std::map<uint32_t, int>& host_ordinal) {
+  if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
+  MappedAhead out;
+  std::lock_guard<std::mutex> lock(run_mu_);
+  out.engine_ = this;
+  out.allocs_ = allocs;
+  out.vas_.assign(allocs.size(), 0);
+  for (size_t i = 0; i < allocs.size(); i++) {
+    auto va = import_and_map(allocs[i], fds[i], host_device(host_ordinal, allocs[i].device));
+    if (!va) {
+      // Its destructor unmaps what was mapped; the lock is ours until then.
+      out.vas_.resize(i);
+      out.allocs_.resize(i);
+      for (size_t k = 0; k < i; k++) unmap(out.vas_[k], out.allocs_[k].size);
+      out.engine_ = nullptr;
+      return va.error();
+    }
+    out.vas_[i] = *va;
+  }
+  return out;
+}
+
 Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t vpid,
                                                               const std::vector<agent::Allocation>& allocs,
                                                               const std::vector<UniqueFd>& fds,
                                                               const std::map<uint32_t, int>& host_ordinal,
-                                                              image::Manifest& m, const MigrationSink* sink) {
+                                                              image::Manifest& m, const MigrationSink* sink,
+                                                              MappedAhead* ahead) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
   std::lock_guard<std::mutex> lock(run_mu_);
   const uint32_t chunk_size = settings_.chunk_size;
@@ -735,21 +798,22 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
     return job;
   }
   if (allocs.empty()) return job;
+  // Mapped ahead for these allocations: the job owns the mappings now.
+  const bool taken = ahead && ahead->engine_ == this && ahead->allocs_ == allocs;
+  if (taken) {
+    job->vas = std::move(ahead->vas_);
+    ahead->engine_ = nullptr;
+    ahead->allocs_.clear();
+    ahead->vas_.clear();
+  }
   for (size_t i = 0; i < allocs.size(); i++) {
     const agent::Allocation& a = allocs[i];
     const int device = job->devices[i];
-    Result<void> err;
-    CUcontext ctx = context(device, err);
-    if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
-      return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
-    CUmemGenericAllocationHandle h = 0;
-    PHOS_CU(cu_, cu_.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(intptr_t(fds[i].get())),
-                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-            ("import allocation " + std::to_string(a.id)).c_str());
-    auto va = map(h, a.size, device);
-    cu_.cuMemRelease(h);  // the mapping keeps the memory
-    if (!va) return va.error();
-    job->vas[i] = *va;
+    if (!taken) {
+      auto va = import_and_map(a, fds[i], device);
+      if (!va) return va.error();
+      job->vas[i] = *va;
+    }
     size_t n = size_t((a.size + chunk_size - 1) / chunk_size);
     job->chunks[i].resize(n);
     for (size_t k = 0; k < n; k++) {
