@@ -1,6 +1,7 @@
 #include "phos/speculation/speculate.h"
 
 #include <cstring>
+#include <utility>
 
 namespace phos::speculation {
 namespace {
@@ -86,13 +87,6 @@ void try_pointer(uint64_t value, uint8_t access, const BufferIndex& index, Acces
   out->add(b, access);
 }
 
-// Whether the 12 bytes at `at` are an IntDivider<uint32_t> made by its
-// constructor ({divisor, m1, shift}, see int_divider_tail).
-bool int_divider_at(const LaunchArgs& args, const ParamLayout& p, size_t index, uint32_t at) {
-  const uint32_t divisor = uint32_t(read_word(args, p, index, at));
-  return int_divider_tail(divisor, read_word(args, p, index, at + 4));
-}
-
 // PyTorch's OffsetCalculator<N, uint32_t> (OffsetCalculator.cuh, 2.x):
 // {int dims; IntDivider sizes_[25]; uint32_t strides_[25][N]}, which the
 // elementwise kernels' closures hold by value beside their N data pointers.
@@ -117,9 +111,10 @@ Span offset_calculator(const LaunchArgs& args, const ParamLayout& p, size_t inde
     const uint32_t dims = uint32_t(read_word(args, p, index, at));
     if (dims == 0 || dims > kCalcMaxDims) continue;
     bool whole = true, strong = false;
-    for (uint32_t k = 0; k < dims && whole; k++) {
-      whole = int_divider_at(args, p, index, at + 4 + 12 * k);
-      strong = strong || uint32_t(read_word(args, p, index, at + 4 + 12 * k)) > 1;
+    for (uint32_t k = 0, d = at + 4; k < dims && whole; k++, d += 12) {  // {divisor, m1, shift} at d
+      const uint32_t divisor = uint32_t(read_word(args, p, index, d));
+      whole = int_divider_tail(divisor, read_word(args, p, index, d + 4));
+      strong = strong || divisor > 1;
     }
     if (!whole || !strong) continue;
     uint32_t n = at / 8;
@@ -145,14 +140,13 @@ void scan_words(const LaunchArgs& args, const ParamLayout& p, size_t index, cons
   uint32_t before = first >= 4 ? uint32_t(read_word(args, p, index, first - 4)) : 0;
   for (uint32_t off = first; off + 8 <= p.size; off += 8) {
     const uint64_t value = read_word(args, p, index, off);
+    const uint32_t front = std::exchange(before, uint32_t(value >> 32));
     if (off < calculator.end && off + 8 > calculator.begin) {
       out->calculator_words++;
-      before = uint32_t(value >> 32);
       continue;
     }
     const uint32_t count = out->count;
-    try_pointer(value, kRead | kWrite, buffers, out, true, before);
-    before = uint32_t(value >> 32);
+    try_pointer(value, kRead | kWrite, buffers, out, true, front);
     if (out->count == count) continue;  // no new buffer (or one already in)
     const BufferAccess& b = out->items[out->count - 1];
     GuessedWord& w = out->widest_guess;

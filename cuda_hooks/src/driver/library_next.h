@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <string>
 
 namespace phos::hooks {
@@ -21,14 +22,28 @@ F library_next_as(const char* name, const char* library, std::atomic<void*>& cac
   return reinterpret_cast<F>(library_next(name, library, cache));
 }
 
+// One cache per function name, whichever call site asks: a lookup made once
+// on a program thread serves the agent's thread too, which must not call
+// dlsym (it waits for glibc's loader lock, which a program thread frozen
+// inside dlopen() holds while a checkpoint keeps it stopped).
+template <size_t N>
+struct FunctionName {
+  char text[N];
+  constexpr FunctionName(const char (&s)[N]) {
+    for (size_t i = 0; i < N; i++) text[i] = s[i];
+  }
+};
+template <FunctionName name>
+std::atomic<void*>& next_cache() {
+  static std::atomic<void*> cache{nullptr};
+  return cache;
+}
+
 }  // namespace phos::hooks
 
 // The real `name`, typed as `type` (a function pointer type), or as our own
 // definition of it where the name is not overloaded; null where no loaded
 // library defines it.
-#define PHOS_NEXT_AS(name, library, type)                                    \
-  ([] {                                                                      \
-    static std::atomic<void*> cache{nullptr};                                \
-    return ::phos::hooks::library_next_as<type>(#name, library, cache);      \
-  }())
+#define PHOS_NEXT_AS(name, library, type) \
+  ::phos::hooks::library_next_as<type>(#name, library, ::phos::hooks::next_cache<::phos::hooks::FunctionName(#name)>())
 #define PHOS_NEXT(name, library) PHOS_NEXT_AS(name, library, decltype(&::name))

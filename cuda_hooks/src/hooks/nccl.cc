@@ -62,38 +62,17 @@ constexpr std::chrono::minutes kRendezvousBound{5};
   }
 
 // The NCCL functions the agent's thread calls (a checkpoint's release and
-// rebuild of the communicators), one cache per function, filled by
-// warm_agent_nccl() on the program's thread as its first communicator is
-// made. Looked up on the agent's thread instead, dlsym would wait for
-// glibc's loader lock, which a program thread frozen inside dlopen() (a
-// Python program importing torch) holds for as long as the checkpoint keeps
-// it stopped: the give-back would wait for good.
-template <size_t N>
-struct FunctionName {
-  char text[N];
-  constexpr FunctionName(const char (&s)[N]) { std::copy_n(s, N, text); }
-};
-template <FunctionName name>
-std::atomic<void*>& agent_cache() {
-  static std::atomic<void*> cache{nullptr};
-  return cache;
-}
-#define PHOS_NCCL_AGENT_NEXT(name) \
-  ::phos::hooks::library_next_as<decltype(&::name)>(#name, kNccl, agent_cache<FunctionName(#name)>())
-#define PHOS_NCCL_AGENT_FORWARD(name, args)             \
-  [&] {                                                 \
-    auto next_ = PHOS_NCCL_AGENT_NEXT(name);            \
-    return next_ ? next_ args : ncclSystemError;        \
-  }
-
+// rebuild of the communicators), looked up on the program's thread as its
+// first communicator is made: the agent's thread must not call dlsym
+// (library_next.h, next_cache).
 void warm_agent_nccl() {
-  (void)PHOS_NCCL_AGENT_NEXT(ncclCommDestroy);
-  (void)PHOS_NCCL_AGENT_NEXT(ncclCommAbort);
-  (void)PHOS_NCCL_AGENT_NEXT(ncclCommGetAsyncError);
-  (void)PHOS_NCCL_AGENT_NEXT(ncclGetErrorString);
-  (void)PHOS_NCCL_AGENT_NEXT(ncclGetUniqueId);
-  (void)PHOS_NCCL_AGENT_NEXT(ncclCommInitRankConfig);
-  (void)PHOS_NCCL_AGENT_NEXT(ncclCommInitAll);
+  (void)PHOS_NEXT(ncclCommDestroy, kNccl);
+  (void)PHOS_NEXT(ncclCommAbort, kNccl);
+  (void)PHOS_NEXT(ncclCommGetAsyncError, kNccl);
+  (void)PHOS_NEXT(ncclGetErrorString, kNccl);
+  (void)PHOS_NEXT(ncclGetUniqueId, kNccl);
+  (void)PHOS_NEXT(ncclCommInitRankConfig, kNccl);
+  (void)PHOS_NEXT(ncclCommInitAll, kNccl);
 }
 
 // What the NCCL hooks use besides a library call's (library_call.h): the
@@ -665,7 +644,7 @@ std::string join_lines(const std::vector<std::string>& v) {
 }
 
 std::string nccl_error(const char* call, ncclResult_t r) {
-  auto text = PHOS_NCCL_AGENT_NEXT(ncclGetErrorString);
+  auto text = PHOS_NEXT(ncclGetErrorString, kNccl);
   return std::string(call) + ": " + (text ? text(r) : "error " + std::to_string(int(r)));
 }
 
@@ -715,7 +694,7 @@ ncclConfig_t* config_again(const NcclCommunicator& c, std::vector<uint8_t>& byte
 
 // A non-blocking communicator is made in the background: waited for.
 ncclResult_t ready(ncclComm_t real, ncclResult_t r) {
-  auto error = PHOS_NCCL_AGENT_NEXT(ncclCommGetAsyncError);
+  auto error = PHOS_NEXT(ncclCommGetAsyncError, kNccl);
   for (int i = 0; r == ncclInProgress && error && i < 600000; i++) {
     if (error(real, &r) != ncclSuccess) break;
     if (r == ncclInProgress) usleep(100);
@@ -725,7 +704,7 @@ ncclResult_t ready(ncclComm_t real, ncclResult_t r) {
 
 Result<ncclUniqueId> new_unique_id() {
   ncclUniqueId id;
-  ncclResult_t r = PHOS_NCCL_AGENT_FORWARD(ncclGetUniqueId, (&id))();
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclGetUniqueId, (&id))();
   if (r != ncclSuccess) return make_error(nccl_error("ncclGetUniqueId", r), EIO);
   return id;
 }
@@ -736,7 +715,7 @@ Result<ncclComm_t> init_rank(const NcclCommunicator& c, const ncclUniqueId& id) 
   std::vector<uint8_t> bytes;
   ncclConfig_t* config = config_again(c, bytes);
   ncclComm_t real = nullptr;
-  ncclResult_t r = PHOS_NCCL_AGENT_FORWARD(ncclCommInitRankConfig, (&real, c.nranks, id, c.rank, config))();
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitRankConfig, (&real, c.nranks, id, c.rank, config))();
   if (r == ncclInProgress) r = ready(real, r);
   if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitRankConfig", r), EIO);
   return real;
@@ -753,7 +732,7 @@ Result<ncclComm_t> make_alone(const NcclCommunicator& c) {
 // An ncclCommInitAll set, all its members at once.
 Result<void> make_set(const std::vector<NcclCommunicator>& live, const NcclCommunicator& first, uint32_t& made) {
   std::vector<ncclComm_t> reals(first.devices.size());
-  ncclResult_t r = PHOS_NCCL_AGENT_FORWARD(ncclCommInitAll, (reals.data(), int(reals.size()), first.devices.data()))();
+  ncclResult_t r = PHOS_NCCL_FORWARD(ncclCommInitAll, (reals.data(), int(reals.size()), first.devices.data()))();
   if (r != ncclSuccess) return make_error(nccl_error("ncclCommInitAll", r), EIO);
   for (const auto& m : live)
     if (m.released() && (m.handle == first.handle || m.init_all_first == first.handle) && m.rank >= 0 &&
@@ -869,8 +848,8 @@ Result<NcclReleased> nccl_release(std::chrono::milliseconds timeout) {
     // One with ranks in other processes is aborted: a destroy may wait for
     // the peers, which release theirs in their own time.
     const bool spanning = it->nranks > 1 && !it->single_process;
-    ncclResult_t r = spanning ? PHOS_NCCL_AGENT_FORWARD(ncclCommAbort, (comm_of(it->real)))()
-                              : PHOS_NCCL_AGENT_FORWARD(ncclCommDestroy, (comm_of(it->real)))();
+    ncclResult_t r = spanning ? PHOS_NCCL_FORWARD(ncclCommAbort, (comm_of(it->real)))()
+                              : PHOS_NCCL_FORWARD(ncclCommDestroy, (comm_of(it->real)))();
     // Gone or not, it is made again from its recipe.
     if (r != ncclSuccess)
       stderr_line("phos: releasing NCCL communicator (rank %d of %d): %s\n", it->rank, it->nranks,

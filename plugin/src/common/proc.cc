@@ -134,8 +134,8 @@ Result<pid_t> find_thread(pid_t pid, const std::string& name) {
   auto tids = list_dir(base);
   if (!tids) return tids.error();
   for (const auto& t : *tids) {
-    auto comm = read_text(base + "/" + t + "/comm");
-    if (comm && comm->substr(0, comm->find('\n')) == name) return pid_t(std::stoi(t));
+    const pid_t tid = pid_t(std::stoi(t));
+    if (thread_name(pid, tid) == name) return tid;
   }
   return make_error("process " + std::to_string(pid) + " has no thread named " + name, ESRCH);
 }
@@ -164,13 +164,30 @@ int wait_pid_free(pid_t pid, int limit_ms, int* exited_ms) {
   return waited;
 }
 
-bool process_alive(pid_t pid) {
-  auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
+namespace {
+// The state letter of a stat file (after the name, which may hold spaces
+// and parentheses); 0 where it cannot be read.
+char state_in_stat(const std::string& path) {
+  auto stat = read_text(path);
+  if (!stat) return 0;
   auto close_paren = stat->rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= stat->size()) return false;
-  char state = (*stat)[close_paren + 2];
-  return state != 'Z' && state != 'X';
+  if (close_paren == std::string::npos || close_paren + 2 >= stat->size()) return 0;
+  return (*stat)[close_paren + 2];
+}
+}  // namespace
+
+bool process_alive(pid_t pid) {
+  const char state = state_in_stat("/proc/" + std::to_string(pid) + "/stat");
+  return state && state != 'Z' && state != 'X';
+}
+
+char thread_state(pid_t pid, pid_t tid) {
+  return state_in_stat("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+}
+
+std::string thread_name(pid_t pid, pid_t tid) {
+  auto comm = read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
+  return comm ? comm->substr(0, comm->find('\n')) : std::string();
 }
 
 Result<std::optional<std::string>> find_listening_socket(pid_t pid, const std::string& prefix) {

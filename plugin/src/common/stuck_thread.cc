@@ -7,7 +7,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -82,29 +81,13 @@ std::string stack_code(pid_t pid, uint64_t sp, const std::vector<Mapping>& code,
   return found ? out : "(no code addresses on its stack)";
 }
 
-// The state letter of /proc/PID/task/TID/stat (after the name, which may
-// hold spaces and parentheses); 0 where it is gone.
-char state_of(pid_t pid, pid_t tid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() ? text[close + 2] : 0;
-}
-
 // Whether every thread of `pid` but `tid` is in a tracing stop (criu's): a
 // thread made since (the agent's own work may start some) runs, and may be
 // what `tid` waits for.
 bool others_stopped(pid_t pid, pid_t tid) {
   for (pid_t t : thread_ids(pid))
-    if (t != tid && state_of(pid, t) != 't') return false;
+    if (t != tid && thread_state(pid, t) != 't') return false;
   return true;
-}
-
-std::string comm_of(pid_t pid, pid_t tid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
 }
 
 }  // namespace
@@ -136,7 +119,7 @@ std::string other_threads_at(pid_t pid, pid_t tid, size_t most) {
       where = place(code, call->back()).value_or("?");
       if (int64_t((*call)[0]) >= 0) where += ", system call " + std::to_string((*call)[0]);
     }
-    out += (out.empty() ? "" : "; ") + std::to_string(t) + " (" + comm_of(pid, t) + "): " + where;
+    out += (out.empty() ? "" : "; ") + std::to_string(t) + " (" + thread_name(pid, t) + "): " + where;
   }
   return out;
 }

@@ -996,9 +996,10 @@ void Checkpointer::give_back(pid_t pid, Target& t, bool wait_copy) {
   // PAUSE's steps after the quiesce, each from the last one taken.
   std::string steps;
   uint64_t from = quiesced;
-  for (auto [at, what] : {std::pair{t.listed_at_ns, t.listed_ahead ? "listed (their fds exported ahead)" : "listed with their fds"},
-                          {t.kept_at_ns, "handed to phos-keeper"},
-                          {t.mapped_at_ns, t.mapped_at_gate ? "mapped into criu" : "the copy's job (mapped ahead)"}, {t.released_at_ns, "released by the process"},
+  const char* listed = t.listed_ahead ? "listed (their fds exported ahead)" : "listed with their fds";
+  const char* mapped = t.mapped_at_gate ? "mapped into criu" : "the copy's job (mapped ahead)";
+  for (auto [at, what] : {std::pair{t.listed_at_ns, listed}, {t.kept_at_ns, "handed to phos-keeper"},
+                          {t.mapped_at_ns, mapped}, {t.released_at_ns, "released by the process"},
                           {t.paused_done_ns, "the driver's lock"}}) {
     if (!at) continue;
     char part[64];
@@ -1345,7 +1346,6 @@ bool Checkpointer::finish(bool dump_succeeded) {
       // Its memory is in the snapshot: the process may run while the image
       // is written; the marker comes with the manifest (complete_pending).
       if (process_alive(pid)) give_back(pid, t, /*wait_copy=*/false);
-      if (!t.not_given_back.empty() && keeper_ && process_alive(pid)) handed_over = true;
       // The process holds its memory again: criu's fds must not keep what
       // it frees from now on.
       t.fds.clear();
@@ -1391,10 +1391,12 @@ bool Checkpointer::finish(bool dump_succeeded) {
     } else {
       (void)copy_done(t);
     }
-    // The process runs on with what the dump took: phos-keeper gives it back
-    // once criu has let the process go (and the thread it waited for with it).
-    if (!t.not_given_back.empty() && keeper_ && process_alive(pid)) handed_over = true;
   }
+  // A process whose give-back failed runs on with what the dump took:
+  // phos-keeper gives it back once criu has let the process go (and the
+  // thread its agent waited for with it).
+  for (auto& [pid, t] : targets_)
+    if (!t.not_given_back.empty() && keeper_ && process_alive(pid)) handed_over = true;
   if (dump_succeeded && criu_leaves_running()) yield_cpus_to_processes();
   // Only the write-behind targets stay (complete_pending), without fds.
   std::erase_if(targets_, [](const auto& entry) { return !entry.second.write_behind || !entry.second.fds.empty(); });

@@ -699,11 +699,9 @@ Result<bool> Engine::snapshot(SaveJob& job) {
 Engine::MappedAhead& Engine::MappedAhead::operator=(MappedAhead&& o) noexcept {
   if (this != &o) {
     release();
-    engine_ = std::exchange(o.engine_, nullptr);
+    engine_ = o.engine_;
     allocs_ = std::move(o.allocs_);
-    vas_ = std::move(o.vas_);
-    o.allocs_.clear();
-    o.vas_.clear();
+    vas_ = o.take();
   }
   return *this;
 }
@@ -738,24 +736,27 @@ Result<Engine::MappedAhead> Engine::map_ahead(const std::vector<agent::Allocatio
                                               const std::vector<UniqueFd>& fds,
                                               const std::map<uint32_t, int>& host_ordinal) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
-  MappedAhead out;
   std::lock_guard<std::mutex> lock(run_mu_);
-  out.engine_ = this;
-  out.allocs_ = allocs;
-  out.vas_.assign(allocs.size(), 0);
+  std::vector<CUdeviceptr> vas;
   for (size_t i = 0; i < allocs.size(); i++) {
     auto va = import_and_map(allocs[i], fds[i], host_device(host_ordinal, allocs[i].device));
     if (!va) {
-      // Its destructor unmaps what was mapped; the lock is ours until then.
-      out.vas_.resize(i);
-      out.allocs_.resize(i);
-      for (size_t k = 0; k < i; k++) unmap(out.vas_[k], out.allocs_[k].size);
-      out.engine_ = nullptr;
+      for (size_t k = 0; k < vas.size(); k++) unmap(vas[k], allocs[k].size);
       return va.error();
     }
-    out.vas_[i] = *va;
+    vas.push_back(*va);
   }
+  MappedAhead out;
+  out.engine_ = this;
+  out.allocs_ = allocs;
+  out.vas_ = std::move(vas);
   return out;
+}
+
+std::vector<CUdeviceptr> Engine::MappedAhead::take() {
+  engine_ = nullptr;
+  allocs_.clear();
+  return std::exchange(vas_, {});
 }
 
 Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t vpid,
@@ -800,12 +801,7 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
   if (allocs.empty()) return job;
   // Mapped ahead for these allocations: the job owns the mappings now.
   const bool taken = ahead && ahead->engine_ == this && ahead->allocs_ == allocs;
-  if (taken) {
-    job->vas = std::move(ahead->vas_);
-    ahead->engine_ = nullptr;
-    ahead->allocs_.clear();
-    ahead->vas_.clear();
-  }
+  if (taken) job->vas = ahead->take();
   for (size_t i = 0; i < allocs.size(); i++) {
     const agent::Allocation& a = allocs[i];
     const int device = job->devices[i];

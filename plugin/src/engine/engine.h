@@ -123,11 +123,11 @@ class Engine {
     MappedAhead& operator=(MappedAhead&& o) noexcept;
     ~MappedAhead() { release(); }
     bool empty() const { return vas_.empty(); }
-    const std::vector<agent::Allocation>& allocations() const { return allocs_; }
     void release();  // unmapped, now
 
    private:
     friend class Engine;
+    std::vector<CUdeviceptr> take();  // the mappings, now the caller's
     Engine* engine_ = nullptr;
     std::vector<agent::Allocation> allocs_;
     std::vector<CUdeviceptr> vas_;

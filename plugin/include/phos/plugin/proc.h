@@ -17,6 +17,12 @@ Result<pid_t> ns_pid(pid_t pid);
 // The thread of `pid` whose name (comm) is `name`.
 Result<pid_t> find_thread(pid_t pid, const std::string& name);
 
+// The state letter of thread `tid` of `pid` ('R', 'S', 't' in a tracing
+// stop, ...); 0 where it is gone.
+char thread_state(pid_t pid, pid_t tid);
+// The name (comm) of thread `tid` of `pid`; empty where it is gone.
+std::string thread_name(pid_t pid, pid_t tid);
+
 // The threads of `pid` (/proc/PID/task); none where it is gone.
 std::vector<pid_t> thread_ids(pid_t pid);
 
