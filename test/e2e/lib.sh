@@ -112,11 +112,12 @@ wait_counter_above() {
 
 # CRIU_NET_ARGS: options every dump and restore of this test takes, for
 # workloads with TCP connections (e.g. "--tcp-established --network-lock nftables").
+# CRIU_VERBOSITY: criu's log level (4 unless set; phos's lines need 3).
 criu_dump() {
   local try rc
   for try in 1 2 3 4 5; do
     # shellcheck disable=SC2086 # CRIU_NET_ARGS is a list of words
-    criu_limit "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" -v4 -o "$WORK/dump.log" ${CRIU_NET_ARGS:-} "$@" \
+    criu_limit "$CRIU" dump -t "$WORKLOAD_PID" -D "$IMG" --lib "$PLUGIN_DIR" "-v${CRIU_VERBOSITY:-4}" -o "$WORK/dump.log" ${CRIU_NET_ARGS:-} "$@" \
       2>"$WORK/dump.err"
     rc=$?
     # A leave-running dump whose freeze caught the workload between opening

@@ -245,29 +245,39 @@ if [ -n "$server" ]; then
   sleep 5
   echo "mode,stall_ms,reply_median_ms,reply_max_ms,criu_s,sum_pass_ms,saved_mib,calls_waited,quiesce_ms,driver_checkpoint_ms,criu_cpu_ms,give_back_ms,replies_wrong,image,criu_pages,excess_ms" > "$server_csv"
   # BENCH_SERVER_MODES: the modes' order (default "off auto speculated");
-  # MODE_nocopy: MODE with criu's copies of the pages before the resume
-  # turned off (CRIU patch 0005: --leave-running-copy-limit 0), the pages
-  # written while the server is stopped, as before it.
+  # a mode is a base (off, auto, speculated) and any of these suffixes:
+  # _nocopy: criu's copies of the pages before the resume turned off (CRIU
+  # patch 0005: --leave-running-copy-limit 0), the pages written while the
+  # server is stopped, as before it; _zerocopy: cow_zero=copy; _nice0:
+  # behind_nice=0; _v3: criu at log level 3 (info, phos's lines; criu's
+  # debug lines not written), not 4; _pipe4m: fs.pipe-max-size raised to 4
+  # MiB for the dump (criu's page pipes grow to 3.2 MiB, not the default's
+  # 1 MiB: a quarter of the parasite's rounds), set back after it.
   echo "leave-running-copy-limit 0" > "$WORK/nocopy.conf"
+  pipe_max_was=$(cat /proc/sys/fs/pipe-max-size)
   for mode in warmup $(for _ in $(seq "$reps"); do echo ${BENCH_SERVER_MODES:-off auto speculated}; done); do
     rm -rf "$IMG" && mkdir -p "$IMG"
     sleep 2
     t0=$(date +%s.%N)
-    cow=auto trust=checksum conf=/dev/null zero=settle nice=10 base=${mode%_nocopy}
-    base=${base%_zerocopy} && base=${base%_nice0}
+    cow=auto trust=checksum conf=/dev/null zero=settle nice=10 verbosity=4 base=${mode%%_*}
     [ "$base" = off ] && cow=off
     [ "$base" = speculated ] && trust=speculated
-    [ "$mode" != "${mode%_nocopy}" ] && conf=$WORK/nocopy.conf
-    [ "$mode" != "${mode%_zerocopy}" ] && zero=copy
-    [ "$mode" != "${mode%_nice0}" ] && nice=0
+    [[ $mode == *_nocopy* ]] && conf=$WORK/nocopy.conf
+    [[ $mode == *_zerocopy* ]] && zero=copy
+    [[ $mode == *_nice0* ]] && nice=0
+    [[ $mode == *_v3* ]] && verbosity=3
+    if [[ $mode == *_pipe4m* ]]; then
+      echo 4194304 > /proc/sys/fs/pipe-max-size || fail "server, $mode: fs.pipe-max-size cannot be set"
+    fi
     outcome=complete
-    if ! CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero PHOS_BEHIND_NICE=$nice criu_dump --leave-running; then
+    if ! CRIU_VERBOSITY=$verbosity CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero PHOS_BEHIND_NICE=$nice criu_dump --leave-running; then
       # Checksum validation refusing the image (a write speculation missed)
       # is the default's answer, not the bench's failure: the server runs on.
       grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||
         fail "server, copy_on_write=$cow cow_trust=$trust cow_zero=$zero: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1 | cut -c1-300)"
       outcome=refused
     fi
+    [[ $mode == *_pipe4m* ]] && echo "$pipe_max_was" > /proc/sys/fs/pipe-max-size
     t1=$(date +%s.%N)
     sleep 2
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.server.$mode.log" 2>/dev/null || true

@@ -8,7 +8,8 @@
 # hook sees, as a kernel's outside its speculated set is.
 #   1. copy-on-write (leave-running), nothing planted: the copies equal the
 #      freeze's fingerprints; the manifest says validation=checksum; the
-#      image restores and the program's checks pass
+#      copy's staging was made before the gate closed; the image restores
+#      and the program's checks pass
 #   1a. the same, its allocations changed after the listing ahead of the
 #      gate (injected): listed and mapped again at the gate; restores
 #   1b. copy-on-write, a store no hook sees after the freeze into a chunk
@@ -49,9 +50,14 @@ grep -q "checksum: the freeze's fingerprints (T0) of 10 chunks" "$WORK/dump.log"
   fail "no freeze fingerprints in the log: $(grep -o 'phos: process [0-9]*: .*checksum.*' "$WORK/dump.log" | head -n2)"
 equal=$(grep -o "checksum: [0-9]* chunks equal to the freeze" "$WORK/dump.log") || fail "no checked copies in the log"
 [ -e "$IMG/phos-1-complete.img" ] || fail "clean copy-on-write: no completion marker"
-# Its staging made while criu dumped, not as the copy started.
-grep -q "the copy's staging made ahead, while criu dumps: [0-9]* rings" "$WORK/dump.log" ||
-  fail "clean copy-on-write: the staging was not made ahead: $(grep -o "phos: .*staging.*" "$WORK/dump.log" | head -n1)"
+# Its staging made before the gate closed (after the listing ahead, before
+# "closing its gate"), not while criu dumped nor as the copy started.
+staged=$(grep -n "the copy's staging made before the gate: [0-9]* rings" "$WORK/dump.log" | cut -d: -f1)
+closing=$(grep -n "closing its gate" "$WORK/dump.log" | head -n1 | cut -d: -f1)
+[ -n "$staged" ] && [ -n "$closing" ] && [ "$staged" -lt "$closing" ] ||
+  fail "clean copy-on-write: the staging was not made before the gate: $(grep -o "phos: .*staging.*" "$WORK/dump.log" | head -n1)"
+! grep -q "the copy's staging made ahead, while criu dumps" "$WORK/dump.log" ||
+  fail "clean copy-on-write: the staging was made twice"
 # Its allocations' fds were exported, and mapped into criu, while it ran,
 # not at the closed gate.
 grep -q "allocations, release and the driver's lock [0-9.]* ms (listed (their fds exported ahead) [0-9.]*, handed to phos-keeper [0-9.]*, the copy's job (mapped ahead) " "$WORK/dump.log" ||

@@ -192,6 +192,9 @@ void Checkpointer::list_ahead(pid_t pid, AgentClient& client, Target& t) {
     return;
   }
   t.mapped_ahead = std::move(*mapped);
+  // The copy's staging, too: made at the gate, it slowed criu's own work
+  // inside the stall (Engine::prepare_rings).
+  engine_->prepare_rings(t.mapped_ahead, pid);
 }
 
 Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Target& t) {

@@ -502,6 +502,15 @@ void Engine::give_ring(std::vector<Slot>&& ring, bool whole) {
   spare_rings_.push_back(std::move(ring));
 }
 
+uint64_t Engine::bounce_held(int device) {
+  std::lock_guard<std::mutex> lock(rings_mu_);
+  uint64_t bytes = 0;
+  for (const auto& ring : spare_rings_)
+    for (const Slot& slot : ring)
+      if (auto b = slot.bounce.find(device); b != slot.bounce.end() && b->second) bytes += slot.bounce_size.at(device);
+  return bytes;
+}
+
 void Engine::wait_rings() {
   std::vector<std::future<void>> made;
   {
@@ -509,6 +518,23 @@ void Engine::wait_rings() {
     made.swap(rings_made_);
   }
   for (auto& f : made) f.wait();
+}
+
+Result<std::vector<std::vector<Engine::Slot>>> Engine::make_rings(const std::map<int, CUcontext>& contexts,
+                                                                   size_t want, size_t buffer_size, bool bounce) {
+  std::vector<std::vector<Slot>> made;
+  Result<void> r;
+  for (size_t w = 0; w < want && r; w++) {
+    made.emplace_back(kRingDepth);
+    for (Slot& slot : made.back())
+      for (const auto& [device, ctx] : contexts)
+        if (r) r = prepare_slot(slot, device, ctx, buffer_size, bounce);
+  }
+  if (!r) {
+    for (auto& ring : made) release_ring(ring, contexts);
+    return r.error();
+  }
+  return made;
 }
 
 void Engine::prepare_rings(const SaveJob& job) {
@@ -529,27 +555,45 @@ void Engine::prepare_rings(const SaveJob& job) {
   const int32_t vpid = job.vpid;
   rings_made_.push_back(std::async(std::launch::async, [this, contexts, want, buffer_size, bounce, vpid] {
     const uint64_t t0 = monotonic_ns();
-    std::vector<std::vector<Slot>> made;
-    Result<void> r;
-    for (size_t w = 0; w < want && r; w++) {
-      made.emplace_back(kRingDepth);
-      for (Slot& slot : made.back())
-        for (const auto& [device, ctx] : contexts)
-          if (r) r = prepare_slot(slot, device, ctx, buffer_size, bounce);
-    }
-    if (!r) {  // the workers make what is missing as they start, and say what fails
+    auto made = make_rings(contexts, want, buffer_size, bounce);
+    if (!made) {  // the workers make what is missing as they start, and say what fails
       PHOS_WARN("process %d: the copy's staging made ahead: %s; its workers make their own", vpid,
-                r.error().message.c_str());
-      for (auto& ring : made) release_ring(ring, contexts);
+                made.error().message.c_str());
       return;
     }
     {
       std::lock_guard<std::mutex> held(rings_mu_);
-      for (auto& ring : made) spare_rings_.push_back(std::move(ring));
+      for (auto& ring : *made) spare_rings_.push_back(std::move(ring));
     }
     PHOS_INFO("process %d: the copy's staging made ahead, while criu dumps: %zu rings of %zu slots in %.1f ms", vpid,
               want, kRingDepth, double(monotonic_ns() - t0) / 1e6);
   }));
+}
+
+void Engine::prepare_rings(const MappedAhead& ahead, int32_t vpid) {
+  std::map<int, CUcontext> contexts;
+  for (int d : ahead.devices_) {
+    auto it = contexts_.find(d);
+    if (it == contexts_.end()) return;
+    contexts[d] = it->second;
+  }
+  if (contexts.empty() || !settings_.workers) return;
+  std::lock_guard<std::mutex> lock(rings_mu_);
+  if (!rings_made_.empty() || spare_rings_.size() >= settings_.workers) return;
+  const size_t want = settings_.workers - spare_rings_.size();
+  const uint64_t t0 = monotonic_ns();
+  // Bounce chunks wherever checksums validate (the default); a copy that
+  // needs none leaves them unused, one that needs them and finds none
+  // makes them (prepare_slot).
+  auto made = make_rings(contexts, want, settings_.chunk_size, settings_.checksum);
+  if (!made) {
+    PHOS_INFO("process %d: the copy's staging not made before the gate (%s): made while criu dumps", vpid,
+              made.error().message.c_str());
+    return;
+  }
+  for (auto& ring : *made) spare_rings_.push_back(std::move(ring));
+  PHOS_INFO("process %d: the copy's staging made before the gate: %zu rings of %zu slots in %.1f ms", vpid, want,
+            kRingDepth, double(monotonic_ns() - t0) / 1e6);
 }
 
 Result<void> Engine::finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns) {
@@ -701,6 +745,7 @@ Engine::MappedAhead& Engine::MappedAhead::operator=(MappedAhead&& o) noexcept {
     release();
     engine_ = o.engine_;
     allocs_ = std::move(o.allocs_);
+    devices_ = std::move(o.devices_);
     vas_ = o.take();
   }
   return *this;
@@ -750,12 +795,14 @@ Result<Engine::MappedAhead> Engine::map_ahead(const std::vector<agent::Allocatio
   out.engine_ = this;
   out.allocs_ = allocs;
   out.vas_ = std::move(vas);
+  for (const auto& a : allocs) out.devices_.insert(host_device(host_ordinal, a.device));
   return out;
 }
 
 std::vector<CUdeviceptr> Engine::MappedAhead::take() {
   engine_ = nullptr;
   allocs_.clear();
+  devices_.clear();
   return std::exchange(vas_, {});
 }
 
@@ -953,7 +1000,11 @@ Result<Engine::Pool> Engine::make_pool(SaveJob& job, int device, std::optional<u
                 .total_bytes = total, .chunk = chunk};
   // Validation by checksum: a bounce chunk per slot of every worker's ring
   // comes before the pool (prepare_slot).
-  if (settings_.checksum) q.extra_keep = uint64_t(job.workers) * kRingDepth * chunk;
+  // Those of rings made ahead are allocated already: out of free_bytes.
+  if (settings_.checksum) {
+    const uint64_t held = bounce_held(device);
+    q.extra_keep = std::max<uint64_t>(uint64_t(job.workers) * kRingDepth * chunk, held) - held;
+  }
   q.process_bytes = pool_need(job, device);
   if (q.automatic && peers && peers->processes > 1) {
     // The split is of the free memory before the first of the dump's pools
