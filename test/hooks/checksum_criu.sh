@@ -58,6 +58,10 @@ closing=$(grep -n "closing its gate" "$WORK/dump.log" | head -n1 | cut -d: -f1)
   fail "clean copy-on-write: the staging was not made before the gate: $(grep -o "phos: .*staging.*" "$WORK/dump.log" | head -n1)"
 ! grep -q "the copy's staging made ahead, while criu dumps" "$WORK/dump.log" ||
   fail "clean copy-on-write: the staging was made twice"
+# criu's descriptor table grown at the plugin's init, not by its page pipes
+# once the process is frozen.
+grep -q "criu's descriptor table sized for [0-9]* descriptors (its page pipes)" "$WORK/dump.log" ||
+  fail "clean copy-on-write: criu's descriptor table was not sized at init: $(grep -o "phos: criu's descriptor table.*" "$WORK/dump.log")"
 # Its allocations' fds were exported, and mapped into criu, while it ran,
 # not at the closed gate.
 grep -q "allocations, release and the driver's lock [0-9.]* ms (listed (their fds exported ahead) [0-9.]*, handed to phos-keeper [0-9.]*, the copy's job (mapped ahead) " "$WORK/dump.log" ||

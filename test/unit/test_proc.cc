@@ -1,3 +1,5 @@
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -262,6 +264,51 @@ TEST_CASE("proc: lower_own_priority lowers every thread, keeps a lower one, and 
     stop = true;
     lowest.join();
     other.join();
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+namespace {
+// This process's descriptors: the entries of /proc/self/fd, less the one
+// listing them.
+size_t open_fds() {
+  size_t n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (d && ::readdir(d)) n++;
+  if (d) ::closedir(d);
+  return n - 3;  // ".", ".." and the directory's own
+}
+}  // namespace
+
+TEST_CASE("proc: reserve_fd_table grows the table once, leaves no descriptor, and keeps to RLIMIT_NOFILE", "[proc]") {
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 0;
+    struct rlimit lim {};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 8192);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    const size_t before = open_fds();
+    auto size = reserve_fd_table(4096);
+    if (!size || *size < 4096) code |= 1;
+    if (open_fds() != before) code |= 2;  // the descriptor that grew it is closed
+    // A descriptor near the top now lands in the table as it is.
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    int high = ::fcntl(null_fd, F_DUPFD, 4000);
+    ::close(null_fd);
+    auto again = reserve_fd_table(64);
+    if (high < 0 || !again || *again != *size) code |= 4;
+    if (high >= 0) ::close(high);
+    // Above the limit: bounded by it, not refused.
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 6000);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    auto bounded = reserve_fd_table(1 << 20);
+    if (!bounded || *bounded < 6000) code |= 8;
     ::_exit(code);
   }
   int status = 0;

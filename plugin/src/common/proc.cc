@@ -1,6 +1,7 @@
 #include "phos/plugin/proc.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -14,6 +15,8 @@
 #include <set>
 #include <sstream>
 #include <vector>
+
+#include "phos/support/unique_fd.h"
 
 namespace phos::plugin {
 namespace {
@@ -82,6 +85,24 @@ Result<size_t> lower_own_priority(int nice) {
     changed++;
   }
   return changed;
+}
+
+Result<size_t> reserve_fd_table(int fds) {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return errno_error("getrlimit(RLIMIT_NOFILE)");
+  if (limit.rlim_cur != RLIM_INFINITY && rlim_t(fds) > limit.rlim_cur) fds = int(limit.rlim_cur);
+  // A descriptor at the top makes the kernel size the table for it; closed,
+  // it leaves the table as it is.
+  UniqueFd base(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (base.get() < 0) return errno_error("open /dev/null");
+  const int top = ::fcntl(base.get(), F_DUPFD_CLOEXEC, fds - 1);
+  if (top < 0) return errno_error("dup a descriptor to " + std::to_string(fds - 1));
+  ::close(top);
+  auto status = read_text("/proc/self/status");
+  if (!status) return status.error();
+  const auto at = status->find("FDSize:");
+  if (at == std::string::npos) return make_error("no FDSize in /proc/self/status", ENODATA);
+  return size_t(std::stoul(status->substr(at + 7)));
 }
 
 std::vector<pid_t> children_of(pid_t pid) {

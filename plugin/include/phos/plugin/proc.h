@@ -31,6 +31,14 @@ std::vector<pid_t> thread_ids(pid_t pid);
 // from their maker. How many were changed.
 Result<size_t> lower_own_priority(int nice);
 
+// This process's (criu's) descriptor table grown now to hold descriptors
+// up to `fds` - 1 (bounded by RLIMIT_NOFILE); the kernel never shrinks it.
+// Each growth of a table that threads share waits for an RCU grace period
+// (10-30 ms); a dump's page pipes, two descriptors for every 1 MiB of a
+// process's pages, grew criu's table twice inside the stall of the 8B
+// server's dump. The table's size after (/proc/self/status FDSize).
+Result<size_t> reserve_fd_table(int fds);
+
 // The ptrace tracer of thread `tid` of process `pid` (0: none).
 Result<pid_t> tracer_of(pid_t pid, pid_t tid);
 
