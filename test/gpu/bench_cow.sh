@@ -269,15 +269,22 @@ if [ -n "$server" ]; then
     if [[ $mode == *_pipe4m* ]]; then
       echo 4194304 > /proc/sys/fs/pipe-max-size || fail "server, $mode: fs.pipe-max-size cannot be set"
     fi
+    # _pipe16m: page pipes of 16 MiB, with a criu built to grow them that
+    # far (CRIU_PIPE16M; criu's own cap is 819 pages).
+    crit=$CRIU
+    if [[ $mode == *_pipe16m* ]]; then
+      echo 16777216 > /proc/sys/fs/pipe-max-size || fail "server, $mode: fs.pipe-max-size cannot be set"
+      crit=${CRIU_PIPE16M:?_pipe16m needs CRIU_PIPE16M}
+    fi
     outcome=complete
-    if ! CRIU_VERBOSITY=$verbosity CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero PHOS_BEHIND_NICE=$nice criu_dump --leave-running; then
+    if ! CRIU=$crit CRIU_VERBOSITY=$verbosity CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero PHOS_BEHIND_NICE=$nice criu_dump --leave-running; then
       # Checksum validation refusing the image (a write speculation missed)
       # is the default's answer, not the bench's failure: the server runs on.
       grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||
         fail "server, copy_on_write=$cow cow_trust=$trust cow_zero=$zero: criu dump failed: $(grep -o 'phos: Error: .*' "$WORK/dump.log" | head -n1 | cut -c1-300)"
       outcome=refused
     fi
-    [[ $mode == *_pipe4m* ]] && echo "$pipe_max_was" > /proc/sys/fs/pipe-max-size
+    [[ $mode == *_pipe4m* || $mode == *_pipe16m* ]] && echo "$pipe_max_was" > /proc/sys/fs/pipe-max-size
     t1=$(date +%s.%N)
     sleep 2
     cp "$WORK/dump.log" "${OUT:-/tmp}/bench_cow.server.$mode.log" 2>/dev/null || true
@@ -347,9 +354,10 @@ if [ -n "$server" ]; then
   echo "| mode | stall (client) | excess | reply median | longest reply | criu until the image is complete | T0 fingerprint pass | saved copy-on-write | calls waited | quiesce | driver checkpoint | criu's CPU dump | give-back | image | criu's pages |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F, 'function label(m,  l) {
-      l = m; sub(/_nocopy$/, "", l); sub(/_zerocopy$/, "", l); sub(/_nice0$/, "", l)
+      l = m; sub(/_.*$/, "", l)
       l = l == "auto" ? "auto, cow_trust=checksum (default)" : l == "off" ? "off (stopped copy)" : "auto, cow_trust=" l
-      return l (m ~ /_nocopy$/ ? ", criu copies off" : "") (m ~ /_zerocopy$/ ? ", cow_zero=copy" : "") (m ~ /_nice0$/ ? ", behind_nice=0" : "")
+      return l (m ~ /_nocopy/ ? ", criu copies off" : "") (m ~ /_zerocopy/ ? ", cow_zero=copy" : "") (m ~ /_nice0/ ? ", behind_nice=0" : "") \
+        (m ~ /_v3/ ? ", criu -v3" : "") (m ~ /_pipe4m/ ? ", pipes 4 MiB" : "") (m ~ /_pipe16m/ ? ", pipes 16 MiB" : "")
     }
     NR > 1 {printf "| %s | %s ms | %s ms | %s ms | %s ms | %s s | %s ms | %s MiB | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", label($1), $2, $NF, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15}' "$server_csv"
 fi
