@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -315,4 +316,22 @@ TEST_CASE("proc: reserve_fd_table grows the table once, leaves no descriptor, an
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("proc: pipe_size_bound is fs.pipe-max-size without CAP_SYS_RESOURCE, none with it", "[proc]") {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  unsigned long long eff = 0;
+  while (std::getline(status, line))
+    if (line.rfind("CapEff:", 0) == 0) eff = std::stoull(line.substr(7), nullptr, 16);
+  std::ifstream max_file("/proc/sys/fs/pipe-max-size");
+  size_t max = 0;
+  max_file >> max;
+  auto bound = pipe_size_bound();
+  if ((eff >> 24) & 1) {
+    CHECK_FALSE(bound.has_value());
+  } else {
+    REQUIRE(bound.has_value());
+    CHECK(*bound == max);
+  }
 }

@@ -105,6 +105,18 @@ Result<size_t> reserve_fd_table(int fds) {
   return size_t(std::stoul(status->substr(at + 7)));
 }
 
+std::optional<size_t> pipe_size_bound() {
+  auto status = read_text("/proc/self/status");
+  if (!status) return std::nullopt;
+  const auto at = status->find("CapEff:");
+  if (at == std::string::npos) return std::nullopt;
+  constexpr int kCapSysResource = 24;
+  if ((std::stoull(status->substr(at + 7), nullptr, 16) >> kCapSysResource) & 1) return std::nullopt;
+  auto max = read_text("/proc/sys/fs/pipe-max-size");
+  if (!max) return std::nullopt;
+  return size_t(std::stoull(*max));
+}
+
 std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;
   std::string task = "/proc/" + std::to_string(pid) + "/task";

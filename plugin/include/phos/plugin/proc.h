@@ -39,6 +39,13 @@ Result<size_t> lower_own_priority(int nice);
 // server's dump. The table's size after (/proc/self/status FDSize).
 Result<size_t> reserve_fd_table(int fds);
 
+// The size, in bytes, that fs.pipe-max-size holds this process's pipes to:
+// none where the process has CAP_SYS_RESOURCE, which lifts that bound.
+// criu's page pipes grow to 3.2 MiB by themselves; held to the kernel's
+// default 1 MiB, criu's copy of a process's CPU pages takes up to four
+// times the round trips to the frozen process (docs/benchmarks/criu-pages.md).
+std::optional<size_t> pipe_size_bound();
+
 // The ptrace tracer of thread `tid` of process `pid` (0: none).
 Result<pid_t> tracer_of(pid_t pid, pid_t tid);
 
