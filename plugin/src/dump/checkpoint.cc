@@ -76,6 +76,14 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   if (!vpid) return vpid.error();
   auto status = client->status();
   if (!status) return status.error();
+  // A process that started CUDA but holds no device memory (torchrun's
+  // agent) comes before the ranks it started in criu's order: criu's own
+  // CUDA start-up (cuInit, then a context per GPU: 270 ms in all for two
+  // H200s) begins here, on a thread of its own, not at the ranks' hold,
+  // which waited 87 ms for it. Contexts only on the GPUs of the processes
+  // that need them (the hold's warm-up, or their own PAUSE).
+  if (status->cuda_initialized && status->allocation_count == 0)
+    warm_up_engine({}, "ahead of the processes that hold device memory", false);
   if (const auto* c = spanning_communicator(*status); c && job_) {
     PHOS_TRY(check_job_rank(pid, *c));
   } else if (c && !c->held) {
@@ -513,7 +521,7 @@ Result<void> Checkpointer::recopy_allows_sharing(const Target& t) const {
 }
 
 void Checkpointer::discard_first_pass(Target& t) {
-  if (engine_ && t.save) engine_->discard_save(dirfd_, std::move(t.save));
+  if (t.save && engine_) engine_->discard_save(dirfd_, std::move(t.save));
   t.save.reset();
   t.protocol = CopyProtocol::kStopTheWorld;
   // prepare_save filled the manifest's devices; the stopped copy fills them
@@ -1118,15 +1126,23 @@ Result<void> Checkpointer::start_engine() {
   return start_engine_now();
 }
 
-void Checkpointer::warm_up_for_job(std::vector<agent::StatusReply> ranks) {
+void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, bool contexts) {
   // engine_warming_ first: while it is valid its thread may be assigning
   // engine_, which this thread must not read meanwhile.
-  if (engine_warming_.valid() || engine_) return;
-  engine_warming_ = std::async(std::launch::async, [this, ranks = std::move(ranks)] {
+  if (contexts_warming_ || (!contexts && engine_warming_.valid()) || (!engine_warming_.valid() && engine_)) return;
+  contexts_warming_ = contexts;
+  // A start-up begun earlier (cuInit only) is waited for on the new thread.
+  engine_warming_ = std::async(std::launch::async, [this, before = std::move(engine_warming_),
+                                                    ranks = std::move(ranks), when, contexts]() mutable {
+    if (before.valid()) before.get();
     const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     if (auto r = start_engine_now(); !r) return;  // start_engine() says why
     auto host = engine_->host_gpus();
     if (!host) return;
+    if (!contexts) {
+      PHOS_INFO("criu's CUDA started %s: %.1f ms", when, double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+      return;
+    }
     std::set<int> gpus;
     for (const auto& s : ranks) {
       auto ordinals = s.devices.empty() ? Result<std::map<uint32_t, int>>(make_error("no UUIDs", ENODEV))
@@ -1138,8 +1154,8 @@ void Checkpointer::warm_up_for_job(std::vector<agent::StatusReply> ranks) {
       for (auto [theirs, ours] : *ordinals) gpus.insert(ours);
     }
     engine_->warm_up(std::vector<int>(gpus.begin(), gpus.end()));
-    PHOS_INFO("criu's CUDA contexts on %zu of the host's %zu GPU(s) made while the job's ranks were held: %.1f ms",
-              gpus.size(), host->size(), double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    PHOS_INFO("criu's CUDA contexts on %zu of the host's %zu GPU(s) made %s: %.1f ms", gpus.size(), host->size(), when,
+              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
   });
 }
 
@@ -1203,7 +1219,7 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
   std::vector<agent::StatusReply> statuses;
   auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms, &statuses);
   if (!ranks) return refuse(ranks.error());
-  warm_up_for_job(std::move(statuses));
+  warm_up_engine(std::move(statuses), "while the job's ranks were held", true);
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto held = phos::plugin::hold_nccl_job(*ranks, c.job_id, options_.agent_timeout_ms,
                                           std::chrono::milliseconds(options_.quiesce_timeout_ms), true);

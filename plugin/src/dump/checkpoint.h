@@ -307,11 +307,14 @@ class Checkpointer {
   // The engine, started once (after a warm-up begun by a job's hold).
   Result<void> start_engine();
   Result<void> start_engine_now();
-  // While a job's ranks are being held (~0.2 s): criu's CUDA start-up on
-  // the ranks' GPUs (`ranks`: their statuses), which each rank's PAUSE would
-  // otherwise do in turn (~150 ms a GPU) while every rank waits, held. Only
-  // theirs: on a 4-GPU host the other two cost 0.3 s more than the hold.
-  void warm_up_for_job(std::vector<agent::StatusReply> ranks);
+  // criu's CUDA start-up on a thread of its own. With `contexts`, while a
+  // job's ranks are being held (~0.2 s): contexts on the ranks' GPUs
+  // (`ranks`: their statuses), which each rank's PAUSE would otherwise make
+  // in turn (~150 ms a GPU) while every rank waits, held. Only theirs: on a
+  // 4-GPU host the other two cost 0.3 s more than the hold. Without: cuInit
+  // alone, from a process that started CUDA but holds no memory (a job's
+  // launcher, paused before its ranks). `when` goes into the log line.
+  void warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, bool contexts);
   // The process's GPUs in criu's numbering (gpu_map.h: host_ordinals), and
   // criu's contexts on them started.
   Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const agent::StatusReply& status);
@@ -338,7 +341,8 @@ class Checkpointer {
   int dirfd_;  // own_dir_, or criu's where it could not be duplicated
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
-  std::future<void> engine_warming_;  // warm_up_for_job()
+  std::future<void> engine_warming_;  // warm_up_engine()
+  bool contexts_warming_ = false;     // one warm-up with contexts at most
   std::map<pid_t, Target> targets_;
   std::vector<NcclJobHeld> nccl_jobs_;  // held by this dump
   std::map<uint64_t, std::string> failed_nccl_jobs_;  // refused by this dump, and why
