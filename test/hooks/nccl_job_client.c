@@ -12,6 +12,7 @@
  *          (PHOS_DISABLE=1); with --register-rank1, rank 1 registers a
  *          buffer with its communicator (ncclCommRegister)
  *        nccl_job_client STATE --rank R IDHEX [register]   a rank */
+#include <cuda.h>
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +41,12 @@ static int rank_main(const char *state, int rank, const char *idhex, int registe
     if (sscanf(idhex + 2 * i, "%2x", &v) != 1) return 2;
     ((unsigned char *)&id)[i] = (unsigned char)v;
   }
+  // A rank holds device memory, as a real one does (criu's contexts are
+  // made for the GPUs of such processes ahead of the hold).
+  CUdeviceptr weights;
+  cuInit(0);
+  cuCtxSetCurrent((CUcontext)1);  /* the fake libcuda's one context */
+  if (cuMemAlloc(&weights, 1 << 20) != CUDA_SUCCESS) return 4;
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 3;
   void *registration;
@@ -67,6 +74,9 @@ int main(int argc, char **argv) {
   if (getrandom(&token, sizeof(token), 0) != sizeof(token) || ncclGetUniqueId(&id) != ncclSuccess) return 2;
   char idhex[17];
   for (int i = 0; i < 8; i++) snprintf(idhex + 2 * i, 3, "%02x", ((unsigned char *)&id)[i]);
+  // The launcher starts CUDA and holds no device memory, as torchrun's
+  // agent does (its ranks exec a fresh image).
+  cuInit(0);
   int bare = argc > 2 && !strcmp(argv[2], "--bare-rank1");
   int registers = argc > 2 && !strcmp(argv[2], "--register-rank1");
   for (int r = 0; r < 2; r++) {

@@ -2,8 +2,9 @@
 # A multi-process NCCL job through real criu dumps of its whole tree,
 # against the fake libnccl (which fails a call on a communicator it
 # destroyed): a launcher and two ranks sharing a communicator of 2 ranks.
-# - A leave-running dump: criu's CUDA starts at the launcher's pause, not
-#   at the ranks' hold; the plugin holds both ranks before one call
+# - A leave-running dump: criu's CUDA (contexts, the copy's staging)
+#   starts at the launcher's pause, not at the ranks' hold, and no held
+#   rank's allocations are listed ahead; the plugin holds both ranks before one call
 #   number and makes their release pending, each rank's quiesce releases
 #   its communicator, and after the dump both make it again from one new
 #   unique id (rank 0 draws it, rank 1 finds it at the rendezvous): the job
@@ -51,12 +52,17 @@ first_id=$(state_field 5)
 criu_dump --leave-running || fail "criu dump --leave-running failed: $(grep -m1 -A1 Error "$WORK/dump.log")"
 held=$(grep -o 'NCCL communicator [0-9a-f]*: its 2 ranks (pids [0-9 ]*) held before call [0-9]* in [0-9.]* ms' "$WORK/dump.log") ||
   fail "the dump log does not say both ranks were held"
-# criu's CUDA started from the launcher (CUDA loaded, no device memory),
-# paused before its ranks, not at their hold.
-started=$(grep -n "criu's CUDA started ahead of the processes that hold device memory" "$WORK/dump.log" | cut -d: -f1)
+# criu's CUDA, with contexts on the ranks' GPUs, started from the launcher
+# (CUDA loaded, no device memory), paused before its ranks, not at their
+# hold; the copy's staging made then too, not at each rank's gate.
+started=$(grep -n "criu's CUDA contexts on [0-9]* of the host's [0-9]* GPU(s) made ahead of the processes that hold device memory" "$WORK/dump.log" | cut -d: -f1)
 at_hold=$(grep -n "its 2 ranks (pids [0-9 ]*) held before call" "$WORK/dump.log" | cut -d: -f1)
 [ -n "$started" ] && [ "$started" -lt "$at_hold" ] ||
   fail "criu's CUDA was not started ahead of the ranks' hold: $(grep -o "phos: criu's CUDA.*" "$WORK/dump.log")"
+grep -q "the processes with device memory: the copy's staging made before the gate, in the background: [0-9]* rings" "$WORK/dump.log" ||
+  fail "the copy's staging was not made with criu's contexts: $(grep -o "phos: .*staging.*" "$WORK/dump.log" | head -n2)"
+! grep -q "listed ahead\|staging made before the gate: [0-9]" "$WORK/dump.log" ||
+  fail "a held rank's allocations were listed, or its staging made, at its own pause: $(grep -o "phos: .*\(listed ahead\|staging\).*" "$WORK/dump.log" | head -n2)"
 [ "$(grep -c '1 NCCL communicator(s) released in' "$WORK/dump.log")" = 2 ] || fail "not both ranks released their communicator"
 [ "$(grep -c 'gate reopened after [0-9.]* ms stopped: quiesce [0-9.]* ms (NCCL release [0-9.]* ms)' "$WORK/dump.log")" = 2 ] ||
   fail "the stall's breakdown does not give each rank's NCCL release"

@@ -80,10 +80,13 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   // agent) comes before the ranks it started in criu's order: criu's own
   // CUDA start-up (cuInit, then a context per GPU: 270 ms in all for two
   // H200s) begins here, on a thread of its own, not at the ranks' hold,
-  // which waited 87 ms for it. Contexts only on the GPUs of the processes
-  // that need them (the hold's warm-up, or their own PAUSE).
-  if (status->cuda_initialized && status->allocation_count == 0)
-    warm_up_engine({}, "ahead of the processes that hold device memory", false);
+  // which waited 87 ms for it (on the GPUs of the processes of criu's tree
+  // that hold device memory; none: cuInit alone).
+  if (status->cuda_initialized && status->allocation_count == 0 && !engine_warming_.valid() && !engine_) {
+    auto with_memory = statuses_with_memory(pid);
+    const bool contexts = !with_memory.empty();
+    warm_up_engine(std::move(with_memory), "ahead of the processes that hold device memory", contexts);
+  }
   if (const auto* c = spanning_communicator(*status); c && job_) {
     PHOS_TRY(check_job_rank(pid, *c));
   } else if (c && !c->held) {
@@ -130,7 +133,9 @@ Result<bool> Checkpointer::pause(pid_t pid) {
       discard_first_pass(t);
     }
   }
-  if (!t.recopy() && status->allocation_count > 0) list_ahead(pid, *client, t);
+  // Not a job's rank: held already (nothing runs beside the listing), and
+  // its NCCL release at the gate frees most of what a listing would find.
+  if (!t.recopy() && status->allocation_count > 0 && !spanning_communicator(*status)) list_ahead(pid, *client, t);
   // phos-keeper's start (a process) is off the stall too; it holds nothing
   // until the gate is closed.
   start_keeper();
@@ -1156,7 +1161,27 @@ void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const c
     engine_->warm_up(std::vector<int>(gpus.begin(), gpus.end()));
     PHOS_INFO("criu's CUDA contexts on %zu of the host's %zu GPU(s) made %s: %.1f ms", gpus.size(), host->size(), when,
               double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    // The copy's staging too, on a thread of its own: a rank lists nothing
+    // ahead (pause), so nothing else makes it before the gate.
+    engine_->prepare_rings(gpus, "the processes with device memory", true);
   });
+}
+
+std::vector<agent::StatusReply> Checkpointer::statuses_with_memory(pid_t paused) {
+  std::vector<pid_t> tree = criu_tree_pids();
+  std::erase_if(tree, [&](pid_t p) {
+    auto tracer = tracer_of(p, p);
+    return p == paused || targets_.count(p) > 0 || (tracer && *tracer == ::getpid());
+  });
+  std::vector<agent::StatusReply> out;
+  for (pid_t p : tree) {
+    auto client = AgentClient::connect(p, options_.agent_timeout_ms);
+    if (!client) continue;  // no agent: nothing of phos's
+    auto s = client->status();
+    (void)client->goodbye();
+    if (s && s->allocation_count > 0) out.push_back(std::move(*s));
+  }
+  return out;
 }
 
 Result<void> Checkpointer::start_engine_now() {

@@ -315,6 +315,9 @@ class Checkpointer {
   // alone, from a process that started CUDA but holds no memory (a job's
   // launcher, paused before its ranks). `when` goes into the log line.
   void warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, bool contexts);
+  // The statuses of the processes of criu's tree, not yet paused nor
+  // `paused`, that hold device memory (those with phos's agent).
+  std::vector<agent::StatusReply> statuses_with_memory(pid_t paused);
   // The process's GPUs in criu's numbering (gpu_map.h: host_ordinals), and
   // criu's contexts on them started.
   Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const agent::StatusReply& status);

@@ -571,8 +571,12 @@ void Engine::prepare_rings(const SaveJob& job) {
 }
 
 void Engine::prepare_rings(const MappedAhead& ahead, int32_t vpid) {
+  prepare_rings(ahead.devices_, "process " + std::to_string(vpid), false);
+}
+
+void Engine::prepare_rings(const std::set<int>& devices, const std::string& whose, bool in_background) {
   std::map<int, CUcontext> contexts;
-  for (int d : ahead.devices_) {
+  for (int d : devices) {
     auto it = contexts_.find(d);
     if (it == contexts_.end()) return;
     contexts[d] = it->second;
@@ -580,20 +584,31 @@ void Engine::prepare_rings(const MappedAhead& ahead, int32_t vpid) {
   if (contexts.empty() || !settings_.workers) return;
   std::lock_guard<std::mutex> lock(rings_mu_);
   if (!rings_made_.empty() || spare_rings_.size() >= settings_.workers) return;
-  const size_t want = settings_.workers - spare_rings_.size();
-  const uint64_t t0 = monotonic_ns();
+  const size_t want = settings_.workers - spare_rings_.size(), buffer_size = settings_.chunk_size;
   // Bounce chunks wherever checksums validate (the default); a copy that
   // needs none leaves them unused, one that needs them and finds none
   // makes them (prepare_slot).
-  auto made = make_rings(contexts, want, settings_.chunk_size, settings_.checksum);
-  if (!made) {
-    PHOS_INFO("process %d: the copy's staging not made before the gate (%s): made while criu dumps", vpid,
-              made.error().message.c_str());
-    return;
-  }
-  for (auto& ring : *made) spare_rings_.push_back(std::move(ring));
-  PHOS_INFO("process %d: the copy's staging made before the gate: %zu rings of %zu slots in %.1f ms", vpid, want,
-            kRingDepth, double(monotonic_ns() - t0) / 1e6);
+  const bool bounce = settings_.checksum;
+  auto make = [this, contexts, want, buffer_size, bounce, whose, in_background] {
+    const uint64_t t0 = monotonic_ns();
+    auto made = make_rings(contexts, want, buffer_size, bounce);
+    if (!made) {
+      PHOS_INFO("%s: the copy's staging not made before the gate (%s): made while criu dumps", whose.c_str(),
+                made.error().message.c_str());
+      return;
+    }
+    {
+      std::unique_lock<std::mutex> held(rings_mu_, std::defer_lock);
+      if (in_background) held.lock();  // else the caller holds it
+      for (auto& ring : *made) spare_rings_.push_back(std::move(ring));
+    }
+    PHOS_INFO("%s: the copy's staging made before the gate%s: %zu rings of %zu slots in %.1f ms", whose.c_str(),
+              in_background ? ", in the background" : "", want, kRingDepth, double(monotonic_ns() - t0) / 1e6);
+  };
+  if (in_background)
+    rings_made_.push_back(std::async(std::launch::async, make));
+  else
+    make();
 }
 
 Result<void> Engine::finish_slot(Slot& slot, unsigned worker, const PieceWork& work, uint64_t& dma_wait_ns) {

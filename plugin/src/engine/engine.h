@@ -222,6 +222,10 @@ class Engine {
   // waited for them (the collection took 79 ms for what took 31 ms once
   // the rings were made), inside the stall.
   void prepare_rings(const MappedAhead& ahead, int32_t vpid);
+  // The same for `devices` (criu's ordinals, their contexts made), on a
+  // thread of its own with `in_background` (a job's ranks held: made
+  // while criu pauses them one by one); `whose` goes into the log.
+  void prepare_rings(const std::set<int>& devices, const std::string& whose, bool in_background);
   // Copy-on-write, after take_freeze_sums (and copy_stopped), before the
   // process runs again: each chunk still pending that was all 0 bytes at the
   // freeze goes into the image as a zero chunk (a hole, sparse=auto) and is
