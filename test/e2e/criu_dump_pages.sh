@@ -5,14 +5,17 @@
 # holes (many page runs) and 8 threads, the shape of a torchrun job, is
 #   1. dumped with criu's defaults: criu's log says the pages were written by
 #      2 or more threads (on a machine with 2 or more CPUs), all 4 tasks'
-#      pages; restored, every child finds every page as it was;
+#      pages, each child's image through a shared mapping (0006); restored,
+#      every child finds every page as it was;
 #   2. dumped with --leave-running: the children run on with their memory
 #      intact, and the image restores intact once they are gone;
 #   3. dumped with --page-write-threads 1: the log says the main thread wrote
 #      the pages (the old path), and the image restores intact;
 #   4. where an unpatched criu 4.2.1 is at hand (CRIU_UNPATCHED, or the one
 #      `PHOS_CRIU_UNPATCHED=1 install-criu.sh` builds): the patched criu's
-#      image restored by it.
+#      image restored by it;
+#   5. dumped into a tmpfs too small for its images: criu exits 1 naming
+#      the failed write (no SIGBUS from the mapped image), the tree runs on.
 # Each child checks every page against its pattern when asked (SIGUSR1).
 # PHOS_DUMP_PAGES_MIB sets each child's memory (default 256; e.g. 1024 for a
 # few GB in all).
@@ -80,6 +83,10 @@ read -r tasks threads <<< "$(writers)"
 if [ "$(nproc)" -ge 2 ]; then
   [ "${threads:-0}" -ge 2 ] || fail "the pages were written by ${threads:-no} threads on $(nproc) CPUs"
 fi
+# Each child's image filled through a shared mapping, by any writer (0006).
+mapped=$(grep -c "bytes of pages of [0-9]* in [0-9]* segments, 0 of them copied first, into the image mapped" "$WORK/dump.log")
+[ "$mapped" -ge "$CHILDREN" ] ||
+  fail "$mapped tasks' images were filled through a mapping, not $CHILDREN or more: $(grep -o "page-xfer: .*segments.*" "$WORK/dump.log" | head -n2)"
 wait_pid_free
 restore_check "defaults" "$CRIU"
 say "dump with criu's defaults: $tasks tasks' pages written by $threads threads; restored, every page (with holes) intact"
@@ -107,4 +114,19 @@ if [ -x "$unpatched" ] && ! "$unpatched" --help 2>&1 | grep -q -- --page-write-t
 else
   say "no unpatched criu at $unpatched: image compatibility not checked"
 fi
+# 5. Images on a file system too small for them: the mapped writes fail
+# with an error (their population), not a SIGBUS in criu; the dump fails and
+# the tree runs on intact.
+small=$WORK/small
+mkdir -p "$small" && mount -t tmpfs -o size=$((MIB / 2))m tmpfs "$small" || fail "cannot mount a small tmpfs"
+start_tree
+rc=0
+"$CRIU" dump -t "$WORKLOAD_PID" -D "$small" -v4 -o "$WORK/small.log" >/dev/null 2>&1 || rc=$?
+umount -l "$small"
+[ "$rc" -eq 1 ] || fail "a dump onto a full file system exited $rc, not 1 (a signal is above 128)"
+grep -q "Can't write pages of [0-9]* into its image" "$WORK/small.log" ||
+  fail "a full file system: the log does not say which pages failed: $(grep -m2 Error "$WORK/small.log")"
+check_children "a full file system (running on)"
+stop_tree
+say "a dump onto a file system too small for the images: it fails (exit 1, the write named), the tree runs on intact"
 say "PASS"
