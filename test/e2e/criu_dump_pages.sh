@@ -5,7 +5,8 @@
 # holes (many page runs) and 8 threads, the shape of a torchrun job, is
 #   1. dumped with criu's defaults: criu's log says the pages were written by
 #      2 or more threads (on a machine with 2 or more CPUs), all 4 tasks'
-#      pages, each child's image through a shared mapping (0006); restored,
+#      pages, each child's image through a shared mapping (0006), 4 or
+#      more page pipes filled per call to a parasite (0007); restored,
 #      every child finds every page as it was;
 #   2. dumped with --leave-running: the children run on with their memory
 #      intact, and the image restores intact once they are gone;
@@ -83,6 +84,12 @@ read -r tasks threads <<< "$(writers)"
 if [ "$(nproc)" -ge 2 ]; then
   [ "${threads:-0}" -ge 2 ] || fail "the pages were written by ${threads:-no} threads on $(nproc) CPUs"
 fi
+# Many pipes filled per round trip to a parasite (0007): a call follows the
+# PPB lines of the pipes it fills.
+read -r pipes calls < <(awk '/PPB: / {p++; after = 1; next} /Sent msg to daemon/ {if (after) c++; after = 0; next}
+  /^\(/ {after = 0} END {print p + 0, c + 0}' "$WORK/dump.log")
+[ "$calls" -gt 0 ] && [ $((pipes / calls)) -ge 4 ] ||
+  fail "$pipes page pipes filled in $calls calls to the parasites: not 4 or more a call"
 # Each child's image filled through a shared mapping, by any writer (0006).
 mapped=$(grep -c "bytes of pages of [0-9]* in [0-9]* segments, 0 of them copied first, into the image mapped" "$WORK/dump.log")
 [ "$mapped" -ge "$CHILDREN" ] ||
