@@ -172,18 +172,6 @@ void Restorer::prepare_all() {
       advance(l, Stage::kPlaced);
     }
   }
-  // criu's contexts on every placed GPU at once (~150-200 ms each, made
-  // independently by the driver), not one process's after the other's: a
-  // job's second rank had its memory 207 ms after the first's, and its
-  // gate waited for its fill.
-  std::vector<int> gpus;
-  {
-    std::lock_guard<std::mutex> lock(stage_mu_);
-    for (auto& [vpid, l] : images_)
-      if (l.needs_memory && l.stage == Stage::kPlaced)
-        for (const auto& p : l.placement) gpus.push_back(p.host_ordinal);
-  }
-  if (engine_ && gpus.size() > 1) engine_->warm_up(gpus);
   for (auto& [vpid, l] : images_) {
     {
       std::lock_guard<std::mutex> lock(stage_mu_);
