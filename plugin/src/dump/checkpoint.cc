@@ -1167,14 +1167,20 @@ void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const c
   });
 }
 
-std::vector<agent::StatusReply> Checkpointer::statuses_with_memory(pid_t paused) {
-  std::vector<pid_t> tree = criu_tree_pids();
+std::vector<pid_t> Checkpointer::not_paused_yet(std::vector<pid_t> tree) const {
+  // criu has seized (frozen) the processes it paused already: their agents
+  // cannot answer.
   std::erase_if(tree, [&](pid_t p) {
     auto tracer = tracer_of(p, p);
-    return p == paused || targets_.count(p) > 0 || (tracer && *tracer == ::getpid());
+    return targets_.count(p) > 0 || (tracer && *tracer == ::getpid());
   });
+  return tree;
+}
+
+std::vector<agent::StatusReply> Checkpointer::statuses_with_memory(pid_t paused) {
   std::vector<agent::StatusReply> out;
-  for (pid_t p : tree) {
+  for (pid_t p : not_paused_yet(criu_tree_pids())) {
+    if (p == paused) continue;
     auto client = AgentClient::connect(p, options_.agent_timeout_ms);
     if (!client) continue;  // no agent: nothing of phos's
     auto s = client->status();
@@ -1235,12 +1241,8 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
     failed_nccl_jobs_[c.job_id] = e.message;
     return make_error("process " + std::to_string(pid) + ": " + e.message, e.code);
   };
-  // criu has seized (frozen) the processes it paused already: their agents
-  // cannot answer (and a rank among them would have been held then).
-  std::erase_if(tree, [&](pid_t p) {
-    auto tracer = tracer_of(p, p);
-    return targets_.count(p) > 0 || (tracer && *tracer == ::getpid());
-  });
+  // (A rank among the processes paused already would have been held then.)
+  tree = not_paused_yet(std::move(tree));
   std::vector<agent::StatusReply> statuses;
   auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms, &statuses);
   if (!ranks) return refuse(ranks.error());

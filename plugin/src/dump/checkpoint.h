@@ -318,6 +318,8 @@ class Checkpointer {
   // The statuses of the processes of criu's tree, not yet paused nor
   // `paused`, that hold device memory (those with phos's agent).
   std::vector<agent::StatusReply> statuses_with_memory(pid_t paused);
+  // `tree` less the processes criu has paused (seized) already.
+  std::vector<pid_t> not_paused_yet(std::vector<pid_t> tree) const;
   // The process's GPUs in criu's numbering (gpu_map.h: host_ordinals), and
   // criu's contexts on them started.
   Result<std::map<uint32_t, int>> process_gpus(pid_t pid, const agent::StatusReply& status);
