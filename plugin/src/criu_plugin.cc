@@ -85,9 +85,8 @@ int phos_init(int stage) {
       else
         PHOS_INFO("criu's descriptor table not sized ahead: %s", size.error().message.c_str());
       if (auto bound = phos::plugin::pipe_size_bound(); bound && *bound < kCriuPipeSize)
-        PHOS_INFO("criu's page pipes are held to %zu KiB by fs.pipe-max-size (criu lacks CAP_SYS_RESOURCE): "
-                  "each is a round trip to the frozen process; %zu there lets them grow to criu's own 3.2 MiB "
-                  "(the 8B server's CPU pages copied in 108 ms, not 200; README, \"The host\")",
+        PHOS_INFO("criu's page pipes are held to %zu KiB by fs.pipe-max-size (criu lacks CAP_SYS_RESOURCE); "
+                  "%zu there lets them grow to criu's own 3.2 MiB (README, \"The host: criu's page pipes\")",
                   *bound >> 10, kCriuPipeSize);
       g_checkpointer = std::make_unique<Checkpointer>(criu_get_image_dir(), options);
     } else if (stage == CR_PLUGIN_STAGE__RESTORE) {
