@@ -8,7 +8,9 @@ Prints a markdown table: per process, the job's hold, its NCCL release, the
 driver's checkpoint, criu's freeze, the stopped copy, criu's CPU dump, the
 give-back, the stall (a leave-running dump), and from the restore log criu's
 CPU restore (the plugin's init to the process's hook), the driver's restore
-and the gate's opening; the NCCL rebuild where --rebuilt gives it. The
+and the gate's opening; the NCCL rebuild where --rebuilt gives it. Below
+the table, for a leave-running dump, the job's stall: from the hold's start
+to the last rank's gate opening (a rank's own stall counts from its gate). The
 give-back is split into the driver's restore and unlock and the agent's
 remap, and "after its pages" is criu's own work from the end of the
 process's page dump (criu's "Dumping core (pid: P)" line, which follows it)
@@ -116,6 +118,16 @@ def main(argv):
     print("| --- |" + " --- |" * len(cols))
     for pid in sorted(rows, key=int):
         print(f"| {pid} | " + " | ".join(rows[pid].get(k, "-") for k, _ in cols) + " |")
+    # The ranks stop from the hold's start (the first one to reach the call
+    # waits there), not from their gates: the job's own stall.
+    reopened = {m.group(1): stamp(dump, m.start()) for m in STALL.finditer(dump)}
+    for m in HOLD.finditer(dump):
+        pids, held_at = m.group(1).split(), stamp(dump, m.start())
+        ends = [reopened[p] for p in pids if reopened.get(p) is not None]
+        if held_at is not None and ends and len(ends) == len(pids):
+            start = held_at - float(m.group(2)) / 1000
+            print(f"\nthe job's ranks (pids {' '.join(pids)}) stopped from the hold's start to the last gate's "
+                  f"opening: {(max(ends) - start) * 1000:.1f} ms (the hold {m.group(2)} ms of it)")
     for m in DRIVER_ALL.finditer(dump + restore):
         print(f"\ndriver {m.group(1)} of {m.group(2)} processes {m.group(3)}: {m.group(4)} ms")
     pages = CRIU_PAGES.findall(dump)
