@@ -62,6 +62,23 @@ int hook_result(const char* what, int pid, const phos::Result<bool>& r) {
   return *r ? 0 : -ENOTSUP;
 }
 
+// criu's page pipes take descriptors by the thousand once the tasks are
+// frozen; phos's threads make each growth of criu's table wait for an RCU
+// grace period (proc.h): grown once, here. And where fs.pipe-max-size holds
+// those pipes back, the log says so.
+void prepare_criu_for_dump() {
+  const uint64_t t0 = phos::monotonic_ns();
+  if (auto size = phos::plugin::reserve_fd_table(kCriuFdTable); size)
+    PHOS_INFO("criu's descriptor table sized for %zu descriptors (its page pipes) in %.1f ms", *size,
+              double(phos::monotonic_ns() - t0) / 1e6);
+  else
+    PHOS_INFO("criu's descriptor table not sized ahead: %s", size.error().message.c_str());
+  if (auto bound = phos::plugin::pipe_size_bound(); bound && *bound < kCriuPipeSize)
+    PHOS_INFO("criu's page pipes are held to %zu KiB by fs.pipe-max-size (criu lacks CAP_SYS_RESOURCE); "
+              "%zu there lets them grow to criu's own 3.2 MiB (README, \"The host: criu's page pipes\")",
+              *bound >> 10, kCriuPipeSize);
+}
+
 int phos_init(int stage) {
   return guarded("init", [&] {
     g_stage = stage;
@@ -75,19 +92,7 @@ int phos_init(int stage) {
     }
     PluginOptions options = PluginOptions::load();
     if (stage == CR_PLUGIN_STAGE__DUMP) {
-      // criu's page pipes take descriptors by the thousand once the tasks
-      // are frozen; phos's threads make each growth of criu's table wait
-      // for an RCU grace period (proc.h). Grown once, here.
-      const uint64_t t0 = phos::monotonic_ns();
-      if (auto size = phos::plugin::reserve_fd_table(kCriuFdTable); size)
-        PHOS_INFO("criu's descriptor table sized for %zu descriptors (its page pipes) in %.1f ms", *size,
-                  double(phos::monotonic_ns() - t0) / 1e6);
-      else
-        PHOS_INFO("criu's descriptor table not sized ahead: %s", size.error().message.c_str());
-      if (auto bound = phos::plugin::pipe_size_bound(); bound && *bound < kCriuPipeSize)
-        PHOS_INFO("criu's page pipes are held to %zu KiB by fs.pipe-max-size (criu lacks CAP_SYS_RESOURCE); "
-                  "%zu there lets them grow to criu's own 3.2 MiB (README, \"The host: criu's page pipes\")",
-                  *bound >> 10, kCriuPipeSize);
+      prepare_criu_for_dump();
       g_checkpointer = std::make_unique<Checkpointer>(criu_get_image_dir(), options);
     } else if (stage == CR_PLUGIN_STAGE__RESTORE) {
       g_restorer = std::make_unique<Restorer>(criu_get_image_dir(), options);

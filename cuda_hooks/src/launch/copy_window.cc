@@ -345,7 +345,6 @@ Result<void> CopyWindow::complete_saves(const std::vector<const DevicePool*>& us
 void CopyWindow::fill_failed(const Error& e) {
   stderr_line("phos: on-demand restore: %s; the process cannot go on without its device memory\n",
               e.message.c_str());
-  std::fflush(stderr);
   ::kill(::getpid(), SIGKILL);
   ::_exit(1);  // not reached
 }

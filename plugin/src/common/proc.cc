@@ -40,23 +40,28 @@ Result<std::vector<std::string>> list_dir(const std::string& path) {
   return names;
 }
 
+// The text after "KEY:" on its line of a /proc status file.
+Result<std::string> status_field(const std::string& path, const std::string& key) {
+  auto status = read_text(path);
+  if (!status) return status.error();
+  auto at = status->find("\n" + key + ":");
+  if (at == std::string::npos) return make_error("no " + key + " in " + path, ENODATA);
+  at += key.size() + 2;
+  return status->substr(at, status->find('\n', at) - at);
+}
+
 constexpr unsigned long kSoAcceptCon = 0x10000;  // __SO_ACCEPTCON: listening
 
 }  // namespace
 
 Result<pid_t> ns_pid(pid_t pid) {
-  auto status = read_text("/proc/" + std::to_string(pid) + "/status");
-  if (!status) return status.error();
-  std::istringstream in(*status);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream fields(line.substr(6));
-    pid_t v = 0, last = 0;
-    while (fields >> v) last = v;
-    if (last > 0) return last;
-  }
-  return make_error("/proc/" + std::to_string(pid) + "/status has no NSpid line");
+  auto nspid = status_field("/proc/" + std::to_string(pid) + "/status", "NSpid");
+  if (!nspid) return nspid.error();
+  std::istringstream fields(*nspid);
+  pid_t v = 0, last = 0;
+  while (fields >> v) last = v;
+  if (last > 0) return last;
+  return make_error("/proc/" + std::to_string(pid) + "/status has no NSpid");
 }
 
 std::vector<pid_t> thread_ids(pid_t pid) {
@@ -94,24 +99,19 @@ Result<size_t> reserve_fd_table(int fds) {
   // A descriptor at the top makes the kernel size the table for it; closed,
   // it leaves the table as it is.
   UniqueFd base(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (base.get() < 0) return errno_error("open /dev/null");
-  const int top = ::fcntl(base.get(), F_DUPFD_CLOEXEC, fds - 1);
-  if (top < 0) return errno_error("dup a descriptor to " + std::to_string(fds - 1));
-  ::close(top);
-  auto status = read_text("/proc/self/status");
-  if (!status) return status.error();
-  const auto at = status->find("FDSize:");
-  if (at == std::string::npos) return make_error("no FDSize in /proc/self/status", ENODATA);
-  return size_t(std::stoul(status->substr(at + 7)));
+  if (!base.valid()) return errno_error("open /dev/null");
+  if (!UniqueFd(::fcntl(base.get(), F_DUPFD_CLOEXEC, fds - 1)).valid())
+    return errno_error("dup a descriptor to " + std::to_string(fds - 1));
+  auto size = status_field("/proc/self/status", "FDSize");
+  if (!size) return size.error();
+  return size_t(std::stoul(*size));
 }
 
 std::optional<size_t> pipe_size_bound() {
-  auto status = read_text("/proc/self/status");
-  if (!status) return std::nullopt;
-  const auto at = status->find("CapEff:");
-  if (at == std::string::npos) return std::nullopt;
+  auto caps = status_field("/proc/self/status", "CapEff");
+  if (!caps) return std::nullopt;
   constexpr int kCapSysResource = 24;
-  if ((std::stoull(status->substr(at + 7), nullptr, 16) >> kCapSysResource) & 1) return std::nullopt;
+  if ((std::stoull(*caps, nullptr, 16) >> kCapSysResource) & 1) return std::nullopt;
   auto max = read_text("/proc/sys/fs/pipe-max-size");
   if (!max) return std::nullopt;
   return size_t(std::stoull(*max));
@@ -147,19 +147,15 @@ std::optional<uint64_t> start_time_of(pid_t pid) {
 }
 
 std::optional<uint64_t> resident_bytes(pid_t pid) {
-  auto status = read_text("/proc/" + std::to_string(pid) + "/status");
-  if (!status) return std::nullopt;
-  auto at = status->find("\nVmRSS:");
-  if (at == std::string::npos) return std::nullopt;
-  return std::strtoull(status->c_str() + at + 7, nullptr, 10) * 1024;  // "VmRSS:   123 kB"
+  auto rss = status_field("/proc/" + std::to_string(pid) + "/status", "VmRSS");
+  if (!rss) return std::nullopt;
+  return std::strtoull(rss->c_str(), nullptr, 10) * 1024;  // "VmRSS:   123 kB"
 }
 
 Result<pid_t> tracer_of(pid_t pid, pid_t tid) {
-  auto status = read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
-  if (!status) return status.error();
-  auto at = status->find("\nTracerPid:");
-  if (at == std::string::npos) return make_error("no TracerPid in the status of thread " + std::to_string(tid));
-  return pid_t(std::stol(status->substr(at + 11)));
+  auto tracer = status_field("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status", "TracerPid");
+  if (!tracer) return tracer.error();
+  return pid_t(std::stol(*tracer));
 }
 
 Result<pid_t> find_thread(pid_t pid, const std::string& name) {

@@ -81,12 +81,10 @@ Result<bool> Checkpointer::pause(pid_t pid) {
   // CUDA start-up (cuInit, then a context per GPU: 270 ms in all for two
   // H200s) begins here, on a thread of its own, not at the ranks' hold,
   // which waited 87 ms for it (on the GPUs of the processes of criu's tree
-  // that hold device memory; none: cuInit alone).
-  if (status->cuda_initialized && status->allocation_count == 0 && !engine_warming_.valid() && !engine_) {
-    auto with_memory = statuses_with_memory(pid);
-    const bool contexts = !with_memory.empty();
-    warm_up_engine(std::move(with_memory), "ahead of the processes that hold device memory", contexts);
-  }
+  // that hold device memory; none: nothing).
+  if (status->cuda_initialized && status->allocation_count == 0 && !engine_warming_.valid() && !engine_)
+    if (auto with_memory = statuses_with_memory(pid); !with_memory.empty())
+      warm_up_engine(std::move(with_memory), "ahead of the processes that hold device memory");
   if (const auto* c = spanning_communicator(*status); c && job_) {
     PHOS_TRY(check_job_rank(pid, *c));
   } else if (c && !c->held) {
@@ -1131,23 +1129,15 @@ Result<void> Checkpointer::start_engine() {
   return start_engine_now();
 }
 
-void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, bool contexts) {
+void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when) {
   // engine_warming_ first: while it is valid its thread may be assigning
   // engine_, which this thread must not read meanwhile.
-  if (contexts_warming_ || (!contexts && engine_warming_.valid()) || (!engine_warming_.valid() && engine_)) return;
-  contexts_warming_ = contexts;
-  // A start-up begun earlier (cuInit only) is waited for on the new thread.
-  engine_warming_ = std::async(std::launch::async, [this, before = std::move(engine_warming_),
-                                                    ranks = std::move(ranks), when, contexts]() mutable {
-    if (before.valid()) before.get();
+  if (engine_warming_.valid() || engine_) return;
+  engine_warming_ = std::async(std::launch::async, [this, ranks = std::move(ranks), when] {
     const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     if (auto r = start_engine_now(); !r) return;  // start_engine() says why
     auto host = engine_->host_gpus();
     if (!host) return;
-    if (!contexts) {
-      PHOS_INFO("criu's CUDA started %s: %.1f ms", when, double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
-      return;
-    }
     std::set<int> gpus;
     for (const auto& s : ranks) {
       auto ordinals = s.devices.empty() ? Result<std::map<uint32_t, int>>(make_error("no UUIDs", ENODEV))
@@ -1163,7 +1153,7 @@ void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const c
               double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
     // The copy's staging too, on a thread of its own: a rank lists nothing
     // ahead (pause), so nothing else makes it before the gate.
-    engine_->prepare_rings(gpus, "the processes with device memory", true);
+    engine_->prepare_rings(gpus, "the processes with device memory");
   });
 }
 
@@ -1246,7 +1236,7 @@ Result<void> Checkpointer::hold_nccl_job(pid_t pid, const agent::NcclCommunicato
   std::vector<agent::StatusReply> statuses;
   auto ranks = find_nccl_job(tree, c.job_id, c.nranks, options_.agent_timeout_ms, &statuses);
   if (!ranks) return refuse(ranks.error());
-  warm_up_engine(std::move(statuses), "while the job's ranks were held", true);
+  warm_up_engine(std::move(statuses), "while the job's ranks were held");
   uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
   auto held = phos::plugin::hold_nccl_job(*ranks, c.job_id, options_.agent_timeout_ms,
                                           std::chrono::milliseconds(options_.quiesce_timeout_ms), true);

@@ -307,14 +307,14 @@ class Checkpointer {
   // The engine, started once (after a warm-up begun by a job's hold).
   Result<void> start_engine();
   Result<void> start_engine_now();
-  // criu's CUDA start-up on a thread of its own. With `contexts`, while a
-  // job's ranks are being held (~0.2 s): contexts on the ranks' GPUs
-  // (`ranks`: their statuses), which each rank's PAUSE would otherwise make
-  // in turn (~150 ms a GPU) while every rank waits, held. Only theirs: on a
-  // 4-GPU host the other two cost 0.3 s more than the hold. Without: cuInit
-  // alone, from a process that started CUDA but holds no memory (a job's
-  // launcher, paused before its ranks). `when` goes into the log line.
-  void warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, bool contexts);
+  // criu's CUDA start-up and its contexts on the GPUs of `ranks` (their
+  // statuses), on a thread of its own, then the copy's staging: begun at
+  // the pause of a process that started CUDA but holds no memory (a job's
+  // launcher, paused before its ranks), else at a job's hold (~0.2 s),
+  // rather than by each rank's PAUSE in turn (~150 ms a GPU) while every
+  // rank waits, held. Only their GPUs: on a 4-GPU host the other two cost
+  // 0.3 s more than the hold. `when` goes into the log line. Once a dump.
+  void warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when);
   // The statuses of the processes of criu's tree, not yet paused nor
   // `paused`, that hold device memory (those with phos's agent).
   std::vector<agent::StatusReply> statuses_with_memory(pid_t paused);
@@ -347,7 +347,6 @@ class Checkpointer {
   PluginOptions options_;
   std::unique_ptr<Engine> engine_;
   std::future<void> engine_warming_;  // warm_up_engine()
-  bool contexts_warming_ = false;     // one warm-up with contexts at most
   std::map<pid_t, Target> targets_;
   std::vector<NcclJobHeld> nccl_jobs_;  // held by this dump
   std::map<uint64_t, std::string> failed_nccl_jobs_;  // refused by this dump, and why

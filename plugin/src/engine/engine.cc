@@ -539,61 +539,44 @@ Result<std::vector<std::vector<Engine::Slot>>> Engine::make_rings(const std::map
 
 void Engine::prepare_rings(const SaveJob& job) {
   if (job.migration || !job.workers || job.devices.empty()) return;
-  // The contexts, made at prepare_save, looked up (never made: other
-  // targets' threads read the map) on this thread; the maker only reads
-  // what it is given.
+  make_spare_rings({job.devices.begin(), job.devices.end()}, job.workers, job.validated, true,
+                   "process " + std::to_string(job.vpid), "made ahead, while criu dumps");
+}
+
+void Engine::prepare_rings(const MappedAhead& ahead, int32_t vpid) {
+  size_t chunks = 0;
+  for (const auto& a : ahead.allocs_) chunks += image::align_up(a.size, settings_.chunk_size) / settings_.chunk_size;
+  // Bounce chunks wherever checksums validate (the default); a copy that
+  // needs none leaves them unused, one that needs them and finds none
+  // makes them (prepare_slot).
+  make_spare_rings(ahead.devices_, workers_for(chunks), settings_.checksum, false, "process " + std::to_string(vpid),
+                   "made before the gate");
+}
+
+void Engine::prepare_rings(const std::set<int>& devices, const std::string& whose) {
+  make_spare_rings(devices, settings_.workers, settings_.checksum, true, whose, "made before the gate, in the background");
+}
+
+void Engine::make_spare_rings(const std::set<int>& devices, size_t workers, bool bounce, bool in_background,
+                              const std::string& whose, const char* when) {
+  // The contexts, made already, looked up (never made: other targets'
+  // threads read the map) on this thread; the maker only reads what it is
+  // given.
   std::map<int, CUcontext> contexts;
-  for (int d : std::set<int>(job.devices.begin(), job.devices.end())) {
+  for (int d : devices) {
     auto it = contexts_.find(d);
     if (it == contexts_.end()) return;  // the copy makes its own staging
     contexts[d] = it->second;
   }
+  if (contexts.empty() || !workers) return;
   std::lock_guard<std::mutex> lock(rings_mu_);
-  if (!rings_made_.empty() || spare_rings_.size() >= job.workers) return;
-  const size_t want = job.workers - spare_rings_.size(), buffer_size = staging_size(job);
-  const bool bounce = job.validated;
-  const int32_t vpid = job.vpid;
-  rings_made_.push_back(std::async(std::launch::async, [this, contexts, want, buffer_size, bounce, vpid] {
+  if (!rings_made_.empty() || spare_rings_.size() >= workers) return;
+  const size_t want = workers - spare_rings_.size(), buffer_size = settings_.chunk_size;
+  auto make = [this, contexts, want, buffer_size, bounce, in_background, whose, when] {
     const uint64_t t0 = monotonic_ns();
     auto made = make_rings(contexts, want, buffer_size, bounce);
     if (!made) {  // the workers make what is missing as they start, and say what fails
-      PHOS_WARN("process %d: the copy's staging made ahead: %s; its workers make their own", vpid,
-                made.error().message.c_str());
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> held(rings_mu_);
-      for (auto& ring : *made) spare_rings_.push_back(std::move(ring));
-    }
-    PHOS_INFO("process %d: the copy's staging made ahead, while criu dumps: %zu rings of %zu slots in %.1f ms", vpid,
-              want, kRingDepth, double(monotonic_ns() - t0) / 1e6);
-  }));
-}
-
-void Engine::prepare_rings(const MappedAhead& ahead, int32_t vpid) {
-  prepare_rings(ahead.devices_, "process " + std::to_string(vpid), false);
-}
-
-void Engine::prepare_rings(const std::set<int>& devices, const std::string& whose, bool in_background) {
-  std::map<int, CUcontext> contexts;
-  for (int d : devices) {
-    auto it = contexts_.find(d);
-    if (it == contexts_.end()) return;
-    contexts[d] = it->second;
-  }
-  if (contexts.empty() || !settings_.workers) return;
-  std::lock_guard<std::mutex> lock(rings_mu_);
-  if (!rings_made_.empty() || spare_rings_.size() >= settings_.workers) return;
-  const size_t want = settings_.workers - spare_rings_.size(), buffer_size = settings_.chunk_size;
-  // Bounce chunks wherever checksums validate (the default); a copy that
-  // needs none leaves them unused, one that needs them and finds none
-  // makes them (prepare_slot).
-  const bool bounce = settings_.checksum;
-  auto make = [this, contexts, want, buffer_size, bounce, whose, in_background] {
-    const uint64_t t0 = monotonic_ns();
-    auto made = make_rings(contexts, want, buffer_size, bounce);
-    if (!made) {
-      PHOS_INFO("%s: the copy's staging not made before the gate (%s): made while criu dumps", whose.c_str(),
+      PHOS_WARN("%s: the copy's staging %s: %s; its workers make their own", whose.c_str(), when,
                 made.error().message.c_str());
       return;
     }
@@ -602,8 +585,8 @@ void Engine::prepare_rings(const std::set<int>& devices, const std::string& whos
       if (in_background) held.lock();  // else the caller holds it
       for (auto& ring : *made) spare_rings_.push_back(std::move(ring));
     }
-    PHOS_INFO("%s: the copy's staging made before the gate%s: %zu rings of %zu slots in %.1f ms", whose.c_str(),
-              in_background ? ", in the background" : "", want, kRingDepth, double(monotonic_ns() - t0) / 1e6);
+    PHOS_INFO("%s: the copy's staging %s: %zu rings of %zu slots in %.1f ms", whose.c_str(), when, want, kRingDepth,
+              double(monotonic_ns() - t0) / 1e6);
   };
   if (in_background)
     rings_made_.push_back(std::async(std::launch::async, make));

@@ -222,10 +222,10 @@ class Engine {
   // waited for them (the collection took 79 ms for what took 31 ms once
   // the rings were made), inside the stall.
   void prepare_rings(const MappedAhead& ahead, int32_t vpid);
-  // The same for `devices` (criu's ordinals, their contexts made), on a
-  // thread of its own with `in_background` (a job's ranks held: made
-  // while criu pauses them one by one); `whose` goes into the log.
-  void prepare_rings(const std::set<int>& devices, const std::string& whose, bool in_background);
+  // The same for `devices` (criu's ordinals, their contexts made), every
+  // worker's, on a thread of its own (a job's ranks held: made while criu
+  // pauses them one by one); `whose` goes into the log.
+  void prepare_rings(const std::set<int>& devices, const std::string& whose);
   // Copy-on-write, after take_freeze_sums (and copy_stopped), before the
   // process runs again: each chunk still pending that was all 0 bytes at the
   // freeze goes into the image as a zero chunk (a hole, sparse=auto) and is
@@ -389,6 +389,10 @@ class Engine {
   Result<void> queue_zero_chunk(const LoadJob& job, const Piece& p, CUstream stream);
   void close_window(SaveJob& job, bool copied);
   Result<void> prepare_slot(Slot& slot, int device, CUcontext ctx, size_t buffer_size, bool bounce);
+  // The prepare_rings: up to `workers` rings kept for `devices`, made on
+  // this thread or on one of its own; `whose` and `when` go into the log.
+  void make_spare_rings(const std::set<int>& devices, size_t workers, bool bounce, bool in_background,
+                        const std::string& whose, const char* when);
   // `want` rings for these contexts, or what failed (nothing kept).
   Result<std::vector<std::vector<Slot>>> make_rings(const std::map<int, CUcontext>& contexts, size_t want,
                                                     size_t buffer_size, bool bounce);
