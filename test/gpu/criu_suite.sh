@@ -1107,7 +1107,7 @@ recopy_cycles() {
   cow_random_setup "$mode"
   for k in $(seq "$cycles"); do
     start_cow_random "$k" "$mib" "${plant[@]}"
-    PHOS_RECOPY=auto criu_dump || fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
+    PHOS_RECOPY=auto PHOS_RECOPY_MIN_MIB=0 criu_dump || fail "cycle $k: criu dump failed: $(phos_error "$WORK/dump.log")"
     dumps=$((dumps + 1))
     cp "$WORK/dump.log" "$log/$CASE/dump.$k.log" 2>/dev/null || true
     grep -q "first pass copied" "$WORK/dump.log" ||

@@ -24,4 +24,15 @@ export PATH=$PATH:$bundle/bin
 if [ -x "$bundle/criu-unpatched/criu" ]; then export CRIU_UNPATCHED=$bundle/criu-unpatched/criu; fi
 # CRIU's development branch, if make-bundle.sh carried it (build-criu-dev.sh).
 if [ -x "$bundle/criu-dev/bin/criu" ]; then export CRIU_DEV=$bundle/criu-dev/bin/criu; fi
+# criu keeps its probe of the kernel's features in /run/criu.kdat only
+# where /run is a tmpfs (gone at reboot), as on systemd hosts. These hosts'
+# /run is not one: every criu dump and restore probed again, 35 ms each.
+# A tmpfs over /run, holding what was there, makes the host the usual kind.
+if [ "$(stat -f -c %T /run 2>/dev/null)" != tmpfs ] && [ "$(id -u)" = 0 ]; then
+  run_kept=$(mktemp -d)
+  cp -a /run/. "$run_kept"/ 2>/dev/null
+  mount -t tmpfs -o mode=755 tmpfs /run && cp -a "$run_kept"/. /run/ 2>/dev/null
+  rm -rf "$run_kept"
+  echo "host: /run was no tmpfs (criu could not keep its kdat cache): a tmpfs mounted over it"
+fi
 echo "host: $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME"), carried libs: $(ls "$bundle/lib" | tr '\n' ' ')"

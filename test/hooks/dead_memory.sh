@@ -19,7 +19,7 @@
 #      chunks dead and left unfilled, the rest intact
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/dead_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
+export PHOS_RECOPY_MIN_MIB=0 PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 verdict() { state_field 3; }
 unfilled() { state_field 4; }

@@ -28,7 +28,7 @@
 #      the program (soft recopy); restored from img6
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/dead_client
 export FAKE_CUDA_MEMORY=1 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
+export PHOS_RECOPY_MIN_MIB=0 PHOS_CHUNK_MIB=1 CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 verdict() { state_field 3; }
 # json DIR KEYS: a field of the one process image in DIR (phosctl show --json).

@@ -12,9 +12,14 @@
 #      the program's checks pass (it was the stopped copy before)
 #   2. soft recopy (a dump that stops the program): its first pass over both
 #      GPUs' memory while the program runs; the image restores intact
+#   3. the same dump with recopy_min_mib at its default (1024 MiB, more than
+#      the program's 8): no first pass; criu's CUDA starts beside the gate
+#      and the driver's checkpoint, the copier maps the memory the process
+#      let go of once it is up, with one worker (a worker per 8 chunks)
+#      and that worker's staging only; the image restores intact
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/multi_gpu_client
 export FAKE_CUDA_MEMORY=1 FAKE_CUDA_DEVICES=2 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
+export PHOS_RECOPY_MIN_MIB=0 PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
 source "$(dirname "$0")/../e2e/lib.sh"
 export FAKE_CUDA_LOG=$WORK/fake-cuda.log
 image() { "$PHOSCTL" show --json "$IMG" | python3 -c "import json,sys; print(json.load(sys.stdin)['images'][0]$1)"; }
@@ -49,4 +54,23 @@ grep -q "soft recopy window over [0-9.]* MiB in 8 chunks of 1024 KiB, on 2 GPUs;
 line=$(grep -o "first pass copied.*" "$WORK/dump.log" | head -n1) || fail "recopy: no first pass"
 restored_ok "recopy"
 say "2. soft recopy: $line; restored, its checks on both GPUs pass"
+
+# 3. A small program's stopped dump with the default recopy_min_mib.
+rm -rf "${IMG:?}"/*
+(unset PHOS_RECOPY_MIN_MIB; criu_dump) || fail "stopped: criu dump failed: $(criu_errors "$WORK/dump.log")"
+grep -q "no soft recopy: [0-9.]* MiB of device memory, under recopy_min_mib=1024" "$WORK/dump.log" ||
+  fail "stopped: not skipped for its size: $(grep -o 'phos: process [0-9]*: .*recopy.*' "$WORK/dump.log" | head -n2)"
+! grep -q "first pass copied" "$WORK/dump.log" || fail "stopped: a first pass ran"
+grep -q "criu's CUDA contexts on 2 of the host's 2 GPU(s) made beside the process's gate and the driver's checkpoint" \
+  "$WORK/dump.log" || fail "stopped: criu's CUDA did not start beside the gate: $(grep -o "criu's CUDA.*" "$WORK/dump.log" | head -n1)"
+mapped=$(grep -o "its memory mapped into criu [0-9.]* ms after the gate closed (criu's CUDA started beside it)" \
+  "$WORK/dump.log") || fail "stopped: the copier did not map the memory after the gate: $(criu_errors "$WORK/dump.log")"
+# 8 chunks: one worker (a worker per 8 chunks), its staging made for it alone.
+grep -q "the stopped copy: the copy's staging made before the gate, in the background: 1 rings of 3 slots" "$WORK/dump.log" ||
+  fail "stopped: not one worker's staging: $(grep -o "the copy's staging.*" "$WORK/dump.log" | head -n1)"
+grep -q "copied to the image in [0-9.]* ms ([0-9.]* GB/s, 1 workers" "$WORK/dump.log" ||
+  fail "stopped: not one worker: $(grep -o "copied to the image in .*" "$WORK/dump.log" | head -n1)"
+[ -e "$IMG/phos-1-complete.img" ] || fail "stopped: no completion marker"
+restored_ok "stopped"
+say "3. stopped, under recopy_min_mib: no first pass; $mapped; restored, its checks on both GPUs pass"
 say "PASS"

@@ -387,7 +387,17 @@ TEST_CASE("options: recopy defaults to auto with the first pass bounded by criu'
   PluginOptions o;
   CHECK(o.recopy);
   CHECK(o.recopy_pass_ms == 0);
-  CHECK(o.describe().find("recopy=auto recopy_pass_ms=0") != std::string::npos);
+  CHECK(o.recopy_min_mib == 1024);
+  CHECK(o.describe().find("recopy=auto recopy_pass_ms=0 recopy_min_mib=1024") != std::string::npos);
+}
+
+TEST_CASE("options: recopy_min_mib from the file and the environment, 0 for every process", "[options][recopy]") {
+  auto p = parse("recopy_min_mib = 0\n");
+  CHECK(p.warnings.empty());
+  CHECK(p.options.recopy_min_mib == 0);
+  auto q = parse("recopy_min_mib = 0\n", {{"PHOS_RECOPY_MIN_MIB", "4096"}});
+  CHECK(q.warnings.empty());
+  CHECK(q.options.recopy_min_mib == 4096);
 }
 
 TEST_CASE("options: recopy and its pass bound from the file and the environment", "[options][recopy]") {
@@ -403,7 +413,8 @@ TEST_CASE("options: recopy and its pass bound from the file and the environment"
 
 TEST_CASE("options: bad recopy values warn and keep the defaults", "[options][recopy]") {
   for (const char* line : {"recopy = on", "recopy = always", "recopy =", "recopy_pass_ms = -1",
-                           "recopy_pass_ms = 3600001", "recopy_pass_ms = 2s"}) {
+                           "recopy_pass_ms = 3600001", "recopy_pass_ms = 2s",
+                           "recopy_min_mib = -1", "recopy_min_mib = 1GiB"}) {
     INFO(line);
     auto p = parse(line);
     REQUIRE(p.warnings.size() == 1);

@@ -125,6 +125,9 @@ std::string set_recopy(PluginOptions& o, std::string_view v) { return parse_choi
 std::string set_recopy_pass_ms(PluginOptions& o, std::string_view v) {
   return parse_number(v, 0, 3600000, o.recopy_pass_ms);
 }
+std::string set_recopy_min_mib(PluginOptions& o, std::string_view v) {
+  return parse_number(v, 0, 1 << 24, o.recopy_min_mib);
+}
 
 using Traffic = PluginOptions::Traffic;
 constexpr Choice<Traffic> kTraffic[] = {{"auto", Traffic::kAuto}, {"order", Traffic::kOrder}, {"off", Traffic::kOff}};
@@ -185,6 +188,7 @@ constexpr Key kKeys[] = {
     {"behind_nice", "PHOS_BEHIND_NICE", set_behind_nice},
     {"recopy", "PHOS_RECOPY", set_recopy},
     {"recopy_pass_ms", "PHOS_RECOPY_PASS_MS", set_recopy_pass_ms},
+    {"recopy_min_mib", "PHOS_RECOPY_MIN_MIB", set_recopy_min_mib},
     {"traffic", "PHOS_TRAFFIC", set_traffic},
     {"traffic_gbps", "PHOS_TRAFFIC_GBPS", set_traffic_gbps},
     {"sparse", "PHOS_SPARSE", set_sparse},
@@ -297,6 +301,7 @@ std::string PluginOptions::describe() const {
          " cow_zero=" + std::string(choice_word(kCowZero, cow_zero_settle)) +
          " behind_nice=" + std::to_string(behind_nice) +
          " recopy=" + std::string(choice_word(kAutoOff, recopy)) + " recopy_pass_ms=" + std::to_string(recopy_pass_ms) +
+         " recopy_min_mib=" + std::to_string(recopy_min_mib) +
          " traffic=" + std::string(choice_word(kTraffic, traffic)) + " traffic_gbps=" + std::to_string(traffic_gbps) +
          " sparse=" + std::string(choice_word(kSparse, sparse)) +
          " lazy_restore=" + std::string(choice_word(kLazyRestore, lazy_restore)) +

@@ -6,8 +6,11 @@
 
 namespace phos::plugin {
 
-Result<const CudaApi*> CudaApi::get() {
-  static CudaApi api;
+namespace {
+CudaApi api;
+}  // namespace
+
+Result<const CudaApi*> CudaApi::loaded() {
   static std::string failure;
   static std::once_flag once;
   std::call_once(once, [] {
@@ -24,6 +27,17 @@ Result<const CudaApi*> CudaApi::get() {
   }
     PHOS_PLUGIN_CUDA_FUNCTIONS(PHOS_PLUGIN_CUDA_LOAD)
 #undef PHOS_PLUGIN_CUDA_LOAD
+  });
+  if (!failure.empty()) return make_error(failure, ENODEV);
+  return &api;
+}
+
+Result<const CudaApi*> CudaApi::get() {
+  auto lib = loaded();
+  if (!lib) return lib;
+  static std::string failure;
+  static std::once_flag once;
+  std::call_once(once, [] {
     if (CUresult r = api.cuInit(0); r != CUDA_SUCCESS) failure = api.error("cuInit", r);
   });
   if (!failure.empty()) return make_error(failure, ENODEV);

@@ -70,6 +70,9 @@ struct CudaApi {
 
   // Loads libcuda.so.1 and cuInit()s it, once per process.
   static Result<const CudaApi*> get();
+  // Loads libcuda.so.1 without cuInit (the same table): for the
+  // checkpoint calls, where the driver takes them without it.
+  static Result<const CudaApi*> loaded();
 
   // "what: CUDA_ERROR_NAME", for messages.
   std::string error(const char* what, CUresult r) const;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -17,6 +18,18 @@ namespace {
 using DriverCall = std::function<CUresult(const CudaApi&, size_t)>;
 
 std::string process_name(pid_t pid) { return "process " + std::to_string(pid); }
+
+// Whether the driver takes the checkpoint calls without cuInit in this
+// process: -1 not known yet, 0 it does, 1 it does not. Without it, criu's
+// own CUDA start-up (cuInit, 50-100 ms) on another thread would hold up a
+// process's driver lock and checkpoint, which it can otherwise run beside.
+std::atomic<int> checkpoint_needs_init{-1};
+
+// The API for the checkpoint calls: without cuInit where driver_state()
+// found the driver takes them so; initialized until it has looked.
+Result<const CudaApi*> checkpoint_api() {
+  return checkpoint_needs_init.load() == 0 ? CudaApi::loaded() : CudaApi::get();
+}
 
 // Lets the driver's restore thread of `pid` run, where this criu holds it
 // stopped; nothing where no one (or another tracer) does. On the calling
@@ -42,7 +55,7 @@ std::vector<Result<void>> with_restore_threads(const std::vector<pid_t>& pids, c
                                                const DriverCall& call, std::vector<bool>* driver_done = nullptr) {
   std::vector<Result<void>> results(pids.size());
   if (driver_done) driver_done->assign(pids.size(), false);
-  auto cu = CudaApi::get();
+  auto cu = checkpoint_api();
   if (!cu) {
     for (auto& r : results) r = cu.error();
     return results;
@@ -103,7 +116,20 @@ CUresult checkpoint(const CudaApi& api, pid_t pid) {
 }  // namespace
 
 Result<CUprocessState> driver_state(pid_t pid) {
-  auto cu = CudaApi::get();
+  if (checkpoint_needs_init.load() < 0) {
+    // The first question tells whether the driver answers without cuInit.
+    auto lib = CudaApi::loaded();
+    if (!lib) return lib.error();
+    CUprocessState state;
+    CUresult r = (*lib)->cuCheckpointProcessGetState(pid, &state);
+    if (r != CUDA_ERROR_NOT_INITIALIZED) {
+      checkpoint_needs_init = 0;
+      PHOS_CU(**lib, r, "driver state");
+      return state;
+    }
+    checkpoint_needs_init = 1;
+  }
+  auto cu = checkpoint_api();
   if (!cu) return cu.error();
   CUprocessState state;
   PHOS_CU(**cu, (*cu)->cuCheckpointProcessGetState(pid, &state), "driver state");
@@ -111,13 +137,13 @@ Result<CUprocessState> driver_state(pid_t pid) {
 }
 
 bool has_driver_state(pid_t pid) {
-  auto cu = CudaApi::get();
+  auto cu = checkpoint_api();
   int tid = 0;
   return cu && (*cu)->cuCheckpointProcessGetRestoreThreadId(pid, &tid) == CUDA_SUCCESS && tid > 0;
 }
 
 Result<void> driver_lock(pid_t pid, unsigned timeout_ms) {
-  auto cu = CudaApi::get();
+  auto cu = checkpoint_api();
   if (!cu) return cu.error();
   CUcheckpointLockArgs args{};
   args.timeoutMs = timeout_ms;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <set>
 
+#include "driver/cuda_api.h"
 #include "driver/driver_checkpoint.h"
 #include "common/fault.h"
 #include "phos/plugin/give_back.h"
@@ -34,6 +35,15 @@ uint64_t clock_ns(clockid_t clock) {
   struct timespec ts {};
   clock_gettime(clock, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// Whether the process's status named its device `ordinal` (an agent that
+// names no UUIDs: its device count).
+bool names_device(const agent::StatusReply& status, uint32_t ordinal) {
+  if (status.devices.empty()) return ordinal < status.device_count;
+  for (const auto& d : status.devices)
+    if (d.ordinal == ordinal) return true;
+  return false;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -101,28 +111,33 @@ Result<bool> Checkpointer::pause(pid_t pid) {
     return make_error("process " + std::to_string(pid) + " used " + join(status->unsupported_calls) +
                       ", which phos cannot checkpoint");
 
-  // CUDA start-up in criu while the process still runs (gate open), and the
-  // process's GPUs found in criu's own numbering.
-  std::map<uint32_t, int> host_ordinal;
-  if (status->allocation_count > 0) {
-    PHOS_TRY(start_engine());
-    auto ordinals = process_gpus(pid, *status);
-    if (!ordinals) return ordinals.error();
-    host_ordinal = std::move(*ordinals);
-  }
-
   Target& t = targets_[pid];
   t.vpid = *vpid;
   t.hello = client->hello();
   t.status = *status;
-  t.host_ordinal = std::move(host_ordinal);
+  // CUDA start-up in criu while the process still runs (gate open), and the
+  // process's GPUs found in criu's own numbering; or, where nothing needs
+  // it before the gate closes, beside the gate and the driver's checkpoint.
+  if (status->allocation_count > 0 && options_.migrate_to.empty() && engine_may_wait(pid, t) &&
+      !recopy_wanted(pid, t)) {
+    t.engine_deferred = true;
+    warm_up_engine({*status}, "beside the process's gate and the driver's checkpoint", status->allocated_bytes);
+  } else if (status->allocation_count > 0) {
+    auto started = start_engine();
+    auto ordinals = started ? process_gpus(pid, *status) : Result<std::map<uint32_t, int>>(started.error());
+    if (!ordinals) {
+      targets_.erase(pid);  // nothing taken yet
+      return ordinals.error();
+    }
+    t.host_ordinal = std::move(*ordinals);
+  }
   if (!options_.migrate_to.empty()) {
     if (auto planned = plan_migration(pid, t); !planned) {
       targets_.erase(pid);  // nothing taken yet
       return planned.error();
     }
   }
-  if (recopy_wanted(pid, t)) {
+  if (!t.engine_deferred && recopy_wanted(pid, t)) {
     if (auto r = first_pass(pid, *client, t); !r) {
       // The process runs (its gate is open again, or never closed): the
       // dump goes on as a stopped one.
@@ -191,8 +206,9 @@ void Checkpointer::list_ahead(pid_t pid, AgentClient& client, Target& t) {
     t.ahead.pop_back();
     t.ahead_fds.pop_back();
   }
-  // The same for mapping them into criu (a migration maps elsewhere).
-  if (t.migrate || !engine_) return;
+  // The same for mapping them into criu (a migration maps elsewhere; a
+  // deferred engine is not up, and its thread may be assigning engine_).
+  if (t.migrate || t.engine_deferred || !engine_) return;
   std::vector<agent::Allocation> own;
   std::vector<UniqueFd> own_fds;
   if (!own_allocations(t.ahead, t.ahead_fds, &own, &own_fds)) return;
@@ -237,11 +253,16 @@ Result<void> Checkpointer::list_allocations(pid_t pid, AgentClient& client, Targ
   // Memory on a GPU the status before the gate closed did not name (allocated
   // in between): ask again, so that no device is taken at its ordinal.
   bool unnamed = false;
-  for (const auto& a : t.allocations) unnamed = unnamed || !t.host_ordinal.count(a.device);
+  for (const auto& a : t.allocations)
+    unnamed = unnamed || (t.engine_deferred ? !names_device(t.status, a.device) : !t.host_ordinal.count(a.device));
   if (unnamed) {
     auto status = client.status();
     if (!status) return status.error();
-    if (!status->devices.empty()) {
+    if (t.engine_deferred) {
+      // Its copier finds them in criu's numbering once criu's CUDA is up.
+      t.status.devices = status->devices;
+      t.status.device_count = status->device_count;
+    } else if (!status->devices.empty()) {
       PHOS_TRY(start_engine());
       auto ordinals = process_gpus(pid, *status);
       if (!ordinals) return ordinals.error();
@@ -268,7 +289,7 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     }
     t.kept_at_ns = clock_ns(CLOCK_MONOTONIC);
   }
-  if (!t.own_allocations.empty()) {
+  if (!t.own_allocations.empty() && !t.engine_deferred) {
     PHOS_TRY(start_engine());
     // Mapped into criu now; copied in the background, off criu's freeze
     // timer (PAUSE_DEVICES runs under it). criu's mapping keeps the memory,
@@ -288,14 +309,23 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
     for (int d : std::set<int>(t.save->devices.begin(), t.save->devices.end()))
       t.pool_need[d] = engine_->pool_need(*t.save, d);
     t.mapped_at_ns = clock_ns(CLOCK_MONOTONIC);
+  }
+  if (!t.own_allocations.empty()) {
     std::promise<CopyPlan> decided;
     t.plan = decided.get_future().share();
     std::future<void> go = t.write_go.get_future();
     // Memory other processes map (CUDA IPC) is copied once every process
     // of the tree is paused: until then they may still write it.
     const bool wait_tree = !t.status.ipc_exports.empty();
-    t.copier = std::thread([this, &t, want = write_behind_, decided = std::move(decided), go = std::move(go),
+    t.copier = std::thread([this, pid, &t, want = write_behind_, decided = std::move(decided), go = std::move(go),
                             wait_tree, tree_paused = tree_paused_]() mutable {
+      if (t.engine_deferred) {
+        if (auto r = prepare_deferred_save(pid, t); !r) {
+          decided.set_value(CopyPlan{});
+          t.copied = r.error();
+          return;
+        }
+      }
       if (wait_tree) {
         tree_paused.wait();
         if (t.abandoned) {
@@ -366,6 +396,12 @@ Result<void> Checkpointer::pause_target(pid_t pid, AgentClient& client, Target& 
 bool Checkpointer::recopy_wanted(pid_t pid, const Target& t) {
   if (!options_.recopy || write_behind_ || criu_leaves_running() || t.status.allocation_count == 0) return false;
   if (t.migrate && t.migrate->in_place) return false;  // nothing is copied
+  if (t.status.allocated_bytes < (uint64_t(options_.recopy_min_mib) << 20)) {
+    PHOS_INFO("process %d: no soft recopy: %.1f MiB of device memory, under recopy_min_mib=%u: copied while it is "
+              "stopped, beside the driver's checkpoint",
+              pid, double(t.status.allocated_bytes) / (1 << 20), options_.recopy_min_mib);
+    return false;
+  }
   // Its gate opened for the first pass, a process makes its NCCL
   // communicators again, and its final pass must release them once more: a
   // job's ranks, held at one call meanwhile, could not meet for that rebuild
@@ -385,6 +421,49 @@ bool Checkpointer::recopy_wanted(pid_t pid, const Target& t) {
     return false;
   }
   return true;
+}
+
+// Whether criu's CUDA start-up (cuInit, a context, the checksum kernel and
+// the copy's staging: 134 ms for a small program on an H200) may wait until
+// the gate is closed, to run beside the driver's checkpoint (200-300 ms),
+// which needs no engine: the process lets go of its memory, which the fds
+// listed at the gate keep, and the copier maps them once criu's CUDA is up.
+// Only where nothing needs the engine before: a stopped dump (no copy while
+// the process runs), no migration, no soft recopy, no memory other processes
+// map, and no other process of criu's tree with CUDA (whose pause would
+// start the engine beside the copier).
+bool Checkpointer::engine_may_wait(pid_t pid, const Target& t) {
+  if (engine_ || engine_warming_.valid() || write_behind_ || criu_leaves_running() || !t.status.ipc_exports.empty())
+    return false;
+  for (pid_t p : criu_tree_pids()) {
+    if (p == pid) continue;
+    if (targets_.count(p)) return false;
+    auto client = AgentClient::connect(p, options_.agent_timeout_ms);
+    if (!client) continue;  // no agent: no CUDA of phos's
+    auto s = client->status();
+    (void)client->goodbye();
+    if (!s || s->cuda_initialized) return false;
+  }
+  return true;
+}
+
+// The copier's first step where criu's CUDA started beside the gate: what
+// pause_target() does at the gate otherwise.
+Result<void> Checkpointer::prepare_deferred_save(pid_t pid, Target& t) {
+  PHOS_TRY(start_engine());
+  auto ordinals = process_gpus(pid, t.status);
+  if (!ordinals) return ordinals.error();
+  t.host_ordinal = std::move(*ordinals);
+  auto job = engine_->prepare_save(dirfd_, t.vpid, t.own_allocations, t.own_fds, t.host_ordinal, t.manifest, sink(t),
+                                   nullptr, engine_->workers_for_stopped(t.status.allocated_bytes));
+  if (!job) return job.error();
+  t.save = std::move(*job);
+  PHOS_TRY(use_parent(t));
+  engine_->set_dead(*t.save, t.dead);
+  t.mapped_at_ns = clock_ns(CLOCK_MONOTONIC);
+  PHOS_INFO("process %d: its memory mapped into criu %.1f ms after the gate closed (criu's CUDA started beside it)",
+            pid, double(t.mapped_at_ns - t.paused_at_ns) / 1e6);
+  return {};
 }
 
 // How long the first pass may run. PAUSE_DEVICES runs under criu's freeze
@@ -1129,12 +1208,14 @@ Result<void> Checkpointer::start_engine() {
   return start_engine_now();
 }
 
-void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when) {
+void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, uint64_t stopped_bytes) {
   // engine_warming_ first: while it is valid its thread may be assigning
   // engine_, which this thread must not read meanwhile.
   if (engine_warming_.valid() || engine_) return;
-  engine_warming_ = std::async(std::launch::async, [this, ranks = std::move(ranks), when] {
+  engine_warming_ = std::async(std::launch::async, [this, ranks = std::move(ranks), when, stopped_bytes] {
     const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    (void)CudaApi::get();  // timed apart: cuInit (start_engine_now() says why it failed)
+    const uint64_t init_ns = clock_ns(CLOCK_MONOTONIC) - t0;
     if (auto r = start_engine_now(); !r) return;  // start_engine() says why
     auto host = engine_->host_gpus();
     if (!host) return;
@@ -1149,11 +1230,14 @@ void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const c
       for (auto [theirs, ours] : *ordinals) gpus.insert(ours);
     }
     engine_->warm_up(std::vector<int>(gpus.begin(), gpus.end()));
-    PHOS_INFO("criu's CUDA contexts on %zu of the host's %zu GPU(s) made %s: %.1f ms", gpus.size(), host->size(), when,
-              double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    PHOS_INFO("criu's CUDA contexts on %zu of the host's %zu GPU(s) made %s: %.1f ms (cuInit %.1f ms)", gpus.size(),
+              host->size(), when, double(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6, double(init_ns) / 1e6);
     // The copy's staging too, on a thread of its own: a rank lists nothing
     // ahead (pause), so nothing else makes it before the gate.
-    engine_->prepare_rings(gpus, "the processes with device memory");
+    if (stopped_bytes)
+      engine_->prepare_rings(gpus, "the stopped copy", engine_->workers_for_stopped(stopped_bytes), false);
+    else
+      engine_->prepare_rings(gpus, "the processes with device memory");
   });
 }
 

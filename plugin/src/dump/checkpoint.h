@@ -142,6 +142,9 @@ class Checkpointer {
     // job takes them if they are what it saves (else released).
     Engine::MappedAhead mapped_ahead;
     bool mapped_at_gate = true;  // prepare_save mapped them (none ahead, or not these)
+    // criu's CUDA starts beside the gate and the driver's checkpoint: the
+    // copier maps the memory and copies once it is up (engine_may_wait).
+    bool engine_deferred = false;
     // Why the give-back failed, where it did: the image holds the process
     // waiting for the same thing and is not completed; phos-keeper tries
     // again once criu has let the process go.
@@ -213,6 +216,8 @@ class Checkpointer {
     std::vector<std::byte> manifest_file;  // once written
   };
   Result<void> pause_target(pid_t pid, AgentClient& client, Target& t);
+  bool engine_may_wait(pid_t pid, const Target& t);
+  Result<void> prepare_deferred_save(pid_t pid, Target& t);
   // behind_nice: criu's threads give the CPUs to the processes that run again.
   void yield_cpus_to_processes();
   // The process's allocations and their fds (gate closed), its devices named.
@@ -314,7 +319,9 @@ class Checkpointer {
   // rather than by each rank's PAUSE in turn (~150 ms a GPU) while every
   // rank waits, held. Only their GPUs: on a 4-GPU host the other two cost
   // 0.3 s more than the hold. `when` goes into the log line. Once a dump.
-  void warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when);
+  // `stopped_bytes` (where not 0): the staging of a stopped copy of that
+  // much, made at the gate (Engine::workers_for_stopped).
+  void warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, uint64_t stopped_bytes = 0);
   // The statuses of the processes of criu's tree, not yet paused nor
   // `paused`, that hold device memory (those with phos's agent).
   std::vector<agent::StatusReply> statuses_with_memory(pid_t paused);

@@ -553,8 +553,14 @@ void Engine::prepare_rings(const MappedAhead& ahead, int32_t vpid) {
                    "made before the gate");
 }
 
-void Engine::prepare_rings(const std::set<int>& devices, const std::string& whose) {
-  make_spare_rings(devices, settings_.workers, settings_.checksum, true, whose, "made before the gate, in the background");
+void Engine::prepare_rings(const std::set<int>& devices, const std::string& whose, unsigned workers, bool bounce) {
+  make_spare_rings(devices, workers ? workers : settings_.workers, bounce && settings_.checksum, true, whose,
+                   "made before the gate, in the background");
+}
+
+unsigned Engine::workers_for_stopped(uint64_t bytes) const {
+  const uint64_t chunks = (bytes + settings_.chunk_size - 1) / settings_.chunk_size;
+  return unsigned(std::clamp<uint64_t>((chunks + 7) / 8, 1, std::max(1u, settings_.workers)));
 }
 
 void Engine::make_spare_rings(const std::set<int>& devices, size_t workers, bool bounce, bool in_background,
@@ -809,7 +815,7 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
                                                               const std::vector<UniqueFd>& fds,
                                                               const std::map<uint32_t, int>& host_ordinal,
                                                               image::Manifest& m, const MigrationSink* sink,
-                                                              MappedAhead* ahead) {
+                                                              MappedAhead* ahead, unsigned workers) {
   if (fds.size() != allocs.size()) return make_error("one fd per allocation expected");
   std::lock_guard<std::mutex> lock(run_mu_);
   const uint32_t chunk_size = settings_.chunk_size;
@@ -869,7 +875,8 @@ Result<std::unique_ptr<Engine::SaveJob>> Engine::prepare_save(int dirfd, int32_t
     job->workers = unsigned(std::min<size_t>({job->pieces.size(), size_t(8), size_t(std::max(1u, settings_.workers))}));
     return job;
   }
-  for (uint32_t w = 0; w < workers_for(job->pieces.size()); w++) {
+  const unsigned writers = workers ? std::min(workers, workers_for(job->pieces.size())) : workers_for(job->pieces.size());
+  for (uint32_t w = 0; w < writers; w++) {
     auto writer = image::DataFileWriter::create(dirfd, image::data_file_name(vpid, w), vpid, w, settings_.direct_io,
                                                 settings_.sparse);
     if (!writer) return writer.error();

@@ -107,12 +107,14 @@ class Engine {
     std::string describe() const;  // "GPU 1", or "GPUs 0->1, 1->0"
   };
   // `ahead`: the allocations mapped into criu already (map_ahead, for
-  // these very allocations), which the job takes over.
+  // these very allocations), which the job takes over. `workers`: at most
+  // this many (0: one per chunk, at most the engine's).
   class MappedAhead;
   Result<std::unique_ptr<SaveJob>> prepare_save(int dirfd, int32_t vpid, const std::vector<agent::Allocation>& allocs,
                                                 const std::vector<UniqueFd>& fds,
                                                 const std::map<uint32_t, int>& host_ordinal, image::Manifest& m,
-                                                const MigrationSink* sink = nullptr, MappedAhead* ahead = nullptr);
+                                                const MigrationSink* sink = nullptr, MappedAhead* ahead = nullptr,
+                                                unsigned workers = 0);
   // Allocations mapped into criu while their process still runs (the
   // mapping of the 8B server's 203 was 17-44 ms of its stall): a save's
   // job takes them (prepare_save), or they are unmapped with this.
@@ -223,9 +225,18 @@ class Engine {
   // the rings were made), inside the stall.
   void prepare_rings(const MappedAhead& ahead, int32_t vpid);
   // The same for `devices` (criu's ordinals, their contexts made), every
-  // worker's, on a thread of its own (a job's ranks held: made while criu
-  // pauses them one by one); `whose` goes into the log.
-  void prepare_rings(const std::set<int>& devices, const std::string& whose);
+  // worker's (or `workers`', where not 0), on a thread of its own (a job's
+  // ranks held: made while criu pauses them one by one); `whose` goes into
+  // the log. `bounce`: with the checksum's bounce chunks (where checksums
+  // are on), which a stopped copy does not use.
+  void prepare_rings(const std::set<int>& devices, const std::string& whose, unsigned workers = 0, bool bounce = true);
+  // The workers of a stopped copy of `bytes` whose staging is made once
+  // the gate is closed: one per 8 chunks, at most the engine's. A worker's
+  // 3 slots take ~7.5 ms to make (the driver pins them one at a time),
+  // while 8 chunks take it ~18 ms to write into a tmpfs: a small copy's 16
+  // workers (48 slots, 118 ms beside the driver's checkpoint) ended after
+  // that checkpoint, and held up the dump.
+  unsigned workers_for_stopped(uint64_t bytes) const;
   // Copy-on-write, after take_freeze_sums (and copy_stopped), before the
   // process runs again: each chunk still pending that was all 0 bytes at the
   // freeze goes into the image as a zero chunk (a hole, sparse=auto) and is
