@@ -335,3 +335,96 @@ TEST_CASE("proc: pipe_size_bound is fs.pipe-max-size without CAP_SYS_RESOURCE, n
     CHECK(*bound == max);
   }
 }
+
+TEST_CASE("proc: open_files_named lists the descriptors whose link starts with the prefix", "[proc][holder]") {
+  char path[] = "/tmp/phos-named-XXXXXX";
+  int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::vector<int> all;
+  auto named = open_files_named(path, &all);
+  CHECK(named == std::vector<int>{fd});
+  CHECK(std::find(all.begin(), all.end(), fd) != all.end());
+  CHECK(std::find(all.begin(), all.end(), 0) != all.end());  // every one, not only the named
+  CHECK(open_files_named(std::string(path) + "-none").empty());
+  ::close(fd);
+  ::unlink(path);
+}
+
+// The holder keeps only the named files (and its cue), while its parent
+// lives, and lets them go once it has exited: a reader of a pipe whose write
+// end the parent named sees its end only then.
+TEST_CASE("proc: hand_files_to_holder keeps the named files past the process's exit, nothing else", "[proc][holder]") {
+  int data[2], report[2], go[2];
+  REQUIRE(::pipe(data) == 0);
+  REQUIRE(::pipe(report) == 0);
+  REQUIRE(::pipe(go) == 0);
+  char named[] = "/tmp/phos-holder-XXXXXX";
+  int held = ::mkstemp(named);
+  REQUIRE(held >= 0);
+  const pid_t subject = ::fork();
+  REQUIRE(subject >= 0);
+  if (subject == 0) {
+    ::close(data[0]);
+    ::close(report[0]);
+    ::close(go[1]);
+    // The data pipe's write end under the holder's prefix: a file there.
+    ::dup2(held, 100);
+    ::close(held);
+    pid_t holder = hand_files_to_holder(named);
+    ::close(data[1]);  // the subject's own end: only the holder's is left
+    (void)!::write(report[1], &holder, sizeof holder);
+    char byte;
+    (void)!::read(go[0], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(data[1]);
+  ::close(report[1]);
+  ::close(go[0]);
+  pid_t holder = 0;
+  REQUIRE(::read(report[0], &holder, sizeof holder) == sizeof holder);
+  REQUIRE(holder > 0);
+  // The holder keeps the named file, not the data pipe's write end (not
+  // named), nor stdin/stdout.
+  // (It closes the others after the fork, beside the subject's report.)
+  std::vector<std::string> links;
+  std::string listing;
+  for (int tries = 0; tries < 200 && (tries == 0 || links.size() > 2); tries++) {
+    if (tries) ::usleep(10 * 1000);
+    links.clear();
+    listing.clear();
+    for (int fd = 0; fd < 256; fd++) {
+      char link[PATH_MAX];
+      std::string p = "/proc/" + std::to_string(holder) + "/fd/" + std::to_string(fd);
+      ssize_t n = ::readlink(p.c_str(), link, sizeof link - 1);
+      if (n <= 0) continue;
+      links.emplace_back(link, size_t(n));
+      listing += " " + std::to_string(fd) + "=" + links.back();
+    }
+  }
+  INFO("the holder's files:" << listing);
+  CHECK(std::count(links.begin(), links.end(), std::string(named)) == 1);
+  CHECK(std::count_if(links.begin(), links.end(), [](const std::string& l) { return l.rfind("pipe:", 0) == 0; }) == 1);
+  CHECK(links.size() == 2);  // the named file and its cue
+  // The data pipe's write end was only the subject's: its reader sees the end.
+  char byte;
+  CHECK(::read(data[0], &byte, 1) == 0);
+  // The holder waits for the subject.
+  ::usleep(50 * 1000);
+  CHECK(::kill(holder, 0) == 0);
+  ::close(go[1]);
+  int status = 0;
+  REQUIRE(::waitpid(subject, &status, 0) == subject);
+  // Then goes (not this test's child: polled, up to 5 s).
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; i++) {
+    std::ifstream stat("/proc/" + std::to_string(holder) + "/stat");
+    std::string s;
+    std::getline(stat, s);
+    gone = s.empty() || s.find(") Z ") != std::string::npos;
+    if (!gone) ::usleep(10 * 1000);
+  }
+  CHECK(gone);
+  ::close(data[0]);
+  ::close(report[0]);
+  ::unlink(named);
+}

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "phos/support/unique_fd.h"
@@ -383,6 +384,72 @@ std::vector<pid_t> tree_pids(pid_t root) {
   for (size_t i = 0; i < out.size(); i++)
     for (pid_t c : children_of(out[i])) out.push_back(c);
   return out;
+}
+
+std::vector<int> open_files_named(const std::string& prefix, std::vector<int>* all) {
+  std::vector<int> named;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return named;
+  const int own = ::dirfd(dir);
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end || fd == own) continue;
+    if (all) all->push_back(int(fd));
+    char link[PATH_MAX];
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
+    if (n > 0 && std::string_view(link, size_t(n)).substr(0, prefix.size()) == prefix) named.push_back(int(fd));
+  }
+  ::closedir(dir);
+  std::sort(named.begin(), named.end());
+  if (all) std::sort(all->begin(), all->end());
+  return named;
+}
+
+pid_t hand_files_to_holder(const std::string& prefix) {
+  std::vector<int> all;
+  const std::vector<int> keep = open_files_named(prefix, &all);
+  if (keep.empty()) return 0;
+  int gone[2];
+  if (::pipe2(gone, O_CLOEXEC) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(gone[0]);
+    ::close(gone[1]);
+    return -1;
+  }
+  if (child == 0) {
+    // Only async-signal-safe calls: the parent may have had other threads.
+    // Nothing but the named files and the pipe's read end stays open, so
+    // that no one waits on this child for anything else (a caller reading
+    // criu's output to its end).
+    for (int fd : all)
+      if (fd != gone[0] && !std::binary_search(keep.begin(), keep.end(), fd)) ::close(fd);
+    ::close(gone[1]);
+    ::setsid();
+    char byte;
+    while (::read(gone[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);  // the files close here, the driver's teardown with them
+  }
+  ::close(gone[0]);  // the write end closes with this process: the child's cue
+  return child;
+}
+
+namespace {
+std::string held_prefix;
+pid_t holder_owner = 0;
+void hold_at_exit() {
+  if (::getpid() == holder_owner) (void)hand_files_to_holder(held_prefix);
+}
+}  // namespace
+
+void hold_files_at_exit(const std::string& prefix) {
+  if (holder_owner) return;
+  held_prefix = prefix;
+  holder_owner = ::getpid();
+  std::atexit(hold_at_exit);
 }
 
 bool criu_leaves_running() {
