@@ -1150,6 +1150,15 @@ Result<void> Checkpointer::plan_migration(pid_t pid, Target& t) {
     t.migrate_targets[source] = (*host)[size_t(target)];
   }
   t.migrate = Engine::MigrationSink{*targets, in_place};
+  // criu's contexts on the target GPUs now, while the process runs: made as
+  // the gate closed, they were 117 ms of a 158 MiB migration's downtime of
+  // 1.26 s once it had no first pass to make them before (recopy_min_mib).
+  if (!in_place) {
+    std::vector<int> target_gpus;
+    for (auto [source, target] : *targets)
+      if (source != target) target_gpus.push_back(target);
+    engine_->warm_up(target_gpus);
+  }
   for (auto [source, target] : *targets)
     PHOS_INFO("process %d: migration %s from GPU %d to GPU %d (%s)%s", pid, migration_id_.c_str(), source, target,
               format_gpu_uuid((*host)[size_t(target)].uuid).c_str(),
