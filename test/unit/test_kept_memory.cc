@@ -39,13 +39,9 @@ KeptProcess kept_process(const std::string& migration, int32_t vpid, size_t allo
   return p;
 }
 
-// Takes with retries: the server thread may not listen yet.
+// The server thread may not listen yet: take() waits for it.
 Result<KeptMemoryLink> take_when_served(const std::string& migration, int32_t vpid) {
-  for (int i = 0;; i++) {
-    auto link = KeptMemoryLink::take(migration, vpid, 2000);
-    if (link || i == 200 || link.error().message.find("no phos-keeper serves") == std::string::npos) return link;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  return KeptMemoryLink::take(migration, vpid, 2000);
 }
 
 off_t size_of(const UniqueFd& fd) {
@@ -108,10 +104,29 @@ TEST_CASE("kept memory: what the keeper does not hold is refused, naming it", "[
   keeper.join();
 }
 
-TEST_CASE("kept memory: no keeper serves a migration: refused, saying so", "[kept][migrate]") {
+TEST_CASE("kept memory: no keeper serves a migration: refused after 3 s, saying so", "[kept][migrate]") {
+  const auto t0 = std::chrono::steady_clock::now();
   auto link = KeptMemoryLink::take(migration_name(), 1, 1000);
   REQUIRE_FALSE(link.ok());
   CHECK_THAT(link.error().message, Catch::Contains("no phos-keeper serves migration"));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(2900));
+}
+
+// phos-keeper serves once the dump's criu has gone: a restore started the
+// moment that criu exited (phosctl migrate) comes first, and waits.
+TEST_CASE("kept memory: a restore that comes before the keeper serves waits for it", "[kept][migrate]") {
+  const std::string migration = migration_name();
+  std::vector<KeptProcess> kept;
+  kept.push_back(kept_process(migration, 1, 2));
+  std::thread keeper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    serve_kept_memory(kept, AT_FDCWD);
+  });
+  auto link = KeptMemoryLink::take(migration, 1, 2000);  // at once: nothing listens yet
+  REQUIRE(link.ok());
+  CHECK(link->fds.size() == 2);
+  REQUIRE(link->taken(true).ok());
+  keeper.join();
 }
 
 TEST_CASE("kept memory: what the dump did not commit is let go at once", "[kept][migrate]") {

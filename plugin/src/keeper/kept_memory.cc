@@ -25,6 +25,9 @@ constexpr int kFrameTimeoutMs = 10000;
 // On SIGTERM, how long a restore that holds some of the memory is waited
 // for before the rest is written out.
 constexpr uint64_t kTerminateGraceNs = 30'000'000'000ull;
+// How long a restore waits for phos-keeper to serve a migration's memory
+// (kept_memory.h: take): it does once the dump's criu has exited.
+constexpr uint64_t kKeeperServesWithinNs = 3'000'000'000ull;
 
 // SIGTERM or SIGINT pending. phos-keeper blocks both once it keeps a
 // migration's memory (block_termination), so neither interrupts it, and
@@ -275,16 +278,27 @@ void serve_kept_memory(std::vector<KeptProcess>& kept, int image_dirfd) {
 }
 
 Result<KeptMemoryLink> KeptMemoryLink::take(const std::string& migration, int32_t vpid, int timeout_ms) {
-  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) return errno_error("socket");
   struct sockaddr_un addr {};
   const std::string name = keeper::kept_socket_name(migration);
   socklen_t len = wire::abstract_socket_address(name, addr);
   if (len == 0) return make_error("invalid migration name '" + migration + "'", EINVAL);
-  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
-    return errno_error("no phos-keeper serves migration " + migration +
-                       " (it keeps a migration's memory migrate_keep_s seconds, then writes it into the image "
-                       "directory: restore again once it has)");
+  // phos-keeper serves the memory once the dump's criu has gone, after it
+  // let go of the source's: a restore started the moment that criu exited
+  // (phosctl migrate) may come first, by tens of milliseconds (16 GiB).
+  UniqueFd sock;
+  const uint64_t waited_from = monotonic_ns();
+  for (;;) {
+    sock = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!sock.valid()) return errno_error("socket");
+    if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0) break;
+    if (errno != ECONNREFUSED || monotonic_ns() - waited_from >= kKeeperServesWithinNs)
+      return errno_error("no phos-keeper serves migration " + migration +
+                         " (it keeps a migration's memory migrate_keep_s seconds, then writes it into the image "
+                         "directory: restore again once it has)");
+    ::usleep(5000);
+  }
+  if (uint64_t waited = monotonic_ns() - waited_from; waited > 5000000)
+    PHOS_INFO("phos-keeper served migration %s after %.1f ms", migration.c_str(), double(waited) / 1e6);
   if (uid_t uid = 0; !wire::peer_trusted(sock.get(), uid))
     return make_error(name + " is served by uid " + std::to_string(uid) + ", neither root nor this user: not taken",
                       EPERM);
