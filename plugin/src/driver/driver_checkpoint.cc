@@ -137,8 +137,20 @@ Result<CUprocessState> driver_state(pid_t pid) {
 }
 
 bool has_driver_state(pid_t pid) {
-  auto cu = checkpoint_api();
   int tid = 0;
+  if (checkpoint_needs_init.load() < 0) {
+    // A restore's first question (it cannot ask for the state: that hangs on
+    // a process criu holds stopped), answered without cuInit where it can be.
+    auto lib = CudaApi::loaded();
+    if (!lib) return false;
+    CUresult r = (*lib)->cuCheckpointProcessGetRestoreThreadId(pid, &tid);
+    if (r != CUDA_ERROR_NOT_INITIALIZED) {
+      checkpoint_needs_init = 0;
+      return r == CUDA_SUCCESS && tid > 0;
+    }
+    checkpoint_needs_init = 1;
+  }
+  auto cu = checkpoint_api();
   return cu && (*cu)->cuCheckpointProcessGetRestoreThreadId(pid, &tid) == CUDA_SUCCESS && tid > 0;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -122,6 +123,7 @@ Result<void> Restorer::place(Loaded& l) {
   const image::Manifest& m = l.image.manifest;
   if (auto started = start_engine(); !started)
     return make_error(l.image.manifest_name + ": " + started.error().message, started.error().code);
+  const uint64_t started_ns = since_init_ns();
   auto placement = engine_->place_devices(m, l.image.manifest_name, options_.gpu_map, l.host);
   if (!placement) return placement.error();
   l.placement = std::move(*placement);
@@ -130,6 +132,8 @@ Result<void> Restorer::place(Loaded& l) {
       PHOS_INFO("%s: device %u (%s) restored onto GPU %d (%s)", l.image.manifest_name.c_str(), p.image_ordinal,
                 format_gpu_uuid(p.image_uuid).c_str(), p.host_ordinal, format_gpu_uuid(p.host_uuid).c_str());
   l.placed_ns = since_init_ns();
+  PHOS_INFO("%s: GPUs placed at %.1f ms after the plugin's init (criu's CUDA up at %.1f)", l.image.manifest_name.c_str(),
+            ms(l.placed_ns), ms(started_ns));
   return {};
 }
 
@@ -317,6 +321,15 @@ std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l, std::st
   return pairs;
 }
 
+bool Restorer::stays_on_its_gpus(const Loaded& l) const {
+  const auto& devices = l.image.manifest.devices;
+  if (!options_.gpu_map.empty() || l.kept || devices.empty() || std::getenv("CUDA_VISIBLE_DEVICES")) return false;
+  const auto host = kernel_driver_gpus();
+  for (const auto& d : devices)
+    if (std::find(host.begin(), host.end(), d.uuid) == host.end()) return false;
+  return true;
+}
+
 // The restored processes are criu's descendants that criu traces (stopped
 // at their last system call); criu's own helpers are not traced.
 void Restorer::driver_restores() {
@@ -366,7 +379,8 @@ Result<void> Restorer::driver_restore(pid_t pid, Loaded& l) {
   if (!on_gpu(l.image.manifest) || !has_driver_state(pid)) return {};
   // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
   std::string said;
-  auto pairs = driver_pairs(l, &said);
+  // On its own GPUs: none moves, and the placement may not be made yet.
+  auto pairs = stays_on_its_gpus(l) ? std::vector<CUcheckpointGpuPair>() : driver_pairs(l, &said);
   PHOS_INFO("process %d: driver restore%s", pid, said.c_str());
   const uint64_t t = monotonic_ns();
   l.driver_from_ns = since_init_ns();
@@ -388,7 +402,7 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   // The driver's restore needs only where the GPUs went: with
   // restore_overlap it runs while the memory is still being created and
   // filled. (A placement or creation that failed was logged by the thread.)
-  if (l.needs_memory) PHOS_TRY(wait_for(l, Stage::kPlaced));
+  if (l.needs_memory && !stays_on_its_gpus(l)) PHOS_TRY(wait_for(l, Stage::kPlaced));
   if (l.kept && !l.filled) return failed(l.filled.error());
   if (options_.restore_overlap) PHOS_TRY(driver_restore(pid, l));
   if (lazy) {
