@@ -315,3 +315,28 @@ TEST_CASE("gpu map: the kernel driver's GPU list is read from its information fi
   CHECK_FALSE(parse_gpu_uuid("GPU-zzzzzzzz-aaaa-aaaa-aaaa-aaaaaaaaaaaa"));
   CHECK_FALSE(parse_gpu_uuid("aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"));
 }
+
+TEST_CASE("gpu map: an image whose GPUs the kernel driver lists stays on them, without CUDA", "[gpu_map][stays]") {
+  const auto image = two_h200();
+  const std::vector<std::array<uint8_t, 16>> kernel = {uuid_of(0xbb), uuid_of(0xcc), uuid_of(0xaa)};
+  CHECK(image_stays_on_its_gpus(image, kernel, false, true));
+  // What place_gpus then does on a host that sees those GPUs: none moves,
+  // so the driver's restore takes no pairs.
+  const std::vector<GpuDevice> host = {{.ordinal = 0, .uuid = uuid_of(0xbb), .name = "NVIDIA H200"},
+                                       {.ordinal = 1, .uuid = uuid_of(0xcc), .name = "NVIDIA H200"},
+                                       {.ordinal = 2, .uuid = uuid_of(0xaa), .name = "NVIDIA H200"}};
+  auto placed = place_gpus({}, image, host, "m");
+  REQUIRE(placed.ok());
+  for (const auto& p : *placed) CHECK_FALSE(p.moved());
+  CHECK(driver_gpu_pairs(*placed, host).empty());
+}
+
+TEST_CASE("gpu map: an image that may move waits for criu's CUDA to place it", "[gpu_map][stays]") {
+  const auto image = two_h200();
+  const std::vector<std::array<uint8_t, 16>> both = {uuid_of(0xaa), uuid_of(0xbb)};
+  CHECK_FALSE(image_stays_on_its_gpus(image, {uuid_of(0xaa)}, false, true));  // one GPU not on this host
+  CHECK_FALSE(image_stays_on_its_gpus(image, {}, false, true));               // no kernel driver listing
+  CHECK_FALSE(image_stays_on_its_gpus(image, both, true, true));              // a GPU map given
+  CHECK_FALSE(image_stays_on_its_gpus(image, both, false, false));            // criu sees only some GPUs
+  CHECK_FALSE(image_stays_on_its_gpus({}, both, false, true));                // no GPU named
+}

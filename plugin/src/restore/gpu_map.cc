@@ -206,6 +206,15 @@ Result<std::vector<GpuPlacement>> place_gpus(const GpuMapSpec& spec, const std::
   return out;
 }
 
+bool image_stays_on_its_gpus(const std::vector<GpuDevice>& image_devices,
+                             const std::vector<std::array<uint8_t, 16>>& kernel_gpus, bool gpu_map_given,
+                             bool criu_sees_all) {
+  if (gpu_map_given || !criu_sees_all || image_devices.empty()) return false;
+  for (const auto& d : image_devices)
+    if (std::find(kernel_gpus.begin(), kernel_gpus.end(), d.uuid) == kernel_gpus.end()) return false;
+  return true;
+}
+
 std::optional<std::array<uint8_t, 16>> parse_gpu_uuid(std::string_view s) {
   s = trim(s);
   if (!is_uuid(s)) return std::nullopt;

@@ -322,12 +322,8 @@ std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l, std::st
 }
 
 bool Restorer::stays_on_its_gpus(const Loaded& l) const {
-  const auto& devices = l.image.manifest.devices;
-  if (!options_.gpu_map.empty() || l.kept || devices.empty() || std::getenv("CUDA_VISIBLE_DEVICES")) return false;
-  const auto host = kernel_driver_gpus();
-  for (const auto& d : devices)
-    if (std::find(host.begin(), host.end(), d.uuid) == host.end()) return false;
-  return true;
+  return !l.kept && image_stays_on_its_gpus(l.image.manifest.devices, kernel_driver_gpus(), !options_.gpu_map.empty(),
+                                            !std::getenv("CUDA_VISIBLE_DEVICES"));
 }
 
 // The restored processes are criu's descendants that criu traces (stopped

@@ -109,6 +109,14 @@ std::vector<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> driver_
 // GPU, its `information` file's "GPU UUID:" line), whatever
 // CUDA_VISIBLE_DEVICES says; empty where there is no such directory.
 std::vector<std::array<uint8_t, 16>> kernel_driver_gpus(const std::string& dir = "/proc/driver/nvidia/gpus");
+// Whether a restore leaves every GPU of an image where it was, known
+// without CUDA (whose cuInit in a restore takes 100-210 ms): no GPU map
+// given, criu sees every GPU (`criu_sees_all`: no CUDA_VISIBLE_DEVICES), and
+// the kernel driver lists each of the image's GPUs. Then place_gpus() moves
+// none, and the driver's restore takes no pairs.
+bool image_stays_on_its_gpus(const std::vector<GpuDevice>& image_devices,
+                             const std::vector<std::array<uint8_t, 16>>& kernel_gpus, bool gpu_map_given,
+                             bool criu_sees_all);
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as bytes; nullopt if it is not one.
 std::optional<std::array<uint8_t, 16>> parse_gpu_uuid(std::string_view s);
 
