@@ -30,24 +30,42 @@ CUresult cuDeviceCanAccessPeer(int *can, CUdevice a, CUdevice b) { (void)a; (voi
 CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags) { (void)p; (void)bytes; (void)flags; return CUDA_SUCCESS; }
 CUresult cuMemHostUnregister(void *p) { (void)p; return CUDA_SUCCESS; }
 
+/* FAKE_CUDA_CHECKPOINT_NEEDS_INIT=1: the checkpoint calls refuse a caller
+ * that has not called cuInit (CUDA_ERROR_NOT_INITIALIZED), as a driver may;
+ * driver 580 takes them without it. Each such refusal is logged to
+ * FAKE_CUDA_LOG ("mark checkpoint call before cuInit: NAME"). */
+extern int fake_cuda_initialized;
+void fake_mark(const char *what);
+static CUresult checkpoint_call(const char *name) {
+  if (getenv("FAKE_CUDA_CHECKPOINT_NEEDS_INIT") && !fake_cuda_initialized) {
+    char what[96];
+    snprintf(what, sizeof(what), "checkpoint call before cuInit: %s", name);
+    fake_mark(what);
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
   (void)pid; (void)state;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return checkpoint_call("cuCheckpointProcessGetState");
 }
 CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
   (void)pid; (void)tid;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return checkpoint_call("cuCheckpointProcessGetRestoreThreadId");
 }
-CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) { (void)pid; (void)args; return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) {
+  (void)pid; (void)args;
+  return checkpoint_call("cuCheckpointProcessLock");
+}
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args) {
   (void)pid; (void)args;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return checkpoint_call("cuCheckpointProcessCheckpoint");
 }
 CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args) {
   (void)pid; (void)args;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return checkpoint_call("cuCheckpointProcessRestore");
 }
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args) {
   (void)pid; (void)args;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return checkpoint_call("cuCheckpointProcessUnlock");
 }

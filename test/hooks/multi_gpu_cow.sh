@@ -17,6 +17,8 @@
 #      and the driver's checkpoint, the copier maps the memory the process
 #      let go of once it is up, with one worker (a worker per 8 chunks)
 #      and that worker's staging only; the image restores intact
+#   4. the same dump on a driver whose checkpoint calls want cuInit first:
+#      criu asks once without it, then goes with it
 export PHOS_WORKLOAD=${PHOS_BUILD:?}/test/hooks/multi_gpu_client
 export FAKE_CUDA_MEMORY=1 FAKE_CUDA_DEVICES=2 LD_LIBRARY_PATH=$PHOS_BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PHOS_RECOPY_MIN_MIB=0 PHOS_CHUNK_MIB=1 PHOS_COW_POOL_MIB=64 PHOS_FAULT=slow-copy CRIU_TIMEOUT=60
@@ -73,4 +75,23 @@ grep -q "copied to the image in [0-9.]* ms ([0-9.]* GB/s, 1 workers" "$WORK/dump
 [ -e "$IMG/phos-1-complete.img" ] || fail "stopped: no completion marker"
 restored_ok "stopped"
 say "3. stopped, under recopy_min_mib: no first pass; $mapped; restored, its checks on both GPUs pass"
+
+# 4. The same with a driver whose checkpoint calls refuse a caller that has
+# not called cuInit (driver 580 does not): criu asks once without it, then
+# with it; every later call goes with it. criu's CUDA start-up beside the
+# gate held back (PHOS_FAULT=slow-engine-warm-up), so that the dump's first
+# question comes before any cuInit: one refusal exactly; the restore's at
+# most one.
+rm -rf "${IMG:?}"/*
+: > "$FAKE_CUDA_LOG"
+export FAKE_CUDA_CHECKPOINT_NEEDS_INIT=1
+(unset PHOS_RECOPY_MIN_MIB; PHOS_FAULT=slow-engine-warm-up criu_dump) ||
+  fail "needs cuInit: criu dump failed: $(criu_errors "$WORK/dump.log")"
+dump_refused=$(grep -c "checkpoint call before cuInit" "$FAKE_CUDA_LOG" || true)
+restored_ok "needs cuInit"
+unset FAKE_CUDA_CHECKPOINT_NEEDS_INIT
+refused=$(grep -c "checkpoint call before cuInit" "$FAKE_CUDA_LOG" || true)
+[ "$dump_refused" = 1 ] && [ $((refused - dump_refused)) -le 1 ] ||
+  fail "needs cuInit: checkpoint calls refused $dump_refused times in the dump, $((refused - dump_refused)) in the restore: $(grep 'before cuInit' "$FAKE_CUDA_LOG" | sort | uniq -c | tr '\n' ' ')"
+say "4. a driver that wants cuInit first: $dump_refused refusal(s) in the dump, $((refused - dump_refused)) in the restore; restored, its checks pass"
 say "PASS"

@@ -1222,6 +1222,10 @@ void Checkpointer::warm_up_engine(std::vector<agent::StatusReply> ranks, const c
   // engine_, which this thread must not read meanwhile.
   if (engine_warming_.valid() || engine_) return;
   engine_warming_ = std::async(std::launch::async, [this, ranks = std::move(ranks), when, stopped_bytes] {
+    if (fault("slow-engine-warm-up")) {
+      PHOS_WARN("fault injection (PHOS_FAULT): criu's CUDA start-up beside the gate waits 300 ms");
+      ::usleep(300'000);
+    }
     const uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     (void)CudaApi::get();  // timed apart: cuInit (start_engine_now() says why it failed)
     const uint64_t init_ns = clock_ns(CLOCK_MONOTONIC) - t0;
