@@ -21,14 +21,36 @@ std::string process_name(pid_t pid) { return "process " + std::to_string(pid); }
 
 // Whether the driver takes the checkpoint calls without cuInit in this
 // process: -1 not known yet, 0 it does, 1 it does not. Without it, criu's
-// own CUDA start-up (cuInit, 50-100 ms) on another thread would hold up a
-// process's driver lock and checkpoint, which it can otherwise run beside.
+// own CUDA start-up on another thread (cuInit: 11 ms in a dump, beside the
+// dumped process; 100-210 ms in a restore, alone on the GPU) would hold up
+// a dump's driver lock and checkpoint, and a restore's driver restore,
+// which can otherwise run beside it.
 std::atomic<int> checkpoint_needs_init{-1};
 
-// The API for the checkpoint calls: without cuInit where driver_state()
-// found the driver takes them so; initialized until it has looked.
+// The API for the checkpoint calls: without cuInit where a first call
+// found the driver takes them so; initialized until one has looked.
 Result<const CudaApi*> checkpoint_api() {
   return checkpoint_needs_init.load() == 0 ? CudaApi::loaded() : CudaApi::get();
+}
+
+// A question to the driver about a process. The first one is asked without
+// cuInit: the answer tells whether the driver takes the checkpoint calls
+// so, and where it refused (CUDA_ERROR_NOT_INITIALIZED) it is asked again
+// with cuInit, as every later call is.
+Result<CUresult> ask_driver(const std::function<CUresult(const CudaApi&)>& call) {
+  if (checkpoint_needs_init.load() < 0) {
+    auto lib = CudaApi::loaded();
+    if (!lib) return lib.error();
+    CUresult r = call(**lib);
+    if (r != CUDA_ERROR_NOT_INITIALIZED) {
+      checkpoint_needs_init = 0;
+      return r;
+    }
+    checkpoint_needs_init = 1;
+  }
+  auto cu = checkpoint_api();
+  if (!cu) return cu.error();
+  return call(**cu);
 }
 
 // Lets the driver's restore thread of `pid` run, where this criu holds it
@@ -116,42 +138,18 @@ CUresult checkpoint(const CudaApi& api, pid_t pid) {
 }  // namespace
 
 Result<CUprocessState> driver_state(pid_t pid) {
-  if (checkpoint_needs_init.load() < 0) {
-    // The first question tells whether the driver answers without cuInit.
-    auto lib = CudaApi::loaded();
-    if (!lib) return lib.error();
-    CUprocessState state;
-    CUresult r = (*lib)->cuCheckpointProcessGetState(pid, &state);
-    if (r != CUDA_ERROR_NOT_INITIALIZED) {
-      checkpoint_needs_init = 0;
-      PHOS_CU(**lib, r, "driver state");
-      return state;
-    }
-    checkpoint_needs_init = 1;
-  }
-  auto cu = checkpoint_api();
-  if (!cu) return cu.error();
   CUprocessState state;
-  PHOS_CU(**cu, (*cu)->cuCheckpointProcessGetState(pid, &state), "driver state");
+  auto r = ask_driver([&](const CudaApi& api) { return api.cuCheckpointProcessGetState(pid, &state); });
+  if (!r) return r.error();
+  if (*r != CUDA_SUCCESS) return make_error((*CudaApi::loaded())->error("driver state", *r), EIO);
   return state;
 }
 
+// (A restore asks this first: the state hangs on a process criu holds stopped.)
 bool has_driver_state(pid_t pid) {
   int tid = 0;
-  if (checkpoint_needs_init.load() < 0) {
-    // A restore's first question (it cannot ask for the state: that hangs on
-    // a process criu holds stopped), answered without cuInit where it can be.
-    auto lib = CudaApi::loaded();
-    if (!lib) return false;
-    CUresult r = (*lib)->cuCheckpointProcessGetRestoreThreadId(pid, &tid);
-    if (r != CUDA_ERROR_NOT_INITIALIZED) {
-      checkpoint_needs_init = 0;
-      return r == CUDA_SUCCESS && tid > 0;
-    }
-    checkpoint_needs_init = 1;
-  }
-  auto cu = checkpoint_api();
-  return cu && (*cu)->cuCheckpointProcessGetRestoreThreadId(pid, &tid) == CUDA_SUCCESS && tid > 0;
+  auto r = ask_driver([&](const CudaApi& api) { return api.cuCheckpointProcessGetRestoreThreadId(pid, &tid); });
+  return r && *r == CUDA_SUCCESS && tid > 0;
 }
 
 Result<void> driver_lock(pid_t pid, unsigned timeout_ms) {
