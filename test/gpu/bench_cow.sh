@@ -271,13 +271,13 @@ if [ -n "$server" ]; then
     fi
     # _pipe16m: page pipes of 16 MiB, with a criu built to grow them that
     # far (CRIU_PIPE16M; criu's own cap is 819 pages).
-    crit=$CRIU
+    criu_bin=$CRIU
     if [[ $mode == *_pipe16m* ]]; then
       echo 16777216 > /proc/sys/fs/pipe-max-size || fail "server, $mode: fs.pipe-max-size cannot be set"
-      crit=${CRIU_PIPE16M:?_pipe16m needs CRIU_PIPE16M}
+      criu_bin=${CRIU_PIPE16M:?_pipe16m needs CRIU_PIPE16M}
     fi
     outcome=complete
-    if ! CRIU=$crit CRIU_VERBOSITY=$verbosity CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero PHOS_BEHIND_NICE=$nice criu_dump --leave-running; then
+    if ! CRIU=$criu_bin CRIU_VERBOSITY=$verbosity CRIU_CONFIG_FILE=$conf PHOS_COPY_ON_WRITE=$cow PHOS_COW_TRUST=$trust PHOS_COW_ZERO=$zero PHOS_BEHIND_NICE=$nice criu_dump --leave-running; then
       # Checksum validation refusing the image (a write speculation missed)
       # is the default's answer, not the bench's failure: the server runs on.
       grep -qE "(differs from its|differ from their) content at the freeze" "$WORK/dump.log" ||

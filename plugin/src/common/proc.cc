@@ -388,20 +388,16 @@ std::vector<pid_t> tree_pids(pid_t root) {
 
 std::vector<int> open_files_named(const std::string& prefix, std::vector<int>* all) {
   std::vector<int> named;
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (!dir) return named;
-  const int own = ::dirfd(dir);
-  while (const dirent* e = ::readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end || fd == own) continue;
-    if (all) all->push_back(int(fd));
+  auto fds = list_dir("/proc/self/fd");
+  if (!fds) return named;
+  // (The listing's own descriptor, closed since, reads as no link.)
+  for (const std::string& name : *fds) {
+    const int fd = std::atoi(name.c_str());
+    if (all) all->push_back(fd);
     char link[PATH_MAX];
-    const std::string path = std::string("/proc/self/fd/") + e->d_name;
-    const ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
-    if (n > 0 && std::string_view(link, size_t(n)).substr(0, prefix.size()) == prefix) named.push_back(int(fd));
+    const ssize_t n = ::readlink(("/proc/self/fd/" + name).c_str(), link, sizeof(link) - 1);
+    if (n > 0 && std::string_view(link, size_t(n)).substr(0, prefix.size()) == prefix) named.push_back(fd);
   }
-  ::closedir(dir);
   std::sort(named.begin(), named.end());
   if (all) std::sort(all->begin(), all->end());
   return named;

@@ -435,16 +435,11 @@ bool Checkpointer::recopy_wanted(pid_t pid, const Target& t) {
 bool Checkpointer::engine_may_wait(pid_t pid, const Target& t) {
   if (engine_ || engine_warming_.valid() || write_behind_ || criu_leaves_running() || !t.status.ipc_exports.empty())
     return false;
-  for (pid_t p : criu_tree_pids()) {
-    if (p == pid) continue;
-    if (targets_.count(p)) return false;
-    auto client = AgentClient::connect(p, options_.agent_timeout_ms);
-    if (!client) continue;  // no agent: no CUDA of phos's
-    auto s = client->status();
-    (void)client->goodbye();
-    if (!s || s->cuda_initialized) return false;
-  }
-  return true;
+  if (targets_.size() > 1) return false;  // another process of the tree paused already
+  bool all_answered = false;
+  const auto others = tree_statuses(pid, &all_answered);
+  return all_answered &&
+         std::none_of(others.begin(), others.end(), [](const agent::StatusReply& s) { return s.cuda_initialized; });
 }
 
 // The copier's first step where criu's CUDA started beside the gate: what
@@ -1264,16 +1259,26 @@ std::vector<pid_t> Checkpointer::not_paused_yet(std::vector<pid_t> tree) const {
   return tree;
 }
 
-std::vector<agent::StatusReply> Checkpointer::statuses_with_memory(pid_t paused) {
+std::vector<agent::StatusReply> Checkpointer::tree_statuses(pid_t paused, bool* all_answered) {
   std::vector<agent::StatusReply> out;
+  if (all_answered) *all_answered = true;
   for (pid_t p : not_paused_yet(criu_tree_pids())) {
     if (p == paused) continue;
     auto client = AgentClient::connect(p, options_.agent_timeout_ms);
     if (!client) continue;  // no agent: nothing of phos's
     auto s = client->status();
     (void)client->goodbye();
-    if (s && s->allocation_count > 0) out.push_back(std::move(*s));
+    if (s)
+      out.push_back(std::move(*s));
+    else if (all_answered)
+      *all_answered = false;
   }
+  return out;
+}
+
+std::vector<agent::StatusReply> Checkpointer::statuses_with_memory(pid_t paused) {
+  auto out = tree_statuses(paused);
+  std::erase_if(out, [](const agent::StatusReply& s) { return s.allocation_count == 0; });
   return out;
 }
 

@@ -323,7 +323,10 @@ class Checkpointer {
   // much, made at the gate (Engine::workers_for_stopped).
   void warm_up_engine(std::vector<agent::StatusReply> ranks, const char* when, uint64_t stopped_bytes = 0);
   // The statuses of the processes of criu's tree, not yet paused nor
-  // `paused`, that hold device memory (those with phos's agent).
+  // `paused`, that have phos's agent; `all_answered` (where given): false
+  // where an agent did not give its status.
+  std::vector<agent::StatusReply> tree_statuses(pid_t paused, bool* all_answered = nullptr);
+  // Those of them that hold device memory.
   std::vector<agent::StatusReply> statuses_with_memory(pid_t paused);
   // `tree` less the processes criu has paused (seized) already.
   std::vector<pid_t> not_paused_yet(std::vector<pid_t> tree) const;

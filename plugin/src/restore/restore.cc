@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
@@ -58,6 +58,8 @@ Result<void> Restorer::load() {
   PHOS_TRY(check_restore_of_job(dirfd_, *job));
   auto pids = image::list_process_images(dirfd_);
   if (!pids) return pids.error();
+  const auto kernel_gpus = kernel_driver_gpus();
+  const bool criu_sees_all = !std::getenv("CUDA_VISIBLE_DEVICES");
   for (pid_t vpid : *pids) {
     auto img = image::open_process_image(dirfd_, vpid, /*require_complete=*/true);
     if (!img) return img.error();
@@ -70,6 +72,7 @@ Result<void> Restorer::load() {
     } else if (!m.devices.empty() || !m.allocations.empty()) {
       l.needs_memory = true;
       l.stage = Stage::kLoaded;
+      l.stays_on_its_gpus = image_stays_on_its_gpus(m.devices, kernel_gpus, !options_.gpu_map.empty(), criu_sees_all);
     }
     PHOS_INFO("%s: %zu devices, %zu allocations, written by phos %s", l.image.manifest_name.c_str(),
               m.devices.size(), m.allocations.size(), m.writer_version.c_str());
@@ -310,6 +313,7 @@ std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l, std::st
   // UUID pairs only when a GPU moves; then for every GPU (gpu_map.h), the
   // ones CUDA_VISIBLE_DEVICES hides from criu included.
   std::vector<CUcheckpointGpuPair> pairs;
+  if (l.stays_on_its_gpus) return pairs;  // known without the placement, which may not be made yet
   for (const auto& [from, to] : driver_gpu_pairs(l.placement, l.host, kernel_driver_gpus())) {
     CUcheckpointGpuPair pair{};
     std::memcpy(pair.oldUuid.bytes, from.data(), 16);
@@ -319,11 +323,6 @@ std::vector<CUcheckpointGpuPair> Restorer::driver_pairs(const Loaded& l, std::st
     if (said) *said += (said->empty() ? " onto the mapped GPUs: " : ", ") + format_gpu_uuid(from) + " -> " + format_gpu_uuid(to);
   }
   return pairs;
-}
-
-bool Restorer::stays_on_its_gpus(const Loaded& l) const {
-  return !l.kept && image_stays_on_its_gpus(l.image.manifest.devices, kernel_driver_gpus(), !options_.gpu_map.empty(),
-                                            !std::getenv("CUDA_VISIBLE_DEVICES"));
 }
 
 // The restored processes are criu's descendants that criu traces (stopped
@@ -375,8 +374,7 @@ Result<void> Restorer::driver_restore(pid_t pid, Loaded& l) {
   if (!on_gpu(l.image.manifest) || !has_driver_state(pid)) return {};
   // (Not cuCheckpointProcessGetState: it hangs on a process criu holds stopped.)
   std::string said;
-  // On its own GPUs: none moves, and the placement may not be made yet.
-  auto pairs = stays_on_its_gpus(l) ? std::vector<CUcheckpointGpuPair>() : driver_pairs(l, &said);
+  auto pairs = driver_pairs(l, &said);
   PHOS_INFO("process %d: driver restore%s", pid, said.c_str());
   const uint64_t t = monotonic_ns();
   l.driver_from_ns = since_init_ns();
@@ -398,7 +396,7 @@ Result<void> Restorer::resume(pid_t pid, pid_t vpid, Loaded& l) {
   // The driver's restore needs only where the GPUs went: with
   // restore_overlap it runs while the memory is still being created and
   // filled. (A placement or creation that failed was logged by the thread.)
-  if (l.needs_memory && !stays_on_its_gpus(l)) PHOS_TRY(wait_for(l, Stage::kPlaced));
+  if (l.needs_memory && !l.stays_on_its_gpus) PHOS_TRY(wait_for(l, Stage::kPlaced));
   if (l.kept && !l.filled) return failed(l.filled.error());
   if (options_.restore_overlap) PHOS_TRY(driver_restore(pid, l));
   if (lazy) {

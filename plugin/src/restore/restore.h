@@ -82,6 +82,12 @@ class Restorer {
     // Device memory to create and fill here (not a migration's, which
     // phos-keeper holds).
     bool needs_memory = false;
+    // No GPU of the image moves, known without criu's CUDA at load
+    // (gpu_map.h: image_stays_on_its_gpus; never for a migration's): the
+    // driver's restore needs no pairs, so it need not wait for the
+    // placement, which waits for criu's cuInit: 100-210 ms on an H200 no
+    // other process uses, against 9-12 ms beside one that does.
+    bool stays_on_its_gpus = false;
     Stage stage = Stage::kDone;  // under stage_mu_
     Result<void> prepared;       // its placement or memory creation, once kDone (under stage_mu_)
     std::vector<UniqueFd> fds;  // one per allocation, filled device memory
@@ -125,13 +131,6 @@ class Restorer {
   // GPU moves).
   // `said`, where given, gets each pair for the log.
   std::vector<CUcheckpointGpuPair> driver_pairs(const Loaded& l, std::string* said = nullptr) const;
-  // Whether no GPU of the image moves, known without criu's CUDA: no
-  // gpu_map, no migration, criu sees every GPU (no CUDA_VISIBLE_DEVICES),
-  // and the kernel driver lists each of the image's GPUs. The driver's
-  // restore then needs no pairs, so it need not wait for the placement,
-  // which waits for criu's cuInit: 100-210 ms on an H200 no other process
-  // uses, against 9-12 ms beside one that does.
-  bool stays_on_its_gpus(const Loaded& l) const;
   // At the first RESUME_DEVICES_LATE: the driver's restore of every restored
   // process of the tree (criu holds them all stopped by then), at once
   // (driver_parallel); each process's own hook then finds its done.
