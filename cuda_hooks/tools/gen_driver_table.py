@@ -123,7 +123,7 @@ def copy_hooks(rows, seen):
 
 
 def main():
-    if len(sys.argv) < 10 or sys.argv[7] != '--':
+    if len(sys.argv) < 9 or sys.argv[7] != '--':
         raise SystemExit(__doc__)
     include_dir, hooked_list, query_list, copy_list, output, copy_output = sys.argv[1:7]
     cc = sys.argv[8:]
