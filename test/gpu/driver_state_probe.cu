@@ -141,6 +141,11 @@ void fifo_heap_min(Child& c) {
   set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, "printf_fifo", 0);
   set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, "malloc_heap", 0);
 }
+// The device runtime's reservations (dynamic parallelism), at their least.
+void device_runtime_min(Child& c) {
+  set_limit(c, CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, "pending_launches", 0);
+  set_limit(c, CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, "sync_depth", 0);
+}
 
 void run_lmem(Child& c) {
   lmem_heavy<<<4, 128>>>(c.buf + 4096, 7);  // past the words `tiny` counts in
@@ -283,6 +288,19 @@ const std::vector<Variant>& variants() {
        [](Child& c) { primary(c); run_tiny(c); fifo_heap_min(c); }, {}},
       {"limits_min", "primary_kernel, stack, printf FIFO and malloc heap at their least",
        [](Child& c) { primary(c); run_tiny(c); stack_min(c); fifo_heap_min(c); }, {}},
+      // What of a bare context's ~193 MiB is its work queues: each
+      // connection (CUDA_DEVICE_MAX_CONNECTIONS, default 8) has a channel
+      // with its own queue, sized by CUDA_SCALE_LAUNCH_QUEUES.
+      {"limits_min_conn1", "limits_min with CUDA_DEVICE_MAX_CONNECTIONS=1",
+       [](Child& c) { primary(c); run_tiny(c); stack_min(c); fifo_heap_min(c); }, {"CUDA_DEVICE_MAX_CONNECTIONS=1"}},
+      {"limits_min_conn32", "limits_min with CUDA_DEVICE_MAX_CONNECTIONS=32",
+       [](Child& c) { primary(c); run_tiny(c); stack_min(c); fifo_heap_min(c); }, {"CUDA_DEVICE_MAX_CONNECTIONS=32"}},
+      {"limits_min_queues_quarter", "limits_min with CUDA_SCALE_LAUNCH_QUEUES=0.25x",
+       [](Child& c) { primary(c); run_tiny(c); stack_min(c); fifo_heap_min(c); }, {"CUDA_SCALE_LAUNCH_QUEUES=0.25x"}},
+      {"limits_min_devrt", "limits_min, and the device runtime's pending launches and sync depth at their least",
+       [](Child& c) { primary(c); run_tiny(c); stack_min(c); fifo_heap_min(c); device_runtime_min(c); }, {}},
+      {"limits_min_queues_4x", "limits_min with CUDA_SCALE_LAUNCH_QUEUES=4x",
+       [](Child& c) { primary(c); run_tiny(c); stack_min(c); fifo_heap_min(c); }, {"CUDA_SCALE_LAUNCH_QUEUES=4x"}},
       {"lmem_4k", "primary_kernel, then a kernel with 4 KiB of local memory per thread (the stack grows)",
        [](Child& c) { primary(c); run_tiny(c); run_lmem(c); }, {}},
       {"lmem_4k_resize_max", "lmem_4k in a cuCtxCreate context with CU_CTX_LMEM_RESIZE_TO_MAX",

@@ -69,3 +69,13 @@ CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args) {
   (void)pid; (void)args;
   return checkpoint_call("cuCheckpointProcessUnlock");
 }
+
+/* The buffer the driver's checkpoint copies a process's device state into:
+ * one private anonymous mapping, made by libcuda with MAP_POPULATE (as
+ * driver 580 does; test/gpu/bench_driver_state.sh). driver_buffer_client
+ * asks for one as the checkpoint would. */
+#include <sys/mman.h>
+void *fake_cuda_checkpoint_buffer(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}

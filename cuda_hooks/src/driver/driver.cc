@@ -8,6 +8,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "memory/driver_buffer.h"
+
 
 namespace phos::hooks::driver {
 namespace {
@@ -73,6 +75,10 @@ void resolve() {
     r->real_event_destroy_v1 = glibc_dlsym()(lib, "cuEventDestroy");
     if (r->real_event_destroy_v1)
       r->wrapper_of.emplace(r->real_event_destroy_v1, reinterpret_cast<void*>(&::phos_cuEventDestroy_v1));
+    // Where libcuda's code lies, from any of its functions: its mmaps are
+    // told from the program's (memory/driver_buffer.h).
+    auto any = std::find_if(r->real.begin(), r->real.end(), [](void* f) { return f != nullptr; });
+    if (any != r->real.end()) note_driver_code(*any);
   }
   __atomic_store_n(&g_resolved, r, __ATOMIC_RELEASE);
 }

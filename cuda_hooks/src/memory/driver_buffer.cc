@@ -1,0 +1,152 @@
+// The driver's checkpoint buffer in huge pages (driver_buffer.h says why).
+#include "memory/driver_buffer.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "driver/library_next.h"
+#include "phos/hooks/stderr_line.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+namespace phos::hooks {
+namespace {
+
+using MmapFn = void* (*)(void*, size_t, int, int, int, off_t);
+
+std::atomic<void*> g_libc_mmap{nullptr};
+
+MmapFn libc_mmap() { return library_next_as<MmapFn>("mmap", "libc.so", g_libc_mmap); }
+
+// Looked up at load, as io_uring.cc's syscall: the lookup takes the
+// loader's lock, which the driver's thread must not wait for during a
+// checkpoint (a frozen program thread may hold it).
+__attribute__((constructor)) void init_libc_mmap() { (void)libc_mmap(); }
+
+// libcuda's executable segments: [lo, hi). Zero until the driver is resolved.
+std::atomic<uintptr_t> g_code_lo{0}, g_code_hi{0};
+
+std::atomic<uint64_t> g_buffers{0}, g_bytes{0}, g_populate_ns{0};
+
+bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PHOS_DRIVER_BUFFER_HUGE");
+    return !v || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
+  }();
+  return on;
+}
+
+bool from_driver(const void* caller) {
+  const auto at = reinterpret_cast<uintptr_t>(caller);
+  return at >= g_code_lo.load(std::memory_order_relaxed) && at < g_code_hi.load(std::memory_order_relaxed);
+}
+
+uint64_t now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return uint64_t(t.tv_sec) * 1000000000u + uint64_t(t.tv_nsec);
+}
+
+// Written page by page: a kernel without MADV_POPULATE_WRITE.
+void touch_pages(void* p, size_t length) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  auto* bytes = static_cast<volatile char*>(p);
+  for (size_t at = 0; at < length; at += page) bytes[at] = 0;
+}
+
+void* map_huge(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  void* p = libc_mmap()(addr, length, prot, flags & ~MAP_POPULATE, fd, offset);
+  if (p == MAP_FAILED) return p;
+  const uint64_t t0 = now_ns();
+  // Refused only by a kernel without transparent huge pages: 4 KiB pages
+  // then, populated all the same.
+  (void)madvise(p, length, MADV_HUGEPAGE);
+  if (madvise(p, length, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) touch_pages(p, length);
+  // Any other failure (no memory) leaves the pages to their first write,
+  // as MAP_POPULATE itself does.
+  const uint64_t took = now_ns() - t0;
+  g_buffers.fetch_add(1, std::memory_order_relaxed);
+  g_bytes.fetch_add(length, std::memory_order_relaxed);
+  g_populate_ns.fetch_add(took, std::memory_order_relaxed);
+  stderr_line("phos: the driver's %.1f MiB buffer populated in huge pages in %.1f ms\n", double(length) / (1 << 20),
+              double(took) / 1e6);
+  return p;
+}
+
+int note_code_of(dl_phdr_info* info, size_t, void* data) {
+  const auto base = reinterpret_cast<uintptr_t>(static_cast<Dl_info*>(data)->dli_fbase);
+  if (info->dlpi_addr != base) return 0;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+    lo = std::min<uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
+    hi = std::max<uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+  }
+  if (lo < hi) {
+    g_code_lo.store(lo, std::memory_order_relaxed);
+    g_code_hi.store(hi, std::memory_order_relaxed);
+  }
+  return 1;
+}
+
+}  // namespace
+
+bool driver_buffer_wanted(size_t length, int prot, int flags, bool from_driver) {
+  return from_driver && length >= kDriverBufferMinBytes && (flags & MAP_POPULATE) && (flags & MAP_ANONYMOUS) &&
+         (flags & MAP_TYPE) == MAP_PRIVATE && (prot & PROT_WRITE) && !(flags & MAP_HUGETLB);
+}
+
+void note_driver_code(const void* driver_function) {
+  Dl_info info{};
+  if (!driver_function || !dladdr(driver_function, &info) || !info.dli_fbase) return;
+  dl_iterate_phdr(note_code_of, &info);
+}
+
+DriverBufferStats driver_buffer_stats() {
+  return {g_buffers.load(std::memory_order_relaxed), g_bytes.load(std::memory_order_relaxed),
+          g_populate_ns.load(std::memory_order_relaxed)};
+}
+
+}  // namespace phos::hooks
+
+// mmap(2) as libc's, but for the driver's buffer (driver_buffer.h). Both
+// names are defined under their own: with -D_FILE_OFFSET_BITS=64 cuda.h's
+// <sys/mman.h> names mmap as mmap64, and the caller's address is each
+// stand-in's own return address.
+namespace {
+void* mmap_from(const void* caller, void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  using namespace phos::hooks;
+  if (__builtin_expect(driver_buffer_wanted(length, prot, flags, from_driver(caller)), 0) && enabled())
+    return map_huge(addr, length, prot, flags, fd, offset);
+  MmapFn real = libc_mmap();
+  if (!real) {
+    errno = ENOSYS;
+    return MAP_FAILED;
+  }
+  return real(addr, length, prot, flags, fd, offset);
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) void* phos_libc_mmap(void* addr, size_t length, int prot, int flags,
+                                                                       int fd, off_t offset) __asm__("mmap");
+extern "C" __attribute__((visibility("default"))) void* phos_libc_mmap64(void* addr, size_t length, int prot,
+                                                                         int flags, int fd, off_t offset) __asm__("mmap64");
+
+void* phos_libc_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  return mmap_from(__builtin_return_address(0), addr, length, prot, flags, fd, offset);
+}
+void* phos_libc_mmap64(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  return mmap_from(__builtin_return_address(0), addr, length, prot, flags, fd, offset);
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The driver's checkpoint buffer in huge pages (memory/driver_buffer.h),
+# against the fake libcuda: its MAP_POPULATE mapping of 64 MiB comes back
+# populated (Rss = its size), advised MADV_HUGEPAGE, its contents intact,
+# and libphos says so; the program's own mapping of the same kind is left
+# as it asked; with PHOS_DRIVER_BUFFER_HUGE=0, without libphos, or for a
+# buffer under 32 MiB, nothing changes.
+set -euo pipefail
+BUILD=${PHOS_BUILD:?}
+fail() { echo "[driver_buffer] FAIL: $*"; exit 1; }
+client=$BUILD/test/hooks/driver_buffer_client
+libphos=$BUILD/cuda_hooks/libphos.so
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export LD_LIBRARY_PATH=$BUILD/test/hooks${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+run() {  # run MIB [ENV=VALUE...]: the client's report in $work/out, its stderr in $work/err
+  local mib=$1; shift
+  env "$@" "$client" "$mib" > "$work/out" 2> "$work/err" || fail "client ($*) exited with $?: $(cat "$work/err")"
+}
+field() { grep "^$1 " "$work/out" | grep -o "$2=[^ ]*" | cut -d= -f2; }
+
+run 64 LD_PRELOAD="$libphos"
+[ "$(field driver hg)" = 1 ] || fail "the driver's buffer is not advised huge: $(cat "$work/out")"
+[ "$(field driver rss_kib)" = 65536 ] || fail "the driver's buffer is not populated: $(cat "$work/out")"
+[ "$(field driver data)" = ok ] || fail "the driver's buffer lost what was written: $(cat "$work/out")"
+[ "$(field own hg)" = 0 ] || fail "the program's own mapping was advised huge: $(cat "$work/out")"
+[ "$(field own rss_kib)" = 65536 ] || fail "the program's own mapping is not populated: $(cat "$work/out")"
+grep -q "phos: the driver's 64.0 MiB buffer populated in huge pages in [0-9.]* ms" "$work/err" ||
+  fail "no log line: $(cat "$work/err")"
+echo "[driver_buffer] the driver's 64 MiB buffer: $(grep '^driver' "$work/out"); the program's own: $(grep '^own' "$work/out")"
+
+for off in "PHOS_DRIVER_BUFFER_HUGE=0" "PHOS_DRIVER_BUFFER_HUGE=off"; do
+  run 64 LD_PRELOAD="$libphos" "$off"
+  [ "$(field driver hg)" = 0 ] || fail "$off: the driver's buffer was advised huge"
+  [ "$(field driver rss_kib)" = 65536 ] || fail "$off: the driver's buffer is not populated"
+  grep -q "populated in huge pages" "$work/err" && fail "$off: a log line all the same"
+done
+echo "[driver_buffer] PHOS_DRIVER_BUFFER_HUGE=0/off: left as the driver asked"
+
+run 16 LD_PRELOAD="$libphos"
+[ "$(field driver hg)" = 0 ] || fail "a 16 MiB buffer (under 32 MiB) was advised huge"
+[ "$(field driver rss_kib)" = 16384 ] || fail "a 16 MiB buffer is not populated"
+run 64
+[ "$(field driver hg)" = 0 ] || fail "without libphos the buffer is advised huge"
+echo "[driver_buffer] under 32 MiB, and without libphos: left as asked"
