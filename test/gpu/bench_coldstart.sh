@@ -114,6 +114,8 @@
 #               many seconds is DEFERRED (default 540: one 10-minute call);
 #               the same command with --resume runs them
 #   --resume    append to the CSV; skip cases it already has (ok or failed)
+#   (PHOS_PLUGIN_SO=PATH in the environment: the phos paths use that plugin,
+#   an earlier build's, say, to compare two builds on one host)
 #   --kill-stale  kill servers an earlier run left behind (by pid, after
 #               naming them); without it they are only named
 #   --new-tokens, --prompt-len  the request's generate (default 16, 32)
@@ -188,7 +190,8 @@ PATHS=("${ordered[@]}")
 export PATH=$PHOS_BUILD/test/bench:$PATH   # cuda-checkpoint, for CRIU's cuda plugin
 CRIU_DEV=${CRIU_DEV:-}
 LIBPHOS=$PHOS_BUILD/cuda_hooks/libphos.so
-PHOS_PLUGIN_SO=$PHOS_BUILD/plugin/phos_plugin.so
+# PHOS_PLUGIN_SO: another build's plugin (an earlier one, to compare in one run).
+PHOS_PLUGIN_SO=${PHOS_PLUGIN_SO:-$PHOS_BUILD/plugin/phos_plugin.so}
 PHOSCTL=$PHOS_BUILD/plugin/phosctl
 CUDA_PLUGIN_SO=$PHOS_BUNDLE/criu/cuda_plugin.so
 SERVER=$here/llama_server.py
