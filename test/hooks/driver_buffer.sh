@@ -4,7 +4,9 @@
 # populated (Rss = its size), advised MADV_HUGEPAGE, its contents intact,
 # and libphos says so; the program's own mapping of the same kind is left
 # as it asked; with PHOS_DRIVER_BUFFER_HUGE=0, without libphos, or for a
-# buffer under 32 MiB, nothing changes.
+# buffer under 32 MiB, nothing changes. Where huge pages come slowly (the
+# kernel compacting memory for them; PHOS_FAULT=slow-huge-pages), the
+# buffer past its first 32 MiB is populated in small pages.
 set -euo pipefail
 BUILD=${PHOS_BUILD:?}
 fail() { echo "[driver_buffer] FAIL: $*"; exit 1; }
@@ -18,15 +20,17 @@ run() {  # run MIB [ENV=VALUE...]: the client's report in $work/out, its stderr 
   local mib=$1; shift
   env "$@" "$client" "$mib" > "$work/out" 2> "$work/err" || fail "client ($*) exited with $?: $(cat "$work/err")"
 }
-field() { grep "^$1 " "$work/out" | grep -o "$2=[^ ]*" | cut -d= -f2; }
+field() { grep "^$1 " "$work/out" | grep -o " $2=[^ ]*" | cut -d= -f2; }
 
 run 64 LD_PRELOAD="$libphos"
+# Past its first 32 MiB it stays huge where huge pages came fast: this
+# machine's speed, not asserted (a VM backing memory at first touch).
 [ "$(field driver hg)" = 1 ] || fail "the driver's buffer is not advised huge: $(cat "$work/out")"
 [ "$(field driver rss_kib)" = 65536 ] || fail "the driver's buffer is not populated: $(cat "$work/out")"
 [ "$(field driver data)" = ok ] || fail "the driver's buffer lost what was written: $(cat "$work/out")"
 [ "$(field own hg)" = 0 ] || fail "the program's own mapping was advised huge: $(cat "$work/out")"
 [ "$(field own rss_kib)" = 65536 ] || fail "the program's own mapping is not populated: $(cat "$work/out")"
-grep -q "phos: the driver's 64.0 MiB buffer populated in huge pages in [0-9.]* ms" "$work/err" ||
+grep -qE "phos: the driver's 64.0 MiB buffer populated in (huge pages|4 KiB pages past its first 32 MiB \(huge pages came at [0-9.]+ GB/s, slower than small ones\)) in [0-9.]+ ms" "$work/err" ||
   fail "no log line: $(cat "$work/err")"
 echo "[driver_buffer] the driver's 64 MiB buffer: $(grep '^driver' "$work/out"); the program's own: $(grep '^own' "$work/out")"
 
@@ -34,7 +38,7 @@ for off in "PHOS_DRIVER_BUFFER_HUGE=0" "PHOS_DRIVER_BUFFER_HUGE=off"; do
   run 64 LD_PRELOAD="$libphos" "$off"
   [ "$(field driver hg)" = 0 ] || fail "$off: the driver's buffer was advised huge"
   [ "$(field driver rss_kib)" = 65536 ] || fail "$off: the driver's buffer is not populated"
-  grep -q "populated in huge pages" "$work/err" && fail "$off: a log line all the same"
+  grep -q "buffer populated in" "$work/err" && fail "$off: a log line all the same"
 done
 echo "[driver_buffer] PHOS_DRIVER_BUFFER_HUGE=0/off: left as the driver asked"
 
@@ -44,3 +48,12 @@ run 16 LD_PRELOAD="$libphos"
 run 64
 [ "$(field driver hg)" = 0 ] || fail "without libphos the buffer is advised huge"
 echo "[driver_buffer] under 32 MiB, and without libphos: left as asked"
+
+run 64 LD_PRELOAD="$libphos" PHOS_FAULT=slow-huge-pages
+[ "$(field driver hg)" = 1 ] || fail "slow huge pages: the first 32 MiB are not advised huge: $(cat "$work/out")"
+[ "$(field driver tail_hg)" = 0 ] || fail "slow huge pages: the rest is still advised huge: $(cat "$work/out")"
+[ "$(field driver rss_kib)" = 65536 ] || fail "slow huge pages: the buffer is not populated: $(cat "$work/out")"
+[ "$(field driver data)" = ok ] || fail "slow huge pages: the buffer lost what was written"
+grep -q "phos: the driver's 64.0 MiB buffer populated in 4 KiB pages past its first 32 MiB (huge pages came at [0-9.]* GB/s, slower than small ones)" "$work/err" ||
+  fail "slow huge pages: no log line: $(cat "$work/err")"
+echo "[driver_buffer] huge pages slow to come: the rest in small pages ($(grep -o 'huge pages came at [0-9.]* GB/s' "$work/err"))"
