@@ -31,8 +31,6 @@
 //   stale-ahead             PAUSE_DEVICES's listing ahead of the gate
 //                           drops the process's last allocation, as if it
 //                           allocated one after (the gate's listing differs)
-//   slow-allocation-create  a restore's creation of each allocation takes
-//                           100 ms (the fill runs behind it meanwhile)
 //   slow-copy               the copies made while the process runs
 //                           (copy-on-write, recopy's first pass) take one
 //                           chunk per 20 ms per worker, except those a call

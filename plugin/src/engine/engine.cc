@@ -1607,7 +1607,6 @@ Engine::LoadJob::~LoadJob() {
 }
 
 void Engine::release_load(LoadJob& job) {
-  if (job.creator.joinable()) job.creator.join();
   for (size_t i = 0; i < job.handles.size(); i++) {
     if (job.vas[i] || job.handles[i]) cu_.cuCtxSetCurrent(contexts_.at(job.devices[i]));
     if (job.vas[i]) unmap(job.vas[i], job.manifest->allocations[i].size);
@@ -1618,8 +1617,7 @@ void Engine::release_load(LoadJob& job) {
 }
 
 Result<std::unique_ptr<Engine::LoadJob>> Engine::prepare_load(const image::Manifest& m,
-                                                              const std::vector<GpuPlacement>& placement,
-                                                              Creation creation) {
+                                                              const std::vector<GpuPlacement>& placement) {
   std::lock_guard<std::mutex> lock(run_mu_);
   auto host_device = [&](uint32_t image_ordinal) {
     for (const auto& p : placement)
@@ -1636,69 +1634,25 @@ Result<std::unique_ptr<Engine::LoadJob>> Engine::prepare_load(const image::Manif
     const auto& a = m.allocations[i];
     const int device = host_device(a.device);
     job->devices[i] = device;
-    // Each device's context made here, on this thread: the creator uses the
-    // job's copy (another job's prepare_load may add to the engine's map
-    // while it runs), the workers read the map once no job is prepared.
     Result<void> err;
-    job->contexts.push_back(context(device, err));
-    if (!job->contexts.back())
+    CUcontext ctx = context(device, err);
+    if (!ctx || cu_.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
       return err.ok() ? make_error("cannot use device " + std::to_string(device), ENODEV) : err.error();
+    // A test's GPU without room: the driver's own error, at the last allocation.
+    const bool refused = i + 1 == m.allocations.size() && fault("fail-memory-create");
+    if (CUresult r = refused ? CUDA_ERROR_OUT_OF_MEMORY : create_exportable(job->handles[i], a.size, device);
+        r != CUDA_SUCCESS)
+      return make_error(cu_.error(("device " + std::to_string(device) + ": allocate " + std::to_string(a.size) +
+                                   " bytes for allocation " + std::to_string(a.id)).c_str(), r),
+                        ENOMEM);
+    auto va = map(job->handles[i], a.size, device);
+    if (!va) return va.error();
+    job->vas[i] = *va;
     for (size_t k = 0; k < a.chunks.size(); k++)
       if (a.chunks[k].compression != image::Compression::kDead)  // left unfilled: the program writes it first
         job->pieces.push_back({i, k, a.chunks[k].alloc_offset, a.chunks[k].raw_size, device});
   }
-  if (creation == Creation::kBehindFill) {
-    job->creator = std::thread([this, j = job.get()] { create_allocations(*j); });
-    return job;
-  }
-  create_allocations(*job);
-  PHOS_TRY(job->create_error);
   return job;
-}
-
-void Engine::create_allocations(LoadJob& job) {
-  const image::Manifest& m = *job.manifest;
-  auto done = [&](Result<void> r) {
-    job.create_error = std::move(r);
-    job.created_at_ns = monotonic_ns();
-    job.create_done.store(true, std::memory_order_release);
-  };
-  for (size_t i = 0; i < m.allocations.size(); i++) {
-    const auto& a = m.allocations[i];
-    const int device = job.devices[i];
-    if (cu_.cuCtxSetCurrent(job.contexts[i]) != CUDA_SUCCESS)
-      return done(make_error("cannot use device " + std::to_string(device), ENODEV));
-    // A test's GPU without room: the driver's own error, at the last allocation.
-    const bool refused = i + 1 == m.allocations.size() && fault("fail-memory-create");
-    // A test's slow driver: each allocation takes 100 ms to make.
-    if (fault("slow-allocation-create")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (CUresult r = refused ? CUDA_ERROR_OUT_OF_MEMORY : create_exportable(job.handles[i], a.size, device);
-        r != CUDA_SUCCESS)
-      return done(make_error(cu_.error(("device " + std::to_string(device) + ": allocate " + std::to_string(a.size) +
-                                        " bytes for allocation " + std::to_string(a.id)).c_str(), r),
-                             ENOMEM));
-    auto va = map(job.handles[i], a.size, device);
-    if (!va) return done(va.error());
-    job.vas[i] = *va;
-    job.created.store(i + 1, std::memory_order_release);
-  }
-  done({});
-}
-
-Engine::Take Engine::next_created(LoadJob& job, std::atomic<size_t>& cursor, Piece& out) {
-  for (;;) {
-    size_t i = cursor.load();
-    if (i >= job.pieces.size()) return Take::kDone;
-    // create_done first: every allocation it made is counted by then.
-    const bool over = job.create_done.load(std::memory_order_acquire);
-    if (job.pieces[i].allocation >= job.created.load(std::memory_order_acquire))
-      return over ? Take::kDone : Take::kLater;  // over: its creation failed
-    if (cursor.compare_exchange_weak(i, i + 1)) {
-      out = job.pieces[i];
-      if (!over) job.filled_while_creating++;
-      return Take::kTaken;
-    }
-  }
 }
 
 Result<void> Engine::queue_zero_chunk(const LoadJob& job, const Piece& p, CUstream stream) {
@@ -1773,15 +1727,6 @@ Result<std::vector<UniqueFd>> Engine::run_load(int dirfd, LoadJob& job) {
     std::atomic<size_t> cursor{0};
     filled = run_workers(workers_for(pieces.size()), [&](Piece& out) { return next_fill(job, cursor, out); },
                          m.chunk_size, work, dma_wait_ns);
-  } else if (job.creator.joinable()) {
-    std::atomic<size_t> cursor{0};
-    filled = run_workers(workers_for(pieces.size()), [&](Piece& out) { return next_created(job, cursor, out); },
-                         m.chunk_size, work, dma_wait_ns);
-    job.creator.join();
-    if (filled && !job.create_error) filled = job.create_error;
-    if (filled)
-      PHOS_INFO("process %d: %zu of %zu chunks filled while its allocations were still being created", m.pid,
-                job.filled_while_creating.load(), pieces.size());
   } else {
     filled = run_workers(pieces, m.chunk_size, work, dma_wait_ns);
   }

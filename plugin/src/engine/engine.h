@@ -31,7 +31,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "chunk_crc.h"
@@ -276,15 +275,9 @@ class Engine {
   // created on the GPU `placement` gives its device (so too little memory
   // shows before criu creates a process), then filled by run_load while criu
   // restores the CPU side; one fd per allocation, in order.
-  // With Creation::kBehindFill the allocations are created on a thread of
-  // the job's, in order, while run_load already fills those made: the fill
-  // starts with the first allocation, not after the last (202 allocations
-  // of an 8B server took 140-210 ms to create); a failure to create one
-  // shows as run_load's error.
-  enum class Creation { kNow, kBehindFill };
   struct LoadJob;
-  Result<std::unique_ptr<LoadJob>> prepare_load(const image::Manifest& m, const std::vector<GpuPlacement>& placement,
-                                                Creation creation = Creation::kNow);
+  Result<std::unique_ptr<LoadJob>> prepare_load(const image::Manifest& m,
+                                                const std::vector<GpuPlacement>& placement);
   // Eager: one fd per allocation once filled. On-demand (open_fill): none,
   // the fds went out before; chunks are filled as the table hands them out
   // (those a call waits for first, then job.fill_order), each marked filled
@@ -302,9 +295,6 @@ class Engine {
   Engine(const CudaApi& cu, const EngineSettings& settings);  // in engine.cc, where Slot is complete
   CUcontext context(int ordinal, Result<void>& err);
   Result<CUdeviceptr> map(CUmemGenericAllocationHandle h, size_t size, int device);
-  // Each allocation of `job` created and mapped, in order (job.created
-  // counts them); the first failure in job.create_error.
-  void create_allocations(LoadJob& job);
   Result<CUdeviceptr> import_and_map(const agent::Allocation& a, const UniqueFd& fd, int device);
   void unmap(CUdeviceptr va, size_t size);
   // Device memory on `device` (its context current) that exports as a POSIX
@@ -332,9 +322,6 @@ class Engine {
   // The workers' next piece: kTaken, or none left (kDone), or none now but
   // more to come (kLater: a copy window's chunk is being saved or copied).
   enum class Take { kTaken, kDone, kLater };
-  // run_load's next piece when the allocations are created behind the fill:
-  // the next one whose allocation exists, later while it does not yet.
-  Take next_created(LoadJob& job, std::atomic<size_t>& cursor, Piece& out);
   using NextPiece = std::function<Take(Piece&)>;
   // What a copy does with each piece, in a slot of a worker's staging ring.
   struct PieceWork {
@@ -575,7 +562,6 @@ struct Engine::LoadJob {
   std::vector<CUmemGenericAllocationHandle> handles;
   std::vector<CUdeviceptr> vas;
   std::vector<int> devices;  // the host GPU of each allocation
-  std::vector<CUcontext> contexts;  // criu's context on it
   std::vector<Piece> pieces;
   Engine* engine = nullptr;
   // On-demand restore (open_fill): the fill's table, the allocations' fds
@@ -585,15 +571,6 @@ struct Engine::LoadJob {
   std::vector<uint64_t> fill_order;   // table chunks, the recorded order first
   std::vector<size_t> piece_of_chunk;  // table chunk -> index in pieces (SIZE_MAX: none)
   std::atomic<size_t> fills_in_flight{0};  // chunks taken, not yet marked filled
-  // Created behind the fill (Creation::kBehindFill): allocation i and its
-  // pieces may be used once created > i; create_done after the last one or
-  // the first failure (create_error, written before it).
-  std::atomic<size_t> created{0};
-  std::atomic<bool> create_done{false};
-  Result<void> create_error;
-  uint64_t created_at_ns = 0;  // CLOCK_MONOTONIC, once every allocation was made
-  std::atomic<size_t> filled_while_creating{0};  // pieces taken before the last allocation was made
-  std::thread creator;
   ~LoadJob();  // releases what it still holds
 };
 

@@ -147,17 +147,9 @@ Result<void> Restorer::create(Loaded& l) {
               l.image.manifest_name.c_str());
     ::usleep(1'500'000);
   }
-  // With overlap and an eager fill, the fill starts with the first
-  // allocation made (on-demand hands the process every allocation first).
-  const bool behind = options_.restore_overlap && !lazy_;
-  auto job = engine_->prepare_load(m, l.placement, behind ? Engine::Creation::kBehindFill : Engine::Creation::kNow);
+  auto job = engine_->prepare_load(m, l.placement);
   if (!job) return make_error(l.image.manifest_name + ": " + job.error().message, job.error().code);
   l.job = std::move(*job);
-  if (behind) {
-    PHOS_INFO("%s: GPU memory created behind its fill (%zu allocations)", l.image.manifest_name.c_str(),
-              m.allocations.size());
-    return {};
-  }
   if (lazy_) {
     // The allocations the recorded launches touched first (the dump's
     // quiesce reply); empty where nothing was recorded.
@@ -300,12 +292,6 @@ void Restorer::fill_all() {
     l.fill_from_ns = since_init_ns();
     auto fds = engine_->run_load(dirfd_, *l.job);
     l.filled_ns = since_init_ns();
-    if (l.job->created_at_ns && !l.created_ns) {  // created behind the fill
-      l.created_ns = l.job->created_at_ns - init_ns_;
-      if (fds)
-        PHOS_INFO("%s: GPU memory created at %.1f ms after the plugin's init (%zu allocations), behind the fill",
-                  l.image.manifest_name.c_str(), ms(l.created_ns), l.image.manifest.allocations.size());
-    }
     if (!fds) l.filled = make_error(l.image.manifest_name + ": " + fds.error().message, fds.error().code);
     if (!l.job->fill) {
       if (fds) l.fds = std::move(*fds);
