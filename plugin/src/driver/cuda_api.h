@@ -23,7 +23,9 @@ namespace phos::plugin {
   X(cuDeviceTotalMem_v2)                     \
   X(cuDeviceGetAttribute)                    \
   X(cuDevicePrimaryCtxRetain)                \
+  X(cuDevicePrimaryCtxRelease_v2)            \
   X(cuCtxSetCurrent)                         \
+  X(cuCtxSetLimit)                           \
   X(cuMemGetAllocationGranularity)           \
   X(cuMemCreate)                             \
   X(cuMemRelease)                            \
