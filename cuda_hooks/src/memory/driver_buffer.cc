@@ -29,10 +29,6 @@ std::atomic<void*> g_libc_mmap{nullptr};
 
 MmapFn libc_mmap() { return library_next_as<MmapFn>("mmap", "libc.so", g_libc_mmap); }
 
-// Looked up at load, as io_uring.cc's syscall: the lookup takes the
-// loader's lock, which the driver's thread must not wait for during a
-// checkpoint (a frozen program thread may hold it).
-__attribute__((constructor)) void init_libc_mmap() { (void)libc_mmap(); }
 
 // libcuda's executable segments: [lo, hi). Zero until the driver is resolved.
 std::atomic<uintptr_t> g_code_lo{0}, g_code_hi{0};
@@ -82,6 +78,16 @@ bool huge_pages_slow(uint64_t probe_ns) {
   return forced || probe_ns > kSlowProbeNs;
 }
 
+// Looked up at load, as io_uring.cc's syscall: the lookup takes the
+// loader's lock, which the driver's thread must not wait for during a
+// checkpoint (a frozen program thread may hold it). The settings too: a
+// function-local static's first use takes a lock of its own.
+__attribute__((constructor)) void init_driver_buffer() {
+  (void)libc_mmap();
+  (void)enabled();
+  (void)huge_pages_slow(0);
+}
+
 // Written page by page where the kernel lacks MADV_POPULATE_WRITE (EINVAL);
 // any other failure (no memory) leaves the pages to their first write, as
 // MAP_POPULATE itself does.
@@ -89,8 +95,8 @@ void populate(char* p, size_t length) {
   if (madvise(p, length, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) touch_pages(p, length);
 }
 
-void* map_huge(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-  void* p = libc_mmap()(addr, length, prot, flags & ~MAP_POPULATE, fd, offset);
+void* map_huge(MmapFn real, void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  void* p = real(addr, length, prot, flags & ~MAP_POPULATE, fd, offset);
   if (p == MAP_FAILED) return p;
   auto* bytes = static_cast<char*>(p);
   const uint64_t t0 = now_ns();
@@ -162,13 +168,13 @@ DriverBufferStats driver_buffer_stats() {
 namespace {
 void* mmap_from(const void* caller, void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   using namespace phos::hooks;
-  if (__builtin_expect(driver_buffer_wanted(length, prot, flags, from_driver(caller)), 0) && enabled())
-    return map_huge(addr, length, prot, flags, fd, offset);
   MmapFn real = libc_mmap();
   if (!real) {
     errno = ENOSYS;
     return MAP_FAILED;
   }
+  if (__builtin_expect(driver_buffer_wanted(length, prot, flags, from_driver(caller)), 0) && enabled())
+    return map_huge(real, addr, length, prot, flags, fd, offset);
   return real(addr, length, prot, flags, fd, offset);
 }
 }  // namespace
