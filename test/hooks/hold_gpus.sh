@@ -17,7 +17,8 @@ hold() {  # hold SIGNAL [ENV=VALUE...]: started, waited for, signalled; its outp
   : > "$work/log"
   env FAKE_CUDA_LOG="$work/log" "$@" "$BUILD/plugin/phosctl" hold-gpus > "$work/out" 2>&1 &
   pid=$!
-  for _ in $(seq 100); do grep -q "until SIGTERM or SIGINT" "$work/out" && break; sleep 0.05; done
+  # Up to 20 s: a loaded machine starts it slowly.
+  for _ in $(seq 400); do grep -q "until SIGTERM or SIGINT" "$work/out" && break; sleep 0.05; done
   grep -q "holding 2 GPU(s) until SIGTERM or SIGINT" "$work/out" || fail "not holding 2 GPUs: $(cat "$work/out")"
   kill -0 "$pid" || fail "it exited while holding"
   kill "-$sig" "$pid"

@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 
 #include "driver/library_next.h"
 #include "phos/hooks/stderr_line.h"
+#include "phos/support/clock.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14
@@ -29,11 +29,8 @@ std::atomic<void*> g_libc_mmap{nullptr};
 
 MmapFn libc_mmap() { return library_next_as<MmapFn>("mmap", "libc.so", g_libc_mmap); }
 
-
 // libcuda's executable segments: [lo, hi). Zero until the driver is resolved.
 std::atomic<uintptr_t> g_code_lo{0}, g_code_hi{0};
-
-std::atomic<uint64_t> g_buffers{0}, g_bytes{0}, g_populate_ns{0};
 
 bool enabled() {
   static const bool on = [] {
@@ -48,13 +45,6 @@ bool from_driver(const void* caller) {
   return at >= g_code_lo.load(std::memory_order_relaxed) && at < g_code_hi.load(std::memory_order_relaxed);
 }
 
-uint64_t now_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return uint64_t(t.tv_sec) * 1000000000u + uint64_t(t.tv_nsec);
-}
-
-// Written page by page: a kernel without MADV_POPULATE_WRITE.
 void touch_pages(void* p, size_t length) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   auto* bytes = static_cast<volatile char*>(p);
@@ -64,8 +54,9 @@ void touch_pages(void* p, size_t length) {
 // Huge pages come slower than small ones where the kernel must compact
 // memory to find them (a host long up, its memory fragmented; the defrag
 // setting `madvise` compacts for advised mappings), or where a VM's host
-// backs its memory at first touch: the first 32 MiB tell. Under 1 GB/s (4 KiB pages came at 2.4-3.3 GB/s on the H200 hosts,
-// huge ones at 5-6), the rest is populated in small pages.
+// backs its memory at first touch: the first 32 MiB tell. Under 1 GB/s
+// (4 KiB pages came at 2.4-3.3 GB/s on the H200 hosts, huge ones at 5-6),
+// the rest is populated in small pages.
 constexpr size_t kProbeBytes = size_t(32) << 20;
 constexpr uint64_t kSlowProbeNs = 32'000'000;  // 32 MiB at 1 GB/s
 
@@ -99,20 +90,17 @@ void* map_huge(MmapFn real, void* addr, size_t length, int prot, int flags, int 
   void* p = real(addr, length, prot, flags & ~MAP_POPULATE, fd, offset);
   if (p == MAP_FAILED) return p;
   auto* bytes = static_cast<char*>(p);
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = monotonic_ns();
   // Refused only by a kernel without transparent huge pages: 4 KiB pages
   // then, populated all the same.
   (void)madvise(p, length, MADV_HUGEPAGE);
   const size_t probe = std::min(length, kProbeBytes);
   populate(bytes, probe);
-  const uint64_t probe_ns = now_ns() - t0;
+  const uint64_t probe_ns = monotonic_ns() - t0;
   const bool slow = huge_pages_slow(probe_ns);
   if (slow) (void)madvise(bytes + probe, length - probe, MADV_NOHUGEPAGE);
   populate(bytes + probe, length - probe);
-  const uint64_t took = now_ns() - t0;
-  g_buffers.fetch_add(1, std::memory_order_relaxed);
-  g_bytes.fetch_add(length, std::memory_order_relaxed);
-  g_populate_ns.fetch_add(took, std::memory_order_relaxed);
+  const uint64_t took = monotonic_ns() - t0;
   if (slow)
     stderr_line("phos: the driver's %.1f MiB buffer populated in 4 KiB pages past its first %zu MiB (huge pages came at "
                 "%.2f GB/s, slower than small ones) in %.1f ms\n",
@@ -154,11 +142,6 @@ void note_driver_code(const void* driver_function) {
   dl_iterate_phdr(note_code_of, &info);
 }
 
-DriverBufferStats driver_buffer_stats() {
-  return {g_buffers.load(std::memory_order_relaxed), g_bytes.load(std::memory_order_relaxed),
-          g_populate_ns.load(std::memory_order_relaxed)};
-}
-
 }  // namespace phos::hooks
 
 // mmap(2) as libc's, but for the driver's buffer (driver_buffer.h). Both
@@ -179,14 +162,14 @@ void* mmap_from(const void* caller, void* addr, size_t length, int prot, int fla
 }
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) void* phos_libc_mmap(void* addr, size_t length, int prot, int flags,
+extern "C" __attribute__((visibility("default"))) void* phos_mmap_standin(void* addr, size_t length, int prot, int flags,
                                                                        int fd, off_t offset) __asm__("mmap");
-extern "C" __attribute__((visibility("default"))) void* phos_libc_mmap64(void* addr, size_t length, int prot,
+extern "C" __attribute__((visibility("default"))) void* phos_mmap64_standin(void* addr, size_t length, int prot,
                                                                          int flags, int fd, off_t offset) __asm__("mmap64");
 
-void* phos_libc_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+void* phos_mmap_standin(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   return mmap_from(__builtin_return_address(0), addr, length, prot, flags, fd, offset);
 }
-void* phos_libc_mmap64(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+void* phos_mmap64_standin(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   return mmap_from(__builtin_return_address(0), addr, length, prot, flags, fd, offset);
 }

@@ -22,7 +22,6 @@
 #include <sys/types.h>
 
 #include <cstddef>
-#include <cstdint>
 
 namespace phos::hooks {
 
@@ -36,14 +35,5 @@ bool driver_buffer_wanted(size_t length, int prot, int flags, bool from_driver);
 // program thread: it walks the loaded objects under the loader's lock),
 // from the address of any function of it.
 void note_driver_code(const void* driver_function);
-
-// What the mmap stand-in did: mappings populated in huge pages, their
-// bytes, and the time it took (for the agent's status and the tests).
-struct DriverBufferStats {
-  uint64_t buffers = 0;
-  uint64_t bytes = 0;
-  uint64_t populate_ns = 0;
-};
-DriverBufferStats driver_buffer_stats();
 
 }  // namespace phos::hooks
