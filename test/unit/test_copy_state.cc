@@ -1678,16 +1678,16 @@ TEST_CASE("copy state: the pool asked back takes no chunk more; given back once 
     CHECK(hooks->wait_pool_back(5s).ok());
     given = true;
   });
-  std::vector<Claim> pooled;
+  // The chunks in the pool. claim_next hands out the waiting write's chunk
+  // 5 first where the writer got there first: held until both pool chunks
+  // are out (unclaimed at once, it would come back first every time).
+  std::vector<Claim> pooled, held;
   for (int i = 0; i < 2000 && pooled.size() < 2; i++)
-    if (auto c = s.claim_next()) {
-      if (c->pool_slot) {
-        pooled.push_back(*c);
-      } else {
-        s.unclaim(*c);
-        std::this_thread::sleep_for(1ms);
-      }
-    }
+    if (auto c = s.claim_next())
+      (c->pool_slot ? pooled : held).push_back(*c);
+    else
+      std::this_thread::sleep_for(1ms);
+  for (auto& c : held) s.unclaim(c);
   REQUIRE(pooled.size() == 2);
   std::this_thread::sleep_for(20ms);
   CHECK_FALSE(given.load());
