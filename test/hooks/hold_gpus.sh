@@ -23,8 +23,8 @@ hold() {  # hold SIGNAL [ENV=VALUE...]: started, waited for, signalled; its outp
   kill -0 "$pid" || fail "it exited while holding"
   kill "-$sig" "$pid"
   local rc=0
-  for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-  kill -0 "$pid" 2>/dev/null && fail "still running 2 s after SIG$sig"
+  for _ in $(seq 400); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$pid" 2>/dev/null && fail "still running 20 s after SIG$sig"
   wait "$pid" || rc=$?
   pid=
   [ "$rc" = 0 ] || fail "SIG$sig: exit status $rc: $(cat "$work/out")"

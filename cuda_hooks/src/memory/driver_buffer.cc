@@ -1,9 +1,9 @@
 // The driver's checkpoint buffer in huge pages (driver_buffer.h says why).
 #include "memory/driver_buffer.h"
 
-#include <dlfcn.h>
 #include <link.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +28,32 @@ using MmapFn = void* (*)(void*, size_t, int, int, int, off_t);
 std::atomic<void*> g_libc_mmap{nullptr};
 
 MmapFn libc_mmap() { return library_next_as<MmapFn>("mmap", "libc.so", g_libc_mmap); }
+
+// mmap(2) itself, for the calls that come before the constructor found
+// libc's (other libraries' constructors run first): looking it up there
+// could call dlsym, whose allocation (glibc before 2.34) may come back
+// here through an allocator that maps with mmap.
+void* raw_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  long ret;
+  register long r10 asm("r10") = flags;
+  register long r8 asm("r8") = fd;
+  register long r9 asm("r9") = offset;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "a"(long(SYS_mmap)), "D"(addr), "S"(length), "d"(long(prot)), "r"(r10), "r"(r8), "r"(r9)
+               : "rcx", "r11", "memory");
+  if (ret < 0 && ret > -4096) {
+    errno = int(-ret);
+    return MAP_FAILED;
+  }
+  return reinterpret_cast<void*>(ret);
+}
+
+// libc's mmap once the constructor found it, the system call before.
+MmapFn next_mmap() {
+  void* found = g_libc_mmap.load(std::memory_order_acquire);
+  return found ? reinterpret_cast<MmapFn>(found) : raw_mmap;
+}
 
 // libcuda's executable segments: [lo, hi). Zero until the driver is resolved.
 std::atomic<uintptr_t> g_code_lo{0}, g_code_hi{0};
@@ -89,6 +115,7 @@ void populate(char* p, size_t length) {
 void* map_huge(MmapFn real, void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   void* p = real(addr, length, prot, flags & ~MAP_POPULATE, fd, offset);
   if (p == MAP_FAILED) return p;
+  const int saved_errno = errno;  // a successful mmap leaves it as it was
   auto* bytes = static_cast<char*>(p);
   const uint64_t t0 = monotonic_ns();
   // Refused only by a kernel without transparent huge pages: 4 KiB pages
@@ -102,30 +129,34 @@ void* map_huge(MmapFn real, void* addr, size_t length, int prot, int flags, int 
   populate(bytes + probe, length - probe);
   const uint64_t took = monotonic_ns() - t0;
   if (slow)
-    stderr_line("phos: the driver's %.1f MiB buffer populated in 4 KiB pages past its first %zu MiB (huge pages came at "
-                "%.2f GB/s, slower than small ones) in %.1f ms\n",
-                double(length) / (1 << 20), probe >> 20, double(probe) / double(probe_ns ? probe_ns : 1),
-                double(took) / 1e6);
+    stderr_line("phos: the driver's %.1f MiB buffer populated in %.1f ms, in small pages past its first %zu MiB (those "
+                "came at %.2f GB/s, under 1 GB/s, advised huge)\n",
+                double(length) / (1 << 20), double(took) / 1e6, probe >> 20,
+                double(probe) / double(probe_ns ? probe_ns : 1));
   else
-    stderr_line("phos: the driver's %.1f MiB buffer populated in huge pages in %.1f ms\n", double(length) / (1 << 20),
+    stderr_line("phos: the driver's %.1f MiB buffer populated in %.1f ms, advised huge pages\n", double(length) / (1 << 20),
                 double(took) / 1e6);
+  errno = saved_errno;
   return p;
 }
 
+// The loaded object whose executable segment holds `data` (a function's
+// address): its executable segments' span.
 int note_code_of(dl_phdr_info* info, size_t, void* data) {
-  const auto base = reinterpret_cast<uintptr_t>(static_cast<Dl_info*>(data)->dli_fbase);
-  if (info->dlpi_addr != base) return 0;
+  const auto fn = reinterpret_cast<uintptr_t>(data);
   uintptr_t lo = UINTPTR_MAX, hi = 0;
+  bool holds = false;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-    lo = std::min<uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
-    hi = std::max<uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+    const uintptr_t from = info->dlpi_addr + ph.p_vaddr, to = from + ph.p_memsz;
+    holds = holds || (fn >= from && fn < to);
+    lo = std::min(lo, from);
+    hi = std::max(hi, to);
   }
-  if (lo < hi) {
-    g_code_lo.store(lo, std::memory_order_relaxed);
-    g_code_hi.store(hi, std::memory_order_relaxed);
-  }
+  if (!holds) return 0;
+  g_code_lo.store(lo, std::memory_order_relaxed);
+  g_code_hi.store(hi, std::memory_order_relaxed);
   return 1;
 }
 
@@ -137,9 +168,10 @@ bool driver_buffer_wanted(size_t length, int prot, int flags, bool from_driver) 
 }
 
 void note_driver_code(const void* driver_function) {
-  Dl_info info{};
-  if (!driver_function || !dladdr(driver_function, &info) || !info.dli_fbase) return;
-  dl_iterate_phdr(note_code_of, &info);
+  if (!driver_function) return;
+  if (!dl_iterate_phdr(note_code_of, const_cast<void*>(driver_function)))
+    stderr_line("phos: libcuda's code not found among the loaded objects: the driver's checkpoint buffer is left "
+                "in small pages\n");
 }
 
 }  // namespace phos::hooks
@@ -151,11 +183,7 @@ void note_driver_code(const void* driver_function) {
 namespace {
 void* mmap_from(const void* caller, void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   using namespace phos::hooks;
-  MmapFn real = libc_mmap();
-  if (!real) {
-    errno = ENOSYS;
-    return MAP_FAILED;
-  }
+  MmapFn real = next_mmap();
   if (__builtin_expect(driver_buffer_wanted(length, prot, flags, from_driver(caller)), 0) && enabled())
     return map_huge(real, addr, length, prot, flags, fd, offset);
   return real(addr, length, prot, flags, fd, offset);

@@ -13,7 +13,8 @@
 // at least kDriverBufferMinBytes that libcuda's own code asks to populate
 // is made without MAP_POPULATE, advised MADV_HUGEPAGE and then populated
 // (MADV_POPULATE_WRITE; written page by page where the kernel lacks it,
-// before Linux 5.14). Every other mmap goes to libc's as it came. The
+// before Linux 5.14). Every other mmap goes to libc's as it came (to the
+// system call itself before libphos's constructor has found libc's). The
 // mapping holds the same zeroed, populated memory either way; only the page
 // size differs, where the kernel's transparent huge pages allow (`never`
 // leaves it 4 KiB). PHOS_DRIVER_BUFFER_HUGE=0 (or off) turns it off.
