@@ -24,10 +24,21 @@ int cmd_hold_gpus(const std::vector<std::string>& args) {
     phos::plugin::release_gpu_contexts();
     return 1;
   }
-  for (const auto& h : *held)
-    std::printf("phosctl: holding a CUDA context on GPU %d (%s), %.1f GiB free beside it\n", h.ordinal, h.name.c_str(),
-                double(h.free_bytes) / double(1ull << 30));
-  std::printf("phosctl: holding %zu GPU(s) until SIGTERM or SIGINT\n", held->size());
+  size_t n = 0;
+  for (const auto& h : *held) {
+    if (h.held) {
+      n++;
+      std::printf("phosctl: holding a CUDA context on GPU %d (%s), %.1f GiB free beside it\n", h.ordinal, h.name.c_str(),
+                  double(h.free_bytes) / double(1ull << 30));
+    } else {
+      std::printf("phosctl: GPU %d (%s) not held: %s\n", h.ordinal, h.name.c_str(), h.why_not.c_str());
+    }
+  }
+  if (n == 0) {
+    std::fprintf(stderr, "phosctl hold-gpus: no GPU held\n");
+    return 1;
+  }
+  std::printf("phosctl: holding %zu GPU(s) until SIGTERM or SIGINT\n", n);
   std::fflush(stdout);
   int sig = 0;
   sigwait(&set, &sig);

@@ -117,10 +117,15 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
 }
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags) { (void)peer; (void)flags; return CUDA_SUCCESS; }
 CUresult cuCtxDisablePeerAccess(CUcontext peer) { (void)peer; return CUDA_SUCCESS; }
-/* An sm_90 device (the speculation reads that cubin of a fatbin); 0 for anything else. */
+/* An sm_90 device (the speculation reads that cubin of a fatbin); 0 for
+ * anything else. FAKE_CUDA_EXCLUSIVE_DEVICE=N: device N is in the
+ * exclusive-process compute mode. */
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
-  (void)d;
-  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
+  const char *exclusive = getenv("FAKE_CUDA_EXCLUSIVE_DEVICE");
+  if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
+    *v = exclusive && atoi(exclusive) == (int)d ? CU_COMPUTEMODE_EXCLUSIVE_PROCESS : CU_COMPUTEMODE_DEFAULT;
+  else
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
   return CUDA_SUCCESS;
 }
 

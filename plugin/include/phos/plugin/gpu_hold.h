@@ -19,12 +19,18 @@ namespace phos::plugin {
 struct HeldGpu {
   int ordinal = 0;
   std::string name;
+  bool held = false;
   uint64_t free_bytes = 0;  // the GPU's free memory with the context held
+  std::string why_not;      // not held: why (its compute mode, the driver's error)
 };
 
 // The primary context of every GPU the driver lists, retained, limits
-// lowered (a limit the driver refuses stays as it is). An error names the
-// GPU that could not be held; those held before it stay held.
+// lowered (a limit the driver refuses stays as it is), one entry a GPU. A
+// GPU whose compute mode is not the default is left alone: in
+// exclusive-process mode a held context would keep every other process
+// off it, the restore's included; a prohibited one takes none. A GPU the
+// driver refuses is said, and the others are held all the same. An error
+// only where the driver cannot be used at all.
 Result<std::vector<HeldGpu>> hold_gpu_contexts();
 
 // Each context held by hold_gpu_contexts() released.
