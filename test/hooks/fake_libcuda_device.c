@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 CUresult cuDeviceGetCount(int *n) {
   const char *v = getenv("FAKE_CUDA_DEVICES");
@@ -74,7 +75,6 @@ CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args) {
  * one private anonymous mapping, made by libcuda with MAP_POPULATE (as
  * driver 580 does; test/gpu/bench_driver_state.sh). driver_buffer_client
  * asks for one as the checkpoint would. */
-#include <sys/mman.h>
 void *fake_cuda_checkpoint_buffer(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   return p == MAP_FAILED ? NULL : p;

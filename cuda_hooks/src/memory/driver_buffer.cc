@@ -15,6 +15,7 @@
 #include "driver/library_next.h"
 #include "phos/hooks/stderr_line.h"
 #include "phos/support/clock.h"
+#include "process/env_switch.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14
@@ -59,16 +60,22 @@ MmapFn next_mmap() {
 std::atomic<uintptr_t> g_code_lo{0}, g_code_hi{0};
 
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PHOS_DRIVER_BUFFER_HUGE");
-    return !v || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
-  }();
+  static const bool on = on_unless_switched_off("PHOS_DRIVER_BUFFER_HUGE");
   return on;
 }
 
-bool from_driver(const void* caller) {
+constexpr size_t kDriverBufferMinBytes = size_t(32) << 20;
+
+// The driver's buffer: a private anonymous writable mapping of at least 32
+// MiB asked populated, from libcuda's code. The flags first: most mmaps end
+// at MAP_POPULATE.
+bool driver_buffer(size_t length, int prot, int flags, const void* caller) {
+  if (!(flags & MAP_POPULATE) || (flags & MAP_TYPE) != MAP_PRIVATE || !(flags & MAP_ANONYMOUS) ||
+      (flags & MAP_HUGETLB) || !(prot & PROT_WRITE) || length < kDriverBufferMinBytes)
+    return false;
   const auto at = reinterpret_cast<uintptr_t>(caller);
-  return at >= g_code_lo.load(std::memory_order_relaxed) && at < g_code_hi.load(std::memory_order_relaxed);
+  return at >= g_code_lo.load(std::memory_order_relaxed) && at < g_code_hi.load(std::memory_order_relaxed) &&
+         enabled();
 }
 
 void touch_pages(void* p, size_t length) {
@@ -162,11 +169,6 @@ int note_code_of(dl_phdr_info* info, size_t, void* data) {
 
 }  // namespace
 
-bool driver_buffer_wanted(size_t length, int prot, int flags, bool from_driver) {
-  return from_driver && length >= kDriverBufferMinBytes && (flags & MAP_POPULATE) && (flags & MAP_ANONYMOUS) &&
-         (flags & MAP_TYPE) == MAP_PRIVATE && (prot & PROT_WRITE) && !(flags & MAP_HUGETLB);
-}
-
 void note_driver_code(const void* driver_function) {
   if (!driver_function) return;
   if (!dl_iterate_phdr(note_code_of, const_cast<void*>(driver_function)))
@@ -184,7 +186,7 @@ namespace {
 void* mmap_from(const void* caller, void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   using namespace phos::hooks;
   MmapFn real = next_mmap();
-  if (__builtin_expect(driver_buffer_wanted(length, prot, flags, from_driver(caller)), 0) && enabled())
+  if (__builtin_expect(driver_buffer(length, prot, flags, caller), 0))
     return map_huge(real, addr, length, prot, flags, fd, offset);
   return real(addr, length, prot, flags, fd, offset);
 }

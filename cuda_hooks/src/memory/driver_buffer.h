@@ -20,17 +20,7 @@
 // leaves it 4 KiB). PHOS_DRIVER_BUFFER_HUGE=0 (or off) turns it off.
 #pragma once
 
-#include <sys/types.h>
-
-#include <cstddef>
-
 namespace phos::hooks {
-
-constexpr size_t kDriverBufferMinBytes = size_t(32) << 20;
-
-// Whether an mmap with these arguments, from an address inside (or outside)
-// libcuda's code, is populated in huge pages.
-bool driver_buffer_wanted(size_t length, int prot, int flags, bool from_driver);
 
 // libcuda's code, as loaded: recorded once the driver is resolved (on a
 // program thread: it walks the loaded objects under the loader's lock),

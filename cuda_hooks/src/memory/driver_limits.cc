@@ -1,9 +1,7 @@
 #include "memory/driver_limits.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "driver/driver.h"
+#include "process/env_switch.h"
 
 namespace phos::hooks {
 namespace {
@@ -23,10 +21,7 @@ constexpr Limit kLimits[] = {{CU_LIMIT_STACK_SIZE, "stack"},
 // kernel grew it to 4 KiB), and the driver grows the stack again at any
 // launch that needs it, the limit set back before the gate opens besides.
 bool DriverLimits::wanted() {
-  static const bool on = [] {
-    const char* v = std::getenv("PHOS_SHRINK_DRIVER_STATE");
-    return !v || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
-  }();
+  static const bool on = on_unless_switched_off("PHOS_SHRINK_DRIVER_STATE");
   return on;
 }
 
